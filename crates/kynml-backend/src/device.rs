@@ -1,0 +1,208 @@
+//! From a device request to one concrete Burn device.
+
+use burn::backend::wgpu::WgpuDevice;
+use burn::backend::cuda::CudaDevice;
+use burn::backend::flex::FlexDevice;
+use burn::DispatchDevice;
+
+use crate::cuda::{probe_cuda, CudaGpu, CudaProbe};
+use crate::wgpu_probe::{probe_wgpu, WgpuAdapter, WgpuAdapterKind};
+
+/// What the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// CUDA if a CUDA GPU is really present, else a wgpu adapter that is a
+    /// real GPU, else the CPU.
+    Auto,
+    Cpu,
+    /// `None` is the first GPU.
+    Cuda(Option<usize>),
+    /// The best Vulkan adapter, a software one (lavapipe) included.
+    Wgpu,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeviceError {
+    #[error("CUDA was requested but is not available: {reason}")]
+    CudaUnavailable { reason: String },
+    #[error("CUDA device {index} was requested but this machine has {count} CUDA device(s)")]
+    CudaIndexOutOfRange { index: usize, count: usize },
+    #[error(
+        "wgpu was requested but no Vulkan adapter was found (install a Vulkan driver; \
+         for a software one on Debian: `apt-get install mesa-vulkan-drivers libvulkan1`)"
+    )]
+    NoWgpuAdapter,
+}
+
+/// The hardware behind a [`Device`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum DeviceKind {
+    /// Burn's flex backend on the host CPU.
+    Cpu { threads: usize },
+    Cuda(CudaGpu),
+    Wgpu(WgpuAdapter),
+}
+
+/// A device chosen for a run.
+#[derive(Debug, Clone)]
+pub struct Device {
+    pub kind: DeviceKind,
+    burn: DispatchDevice,
+}
+
+impl Device {
+    pub fn cpu() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Device { kind: DeviceKind::Cpu { threads }, burn: DispatchDevice::Flex(FlexDevice) }
+    }
+
+    /// The device for inference and evaluation (no gradient tape).
+    pub fn inner(&self) -> DispatchDevice {
+        self.burn.clone()
+    }
+
+    /// The same device with automatic differentiation, for training.
+    pub fn autodiff(&self) -> DispatchDevice {
+        DispatchDevice::autodiff(self.burn.clone())
+    }
+
+    /// Short name used in file names and reports: `cpu`, `cuda:0`, `wgpu`.
+    pub fn short_name(&self) -> String {
+        match &self.kind {
+            DeviceKind::Cpu { .. } => "cpu".into(),
+            DeviceKind::Cuda(gpu) => format!("cuda:{}", gpu.index),
+            DeviceKind::Wgpu(_) => "wgpu".into(),
+        }
+    }
+
+    /// The Burn backend that runs the work.
+    pub fn backend_name(&self) -> &'static str {
+        match self.kind {
+            DeviceKind::Cpu { .. } => "flex (Burn's CPU backend)",
+            DeviceKind::Cuda(_) => "cuda (Burn's CubeCL CUDA backend)",
+            DeviceKind::Wgpu(_) => "wgpu/vulkan (Burn's CubeCL wgpu backend)",
+        }
+    }
+
+    /// True when Burn's kernel fusion is part of this device's backend.
+    /// In this build fusion is compiled into the CUDA and wgpu backends and
+    /// the CPU backend has none.
+    pub fn has_fusion(&self) -> bool {
+        !matches!(self.kind, DeviceKind::Cpu { .. })
+    }
+
+    /// One line for a person: what the device is.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            DeviceKind::Cpu { threads } => format!("cpu ({threads} threads)"),
+            DeviceKind::Cuda(gpu) => format!(
+                "cuda:{} ({}, compute capability {}.{}, {:.0} GiB)",
+                gpu.index,
+                gpu.name,
+                gpu.compute_capability.0,
+                gpu.compute_capability.1,
+                gpu.memory_bytes as f64 / (1u64 << 30) as f64
+            ),
+            DeviceKind::Wgpu(adapter) => {
+                let software = if adapter.kind == WgpuAdapterKind::Cpu { ", software" } else { "" };
+                format!("wgpu ({}{software}, {})", adapter.name, adapter.driver)
+            }
+        }
+    }
+}
+
+/// Resolve a request to a device that is really present.
+///
+/// CUDA is probed through the driver library before Burn is asked for it, so
+/// asking for CUDA on a machine without it is an error, not a crash.
+pub fn select(choice: DeviceChoice) -> Result<Device, DeviceError> {
+    match choice {
+        DeviceChoice::Cpu => Ok(Device::cpu()),
+        DeviceChoice::Cuda(index) => {
+            let gpus = match probe_cuda() {
+                CudaProbe::Available(gpus) if !gpus.is_empty() => gpus,
+                CudaProbe::Available(_) => {
+                    return Err(DeviceError::CudaUnavailable {
+                        reason: "the CUDA driver reports no devices".into(),
+                    })
+                }
+                CudaProbe::Unavailable(reason) => return Err(DeviceError::CudaUnavailable { reason }),
+            };
+            let index = index.unwrap_or(0);
+            let gpu = gpus
+                .get(index)
+                .cloned()
+                .ok_or(DeviceError::CudaIndexOutOfRange { index, count: gpus.len() })?;
+            Ok(cuda_device(gpu))
+        }
+        DeviceChoice::Wgpu => {
+            let adapter = probe_wgpu().into_iter().next().ok_or(DeviceError::NoWgpuAdapter)?;
+            Ok(wgpu_device(adapter))
+        }
+        DeviceChoice::Auto => {
+            if let CudaProbe::Available(gpus) = probe_cuda() {
+                if let Some(gpu) = gpus.into_iter().next() {
+                    return Ok(cuda_device(gpu));
+                }
+            }
+            if let Some(adapter) = probe_wgpu().into_iter().find(|a| a.kind.is_gpu()) {
+                return Ok(wgpu_device(adapter));
+            }
+            Ok(Device::cpu())
+        }
+    }
+}
+
+fn cuda_device(gpu: CudaGpu) -> Device {
+    let burn = DispatchDevice::Cuda(CudaDevice { index: gpu.index });
+    Device { kind: DeviceKind::Cuda(gpu), burn }
+}
+
+fn wgpu_device(adapter: WgpuAdapter) -> Device {
+    let wgpu = match adapter.kind {
+        WgpuAdapterKind::DiscreteGpu => WgpuDevice::DiscreteGpu(adapter.index_of_kind),
+        WgpuAdapterKind::IntegratedGpu => WgpuDevice::IntegratedGpu(adapter.index_of_kind),
+        WgpuAdapterKind::VirtualGpu => WgpuDevice::VirtualGpu(adapter.index_of_kind),
+        WgpuAdapterKind::Cpu => WgpuDevice::Cpu,
+        WgpuAdapterKind::Other => WgpuDevice::DefaultDevice,
+    };
+    Device { kind: DeviceKind::Wgpu(adapter), burn: DispatchDevice::Vulkan(wgpu) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_is_always_available() {
+        let device = select(DeviceChoice::Cpu).unwrap();
+        assert_eq!(device.short_name(), "cpu");
+        assert!(!device.has_fusion());
+    }
+
+    #[test]
+    fn cuda_request_is_an_error_or_a_real_gpu() {
+        // On a machine without CUDA this must be an error value, not a panic
+        // in a background thread; with CUDA it must name a probed GPU.
+        match (select(DeviceChoice::Cuda(None)), probe_cuda()) {
+            (Ok(device), CudaProbe::Available(gpus)) => {
+                assert_eq!(device.kind, DeviceKind::Cuda(gpus[0].clone()))
+            }
+            (Err(DeviceError::CudaUnavailable { .. }), _) => {}
+            (other, probe) => panic!("inconsistent: {other:?} with probe {probe:?}"),
+        }
+    }
+
+    #[test]
+    fn out_of_range_cuda_index_is_refused() {
+        assert!(select(DeviceChoice::Cuda(Some(4096))).is_err());
+    }
+
+    #[test]
+    fn auto_never_picks_a_software_adapter() {
+        let device = select(DeviceChoice::Auto).unwrap();
+        if let DeviceKind::Wgpu(adapter) = &device.kind {
+            assert!(adapter.kind.is_gpu());
+        }
+    }
+}

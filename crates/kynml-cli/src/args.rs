@@ -1,0 +1,72 @@
+//! Command-line arguments, as typed by the user. They are turned into a
+//! checked plan before anything runs.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use kynml_core::spec::types::DeviceRequest;
+
+#[derive(Parser, Debug)]
+#[command(name = "kynml", version, about = "Train .kyn specs natively in Rust")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train a spec and write a run folder.
+    Train(TrainArgs),
+    /// Validate a spec (and the data it names) and print the model.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// The `.kyn` spec to train.
+    pub spec: PathBuf,
+    /// Where to train: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's `device`).
+    #[arg(long, value_parser = parse_device)]
+    pub device: Option<DeviceRequest>,
+    /// Number of epochs (overrides the spec's `epochs`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub epochs: Option<u64>,
+    /// Run folder to write (default: runs/<spec>-<time>/ next to the current directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Random seed for weights, data split and order (overrides the spec's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The `.kyn` spec to check.
+    pub spec: PathBuf,
+}
+
+pub fn parse_device(text: &str) -> Result<DeviceRequest, String> {
+    match text {
+        "auto" => Ok(DeviceRequest::Auto),
+        "cpu" => Ok(DeviceRequest::Cpu),
+        "cuda" => Ok(DeviceRequest::Cuda(None)),
+        "wgpu" => Ok(DeviceRequest::Wgpu),
+        _ => match text.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(index)) => Ok(DeviceRequest::Cuda(Some(index))),
+            _ => Err(format!("expected auto, cpu, cuda, cuda:N or wgpu, found `{text}`")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse() {
+        assert_eq!(parse_device("cuda:2"), Ok(DeviceRequest::Cuda(Some(2))));
+        assert_eq!(parse_device("wgpu"), Ok(DeviceRequest::Wgpu));
+        assert!(parse_device("cuda:x").is_err());
+        assert!(parse_device("gpu").is_err());
+    }
+}

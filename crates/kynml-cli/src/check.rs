@@ -1,0 +1,29 @@
+//! `kynml check SPEC`: validate the spec and its data, print the model.
+
+use kynml_core::model::summarize;
+use kynml_core::plan::SpecFile;
+
+use crate::args::CheckArgs;
+use crate::failure::Failure;
+use crate::render;
+
+pub fn run(args: CheckArgs) -> Result<(), Failure> {
+    let file = SpecFile::load(&args.spec)?;
+    let data = file.load_data()?;
+    println!("{}: ok", args.spec.display());
+    let classes = match data.class_names() {
+        Some(names) => format!(", {} classes ({})", names.len(), names.join(", ")),
+        None => String::new(),
+    };
+    println!(
+        "data {}: {} rows ({} train, {} validation), {} features, target `{}`{classes}\n",
+        file.data_path().display(),
+        data.train.len() + data.valid.len(),
+        data.train.len(),
+        data.valid.len(),
+        data.n_features(),
+        data.info.target,
+    );
+    println!("{}", render::model_table(&summarize(&file.spec.model)));
+    Ok(())
+}

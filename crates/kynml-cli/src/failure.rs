@@ -1,0 +1,39 @@
+//! How a command fails: a message for a person and an exit code.
+//! 2 means the input was wrong (spec, data, arguments, an unavailable
+//! device); 1 means the run itself failed.
+
+use kynml_core::plan::LoadError;
+use kynml_core::spec;
+
+#[derive(Debug)]
+pub struct Failure {
+    pub message: String,
+    pub code: u8,
+}
+
+impl Failure {
+    pub fn input(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: 2 }
+    }
+
+    pub fn run(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: 1 }
+    }
+}
+
+impl From<LoadError> for Failure {
+    fn from(err: LoadError) -> Self {
+        match err {
+            LoadError::Spec { path, source_text, error } => {
+                Failure::input(spec::render(&path.display().to_string(), &source_text, &error.diagnostics))
+            }
+            other => Failure::input(format!("error: {other}")),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(err: anyhow::Error) -> Self {
+        Failure::run(format!("error: {err:#}"))
+    }
+}

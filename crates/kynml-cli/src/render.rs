@@ -1,0 +1,92 @@
+//! Tables and blocks for a person to read.
+
+use std::collections::BTreeMap;
+
+use kynml_core::model::ModelSummary;
+use kynml_core::plan::Applied;
+
+/// Columns padded to their widest cell; numbers right-aligned.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| if i == 0 { format!("{c:<w$}") } else { format!("{c:>w$}") })
+            .collect();
+        format!("  {}", parts.join("   ").trim_end())
+    };
+    let mut out = vec![line(header.to_vec())];
+    out.push(format!("  {}", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("   ")));
+    for row in rows {
+        out.push(line(row.iter().map(String::as_str).collect()));
+    }
+    out.join("\n")
+}
+
+pub fn model_table(summary: &ModelSummary) -> String {
+    let mut rows = vec![vec!["input".to_string(), format!("[batch, {}]", summary.input), "0".to_string()]];
+    for l in &summary.layers {
+        rows.push(vec![l.layer.clone(), format!("[batch, {}]", l.output_width), thousands(l.params)]);
+    }
+    format!(
+        "model {}\n{}\n  total trainable parameters: {}",
+        summary.name,
+        table(&["layer", "output shape", "parameters"], &rows),
+        thousands(summary.total_params)
+    )
+}
+
+pub fn metrics_table(metrics: &BTreeMap<String, f64>) -> String {
+    let rows: Vec<Vec<String>> = metrics.iter().map(|(k, v)| vec![k.clone(), format!("{v:.4}")]).collect();
+    table(&["metric", "validation"], &rows)
+}
+
+/// The "what runs" block: every setting as it will really apply. Settings
+/// that will not apply as the spec asks are marked with `!`.
+pub fn what_runs(applied: &[Applied]) -> String {
+    let width = applied.iter().map(|a| a.setting.len()).max().unwrap_or(0);
+    let mut out = String::from("what runs:\n");
+    for a in applied {
+        let mark = if a.as_requested { ' ' } else { '!' };
+        out.push_str(&format!("  {mark} {:<width$}  {}\n", a.setting, a.value));
+    }
+    out.trim_end().to_string()
+}
+
+pub fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(215_425), "215,425");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(0), "0");
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let t = table(&["a", "bb"], &[vec!["xyz".into(), "1".into()]]);
+        assert_eq!(t, "  a      bb\n  ---   --\n  xyz    1");
+    }
+}

@@ -1,0 +1,164 @@
+//! `kynml train SPEC`: resolve arguments and spec into a checked plan, say
+//! what will run, train with progress, write the run folder.
+
+use std::io::IsTerminal;
+use std::path::Path;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
+use kynml_core::run_dir::RunDir;
+use kynml_core::train::{train, EpochRecord, TrainEvent, TrainSettings};
+
+use crate::args::TrainArgs;
+use crate::failure::Failure;
+use crate::render;
+
+pub fn run(args: TrainArgs) -> Result<(), Failure> {
+    // Everything that can be wrong with the input is found before anything
+    // is written.
+    let mut file = SpecFile::load(&args.spec)?;
+    file.apply(&Overrides { device: args.device, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
+    let device = kynml_backend::select(device_choice(file.spec.train.device.value))
+        .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let data = file.load_data()?;
+
+    println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    println!(
+        "data: {} train rows, {} validation rows, {} features{}",
+        data.train.len(),
+        data.valid.len(),
+        data.n_features(),
+        data.class_names().map_or(String::new(), |c| format!(", {} classes", c.len()))
+    );
+
+    let run_dir = match &args.out {
+        Some(path) => RunDir::create_exact(path),
+        None => RunDir::create_unique(Path::new("runs"), &spec_stem(&args.spec)),
+    }
+    .map_err(|e| Failure::input(format!("error: cannot create the run folder: {e}")))?;
+    write_inputs(&run_dir, &file, &data).context("writing the run folder")?;
+    println!("run folder: {}\n", run_dir.path.display());
+
+    let mut progress = Progress::new();
+    let mut write_error = None;
+    let result = train(&file.spec, &data, &device, &TrainSettings::default(), &mut |event| {
+        if let TrainEvent::EpochEnd(record) = &event {
+            if let Err(e) = run_dir.append_epoch(record) {
+                write_error.get_or_insert(e);
+            }
+        }
+        progress.on_event(&event);
+    });
+    progress.finish();
+    if let Some(e) = write_error {
+        return Err(Failure::run(format!("error: cannot write metrics.jsonl in {}: {e}", run_dir.path.display())));
+    }
+    let result = result.map_err(|e| Failure::run(format!("error: {e}")))?;
+
+    run_dir.save_model(&result.model).context("saving model.mpk")?;
+    let summary = serde_json::json!({
+        "metrics": result.final_metrics,
+        "best_epoch": result.best_epoch,
+        "stopped_early": result.stopped_early,
+        "epochs_run": result.history.len(),
+        "seconds": result.seconds,
+        "samples_per_sec": result.samples_per_sec,
+        "device": device.short_name(),
+    });
+    run_dir.write_json("metrics.json", &summary).context("writing metrics.json")?;
+
+    println!();
+    if let Some(best) = result.best_epoch {
+        println!("best epoch: {best} (weights restored from it)");
+    }
+    println!("{}", render::metrics_table(&result.final_metrics));
+    println!(
+        "\ntrained {} epochs in {:.1}s ({:.0} samples/s); results in {}",
+        result.history.len(),
+        result.seconds,
+        result.samples_per_sec,
+        run_dir.path.display()
+    );
+    Ok(())
+}
+
+fn write_inputs(run_dir: &RunDir, file: &SpecFile, data: &kynml_core::data::Dataset) -> anyhow::Result<()> {
+    run_dir.write_text("spec.kyn", &file.source)?;
+    run_dir.write_json("spec.resolved.json", &file.spec)?;
+    run_dir.write_data_info(&data.info)?;
+    Ok(())
+}
+
+fn spec_stem(path: &Path) -> String {
+    path.file_stem().map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned())
+}
+
+/// A progress bar per epoch on a terminal; one plain line per epoch
+/// otherwise (CI logs get no control characters).
+struct Progress {
+    bar: Option<ProgressBar>,
+    tty: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress { bar: None, tty: std::io::stderr().is_terminal() }
+    }
+
+    fn on_event(&mut self, event: &TrainEvent) {
+        match *event {
+            TrainEvent::EpochStart { epoch, epochs, steps, .. } if self.tty => {
+                let bar = ProgressBar::new(steps as u64);
+                bar.set_style(
+                    ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}")
+                        .expect("static template")
+                        .progress_chars("=> "),
+                );
+                bar.set_prefix(format!("{epoch}/{epochs}"));
+                self.bar = Some(bar);
+            }
+            TrainEvent::Step { step, loss, samples_per_sec, .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_position(step as u64);
+                    if let Some(loss) = loss {
+                        bar.set_message(format!("loss {loss:.4}  {samples_per_sec:.0} samples/s"));
+                    }
+                }
+            }
+            TrainEvent::EpochEnd(record) => {
+                let line = epoch_line(record);
+                match self.bar.take() {
+                    Some(bar) => bar.finish_and_clear(),
+                    None => {}
+                }
+                println!("{line}");
+            }
+            TrainEvent::EarlyStop { epoch, best_epoch } => {
+                println!("early stop at epoch {epoch}: no improvement since epoch {best_epoch}");
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn epoch_line(r: &EpochRecord) -> String {
+    let metrics: Vec<String> = r.metrics.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
+    format!(
+        "epoch {:>3}  lr {:.2e}  train_loss {:.4}  val_loss {:.4}  {}  {:.0} samples/s  {:.1}s",
+        r.epoch,
+        r.lr,
+        r.train_loss,
+        r.val_loss,
+        metrics.join("  "),
+        r.samples_per_sec,
+        r.seconds
+    )
+}
+

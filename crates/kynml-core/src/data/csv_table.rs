@@ -1,0 +1,721 @@
+//! Reading a CSV file into a [`Table`]: numeric features and one target.
+//!
+//! The first line is the header. The target column is named by the spec;
+//! every other column is a feature and must hold finite numbers. Cells are
+//! trimmed of surrounding whitespace, a UTF-8 byte order mark (as Excel
+//! writes) is ignored, and lines that are blank or only whitespace are
+//! skipped. Every problem is reported with the line number an editor shows
+//! (the header is line 1) and the 1-based column index and name.
+//!
+//! ```no_run
+//! # use std::path::Path;
+//! # use kynml_core::data::{read_csv, TableOptions};
+//! let opts = TableOptions { target: "species".into(), classification: true };
+//! let table = read_csv(Path::new("examples/iris/iris.csv"), &opts)?;
+//! assert_eq!(table.n_features(), 4);
+//! # Ok::<(), kynml_core::data::DataError>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use csv::ByteRecord;
+
+use crate::data::error::DataError;
+use crate::data::suggest;
+
+/// What to read from the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableOptions {
+    /// The column to predict.
+    pub target: String,
+    /// Class labels rather than numbers: the target may then hold strings or
+    /// integers, which become class indices.
+    pub classification: bool,
+}
+
+/// What the model learns to predict, one entry per row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Targets {
+    Regression(Vec<f32>),
+    /// `indices[row]` is a position in `names`. Names are sorted: integers
+    /// numerically when every label is an integer (`2` before `10`),
+    /// otherwise as strings, byte by byte (so `1.5` and `10` sort as text).
+    Classes {
+        indices: Vec<u32>,
+        names: Vec<String>,
+    },
+}
+
+impl Targets {
+    pub fn len(&self) -> usize {
+        match self {
+            Targets::Regression(values) => values.len(),
+            Targets::Classes { indices, .. } => indices.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The class names, or `None` for a regression target.
+    pub fn class_names(&self) -> Option<&[String]> {
+        match self {
+            Targets::Regression(_) => None,
+            Targets::Classes { names, .. } => Some(names),
+        }
+    }
+}
+
+/// A whole CSV file in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// The file it was read from, for error messages further on.
+    pub path: PathBuf,
+    /// Every column except the target, in file order.
+    pub feature_names: Vec<String>,
+    pub target_name: String,
+    /// `n_rows × n_features`, row-major.
+    pub features: Vec<f32>,
+    pub targets: Targets,
+}
+
+impl Table {
+    pub fn n_rows(&self) -> usize {
+        self.targets.len()
+    }
+
+    pub fn n_features(&self) -> usize {
+        self.feature_names.len()
+    }
+
+    /// The features of data row `index` (0-based, header not counted).
+    pub fn row(&self, index: usize) -> &[f32] {
+        let width = self.n_features();
+        &self.features[index * width..(index + 1) * width]
+    }
+}
+
+/// Reads `path`, which must have a header row and at least one data row.
+pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
+    // The whole file in memory costs no more than the table built from it,
+    // and lets `next_record` find the true line of each record.
+    let bytes = std::fs::read(path).map_err(|source| DataError::Io {
+        path: path.into(),
+        source,
+    })?;
+    // Headers and ragged rows are handled here rather than by `csv`, so that
+    // every error names the line as the user sees it.
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(bytes.as_slice());
+    let mut record = ByteRecord::new();
+
+    let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {
+        return Err(DataError::Empty { path: path.into() });
+    };
+    let header = header_names(&record, path, header_line)?;
+    check_unique(&header, path)?;
+    let target_col = header
+        .iter()
+        .position(|name| *name == opts.target)
+        .ok_or_else(|| DataError::MissingTarget {
+            path: path.into(),
+            target: opts.target.clone(),
+            suggestion: suggest::closest(&opts.target, &header).map(str::to_owned),
+            available: header.clone(),
+        })?;
+    if header.len() == 1 {
+        return Err(DataError::NoFeatures {
+            path: path.into(),
+            target: opts.target.clone(),
+        });
+    }
+
+    let mut features = Vec::new();
+    let mut values = Vec::new();
+    let mut labels = Vec::new();
+    while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
+        if record.len() != header.len() {
+            return Err(DataError::Ragged {
+                path: path.into(),
+                row: line,
+                expected: header.len(),
+                found: record.len(),
+            });
+        }
+        for (col, raw) in record.iter().enumerate() {
+            let cell = cell_text(raw, path, line)?;
+            let at = Cell {
+                path,
+                line,
+                col,
+                name: &header[col],
+                text: cell,
+            };
+            if col != target_col {
+                features.push(at.number()?);
+            } else if opts.classification {
+                labels.push(at.label()?);
+            } else {
+                values.push(at.number()?);
+            }
+        }
+    }
+
+    let targets = if opts.classification {
+        encode_classes(&labels)
+    } else {
+        Targets::Regression(values)
+    };
+    if targets.is_empty() {
+        return Err(DataError::Empty { path: path.into() });
+    }
+    let mut feature_names = header;
+    let target_name = feature_names.remove(target_col);
+    Ok(Table {
+        path: path.into(),
+        feature_names,
+        target_name,
+        features,
+        targets,
+    })
+}
+
+/// Reads the next record that is not a blank line from `reader`, which reads
+/// `bytes`; returns the record's line number.
+fn next_record(
+    reader: &mut csv::Reader<&[u8]>,
+    bytes: &[u8],
+    record: &mut ByteRecord,
+    path: &Path,
+) -> Result<Option<usize>, DataError> {
+    loop {
+        let more = reader
+            .read_byte_record(record)
+            .map_err(|err| DataError::Io {
+                path: path.into(),
+                source: err.into(),
+            })?;
+        if !more {
+            return Ok(None);
+        }
+        let blank = record.len() == 1 && record[0].iter().all(u8::is_ascii_whitespace);
+        if !blank {
+            return Ok(Some(record.position().map_or(0, |p| true_line(bytes, p))));
+        }
+    }
+}
+
+/// `csv` gives a record the position where it started reading, which is
+/// before any empty lines it skipped on the way; count those too.
+fn true_line(bytes: &[u8], position: &csv::Position) -> usize {
+    let start = usize::try_from(position.byte())
+        .unwrap_or(bytes.len())
+        .min(bytes.len());
+    let skipped = bytes[start..]
+        .iter()
+        .take_while(|&&b| b == b'\n' || b == b'\r')
+        .filter(|&&b| b == b'\n')
+        .count();
+    position.line() as usize + skipped
+}
+
+fn header_names(record: &ByteRecord, path: &Path, line: usize) -> Result<Vec<String>, DataError> {
+    const BOM: &[u8] = b"\xEF\xBB\xBF";
+    record
+        .iter()
+        .enumerate()
+        .map(|(col, raw)| {
+            let raw = if col == 0 {
+                raw.strip_prefix(BOM).unwrap_or(raw)
+            } else {
+                raw
+            };
+            cell_text(raw, path, line).map(str::to_owned)
+        })
+        .collect()
+}
+
+fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
+    for (i, name) in header.iter().enumerate() {
+        if header[..i].contains(name) {
+            let columns = (1..=header.len())
+                .filter(|&c| header[c - 1] == *name)
+                .collect();
+            return Err(DataError::DuplicateColumn {
+                path: path.into(),
+                name: name.clone(),
+                columns,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn cell_text<'a>(raw: &'a [u8], path: &Path, line: usize) -> Result<&'a str, DataError> {
+    std::str::from_utf8(raw)
+        .map(str::trim)
+        .map_err(|_| DataError::BadEncoding {
+            path: path.into(),
+            row: line,
+        })
+}
+
+/// One cell and where it is, to build errors from.
+struct Cell<'a> {
+    path: &'a Path,
+    line: usize,
+    /// 0-based.
+    col: usize,
+    name: &'a str,
+    text: &'a str,
+}
+
+impl Cell<'_> {
+    fn number(&self) -> Result<f32, DataError> {
+        match self.text.parse::<f32>() {
+            Ok(x) if x.is_finite() => Ok(x),
+            // `parse` accepts "NaN" and "inf", and overflows to infinity.
+            Ok(_) => Err(DataError::NonFinite {
+                path: self.path.into(),
+                row: self.line,
+                column: self.col + 1,
+                column_name: self.name.into(),
+                value: self.text.into(),
+            }),
+            Err(_) => Err(DataError::NotNumeric {
+                path: self.path.into(),
+                row: self.line,
+                column: self.col + 1,
+                column_name: self.name.into(),
+                value: self.text.into(),
+            }),
+        }
+    }
+
+    fn label(&self) -> Result<String, DataError> {
+        if self.text.is_empty() {
+            return Err(DataError::EmptyLabel {
+                path: self.path.into(),
+                row: self.line,
+                column: self.col + 1,
+                column_name: self.name.into(),
+            });
+        }
+        Ok(self.text.to_owned())
+    }
+}
+
+/// Maps labels to indices into their sorted, deduplicated names.
+fn encode_classes(labels: &[String]) -> Targets {
+    let integers: Option<Vec<i64>> = labels.iter().map(|l| l.parse().ok()).collect();
+    match integers {
+        Some(values) => {
+            let mut classes = values.clone();
+            classes.sort_unstable();
+            classes.dedup();
+            let indices = values.iter().map(|v| position(&classes, v)).collect();
+            let names = classes.iter().map(i64::to_string).collect();
+            Targets::Classes { indices, names }
+        }
+        None => {
+            let mut names = labels.to_vec();
+            names.sort_unstable();
+            names.dedup();
+            let indices = labels.iter().map(|l| position(&names, l)).collect();
+            Targets::Classes { indices, names }
+        }
+    }
+}
+
+fn position<T: Ord>(sorted: &[T], item: &T) -> u32 {
+    let index = sorted
+        .binary_search(item)
+        .expect("every label is among the classes");
+    u32::try_from(index).expect("fewer than 2^32 classes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../examples/{name}/{name}.csv"))
+    }
+
+    fn classes(target: &str) -> TableOptions {
+        TableOptions {
+            target: target.into(),
+            classification: true,
+        }
+    }
+
+    fn regression(target: &str) -> TableOptions {
+        TableOptions {
+            target: target.into(),
+            classification: false,
+        }
+    }
+
+    /// Writes `bytes` to `data.csv` in a fresh temporary folder.
+    fn temp_csv(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data.csv");
+        std::fs::write(&path, bytes).unwrap();
+        (dir, path)
+    }
+
+    fn read(bytes: &[u8], opts: &TableOptions) -> Result<Table, DataError> {
+        let (_dir, path) = temp_csv(bytes);
+        read_csv(&path, opts)
+    }
+
+    fn class_counts(targets: &Targets) -> Vec<usize> {
+        let Targets::Classes { indices, names } = targets else {
+            panic!("not classes")
+        };
+        let mut counts = vec![0; names.len()];
+        for &i in indices {
+            counts[i as usize] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn reads_iris() {
+        let t = read_csv(&example("iris"), &classes("species")).unwrap();
+        assert_eq!(t.n_rows(), 150);
+        assert_eq!(
+            t.feature_names,
+            [
+                "sepal_length_cm",
+                "sepal_width_cm",
+                "petal_length_cm",
+                "petal_width_cm"
+            ]
+        );
+        assert_eq!(t.target_name, "species");
+        assert_eq!(t.features.len(), 150 * 4);
+        assert_eq!(t.row(0), [5.1, 3.5, 1.4, 0.2]);
+        assert_eq!(
+            t.targets.class_names().unwrap(),
+            ["setosa", "versicolor", "virginica"]
+        );
+        assert_eq!(class_counts(&t.targets), [50, 50, 50]);
+    }
+
+    #[test]
+    fn reads_wine() {
+        let t = read_csv(&example("wine"), &classes("cultivar")).unwrap();
+        assert_eq!(t.n_rows(), 178);
+        assert_eq!(t.n_features(), 13);
+        assert_eq!(t.feature_names[12], "proline");
+        assert_eq!(t.row(0)[0], 14.23);
+        assert_eq!(t.row(0)[12], 1065.0);
+        assert_eq!(
+            t.targets.class_names().unwrap(),
+            ["class_0", "class_1", "class_2"]
+        );
+        assert_eq!(class_counts(&t.targets), [59, 71, 48]);
+    }
+
+    #[test]
+    fn reads_diabetes() {
+        let t = read_csv(&example("diabetes"), &regression("progression")).unwrap();
+        assert_eq!(t.n_rows(), 442);
+        assert_eq!(t.n_features(), 10);
+        assert_eq!(t.feature_names[..3], ["age", "sex", "bmi"]);
+        assert_eq!(
+            t.row(0),
+            [59.0, 2.0, 32.1, 101.0, 157.0, 93.2, 38.0, 4.0, 4.8598, 87.0]
+        );
+        let Targets::Regression(y) = &t.targets else {
+            panic!("not regression")
+        };
+        assert_eq!(y[0], 151.0);
+        assert!(y.iter().all(|v| v.is_finite()));
+    }
+
+    #[test]
+    fn target_may_sit_in_any_column() {
+        let t = read(b"a,y,b\n1,10,2\n3,20,4\n", &regression("y")).unwrap();
+        assert_eq!(t.feature_names, ["a", "b"]);
+        assert_eq!(t.features, [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(t.targets, Targets::Regression(vec![10.0, 20.0]));
+    }
+
+    #[test]
+    fn trims_cells_skips_blank_lines_and_ignores_a_bom() {
+        let text = b"\xEF\xBB\xBF a , y \n\n 1.5 , 2 \n   \n-3e2,4\n";
+        let t = read(text, &regression("y")).unwrap();
+        assert_eq!(t.feature_names, ["a"]);
+        assert_eq!(t.features, [1.5, -300.0]);
+        assert_eq!(t.targets, Targets::Regression(vec![2.0, 4.0]));
+    }
+
+    #[test]
+    fn integer_labels_sort_numerically() {
+        let t = read(b"x,y\n0,10\n0,2\n0,-1\n0,02\n", &classes("y")).unwrap();
+        // "02" and "2" are the same integer, hence the same class.
+        assert_eq!(
+            t.targets,
+            Targets::Classes {
+                indices: vec![2, 1, 0, 1],
+                names: vec!["-1".into(), "2".into(), "10".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn string_labels_sort_as_text() {
+        let t = read(b"x,y\n0,b\n0,B\n0,a\n0,10\n0,9\n0,a\n", &classes("y")).unwrap();
+        // A single non-integer label makes every label a string.
+        let names = ["10", "9", "B", "a", "b"].map(String::from).to_vec();
+        assert_eq!(
+            t.targets,
+            Targets::Classes {
+                indices: vec![4, 2, 3, 0, 1, 3],
+                names
+            }
+        );
+    }
+
+    #[test]
+    fn missing_file_is_an_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope.csv");
+        let err = read_csv(&path, &regression("y")).unwrap_err();
+        assert!(
+            matches!(&err, DataError::Io { path: p, .. } if *p == path),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn empty_file_header_only_and_blank_lines_only_are_empty() {
+        for text in [&b""[..], b"a,y\n", b"a,y\n\n  \n", b"\n\n"] {
+            let err = read(text, &regression("y")).unwrap_err();
+            assert!(matches!(err, DataError::Empty { .. }), "{text:?}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn missing_target_suggests_the_closest_column() {
+        let (_dir, path) = temp_csv(b"sepal,species\n1,a\n");
+        let err = read_csv(&path, &classes("specie")).unwrap_err();
+        let DataError::MissingTarget {
+            target,
+            available,
+            suggestion,
+            ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(target, "specie");
+        assert_eq!(available, &["sepal", "species"]);
+        assert_eq!(suggestion.as_deref(), Some("species"));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}:1: no column named `specie` to predict; did you mean `species`?",
+                path.display()
+            )
+        );
+
+        let err = read(b"sepal,species\n1,a\n", &classes("outcome")).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                DataError::MissingTarget {
+                    suggestion: None,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .ends_with("; the columns are `sepal`, `species`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_columns_are_listed() {
+        let err = read(b"a,b,y,b\n1,2,3,4\n", &regression("y")).unwrap_err();
+        let DataError::DuplicateColumn { name, columns, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(name, "b");
+        assert_eq!(columns, &[2, 4]);
+        assert!(err
+            .to_string()
+            .ends_with(":1: column name `b` appears more than once: columns 2 and 4"));
+    }
+
+    #[test]
+    fn target_alone_has_no_features() {
+        let err = read(b"y\n1\n2\n", &regression("y")).unwrap_err();
+        assert!(matches!(err, DataError::NoFeatures { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn ragged_rows_name_their_line() {
+        // Line 4 counts the blank line 3 that is skipped.
+        let err = read(b"a,b,y\n1,2,3\n\n4,5\n", &regression("y")).unwrap_err();
+        let DataError::Ragged {
+            row,
+            expected,
+            found,
+            ..
+        } = err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((row, expected, found), (4, 3, 2));
+
+        let err = read(b"a,y\n1,2\n3,4,5\n", &regression("y")).unwrap_err();
+        let DataError::Ragged {
+            row,
+            expected,
+            found,
+            ..
+        } = err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((row, expected, found), (3, 2, 3));
+
+        // Windows line endings, blank lines at the start of the data.
+        let err = read(b"a,y\r\n\r\n\r\n1,2\r\n3,4,5\r\n", &regression("y")).unwrap_err();
+        let DataError::Ragged { row, .. } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(row, 5);
+    }
+
+    #[test]
+    fn not_a_number_names_line_column_and_value() {
+        let (_dir, path) = temp_csv(b"id,x,age,y\n1,2,3,4\n5,6, abc ,8\n");
+        let err = read_csv(&path, &regression("y")).unwrap_err();
+        let DataError::NotNumeric {
+            row,
+            column,
+            column_name,
+            value,
+            ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            (*row, *column, column_name.as_str(), value.as_str()),
+            (3, 3, "age", "abc")
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}:3: column 3 (`age`) is not a number: found \"abc\"",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn empty_cells_and_non_numeric_regression_targets_are_not_numbers() {
+        let err = read(b"a,y\n1,2\n,3\n", &regression("y")).unwrap_err();
+        let DataError::NotNumeric {
+            row, column, value, ..
+        } = err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((row, column, value.as_str()), (3, 1, ""));
+
+        let err = read(b"a,y\n1,2\n2,setosa\n", &regression("y")).unwrap_err();
+        let DataError::NotNumeric {
+            row,
+            column,
+            column_name,
+            ..
+        } = err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((row, column, column_name.as_str()), (3, 2, "y"));
+    }
+
+    #[test]
+    fn nan_inf_and_overflow_are_not_finite() {
+        for (cell, col) in [("NaN", 1), ("inf", 1), ("-Infinity", 2), ("1e39", 2)] {
+            let text = if col == 1 {
+                format!("a,y\n1,2\n{cell},3\n")
+            } else {
+                format!("a,y\n1,2\n3,{cell}\n")
+            };
+            let err = read(text.as_bytes(), &regression("y")).unwrap_err();
+            let DataError::NonFinite {
+                row, column, value, ..
+            } = &err
+            else {
+                panic!("{err:?}")
+            };
+            assert_eq!((*row, *column, value.as_str()), (3, col, cell));
+            assert!(err.to_string().contains("must be a finite number"), "{err}");
+        }
+    }
+
+    #[test]
+    fn empty_class_label_is_refused() {
+        let err = read(b"a,y\n1,cat\n2,  \n", &classes("y")).unwrap_err();
+        let DataError::EmptyLabel {
+            row,
+            column,
+            column_name,
+            ..
+        } = err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((row, column, column_name.as_str()), (3, 2, "y"));
+    }
+
+    #[test]
+    fn invalid_utf8_names_its_line() {
+        let err = read(b"a,y\n1,2\n3,\xFF\xFE\n", &classes("y")).unwrap_err();
+        assert!(
+            matches!(err, DataError::BadEncoding { row: 3, .. }),
+            "{err:?}"
+        );
+
+        let err = read(b"a,\xC3\n1,2\n", &classes("y")).unwrap_err();
+        assert!(
+            matches!(err, DataError::BadEncoding { row: 1, .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn quoted_cells_spanning_lines_keep_later_line_numbers_right() {
+        // The record on lines 2-3 holds a newline inside quotes; the bad cell
+        // is on line 4.
+        let err = read(
+            b"name,x,y\n\"two\nlines\",1,2\nok,oops,3\n",
+            &regression("y"),
+        )
+        .unwrap_err();
+        let DataError::NotNumeric { row, column, .. } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!((row, column), (2, 1));
+
+        let err = read(b"a,x,y\n\"1\n\",1,2\n5,oops,3\n", &regression("y")).unwrap_err();
+        let DataError::NotNumeric { row, column, .. } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!((row, column), (4, 2));
+    }
+}

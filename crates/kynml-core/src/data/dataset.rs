@@ -1,0 +1,406 @@
+//! A [`Table`] split into training and validation parts, ready for batching.
+//!
+//! Each part holds its own contiguous, row-major copy of the (standardized)
+//! features, so a batch is a handful of `memcpy`s of whole rows into a buffer
+//! the caller reuses from step to step.
+//!
+//! ```no_run
+//! # use std::path::Path;
+//! # use kynml_core::data::{read_csv, Batch, Dataset, Split, TableOptions};
+//! let opts = TableOptions { target: "species".into(), classification: true };
+//! let table = read_csv(Path::new("examples/iris/iris.csv"), &opts)?;
+//! let data = Dataset::from_table(table, 0.8, true, 0)?;
+//! let mut batch = Batch::default();
+//! data.gather(Split::Train, &[0, 5, 7], &mut batch);
+//! assert_eq!(batch.features.len(), 3 * data.n_features());
+//! # Ok::<(), kynml_core::data::DataError>(())
+//! ```
+
+use crate::data::csv_table::{Table, Targets};
+use crate::data::error::DataError;
+use crate::data::info::DataInfo;
+use crate::data::normalize::Normalizer;
+use crate::data::split::split_indices;
+
+/// Which part of the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Split {
+    Train,
+    Valid,
+}
+
+/// Targets of a part or a batch, one per row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Labels {
+    Values(Vec<f32>),
+    /// Indices into [`DataInfo::class_names`].
+    Classes(Vec<u32>),
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        Labels::Values(Vec::new())
+    }
+}
+
+impl Labels {
+    pub fn len(&self) -> usize {
+        match self {
+            Labels::Values(v) => v.len(),
+            Labels::Classes(c) => c.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes `self[i]` for each of `indices` into `out`, reusing its buffer
+    /// when it already holds the same kind of label.
+    fn gather_into(&self, indices: &[usize], out: &mut Labels) {
+        match (self, out) {
+            (Labels::Values(src), Labels::Values(dst)) => {
+                dst.clear();
+                dst.extend(indices.iter().map(|&i| src[i]));
+            }
+            (Labels::Classes(src), Labels::Classes(dst)) => {
+                dst.clear();
+                dst.extend(indices.iter().map(|&i| src[i]));
+            }
+            (src, dst) => {
+                *dst = match src {
+                    Labels::Values(_) => Labels::Values(Vec::with_capacity(indices.len())),
+                    Labels::Classes(_) => Labels::Classes(Vec::with_capacity(indices.len())),
+                };
+                src.gather_into(indices, dst);
+            }
+        }
+    }
+}
+
+/// The rows of one part of the data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SplitData {
+    /// Which data rows of the file (0-based, header not counted) this part
+    /// holds, in file order; position `p` below is row `rows[p]`.
+    pub rows: Vec<usize>,
+    /// `rows.len() × n_features`, row-major, standardized when asked.
+    pub features: Vec<f32>,
+    pub labels: Labels,
+}
+
+impl SplitData {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+/// A batch buffer, filled by [`Dataset::gather`]. Keep one per loop and
+/// refill it: after the first step it does not allocate.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    /// `len × n_features`, row-major.
+    pub features: Vec<f32>,
+    pub labels: Labels,
+}
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub info: DataInfo,
+    pub train: SplitData,
+    pub valid: SplitData,
+}
+
+impl Dataset {
+    /// Splits `table` with `seed` (see [`split_indices`]) and, if `normalize`
+    /// is set, standardizes both parts with statistics of the training part
+    /// alone.
+    pub fn from_table(
+        table: Table,
+        train_fraction: f64,
+        normalize: bool,
+        seed: u64,
+    ) -> Result<Dataset, DataError> {
+        let (train_rows, valid_rows) = split_indices(table.n_rows(), train_fraction, seed)
+            .map_err(|err| DataError::from_split(table.path.clone(), err))?;
+        let mut train = take_rows(&table, train_rows);
+        let mut valid = take_rows(&table, valid_rows);
+
+        let normalizer = normalize.then(|| {
+            let normalizer = Normalizer::fit(&train.features, table.n_features());
+            normalizer.apply(&mut train.features);
+            normalizer.apply(&mut valid.features);
+            normalizer
+        });
+        let info = DataInfo {
+            source: table.path,
+            feature_names: table.feature_names,
+            target: table.target_name,
+            class_names: table.targets.class_names().map(<[String]>::to_vec),
+            normalizer,
+            train_fraction,
+            seed,
+            train_rows: train.len(),
+            valid_rows: valid.len(),
+        };
+        Ok(Dataset { info, train, valid })
+    }
+
+    pub fn n_features(&self) -> usize {
+        self.info.n_features()
+    }
+
+    /// `None` for regression.
+    pub fn class_names(&self) -> Option<&[String]> {
+        self.info.class_names.as_deref()
+    }
+
+    pub fn normalizer(&self) -> Option<&Normalizer> {
+        self.info.normalizer.as_ref()
+    }
+
+    pub fn split(&self, split: Split) -> &SplitData {
+        match split {
+            Split::Train => &self.train,
+            Split::Valid => &self.valid,
+        }
+    }
+
+    /// Copies the rows at `indices` (positions within the part, `0..len`) of
+    /// `split` into `batch`, replacing what it held.
+    ///
+    /// # Panics
+    /// If an index is out of range for the part.
+    pub fn gather(&self, split: Split, indices: &[usize], batch: &mut Batch) {
+        let part = self.split(split);
+        let width = self.n_features();
+        batch.features.clear();
+        batch.features.reserve(indices.len() * width);
+        for &i in indices {
+            batch
+                .features
+                .extend_from_slice(&part.features[i * width..(i + 1) * width]);
+        }
+        part.labels.gather_into(indices, &mut batch.labels);
+    }
+}
+
+fn take_rows(table: &Table, rows: Vec<usize>) -> SplitData {
+    let mut features = Vec::with_capacity(rows.len() * table.n_features());
+    for &r in &rows {
+        features.extend_from_slice(table.row(r));
+    }
+    let labels = match &table.targets {
+        Targets::Regression(values) => Labels::Values(rows.iter().map(|&r| values[r]).collect()),
+        Targets::Classes { indices, .. } => {
+            Labels::Classes(rows.iter().map(|&r| indices[r]).collect())
+        }
+    };
+    SplitData {
+        rows,
+        features,
+        labels,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::data::csv_table::{read_csv, TableOptions};
+
+    /// `n` rows of two features: `[r, 100 - r²]` with target `2r` (or class `r % 3`).
+    fn table(n: usize, classification: bool) -> Table {
+        let features = (0..n)
+            .flat_map(|r| [r as f32, 100.0 - (r * r) as f32])
+            .collect();
+        let targets = if classification {
+            Targets::Classes {
+                indices: (0..n).map(|r| (r % 3) as u32).collect(),
+                names: vec!["a".into(), "b".into(), "c".into()],
+            }
+        } else {
+            Targets::Regression((0..n).map(|r| 2.0 * r as f32).collect())
+        };
+        Table {
+            path: PathBuf::from("made/up.csv"),
+            feature_names: vec!["r".into(), "s".into()],
+            target_name: "y".into(),
+            features,
+            targets,
+        }
+    }
+
+    #[test]
+    fn parts_hold_their_rows_features_and_labels() {
+        let t = table(20, false);
+        let data = Dataset::from_table(t.clone(), 0.75, false, 3).unwrap();
+        assert_eq!((data.train.len(), data.valid.len()), (15, 5));
+        for part in [&data.train, &data.valid] {
+            let Labels::Values(y) = &part.labels else {
+                panic!()
+            };
+            for (p, &r) in part.rows.iter().enumerate() {
+                assert_eq!(&part.features[p * 2..p * 2 + 2], t.row(r));
+                assert_eq!(y[p], 2.0 * r as f32);
+            }
+        }
+        let mut all: Vec<usize> = data
+            .train
+            .rows
+            .iter()
+            .chain(&data.valid.rows)
+            .copied()
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..20).collect::<Vec<_>>());
+        assert_eq!(data.normalizer(), None);
+        assert_eq!(data.class_names(), None);
+    }
+
+    #[test]
+    fn same_seed_same_dataset() {
+        let a = Dataset::from_table(table(50, true), 0.8, true, 11).unwrap();
+        let b = Dataset::from_table(table(50, true), 0.8, true, 11).unwrap();
+        let c = Dataset::from_table(table(50, true), 0.8, true, 12).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a.train.rows, c.train.rows);
+    }
+
+    #[test]
+    fn normalizer_sees_training_rows_only() {
+        let t = table(40, false);
+        let data = Dataset::from_table(t.clone(), 0.5, true, 0).unwrap();
+        let norm = data.normalizer().unwrap();
+
+        // Statistics of the training rows, worked out from the raw table.
+        let train_raw: Vec<f32> = data
+            .train
+            .rows
+            .iter()
+            .flat_map(|&r| t.row(r).to_vec())
+            .collect();
+        assert_eq!(norm, &Normalizer::fit(&train_raw, 2));
+        // Those of all rows differ: the validation rows were left out.
+        assert_ne!(norm.mean, Normalizer::fit(&t.features, 2).mean);
+
+        // Training features come out centred and scaled; validation features
+        // went through the same transform, not one of their own.
+        let refit = Normalizer::fit(&data.train.features, 2);
+        assert!(refit.mean.iter().all(|m| m.abs() < 1e-5), "{refit:?}");
+        assert!(
+            refit.std.iter().all(|s| (s - 1.0).abs() < 1e-5),
+            "{refit:?}"
+        );
+        let (p, r) = (0, data.valid.rows[0]);
+        let expected = (t.row(r)[1] - norm.mean[1]) / norm.std[1];
+        assert_eq!(data.valid.features[p * 2 + 1], expected);
+    }
+
+    #[test]
+    fn gather_copies_rows_and_reuses_the_buffer() {
+        let data = Dataset::from_table(table(30, true), 0.8, false, 1).unwrap();
+        let mut batch = Batch::default();
+        data.gather(Split::Valid, &[3, 0, 3], &mut batch);
+        let v = &data.valid;
+        let expected: Vec<f32> = [3, 0, 3]
+            .iter()
+            .flat_map(|&p| v.features[p * 2..p * 2 + 2].to_vec())
+            .collect();
+        assert_eq!(batch.features, expected);
+        let Labels::Classes(all) = &v.labels else {
+            panic!()
+        };
+        assert_eq!(batch.labels, Labels::Classes(vec![all[3], all[0], all[3]]));
+        assert_eq!(batch.len(), 3);
+
+        let (features_at, labels_at) = (
+            batch.features.as_ptr(),
+            match &batch.labels {
+                Labels::Classes(c) => c.as_ptr(),
+                Labels::Values(_) => unreachable!(),
+            },
+        );
+        data.gather(Split::Train, &[5, 1], &mut batch);
+        assert_eq!(batch.len(), 2);
+        assert_eq!(&batch.features[2..4], &data.train.features[2..4]);
+        assert_eq!(batch.features.as_ptr(), features_at);
+        let Labels::Classes(c) = &batch.labels else {
+            panic!()
+        };
+        assert_eq!(c.as_ptr(), labels_at);
+    }
+
+    #[test]
+    fn gather_switches_label_kind() {
+        let data = Dataset::from_table(table(10, false), 0.8, false, 1).unwrap();
+        let mut batch = Batch {
+            features: vec![],
+            labels: Labels::Classes(vec![7]),
+        };
+        data.gather(Split::Train, &[0], &mut batch);
+        let Labels::Values(y) = &data.train.labels else {
+            panic!()
+        };
+        assert_eq!(batch.labels, Labels::Values(vec![y[0]]));
+    }
+
+    #[test]
+    fn one_row_is_too_few() {
+        let err = Dataset::from_table(table(1, false), 0.8, false, 0).unwrap_err();
+        let DataError::TooFewRows { path, rows, needed } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            (path.as_path(), *rows, *needed),
+            (Path::new("made/up.csv"), 1, 2)
+        );
+        assert_eq!(
+            err.to_string(),
+            "made/up.csv: 1 data row but at least 2 are needed to hold some out for validation"
+        );
+    }
+
+    #[test]
+    fn bad_fraction_is_refused() {
+        let err = Dataset::from_table(table(10, false), 1.2, false, 0).unwrap_err();
+        assert!(
+            matches!(err, DataError::BadFraction { fraction } if fraction == 1.2),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn iris_end_to_end_and_info_round_trips() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iris/iris.csv");
+        let opts = TableOptions {
+            target: "species".into(),
+            classification: true,
+        };
+        let data = Dataset::from_table(read_csv(&path, &opts).unwrap(), 0.8, true, 0).unwrap();
+        assert_eq!((data.train.len(), data.valid.len()), (120, 30));
+        assert_eq!(data.n_features(), 4);
+        assert_eq!(data.info.n_classes(), Some(3));
+        assert_eq!(data.info.target, "species");
+        assert_eq!((data.info.train_rows, data.info.valid_rows), (120, 30));
+
+        let text = serde_json::to_string_pretty(&data.info).unwrap();
+        let back: DataInfo = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, data.info);
+    }
+}

@@ -1,0 +1,39 @@
+//! What a trained model needs to know about its data, saved with the run.
+//!
+//! Inference reads the same columns by name, standardizes them with the same
+//! [`Normalizer`], and turns output indices back into class names; the split
+//! settings make the training run reproducible.
+
+use std::path::PathBuf;
+
+use crate::data::normalize::Normalizer;
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DataInfo {
+    /// The CSV file the model was trained on.
+    pub source: PathBuf,
+    /// The model's inputs, in order.
+    pub feature_names: Vec<String>,
+    /// The column the model predicts.
+    pub target: String,
+    /// Output index `i` means `class_names[i]`; `None` for regression.
+    pub class_names: Option<Vec<String>>,
+    /// Applied to the features before the model sees them, when the spec
+    /// asked for `normalize = true`.
+    pub normalizer: Option<Normalizer>,
+    pub train_fraction: f64,
+    pub seed: u64,
+    pub train_rows: usize,
+    pub valid_rows: usize,
+}
+
+impl DataInfo {
+    pub fn n_features(&self) -> usize {
+        self.feature_names.len()
+    }
+
+    /// The number of classes, or `None` for regression.
+    pub fn n_classes(&self) -> Option<usize> {
+        self.class_names.as_ref().map(Vec::len)
+    }
+}

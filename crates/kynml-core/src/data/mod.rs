@@ -1,0 +1,40 @@
+//! Data: from a CSV file to batches of rows.
+//!
+//! [`read_csv`] reads a whole file into a [`Table`] (numeric features, one
+//! target), checking every cell and reporting problems by line and column.
+//! [`Dataset::from_table`] splits it into training and validation parts with
+//! a seed ([`split_indices`]) and, when asked, standardizes features with a
+//! [`Normalizer`] fitted on the training part only. The training loop then
+//! fills a reused [`Batch`] with [`Dataset::gather`]. [`DataInfo`] is what
+//! the run saves for inference: feature names, class names, normalizer.
+//!
+//! ```no_run
+//! # use std::path::Path;
+//! # use kynml_core::data::{read_csv, Batch, Dataset, Split, TableOptions};
+//! let opts = TableOptions { target: "progression".into(), classification: false };
+//! let table = read_csv(Path::new("examples/diabetes/diabetes.csv"), &opts)?;
+//! let data = Dataset::from_table(table, 0.8, true, 0)?;
+//! let mut batch = Batch::default();
+//! let order: Vec<usize> = (0..data.train.len()).collect();
+//! for step in order.chunks(32) {
+//!     data.gather(Split::Train, step, &mut batch);
+//!     // batch.features: step.len() × n_features, batch.labels: step.len()
+//! }
+//! # Ok::<(), kynml_core::data::DataError>(())
+//! ```
+
+mod csv_table;
+mod dataset;
+mod error;
+mod info;
+mod normalize;
+mod split;
+mod suggest;
+
+pub use csv_table::{read_csv, Table, TableOptions, Targets};
+pub use dataset::{Batch, Dataset, Labels, Split, SplitData};
+pub use error::DataError;
+pub use info::DataInfo;
+pub use normalize::Normalizer;
+
+pub use split::{split_indices, SplitError, MIN_ROWS};

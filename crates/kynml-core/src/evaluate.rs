@@ -1,0 +1,137 @@
+//! Running a model over a whole split: outputs, loss and metrics.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::{Int, Tensor, TensorData};
+
+use crate::data::{Dataset, Labels, Split};
+use crate::metrics;
+use crate::model::{Mode, Model};
+use crate::spec::types::{Loss, Metric};
+use crate::train::loss::{self, Targets};
+use burn::DispatchDevice;
+use kynml_backend::Backend as Kb;
+
+/// Rows per forward pass when evaluating; bounded so a large validation set
+/// never needs one huge allocation.
+const CHUNK: usize = 4096;
+
+/// Raw model outputs for a split: `rows × width`, row-major.
+pub struct Outputs {
+    pub values: Vec<f32>,
+    pub width: usize,
+    /// Mean loss over the split.
+    pub loss: f64,
+}
+
+/// Forward the whole split in evaluation mode (running batchnorm statistics,
+/// no dropout) on a device without autodiff.
+pub fn run_split(model: &Model<Kb>, data: &Dataset, split: Split, loss_kind: Loss, device: &DispatchDevice) -> Outputs {
+    let part = data.split(split);
+    let n = part.len();
+    let mut values = Vec::new();
+    let mut width = 0;
+    let mut loss_sum = 0.0;
+    let mut batch = crate::data::Batch::default();
+    let indices: Vec<usize> = (0..n).collect();
+    for chunk in indices.chunks(CHUNK) {
+        data.gather(split, chunk, &mut batch);
+        let x = features_tensor(&batch.features, chunk.len(), data.n_features(), device);
+        let out = model.forward(x, Mode::Eval);
+        let targets = targets_tensor(&batch.labels, loss_kind, device);
+        let l: f64 = loss::compute(loss_kind, out.clone(), &targets).into_scalar_f64();
+        loss_sum += l * chunk.len() as f64;
+        width = out.dims()[1];
+        values.extend(out.into_data().convert::<f32>().into_vec::<f32>().expect("f32 outputs"));
+    }
+    Outputs { values, width, loss: loss_sum / n.max(1) as f64 }
+}
+
+/// The metrics the spec asked for, on these outputs.
+pub fn compute_metrics(outputs: &Outputs, labels: &Labels, loss_kind: Loss, wanted: &[Metric], n_classes: usize) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    match labels {
+        Labels::Values(y) => {
+            let pred: Vec<f32> = outputs.values.iter().step_by(outputs.width.max(1)).copied().collect();
+            for m in wanted {
+                let v = match m {
+                    Metric::Mae => metrics::mae(&pred, y),
+                    Metric::Mse => metrics::mse(&pred, y),
+                    Metric::Rmse => metrics::rmse(&pred, y),
+                    Metric::R2 => metrics::r2(&pred, y),
+                    _ => continue,
+                };
+                out.insert(m.name().to_string(), v);
+            }
+        }
+        Labels::Classes(y) => {
+            let pred = predicted_classes(outputs, loss_kind);
+            for m in wanted {
+                let v = match m {
+                    Metric::Accuracy => metrics::accuracy(&pred, y),
+                    Metric::Precision => metrics::precision_macro(&pred, y, n_classes),
+                    Metric::Recall => metrics::recall_macro(&pred, y, n_classes),
+                    Metric::F1 => metrics::f1_macro(&pred, y, n_classes),
+                    _ => continue,
+                };
+                out.insert(m.name().to_string(), v);
+            }
+        }
+    }
+    out
+}
+
+/// Class decisions: argmax of the logits, or logit > 0 for `bce`.
+pub fn predicted_classes(outputs: &Outputs, loss_kind: Loss) -> Vec<u32> {
+    let w = outputs.width.max(1);
+    outputs
+        .values
+        .chunks(w)
+        .map(|row| {
+            if loss_kind == Loss::Bce {
+                u32::from(row[0] > 0.0)
+            } else {
+                let mut best = 0;
+                for (i, v) in row.iter().enumerate() {
+                    if *v > row[best] {
+                        best = i;
+                    }
+                }
+                best as u32
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn features_tensor(x: &[f32], rows: usize, width: usize, device: &DispatchDevice) -> Tensor<Kb, 2> {
+    Tensor::from_data(TensorData::new(x.to_vec(), [rows, width]), device)
+}
+
+pub(crate) fn targets_tensor(labels: &Labels, loss_kind: Loss, device: &DispatchDevice) -> Targets {
+    match (labels, loss_kind) {
+        (Labels::Classes(c), Loss::CrossEntropy) => {
+            let idx: Vec<i64> = c.iter().map(|&v| v as i64).collect();
+            let n = idx.len();
+            Targets::Class(Tensor::<Kb, 1, Int>::from_data(TensorData::new(idx, [n]), device))
+        }
+        (Labels::Classes(c), _) => {
+            let y: Vec<f32> = c.iter().map(|&v| v as f32).collect();
+            let n = y.len();
+            Targets::Float(Tensor::from_data(TensorData::new(y, [n, 1]), device))
+        }
+        (Labels::Values(v), _) => {
+            Targets::Float(Tensor::from_data(TensorData::new(v.clone(), [v.len(), 1]), device))
+        }
+    }
+}
+
+/// Reading one scalar back from the device.
+pub(crate) trait IntoScalarF64 {
+    fn into_scalar_f64(self) -> f64;
+}
+
+impl IntoScalarF64 for Tensor<Kb, 1> {
+    fn into_scalar_f64(self) -> f64 {
+        self.into_data().convert::<f64>().into_vec::<f64>().map(|v| v[0]).unwrap_or(f64::NAN)
+    }
+}

@@ -1,0 +1,86 @@
+//! The model graph: a `model` block's layer list becomes one Burn module at
+//! run time.
+//!
+//! ```ignore
+//! let model = Model::init(&spec.model, seed, &device.autodiff());
+//! let y = model.forward(x, Mode::Train); // [batch, input] -> [batch, out]
+//! ```
+
+mod dense;
+mod dropout;
+mod norm;
+mod summary;
+
+pub use dense::Dense;
+pub use dropout::Dropout;
+pub use norm::{BatchNorm, LayerNorm};
+pub use summary::{summarize, LayerSummary, ModelSummary};
+
+use burn::module::Module;
+use burn::tensor::Tensor;
+
+use crate::rng::SplitMix64 as Rng;
+use crate::spec::types::{Layer as LayerSpec, ModelSpec};
+use burn::DispatchDevice;
+use burn::tensor::backend::Backend;
+use kynml_backend::Backend as Kb;
+
+/// Dropout and batchnorm behave differently while training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Train,
+    Eval,
+}
+
+#[derive(Module, Debug)]
+pub enum Layer<B: Backend> {
+    Dense(Dense<B>),
+    BatchNorm(BatchNorm<B>),
+    LayerNorm(LayerNorm<B>),
+    Dropout(Dropout),
+}
+
+/// The layers of one `model` block, in order.
+#[derive(Module, Debug)]
+pub struct Model<B: Backend> {
+    pub layers: Vec<Layer<B>>,
+}
+
+/// Stream id for weight initialisation draws (see [`Rng::stream`]).
+const INIT_STREAM: u64 = 1;
+
+impl Model<Kb> {
+    /// Build the layers with PyTorch's initialisation, drawn on the host from
+    /// `seed`, so that the same seed gives the same weights on every device.
+    pub fn init(spec: &ModelSpec, seed: u64, device: &DispatchDevice) -> Self {
+        let mut rng = Rng::stream(seed, INIT_STREAM);
+        let mut width = spec.input.value;
+        let layers = spec
+            .layers
+            .iter()
+            .map(|layer| match layer.value {
+                LayerSpec::Dense { units, activation } => {
+                    let dense = Dense::init(width, units, activation, &mut rng, device);
+                    width = units;
+                    Layer::Dense(dense)
+                }
+                LayerSpec::BatchNorm => Layer::BatchNorm(BatchNorm::init(width, device)),
+                LayerSpec::LayerNorm => Layer::LayerNorm(LayerNorm::init(width, device)),
+                LayerSpec::Dropout(prob) => Layer::Dropout(Dropout { prob }),
+            })
+            .collect();
+        Model { layers }
+    }
+
+    /// # Shapes
+    /// `x: [batch, input]` → `[batch, outputs]`
+    pub fn forward(&self, x: Tensor<Kb, 2>, mode: Mode) -> Tensor<Kb, 2> {
+        let training = mode == Mode::Train;
+        self.layers.iter().fold(x, |x, layer| match layer {
+            Layer::Dense(dense) => dense.forward(x),
+            Layer::BatchNorm(norm) => norm.forward(x, training),
+            Layer::LayerNorm(norm) => norm.forward(x),
+            Layer::Dropout(dropout) => dropout.forward(x, training),
+        })
+    }
+}

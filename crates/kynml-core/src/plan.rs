@@ -1,0 +1,255 @@
+//! From a spec file on disk to everything a run needs, checked before any
+//! training starts: the spec, the data it names (checked against the model),
+//! and a plain statement of which settings will really apply.
+
+use std::path::{Path, PathBuf};
+
+use crate::data::{read_csv, DataError, Dataset, TableOptions};
+use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec};
+use crate::spec::{self, Diagnostic, SpecError};
+use kynml_backend::{Device, DeviceChoice};
+
+/// Command-line values that replace the spec's.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub device: Option<DeviceRequest>,
+    pub epochs: Option<usize>,
+    pub seed: Option<u64>,
+}
+
+/// A spec file, read and validated.
+#[derive(Debug, Clone)]
+pub struct SpecFile {
+    pub path: PathBuf,
+    pub source: String,
+    pub spec: Spec,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read spec `{path}`: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// Problems located in the spec; render them with [`spec::render`].
+    #[error("{path}: {error}")]
+    Spec { path: PathBuf, source_text: String, error: SpecError },
+    #[error(transparent)]
+    Data(#[from] DataError),
+}
+
+impl SpecFile {
+    pub fn load(path: &Path) -> Result<Self, LoadError> {
+        let source = std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: path.into(), source })?;
+        Self::from_source(path, source)
+    }
+
+    pub fn from_source(path: &Path, source: String) -> Result<Self, LoadError> {
+        match spec::parse_spec(&source) {
+            Ok(spec) => Ok(SpecFile { path: path.to_path_buf(), source, spec }),
+            Err(error) => Err(LoadError::Spec { path: path.to_path_buf(), source_text: source, error }),
+        }
+    }
+
+    /// Relative paths in a spec are relative to the spec's own folder, so a
+    /// spec and its data can be moved together and run from anywhere.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.path.parent().unwrap_or(Path::new(".")).join(path)
+        }
+    }
+
+    pub fn data_path(&self) -> PathBuf {
+        self.resolve(&self.spec.dataset.source.value)
+    }
+
+    pub fn apply(&mut self, overrides: &Overrides) {
+        let t = &mut self.spec.train;
+        if let Some(device) = overrides.device {
+            t.device.value = device;
+        }
+        if let Some(epochs) = overrides.epochs {
+            t.epochs.value = epochs;
+        }
+        if let Some(seed) = overrides.seed {
+            t.seed = seed;
+        }
+    }
+
+    /// Read the data the spec names and check it fits the model: the input
+    /// width, the output width, and the kind of target the loss needs.
+    pub fn load_data(&self) -> Result<Dataset, LoadError> {
+        let d = &self.spec.dataset;
+        let loss = self.spec.train.loss.value;
+        let path = self.data_path();
+        let table = read_csv(&path, &TableOptions { target: d.target.value.clone(), classification: loss.is_classification() })?;
+        let data = Dataset::from_table(table, d.split.value, d.normalize, self.spec.train.seed)?;
+        let problems = check_fit(&self.spec, &data, &path);
+        if problems.is_empty() {
+            Ok(data)
+        } else {
+            Err(LoadError::Spec {
+                path: self.path.clone(),
+                source_text: self.source.clone(),
+                error: SpecError { diagnostics: problems },
+            })
+        }
+    }
+}
+
+/// Where the spec and its data disagree, located in the spec.
+pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnostic> {
+    let mut problems = Vec::new();
+    let file = data_path.display();
+    let input = &spec.model.input;
+    if input.value != data.n_features() {
+        problems.push(
+            Diagnostic::new(
+                input.span,
+                format!(
+                    "model `{}` declares `input {}` but `{file}` has {} feature columns",
+                    spec.model.name.value,
+                    input.value,
+                    data.n_features()
+                ),
+                format!("expected {} here", data.n_features()),
+            )
+            .with_help(format!("every column except the target `{}` is a feature", data.info.target)),
+        );
+    }
+    let last_dense = spec.model.layers.iter().rev().find(|l| matches!(l.value, Layer::Dense { .. }));
+    let (Some(last), loss) = (last_dense, &spec.train.loss) else { return problems };
+    let Layer::Dense { units, .. } = last.value else { return problems };
+    let classes = data.class_names().map_or(0, <[String]>::len);
+    let (needed, why) = match loss.value {
+        Loss::CrossEntropy => (classes, format!("`cross_entropy` needs one output per class ({classes} classes in `{}`)", data.info.target)),
+        Loss::Bce => (1, "`bce` takes one logit per row".to_string()),
+        _ => (1, format!("a regression on the single column `{}` has one output", data.info.target)),
+    };
+    if units != needed {
+        problems.push(Diagnostic::new(
+            last.span,
+            format!("the last layer has {units} output(s) but {why}"),
+            format!("expected `dense {needed} ...`"),
+        ));
+    }
+    if loss.value == Loss::Bce && classes != 2 {
+        problems.push(Diagnostic::new(
+            loss.span,
+            format!("`bce` needs exactly 2 classes but `{}` in `{file}` has {classes}", data.info.target),
+            "binary loss on a non-binary target",
+        ).with_help("use `loss = cross_entropy` for more than two classes"));
+    }
+    if loss.value == Loss::CrossEntropy && classes < 2 {
+        problems.push(Diagnostic::new(
+            loss.span,
+            format!("`cross_entropy` needs at least 2 classes but `{}` in `{file}` has {classes}", data.info.target),
+            "not a classification target",
+        ));
+    }
+    problems
+}
+
+/// The device a spec's request names.
+pub fn device_choice(request: DeviceRequest) -> DeviceChoice {
+    match request {
+        DeviceRequest::Auto => DeviceChoice::Auto,
+        DeviceRequest::Cpu => DeviceChoice::Cpu,
+        DeviceRequest::Cuda(index) => DeviceChoice::Cuda(index),
+        DeviceRequest::Wgpu => DeviceChoice::Wgpu,
+    }
+}
+
+/// One line of the "what runs" statement: a setting as it will really apply.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Applied {
+    pub setting: &'static str,
+    pub value: String,
+    /// False when the spec asks for something this run does not do.
+    pub as_requested: bool,
+}
+
+/// What will really run, setting by setting, with the reason wherever the
+/// spec asks for more than this version does.
+pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
+    let d = &spec.dataset;
+    let t = &spec.train;
+    let mut out = vec![Applied {
+        setting: "device",
+        value: format!("{} via {}", device.describe(), device.backend_name()),
+        as_requested: true,
+    }];
+    out.push(match t.precision.value {
+        Precision::Fp32 => Applied { setting: "precision", value: "fp32".into(), as_requested: true },
+        p => Applied {
+            setting: "precision",
+            value: format!("fp32 ({} requested; mixed precision is not implemented yet)", precision_name(p)),
+            as_requested: false,
+        },
+    });
+    out.push(match (t.compile.value, device.has_fusion()) {
+        (true, true) => Applied { setting: "fusion", value: "on (Burn kernel fusion and autotune)".into(), as_requested: true },
+        (true, false) => Applied {
+            setting: "fusion",
+            value: "off (compile = true, but the CPU backend has no kernel fusion)".into(),
+            as_requested: false,
+        },
+        (false, true) => Applied {
+            setting: "fusion",
+            value: "on (compile = false, but fusion is built into this binary's GPU backends and cannot be switched off at run time yet)".into(),
+            as_requested: false,
+        },
+        (false, false) => Applied { setting: "fusion", value: "off".into(), as_requested: true },
+    });
+    let workers = d.num_workers.value;
+    out.push(Applied {
+        setting: "data loading",
+        value: if workers == 0 && d.prefetch.is_none() {
+            "on the training thread".into()
+        } else {
+            format!(
+                "on the training thread (num_workers = {workers}{}: the prefetcher is not implemented yet)",
+                d.prefetch.as_ref().map_or(String::new(), |p| format!(", prefetch = {}", p.value))
+            )
+        },
+        as_requested: workers == 0 && d.prefetch.is_none(),
+    });
+    if d.pin_memory.value {
+        out.push(Applied {
+            setting: "pin_memory",
+            value: "not applied (pinned host buffers are not implemented yet)".into(),
+            as_requested: false,
+        });
+    }
+    if let Some(ckpt) = &t.checkpoint {
+        out.push(Applied {
+            setting: "checkpoints",
+            value: format!(
+                "none (checkpoint to `{}` every {} epochs is not implemented yet; nothing is written or resumed)",
+                ckpt.value.path.display(),
+                ckpt.value.every_n
+            ),
+            as_requested: false,
+        });
+    }
+    if let Some(export) = &spec.export {
+        let value = match export.format.value {
+            ExportFormat::Torchscript => "none (torchscript is a PyTorch format that a native Rust engine cannot write; \
+                the run folder keeps the trained weights as a Burn record, model.mpk)".to_string(),
+            f => format!(
+                "none (export as {} is not implemented yet; the run folder keeps the weights as model.mpk)",
+                format!("{f:?}").to_lowercase()
+            ),
+        };
+        out.push(Applied { setting: "export", value, as_requested: false });
+    }
+    out
+}
+
+pub fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::Fp32 => "fp32",
+        Precision::Fp16 => "fp16",
+        Precision::Bf16 => "bf16",
+    }
+}

@@ -1,0 +1,130 @@
+//! The folder a run leaves behind: `runs/<spec>-<time>/` with the spec as
+//! written, the spec as resolved, per-epoch metrics, final metrics, the data
+//! statistics needed for inference, and the trained weights.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+
+use crate::data::DataInfo;
+use crate::model::Model;
+use crate::train::EpochRecord;
+use kynml_backend::Backend as Kb;
+
+#[derive(Debug)]
+pub struct RunDir {
+    pub path: PathBuf,
+}
+
+impl RunDir {
+    /// A fresh folder under `base` named `<stem>-<YYYYmmdd-HHMMSS>` (UTC),
+    /// with `-2`, `-3`... appended if that name is taken.
+    pub fn create_unique(base: &Path, stem: &str) -> io::Result<Self> {
+        fs::create_dir_all(base)?;
+        let name = format!("{stem}-{}", utc_stamp(std::time::SystemTime::now()));
+        for n in 1.. {
+            let path = if n == 1 { base.join(&name) } else { base.join(format!("{name}-{n}")) };
+            match fs::create_dir(&path) {
+                Ok(()) => return Ok(RunDir { path }),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!()
+    }
+
+    /// Use `path` as the run folder, creating it; it must be empty or new,
+    /// so that no earlier run's files are mixed in.
+    pub fn create_exact(path: &Path) -> io::Result<Self> {
+        fs::create_dir_all(path)?;
+        if fs::read_dir(path)?.next().is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("run folder `{}` is not empty", path.display()),
+            ));
+        }
+        Ok(RunDir { path: path.to_path_buf() })
+    }
+
+    pub fn write_text(&self, name: &str, text: &str) -> io::Result<()> {
+        fs::write(self.path.join(name), text)
+    }
+
+    pub fn write_json<T: serde::Serialize>(&self, name: &str, value: &T) -> io::Result<()> {
+        let mut text = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
+        text.push('\n');
+        self.write_text(name, &text)
+    }
+
+    /// Append one epoch to `metrics.jsonl`, so that a run that dies keeps
+    /// every epoch it finished.
+    pub fn append_epoch(&self, record: &EpochRecord) -> io::Result<()> {
+        let mut file = OpenOptions::new().create(true).append(true).open(self.path.join("metrics.jsonl"))?;
+        let line = serde_json::to_string(record).map_err(io::Error::other)?;
+        writeln!(file, "{line}")?;
+        file.flush()
+    }
+
+    pub fn write_data_info(&self, info: &DataInfo) -> io::Result<()> {
+        self.write_json("data.json", info)
+    }
+
+    /// The weights as Burn's named MessagePack record (`model.mpk`).
+    pub fn save_model(&self, model: &Model<Kb>) -> io::Result<PathBuf> {
+        let path = self.path.join("model");
+        let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+        model.clone().save_file(path.clone(), &recorder).map_err(|e| io::Error::other(e.to_string()))?;
+        let _ = File::open(path.with_extension("mpk"))?;
+        Ok(path.with_extension("mpk"))
+    }
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC, from the civil-from-days algorithm (no time
+/// zone database needed).
+pub fn utc_stamp(time: std::time::SystemTime) -> String {
+    let secs = time.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn utc_stamp_matches_known_dates() {
+        assert_eq!(utc_stamp(UNIX_EPOCH), "19700101-000000");
+        // 2026-11-21 19:38:58 UTC
+        assert_eq!(utc_stamp(UNIX_EPOCH + Duration::from_secs(1_795_289_938)), "20261121-193858");
+        // 2000-02-29 12:00:00 UTC, a leap day
+        assert_eq!(utc_stamp(UNIX_EPOCH + Duration::from_secs(951_825_600)), "20000229-120000");
+    }
+
+    #[test]
+    fn unique_folders_never_collide() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = RunDir::create_unique(tmp.path(), "x").unwrap();
+        let b = RunDir::create_unique(tmp.path(), "x").unwrap();
+        assert_ne!(a.path, b.path);
+    }
+
+    #[test]
+    fn exact_folder_must_be_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("old"), "x").unwrap();
+        assert!(RunDir::create_exact(tmp.path()).is_err());
+    }
+}

@@ -1,0 +1,200 @@
+//! A located problem in a spec, and its rendering in the style of cargo and
+//! ruff: the message, `file:line:col`, the source line with carets under the
+//! span, a label beside the carets and an optional help line.
+//!
+//! Later stages (the data loader, the model builder) report through the same
+//! type, pointing at the spans that [`super::types::Spec`] keeps, so that every
+//! problem a user meets is shown the same way.
+
+use super::types::Span;
+
+/// One problem, located in the spec source. All diagnostics are errors.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Diagnostic {
+    /// One short lower-case sentence saying what is wrong.
+    pub message: String,
+    /// The text the problem is about.
+    pub span: Span,
+    /// Printed beside the carets under `span`.
+    pub label: String,
+    /// How to fix it, when that can be told.
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn new(span: Span, message: impl Into<String>, label: impl Into<String>) -> Self {
+        Diagnostic { message: message.into(), span, label: label.into(), help: None }
+    }
+
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+}
+
+/// Line and column, both 1-based, of byte `offset` in `source`. Columns count
+/// chars, not bytes. An offset past the end, or inside a multi-byte char, is
+/// moved back to the nearest char boundary, so any offset is safe.
+pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
+    let offset = floor_boundary(source, offset);
+    let before = &source[..offset];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    let col = before[line_start..].chars().count() + 1;
+    (line, col)
+}
+
+/// Renders every diagnostic, then a closing summary line. Plain text, no
+/// colors, so that it reads the same in a terminal, a log and a snapshot file.
+pub fn render(file_name: &str, source: &str, diagnostics: &[Diagnostic]) -> String {
+    let mut out = String::new();
+    for diagnostic in diagnostics {
+        render_one(&mut out, file_name, source, diagnostic);
+        out.push('\n');
+    }
+    if !diagnostics.is_empty() {
+        let n = diagnostics.len();
+        let noun = if n == 1 { "problem" } else { "problems" };
+        out.push_str(&format!("error: could not read spec: {n} {noun} found\n"));
+    }
+    out
+}
+
+/// Spaces a tab stands for in a rendered source line; carets are placed with
+/// the same width so they stay under the text.
+const TAB_WIDTH: usize = 4;
+
+fn render_one(out: &mut String, file_name: &str, source: &str, d: &Diagnostic) {
+    let start = floor_boundary(source, d.span.start);
+    let (line, col) = line_col(source, start);
+    let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = source[start..].find('\n').map_or(source.len(), |i| start + i);
+    let line_text = source[line_start..line_end].strip_suffix('\r').unwrap_or(&source[line_start..line_end]);
+
+    // Carets cover the span's part on its first line, and at least one char,
+    // so an empty span (a missing value) still shows where it belongs.
+    let end = floor_boundary(source, d.span.end.max(start)).min(line_start + line_text.len());
+    let start_in_line = (start - line_start).min(line_text.len());
+    let end_in_line = end.saturating_sub(line_start).max(start_in_line);
+    let pad = display_width(&line_text[..start_in_line]);
+    let carets = display_width(&line_text[start_in_line..end_in_line]).max(1);
+
+    let gutter = line.to_string().len();
+    let blank = " ".repeat(gutter);
+    out.push_str(&format!("error: {}\n", clean(&d.message)));
+    out.push_str(&format!("{blank}--> {file_name}:{line}:{col}\n"));
+    out.push_str(&format!("{blank} |\n"));
+    let shown = display_line(line_text);
+    if shown.is_empty() {
+        out.push_str(&format!("{line} |\n"));
+    } else {
+        out.push_str(&format!("{line} | {shown}\n"));
+    }
+    let label = clean(&d.label);
+    let mut caret_line = format!("{blank} | {}{}", " ".repeat(pad), "^".repeat(carets));
+    if !label.is_empty() {
+        caret_line.push(' ');
+        caret_line.push_str(&label);
+    }
+    out.push_str(&caret_line);
+    out.push('\n');
+    if let Some(help) = &d.help {
+        out.push_str(&format!("{blank} |\n"));
+        out.push_str(&format!("{blank} = help: {}\n", clean(help)));
+    }
+}
+
+/// Columns a rendered piece of a line takes: tabs are expanded, control
+/// characters are shown as one replacement character.
+fn display_width(text: &str) -> usize {
+    text.chars().map(|c| if c == '\t' { TAB_WIDTH } else { 1 }).sum()
+}
+
+fn display_line(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\t' => shown.push_str(&" ".repeat(TAB_WIDTH)),
+            c if c.is_control() => shown.push('\u{FFFD}'),
+            c => shown.push(c),
+        }
+    }
+    shown
+}
+
+/// Messages quote user text; control characters in it (an escape sequence in
+/// a string, say) must not reach the terminal.
+fn clean(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { '\u{FFFD}' } else { c }).collect()
+}
+
+fn floor_boundary(source: &str, offset: usize) -> usize {
+    let mut offset = offset.min(source.len());
+    while !source.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    offset
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(start: usize, end: usize) -> Span {
+        Span { start, end }
+    }
+
+    #[test]
+    fn line_col_counts_chars_from_one() {
+        let src = "ab\nçd = 1\n";
+        assert_eq!(line_col(src, 0), (1, 1));
+        assert_eq!(line_col(src, 3), (2, 1));
+        // 'ç' is two bytes but one column.
+        assert_eq!(line_col(src, 5), (2, 2));
+        // Inside the two bytes of 'ç': moved back to its start.
+        assert_eq!(line_col(src, 4), (2, 1));
+        assert_eq!(line_col(src, 999), (3, 1));
+    }
+
+    #[test]
+    fn renders_like_cargo() {
+        let src = "train:\n    epoch = 100\n";
+        let d = Diagnostic::new(span(11, 16), "unknown key `epoch` in `train:` block", "unknown key")
+            .with_help("did you mean `epochs`?");
+        let text = render("x.kyn", src, &[d]);
+        let expected = "\
+error: unknown key `epoch` in `train:` block
+ --> x.kyn:2:5
+  |
+2 |     epoch = 100
+  |     ^^^^^ unknown key
+  |
+  = help: did you mean `epochs`?
+
+error: could not read spec: 1 problem found
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn tabs_keep_carets_aligned_and_crlf_is_hidden() {
+        let src = "train:\r\n\tepoch = 1\r\n";
+        let d = Diagnostic::new(span(9, 14), "m", "here");
+        let text = render("x.kyn", src, &[d]);
+        assert!(text.contains("2 |     epoch = 1\n"), "{text}");
+        assert!(text.contains("  |     ^^^^^ here\n"), "{text}");
+        assert!(!text.contains('\r'));
+    }
+
+    #[test]
+    fn any_span_renders_without_panic() {
+        let src = "a\u{e9}b\n\u{1b}[31m\n";
+        for start in 0..src.len() + 3 {
+            for end in 0..src.len() + 3 {
+                let text = render("x", src, &[Diagnostic::new(span(start, end), "m\u{1b}", "l")]);
+                assert!(!text.contains('\u{1b}'));
+            }
+        }
+        assert_eq!(render("x", src, &[]), "");
+    }
+}

@@ -1,0 +1,382 @@
+//! Splits one line of a spec into tokens with byte spans.
+//!
+//! The lexer works a line at a time because every construct of the language
+//! fits on one line: a problem on one line (an unclosed string, a stray
+//! character) is reported there and cannot swallow the lines after it.
+
+use super::diagnostic::Diagnostic;
+use super::types::Span;
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum TokenKind {
+    Ident(String),
+    /// The literal as written; the validator decides whether it must be an
+    /// integer.
+    Number(String),
+    /// The string's content with escapes resolved.
+    Str(String),
+    LParen,
+    RParen,
+    LBracket,
+    RBracket,
+    Comma,
+    Eq,
+    Colon,
+    /// Text that could not be read; it has been reported.
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Token {
+    pub kind: TokenKind,
+    pub span: Span,
+}
+
+impl Token {
+    /// How the token reads in a message: `` `)` ``, `` `epochs` ``.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            TokenKind::Ident(text) | TokenKind::Number(text) => format!("`{}`", shorten(text)),
+            TokenKind::Str(text) => format!("string \"{}\"", shorten(text)),
+            TokenKind::LParen => "`(`".into(),
+            TokenKind::RParen => "`)`".into(),
+            TokenKind::LBracket => "`[`".into(),
+            TokenKind::RBracket => "`]`".into(),
+            TokenKind::Comma => "`,`".into(),
+            TokenKind::Eq => "`=`".into(),
+            TokenKind::Colon => "`:`".into(),
+            TokenKind::Error => "unreadable text".into(),
+        }
+    }
+}
+
+/// Tokens of `line`, which starts at byte `offset` of the source. The first
+/// problem on the line is pushed to `diags` (later ones are usually caused
+/// by it) and the bad text becomes an [`TokenKind::Error`] token, so that the
+/// caller still sees the shape of the line.
+pub(super) fn lex_line(line: &str, offset: usize, diags: &mut Vec<Diagnostic>) -> Vec<Token> {
+    let mut lexer =
+        Lexer { line, offset, chars: line.char_indices().collect(), pos: 0, tokens: Vec::new(), error: None };
+    lexer.run();
+    if let Some(d) = lexer.error {
+        diags.push(d);
+    }
+    lexer.tokens
+}
+
+struct Lexer<'a> {
+    line: &'a str,
+    offset: usize,
+    chars: Vec<(usize, char)>,
+    pos: usize,
+    tokens: Vec<Token>,
+    error: Option<Diagnostic>,
+}
+
+impl Lexer<'_> {
+    fn run(&mut self) {
+        while let Some(c) = self.peek(0) {
+            let start = self.pos;
+            match c {
+                '#' => break,
+                // U+FEFF is the byte-order mark some editors put first.
+                c if c.is_whitespace() || c == '\u{feff}' => self.pos += 1,
+                c if c.is_ascii_alphabetic() || c == '_' => {
+                    while self.peek(0).is_some_and(is_word_char) {
+                        self.pos += 1;
+                    }
+                    let text = self.text(start, self.pos).to_string();
+                    self.push(TokenKind::Ident(text), start);
+                }
+                c if self.starts_number(c) => self.number(),
+                '"' => self.string(),
+                '\'' => self.single_quoted(),
+                '(' => self.single(TokenKind::LParen),
+                ')' => self.single(TokenKind::RParen),
+                '[' => self.single(TokenKind::LBracket),
+                ']' => self.single(TokenKind::RBracket),
+                ',' => self.single(TokenKind::Comma),
+                '=' => self.single(TokenKind::Eq),
+                ':' => self.single(TokenKind::Colon),
+                c => {
+                    self.pos += 1;
+                    let shown = if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() };
+                    let help = match c {
+                        '-' | '.' => Some("names may contain only letters, digits and `_`"),
+                        '{' | '}' => Some("lists are written in square brackets: `[a, b]`"),
+                        ';' => Some("write one setting per line"),
+                        _ => None,
+                    };
+                    let mut d = Diagnostic::new(
+                        self.span(start, self.pos),
+                        format!("unexpected character `{shown}`"),
+                        "not part of the language",
+                    );
+                    if let Some(help) = help {
+                        d = d.with_help(help);
+                    }
+                    self.fail(start, d);
+                }
+            }
+        }
+    }
+
+    fn starts_number(&self, c: char) -> bool {
+        let digit_at = |i: usize| self.peek(i).is_some_and(|c| c.is_ascii_digit());
+        match c {
+            '0'..='9' => true,
+            '.' => digit_at(1),
+            '-' | '+' => digit_at(1) || (self.peek(1) == Some('.') && digit_at(2)),
+            _ => false,
+        }
+    }
+
+    /// `-1`, `0.5`, `.5`, `1e-3`, `2.5E+4`.
+    fn number(&mut self) {
+        let start = self.pos;
+        if matches!(self.peek(0), Some('-' | '+')) {
+            self.pos += 1;
+        }
+        self.digits();
+        if self.peek(0) == Some('.') {
+            self.pos += 1;
+            self.digits();
+        }
+        if matches!(self.peek(0), Some('e' | 'E')) {
+            let sign = usize::from(matches!(self.peek(1), Some('-' | '+')));
+            if self.peek(1 + sign).is_some_and(|c| c.is_ascii_digit()) {
+                self.pos += 1 + sign;
+                self.digits();
+            }
+        }
+        // `100abc`, `1.2.3`, `1e`: one bad word, not a number and a name.
+        if self.peek(0).is_some_and(|c| is_word_char(c) || c == '.') {
+            while self.peek(0).is_some_and(|c| is_word_char(c) || c == '.') {
+                self.pos += 1;
+            }
+            let text = self.text(start, self.pos).to_string();
+            let d = Diagnostic::new(self.span(start, self.pos), format!("invalid number `{text}`"), "not a number")
+                .with_help("numbers are written like `100`, `0.5`, `-2` or `1e-3`");
+            self.fail(start, d);
+            return;
+        }
+        let text = self.text(start, self.pos).to_string();
+        self.push(TokenKind::Number(text), start);
+    }
+
+    fn digits(&mut self) {
+        while self.peek(0).is_some_and(|c| c.is_ascii_digit()) {
+            self.pos += 1;
+        }
+    }
+
+    fn string(&mut self) {
+        let start = self.pos;
+        self.pos += 1;
+        let mut content = String::new();
+        let mut bad_escape: Option<(usize, char)> = None;
+        loop {
+            match self.peek(0) {
+                None => {
+                    let end = self.trimmed_end(start);
+                    let d = Diagnostic::new(self.span(start, end), "unclosed string", "this string is never closed")
+                        .with_help("add the closing `\"`; a string must end on the line where it starts");
+                    self.fail(start, d);
+                    return;
+                }
+                Some('"') => {
+                    self.pos += 1;
+                    break;
+                }
+                Some('\\') => match self.peek(1) {
+                    Some(c @ ('"' | '\\')) => {
+                        content.push(c);
+                        self.pos += 2;
+                    }
+                    other => {
+                        if bad_escape.is_none() {
+                            bad_escape = Some((self.pos, other.unwrap_or('\\')));
+                        }
+                        self.pos += 1;
+                    }
+                },
+                Some(c) => {
+                    content.push(c);
+                    self.pos += 1;
+                }
+            }
+        }
+        if let Some((at, c)) = bad_escape {
+            let end = (at + 2).min(self.pos);
+            let d = Diagnostic::new(self.span(at, end), format!("unknown escape `\\{c}` in string"), "unknown escape")
+                .with_help("only `\\\"` and `\\\\` are escapes; in paths, `/` works on every system");
+            self.fail(start, d);
+            return;
+        }
+        self.push(TokenKind::Str(content), start);
+    }
+
+    /// `'text'`: reported, and skipped as one token so the closing quote is
+    /// not reported again.
+    fn single_quoted(&mut self) {
+        let start = self.pos;
+        self.pos += 1;
+        while self.peek(0).is_some_and(|c| c != '\'') {
+            self.pos += 1;
+        }
+        if self.peek(0).is_some() {
+            self.pos += 1;
+        }
+        let d = Diagnostic::new(self.span(start, self.pos), "strings use double quotes", "single quotes")
+            .with_help("write \"...\" instead of '...'");
+        self.fail(start, d);
+    }
+
+    fn single(&mut self, kind: TokenKind) {
+        let start = self.pos;
+        self.pos += 1;
+        self.push(kind, start);
+    }
+
+    fn push(&mut self, kind: TokenKind, start: usize) {
+        let span = self.span(start, self.pos);
+        self.tokens.push(Token { kind, span });
+    }
+
+    fn fail(&mut self, start: usize, d: Diagnostic) {
+        if self.error.is_none() {
+            self.error = Some(d);
+        }
+        self.push(TokenKind::Error, start);
+    }
+
+    fn peek(&self, ahead: usize) -> Option<char> {
+        self.chars.get(self.pos + ahead).map(|&(_, c)| c)
+    }
+
+    /// Byte offset in the line of char index `i`.
+    fn byte(&self, i: usize) -> usize {
+        self.chars.get(i).map_or(self.line.len(), |&(b, _)| b)
+    }
+
+    fn text(&self, start: usize, end: usize) -> &str {
+        &self.line[self.byte(start)..self.byte(end)]
+    }
+
+    fn span(&self, start: usize, end: usize) -> Span {
+        Span { start: self.offset + self.byte(start), end: self.offset + self.byte(end) }
+    }
+
+    /// Char index just past the last non-blank char at or after `start`.
+    fn trimmed_end(&self, start: usize) -> usize {
+        let mut end = self.chars.len();
+        while end > start + 1 && self.chars[end - 1].1.is_whitespace() {
+            end -= 1;
+        }
+        end
+    }
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// At most 40 chars of `text`, for quoting user text in messages.
+pub(super) fn shorten(text: &str) -> String {
+    const MAX: usize = 40;
+    if text.chars().count() <= MAX {
+        text.to_string()
+    } else {
+        let kept: String = text.chars().take(MAX).collect();
+        format!("{kept}...")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(line: &str) -> (Vec<TokenKind>, Vec<Diagnostic>) {
+        let mut diags = Vec::new();
+        let tokens = lex_line(line, 0, &mut diags);
+        (tokens.into_iter().map(|t| t.kind).collect(), diags)
+    }
+
+    fn ident(s: &str) -> TokenKind {
+        TokenKind::Ident(s.into())
+    }
+
+    fn num(s: &str) -> TokenKind {
+        TokenKind::Number(s.into())
+    }
+
+    #[test]
+    fn key_value_with_call_and_comment() {
+        let (tokens, diags) = kinds("optimizer = adamw(lr=0.001, weight_decay=1e-2) # tuned");
+        assert!(diags.is_empty());
+        assert_eq!(
+            tokens,
+            vec![
+                ident("optimizer"),
+                TokenKind::Eq,
+                ident("adamw"),
+                TokenKind::LParen,
+                ident("lr"),
+                TokenKind::Eq,
+                num("0.001"),
+                TokenKind::Comma,
+                ident("weight_decay"),
+                TokenKind::Eq,
+                num("1e-2"),
+                TokenKind::RParen,
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers() {
+        for text in ["0", "100", "-3", "+2", "0.5", ".5", "-.5", "1e-3", "2.5E+4", "1."] {
+            let (tokens, diags) = kinds(text);
+            assert!(diags.is_empty(), "{text}");
+            assert_eq!(tokens, vec![num(text)], "{text}");
+        }
+        for text in ["100abc", "1.2.3", "1e", "0x10"] {
+            let (tokens, diags) = kinds(text);
+            assert_eq!(tokens, vec![TokenKind::Error], "{text}");
+            assert_eq!(diags.len(), 1, "{text}");
+        }
+    }
+
+    #[test]
+    fn strings_keep_hashes_and_resolve_escapes() {
+        let (tokens, diags) = kinds(r#"path = "a#b \"q\" c\\d" # comment"#);
+        assert!(diags.is_empty());
+        assert_eq!(tokens[2], TokenKind::Str(r#"a#b "q" c\d"#.into()));
+        assert_eq!(tokens.len(), 3);
+    }
+
+    #[test]
+    fn unclosed_string_is_one_error() {
+        let (tokens, diags) = kinds("target = \"outcome   ");
+        assert_eq!(tokens, vec![ident("target"), TokenKind::Eq, TokenKind::Error]);
+        assert_eq!(diags.len(), 1);
+        assert_eq!(diags[0].message, "unclosed string");
+        assert_eq!(diags[0].span, Span { start: 9, end: 17 });
+    }
+
+    #[test]
+    fn stray_characters_are_reported_once_per_line() {
+        let (tokens, diags) = kinds("dataset my-data@x:");
+        assert_eq!(diags.len(), 1);
+        assert_eq!(diags[0].span, Span { start: 10, end: 11 });
+        assert_eq!(tokens.last(), Some(&TokenKind::Colon));
+    }
+
+    #[test]
+    fn spans_are_byte_offsets_in_the_source() {
+        let mut diags = Vec::new();
+        let tokens = lex_line("  é = 1", 10, &mut diags);
+        assert_eq!(diags[0].span, Span { start: 12, end: 14 });
+        assert_eq!(tokens[2].span, Span { start: 17, end: 18 });
+    }
+}

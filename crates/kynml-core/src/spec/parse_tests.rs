@@ -1,0 +1,531 @@
+//! Whole specs through [`parse_spec`]: the users' spec, every construct,
+//! the defaults, and inputs that must not make the parser panic.
+
+use std::path::PathBuf;
+
+use super::parse_spec;
+use super::render;
+use super::types::*;
+
+/// The spec from KYN-LANGUAGE.md, as users run it today.
+const USERS_SPEC: &str = r#"dataset LargeData:
+    source = csv("data/large_train.csv")
+    target = "outcome"
+    split = 0.8
+    normalize = true
+    num_workers = 4
+    pin_memory = true
+    prefetch = 2
+
+model DeepNet:
+    input 128
+    dense 512 gelu
+    batchnorm
+    dropout 0.3
+    dense 256 gelu
+    batchnorm
+    dropout 0.2
+    dense 64 relu
+    dense 1 linear
+
+train:
+    model = DeepNet
+    data = LargeData
+    loss = mse
+    optimizer = adamw(lr=0.001, weight_decay=0.01)
+    epochs = 100
+    batch = 256
+    device = auto
+    scheduler = cosine(t_max=100)
+    early_stop = early_stop(patience=10)
+    checkpoint = checkpoint(every_n=10, path="checkpoints/deepnet.pt", async_save=true)
+    precision = bf16
+    compile = true
+
+evaluate:
+    metrics = [mae, rmse]
+
+export:
+    format = torchscript
+    path = "models/deepnet.pt"
+"#;
+
+const MINIMAL: &str = "dataset D:\nsource = csv(\"d.csv\")\ntarget = \"y\"\nmodel M:\ninput 4\ndense 1 linear\ntrain:\nloss = mse\nepochs = 3\n";
+
+fn ok(source: &str) -> Spec {
+    match parse_spec(source) {
+        Ok(spec) => spec,
+        Err(e) => panic!("{}", render("test.kyn", source, &e.diagnostics)),
+    }
+}
+
+fn messages(source: &str) -> Vec<String> {
+    match parse_spec(source) {
+        Ok(_) => panic!("expected errors for:\n{source}"),
+        Err(e) => e.diagnostics.into_iter().map(|d| d.message).collect(),
+    }
+}
+
+/// `Debug` text with every span erased, to compare specs whose text moved.
+fn erase_spans(debug: &str) -> String {
+    let mut out = String::new();
+    let mut rest = debug;
+    while let Some(i) = rest.find("Span {") {
+        out.push_str(&rest[..i]);
+        out.push_str("Span");
+        rest = &rest[i..];
+        rest = &rest[rest.find('}').map_or(rest.len(), |j| j + 1)..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The text under every span of `spec`, in order.
+fn span_texts<'a>(spec: &Spec, source: &'a str) -> Vec<&'a str> {
+    let debug = format!("{spec:?}");
+    let mut texts = Vec::new();
+    let mut rest = debug.as_str();
+    while let Some(i) = rest.find("Span { start: ") {
+        rest = &rest[i + "Span { start: ".len()..];
+        let start: usize = rest[..rest.find(',').unwrap()].parse().unwrap();
+        rest = &rest[rest.find("end: ").unwrap() + 5..];
+        let end: usize = rest[..rest.find(' ').unwrap()].parse().unwrap();
+        texts.push(&source[start..end]);
+    }
+    texts
+}
+
+fn assert_same_meaning(a: &str, b: &str) {
+    let (spec_a, spec_b) = (ok(a), ok(b));
+    assert_eq!(erase_spans(&format!("{spec_a:?}")), erase_spans(&format!("{spec_b:?}")));
+    let texts_a: Vec<String> = span_texts(&spec_a, a).iter().map(|t| t.replace('\r', "")).collect();
+    let texts_b: Vec<String> = span_texts(&spec_b, b).iter().map(|t| t.replace('\r', "")).collect();
+    assert_eq!(texts_a, texts_b);
+}
+
+#[test]
+fn users_spec_reads_as_written() {
+    let spec = ok(USERS_SPEC);
+    let d = &spec.dataset;
+    assert_eq!(d.name.value, "LargeData");
+    assert_eq!(d.source.value, PathBuf::from("data/large_train.csv"));
+    assert_eq!(&USERS_SPEC[d.source.span.start..d.source.span.end], "\"data/large_train.csv\"");
+    assert_eq!(d.target.value, "outcome");
+    assert_eq!(d.split.value, 0.8);
+    assert!(d.normalize);
+    assert_eq!(d.num_workers.value, 4);
+    assert!(d.pin_memory.value);
+    assert_eq!(d.prefetch.as_ref().map(|p| p.value), Some(2));
+
+    let m = &spec.model;
+    assert_eq!(m.name.value, "DeepNet");
+    assert_eq!(m.input.value, 128);
+    assert_eq!(&USERS_SPEC[m.input.span.start..m.input.span.end], "input 128");
+    let layers: Vec<Layer> = m.layers.iter().map(|l| l.value.clone()).collect();
+    let dense = |units, activation| Layer::Dense { units, activation };
+    assert_eq!(
+        layers,
+        [
+            dense(512, Activation::Gelu),
+            Layer::BatchNorm,
+            Layer::Dropout(0.3),
+            dense(256, Activation::Gelu),
+            Layer::BatchNorm,
+            Layer::Dropout(0.2),
+            dense(64, Activation::Relu),
+            dense(1, Activation::Linear),
+        ]
+    );
+
+    let t = &spec.train;
+    assert_eq!(t.model.value, "DeepNet");
+    assert_eq!(t.data.value, "LargeData");
+    assert_eq!(t.loss.value, Loss::Mse);
+    assert_eq!(
+        t.optimizer.value,
+        Optimizer::AdamW { lr: 0.001, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+    );
+    assert_eq!(t.epochs.value, 100);
+    assert_eq!(t.batch.value, 256);
+    assert_eq!(t.device.value, DeviceRequest::Auto);
+    assert_eq!(
+        t.scheduler.as_ref().map(|s| s.value),
+        Some(Scheduler { kind: SchedulerKind::Cosine { t_max: 100, eta_min: 0.0 }, warmup: 0 })
+    );
+    assert_eq!(t.early_stop.as_ref().map(|e| e.value), Some(EarlyStop { patience: 10, min_delta: 0.0 }));
+    assert_eq!(
+        t.checkpoint.as_ref().map(|c| c.value.clone()),
+        Some(Checkpoint { every_n: 10, path: "checkpoints/deepnet.pt".into(), async_save: true, keep: 1 })
+    );
+    assert_eq!(t.precision.value, Precision::Bf16);
+    assert!(t.compile.value);
+    assert_eq!(t.seed, 42);
+
+    let metrics: Vec<Metric> = spec.evaluate.metrics.iter().map(|m| m.value).collect();
+    assert_eq!(metrics, [Metric::Mae, Metric::Rmse]);
+    let export = spec.export.expect("export block");
+    assert_eq!(export.format.value, ExportFormat::Torchscript);
+    assert_eq!(export.path.value, PathBuf::from("models/deepnet.pt"));
+}
+
+#[test]
+fn users_spec_without_indentation_means_the_same() {
+    let stripped: String = USERS_SPEC.lines().map(|l| format!("{}\n", l.trim_start())).collect();
+    assert_same_meaning(USERS_SPEC, &stripped);
+}
+
+#[test]
+fn crlf_tabs_trailing_blanks_and_bom_mean_the_same() {
+    let crlf = USERS_SPEC.replace('\n', "\r\n");
+    assert_same_meaning(USERS_SPEC, &crlf);
+    let tabs = USERS_SPEC.replace("    ", "\t");
+    assert_same_meaning(USERS_SPEC, &tabs);
+    let ragged: String = USERS_SPEC.lines().map(|l| format!("{l}   \n\n")).collect();
+    assert_same_meaning(USERS_SPEC, &ragged);
+    let bom = format!("\u{feff}{USERS_SPEC}");
+    assert_same_meaning(USERS_SPEC, &bom);
+    let no_final_newline = USERS_SPEC.trim_end();
+    assert_same_meaning(USERS_SPEC, no_final_newline);
+}
+
+#[test]
+fn comments_anywhere_but_inside_strings() {
+    let commented = USERS_SPEC
+        .replace("train:\n", "# training settings\ntrain:   # the run\n")
+        .replace("input 128\n", "input 128  # features\n")
+        .replace("epochs = 100\n", "epochs = 100 # passes\n\n   # indented comment\n");
+    assert_same_meaning(USERS_SPEC, &commented);
+    let spec = ok(&MINIMAL.replace("\"y\"", "\"y#1\" # not part of it"));
+    assert_eq!(spec.dataset.target.value, "y#1");
+}
+
+#[test]
+fn defaults() {
+    let spec = ok(MINIMAL);
+    let d = &spec.dataset;
+    assert_eq!(d.split.value, 0.8);
+    assert!(!d.normalize);
+    assert_eq!(d.num_workers.value, 0);
+    assert!(!d.pin_memory.value);
+    assert_eq!(d.prefetch, None);
+    // A default carries the span of its block's header.
+    assert_eq!(&MINIMAL[d.split.span.start..d.split.span.end], "dataset D:");
+
+    let t = &spec.train;
+    // With one dataset and one model, `train:` need not name them.
+    assert_eq!(t.model.value, "M");
+    assert_eq!(t.data.value, "D");
+    assert_eq!(
+        t.optimizer.value,
+        Optimizer::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+    );
+    assert_eq!(&MINIMAL[t.optimizer.span.start..t.optimizer.span.end], "train:");
+    assert_eq!(t.batch.value, 32);
+    assert_eq!(t.device.value, DeviceRequest::Auto);
+    assert_eq!(t.scheduler, None);
+    assert_eq!(t.early_stop, None);
+    assert_eq!(t.checkpoint, None);
+    assert_eq!(t.precision.value, Precision::Fp32);
+    assert!(!t.compile.value);
+    assert_eq!(t.seed, 42);
+    assert!(spec.evaluate.metrics.is_empty());
+    assert_eq!(spec.export, None);
+}
+
+fn optimizer(text: &str) -> Optimizer {
+    ok(&format!("{MINIMAL}optimizer = {text}\n")).train.optimizer.value
+}
+
+#[test]
+fn optimizers_have_pytorch_defaults() {
+    let adamw = Optimizer::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 };
+    assert_eq!(optimizer("adamw"), adamw);
+    assert_eq!(optimizer("adamw()"), adamw);
+    assert_eq!(optimizer("adam"), Optimizer::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 });
+    assert_eq!(
+        optimizer("sgd"),
+        Optimizer::Sgd { lr: 1e-3, momentum: 0.0, dampening: 0.0, weight_decay: 0.0, nesterov: false }
+    );
+    assert_eq!(
+        optimizer("rmsprop"),
+        Optimizer::RmsProp { lr: 1e-2, alpha: 0.99, eps: 1e-8, weight_decay: 0.0, momentum: 0.0, centered: false }
+    );
+}
+
+#[test]
+fn optimizer_arguments_by_name_and_position() {
+    assert_eq!(
+        optimizer("adam(lr=3e-4, betas=[0.8, 0.99], eps=1e-6, weight_decay=0.1)"),
+        Optimizer::Adam { lr: 3e-4, beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.1 }
+    );
+    // Positional arguments follow torch.optim's order.
+    assert_eq!(
+        optimizer("sgd(0.1, 0.9, nesterov=true)"),
+        Optimizer::Sgd { lr: 0.1, momentum: 0.9, dampening: 0.0, weight_decay: 0.0, nesterov: true }
+    );
+    assert_eq!(
+        optimizer("rmsprop(lr=0.001, alpha=0.9, momentum=0.5, centered=true, weight_decay=0, eps=1e-7)"),
+        Optimizer::RmsProp { lr: 0.001, alpha: 0.9, eps: 1e-7, weight_decay: 0.0, momentum: 0.5, centered: true }
+    );
+    assert_eq!(optimizer("adamw(1)").lr(), 1.0);
+}
+
+fn train_with(lines: &str) -> TrainSpec {
+    ok(&format!("{MINIMAL}{lines}\n")).train
+}
+
+#[test]
+fn losses() {
+    assert_eq!(train_with("").loss.value, Loss::Mse);
+    let loss = |text: &str| ok(&MINIMAL.replace("loss = mse", &format!("loss = {text}"))).train.loss.value;
+    assert_eq!(loss("mae"), Loss::Mae);
+    assert_eq!(loss("huber"), Loss::Huber { delta: 1.0 });
+    assert_eq!(loss("huber(1.5)"), Loss::Huber { delta: 1.5 });
+    assert_eq!(loss("huber(delta=2)"), Loss::Huber { delta: 2.0 });
+    assert_eq!(loss("cross_entropy"), Loss::CrossEntropy);
+    assert_eq!(loss("bce()"), Loss::Bce);
+}
+
+#[test]
+fn devices_precisions_and_flags() {
+    assert_eq!(train_with("device = cpu").device.value, DeviceRequest::Cpu);
+    assert_eq!(train_with("device = cuda").device.value, DeviceRequest::Cuda(None));
+    assert_eq!(train_with("device = \"cuda:1\"").device.value, DeviceRequest::Cuda(Some(1)));
+    assert_eq!(train_with("device = \"cpu\"").device.value, DeviceRequest::Cpu);
+    assert_eq!(train_with("device = wgpu").device.value, DeviceRequest::Wgpu);
+    assert_eq!(train_with("precision = fp16").precision.value, Precision::Fp16);
+    assert!(train_with("compile = true").compile.value);
+    assert_eq!(train_with("seed = 7").seed, 7);
+    assert_eq!(train_with("seed = 0").seed, 0);
+    assert_eq!(train_with("batch = 1").batch.value, 1);
+}
+
+#[test]
+fn schedules_early_stopping_and_checkpoints() {
+    let scheduler = |text: &str| train_with(&format!("scheduler = {text}")).scheduler.map(|s| s.value);
+    assert_eq!(
+        scheduler("cosine(t_max=50, eta_min=1e-5, warmup=5)"),
+        Some(Scheduler { kind: SchedulerKind::Cosine { t_max: 50, eta_min: 1e-5 }, warmup: 5 })
+    );
+    assert_eq!(
+        scheduler("step(30)"),
+        Some(Scheduler { kind: SchedulerKind::Step { step_size: 30, gamma: 0.1 }, warmup: 0 })
+    );
+    assert_eq!(
+        scheduler("step(step_size=10, gamma=0.5, warmup=2)"),
+        Some(Scheduler { kind: SchedulerKind::Step { step_size: 10, gamma: 0.5 }, warmup: 2 })
+    );
+    assert_eq!(
+        scheduler("exponential(0.95)"),
+        Some(Scheduler { kind: SchedulerKind::Exponential { gamma: 0.95 }, warmup: 0 })
+    );
+    let t = train_with("early_stop = early_stop(3, min_delta=0.001)");
+    assert_eq!(t.early_stop.map(|e| e.value), Some(EarlyStop { patience: 3, min_delta: 0.001 }));
+    let t = train_with("checkpoint = checkpoint(5, \"ckpt/m.pt\", keep=3)");
+    assert_eq!(
+        t.checkpoint.map(|c| c.value),
+        Some(Checkpoint { every_n: 5, path: "ckpt/m.pt".into(), async_save: false, keep: 3 })
+    );
+}
+
+#[test]
+fn layers_and_activations() {
+    let spec = ok(&MINIMAL.replace(
+        "dense 1 linear",
+        "dense 8 leaky_relu\nlayernorm\ndense 8 leaky_relu(0.2)\ndense 8 leaky_relu(negative_slope=0.1)\n\
+         dense 8 tanh\ndense 8 sigmoid\ndense 8 silu\ndropout 0\ndense 1 linear",
+    ));
+    let layers: Vec<Layer> = spec.model.layers.into_iter().map(|l| l.value).collect();
+    let dense = |activation| Layer::Dense { units: 8, activation };
+    assert_eq!(
+        layers,
+        [
+            dense(Activation::LeakyRelu(0.01)),
+            Layer::LayerNorm,
+            dense(Activation::LeakyRelu(0.2)),
+            dense(Activation::LeakyRelu(0.1)),
+            dense(Activation::Tanh),
+            dense(Activation::Sigmoid),
+            dense(Activation::Silu),
+            Layer::Dropout(0.0),
+            Layer::Dense { units: 1, activation: Activation::Linear },
+        ]
+    );
+}
+
+#[test]
+fn classification_metrics_with_a_classification_loss() {
+    let source = format!(
+        "{}evaluate:\nmetrics = [accuracy, precision, recall, f1,]\nexport:\nformat = onnx\npath = \"m.onnx\"\n",
+        MINIMAL.replace("loss = mse", "loss = cross_entropy")
+    );
+    let spec = ok(&source);
+    let metrics: Vec<&str> = spec.evaluate.metrics.iter().map(|m| m.value.name()).collect();
+    assert_eq!(metrics, ["accuracy", "precision", "recall", "f1"]);
+    assert_eq!(spec.export.map(|e| e.format.value), Some(ExportFormat::Onnx));
+    let empty = ok(&format!("{MINIMAL}evaluate:\nmetrics = []\n"));
+    assert!(empty.evaluate.metrics.is_empty());
+}
+
+#[test]
+fn several_datasets_and_models_are_chosen_by_name() {
+    let source = "\
+dataset A:
+source = csv(\"a.csv\")
+target = \"y\"
+dataset B:
+source = csv(path=\"b.csv\")
+target = \"z\"
+model Small:
+input 2
+dense 1 linear
+model Big:
+input 3
+dense 4 relu
+dense 1 linear
+train:
+model = Big
+data = B
+loss = mae
+epochs = 1
+";
+    let spec = ok(source);
+    assert_eq!(spec.dataset.name.value, "B");
+    assert_eq!(spec.dataset.source.value, PathBuf::from("b.csv"));
+    assert_eq!(spec.model.name.value, "Big");
+    assert_eq!(spec.model.input.value, 3);
+    // Naming is needed once there is a choice.
+    let unnamed = source.replace("model = Big\ndata = B\n", "");
+    assert_eq!(messages(&unnamed), ["missing key `model` in `train:` block", "missing key `data` in `train:` block"]);
+}
+
+#[test]
+fn every_problem_is_reported_in_one_run() {
+    let source = "\
+dataset D:
+source = csv(\"d.csv\")
+target = \"y\"
+split = 1.5
+model M:
+input 0
+dense 1
+train:
+loss = mze
+epoch = 10
+batch = 0
+optimizer = adamw(lr=-1)
+";
+    assert_eq!(
+        messages(source),
+        [
+            "`split` must be between 0 and 1, both excluded, found `1.5`",
+            "the width of `input` must be at least 1, found `0`",
+            "missing activation in `dense 1`",
+            "unknown loss `mze`",
+            "unknown key `epoch` in `train:` block",
+            "`batch` must be at least 1, found `0`",
+            "`lr` of `adamw` must be greater than 0, found `-1`",
+        ]
+    );
+}
+
+#[test]
+fn spec_error_says_how_many_and_the_first() {
+    let err = parse_spec("train:\nepoch = 1\nbatch = 0\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "could not read spec: 5 problems found, the first: missing key `loss` in `train:` block"
+    );
+    assert!(render("x.kyn", "", &err.diagnostics).ends_with("error: could not read spec: 5 problems found\n"));
+}
+
+#[test]
+fn empty_and_blank_specs_need_a_train_block() {
+    for source in ["", "\n\n", "# only a comment\n", "\u{feff}"] {
+        assert_eq!(messages(source), ["missing `train:` block"], "{source:?}");
+    }
+}
+
+/// A small deterministic generator, so a failure can be replayed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn check_never_panics(source: &str) {
+    if let Err(e) = parse_spec(source) {
+        assert!(!e.diagnostics.is_empty());
+        for d in &e.diagnostics {
+            assert!(d.span.start <= d.span.end && d.span.end <= source.len(), "{d:?} in {source:?}");
+        }
+        let text = render("fuzz.kyn", source, &e.diagnostics);
+        assert!(!text.contains('\u{1b}'));
+    }
+}
+
+#[test]
+fn mutated_specs_never_panic() {
+    const PIECES: &[&str] = &[
+        "[", "]", "(", ")", ",", "=", ":", "\"", "\\", "#", "\n", "\r\n", "\t", " ", "-", ".", "e", "0", "9", "é",
+        "\u{1b}", "\u{feff}", "dense", "input", "train:", "model", "'", "[[[[", "))))", "1e999", "-0", "x=",
+    ];
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..3000 {
+        let mut source: Vec<char> = USERS_SPEC.chars().collect();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(source.len() + 1);
+            match rng.below(3) {
+                0 => {
+                    let end = (at + rng.below(20)).min(source.len());
+                    source.drain(at..end);
+                }
+                1 => {
+                    let piece = PIECES[rng.below(PIECES.len())];
+                    source.splice(at..at, piece.chars());
+                }
+                _ => {
+                    let end = (at + 1 + rng.below(30)).min(source.len());
+                    let copy: Vec<char> = source[at.min(end)..end].to_vec();
+                    let to = rng.below(source.len() + 1);
+                    source.splice(to..to, copy);
+                }
+            }
+        }
+        let source: String = source.into_iter().collect();
+        check_never_panics(&source);
+    }
+}
+
+#[test]
+fn token_soup_never_panics() {
+    const TOKENS: &[&str] = &[
+        "dataset", "model", "train", "evaluate", "export", "D", "M", ":", "=", "(", ")", "[", "]", ",", "1", "0.5",
+        "-3", "\"s\"", "true", "csv", "adamw", "lr", "input", "dense", "relu", "\n", "\n", "\n", "#", "\"",
+    ];
+    let mut rng = XorShift(42);
+    for _ in 0..2000 {
+        let n = rng.below(60);
+        let source: Vec<&str> = (0..n).map(|_| TOKENS[rng.below(TOKENS.len())]).collect();
+        check_never_panics(&source.join(" "));
+    }
+}
+
+#[test]
+fn hostile_inputs_never_panic() {
+    check_never_panics(&format!("train:\nk = {}\n", "[".repeat(100_000)));
+    check_never_panics(&format!("train:\nk = {}\n", "f(".repeat(100_000)));
+    check_never_panics(&format!("train:\nepochs = {}\n", "9".repeat(10_000)));
+    check_never_panics(&format!("model {}:\n", "x".repeat(100_000)));
+    check_never_panics(&format!("train:\nmodel = {}\n", "y".repeat(100_000)));
+    check_never_panics("\u{0}\u{1}\u{7f}\n:\n=\n\"\n");
+}

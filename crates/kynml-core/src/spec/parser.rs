@@ -1,0 +1,897 @@
+//! Stage one: source text to the untyped [`Document`].
+//!
+//! Indentation means nothing here. Specs are pasted through tools that strip
+//! it, so a block's body is every line after its header up to the next
+//! header, and a line is classified by its tokens alone: a header has a `:`
+//! before any `=`, a setting has `=`, anything else in a `model` block is a
+//! layer. Each line is read on its own, so one bad line is reported once and
+//! the lines after it are still checked.
+
+use super::ast::{Arg, Block, BlockKind, Call, Document, Entry, LayerLine, Value, ValueKind};
+use super::diagnostic::Diagnostic;
+use super::lexer::{lex_line, Token, TokenKind};
+use super::suggest;
+use super::types::{Span, Spanned};
+
+/// Deepest nesting of `[` and `(` in one value. Real specs use two or three;
+/// the limit keeps hostile input from exhausting the stack.
+pub(super) const MAX_DEPTH: usize = 32;
+
+/// Layer names, for hints when a layer line shows up outside a model block.
+const LAYER_NAMES: [&str; 5] = ["input", "dense", "batchnorm", "layernorm", "dropout"];
+
+pub(super) fn parse(source: &str, diags: &mut Vec<Diagnostic>) -> Document {
+    let mut parser =
+        Parser { source, document: Document::default(), state: State::BeforeFirstBlock { reported: false } };
+    let mut offset = 0;
+    for (index, line) in source.split('\n').enumerate() {
+        parser.line(line, offset, index + 1, diags);
+        offset += line.len() + 1;
+    }
+    parser.document
+}
+
+enum State {
+    BeforeFirstBlock {
+        reported: bool,
+    },
+    InBlock(usize),
+    /// In the body of a block whose header could not be read: its lines are
+    /// skipped, since their meaning depends on the kind of block.
+    Skipping,
+}
+
+struct Parser<'s> {
+    source: &'s str,
+    document: Document,
+    state: State,
+}
+
+/// What a line is, judged by its tokens.
+enum Shape {
+    /// Tokens before the `:` are the header, tokens after it are stray.
+    Header {
+        colon: usize,
+    },
+    /// `train` or `model DeepNet` alone on a line: a header without its `:`.
+    HeaderWithoutColon,
+    Body,
+}
+
+impl<'s> Parser<'s> {
+    fn line(&mut self, line: &str, offset: usize, line_no: usize, diags: &mut Vec<Diagnostic>) {
+        let mut lex_diags = Vec::new();
+        let tokens = lex_line(line, offset, &mut lex_diags);
+        let Some(last) = tokens.last() else { return };
+        let span = Span { start: tokens[0].span.start, end: last.span.end };
+        self.document.end = span.end;
+        let lex_failed = !lex_diags.is_empty();
+        let mut shape = shape(&tokens);
+        let names_model = matches!(&tokens[0].kind, TokenKind::Ident(word) if word == BlockKind::Model.keyword());
+        if matches!(shape, Shape::HeaderWithoutColon) && names_model && self.in_train_block() {
+            // `model DeepNet` in `train:` is the `model` setting without its
+            // `=`, not a new block.
+            shape = Shape::Body;
+        }
+        match shape {
+            Shape::Header { colon: 1 } if self.colon_setting(&tokens) => {
+                diags.extend(lex_diags);
+                let line = Line { tokens: &tokens, span, number: line_no, lex_failed };
+                self.colon_instead_of_equals(&line, diags);
+            }
+            Shape::Header { colon } => {
+                diags.extend(lex_diags);
+                self.header(&tokens, Some(colon), span, line_no, lex_failed, diags);
+            }
+            Shape::HeaderWithoutColon => {
+                diags.extend(lex_diags);
+                self.header(&tokens, None, span, line_no, lex_failed, diags);
+            }
+            Shape::Body => match self.state {
+                State::BeforeFirstBlock { reported: false } => {
+                    self.state = State::BeforeFirstBlock { reported: true };
+                    diags.push(
+                        Diagnostic::new(
+                            span,
+                            "line outside any block",
+                            "this line comes before the first block header",
+                        )
+                        .with_help(
+                            "start the spec with a block header such as `dataset NAME:`, `model NAME:` or `train:`",
+                        ),
+                    );
+                }
+                State::BeforeFirstBlock { reported: true } | State::Skipping => {}
+                State::InBlock(index) => {
+                    diags.extend(lex_diags);
+                    let line = Line { tokens: &tokens, span, number: line_no, lex_failed };
+                    if self.document.blocks[index].kind == BlockKind::Model {
+                        self.layer_line(index, &line, diags);
+                    } else {
+                        self.entry_line(index, &line, diags);
+                    }
+                }
+            },
+        }
+    }
+
+    /// `source: csv("x")` or `input: 128` inside a block: a setting or
+    /// layer written with `:` the way YAML would, rather than a header.
+    fn colon_setting(&self, tokens: &[Token]) -> bool {
+        let is_keyword = match &tokens[0].kind {
+            TokenKind::Ident(word) => BlockKind::from_keyword(word).is_some(),
+            _ => true,
+        };
+        matches!(self.state, State::InBlock(_)) && !is_keyword && tokens.len() > 2
+    }
+
+    fn colon_instead_of_equals(&mut self, line: &Line, diags: &mut Vec<Diagnostic>) {
+        let State::InBlock(index) = self.state else { return };
+        let block = &mut self.document.blocks[index];
+        let tokens = line.tokens;
+        let TokenKind::Ident(key) = &tokens[0].kind else { return };
+        let rest = &self.source[tokens[2].span.start..line.span.end];
+        let is_model = block.kind == BlockKind::Model;
+        if !line.lex_failed {
+            let help = if is_model { format!("write `{key} {rest}`") } else { format!("write `{key} = {rest}`") };
+            let expected = if is_model { "a space" } else { "`=`" };
+            diags.push(
+                Diagnostic::new(
+                    tokens[1].span,
+                    format!("expected {expected} after `{key}`, found `:`"),
+                    format!("expected {expected}"),
+                )
+                .with_help(help),
+            );
+        }
+        let name = Spanned { value: key.clone(), span: tokens[0].span };
+        if is_model {
+            block.layers.push(LayerLine { name, args: Vec::new(), span: line.span, damaged: true });
+        } else {
+            block.entries.push(Entry { key: name, value: Value::error(line.span), line: line.number, damaged: true });
+        }
+    }
+
+    fn in_train_block(&self) -> bool {
+        match self.state {
+            State::InBlock(index) => self.document.blocks[index].kind == BlockKind::Train,
+            _ => false,
+        }
+    }
+
+    fn header(
+        &mut self,
+        tokens: &[Token],
+        colon: Option<usize>,
+        span: Span,
+        line_no: usize,
+        lex_failed: bool,
+        diags: &mut Vec<Diagnostic>,
+    ) {
+        self.state = State::Skipping;
+        let head = &tokens[..colon.unwrap_or(tokens.len())];
+        match colon {
+            None => {
+                let at = Span { start: span.end, end: span.end };
+                let text = &self.source[span.start..span.end];
+                diags.push(
+                    Diagnostic::new(at, "missing `:` after block header", "expected `:`")
+                        .with_help(format!("write `{text}:`")),
+                );
+            }
+            Some(colon) if colon + 1 < tokens.len() && !lex_failed => {
+                let tail = Span { start: tokens[colon + 1].span.start, end: span.end };
+                diags.push(
+                    Diagnostic::new(tail, "unexpected text after block header", "expected the end of the line")
+                        .with_help("a header ends with `:`; write each setting on its own line below it"),
+                );
+            }
+            Some(_) => {}
+        }
+        let header_span = Span { start: span.start, end: colon.map_or(span.end, |c| tokens[c].span.end) };
+
+        let word = match head.first() {
+            Some(Token { kind: TokenKind::Ident(word), .. }) => word,
+            Some(Token { kind: TokenKind::Error, .. }) => return,
+            first => {
+                if !lex_failed {
+                    let found = first.map_or("`:`".to_string(), Token::describe);
+                    let at = first.map_or(header_span, |t| t.span);
+                    diags.push(
+                        Diagnostic::new(at, format!("expected a block header, found {found}"), "expected a block kind")
+                            .with_help(format!("blocks begin with {}", all_headers())),
+                    );
+                }
+                return;
+            }
+        };
+        let Some(kind) = BlockKind::from_keyword(word) else {
+            let keywords = BlockKind::ALL.map(BlockKind::keyword);
+            let guess = suggest::did_you_mean(word, keywords);
+            if let Some(kind) = guess.and_then(BlockKind::from_keyword) {
+                self.document.lost_blocks.push(kind);
+            }
+            let help = match guess {
+                Some(keyword) => format!("did you mean `{keyword}`?"),
+                None => format!("blocks begin with {}", all_headers()),
+            };
+            diags.push(
+                Diagnostic::new(head[0].span, format!("unknown block `{}`", word), "unknown block kind")
+                    .with_help(help),
+            );
+            return;
+        };
+
+        let name = self.block_name(kind, &head[1..], header_span, lex_failed, diags);
+        if kind.is_named() && name.is_none() {
+            self.document.lost_blocks.push(kind);
+        }
+        self.document.blocks.push(Block {
+            kind,
+            name,
+            header: header_span,
+            line: line_no,
+            entries: Vec::new(),
+            layers: Vec::new(),
+            damaged: false,
+        });
+        self.state = State::InBlock(self.document.blocks.len() - 1);
+    }
+
+    /// The name after `dataset` or `model`; checks that `train:` and the
+    /// others have none.
+    fn block_name(
+        &self,
+        kind: BlockKind,
+        names: &[Token],
+        header: Span,
+        lex_failed: bool,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Option<Spanned<String>> {
+        let keyword = kind.keyword();
+        let single_ident = match names {
+            [Token { kind: TokenKind::Ident(name), span }] => Some(Spanned { value: name.clone(), span: *span }),
+            _ => None,
+        };
+        if lex_failed {
+            return single_ident.filter(|_| kind.is_named());
+        }
+        let names_span = match (names.first(), names.last()) {
+            (Some(first), Some(last)) => Span { start: first.span.start, end: last.span.end },
+            _ => header,
+        };
+        if !kind.is_named() {
+            if !names.is_empty() {
+                let help = if kind == BlockKind::Train {
+                    "write `train:`; choose the model and the dataset with `model = NAME` and `data = NAME` inside it"
+                        .to_string()
+                } else {
+                    format!("write `{keyword}:`")
+                };
+                diags.push(
+                    Diagnostic::new(names_span, format!("a `{keyword}:` block takes no name"), "unexpected name")
+                        .with_help(help),
+                );
+            }
+            return None;
+        }
+        if single_ident.is_some() {
+            return single_ident;
+        }
+        let example = if kind == BlockKind::Model { "DeepNet" } else { "LargeData" };
+        let diagnostic = match names {
+            [] => Diagnostic::new(header, format!("missing name in `{keyword}` header"), "expected a name before `:`")
+                .with_help(format!("write `{keyword} NAME:`, for example `{keyword} {example}:`")),
+            [Token { kind: TokenKind::Str(text), span }] => {
+                let d = Diagnostic::new(*span, "block names are written without quotes", "quoted name");
+                if is_identifier(text) {
+                    d.with_help(format!("write `{keyword} {text}:`"))
+                } else {
+                    d.with_help("a name is made of letters, digits and `_`, and does not start with a digit")
+                }
+            }
+            [one] => Diagnostic::new(
+                one.span,
+                format!("expected a name after `{keyword}`, found {}", one.describe()),
+                "not a name",
+            )
+            .with_help("a name is made of letters, digits and `_`, and does not start with a digit"),
+            many => match many.iter().find(|t| !matches!(t.kind, TokenKind::Ident(_))) {
+                Some(odd) => Diagnostic::new(
+                    odd.span,
+                    format!("unexpected {} in the name after `{keyword}`", odd.describe()),
+                    "not part of a name",
+                )
+                .with_help("a name is made of letters, digits and `_`, and does not start with a digit"),
+                None => {
+                    let words: Vec<&str> = many
+                        .iter()
+                        .filter_map(|t| match &t.kind {
+                            TokenKind::Ident(w) => Some(w.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    Diagnostic::new(
+                        names_span,
+                        format!("expected one name after `{keyword}`, found {}", many.len()),
+                        "a name cannot contain spaces",
+                    )
+                    .with_help(format!("write `{keyword} {}:`", words.join("_")))
+                }
+            },
+        };
+        diags.push(diagnostic);
+        None
+    }
+
+    /// A `key = value` line of a dataset, train, evaluate or export block.
+    fn entry_line(&mut self, index: usize, line: &Line, diags: &mut Vec<Diagnostic>) {
+        let tokens = line.tokens;
+        let block = &mut self.document.blocks[index];
+        let first_ident = match &tokens[0].kind {
+            TokenKind::Ident(word) => Some(Spanned { value: word.clone(), span: tokens[0].span }),
+            _ => None,
+        };
+        let eq = tokens.iter().position(|t| t.kind == TokenKind::Eq);
+        let damaged = |key: Option<Spanned<String>>, block: &mut Block| match key {
+            Some(key) => {
+                block.entries.push(Entry { value: Value::error(line.span), key, line: line.number, damaged: true })
+            }
+            None => block.damaged = true,
+        };
+
+        let Some(eq) = eq else {
+            if !line.lex_failed {
+                let help = match (&first_ident, tokens.len()) {
+                    (Some(word), _) if LAYER_NAMES.contains(&word.value.as_str()) => {
+                        "layers belong in a `model NAME:` block".to_string()
+                    }
+                    (Some(word), 1) => format!("write `{} = VALUE`", word.value),
+                    (Some(word), _) => {
+                        let rest = &self.source[tokens[1].span.start..line.span.end];
+                        format!("write `{} = {rest}`", word.value)
+                    }
+                    (None, _) => "a setting is written `key = value`".to_string(),
+                };
+                diags.push(Diagnostic::new(line.span, "expected `key = value`", "missing `=`").with_help(help));
+            }
+            damaged(first_ident, block);
+            return;
+        };
+
+        let Some(key) = first_ident.filter(|_| eq > 0) else {
+            if !line.lex_failed {
+                diags.push(
+                    Diagnostic::new(tokens[0].span, "expected a key before `=`", "expected a key")
+                        .with_help("a setting is written `key = value`, as in `epochs = 100`"),
+                );
+            }
+            block.damaged = true;
+            return;
+        };
+        if eq != 1 {
+            if !line.lex_failed {
+                diags.push(
+                    Diagnostic::new(
+                        tokens[1].span,
+                        format!("expected `=` after `{}`, found {}", key.value, tokens[1].describe()),
+                        "expected `=`",
+                    )
+                    .with_help("a key is one word; join words with `_`, as in `weight_decay`"),
+                );
+            }
+            damaged(Some(key), block);
+            return;
+        }
+
+        let rest = &tokens[2..];
+        let value = if line.lex_failed {
+            Value::error(line.span)
+        } else if rest.is_empty() {
+            let at = tokens[1].span;
+            diags.push(
+                Diagnostic::new(at, format!("missing value for `{}`", key.value), "expected a value after `=`")
+                    .with_help(format!("write `{} = VALUE`", key.value)),
+            );
+            Value::error(line.span)
+        } else {
+            setting_value(rest, diags)
+        };
+        block.entries.push(Entry { key, value, line: line.number, damaged: false });
+    }
+
+    /// A line of a model block: a layer name and its space-separated
+    /// arguments, `dense 64 leaky_relu(0.2)`.
+    fn layer_line(&mut self, index: usize, line: &Line, diags: &mut Vec<Diagnostic>) {
+        let tokens = line.tokens;
+        let block = &mut self.document.blocks[index];
+        if let Some(eq) = top_level_eq(tokens) {
+            if !line.lex_failed {
+                let help = match &tokens[0].kind {
+                    TokenKind::Ident(key) if eq == 1 && LAYER_NAMES.contains(&key.as_str()) && tokens.len() > 2 => {
+                        let rest = &self.source[tokens[2].span.start..line.span.end];
+                        format!("write `{key} {rest}`")
+                    }
+                    _ => layer_forms(),
+                };
+                diags.push(
+                    Diagnostic::new(line.span, "expected a layer, found a `key = value` setting", "not a layer")
+                        .with_help(help),
+                );
+            }
+            block.damaged = true;
+            return;
+        }
+        let TokenKind::Ident(name) = &tokens[0].kind else {
+            if !line.lex_failed {
+                diags.push(
+                    Diagnostic::new(
+                        tokens[0].span,
+                        format!("expected a layer, found {}", tokens[0].describe()),
+                        "expected a layer name",
+                    )
+                    .with_help(layer_forms()),
+                );
+            }
+            block.damaged = true;
+            return;
+        };
+        let name = Spanned { value: name.clone(), span: tokens[0].span };
+        let mut layer = LayerLine { name, args: Vec::new(), span: line.span, damaged: line.lex_failed };
+        if !line.lex_failed {
+            let mut parser = ValueParser::new(&tokens[1..]);
+            while let Some(next) = parser.peek() {
+                if next.kind == TokenKind::Comma {
+                    diags.push(
+                        Diagnostic::new(next.span, "unexpected `,` in a layer line", "expected a space")
+                            .with_help("the parts of a layer are separated by spaces, as in `dense 64 relu`"),
+                    );
+                    layer.damaged = true;
+                    break;
+                }
+                match parser.value(0) {
+                    Ok(value) => layer.args.push(value),
+                    Err(d) => {
+                        diags.push(d);
+                        layer.damaged = true;
+                        break;
+                    }
+                }
+            }
+        }
+        block.layers.push(layer);
+    }
+}
+
+/// One line's tokens and facts about it.
+struct Line<'t> {
+    tokens: &'t [Token],
+    /// From the first token to the last, without indentation or comment.
+    span: Span,
+    number: usize,
+    /// The lexer already reported a problem on this line.
+    lex_failed: bool,
+}
+
+fn shape(tokens: &[Token]) -> Shape {
+    let colon = tokens.iter().position(|t| t.kind == TokenKind::Colon);
+    let eq = tokens.iter().position(|t| t.kind == TokenKind::Eq);
+    if let Some(colon) = colon {
+        if eq.is_none_or(|eq| colon < eq) {
+            return Shape::Header { colon };
+        }
+    }
+    if eq.is_none() {
+        if let Some(TokenKind::Ident(word)) = tokens.first().map(|t| &t.kind) {
+            if let Some(kind) = BlockKind::from_keyword(word) {
+                let words = if kind.is_named() { 2 } else { 1 };
+                if tokens.len() == words && tokens.iter().all(|t| matches!(t.kind, TokenKind::Ident(_))) {
+                    return Shape::HeaderWithoutColon;
+                }
+            }
+        }
+    }
+    Shape::Body
+}
+
+/// The first `=` outside brackets: `dense 8 leaky_relu(negative_slope=0.1)`
+/// is a layer, `input = 8` is not.
+fn top_level_eq(tokens: &[Token]) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, token) in tokens.iter().enumerate() {
+        match token.kind {
+            TokenKind::LParen | TokenKind::LBracket => depth += 1,
+            TokenKind::RParen | TokenKind::RBracket => depth = depth.saturating_sub(1),
+            TokenKind::Eq if depth == 0 => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The value after `key =`: exactly one value, then the end of the line.
+fn setting_value(tokens: &[Token], diags: &mut Vec<Diagnostic>) -> Value {
+    let all = Span { start: tokens[0].span.start, end: tokens[tokens.len() - 1].span.end };
+    let mut parser = ValueParser::new(tokens);
+    let value = match parser.value(0) {
+        Ok(value) => value,
+        Err(d) => {
+            diags.push(d);
+            return Value::error(all);
+        }
+    };
+    let Some(extra) = parser.peek() else { return value };
+    let after = Span { start: extra.span.start, end: all.end };
+    let next = parser.tokens.get(parser.pos + 1).map(|t| &t.kind);
+    let help = match (&value.kind, &extra.kind, next) {
+        (ValueKind::Ident(_), TokenKind::Colon, _) => {
+            Some(format!("a value containing `:` is written in quotes, as in `\"{}\"`", quote_body(tokens)))
+        }
+        (_, TokenKind::Comma, _) => Some("several values form a list in square brackets, as in `[mae, rmse]`".into()),
+        (ValueKind::Ident(name), TokenKind::Ident(_), Some(TokenKind::Eq)) => {
+            Some(format!("arguments go in parentheses, as in `{name}(lr=0.001)`"))
+        }
+        _ => None,
+    };
+    let mut d = Diagnostic::new(
+        after,
+        format!("unexpected {} after the value", extra.describe()),
+        "expected the end of the line",
+    );
+    if let Some(help) = help {
+        d = d.with_help(help);
+    }
+    diags.push(d);
+    Value::error(all)
+}
+
+/// `cuda:1` rebuilt from its tokens, for the hint to quote it.
+fn quote_body(tokens: &[Token]) -> String {
+    tokens
+        .iter()
+        .map(|t| match &t.kind {
+            TokenKind::Ident(text) | TokenKind::Number(text) => text.clone(),
+            TokenKind::Colon => ":".into(),
+            _ => String::new(),
+        })
+        .collect()
+}
+
+struct ValueParser<'t> {
+    tokens: &'t [Token],
+    pos: usize,
+}
+
+impl<'t> ValueParser<'t> {
+    fn new(tokens: &'t [Token]) -> Self {
+        ValueParser { tokens, pos: 0 }
+    }
+
+    fn peek(&self) -> Option<&'t Token> {
+        self.tokens.get(self.pos)
+    }
+
+    fn peek_kind(&self, ahead: usize) -> Option<&'t TokenKind> {
+        self.tokens.get(self.pos + ahead).map(|t| &t.kind)
+    }
+
+    fn next(&mut self) -> Option<&'t Token> {
+        let token = self.tokens.get(self.pos);
+        self.pos += 1;
+        token
+    }
+
+    /// Where a missing value would go: just past the last token.
+    fn end(&self) -> Span {
+        let end = self.tokens.last().map_or(0, |t| t.span.end);
+        Span { start: end, end }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, Diagnostic> {
+        let Some(token) = self.next() else {
+            return Err(Diagnostic::new(self.end(), "missing value", "expected a value"));
+        };
+        let span = token.span;
+        let kind = match &token.kind {
+            TokenKind::Number(text) => ValueKind::Number(text.clone()),
+            TokenKind::Str(text) => ValueKind::Str(text.clone()),
+            TokenKind::Ident(name) if self.peek_kind(0) == Some(&TokenKind::LParen) => {
+                return self.call(Spanned { value: name.clone(), span }, depth);
+            }
+            TokenKind::Ident(name) if name == "true" => ValueKind::Bool(true),
+            TokenKind::Ident(name) if name == "false" => ValueKind::Bool(false),
+            TokenKind::Ident(name) => ValueKind::Ident(name.clone()),
+            TokenKind::LBracket => return self.list(span, depth),
+            TokenKind::Error => ValueKind::Error,
+            _ => {
+                return Err(Diagnostic::new(
+                    span,
+                    format!("expected a value, found {}", token.describe()),
+                    "expected a value",
+                ));
+            }
+        };
+        Ok(Value { kind, span })
+    }
+
+    fn list(&mut self, open: Span, depth: usize) -> Result<Value, Diagnostic> {
+        if depth >= MAX_DEPTH {
+            return Err(too_deep(open));
+        }
+        let mut items = Vec::new();
+        loop {
+            match self.peek_kind(0) {
+                None => return Err(unclosed(open, '[', ']')),
+                Some(TokenKind::RBracket) => {
+                    let close = self.next().map_or(open, |t| t.span);
+                    let span = Span { start: open.start, end: close.end };
+                    return Ok(Value { kind: ValueKind::List(items), span });
+                }
+                Some(_) => {}
+            }
+            items.push(self.value(depth + 1)?);
+            self.separator(open, '[', ']', TokenKind::RBracket)?;
+        }
+    }
+
+    fn call(&mut self, name: Spanned<String>, depth: usize) -> Result<Value, Diagnostic> {
+        let open = self.next().map_or(name.span, |t| t.span);
+        if depth >= MAX_DEPTH {
+            return Err(too_deep(open));
+        }
+        let mut args: Vec<Arg> = Vec::new();
+        loop {
+            match self.peek_kind(0) {
+                None => return Err(unclosed(open, '(', ')')),
+                Some(TokenKind::RParen) => {
+                    let close = self.next().map_or(open, |t| t.span);
+                    let span = Span { start: name.span.start, end: close.end };
+                    return Ok(Value { kind: ValueKind::Call(Call { name, args }), span });
+                }
+                Some(_) => {}
+            }
+            let arg = match (self.peek_kind(0), self.peek_kind(1)) {
+                (Some(TokenKind::Ident(arg_name)), Some(TokenKind::Eq)) => {
+                    let arg_span = self.next().map_or(open, |t| t.span);
+                    self.next();
+                    let value = self.value(depth + 1)?;
+                    Arg { name: Some(Spanned { value: arg_name.clone(), span: arg_span }), value }
+                }
+                _ => {
+                    let value = self.value(depth + 1)?;
+                    if let Some(keyword) = args.iter().find_map(|a| a.name.as_ref()) {
+                        return Err(Diagnostic::new(
+                            value.span,
+                            "positional argument after a named argument",
+                            "needs a name",
+                        )
+                        .with_help(format!("write it as `name=value`, or move it before `{}=`", keyword.value)));
+                    }
+                    Arg { name: None, value }
+                }
+            };
+            args.push(arg);
+            self.separator(open, '(', ')', TokenKind::RParen)?;
+        }
+    }
+
+    /// After an item of a list or call: `,`, or the closing bracket (left for
+    /// the caller to take).
+    fn separator(&mut self, open: Span, opening: char, closing: char, close: TokenKind) -> Result<(), Diagnostic> {
+        match self.peek() {
+            None => Err(unclosed(open, opening, closing)),
+            Some(t) if t.kind == TokenKind::Comma => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(t) if t.kind == close => Ok(()),
+            Some(t) => Err(Diagnostic::new(
+                t.span,
+                format!("expected `,` or `{closing}`, found {}", t.describe()),
+                format!("expected `,` or `{closing}`"),
+            )),
+        }
+    }
+}
+
+fn unclosed(open: Span, opening: char, closing: char) -> Diagnostic {
+    Diagnostic::new(open, format!("unclosed `{opening}`"), format!("this `{opening}` is never closed"))
+        .with_help(format!("add `{closing}`; a value must end on the line where it starts"))
+}
+
+fn too_deep(open: Span) -> Diagnostic {
+    Diagnostic::new(open, "value is nested too deeply", format!("more than {MAX_DEPTH} levels of `[` and `(`"))
+}
+
+fn all_headers() -> String {
+    let forms: Vec<String> = BlockKind::ALL.iter().map(|k| k.header_form()).collect();
+    let forms: Vec<&str> = forms.iter().map(String::as_str).collect();
+    suggest::one_of(&forms)
+}
+
+fn layer_forms() -> String {
+    "layers are written `input N`, `dense N ACTIVATION`, `batchnorm`, `layernorm` or `dropout P`, one per line"
+        .to_string()
+}
+
+fn is_identifier(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(source: &str) -> Document {
+        let mut diags = Vec::new();
+        let doc = parse(source, &mut diags);
+        assert!(diags.is_empty(), "{diags:#?}");
+        doc
+    }
+
+    fn parse_err(source: &str) -> Vec<Diagnostic> {
+        let mut diags = Vec::new();
+        parse(source, &mut diags);
+        assert!(!diags.is_empty());
+        diags
+    }
+
+    fn value_of(source: &str) -> ValueKind {
+        let doc = parse_ok(&format!("train:\nk = {source}\n"));
+        doc.blocks[0].entries[0].value.kind.clone()
+    }
+
+    fn ident(s: &str) -> ValueKind {
+        ValueKind::Ident(s.into())
+    }
+
+    fn strip(kind: &ValueKind) -> String {
+        // A compact rendering of a value's shape, without spans.
+        match kind {
+            ValueKind::Number(t) => t.clone(),
+            ValueKind::Str(s) => format!("{s:?}"),
+            ValueKind::Bool(b) => b.to_string(),
+            ValueKind::Ident(s) => s.clone(),
+            ValueKind::List(items) => {
+                let inner: Vec<String> = items.iter().map(|v| strip(&v.kind)).collect();
+                format!("[{}]", inner.join(","))
+            }
+            ValueKind::Call(call) => {
+                let inner: Vec<String> = call
+                    .args
+                    .iter()
+                    .map(|a| match &a.name {
+                        Some(n) => format!("{}={}", n.value, strip(&a.value.kind)),
+                        None => strip(&a.value.kind),
+                    })
+                    .collect();
+                format!("{}({})", call.name.value, inner.join(","))
+            }
+            ValueKind::Error => "<error>".into(),
+        }
+    }
+
+    #[test]
+    fn values() {
+        assert_eq!(value_of("mse"), ident("mse"));
+        assert_eq!(value_of("true"), ValueKind::Bool(true));
+        assert_eq!(value_of("false"), ValueKind::Bool(false));
+        assert_eq!(value_of("-1e-3"), ValueKind::Number("-1e-3".into()));
+        assert_eq!(value_of(r#""a \"b\"""#), ValueKind::Str("a \"b\"".into()));
+        assert_eq!(strip(&value_of("[]")), "[]");
+        assert_eq!(strip(&value_of("[mae, rmse,]")), "[mae,rmse]");
+        assert_eq!(strip(&value_of("[[1, 2], [], [3]]")), "[[1,2],[],[3]]");
+        assert_eq!(strip(&value_of("adamw(lr=0.001, betas=[0.9, 0.99])")), "adamw(lr=0.001,betas=[0.9,0.99])");
+        assert_eq!(strip(&value_of("huber(1.5)")), "huber(1.5)");
+        assert_eq!(strip(&value_of("f()")), "f()");
+        assert_eq!(strip(&value_of("f(1, x=2,)")), "f(1,x=2)");
+        assert_eq!(strip(&value_of("csv(\"data/x.csv\")")), "csv(\"data/x.csv\")");
+    }
+
+    #[test]
+    fn value_spans_cover_the_text() {
+        let src = "train:\nk = adamw(lr=1)  # c\n";
+        let doc = parse_ok(src);
+        let value = &doc.blocks[0].entries[0].value;
+        assert_eq!(&src[value.span.start..value.span.end], "adamw(lr=1)");
+    }
+
+    #[test]
+    fn blocks_and_bodies_ignore_indentation() {
+        let src = "dataset D:\nsource = csv(\"x\")\n  model M:\n input 3\n\tdense 1 linear\ntrain:\nepochs = 1\nevaluate:\nexport:\n";
+        let doc = parse_ok(src);
+        let kinds: Vec<BlockKind> = doc.blocks.iter().map(|b| b.kind).collect();
+        assert_eq!(
+            kinds,
+            [BlockKind::Dataset, BlockKind::Model, BlockKind::Train, BlockKind::Evaluate, BlockKind::Export]
+        );
+        assert_eq!(doc.blocks[0].name.as_ref().map(|n| n.value.as_str()), Some("D"));
+        assert_eq!(doc.blocks[1].layers.len(), 2);
+        assert_eq!(doc.blocks[2].entries[0].key.value, "epochs");
+    }
+
+    #[test]
+    fn colon_inside_a_value_is_not_a_header() {
+        let doc = parse_ok("train:\ndevice = \"cuda:1\"\n");
+        assert_eq!(doc.blocks.len(), 1);
+        let diags = parse_err("train:\ndevice = cuda:1\n");
+        assert_eq!(diags.len(), 1);
+        assert!(diags[0].help.as_deref().unwrap_or("").contains("\"cuda:1\""), "{diags:?}");
+    }
+
+    #[test]
+    fn structural_errors() {
+        for (src, message) in [
+            ("epochs = 1\n", "line outside any block"),
+            ("train:\nk = [1, 2\n", "unclosed `[`"),
+            ("train:\nk = f(1, 2\n", "unclosed `(`"),
+            ("train:\nk = [1 2]\n", "expected `,` or `]`, found `2`"),
+            ("train:\nk = f(a=1, 2)\n", "positional argument after a named argument"),
+            ("train:\nk =\n", "missing value for `k`"),
+            ("train:\nk = 1 2\n", "unexpected `2` after the value"),
+            ("train:\nepochs 100\n", "expected `key = value`"),
+            ("train:\n= 1\n", "expected a key before `=`"),
+            ("train\nepochs = 1\n", "missing `:` after block header"),
+            ("trian:\n", "unknown block `trian`"),
+            ("dataset:\n", "missing name in `dataset` header"),
+            ("model Deep Net:\n", "expected one name after `model`, found 2"),
+            ("train T:\n", "a `train:` block takes no name"),
+            ("train: epochs = 1\n", "unexpected text after block header"),
+            ("model M:\ninput = 3\n", "expected a layer, found a `key = value` setting"),
+            ("model M:\ndense 64, relu\n", "unexpected `,` in a layer line"),
+        ] {
+            let diags = parse_err(src);
+            assert_eq!(diags[0].message, message, "{src:?}: {diags:#?}");
+        }
+    }
+
+    #[test]
+    fn yaml_style_settings_are_not_headers() {
+        let mut diags = Vec::new();
+        let doc = parse("dataset D:\nsource: csv(\"x\")\ntarget = \"y\"\nmodel M:\ninput: 3\n", &mut diags);
+        assert_eq!(doc.blocks.len(), 2);
+        assert_eq!(doc.blocks[0].entries.len(), 2);
+        assert_eq!(diags[0].message, "expected `=` after `source`, found `:`");
+        assert_eq!(diags[0].help.as_deref(), Some("write `source = csv(\"x\")`"));
+        assert_eq!(diags[1].message, "expected a space after `input`, found `:`");
+        assert_eq!(diags.len(), 2);
+    }
+
+    #[test]
+    fn model_without_equals_in_train_is_a_setting() {
+        let mut diags = Vec::new();
+        let doc = parse("train:\nmodel DeepNet\nepochs = 1\n", &mut diags);
+        assert_eq!(doc.blocks.len(), 1);
+        assert_eq!(diags.len(), 1);
+        assert_eq!(diags[0].help.as_deref(), Some("write `model = DeepNet`"));
+        assert_eq!(doc.blocks[0].entries.len(), 2);
+    }
+
+    #[test]
+    fn one_bad_line_does_not_hide_the_next() {
+        let diags = parse_err("train:\na = [1\nb = \"x\nc = f(\nd = 1\n");
+        assert_eq!(diags.len(), 3);
+    }
+
+    #[test]
+    fn nesting_is_limited() {
+        let deep = format!("train:\nk = {}{}\n", "[".repeat(10_000), "]".repeat(10_000));
+        let diags = parse_err(&deep);
+        assert_eq!(diags.len(), 1);
+        assert_eq!(diags[0].message, "value is nested too deeply");
+        let ok = format!("train:\nk = {}{}\n", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        parse_ok(&ok);
+    }
+
+    #[test]
+    fn misspelled_blocks_are_remembered() {
+        let mut diags = Vec::new();
+        let doc = parse("modle M:\ninput 3\ntrian:\nepochs = 1\n", &mut diags);
+        assert!(doc.blocks.is_empty());
+        assert_eq!(doc.lost_blocks, [BlockKind::Model, BlockKind::Train]);
+        // The bodies of unknown blocks are skipped, not reported line by line.
+        assert_eq!(diags.len(), 2);
+    }
+}

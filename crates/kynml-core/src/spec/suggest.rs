@@ -1,0 +1,172 @@
+//! "Did you mean ...?" for misspelled keys, values, block kinds and names.
+
+/// Names users bring from other tools, mapped to what this language calls
+/// them. Edit distance cannot find these (`learning_rate` is far from `lr`),
+/// and for a few it would find the wrong thing (`gpu` is one letter from
+/// `cpu`).
+const ALIASES: &[(&str, &str)] = &[
+    ("learning_rate", "lr"),
+    ("batch_size", "batch"),
+    ("num_epochs", "epochs"),
+    ("n_epochs", "epochs"),
+    ("max_epochs", "epochs"),
+    ("optim", "optimizer"),
+    ("lr_scheduler", "scheduler"),
+    ("early_stopping", "early_stop"),
+    ("dataset", "data"),
+    ("float32", "fp32"),
+    ("f32", "fp32"),
+    ("float16", "fp16"),
+    ("f16", "fp16"),
+    ("half", "fp16"),
+    ("bfloat16", "bf16"),
+    ("gpu", "cuda"),
+    ("vulkan", "wgpu"),
+    ("metal", "wgpu"),
+    ("mps", "wgpu"),
+    ("l2", "mse"),
+    ("l1", "mae"),
+    ("mean_squared_error", "mse"),
+    ("mean_absolute_error", "mae"),
+    ("smooth_l1", "huber"),
+    ("bce_with_logits", "bce"),
+    ("binary_cross_entropy", "bce"),
+    ("linear", "dense"),
+    ("fc", "dense"),
+    ("swish", "silu"),
+    ("lrelu", "leaky_relu"),
+    ("momentum_sgd", "sgd"),
+    ("cosine_annealing", "cosine"),
+    ("steplr", "step"),
+    ("weight_decay_rate", "weight_decay"),
+    ("beta", "betas"),
+];
+
+/// Longest word for which a suggestion is searched; edit distance is
+/// quadratic and a typo is never that long.
+const MAX_WORD: usize = 64;
+
+/// The candidate that `word` most likely was meant to be, if any is close:
+/// a known alias first, then a match ignoring case, then the nearest by edit
+/// distance within about a third of the word's length (rustc's rule).
+pub(super) fn did_you_mean<'a, I>(word: &str, candidates: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let candidates: Vec<&'a str> = candidates.into_iter().collect();
+    let lower = word.to_ascii_lowercase();
+    if let Some((_, target)) = ALIASES.iter().find(|(alias, _)| *alias == lower) {
+        if let Some(found) = candidates.iter().find(|c| *c == target) {
+            return Some(found);
+        }
+    }
+    if let Some(found) = candidates.iter().find(|c| c.eq_ignore_ascii_case(word)) {
+        return Some(found);
+    }
+    let word_len = word.chars().count();
+    if word_len == 0 || word_len > MAX_WORD {
+        return None;
+    }
+    let limit = word_len.max(3) / 3;
+    let mut best: Option<(usize, &'a str)> = None;
+    for candidate in candidates {
+        let len = candidate.chars().count();
+        if len > MAX_WORD || len.abs_diff(word_len) > limit {
+            continue;
+        }
+        let d = distance(&lower, &candidate.to_ascii_lowercase());
+        if d <= limit && best.is_none_or(|(b, _)| d < b) {
+            best = Some((d, candidate));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// `did you mean `x`?`, or `None`.
+pub(super) fn help<'a, I>(word: &str, candidates: I) -> Option<String>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    did_you_mean(word, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// `` `a`, `b` or `c` `` for help lines that list what is accepted.
+pub(super) fn one_of(options: &[&str]) -> String {
+    let quoted: Vec<String> = options.iter().map(|o| format!("`{o}`")).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// Optimal string alignment distance: edits are insertions, deletions,
+/// substitutions and swaps of two neighbours (`trian` is one edit from
+/// `train`).
+fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let width = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * width];
+    for i in 0..=a.len() {
+        d[i * width] = i;
+    }
+    for (j, cell) in d.iter_mut().take(width).enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best =
+                (d[(i - 1) * width + j] + 1).min(d[i * width + j - 1] + 1).min(d[(i - 1) * width + j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[(i - 2) * width + j - 2] + 1);
+            }
+            d[i * width + j] = best;
+        }
+    }
+    d[a.len() * width + b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_typos() {
+        assert_eq!(did_you_mean("epoch", ["epochs", "batch"]), Some("epochs"));
+        assert_eq!(did_you_mean("trian", ["train", "model"]), Some("train"));
+        assert_eq!(did_you_mean("DeepNt", ["DeepNet"]), Some("DeepNet"));
+        assert_eq!(did_you_mean("Train", ["train"]), Some("train"));
+        assert_eq!(did_you_mean("mze", ["mse", "mae"]), Some("mse"));
+        assert_eq!(did_you_mean("optimiser", ["optimizer"]), Some("optimizer"));
+    }
+
+    #[test]
+    fn rejects_far_words() {
+        assert_eq!(did_you_mean("banana", ["epochs", "batch"]), None);
+        assert_eq!(did_you_mean("", ["a"]), None);
+        assert_eq!(did_you_mean(&"x".repeat(1000), ["x"]), None);
+    }
+
+    #[test]
+    fn aliases_win_over_distance() {
+        assert_eq!(did_you_mean("gpu", ["auto", "cpu", "cuda", "wgpu"]), Some("cuda"));
+        assert_eq!(did_you_mean("learning_rate", ["lr", "eps"]), Some("lr"));
+        // An alias whose target is not on offer falls back to distance.
+        assert_eq!(did_you_mean("gpu", ["cpu"]), Some("cpu"));
+    }
+
+    #[test]
+    fn distance_counts_swaps_once() {
+        assert_eq!(distance("ab", "ba"), 1);
+        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(distance("", "abc"), 3);
+    }
+
+    #[test]
+    fn one_of_reads_as_a_sentence() {
+        assert_eq!(one_of(&["a"]), "`a`");
+        assert_eq!(one_of(&["a", "b", "c"]), "`a`, `b` or `c`");
+    }
+}

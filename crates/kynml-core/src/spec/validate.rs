@@ -1,0 +1,99 @@
+//! Stage two: the untyped [`Document`] to a typed [`Spec`].
+//!
+//! Every block is checked, including datasets and models that `train:` does
+//! not use, so that a spec's problems all show up in one run. The spec is
+//! assembled only when nothing was reported.
+
+use super::ast::{Block, BlockKind, Document};
+use super::dataset::dataset;
+use super::diagnostic::Diagnostic;
+use super::layers::model;
+use super::outputs::{evaluate, export};
+use super::train::train;
+use super::types::{EvaluateSpec, Span, Spec};
+
+pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<Spec> {
+    let blocks = distinct_blocks(document, d);
+    let first = |kind: BlockKind| blocks.iter().copied().find(|b| b.kind == kind);
+
+    let mut datasets = Vec::new();
+    let mut models = Vec::new();
+    for block in &blocks {
+        match block.kind {
+            BlockKind::Dataset => datasets.push(dataset(block, d)),
+            BlockKind::Model => models.push(model(block, d)),
+            _ => {}
+        }
+    }
+
+    let Some(train_block) = first(BlockKind::Train) else {
+        if !document.lost_blocks.contains(&BlockKind::Train) {
+            let end = Span { start: document.end, end: document.end };
+            let label =
+                if document.end == 0 { "this spec is empty" } else { "the spec ends here without a `train:` block" };
+            d.push(
+                Diagnostic::new(end, "missing `train:` block", label)
+                    .with_help("add a `train:` block with at least `loss = ...` and `epochs = ...`"),
+            );
+        }
+        // Still checked, so that their problems are not found one run later.
+        if let Some(block) = first(BlockKind::Evaluate) {
+            evaluate(block, None, d);
+        }
+        if let Some(block) = first(BlockKind::Export) {
+            export(block, d);
+        }
+        return None;
+    };
+    let outcome = train(train_block, document, d);
+    let evaluate = match first(BlockKind::Evaluate) {
+        Some(block) => evaluate(block, outcome.loss.as_ref(), d),
+        None => Some(EvaluateSpec { metrics: Vec::new() }),
+    };
+    let export = match first(BlockKind::Export) {
+        Some(block) => export(block, d).map(Some),
+        None => Some(None),
+    };
+
+    let train = outcome.spec?;
+    let dataset = datasets.into_iter().flatten().find(|s| s.name.value == train.data.value)?;
+    let model = models.into_iter().flatten().find(|s| s.name.value == train.model.value)?;
+    Some(Spec { dataset, model, train, evaluate: evaluate?, export: export? })
+}
+
+/// The blocks to validate: a second `train:` block, or a second dataset or
+/// model of the same name, is reported and left out, since which one was
+/// meant cannot be known.
+fn distinct_blocks<'a>(document: &'a Document, d: &mut Vec<Diagnostic>) -> Vec<&'a Block> {
+    let mut kept: Vec<&Block> = Vec::new();
+    for block in &document.blocks {
+        let same = |other: &&&Block| {
+            other.kind == block.kind
+                && match (&other.name, &block.name) {
+                    (Some(a), Some(b)) => a.value == b.value,
+                    _ => !block.kind.is_named(),
+                }
+        };
+        let Some(earlier) = kept.iter().find(same) else {
+            kept.push(block);
+            continue;
+        };
+        let keyword = block.kind.keyword();
+        let diagnostic = match &block.name {
+            Some(name) => Diagnostic::new(
+                name.span,
+                format!("duplicate {keyword} `{}`", name.value),
+                format!("`{keyword} {}:` is already defined on line {}", name.value, earlier.line),
+            )
+            .with_help("rename one of them, or remove one"),
+            None => Diagnostic::new(
+                block.header,
+                format!("duplicate `{keyword}:` block"),
+                format!("`{keyword}:` already appears on line {}", earlier.line),
+            )
+            .with_help("merge the two blocks into one"),
+        };
+        d.push(diagnostic);
+    }
+    kept
+}

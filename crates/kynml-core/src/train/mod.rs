@@ -1,0 +1,17 @@
+//! Training: the loop, its losses, optimizers, schedules and early stopping.
+//!
+//! [`train`] runs a validated [`Spec`](crate::spec::types::Spec) on a
+//! [`Dataset`](crate::data::Dataset) and reports through a callback; it
+//! prints nothing itself.
+
+mod early_stop;
+mod events;
+pub mod loss;
+mod optimizer;
+pub mod schedule;
+mod trainer;
+
+pub use early_stop::{EarlyStopper, Verdict};
+pub use events::{EpochRecord, TrainEvent};
+pub use optimizer::AnyOptimizer;
+pub use trainer::{train, Task, TrainError, TrainResult, TrainSettings};

@@ -1,0 +1,228 @@
+//! The training loop. One step reads top to bottom: gather a batch, forward,
+//! loss, backward, optimizer step. One epoch: shuffle, steps, validate,
+//! early-stopping check.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use burn::module::{AutodiffModule, Module};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::Backend as _;
+use burn::tensor::Tensor;
+
+use crate::data::{Batch, Dataset, Split};
+use crate::evaluate::{self, features_tensor, targets_tensor, IntoScalarF64};
+use crate::model::{Mode, Model};
+use crate::rng::SplitMix64 as Rng;
+use crate::spec::types::{Layer, Loss, Metric, Spec};
+use crate::train::early_stop::{EarlyStopper, Verdict};
+use crate::train::events::{EpochRecord, TrainEvent};
+use crate::train::loss;
+use crate::train::optimizer::AnyOptimizer;
+use crate::train::schedule::lr_at;
+use kynml_backend::{Backend as Kb, Device};
+
+/// Stream ids for [`Rng::stream`]: data order and dropout never share draws
+/// with weight initialisation.
+const DATA_STREAM: u64 = 2;
+const DROPOUT_STREAM: u64 = 3;
+/// Read the running loss back from the device every this many steps.
+const READ_EVERY: usize = 10;
+
+/// Regression or classification, decided by the loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Task {
+    Regression,
+    Classification { classes: usize },
+}
+
+/// Settings of the loop that do not come from the spec file itself.
+#[derive(Debug, Clone, Default)]
+pub struct TrainSettings {
+    /// Stop the first epoch after this many steps (for quick checks and
+    /// benches); `None` runs whole epochs.
+    pub max_steps_per_epoch: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum TrainError {
+    #[error("training loss became {value} at epoch {epoch}, step {step}; lower the learning rate or check the data")]
+    NonFiniteLoss { epoch: usize, step: usize, value: f64 },
+}
+
+/// What a finished run leaves behind.
+#[derive(Debug)]
+pub struct TrainResult {
+    /// The final model (the best epoch's when early stopping is on), on the
+    /// device without autodiff.
+    pub model: Model<Kb>,
+    pub history: Vec<EpochRecord>,
+    /// Validation loss and metrics of `model`.
+    pub final_metrics: BTreeMap<String, f64>,
+    pub best_epoch: Option<usize>,
+    pub stopped_early: bool,
+    pub seconds: f64,
+    /// Training samples per second over all epochs (steps only).
+    pub samples_per_sec: f64,
+}
+
+pub fn train(
+    spec: &Spec,
+    data: &Dataset,
+    device: &Device,
+    settings: &TrainSettings,
+    on_event: &mut dyn FnMut(TrainEvent),
+) -> Result<TrainResult, TrainError> {
+    let t = &spec.train;
+    let loss_kind = t.loss.value;
+    let metrics = metrics_for(spec, loss_kind);
+    let n_classes = data.class_names().map_or(0, <[String]>::len);
+    let ad_device = device.autodiff();
+    let inner_device = device.inner();
+    Kb::seed(&ad_device, Rng::stream(t.seed, DROPOUT_STREAM).next_u64());
+
+    let mut model = Model::init(&spec.model, t.seed, &ad_device);
+    let mut optimizer = AnyOptimizer::new(&t.optimizer.value);
+    let mut stopper = t.early_stop.as_ref().map(|e| EarlyStopper::new(&e.value));
+    let mut best = None;
+    let mut order_rng = Rng::stream(t.seed, DATA_STREAM);
+    let batch_size = t.batch.value;
+    let has_batchnorm = spec.model.layers.iter().any(|l| l.value == Layer::BatchNorm);
+    let n_train = data.train.len();
+    let mut batch = Batch::default();
+    let mut history = Vec::new();
+    let mut stopped_early = false;
+    let started = Instant::now();
+    let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
+
+    for epoch in 1..=t.epochs.value {
+        let lr = lr_at(t.optimizer.value.lr(), t.scheduler.as_ref().map(|s| &s.value), epoch - 1);
+        let mut order: Vec<usize> = (0..n_train).collect();
+        order_rng.shuffle(&mut order);
+        let batches = epoch_batches(&order, batch_size, has_batchnorm, settings.max_steps_per_epoch);
+        let steps = batches.len();
+        on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
+
+        let epoch_start = Instant::now();
+        let mut loss_sum: Option<Tensor<Kb, 1>> = None;
+        let mut seen = 0usize;
+        for (step, rows) in batches.iter().enumerate() {
+            let step = step + 1;
+            data.gather(Split::Train, rows, &mut batch);
+            let x = features_tensor(&batch.features, rows.len(), data.n_features(), &ad_device);
+            let y = targets_tensor(&batch.labels, loss_kind, &ad_device);
+
+            let pred = model.forward(x, Mode::Train);
+            let loss = loss::compute(loss_kind, pred, &y);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optimizer.step(lr, model, grads);
+
+            let weighted = loss.detach().mul_scalar(rows.len() as f64);
+            loss_sum = Some(match loss_sum {
+                Some(sum) => sum + weighted,
+                None => weighted,
+            });
+            seen += rows.len();
+            let read = step % READ_EVERY == 0 || step == steps;
+            let mean_loss = if read {
+                let mean = loss_sum.clone().unwrap().into_scalar_f64() / seen as f64;
+                if !mean.is_finite() {
+                    return Err(TrainError::NonFiniteLoss { epoch, step, value: mean });
+                }
+                Some(mean)
+            } else {
+                None
+            };
+            let secs = epoch_start.elapsed().as_secs_f64();
+            on_event(TrainEvent::Step { epoch, step, steps, loss: mean_loss, samples_per_sec: seen as f64 / secs });
+        }
+        let step_secs = epoch_start.elapsed().as_secs_f64();
+        let train_loss = loss_sum.map_or(f64::NAN, |s| s.into_scalar_f64() / seen.max(1) as f64);
+        total_samples += seen;
+        total_step_secs += step_secs;
+
+        let eval_model = model.valid();
+        let outputs = evaluate::run_split(&eval_model, data, Split::Valid, loss_kind, &inner_device);
+        let record = EpochRecord {
+            epoch,
+            lr,
+            train_loss,
+            val_loss: outputs.loss,
+            metrics: evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes),
+            samples_per_sec: seen as f64 / step_secs,
+            seconds: epoch_start.elapsed().as_secs_f64(),
+        };
+        on_event(TrainEvent::EpochEnd(&record));
+        history.push(record);
+
+        if let Some(stopper) = stopper.as_mut() {
+            match stopper.observe(epoch, outputs.loss) {
+                Verdict::Improved => best = Some(eval_model.into_record()),
+                Verdict::Wait => {}
+                Verdict::Stop => {
+                    on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch.unwrap_or(epoch) });
+                    stopped_early = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    let mut final_model = model.valid();
+    if let Some(record) = best {
+        final_model = final_model.load_record(record);
+    }
+    let outputs = evaluate::run_split(&final_model, data, Split::Valid, loss_kind, &inner_device);
+    let mut final_metrics = evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes);
+    final_metrics.insert("val_loss".into(), outputs.loss);
+    Ok(TrainResult {
+        model: final_model,
+        history,
+        final_metrics,
+        best_epoch: stopper.and_then(|s| s.best_epoch),
+        stopped_early,
+        seconds: started.elapsed().as_secs_f64(),
+        samples_per_sec: total_samples as f64 / total_step_secs.max(1e-9),
+    })
+}
+
+/// The spec's metrics, or the usual ones for the task when it names none.
+pub fn metrics_for(spec: &Spec, loss: Loss) -> Vec<Metric> {
+    if !spec.evaluate.metrics.is_empty() {
+        return spec.evaluate.metrics.iter().map(|m| m.value).collect();
+    }
+    if loss.is_classification() {
+        vec![Metric::Accuracy, Metric::Precision, Metric::Recall, Metric::F1]
+    } else {
+        vec![Metric::Mae, Metric::Rmse, Metric::R2]
+    }
+}
+
+/// Cut one epoch's shuffled order into batches. A last batch of a single row
+/// is dropped when the model has batchnorm, whose batch statistics need two
+/// rows (PyTorch raises an error there instead).
+fn epoch_batches(order: &[usize], batch: usize, has_batchnorm: bool, max_steps: Option<usize>) -> Vec<Vec<usize>> {
+    let mut batches: Vec<Vec<usize>> = order.chunks(batch).map(<[usize]>::to_vec).collect();
+    if has_batchnorm && batches.len() > 1 && batches.last().is_some_and(|b| b.len() == 1) {
+        batches.pop();
+    }
+    if let Some(max) = max_steps {
+        batches.truncate(max);
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_cover_the_order_and_drop_a_lone_row_only_with_batchnorm() {
+        let order: Vec<usize> = (0..9).collect();
+        let b = epoch_batches(&order, 4, false, None);
+        assert_eq!(b, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8]]);
+        let b = epoch_batches(&order, 4, true, None);
+        assert_eq!(b.len(), 2);
+        assert_eq!(epoch_batches(&order, 4, false, Some(1)).len(), 1);
+    }
+}

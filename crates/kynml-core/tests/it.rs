@@ -1,0 +1,143 @@
+//! Integration tests for the engine: real datasets reach sane quality, and
+//! the wgpu backend (lavapipe in CI) agrees with the CPU backend.
+
+use std::path::{Path, PathBuf};
+
+use kynml_backend::{select, DeviceChoice};
+use kynml_core::plan::{Overrides, SpecFile};
+use kynml_core::train::{train, TrainSettings};
+
+fn example(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(rel)
+}
+
+fn train_example(rel: &str) -> std::collections::BTreeMap<String, f64> {
+    let file = SpecFile::load(&example(rel)).unwrap();
+    let data = file.load_data().unwrap();
+    let device = select(DeviceChoice::Cpu).unwrap();
+    train(&file.spec, &data, &device, &TrainSettings::default(), &mut |_| {}).unwrap().final_metrics
+}
+
+#[test]
+fn iris_reaches_high_accuracy_on_held_out_rows() {
+    let metrics = train_example("iris/iris.kyn");
+    assert!(metrics["accuracy"] >= 0.9, "{metrics:?}");
+}
+
+#[test]
+fn diabetes_rmse_is_well_below_the_target_spread() {
+    let file = SpecFile::load(&example("diabetes/diabetes.kyn")).unwrap();
+    let data = file.load_data().unwrap();
+    let kynml_core::data::Labels::Values(y) = &data.valid.labels else { panic!("regression") };
+    let mean = y.iter().map(|&v| v as f64).sum::<f64>() / y.len() as f64;
+    let std = (y.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / y.len() as f64).sqrt();
+    let metrics = train_example("diabetes/diabetes.kyn");
+    // A constant predictor scores rmse = std; a useful model is clearly below.
+    assert!(metrics["rmse"] < 0.85 * std, "rmse {} vs std {std}: {metrics:?}", metrics["rmse"]);
+    assert!(metrics["r2"] > 0.25, "{metrics:?}");
+}
+
+#[test]
+fn wine_classifies_well() {
+    let metrics = train_example("wine/wine.kyn");
+    assert!(metrics["accuracy"] >= 0.9, "{metrics:?}");
+}
+
+#[test]
+fn users_deepnet_spec_has_pytorchs_parameter_count() {
+    let file = SpecFile::load(&example("deepnet/deepnet.kyn")).unwrap();
+    let summary = kynml_core::model::summarize(&file.spec.model);
+    assert_eq!(summary.total_params, 215_425);
+}
+
+/// Fresh random regression data (a seed from the clock), so that agreement
+/// is not tuned to one lucky data set; the seed is printed on failure.
+fn random_regression_spec(dir: &Path, seed: u64, model: &str) -> PathBuf {
+    let mut rng = kynml_core::rng::SplitMix64::new(seed);
+    let mut csv = String::from("a,b,c,d,e,f,y\n");
+    for _ in 0..240 {
+        let x: Vec<f64> = (0..6).map(|_| rng.uniform(-2.0, 2.0)).collect();
+        let y = x[0] * 1.5 - x[1] * x[2] + (x[3] * 2.0).sin() + 0.1 * rng.uniform(-1.0, 1.0);
+        let row: Vec<String> = x.iter().chain(std::iter::once(&y)).map(|v| format!("{v:.6}")).collect();
+        csv.push_str(&row.join(","));
+        csv.push('\n');
+    }
+    std::fs::write(dir.join("data.csv"), csv).unwrap();
+    let spec = format!(
+        "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n normalize = true\n\
+         model M:\n input 6\n{model}\n\
+         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 4\n batch = 32\n seed = {seed}\n"
+    );
+    let path = dir.join("spec.kyn");
+    std::fs::write(&path, spec).unwrap();
+    path
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+#[test]
+fn wgpu_training_agrees_with_cpu_in_fp32() {
+    // Without a Vulkan adapter this fails on purpose: scripts/test.sh
+    // installs lavapipe so that the wgpu backend is really exercised.
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = clock_seed();
+    // Dropout masks come from each backend's own generator, so the parity
+    // model has none; batchnorm and layernorm are in.
+    let layers = " dense 32 gelu\n batchnorm\n dense 16 tanh\n layernorm\n dense 1 linear";
+    let path = random_regression_spec(tmp.path(), seed, layers);
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides::default());
+    let data = file.load_data().unwrap();
+    let run = |device| train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let (a, b) = (run(&cpu), run(&wgpu));
+    for (ea, eb) in a.history.iter().zip(&b.history) {
+        // fp32 with different summation orders: agree to ~1e-3 relative
+        // over a few epochs of Adam.
+        for (x, y) in [(ea.train_loss, eb.train_loss), (ea.val_loss, eb.val_loss)] {
+            assert!((x - y).abs() <= 2e-3 * x.abs().max(1e-3), "seed {seed}, epoch {}: cpu {x} vs wgpu {y}", ea.epoch);
+        }
+    }
+    assert_eq!(a.history.len(), 4);
+}
+
+#[test]
+fn same_seed_same_result_on_the_cpu() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), 11, " dense 16 relu\n dropout 0.2\n dense 1 linear");
+    let file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let run = || train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let (a, b) = (run(), run());
+    let losses = |r: &kynml_core::train::TrainResult| r.history.iter().map(|e| e.val_loss).collect::<Vec<_>>();
+    assert_eq!(losses(&a), losses(&b));
+}
+
+#[test]
+fn input_width_mismatch_names_both_numbers_and_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), 1, " dense 1 linear");
+    let text = std::fs::read_to_string(&path).unwrap().replace("input 6", "input 7");
+    std::fs::write(&path, text).unwrap();
+    let err = SpecFile::load(&path).unwrap().load_data().unwrap_err();
+    let kynml_core::plan::LoadError::Spec { error, source_text, .. } = err else { panic!("{err:?}") };
+    let rendered = kynml_core::spec::render("spec.kyn", &source_text, &error.diagnostics);
+    assert!(rendered.contains("input 7") && rendered.contains("6 feature columns") && rendered.contains("data.csv"), "{rendered}");
+}
+
+#[test]
+fn classification_head_must_match_the_classes() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(example("iris/iris.csv"), tmp.path().join("iris.csv")).unwrap();
+    let spec = "dataset I:\n source = csv(\"iris.csv\")\n target = \"species\"\nmodel M:\n input 4\n dense 2 linear\n\
+                train:\n model = M\n data = I\n loss = cross_entropy\n optimizer = adam\n epochs = 1\n";
+    let path = tmp.path().join("s.kyn");
+    std::fs::write(&path, spec).unwrap();
+    let err = SpecFile::load(&path).unwrap().load_data().unwrap_err();
+    let kynml_core::plan::LoadError::Spec { error, .. } = err else { panic!("{err:?}") };
+    assert!(error.diagnostics[0].message.contains("3 classes"), "{:?}", error.diagnostics);
+}

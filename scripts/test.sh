@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite, as a new user and CI run it.
+#
+# It builds in the same optimised profile as `cargo run --release`, so one
+# build of Burn serves the CLI, the tests and the benches. Set
+# CARGO_TARGET_DIR to share that build between clones (CI does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup-lavapipe.sh
+cargo test --release --workspace "$@"

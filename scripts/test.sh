@@ -8,4 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup-lavapipe.sh
-cargo test --release --workspace "$@"
+# Mesa prints a spurious "XDG_RUNTIME_DIR is invalid" on headless hosts.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+cargo test --release --workspace --no-fail-fast "$@"

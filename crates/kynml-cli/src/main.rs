@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    quiet_headless_vulkan();
     let cli = args::Cli::parse();
     let outcome = match cli.command {
         args::Command::Train(a) => train::run(a),
@@ -20,8 +21,29 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("{}", failure.message);
+            eprintln!("{}", failure.message.trim_end());
             ExitCode::from(failure.code)
         }
+    }
+}
+
+/// Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid or not set"
+/// when probed on a headless host, which reads like a KynML failure. Give
+/// this process a private runtime folder, as a login session would, before
+/// any thread exists and before any device is probed.
+fn quiet_headless_vulkan() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some() {
+        return;
+    }
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    // /proc/self belongs to this process's user: a per-user folder, reused.
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else { return };
+    let dir = std::env::temp_dir().join(format!("kynml-runtime-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let ours = std::fs::symlink_metadata(&dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o077 == 0);
+    if ours {
+        // Sound: no other thread exists yet.
+        std::env::set_var("XDG_RUNTIME_DIR", &dir);
     }
 }

@@ -87,6 +87,6 @@ mod tests {
     #[test]
     fn table_aligns_columns() {
         let t = table(&["a", "bb"], &[vec!["xyz".into(), "1".into()]]);
-        assert_eq!(t, "  a      bb\n  ---   --\n  xyz    1");
+        assert_eq!(t, "  a     bb\n  ---   --\n  xyz    1");
     }
 }

@@ -104,13 +104,14 @@ fn a_broken_csv_exits_2_naming_row_and_column() {
     let broken: Vec<String> = csv
         .lines()
         .enumerate()
-        .map(|(i, l)| if i == 4 { l.replacen("5.", "x5.", 1) } else { l.to_string() })
+        .map(|(i, l)| if i == 4 { format!("abc{}", &l[l.find(',').unwrap()..]) } else { l.to_string() })
         .collect();
     std::fs::write(tmp.path().join("iris.csv"), broken.join("\n")).unwrap();
     let out = kynml(&["train", "iris.kyn"], tmp.path());
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("iris.csv") && t.contains('5') && t.contains("sepal_length_cm"), "{t}");
+    // Line 5 of the file (the header is line 1), column 1.
+    assert!(t.contains("iris.csv:5:") && t.contains("column 1") && t.contains("sepal_length_cm") && t.contains("abc"), "{t}");
     assert!(!tmp.path().join("runs").exists());
 }
 

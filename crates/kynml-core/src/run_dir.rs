@@ -49,8 +49,14 @@ impl RunDir {
         Ok(RunDir { path: path.to_path_buf() })
     }
 
+    /// Written to a temporary file in the run folder, synced, then renamed
+    /// into place: a reader never sees half a file.
     pub fn write_text(&self, name: &str, text: &str) -> io::Result<()> {
-        fs::write(self.path.join(name), text)
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.path)?;
+        tmp.write_all(text.as_bytes())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(self.path.join(name)).map_err(|e| e.error)?;
+        Ok(())
     }
 
     pub fn write_json<T: serde::Serialize>(&self, name: &str, value: &T) -> io::Result<()> {

@@ -1,9 +1,16 @@
 //! Inverted dropout: zero each activation with probability `p` in training
 //! and scale the survivors by `1/(1-p)`, so evaluation is the identity.
+//!
+//! The mask is drawn on the host from the run's own generator rather than
+//! from the backend's: Burn's CPU backend keeps one process-wide generator,
+//! so two trainings in one process (a service, a test suite) would take each
+//! other's draws and neither would be reproducible. Drawn here, a seed gives
+//! the same masks on every backend and in any company.
 
 use burn::module::Module;
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::{Tensor, TensorData};
 
+use crate::rng::SplitMix64;
 use kynml_backend::Backend as Kb;
 
 #[derive(Module, Debug, Clone)]
@@ -14,12 +21,45 @@ pub struct Dropout {
 impl Dropout {
     /// # Shapes
     /// `x: [batch, features]` → same
-    pub fn forward(&self, x: Tensor<Kb, 2>, training: bool) -> Tensor<Kb, 2> {
-        if !training || self.prob == 0.0 {
+    pub fn forward(&self, x: Tensor<Kb, 2>, rng: Option<&mut SplitMix64>) -> Tensor<Kb, 2> {
+        let Some(rng) = rng else { return x };
+        if self.prob == 0.0 {
             return x;
         }
-        let keep = 1.0 - self.prob;
-        let mask = x.random_like(Distribution::Bernoulli(keep));
-        x * mask.mul_scalar(1.0 / keep)
+        let [rows, cols] = x.dims();
+        let mask = bernoulli_mask(rows * cols, self.prob, rng);
+        let mask = Tensor::from_data(TensorData::new(mask, [rows, cols]), &x.device());
+        x * mask
+    }
+}
+
+/// `n` values, each `0` with probability `p` and `1/(1-p)` otherwise. Two
+/// 32-bit draws per generator call.
+pub fn bernoulli_mask(n: usize, p: f64, rng: &mut SplitMix64) -> Vec<f32> {
+    let threshold = (p * 4_294_967_296.0) as u64; // p * 2^32
+    let scale = (1.0 / (1.0 - p)) as f32;
+    let mut mask = Vec::with_capacity(n);
+    while mask.len() < n {
+        let bits = rng.next_u64();
+        for half in [bits & 0xffff_ffff, bits >> 32] {
+            if mask.len() < n {
+                mask.push(if half < threshold { 0.0 } else { scale });
+            }
+        }
+    }
+    mask
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_drops_about_p_and_keeps_the_expectation() {
+        let mask = bernoulli_mask(100_000, 0.3, &mut SplitMix64::new(5));
+        let dropped = mask.iter().filter(|&&v| v == 0.0).count() as f64 / 1e5;
+        assert!((dropped - 0.3).abs() < 0.01, "dropped {dropped}");
+        let mean = mask.iter().map(|&v| v as f64).sum::<f64>() / 1e5;
+        assert!((mean - 1.0).abs() < 0.02, "mean {mean}");
     }
 }

@@ -19,16 +19,17 @@ pub use summary::{summarize, LayerSummary, ModelSummary};
 use burn::module::Module;
 use burn::tensor::Tensor;
 
-use crate::rng::SplitMix64 as Rng;
+use crate::rng::SplitMix64;
 use crate::spec::types::{Layer as LayerSpec, ModelSpec};
 use burn::DispatchDevice;
 use burn::tensor::backend::Backend;
 use kynml_backend::Backend as Kb;
 
-/// Dropout and batchnorm behave differently while training.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Train,
+/// Dropout and batchnorm behave differently while training. Training
+/// carries the generator that dropout draws its masks from.
+#[derive(Debug)]
+pub enum Mode<'r> {
+    Train(&'r mut SplitMix64),
     Eval,
 }
 
@@ -53,7 +54,7 @@ impl Model<Kb> {
     /// Build the layers with PyTorch's initialisation, drawn on the host from
     /// `seed`, so that the same seed gives the same weights on every device.
     pub fn init(spec: &ModelSpec, seed: u64, device: &DispatchDevice) -> Self {
-        let mut rng = Rng::stream(seed, INIT_STREAM);
+        let mut rng = SplitMix64::stream(seed, INIT_STREAM);
         let mut width = spec.input.value;
         let layers = spec
             .layers
@@ -74,13 +75,19 @@ impl Model<Kb> {
 
     /// # Shapes
     /// `x: [batch, input]` → `[batch, outputs]`
-    pub fn forward(&self, x: Tensor<Kb, 2>, mode: Mode) -> Tensor<Kb, 2> {
-        let training = mode == Mode::Train;
-        self.layers.iter().fold(x, |x, layer| match layer {
-            Layer::Dense(dense) => dense.forward(x),
-            Layer::BatchNorm(norm) => norm.forward(x, training),
-            Layer::LayerNorm(norm) => norm.forward(x),
-            Layer::Dropout(dropout) => dropout.forward(x, training),
-        })
+    pub fn forward(&self, mut x: Tensor<Kb, 2>, mut mode: Mode) -> Tensor<Kb, 2> {
+        for layer in &self.layers {
+            let training = matches!(mode, Mode::Train(_));
+            x = match layer {
+                Layer::Dense(dense) => dense.forward(x),
+                Layer::BatchNorm(norm) => norm.forward(x, training),
+                Layer::LayerNorm(norm) => norm.forward(x),
+                Layer::Dropout(dropout) => match &mut mode {
+                    Mode::Train(rng) => dropout.forward(x, Some(&mut **rng)),
+                    Mode::Eval => dropout.forward(x, None),
+                },
+            };
+        }
+        x
     }
 }

@@ -61,6 +61,7 @@ mod tests {
     fn warmup_ramps_linearly_then_hands_over_to_the_schedule() {
         let s = sched(SchedulerKind::Exponential { gamma: 0.5 }, 4);
         let lrs: Vec<f64> = (0..6).map(|e| lr_at(1.0, Some(&s), e)).collect();
-        assert_eq!(lrs, vec![0.25, 0.5, 0.75, 1.0, 0.5, 0.25]);
+        // The schedule's own first epoch (t = 0) runs at the base rate.
+        assert_eq!(lrs, vec![0.25, 0.5, 0.75, 1.0, 1.0, 0.5]);
     }
 }

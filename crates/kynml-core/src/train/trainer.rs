@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::Backend as _;
 use burn::tensor::Tensor;
 
 use crate::data::{Batch, Dataset, Split};
@@ -79,7 +78,7 @@ pub fn train(
     let n_classes = data.class_names().map_or(0, <[String]>::len);
     let ad_device = device.autodiff();
     let inner_device = device.inner();
-    Kb::seed(&ad_device, Rng::stream(t.seed, DROPOUT_STREAM).next_u64());
+    let mut dropout_rng = Rng::stream(t.seed, DROPOUT_STREAM);
 
     let mut model = Model::init(&spec.model, t.seed, &ad_device);
     let mut optimizer = AnyOptimizer::new(&t.optimizer.value);
@@ -112,7 +111,7 @@ pub fn train(
             let x = features_tensor(&batch.features, rows.len(), data.n_features(), &ad_device);
             let y = targets_tensor(&batch.labels, loss_kind, &ad_device);
 
-            let pred = model.forward(x, Mode::Train);
+            let pred = model.forward(x, Mode::Train(&mut dropout_rng));
             let loss = loss::compute(loss_kind, pred, &y);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optimizer.step(lr, model, grads);

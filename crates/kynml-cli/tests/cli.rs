@@ -27,16 +27,21 @@ fn copy_example(name: &str) -> tempfile::TempDir {
     tmp
 }
 
+/// DeepNet's real data is generated (50 MB); 64 rows with its 128 feature
+/// columns and its target are enough to check and train the spec.
+fn small_deepnet_data(dir: &Path) {
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let mut csv: String = (0..128).map(|i| format!("f{i},")).collect::<String>() + "outcome\n";
+    for r in 0..64 {
+        csv += &((0..129).map(|i| format!("{}", (r * 7 + i * 3) % 13)).collect::<Vec<_>>().join(",") + "\n");
+    }
+    std::fs::write(dir.join("data/large_train.csv"), csv).unwrap();
+}
+
 #[test]
 fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     let tmp = copy_example("deepnet");
-    // DeepNet's data is generated; a small file with the right columns is enough to check.
-    std::fs::create_dir_all(tmp.path().join("data")).unwrap();
-    let mut csv: String = (0..128).map(|i| format!("f{i},")).collect::<String>() + "outcome\n";
-    for r in 0..20 {
-        csv += &((0..129).map(|i| format!("{}", (r * 7 + i) % 11)).collect::<Vec<_>>().join(",") + "\n");
-    }
-    std::fs::write(tmp.path().join("data/large_train.csv"), csv).unwrap();
+    small_deepnet_data(tmp.path());
     let out = kynml(&["check", "deepnet.kyn"], tmp.path());
     assert!(out.status.success(), "{}", text(&out));
     let t = text(&out);
@@ -70,12 +75,7 @@ fn train_writes_a_complete_run_folder_and_says_what_runs() {
 #[test]
 fn the_users_spec_reports_every_setting_not_applied() {
     let tmp = copy_example("deepnet");
-    std::fs::create_dir_all(tmp.path().join("data")).unwrap();
-    let mut csv: String = (0..128).map(|i| format!("f{i},")).collect::<String>() + "outcome\n";
-    for r in 0..64 {
-        csv += &((0..129).map(|i| format!("{}", (r * 7 + i * 3) % 13)).collect::<Vec<_>>().join(",") + "\n");
-    }
-    std::fs::write(tmp.path().join("data/large_train.csv"), csv).unwrap();
+    small_deepnet_data(tmp.path());
     let out = kynml(&["train", "deepnet.kyn", "--epochs", "1", "--device", "cpu", "--out", "r"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");

@@ -85,9 +85,9 @@ fn wgpu_training_agrees_with_cpu_in_fp32() {
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let seed = clock_seed();
-    // Dropout masks come from each backend's own generator, so the parity
-    // model has none; batchnorm and layernorm are in.
-    let layers = " dense 32 gelu\n batchnorm\n dense 16 tanh\n layernorm\n dense 1 linear";
+    // Every layer kind: dropout masks come from the run's host generator,
+    // so both backends drop the same units.
+    let layers = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
     let path = random_regression_spec(tmp.path(), seed, layers);
     let mut file = SpecFile::load(&path).unwrap();
     file.apply(&Overrides::default());

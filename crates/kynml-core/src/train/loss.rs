@@ -42,3 +42,51 @@ pub fn compute(loss: Loss, pred: Tensor<Kb, 2>, targets: &Targets) -> Tensor<Kb,
         (loss, _) => unreachable!("targets for {loss:?} are built by the trainer to match"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+
+    fn dev() -> burn::DispatchDevice {
+        kynml_backend::Device::cpu().inner()
+    }
+
+    fn col(v: &[f32]) -> Tensor<Kb, 2> {
+        Tensor::from_data(TensorData::new(v.to_vec(), [v.len(), 1]), &dev())
+    }
+
+    fn value(loss: Loss, pred: Tensor<Kb, 2>, y: &Targets) -> f64 {
+        compute(loss, pred, y).into_data().convert::<f64>().into_vec::<f64>().unwrap()[0]
+    }
+
+    #[test]
+    fn regression_losses_match_hand_computed_values() {
+        let pred = col(&[1.0, 2.0, 5.0]);
+        let y = Targets::Float(col(&[1.5, 2.0, 2.0]));
+        // errors -0.5, 0, 3
+        assert!((value(Loss::Mse, pred.clone(), &y) - (0.25 + 0.0 + 9.0) / 3.0).abs() < 1e-6);
+        assert!((value(Loss::Mae, pred.clone(), &y) - (0.5 + 0.0 + 3.0) / 3.0).abs() < 1e-6);
+        // huber(delta=1): 0.5*0.25, 0, 1*(3 - 0.5)
+        assert!((value(Loss::Huber { delta: 1.0 }, pred, &y) - (0.125 + 0.0 + 2.5) / 3.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bce_on_logits_matches_the_definition_and_is_stable() {
+        // -[y log s(x) + (1-y) log(1-s(x))] for x = 0 (y=1), 2 (y=0), -100 (y=0)
+        let s = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let expected = (-(s(0.0)).ln() - (1.0 - s(2.0)).ln() + 0.0) / 3.0;
+        let got = value(Loss::Bce, col(&[0.0, 2.0, -100.0]), &Targets::Float(col(&[1.0, 0.0, 0.0])));
+        assert!((got - expected).abs() < 1e-6, "{got} vs {expected}");
+    }
+
+    #[test]
+    fn cross_entropy_matches_log_softmax_by_hand() {
+        let logits = Tensor::<Kb, 2>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0], [2, 3]), &dev());
+        let y = Targets::Class(Tensor::from_data(TensorData::new(vec![2i64, 0], [2]), &dev()));
+        let lse = (1f64.exp() + 2f64.exp() + 3f64.exp()).ln();
+        let expected = ((lse - 3.0) + 3f64.ln()) / 2.0;
+        let got = value(Loss::CrossEntropy, logits, &y);
+        assert!((got - expected).abs() < 1e-6, "{got} vs {expected}");
+    }
+}

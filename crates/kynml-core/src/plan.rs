@@ -82,18 +82,38 @@ impl SpecFile {
         let d = &self.spec.dataset;
         let loss = self.spec.train.loss.value;
         let path = self.data_path();
-        let table = read_csv(&path, &TableOptions { target: d.target.value.clone(), classification: loss.is_classification() })?;
+        let options = TableOptions { target: d.target.value.clone(), classification: loss.is_classification() };
+        let table = match read_csv(&path, &options) {
+            // A regression loss on class labels is a spec mistake more often
+            // than a data one: point at the loss.
+            Err(DataError::NotNumeric { row, column_name, value, .. })
+                if column_name == d.target.value && !loss.is_classification() =>
+            {
+                let span = self.spec.train.loss.span;
+                let problem = Diagnostic::new(
+                    span,
+                    format!(
+                        "this loss needs a numeric target, but `{column_name}` in `{}` holds labels (line {row}: \"{value}\")",
+                        path.display()
+                    ),
+                    "regression loss on a class target",
+                )
+                .with_help("for class labels use `loss = cross_entropy` (or `bce` for two classes)");
+                return Err(self.located(vec![problem]));
+            }
+            other => other?,
+        };
         let data = Dataset::from_table(table, d.split.value, d.normalize, self.spec.train.seed)?;
         let problems = check_fit(&self.spec, &data, &path);
         if problems.is_empty() {
             Ok(data)
         } else {
-            Err(LoadError::Spec {
-                path: self.path.clone(),
-                source_text: self.source.clone(),
-                error: SpecError { diagnostics: problems },
-            })
+            Err(self.located(problems))
         }
+    }
+
+    fn located(&self, diagnostics: Vec<Diagnostic>) -> LoadError {
+        LoadError::Spec { path: self.path.clone(), source_text: self.source.clone(), error: SpecError { diagnostics } }
     }
 }
 
@@ -127,11 +147,18 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
         _ => (1, format!("a regression on the single column `{}` has one output", data.info.target)),
     };
     if units != needed {
-        problems.push(Diagnostic::new(
+        let mut problem = Diagnostic::new(
             last.span,
             format!("the last layer has {units} output(s) but {why}"),
             format!("expected `dense {needed} ...`"),
-        ));
+        );
+        if loss.value.is_classification() && looks_continuous(data.class_names().unwrap_or(&[])) {
+            problem = problem.with_help(format!(
+                "`{}` looks like a continuous value ({classes} distinct numbers); for regression use `loss = mse`",
+                data.info.target
+            ));
+        }
+        problems.push(problem);
     }
     if loss.value == Loss::Bce && classes != 2 {
         problems.push(Diagnostic::new(
@@ -148,6 +175,12 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
         ));
     }
     problems
+}
+
+/// More than 20 distinct labels, all numbers: most likely a regression
+/// target given a classification loss.
+fn looks_continuous(names: &[String]) -> bool {
+    names.len() > 20 && names.iter().all(|n| n.parse::<f64>().is_ok())
 }
 
 /// The device a spec's request names.

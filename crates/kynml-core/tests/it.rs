@@ -141,3 +141,30 @@ fn classification_head_must_match_the_classes() {
     let kynml_core::plan::LoadError::Spec { error, .. } = err else { panic!("{err:?}") };
     assert!(error.diagnostics[0].message.contains("3 classes"), "{:?}", error.diagnostics);
 }
+
+#[test]
+fn a_regression_loss_on_class_labels_points_at_the_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(example("iris/iris.csv"), tmp.path().join("iris.csv")).unwrap();
+    let spec = "dataset I:\n source = csv(\"iris.csv\")\n target = \"species\"\nmodel M:\n input 4\n dense 1 linear\n\
+                train:\n model = M\n data = I\n loss = mse\n epochs = 1\n";
+    let path = tmp.path().join("s.kyn");
+    std::fs::write(&path, spec).unwrap();
+    let err = SpecFile::load(&path).unwrap().load_data().unwrap_err();
+    let kynml_core::plan::LoadError::Spec { error, source_text, .. } = err else { panic!("{err:?}") };
+    let rendered = kynml_core::spec::render("s.kyn", &source_text, &error.diagnostics);
+    assert!(rendered.contains("loss = mse") && rendered.contains("cross_entropy") && rendered.contains("setosa"), "{rendered}");
+}
+
+#[test]
+fn a_class_loss_on_a_continuous_target_suggests_regression() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(example("diabetes/diabetes.csv"), tmp.path().join("d.csv")).unwrap();
+    let spec = "dataset D:\n source = csv(\"d.csv\")\n target = \"progression\"\nmodel M:\n input 10\n dense 1 linear\n\
+                train:\n model = M\n data = D\n loss = cross_entropy\n epochs = 1\n";
+    let path = tmp.path().join("s.kyn");
+    std::fs::write(&path, spec).unwrap();
+    let err = SpecFile::load(&path).unwrap().load_data().unwrap_err();
+    let kynml_core::plan::LoadError::Spec { error, .. } = err else { panic!("{err:?}") };
+    assert!(error.diagnostics[0].help.as_deref().unwrap_or("").contains("loss = mse"), "{:?}", error.diagnostics);
+}

@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup-lavapipe.sh
+# TensorBoard's own event reader checks our event files independently.
+scripts/setup-python-test-deps.sh
 # Mesa prints a spurious "XDG_RUNTIME_DIR is invalid" on headless hosts.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 cargo test --release --workspace --no-fail-fast "$@"

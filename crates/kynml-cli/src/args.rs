@@ -19,6 +19,10 @@ pub enum Command {
     Train(TrainArgs),
     /// Validate a spec (and the data it names) and print the model.
     Check(CheckArgs),
+    /// Compare finished runs side by side.
+    Report(ReportArgs),
+    /// List the devices KynML can use here and the one `auto` picks.
+    Devices,
 }
 
 #[derive(Args, Debug)]
@@ -43,6 +47,13 @@ pub struct TrainArgs {
 pub struct CheckArgs {
     /// The `.kyn` spec to check.
     pub spec: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Run folders written by `kynml train`.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
 }
 
 pub fn parse_device(text: &str) -> Result<DeviceRequest, String> {

@@ -1,10 +1,12 @@
-//! `kynml`: train and check `.kyn` specs. This file only maps outcomes to
+//! `kynml`: train, check and compare `.kyn` specs. This file only maps outcomes to
 //! exit codes; the work is in the commands.
 
 mod args;
 mod check;
+mod devices;
 mod failure;
 mod render;
+mod report;
 mod train;
 
 use std::process::ExitCode;
@@ -17,6 +19,8 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         args::Command::Train(a) => train::run(a),
         args::Command::Check(a) => check::run(a),
+        args::Command::Report(a) => report::run(a),
+        args::Command::Devices => devices::run(),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

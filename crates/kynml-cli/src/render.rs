@@ -18,7 +18,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             .iter()
             .zip(&widths)
             .enumerate()
-            .map(|(i, (c, w))| if i == 0 { format!("{c:<w$}") } else { format!("{c:>w$}") })
+            .map(|(i, (c, w))| if i > 0 && looks_numeric(c) { format!("{c:>w$}") } else { format!("{c:<w$}") })
             .collect();
         format!("  {}", parts.join("   ").trim_end())
     };
@@ -28,6 +28,24 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push(line(row.iter().map(String::as_str).collect()));
     }
     out.join("\n")
+}
+
+/// Numbers (and shapes) read best right-aligned; words left-aligned.
+fn looks_numeric(cell: &str) -> bool {
+    cell.starts_with('[') || cell.parse::<f64>().is_ok() || cell.replace(',', "").parse::<f64>().is_ok()
+}
+
+/// Seconds for a person: `0.42s`, `12.3s`, `4m 05s`, `1h 02m`.
+pub fn duration(secs: f64) -> String {
+    if secs < 10.0 {
+        format!("{secs:.2}s")
+    } else if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else if secs < 3600.0 {
+        format!("{}m {:02}s", (secs / 60.0) as u64, secs as u64 % 60)
+    } else {
+        format!("{}h {:02}m", (secs / 3600.0) as u64, (secs as u64 % 3600) / 60)
+    }
 }
 
 pub fn model_table(summary: &ModelSummary) -> String {
@@ -82,6 +100,14 @@ mod tests {
         assert_eq!(thousands(1_000), "1,000");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(0), "0");
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(0.4234), "0.42s");
+        assert_eq!(duration(12.34), "12.3s");
+        assert_eq!(duration(245.0), "4m 05s");
+        assert_eq!(duration(3720.0), "1h 02m");
     }
 
     #[test]

@@ -7,8 +7,9 @@ use std::path::Path;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
+use kynml_core::report::RunLog;
 use kynml_core::run_dir::RunDir;
-use kynml_core::train::{train, EpochRecord, TrainEvent, TrainSettings};
+use kynml_core::train::{metrics_for, train, EpochRecord, TrainEvent, TrainSettings};
 
 use crate::args::TrainArgs;
 use crate::failure::Failure;
@@ -41,23 +42,22 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     println!("run folder: {}\n", run_dir.path.display());
 
     let mut progress = Progress::new();
-    let mut write_error = None;
+    let mut log = RunLog::create(&run_dir).context("creating the TensorBoard log")?;
     let result = train(&file.spec, &data, &device, &TrainSettings::default(), &mut |event| {
-        if let TrainEvent::EpochEnd(record) = &event {
-            if let Err(e) = run_dir.append_epoch(record) {
-                write_error.get_or_insert(e);
-            }
-        }
+        log.on_event(&event);
         progress.on_event(&event);
     });
     progress.finish();
-    if let Some(e) = write_error {
-        return Err(Failure::run(format!("error: cannot write metrics.jsonl in {}: {e}", run_dir.path.display())));
-    }
+    log.finish().with_context(|| format!("writing metrics to {}", run_dir.path.display()))?;
     let result = result.map_err(|e| Failure::run(format!("error: {e}")))?;
 
     run_dir.save_model(&result.model).context("saving model.mpk")?;
+    let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
     let summary = serde_json::json!({
+        "spec": args.spec.display().to_string(),
+        "model": file.spec.model.name.value,
+        "precision": "fp32",
+        "primary_metric": primary,
         "metrics": result.final_metrics,
         "best_epoch": result.best_epoch,
         "stopped_early": result.stopped_early,
@@ -74,9 +74,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     }
     println!("{}", render::metrics_table(&result.final_metrics));
     println!(
-        "\ntrained {} epochs in {:.1}s ({:.0} samples/s); results in {}",
+        "\ntrained {} epochs in {} ({:.0} samples/s); results in {}",
         result.history.len(),
-        result.seconds,
+        render::duration(result.seconds),
         result.samples_per_sec,
         run_dir.path.display()
     );
@@ -151,14 +151,14 @@ impl Progress {
 fn epoch_line(r: &EpochRecord) -> String {
     let metrics: Vec<String> = r.metrics.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
     format!(
-        "epoch {:>3}  lr {:.2e}  train_loss {:.4}  val_loss {:.4}  {}  {:.0} samples/s  {:.1}s",
+        "epoch {:>3}  lr {:.2e}  train_loss {:.4}  val_loss {:.4}  {}  {:.0} samples/s  {}",
         r.epoch,
         r.lr,
         r.train_loss,
         r.val_loss,
         metrics.join("  "),
         r.samples_per_sec,
-        r.seconds
+        render::duration(r.seconds)
     )
 }
 

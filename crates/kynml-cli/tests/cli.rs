@@ -135,3 +135,57 @@ fn a_wrong_device_argument_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("expected auto, cpu, cuda, cuda:N or wgpu"));
 }
+
+#[test]
+fn tensorboard_event_files_read_back_with_tensorboards_own_reader() {
+    // scripts/test.sh installs the `tensorboard` Python package; the reader
+    // is theirs, not ours, so this checks the file format independently.
+    let tmp = copy_example("iris");
+    let out = kynml(&["train", "iris.kyn", "--epochs", "3", "--device", "cpu", "--out", "tb"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let script = examples().join("../scripts/read_tensorboard.py");
+    let read = Command::new("python3").arg(script).arg(tmp.path().join("tb")).output().unwrap();
+    assert!(read.status.success(), "reader failed (run scripts/setup-python-test-deps.sh): {}", text(&read));
+    let scalars: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let jsonl = std::fs::read_to_string(tmp.path().join("tb/metrics.jsonl")).unwrap();
+    for (i, line) in jsonl.lines().enumerate() {
+        let epoch: serde_json::Value = serde_json::from_str(line).unwrap();
+        for (tag, key) in [("loss/train", "train_loss"), ("loss/valid", "val_loss"), ("lr", "lr")] {
+            let point = &scalars[tag][i];
+            assert_eq!(point[0].as_i64(), Some(i as i64 + 1), "{tag}: {scalars}");
+            let want = epoch[key].as_f64().unwrap() as f32;
+            assert_eq!(point[1].as_f64().unwrap() as f32, want, "{tag} at epoch {}", i + 1);
+        }
+        let acc = epoch["metrics"]["accuracy"].as_f64().unwrap() as f32;
+        assert_eq!(scalars["valid/accuracy"][i][1].as_f64().unwrap() as f32, acc);
+    }
+    assert!(scalars["step/train_loss"].as_array().is_some_and(|a| !a.is_empty()), "{scalars}");
+}
+
+#[test]
+fn devices_lists_the_cpu_and_what_auto_picks() {
+    let out = kynml(&["devices"], &examples());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("cpu") && t.contains("threads") && t.contains("auto picks:"), "{t}");
+    // Whatever CUDA state the machine is in, it is reported, never a panic.
+    assert!(t.contains("cuda") && !t.contains("panicked"), "{t}");
+}
+
+#[test]
+fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
+    let tmp = copy_example("iris");
+    for (dir, epochs) in [("a", "2"), ("b", "4")] {
+        let out = kynml(&["train", "iris.kyn", "--epochs", epochs, "--device", "cpu", "--out", dir], tmp.path());
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = kynml(&["report", "a", "b"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let rows: Vec<&str> = t.lines().filter(|l| l.trim_start().starts_with("a ") || l.trim_start().starts_with("b ")).collect();
+    assert_eq!(rows.len(), 2, "{t}");
+    assert!(rows[0].contains("IrisNet") && rows[0].contains("accuracy") && rows[1].contains(" 4 "), "{t}");
+    let out = kynml(&["report", "a", "iris.kyn"], tmp.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("not a finished run folder"), "{}", text(&out));
+}

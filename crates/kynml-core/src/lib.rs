@@ -19,6 +19,7 @@ pub mod evaluate;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod report;
 pub mod rng;
 pub mod run_dir;
 pub mod spec;

@@ -14,4 +14,4 @@ mod trainer;
 pub use early_stop::{EarlyStopper, Verdict};
 pub use events::{EpochRecord, TrainEvent};
 pub use optimizer::AnyOptimizer;
-pub use trainer::{train, Task, TrainError, TrainResult, TrainSettings};
+pub use trainer::{metrics_for, train, Task, TrainError, TrainResult, TrainSettings};

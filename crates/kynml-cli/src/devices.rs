@@ -1,0 +1,44 @@
+//! `kynml devices`: what this machine offers KynML, and what `auto` picks.
+
+use kynml_backend::{probe_cuda, probe_wgpu, select, CudaProbe, DeviceChoice, WgpuAdapterKind};
+
+use crate::failure::Failure;
+use crate::render;
+
+pub fn run() -> Result<(), Failure> {
+    let mut rows = Vec::new();
+    match probe_cuda() {
+        CudaProbe::Available(gpus) if !gpus.is_empty() => {
+            for gpu in gpus {
+                rows.push(vec![
+                    format!("cuda:{}", gpu.index),
+                    gpu.name,
+                    format!("compute capability {}.{}, {:.0} GiB", gpu.compute_capability.0, gpu.compute_capability.1, gpu.memory_bytes as f64 / (1u64 << 30) as f64),
+                ]);
+            }
+        }
+        CudaProbe::Available(_) => rows.push(vec!["cuda".into(), "none".into(), "the driver reports no devices".into()]),
+        CudaProbe::Unavailable(reason) => rows.push(vec!["cuda".into(), "none".into(), reason]),
+    }
+    let adapters = probe_wgpu();
+    if adapters.is_empty() {
+        rows.push(vec!["wgpu".into(), "none".into(), "no Vulkan adapter (scripts/setup-lavapipe.sh installs a software one)".into()]);
+    }
+    for a in adapters {
+        let kind = match a.kind {
+            WgpuAdapterKind::DiscreteGpu => "discrete GPU",
+            WgpuAdapterKind::IntegratedGpu => "integrated GPU",
+            WgpuAdapterKind::VirtualGpu => "virtual GPU",
+            WgpuAdapterKind::Cpu => "software (CPU), never picked by auto",
+            WgpuAdapterKind::Other => "other",
+        };
+        let f16 = if a.shader_f16 { ", f16 shaders" } else { "" };
+        rows.push(vec!["wgpu".into(), a.name, format!("{kind}, {}{f16}", a.driver)]);
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    rows.push(vec!["cpu".into(), "flex (Burn's CPU backend)".into(), format!("{threads} threads")]);
+    println!("{}", render::table(&["device", "name", "details"], &rows));
+    let auto = select(DeviceChoice::Auto).map_err(|e| Failure::run(format!("error: {e}")))?;
+    println!("\nauto picks: {}", auto.describe());
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! Turns training events into files in the run folder as they happen:
+//! `metrics.jsonl` (one line per epoch) and TensorBoard scalars (per epoch,
+//! and the running training loss every few steps), so a run that dies keeps
+//! everything it finished.
+
+use std::io;
+
+use crate::report::tensorboard::EventWriter;
+use crate::run_dir::RunDir;
+use crate::train::TrainEvent;
+
+pub struct RunLog<'a> {
+    dir: &'a RunDir,
+    tensorboard: EventWriter,
+    /// The first write error; training goes on, the caller reports it.
+    error: Option<io::Error>,
+}
+
+impl<'a> RunLog<'a> {
+    pub fn create(dir: &'a RunDir) -> io::Result<Self> {
+        Ok(RunLog { dir, tensorboard: EventWriter::create(&dir.path)?, error: None })
+    }
+
+    pub fn on_event(&mut self, event: &TrainEvent) {
+        if let Err(e) = self.record(event) {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    fn record(&mut self, event: &TrainEvent) -> io::Result<()> {
+        match event {
+            TrainEvent::Step { epoch, step, steps, loss: Some(loss), .. } => {
+                let global = ((epoch - 1) * steps + step) as i64;
+                self.tensorboard.scalar("step/train_loss", global, *loss as f32)
+            }
+            TrainEvent::EpochEnd(r) => {
+                self.dir.append_epoch(r)?;
+                let e = r.epoch as i64;
+                self.tensorboard.scalar("loss/train", e, r.train_loss as f32)?;
+                self.tensorboard.scalar("loss/valid", e, r.val_loss as f32)?;
+                self.tensorboard.scalar("lr", e, r.lr as f32)?;
+                self.tensorboard.scalar("throughput/samples_per_sec", e, r.samples_per_sec as f32)?;
+                for (name, value) in &r.metrics {
+                    self.tensorboard.scalar(&format!("valid/{name}"), e, *value as f32)?;
+                }
+                self.tensorboard.flush()
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Flush what is buffered and return the first error met on the way.
+    pub fn finish(mut self) -> io::Result<()> {
+        let flushed = self.tensorboard.flush();
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => flushed,
+        }
+    }
+}

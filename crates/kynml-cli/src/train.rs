@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
-use kynml_core::report::RunLog;
+use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
 use kynml_core::train::{metrics_for, train, EpochRecord, TrainEvent, TrainSettings};
 
@@ -52,6 +52,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let result = result.map_err(|e| Failure::run(format!("error: {e}")))?;
 
     run_dir.save_model(&result.model).context("saving model.mpk")?;
+    let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
+    draw_curves(&run_dir, &title, &result.history).context("drawing curves.svg and curves.png")?;
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
     let summary = serde_json::json!({
         "spec": args.spec.display().to_string(),

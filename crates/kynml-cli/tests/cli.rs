@@ -60,9 +60,13 @@ fn train_writes_a_complete_run_folder_and_says_what_runs() {
     assert_eq!(t.matches("\nepoch ").count(), 3, "{t}");
     assert!(!t.contains('\u{1b}') && !t.contains('\r'), "{t:?}");
     let run = tmp.path().join("run1");
-    for f in ["spec.kyn", "spec.resolved.json", "data.json", "metrics.jsonl", "metrics.json", "model.mpk"] {
+    for f in ["spec.kyn", "spec.resolved.json", "data.json", "metrics.jsonl", "metrics.json", "model.mpk", "curves.svg", "curves.png"] {
         assert!(run.join(f).is_file(), "missing {f}");
     }
+    let png = std::fs::read(run.join("curves.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "curves.png is not a drawn PNG");
+    let svg = std::fs::read_to_string(run.join("curves.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("IrisNet on Iris (cpu)") && svg.contains("accuracy"), "curves.svg");
     let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 3);
     let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();

@@ -1,7 +1,9 @@
-//! What a run leaves for people to look at: TensorBoard event files and
-//! (with [`RunLog`]) per-epoch metrics, written as training goes.
+//! What a run leaves for people to look at: training curves (SVG and PNG),
+//! TensorBoard event files and, through [`RunLog`], per-epoch metrics written
+//! as training goes.
 
+pub mod curves;
 mod run_log;
 pub mod tensorboard;
 
-pub use run_log::RunLog;
+pub use run_log::{draw_curves, RunLog};

@@ -5,9 +5,10 @@
 
 use std::io;
 
+use crate::report::curves::{self, Curves};
 use crate::report::tensorboard::EventWriter;
 use crate::run_dir::RunDir;
-use crate::train::TrainEvent;
+use crate::train::{EpochRecord, TrainEvent};
 
 pub struct RunLog<'a> {
     dir: &'a RunDir,
@@ -57,4 +58,31 @@ impl<'a> RunLog<'a> {
             None => flushed,
         }
     }
+}
+
+/// Draw `curves.svg` and `curves.png` in the run folder from the epochs run.
+pub fn draw_curves(dir: &RunDir, title: &str, history: &[EpochRecord]) -> io::Result<()> {
+    let epochs: Vec<usize> = history.iter().map(|r| r.epoch).collect();
+    let col = |f: fn(&EpochRecord) -> f64| history.iter().map(f).collect::<Vec<f64>>();
+    let (train_loss, val_loss, lr) = (col(|r| r.train_loss), col(|r| r.val_loss), col(|r| r.lr));
+    let names: Vec<String> = history.first().map(|r| r.metrics.keys().cloned().collect()).unwrap_or_default();
+    let metrics: Vec<(String, Vec<f64>)> = names
+        .into_iter()
+        .map(|name| {
+            let values = history.iter().map(|r| r.metrics.get(&name).copied().unwrap_or(f64::NAN)).collect();
+            (name, values)
+        })
+        .collect();
+    let c = Curves {
+        title,
+        epochs: &epochs,
+        train_loss: &train_loss,
+        val_loss: &val_loss,
+        lr: &lr,
+        metrics: &metrics,
+        loss_scale: None,
+        skipped_steps: None,
+    };
+    curves::draw_svg(&c, &dir.path.join("curves.svg")).map_err(io::Error::other)?;
+    curves::draw_png(&c, &dir.path.join("curves.png")).map_err(io::Error::other)
 }

@@ -129,42 +129,71 @@ fn input_width_mismatch_names_both_numbers_and_the_file() {
     assert!(rendered.contains("input 7") && rendered.contains("6 feature columns") && rendered.contains("data.csv"), "{rendered}");
 }
 
-#[test]
-fn classification_head_must_match_the_classes() {
+/// Write `spec` next to a copy of an example CSV and return the problems
+/// found when its data is read, with the spec text for rendering.
+fn fit_problems(example_csv: &str, csv_name: &str, spec: &str) -> (kynml_core::spec::SpecError, String) {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::copy(example("iris/iris.csv"), tmp.path().join("iris.csv")).unwrap();
-    let spec = "dataset I:\n source = csv(\"iris.csv\")\n target = \"species\"\nmodel M:\n input 4\n dense 2 linear\n\
-                train:\n model = M\n data = I\n loss = cross_entropy\n optimizer = adam\n epochs = 1\n";
+    std::fs::copy(example(example_csv), tmp.path().join(csv_name)).unwrap();
     let path = tmp.path().join("s.kyn");
     std::fs::write(&path, spec).unwrap();
-    let err = SpecFile::load(&path).unwrap().load_data().unwrap_err();
-    let kynml_core::plan::LoadError::Spec { error, .. } = err else { panic!("{err:?}") };
+    match SpecFile::load(&path).unwrap().load_data() {
+        Err(kynml_core::plan::LoadError::Spec { error, source_text, .. }) => (error, source_text),
+        other => panic!("expected located problems, got {other:?}"),
+    }
+}
+
+#[test]
+fn classification_head_must_match_the_classes() {
+    let spec = "dataset I:
+ source = csv(\"iris.csv\")
+ target = \"species\"
+model M:
+ input 4
+ dense 2 linear
+train:
+ model = M
+ data = I
+ loss = cross_entropy
+ optimizer = adam
+ epochs = 1
+";
+    let (error, _) = fit_problems("iris/iris.csv", "iris.csv", spec);
     assert!(error.diagnostics[0].message.contains("3 classes"), "{:?}", error.diagnostics);
 }
 
 #[test]
 fn a_regression_loss_on_class_labels_points_at_the_loss() {
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::copy(example("iris/iris.csv"), tmp.path().join("iris.csv")).unwrap();
-    let spec = "dataset I:\n source = csv(\"iris.csv\")\n target = \"species\"\nmodel M:\n input 4\n dense 1 linear\n\
-                train:\n model = M\n data = I\n loss = mse\n epochs = 1\n";
-    let path = tmp.path().join("s.kyn");
-    std::fs::write(&path, spec).unwrap();
-    let err = SpecFile::load(&path).unwrap().load_data().unwrap_err();
-    let kynml_core::plan::LoadError::Spec { error, source_text, .. } = err else { panic!("{err:?}") };
+    let spec = "dataset I:
+ source = csv(\"iris.csv\")
+ target = \"species\"
+model M:
+ input 4
+ dense 1 linear
+train:
+ model = M
+ data = I
+ loss = mse
+ epochs = 1
+";
+    let (error, source_text) = fit_problems("iris/iris.csv", "iris.csv", spec);
     let rendered = kynml_core::spec::render("s.kyn", &source_text, &error.diagnostics);
     assert!(rendered.contains("loss = mse") && rendered.contains("cross_entropy") && rendered.contains("setosa"), "{rendered}");
 }
 
 #[test]
 fn a_class_loss_on_a_continuous_target_suggests_regression() {
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::copy(example("diabetes/diabetes.csv"), tmp.path().join("d.csv")).unwrap();
-    let spec = "dataset D:\n source = csv(\"d.csv\")\n target = \"progression\"\nmodel M:\n input 10\n dense 1 linear\n\
-                train:\n model = M\n data = D\n loss = cross_entropy\n epochs = 1\n";
-    let path = tmp.path().join("s.kyn");
-    std::fs::write(&path, spec).unwrap();
-    let err = SpecFile::load(&path).unwrap().load_data().unwrap_err();
-    let kynml_core::plan::LoadError::Spec { error, .. } = err else { panic!("{err:?}") };
+    let spec = "dataset D:
+ source = csv(\"d.csv\")
+ target = \"progression\"
+model M:
+ input 10
+ dense 1 linear
+train:
+ model = M
+ data = D
+ loss = cross_entropy
+ epochs = 1
+";
+    let (error, _) = fit_problems("diabetes/diabetes.csv", "d.csv", spec);
     assert!(error.diagnostics[0].help.as_deref().unwrap_or("").contains("loss = mse"), "{:?}", error.diagnostics);
 }

@@ -83,7 +83,7 @@ fn the_users_spec_reports_every_setting_not_applied() {
     let out = kynml(&["train", "deepnet.kyn", "--epochs", "1", "--device", "cpu", "--out", "r"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
-    for needle in ["bf16 requested", "CPU backend has no kernel fusion", "num_workers = 4", "pin_memory", "checkpoints/deepnet.pt", "torchscript"] {
+    for needle in ["bf16 requested", "CPU backend has no kernel fusion", "4 worker threads, up to 2 batches prepared ahead", "pin_memory", "checkpoints/deepnet.pt", "torchscript"] {
         assert!(t.contains(needle), "missing {needle:?} in\n{t}");
     }
     assert!(!tmp.path().join("checkpoints").exists() && !tmp.path().join("models").exists());

@@ -235,17 +235,23 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
         (false, false) => Applied { setting: "fusion", value: "off".into(), as_requested: true },
     });
     let workers = d.num_workers.value;
-    out.push(Applied {
-        setting: "data loading",
-        value: if workers == 0 && d.prefetch.is_none() {
-            "on the training thread".into()
-        } else {
-            format!(
-                "on the training thread (num_workers = {workers}{}: the prefetcher is not implemented yet)",
-                d.prefetch.as_ref().map_or(String::new(), |p| format!(", prefetch = {}", p.value))
-            )
+    let prefetch = d.prefetch.as_ref().map(|p| p.value).filter(|&p| p > 0);
+    out.push(match (workers, prefetch) {
+        (0, None) => Applied { setting: "data loading", value: "on the training thread".into(), as_requested: true },
+        (0, Some(p)) => Applied {
+            setting: "data loading",
+            value: format!("on the training thread (prefetch = {p} has no effect with num_workers = 0)"),
+            as_requested: false,
         },
-        as_requested: workers == 0 && d.prefetch.is_none(),
+        (w, p) => Applied {
+            setting: "data loading",
+            value: format!(
+                "{w} worker thread{}, up to {} batches prepared ahead",
+                if w == 1 { "" } else { "s" },
+                p.unwrap_or(2 * w)
+            ),
+            as_requested: true,
+        },
     });
     if d.pin_memory.value {
         out.push(Applied {

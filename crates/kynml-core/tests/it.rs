@@ -197,3 +197,53 @@ train:
     let (error, _) = fit_problems("diabetes/diabetes.csv", "d.csv", spec);
     assert!(error.diagnostics[0].help.as_deref().unwrap_or("").contains("loss = mse"), "{:?}", error.diagnostics);
 }
+
+/// Every trainable value and running statistic of a model, in layer order.
+fn all_weights(model: &kynml_core::model::Model<kynml_backend::Backend>) -> Vec<f32> {
+    use kynml_core::model::Layer;
+    let mut out = Vec::new();
+    let mut push = |t: kynml_backend::burn::tensor::Tensor<kynml_backend::Backend, 1>| {
+        out.extend(t.into_data().convert::<f32>().into_vec::<f32>().unwrap())
+    };
+    for layer in &model.layers {
+        match layer {
+            Layer::Dense(d) => {
+                push(d.weight.val().flatten(0, 1));
+                push(d.bias.val());
+            }
+            Layer::BatchNorm(b) => {
+                push(b.gamma.val());
+                push(b.beta.val());
+                push(b.running_mean.value());
+                push(b.running_var.value());
+            }
+            Layer::LayerNorm(l) => {
+                push(l.gamma.val());
+                push(l.beta.val());
+            }
+            Layer::Dropout(_) => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn workers_change_speed_never_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), 5, " dense 32 relu\n batchnorm\n dropout 0.3\n dense 1 linear");
+    let mut file = SpecFile::load(&path).unwrap();
+    file.spec.train.batch.value = 16;
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let mut runs = Vec::new();
+    for workers in [0, 1, 4] {
+        file.spec.dataset.num_workers.value = workers;
+        let r = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+        let losses: Vec<(f64, f64)> = r.history.iter().map(|e| (e.train_loss, e.val_loss)).collect();
+        runs.push((workers, losses, all_weights(&r.model)));
+    }
+    for (workers, losses, weights) in &runs[1..] {
+        assert_eq!(losses, &runs[0].1, "losses differ with {workers} workers");
+        assert!(weights == &runs[0].2, "final weights differ with {workers} workers");
+    }
+}

@@ -28,6 +28,7 @@ mod dataset;
 mod error;
 mod info;
 mod normalize;
+mod prefetch;
 mod split;
 mod suggest;
 
@@ -36,5 +37,6 @@ pub use dataset::{Batch, Dataset, Labels, Split, SplitData};
 pub use error::DataError;
 pub use info::DataInfo;
 pub use normalize::Normalizer;
+pub use prefetch::{BatchFeed, Loader};
 
 pub use split::{split_indices, SplitError, MIN_ROWS};

@@ -9,7 +9,9 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 
-use crate::data::{Batch, Dataset, Split};
+use std::thread::Scope;
+
+use crate::data::{Dataset, Loader, Split};
 use crate::evaluate::{self, features_tensor, targets_tensor, IntoScalarF64};
 use crate::model::{Mode, Model};
 use crate::rng::SplitMix64 as Rng;
@@ -72,6 +74,18 @@ pub fn train(
     settings: &TrainSettings,
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<TrainResult, TrainError> {
+    // Data workers borrow the dataset; a scope lets them do so without a copy.
+    std::thread::scope(|scope| run(scope, spec, data, device, settings, on_event))
+}
+
+fn run<'scope, 'env>(
+    scope: &'scope Scope<'scope, 'env>,
+    spec: &Spec,
+    data: &'env Dataset,
+    device: &Device,
+    settings: &TrainSettings,
+    on_event: &mut dyn FnMut(TrainEvent),
+) -> Result<TrainResult, TrainError> {
     let t = &spec.train;
     let loss_kind = t.loss.value;
     let metrics = metrics_for(spec, loss_kind);
@@ -88,7 +102,7 @@ pub fn train(
     let batch_size = t.batch.value;
     let has_batchnorm = spec.model.layers.iter().any(|l| l.value == Layer::BatchNorm);
     let n_train = data.train.len();
-    let mut batch = Batch::default();
+    let loader = Loader::new(spec.dataset.num_workers.value, spec.dataset.prefetch.as_ref().map(|p| p.value));
     let mut history = Vec::new();
     let mut stopped_early = false;
     let started = Instant::now();
@@ -105,10 +119,10 @@ pub fn train(
         let epoch_start = Instant::now();
         let mut loss_sum: Option<Tensor<Kb, 1>> = None;
         let mut seen = 0usize;
-        for (step, rows) in batches.iter().enumerate() {
+        for (step, batch) in loader.epoch(scope, data, batches).enumerate() {
             let step = step + 1;
-            data.gather(Split::Train, rows, &mut batch);
-            let x = features_tensor(&batch.features, rows.len(), data.n_features(), &ad_device);
+            let rows = batch.len();
+            let x = features_tensor(&batch.features, rows, data.n_features(), &ad_device);
             let y = targets_tensor(&batch.labels, loss_kind, &ad_device);
 
             let pred = model.forward(x, Mode::Train(&mut dropout_rng));
@@ -116,12 +130,12 @@ pub fn train(
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optimizer.step(lr, model, grads);
 
-            let weighted = loss.detach().mul_scalar(rows.len() as f64);
+            let weighted = loss.detach().mul_scalar(rows as f64);
             loss_sum = Some(match loss_sum {
                 Some(sum) => sum + weighted,
                 None => weighted,
             });
-            seen += rows.len();
+            seen += rows;
             let read = step % READ_EVERY == 0 || step == steps;
             let mean_loss = if read {
                 let mean = loss_sum.clone().unwrap().into_scalar_f64() / seen as f64;

@@ -1,0 +1,1018 @@
+//! The checkpoint file: one file holding everything a resume needs, laid out
+//! so that a reader can tell a whole checkpoint from a cut or damaged one.
+//!
+//! ```text
+//! offset   size  field
+//! 0        8     magic `KYNCKPT\0`
+//! 8        4     format version, u32 little-endian (1)
+//! 12       n     a safetensors payload: u64 LE header length, the JSON header
+//!                (tensor name -> dtype, shape, data_offsets, plus
+//!                `__metadata__` with `format_version`, `model_hash` and
+//!                `kynml_state`), then the raw little-endian tensor bytes
+//! 12+n     32    footer: u64 LE length of everything before the footer
+//!                (12+n), u32 LE CRC32C of those bytes, 12 zero bytes, and
+//!                the magic again
+//! ```
+//!
+//! The footer comes last so that a file cut anywhere loses it, and the CRC
+//! covers every byte before it, so one flipped bit anywhere is caught. The
+//! middle is plain safetensors ([`encode_safetensors`] writes it alone), so
+//! Python's `safetensors` package reads a checkpoint's tensors once the 12-byte
+//! prefix and the 32-byte footer are cut off.
+//!
+//! [`decode`] trusts nothing in the file: every length and offset is checked
+//! against the bytes actually present before anything is sliced or allocated,
+//! so a hostile file costs at most a small multiple of its own size in memory
+//! and never panics.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// The first (and last) eight bytes of every checkpoint.
+pub const MAGIC: [u8; 8] = *b"KYNCKPT\0";
+/// The format version this code writes, and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Magic and version.
+const PREFIX_LEN: usize = 12;
+const FOOTER_LEN: usize = 32;
+/// Prefix, an 8-byte header length, the shortest header (`{}`), footer.
+const MIN_FILE_LEN: usize = PREFIX_LEN + 8 + 2 + FOOTER_LEN;
+/// safetensors' own limit on the JSON header.
+const MAX_HEADER_LEN: u64 = 100_000_000;
+/// numpy's limit on dimensions; a longer shape is damage, not a tensor.
+const MAX_RANK: usize = 64;
+/// The resume state is for counters, seeds and small settings; arrays (a
+/// shuffle order, say) belong in tensors. The cap bounds what parsing the
+/// JSON of a hostile file can cost.
+pub const MAX_STATE_LEN: usize = 16 << 20;
+
+const METADATA_KEY: &str = "__metadata__";
+const VERSION_KEY: &str = "format_version";
+const MODEL_HASH_KEY: &str = "model_hash";
+const STATE_KEY: &str = "kynml_state";
+
+/// A resume point: named tensors (weights, optimizer moments, counters) and
+/// the rest of the loop's state as JSON (epoch, step, RNG states, early
+/// stopping, scheduler, loss scale, data cursor...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub tensors: Vec<NamedTensor>,
+    pub state: Value,
+    /// The hash of the model this checkpoint was written for, as read back by
+    /// [`decode`]; `None` for a checkpoint built in memory. [`encode`] takes
+    /// the hash as an argument instead and ignores this field, so the code
+    /// that saves always names the model it saves for.
+    pub model_hash: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedTensor {
+    pub name: String,
+    /// Row-major; `[]` is a scalar holding one value.
+    pub shape: Vec<usize>,
+    pub data: TensorData,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error(
+        "not a KynML checkpoint: the file does not start with `KYNCKPT`; \
+         move it away or choose another checkpoint path"
+    )]
+    NotACheckpoint,
+
+    /// `expected` is the length the file's surviving bytes call for (at least
+    /// the smallest possible checkpoint).
+    #[error(
+        "checkpoint is truncated: expected {expected} bytes, found {found}; it was cut short \
+         while being written or copied, so restore a complete copy or delete it to start over"
+    )]
+    Truncated { expected: u64, found: u64 },
+
+    #[error("checkpoint is corrupt: {reason}; restore a good copy or delete it to start over")]
+    Corrupt { reason: String },
+
+    #[error(
+        "checkpoint format version {found} is newer than this KynML reads (up to {supported}); \
+         upgrade KynML to resume from it"
+    )]
+    NewerFormat { found: u32, supported: u32 },
+
+    #[error(
+        "checkpoint was written for a different model (hash `{found_hash}`, this model's is \
+         `{expected_hash}`); choose another checkpoint path or delete the old checkpoint"
+    )]
+    ModelMismatch { expected_hash: String, found_hash: String },
+
+    /// A checkpoint handed to the writer that cannot be encoded: a programming
+    /// error in the caller, reported before anything is written.
+    #[error("tensor `{name}` cannot be saved: {reason}")]
+    InvalidTensor { name: String, reason: String },
+
+    #[error("checkpoint state is {len} bytes of JSON, more than the {max} allowed; keep large arrays in tensors")]
+    StateTooLarge { len: usize, max: usize },
+
+    #[error("cannot access checkpoint file {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The writer's thread is gone (it panicked); the checkpoint was not written.
+    #[error("the checkpoint writer stopped unexpectedly; the checkpoint was not written")]
+    WriterStopped,
+}
+
+impl Checkpoint {
+    pub fn new(tensors: Vec<NamedTensor>, state: Value) -> Self {
+        Checkpoint { tensors, state, model_hash: None }
+    }
+
+    /// `Ok` when this checkpoint was written for `expected_hash`; a checkpoint
+    /// built in memory (no hash) never matches.
+    pub fn check_model(&self, expected_hash: &str) -> Result<(), CheckpointError> {
+        match self.model_hash.as_deref() {
+            Some(found) if found == expected_hash => Ok(()),
+            found => Err(CheckpointError::ModelMismatch {
+                expected_hash: expected_hash.to_owned(),
+                found_hash: found.unwrap_or_default().to_owned(),
+            }),
+        }
+    }
+
+    /// Checks what [`encode`] relies on: unique names, none of them
+    /// `__metadata__`, and each shape holding exactly its data.
+    pub fn validate(&self) -> Result<(), CheckpointError> {
+        validate_tensors(&self.tensors)
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&NamedTensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+}
+
+impl NamedTensor {
+    pub fn f32(name: impl Into<String>, shape: Vec<usize>, data: Vec<f32>) -> Self {
+        NamedTensor { name: name.into(), shape, data: TensorData::F32(data) }
+    }
+
+    pub fn i64(name: impl Into<String>, shape: Vec<usize>, data: Vec<i64>) -> Self {
+        NamedTensor { name: name.into(), shape, data: TensorData::I64(data) }
+    }
+}
+
+impl TensorData {
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(v) => v.len(),
+            TensorData::I64(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The safetensors name of the element type.
+    pub fn dtype(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.len() * self.kind().size()
+    }
+
+    fn kind(&self) -> Dtype {
+        match self {
+            TensorData::F32(_) => Dtype::F32,
+            TensorData::I64(_) => Dtype::I64,
+        }
+    }
+
+    /// Appends the values as little-endian bytes. Filling a zeroed region
+    /// chunk by chunk compiles to plain copies, several times faster than
+    /// pushing value by value.
+    fn write_le(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + self.byte_len(), 0);
+        let dst = &mut out[start..];
+        match self {
+            TensorData::F32(v) => dst.chunks_exact_mut(4).zip(v).for_each(|(d, x)| d.copy_from_slice(&x.to_le_bytes())),
+            TensorData::I64(v) => dst.chunks_exact_mut(8).zip(v).for_each(|(d, x)| d.copy_from_slice(&x.to_le_bytes())),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+enum Dtype {
+    F32,
+    I64,
+}
+
+impl Dtype {
+    fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "F32",
+            Dtype::I64 => "I64",
+        }
+    }
+
+    fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::I64 => 8,
+        }
+    }
+}
+
+/// The whole checkpoint file for `ckpt`, recording `model_hash` as the model
+/// it belongs to.
+///
+/// # Panics
+/// If `ckpt` fails [`Checkpoint::validate`] or its state is longer than
+/// [`MAX_STATE_LEN`] as JSON; the writer checks both and reports them as
+/// errors instead.
+pub fn encode(ckpt: &Checkpoint, model_hash: &str) -> Vec<u8> {
+    try_encode(ckpt, model_hash).unwrap_or_else(|e| panic!("cannot encode checkpoint: {e}"))
+}
+
+pub(super) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>, CheckpointError> {
+    ckpt.validate()?;
+    let state = ckpt.state.to_string();
+    if state.len() > MAX_STATE_LEN {
+        return Err(CheckpointError::StateTooLarge { len: state.len(), max: MAX_STATE_LEN });
+    }
+    let metadata = BTreeMap::from([
+        (VERSION_KEY.to_owned(), FORMAT_VERSION.to_string()),
+        (MODEL_HASH_KEY.to_owned(), model_hash.to_owned()),
+        (STATE_KEY.to_owned(), state),
+    ]);
+    let header = safetensors_header(&ckpt.tensors, &metadata);
+    let data_len: usize = ckpt.tensors.iter().map(|t| t.data.byte_len()).sum();
+
+    let mut out = Vec::with_capacity(PREFIX_LEN + 8 + header.len() + data_len + FOOTER_LEN);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    write_safetensors(&mut out, &header, &ckpt.tensors);
+    let body_len = out.len() as u64;
+    let crc = crc32c(&out);
+    out.extend_from_slice(&body_len.to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&[0; 12]);
+    out.extend_from_slice(&MAGIC);
+    Ok(out)
+}
+
+/// A plain safetensors file of `tensors`, in order, with `metadata` as its
+/// `__metadata__` (left out when empty): what Python's
+/// `safetensors.numpy.load` and `safetensors.torch.load` read.
+///
+/// # Panics
+/// If the tensors fail the checks of [`Checkpoint::validate`].
+pub fn encode_safetensors(tensors: &[NamedTensor], metadata: &BTreeMap<String, String>) -> Vec<u8> {
+    if let Err(e) = validate_tensors(tensors) {
+        panic!("cannot encode safetensors: {e}");
+    }
+    let header = safetensors_header(tensors, metadata);
+    let mut out = Vec::with_capacity(8 + header.len() + tensors.iter().map(|t| t.data.byte_len()).sum::<usize>());
+    write_safetensors(&mut out, &header, tensors);
+    out
+}
+
+/// The JSON header, padded with spaces so that the data starts 8-byte aligned
+/// (as the reference implementation does).
+fn safetensors_header(tensors: &[NamedTensor], metadata: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut map = serde_json::Map::new();
+    if !metadata.is_empty() {
+        map.insert(METADATA_KEY.to_owned(), json!(metadata));
+    }
+    let mut offset = 0;
+    for t in tensors {
+        let end = offset + t.data.byte_len();
+        map.insert(t.name.clone(), json!({ "dtype": t.data.dtype(), "shape": t.shape, "data_offsets": [offset, end] }));
+        offset = end;
+    }
+    let mut header = Value::Object(map).to_string().into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    header
+}
+
+fn write_safetensors(out: &mut Vec<u8>, header: &[u8], tensors: &[NamedTensor]) {
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(header);
+    for t in tensors {
+        t.data.write_le(out);
+    }
+}
+
+fn validate_tensors(tensors: &[NamedTensor]) -> Result<(), CheckpointError> {
+    let mut names = BTreeSet::new();
+    for t in tensors {
+        let invalid = |reason: String| CheckpointError::InvalidTensor { name: t.name.clone(), reason };
+        if t.name == METADATA_KEY {
+            return Err(invalid("the name `__metadata__` is reserved by safetensors".into()));
+        }
+        if !names.insert(t.name.as_str()) {
+            return Err(invalid("another tensor has the same name".into()));
+        }
+        if t.shape.len() > MAX_RANK {
+            return Err(invalid(format!("{} dimensions, more than the {MAX_RANK} allowed", t.shape.len())));
+        }
+        let numel = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if numel != Some(t.data.len()) {
+            return Err(invalid(format!("shape {:?} does not hold the {} values given", t.shape, t.data.len())));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a checkpoint file, checking its framing, checksum, version and every
+/// tensor's layout. It never panics and never trusts a length before checking
+/// it against `bytes`.
+pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+    let found = bytes.len() as u64;
+    let head = &bytes[..bytes.len().min(MAGIC.len())];
+    if head != &MAGIC[..head.len()] {
+        return Err(CheckpointError::NotACheckpoint);
+    }
+    if bytes.len() < PREFIX_LEN {
+        return Err(CheckpointError::Truncated { expected: MIN_FILE_LEN as u64, found });
+    }
+    let version = read_u32(bytes, 8);
+    if version == 0 {
+        return Err(corrupt("format version 0 does not exist"));
+    }
+    if version > FORMAT_VERSION {
+        return Err(CheckpointError::NewerFormat { found: version, supported: FORMAT_VERSION });
+    }
+    let body = checked_body(bytes)?;
+    let (tensors, mut metadata) = decode_safetensors(&body[PREFIX_LEN..])?;
+
+    let mut take = |key: &str| metadata.remove(key).ok_or_else(|| corrupt(format!("its header has no `{key}`")));
+    let inner_version = take(VERSION_KEY)?;
+    if inner_version != version.to_string() {
+        return Err(corrupt(format!("its header says format version {inner_version}, its prefix says {version}")));
+    }
+    let model_hash = take(MODEL_HASH_KEY)?;
+    let state_text = take(STATE_KEY)?;
+    if state_text.len() > MAX_STATE_LEN {
+        return Err(corrupt(format!("its state is {} bytes, more than the {MAX_STATE_LEN} allowed", state_text.len())));
+    }
+    let state = serde_json::from_str(&state_text).map_err(|e| corrupt(format!("its state is not valid JSON: {e}")))?;
+    Ok(Checkpoint { tensors, state, model_hash: Some(model_hash) })
+}
+
+/// Everything before the footer, once the footer and the checksum agree with it.
+fn checked_body(bytes: &[u8]) -> Result<&[u8], CheckpointError> {
+    let n = bytes.len();
+    let footer_ok = n >= MIN_FILE_LEN && {
+        let footer = &bytes[n - FOOTER_LEN..];
+        read_u64(footer, 0) == (n - FOOTER_LEN) as u64 && footer[12..24] == [0; 12] && footer[24..] == MAGIC
+    };
+    if !footer_ok {
+        let expected = expected_len(bytes);
+        return Err(if expected > n as u64 {
+            CheckpointError::Truncated { expected, found: n as u64 }
+        } else {
+            corrupt("the footer at the end of the file is missing or damaged")
+        });
+    }
+    let body = &bytes[..n - FOOTER_LEN];
+    let (stored, computed) = (read_u32(bytes, n - FOOTER_LEN + 8), crc32c(body));
+    if stored != computed {
+        return Err(corrupt(format!("checksum mismatch (stored {stored:08x}, computed {computed:08x})")));
+    }
+    Ok(body)
+}
+
+/// How long the file should be, as far as its surviving bytes tell: the
+/// header length, then the header's own data offsets when all of it is there.
+fn expected_len(bytes: &[u8]) -> u64 {
+    let min = MIN_FILE_LEN as u64;
+    let Some(len_bytes) = bytes.get(PREFIX_LEN..PREFIX_LEN + 8) else { return min };
+    let header_len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default());
+    if header_len > MAX_HEADER_LEN {
+        return min;
+    }
+    let header_end = (PREFIX_LEN + 8) as u64 + header_len;
+    let mut expected = header_end + FOOTER_LEN as u64;
+    let header = usize::try_from(header_end).ok().and_then(|end| bytes.get(PREFIX_LEN + 8..end));
+    if let Some(Ok(header)) = header.map(serde_json::from_slice::<Header>) {
+        let data_len = header.tensors.iter().map(|(_, e)| e.data_offsets[1]).max().unwrap_or(0);
+        expected = expected.saturating_add(data_len);
+    }
+    expected.max(min)
+}
+
+/// Reads a plain safetensors file (F32 and I64 tensors only): the tensors in
+/// the order of their data (ties by name) and the `__metadata__` map.
+pub fn decode_safetensors(bytes: &[u8]) -> Result<(Vec<NamedTensor>, BTreeMap<String, String>), CheckpointError> {
+    if bytes.len() < 8 {
+        return Err(corrupt(format!(
+            "the tensor payload is {} bytes, shorter than its 8-byte header length",
+            bytes.len()
+        )));
+    }
+    let header_len = read_u64(bytes, 0);
+    let rest = &bytes[8..];
+    if header_len > rest.len() as u64 {
+        return Err(corrupt(format!("header length {header_len} exceeds the {} bytes that follow", rest.len())));
+    }
+    if header_len > MAX_HEADER_LEN {
+        return Err(corrupt(format!("header length {header_len} exceeds safetensors' limit of {MAX_HEADER_LEN}")));
+    }
+    let (header, data) = rest.split_at(header_len as usize);
+    let header: Header =
+        serde_json::from_slice(header).map_err(|e| corrupt(format!("its header is not valid: {e}")))?;
+
+    let mut names = BTreeSet::new();
+    let mut layout = Vec::with_capacity(header.tensors.len());
+    for (name, entry) in header.tensors {
+        if !names.insert(name.clone()) {
+            return Err(corrupt(format!("tensor `{name}` appears twice in the header")));
+        }
+        layout.push(check_entry(name, entry, data.len())?);
+    }
+    // Sorting by (start, end) keeps empty tensors before a full one at the
+    // same offset, which is where an encoder puts them.
+    layout.sort_by(|a, b| (a.start, a.end, &a.name).cmp(&(b.start, b.end, &b.name)));
+    let mut pos = 0;
+    for t in &layout {
+        if t.start < pos {
+            return Err(corrupt(format!("tensor `{}` overlaps the tensor before it", t.name)));
+        }
+        if t.start > pos {
+            return Err(corrupt(format!("data bytes {pos}..{} belong to no tensor", t.start)));
+        }
+        pos = t.end;
+    }
+    if pos != data.len() {
+        return Err(corrupt(format!("the last {} data bytes belong to no tensor", data.len() - pos)));
+    }
+
+    let tensors = layout
+        .into_iter()
+        .map(|t| {
+            let bytes = &data[t.start..t.end];
+            let data = match t.dtype {
+                Dtype::F32 => TensorData::F32(
+                    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap_or_default())).collect(),
+                ),
+                Dtype::I64 => TensorData::I64(
+                    bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())).collect(),
+                ),
+            };
+            NamedTensor { name: t.name, shape: t.shape, data }
+        })
+        .collect();
+    Ok((tensors, header.metadata))
+}
+
+struct Layout {
+    name: String,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    start: usize,
+    end: usize,
+}
+
+/// One header entry, checked against the data area's length: offsets in
+/// order and inside it, and a shape whose size (computed without overflow)
+/// is exactly the span of its offsets.
+fn check_entry(name: String, entry: Entry, data_len: usize) -> Result<Layout, CheckpointError> {
+    let [start, end] = entry.data_offsets;
+    if start > end {
+        return Err(corrupt(format!("tensor `{name}` has data offsets [{start}, {end}] that run backwards")));
+    }
+    if end > data_len as u64 {
+        return Err(corrupt(format!("tensor `{name}` ends at data byte {end}, past the {data_len} bytes present")));
+    }
+    let size = entry.dtype.size() as u64;
+    let bytes = entry.shape.0.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).and_then(|n| n.checked_mul(size));
+    if bytes != Some(end - start) {
+        return Err(corrupt(format!(
+            "tensor `{name}` of shape {:?} and dtype {} does not fill its {} data bytes",
+            entry.shape.0,
+            entry.dtype.name(),
+            end - start
+        )));
+    }
+    let shape = entry.shape.0.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>();
+    let shape = shape.map_err(|_| corrupt(format!("tensor `{name}` has a dimension too large for this machine")))?;
+    // Both offsets are at most `data_len`, so they fit in usize.
+    Ok(Layout { name, dtype: entry.dtype, shape, start: start as usize, end: end as usize })
+}
+
+/// The safetensors header, parsed straight into typed entries so that a
+/// hostile header cannot make the parser build large generic JSON trees.
+struct Header {
+    metadata: BTreeMap<String, String>,
+    tensors: Vec<(String, Entry)>,
+}
+
+#[derive(Deserialize)]
+struct Entry {
+    dtype: Dtype,
+    shape: Shape,
+    data_offsets: [u64; 2],
+}
+
+/// A shape of at most [`MAX_RANK`] dimensions, refused as soon as the
+/// parser sees one more.
+struct Shape(Vec<u64>);
+
+impl<'de> Deserialize<'de> for Header {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct HeaderVisitor;
+        impl<'de> Visitor<'de> for HeaderVisitor {
+            type Value = Header;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object of tensor entries")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Header, A::Error> {
+                let mut metadata = None;
+                let mut tensors = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == METADATA_KEY {
+                        if metadata.is_some() {
+                            return Err(de::Error::custom("`__metadata__` appears twice"));
+                        }
+                        metadata = Some(map.next_value::<BTreeMap<String, String>>()?);
+                    } else {
+                        tensors.push((key, map.next_value::<Entry>()?));
+                    }
+                }
+                Ok(Header { metadata: metadata.unwrap_or_default(), tensors })
+            }
+        }
+        deserializer.deserialize_map(HeaderVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ShapeVisitor;
+        impl<'de> Visitor<'de> for ShapeVisitor {
+            type Value = Shape;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a list of at most {MAX_RANK} dimensions")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+                let mut dims = Vec::new();
+                while let Some(d) = seq.next_element::<u64>()? {
+                    if dims.len() == MAX_RANK {
+                        return Err(de::Error::custom(format!("a shape has more than {MAX_RANK} dimensions")));
+                    }
+                    dims.push(d);
+                }
+                Ok(Shape(dims))
+            }
+        }
+        deserializer.deserialize_seq(ShapeVisitor)
+    }
+}
+
+fn corrupt(reason: impl Into<String>) -> CheckpointError {
+    CheckpointError::Corrupt { reason: reason.into() }
+}
+
+/// Callers have checked that `at + 4 <= bytes.len()`.
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())
+}
+
+/// Callers have checked that `at + 8 <= bytes.len()`.
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
+}
+
+/// CRC-32C (Castagnoli, as in iSCSI and ext4), eight bytes at a time.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    const T: [[u32; 256]; 8] = crc32c_tables();
+    let mut crc = !0u32;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let lo = crc ^ u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        crc = T[7][(lo & 0xff) as usize]
+            ^ T[6][(lo >> 8 & 0xff) as usize]
+            ^ T[5][(lo >> 16 & 0xff) as usize]
+            ^ T[4][(lo >> 24) as usize]
+            ^ T[3][c[4] as usize]
+            ^ T[2][c[5] as usize]
+            ^ T[1][c[6] as usize]
+            ^ T[0][c[7] as usize];
+    }
+    for &b in chunks.remainder() {
+        crc = crc >> 8 ^ T[0][((crc ^ u32::from(b)) & 0xff) as usize];
+    }
+    !crc
+}
+
+/// `t[0]` is the classic byte table of the reflected polynomial; `t[k][b]` is
+/// the CRC of byte `b` followed by `k` zero bytes.
+const fn crc32c_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { c >> 1 ^ 0x82f6_3b78 } else { c >> 1 };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 256 {
+        let mut k = 1;
+        while k < 8 {
+            t[k][i] = t[k - 1][i] >> 8 ^ t[0][(t[k - 1][i] & 0xff) as usize];
+            k += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        Checkpoint::new(
+            vec![
+                NamedTensor::f32("dense0.weight", vec![2, 3], vec![0.5, -1.25, 3.0, 1e-7, -0.0, 42.0]),
+                NamedTensor::f32("dense0.bias", vec![3], vec![0.1, 0.2, 0.3]),
+                NamedTensor::f32("adam.m.dense0.bias", vec![0, 3], vec![]),
+                NamedTensor::i64("adam.step", vec![], vec![1234]),
+                NamedTensor::i64("data.order", vec![5], vec![4, 0, 3, 1, -2]),
+            ],
+            json!({
+                "epoch": 7,
+                "step": 1234,
+                "rng": {"trainer": [1, 2, 3, 4], "dropout": "0x9e3779b97f4a7c15"},
+                "early_stop": {"best": 0.125, "bad_epochs": 2},
+                "scheduler": {"kind": "cosine", "t_max": 100},
+                "loss_scale": 65536.0,
+                "text": "quotes \" and \\ and ünïcode",
+            }),
+        )
+    }
+
+    /// A small checkpoint, so that the exhaustive tests stay fast.
+    fn small() -> Vec<u8> {
+        let ckpt = Checkpoint::new(
+            vec![NamedTensor::f32("w", vec![2], vec![1.0, 2.0]), NamedTensor::i64("n", vec![], vec![3])],
+            json!({"epoch": 1}),
+        );
+        encode(&ckpt, "abc")
+    }
+
+    /// Any safetensors payload framed as a checkpoint with a valid checksum,
+    /// so that the payload checks themselves are what a test exercises.
+    fn framed(payload: &[u8]) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(payload);
+        let crc = crc32c(&out);
+        out.extend_from_slice(&(out.len() as u64).to_le_bytes());
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(&[0; 12]);
+        out.extend_from_slice(&MAGIC);
+        out
+    }
+
+    fn payload(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    const META: &str = r#""__metadata__":{"format_version":"1","model_hash":"h","kynml_state":"{}"}"#;
+
+    fn hostile(entries: &str, data: &[u8]) -> CheckpointError {
+        let header = if entries.is_empty() { format!("{{{META}}}") } else { format!("{{{META},{entries}}}") };
+        decode(&framed(&payload(&header, data))).expect_err("a hostile header must be refused")
+    }
+
+    fn assert_corrupt(err: CheckpointError, needle: &str) {
+        match err {
+            CheckpointError::Corrupt { reason } => assert!(reason.contains(needle), "`{reason}` lacks `{needle}`"),
+            other => panic!("expected Corrupt containing `{needle}`, got {other:?}"),
+        }
+    }
+
+    fn crc32c_bytewise(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 { crc >> 1 ^ 0x82f6_3b78 } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+
+    #[test]
+    fn crc32c_matches_known_vectors() {
+        assert_eq!(crc32c(b""), 0);
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+        // RFC 3720, appendix B.4.
+        assert_eq!(crc32c(&[0; 32]), 0x8a91_36aa);
+        assert_eq!(crc32c(&[0xff; 32]), 0x62a8_ab43);
+        let ascending: Vec<u8> = (0..32).collect();
+        assert_eq!(crc32c(&ascending), 0x46dd_794e);
+        let bytes: Vec<u8> = (0..1000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for len in 0..bytes.len() {
+            assert_eq!(crc32c(&bytes[..len]), crc32c_bytewise(&bytes[..len]), "length {len}");
+        }
+    }
+
+    #[test]
+    fn round_trip_keeps_tensors_state_and_hash() {
+        let ckpt = sample();
+        let bytes = encode(&ckpt, "mlp-128-512-256-1");
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.tensors, ckpt.tensors);
+        assert_eq!(back.state, ckpt.state);
+        assert_eq!(back.model_hash.as_deref(), Some("mlp-128-512-256-1"));
+        assert_eq!(&bytes[..8], b"KYNCKPT\0");
+        assert_eq!(&bytes[bytes.len() - 8..], b"KYNCKPT\0");
+        assert_eq!(encode(&back, "mlp-128-512-256-1"), bytes, "encoding is deterministic");
+    }
+
+    #[test]
+    fn empty_checkpoint_round_trips() {
+        let ckpt = Checkpoint::new(vec![], Value::Null);
+        let back = decode(&encode(&ckpt, "")).unwrap();
+        assert_eq!((back.tensors, back.state), (ckpt.tensors, ckpt.state));
+    }
+
+    #[test]
+    fn every_truncation_is_reported_as_truncated() {
+        let bytes = small();
+        let header_end = PREFIX_LEN + 8 + read_u64(&bytes, PREFIX_LEN) as usize;
+        for len in 0..bytes.len() {
+            match decode(&bytes[..len]) {
+                Err(CheckpointError::Truncated { expected, found }) => {
+                    assert_eq!(found, len as u64);
+                    assert!(expected > found);
+                    if len >= header_end {
+                        assert_eq!(expected, bytes.len() as u64, "cut at {len}");
+                    }
+                }
+                other => panic!("cut at {len}: expected Truncated, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let bytes = small();
+        for at in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut damaged = bytes.clone();
+                damaged[at] ^= 1 << bit;
+                assert!(decode(&damaged).is_err(), "flip of bit {bit} at byte {at} went unnoticed");
+            }
+        }
+    }
+
+    #[test]
+    fn appended_bytes_are_detected() {
+        let mut bytes = small();
+        bytes.extend_from_slice(b"junk");
+        assert_corrupt(decode(&bytes).unwrap_err(), "footer");
+    }
+
+    #[test]
+    fn newer_version_is_refused() {
+        let mut bytes = small();
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        assert!(matches!(decode(&bytes), Err(CheckpointError::NewerFormat { found: 2, supported: 1 })));
+        // Refused by version, whatever a newer layout puts after it.
+        let mut newer = MAGIC.to_vec();
+        newer.extend_from_slice(&7u32.to_le_bytes());
+        newer.extend_from_slice(b"some future layout");
+        assert!(matches!(decode(&newer), Err(CheckpointError::NewerFormat { found: 7, .. })));
+        let message = decode(&newer).unwrap_err().to_string();
+        assert!(message.contains("upgrade KynML"), "{message}");
+    }
+
+    #[test]
+    fn model_hash_mismatch_is_detected() {
+        let back = decode(&small()).unwrap();
+        back.check_model("abc").unwrap();
+        match back.check_model("xyz") {
+            Err(CheckpointError::ModelMismatch { expected_hash, found_hash }) => {
+                assert_eq!((expected_hash.as_str(), found_hash.as_str()), ("xyz", "abc"));
+            }
+            other => panic!("expected ModelMismatch, got {other:?}"),
+        }
+        assert!(sample().check_model("abc").is_err(), "a checkpoint built in memory has no model");
+    }
+
+    #[test]
+    fn other_files_are_not_checkpoints() {
+        let safetensors = encode_safetensors(&sample().tensors, &BTreeMap::new());
+        assert!(matches!(decode(&safetensors), Err(CheckpointError::NotACheckpoint)));
+        // A PyTorch `.pt` file is a zip archive.
+        assert!(matches!(decode(b"PK\x03\x04\x14\x00\x00\x00"), Err(CheckpointError::NotACheckpoint)));
+        assert!(matches!(decode(b"KYNX"), Err(CheckpointError::NotACheckpoint)));
+    }
+
+    #[test]
+    fn hostile_headers_are_refused_without_large_allocations() {
+        // Each case claims far more memory than exists; allocating what the
+        // header says before checking it would abort the test.
+        let big = 1u64 << 62;
+        assert_corrupt(
+            hostile(&format!(r#""w":{{"dtype":"F32","shape":[{big},{big}],"data_offsets":[0,4]}}"#), &[0; 4]),
+            "does not fill",
+        );
+        assert_corrupt(
+            hostile(&format!(r#""w":{{"dtype":"I64","shape":[{big}],"data_offsets":[0,8]}}"#), &[0; 8]),
+            "does not fill",
+        );
+        assert_corrupt(
+            hostile(r#""w":{"dtype":"F32","shape":[1099511627776],"data_offsets":[0,4398046511104]}"#, &[0; 4]),
+            "past the 4 bytes",
+        );
+        assert_corrupt(
+            hostile(r#""w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}"#, &[0; 8]),
+            "past the 8 bytes",
+        );
+        let max = u64::MAX;
+        assert_corrupt(
+            hostile(&format!(r#""w":{{"dtype":"F32","shape":[1],"data_offsets":[{},{max}]}}"#, max - 3), &[0; 4]),
+            "past",
+        );
+        assert_corrupt(hostile(r#""w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}"#, &[0; 8]), "backwards");
+        assert_corrupt(
+            hostile(r#""w":{"dtype":"F32","shape":[1],"data_offsets":[0,99999999999999999999]}"#, &[0; 4]),
+            "not valid",
+        );
+        assert_corrupt(hostile(r#""w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}"#, &[0; 4]), "not valid");
+        // Overlapping, gapped and untiled data.
+        let two = |a: [u64; 2], b: [u64; 2]| {
+            format!(
+                r#""a":{{"dtype":"F32","shape":[2],"data_offsets":{a:?}}},"b":{{"dtype":"F32","shape":[2],"data_offsets":{b:?}}}"#
+            )
+        };
+        assert_corrupt(hostile(&two([0, 8], [4, 12]), &[0; 12]), "overlaps");
+        assert_corrupt(hostile(&two([0, 8], [0, 8]), &[0; 8]), "overlaps");
+        assert_corrupt(hostile(&two([0, 8], [12, 20]), &[0; 20]), "belong to no tensor");
+        assert_corrupt(hostile(&two([0, 8], [8, 16]), &[0; 20]), "last 4 data bytes");
+        assert_corrupt(hostile("", &[0; 4]), "last 4 data bytes");
+        // Header shape and types.
+        let rank = vec!["1"; MAX_RANK + 1].join(",");
+        assert_corrupt(
+            hostile(&format!(r#""w":{{"dtype":"F32","shape":[{rank}],"data_offsets":[0,4]}}"#), &[0; 4]),
+            "dimensions",
+        );
+        assert_corrupt(hostile(r#""w":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}"#, &[0; 2]), "BF16");
+        assert_corrupt(hostile(r#""w":{"dtype":"F32","shape":[1]}"#, &[0; 4]), "data_offsets");
+        assert_corrupt(
+            hostile(
+                r#""w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}"#,
+                &[0; 8],
+            ),
+            "twice",
+        );
+        assert_corrupt(hostile(r#""__metadata__":{}"#, &[]), "twice");
+        let deep = "[".repeat(100_000);
+        assert_corrupt(decode(&framed(&payload(&deep, &[]))).unwrap_err(), "not valid");
+        assert_corrupt(decode(&framed(&payload("[]", &[]))).unwrap_err(), "not valid");
+        assert_corrupt(decode(&framed(&payload("{\"__metadata__\":{\"a\":1}}", &[]))).unwrap_err(), "not valid");
+        assert_corrupt(decode(&framed(&payload("\u{feff}{}", &[]))).unwrap_err(), "not valid");
+        assert_corrupt(
+            decode(&framed(&[0xff, 0xff, 0xc0, 0xff, 0xff, 0xff, 0xff, 0xff, b'{', b'}'])).unwrap_err(),
+            "header length",
+        );
+        let mut overflowing = u64::MAX.to_le_bytes().to_vec();
+        overflowing.extend_from_slice(b"{}");
+        assert_corrupt(decode(&framed(&overflowing)).unwrap_err(), "header length");
+        assert_corrupt(decode_safetensors(&[1, 0, 0]).unwrap_err(), "shorter than its 8-byte header length");
+    }
+
+    #[test]
+    fn missing_or_bad_metadata_is_refused() {
+        let framed_with = |meta: &str| decode(&framed(&payload(&format!(r#"{{"__metadata__":{{{meta}}}}}"#), &[])));
+        assert_corrupt(framed_with(r#""model_hash":"h","kynml_state":"{}""#).unwrap_err(), "format_version");
+        assert_corrupt(framed_with(r#""format_version":"1","kynml_state":"{}""#).unwrap_err(), "model_hash");
+        assert_corrupt(framed_with(r#""format_version":"1","model_hash":"h""#).unwrap_err(), "kynml_state");
+        assert_corrupt(
+            framed_with(r#""format_version":"2","model_hash":"h","kynml_state":"{}""#).unwrap_err(),
+            "says format version 2",
+        );
+        assert_corrupt(
+            framed_with(r#""format_version":"1","model_hash":"h","kynml_state":"{oops""#).unwrap_err(),
+            "not valid JSON",
+        );
+        let ok =
+            framed_with(r#""format_version":"1","model_hash":"h","kynml_state":"[1]","extra":"kept out""#).unwrap();
+        assert_eq!(ok.state, json!([1]));
+    }
+
+    #[test]
+    fn random_damage_never_panics() {
+        let bytes = encode(&sample(), "h");
+        let body = &bytes[PREFIX_LEN..bytes.len() - FOOTER_LEN];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..3000 {
+            let mut damaged = body.to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % damaged.len() as u64) as usize;
+                damaged[at] = match next() % 3 {
+                    0 => next() as u8,
+                    1 => b"0123456789[]{}\",:-e"[(next() % 19) as usize],
+                    _ => damaged[at] ^ 1 << (next() % 8),
+                };
+            }
+            if next() % 4 == 0 {
+                damaged.truncate((next() % damaged.len() as u64) as usize);
+            }
+            // Framed with a valid checksum, so the payload checks are what run.
+            let _ = decode(&framed(&damaged));
+        }
+    }
+
+    #[test]
+    fn safetensors_payload_is_aligned_and_reads_back() {
+        let ckpt = sample();
+        let metadata = BTreeMap::from([("producer".to_owned(), "kynml".to_owned())]);
+        let bytes = encode_safetensors(&ckpt.tensors, &metadata);
+        let header_len = read_u64(&bytes, 0) as usize;
+        assert_eq!((8 + header_len) % 8, 0, "data starts 8-byte aligned");
+        assert_eq!(bytes[8], b'{');
+        let (tensors, meta) = decode_safetensors(&bytes).unwrap();
+        assert_eq!((tensors, meta), (ckpt.tensors, metadata));
+        let bare = encode_safetensors(&[], &BTreeMap::new());
+        assert_eq!(&bare[8..], b"{}      ");
+    }
+
+    /// Written by Python's `safetensors.numpy.save` 0.8.0 (tensors ordered by
+    /// alignment, then name; header padded with spaces).
+    #[test]
+    fn reads_a_file_written_by_python_safetensors() {
+        let hex = "c0000000000000007b225f5f6d657461646174615f5f223a7b226b223a2276227d2c226e223a7b226474797065223a22493634222c227368617065223a5b5d2c22646174615f6f666673657473223a5b302c385d7d2c2265223a7b226474797065223a22463332222c227368617065223a5b302c335d2c22646174615f6f666673657473223a5b382c385d7d2c2277223a7b226474797065223a22463332222c227368617065223a5b322c325d2c22646174615f6f666673657473223a5b382c32345d7d7d20202007000000000000000000c03f000000c00000504000008040";
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        let (tensors, metadata) = decode_safetensors(&bytes).unwrap();
+        assert_eq!(
+            tensors,
+            vec![
+                NamedTensor::i64("n", vec![], vec![7]),
+                NamedTensor::f32("e", vec![0, 3], vec![]),
+                NamedTensor::f32("w", vec![2, 2], vec![1.5, -2.0, 3.25, 4.0]),
+            ]
+        );
+        assert_eq!(metadata, BTreeMap::from([("k".to_owned(), "v".to_owned())]));
+    }
+
+    /// The sample that `scripts/read_safetensors.py` checks with Python's
+    /// `safetensors`: set `KYNML_SAFETENSORS_SAMPLE=<file>` to write it.
+    #[test]
+    fn sample_for_python_cross_check() {
+        let bytes = encode_safetensors(&sample().tensors, &BTreeMap::from([("producer".into(), "kynml".into())]));
+        if let Some(path) = std::env::var_os("KYNML_SAFETENSORS_SAMPLE") {
+            std::fs::write(&path, &bytes).unwrap();
+            std::fs::write(PathBuf::from(&path).with_extension("ckpt"), encode(&sample(), "h")).unwrap();
+        }
+    }
+
+    #[test]
+    fn invalid_checkpoints_are_refused_before_encoding() {
+        let invalid = |tensors| Checkpoint::new(tensors, Value::Null).validate().unwrap_err().to_string();
+        let dup = invalid(vec![NamedTensor::f32("a", vec![1], vec![1.0]), NamedTensor::i64("a", vec![1], vec![1])]);
+        assert!(dup.contains("tensor `a` cannot be saved: another tensor has the same name"), "{dup}");
+        let shape = invalid(vec![NamedTensor::f32("a", vec![2, 2], vec![1.0; 3])]);
+        assert!(shape.contains("shape [2, 2] does not hold the 3 values given"), "{shape}");
+        let overflow = invalid(vec![NamedTensor::f32("a", vec![usize::MAX, 2], vec![])]);
+        assert!(overflow.contains("does not hold"), "{overflow}");
+        assert!(invalid(vec![NamedTensor::f32("__metadata__", vec![], vec![1.0])]).contains("reserved"));
+        let too_big = Checkpoint::new(vec![], Value::String("x".repeat(MAX_STATE_LEN)));
+        assert!(matches!(try_encode(&too_big, "h"), Err(CheckpointError::StateTooLarge { .. })));
+    }
+}

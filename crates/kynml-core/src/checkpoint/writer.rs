@@ -1,0 +1,478 @@
+//! The checkpoint writer: a small actor that encodes and writes checkpoints on
+//! its own thread, so that the training loop pays only for the snapshot it
+//! hands over.
+//!
+//! It holds at most one snapshot at a time: a save first waits for the one
+//! before it to finish, which bounds memory to one copy of the state and lets
+//! every save return the previous write's result, so that a failure surfaces
+//! at the next save rather than never. [`CheckpointWriter::flush`] waits for
+//! the write in flight and returns its result.
+//!
+//! Every write is atomic: the file is written to a temporary file in the
+//! target's folder (`.<name>.tmp-<pid>-<n>`), synced, renamed over the
+//! target, and the folder is synced, so a reader sees the old checkpoint or
+//! the new one, never part of one, even if the process dies mid-write.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use super::format::{decode, try_encode, Checkpoint, CheckpointError};
+
+type WriteResult = Result<(), CheckpointError>;
+
+enum Message {
+    Save { path: PathBuf, checkpoint: Checkpoint, model_hash: String, done: SyncSender<WriteResult> },
+    Shutdown,
+}
+
+/// Writes checkpoints in the background; dropping it finishes the write in
+/// flight and joins the thread (call [`flush`](Self::flush) first to learn
+/// how that write went).
+pub struct CheckpointWriter {
+    messages: SyncSender<Message>,
+    /// The result of the last save, once its write finishes.
+    in_flight: Mutex<Option<Receiver<WriteResult>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CheckpointWriter {
+    /// A writer that keeps only the latest checkpoint at each path.
+    pub fn spawn() -> Self {
+        Self::spawn_with_keep(1)
+    }
+
+    /// A writer that keeps the last `keep` checkpoints at each path: before
+    /// a new one takes `path`, the current one becomes `path.1`, `path.1`
+    /// becomes `path.2`, and so on up to `path.{keep-1}`; the oldest drops
+    /// out. `keep` of 0 or 1 keeps only `path`. The current file is hard
+    /// linked (copied where links are not supported) to `path.1`, never moved,
+    /// so `path` holds a whole checkpoint at every moment.
+    ///
+    /// # Panics
+    /// If the operating system cannot start a thread, as `std::thread::spawn`.
+    pub fn spawn_with_keep(keep: usize) -> Self {
+        // One message slot: a save is only sent once the previous one is done.
+        let (messages, inbox) = mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("kynml-checkpoint-writer".into())
+            .spawn(move || run(inbox, keep.max(1)))
+            .expect("cannot start the checkpoint writer thread");
+        CheckpointWriter { messages, in_flight: Mutex::new(None), thread: Some(thread) }
+    }
+
+    /// Hands `ckpt` to the writer thread, which encodes it and writes it to
+    /// `path` atomically. Returns the previous save's result: if the previous
+    /// snapshot is still being written, this waits for it. The new snapshot
+    /// is queued even when the previous write failed. A checkpoint that fails
+    /// [`Checkpoint::validate`] is refused at once and nothing is queued.
+    pub fn save_async(&self, path: PathBuf, ckpt: Checkpoint, model_hash: String) -> Result<(), CheckpointError> {
+        ckpt.validate()?;
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        let previous = wait(in_flight.take());
+        let (done, result) = mpsc::sync_channel(1);
+        let message = Message::Save { path, checkpoint: ckpt, model_hash, done };
+        if self.messages.send(message).is_err() {
+            return previous.and(Err(CheckpointError::WriterStopped));
+        }
+        *in_flight = Some(result);
+        previous
+    }
+
+    /// [`save_async`](Self::save_async), then waits for this write: its
+    /// error if it failed, else the previous write's error, if any.
+    pub fn save_sync(&self, path: PathBuf, ckpt: Checkpoint, model_hash: String) -> Result<(), CheckpointError> {
+        let previous = self.save_async(path, ckpt, model_hash);
+        self.flush().and(previous)
+    }
+
+    /// Waits for the write in flight; returns its error, or `Ok` when it
+    /// succeeded or no write was pending. Each error is returned once.
+    pub fn flush(&self) -> Result<(), CheckpointError> {
+        wait(self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).take())
+    }
+}
+
+impl Drop for CheckpointWriter {
+    fn drop(&mut self) {
+        // The thread finishes the save it holds before it reads this.
+        let _ = self.messages.send(Message::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn wait(in_flight: Option<Receiver<WriteResult>>) -> WriteResult {
+    match in_flight {
+        None => Ok(()),
+        // A closed channel means the thread died before it answered.
+        Some(result) => result.recv().unwrap_or(Err(CheckpointError::WriterStopped)),
+    }
+}
+
+fn run(inbox: Receiver<Message>, keep: usize) {
+    while let Ok(message) = inbox.recv() {
+        match message {
+            Message::Save { path, checkpoint, model_hash, done } => {
+                let result = try_encode(&checkpoint, &model_hash).and_then(|bytes| {
+                    drop(checkpoint);
+                    write_atomic(&path, &bytes, keep)
+                });
+                // Nobody waits for it once the writer is being dropped.
+                let _ = done.send(result);
+            }
+            Message::Shutdown => break,
+        }
+    }
+}
+
+/// Reads the checkpoint at `path`: `Ok(None)` when there is none, an error
+/// when the file is not a whole, undamaged checkpoint. Temporary files that a
+/// crashed write left next to it are ignored ([`remove_stray_temps`] cleans
+/// them).
+pub fn load(path: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
+    match fs::read(path) {
+        Ok(bytes) => decode(&bytes).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(CheckpointError::Io { path: path.to_path_buf(), source }),
+    }
+}
+
+/// Removes the temporary files that writes to `path` by other processes left
+/// behind when they died, and returns their paths; this process's own are
+/// kept, since one may be a write in flight. Call it only when no other
+/// process is writing to `path`.
+pub fn remove_stray_temps(path: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
+    let Some(name) = path.file_name() else { return Ok(Vec::new()) };
+    let dir = parent_dir(path);
+    let prefix = temp_prefix(name);
+    let ours = format!("{prefix}{}-", std::process::id());
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(io_error(dir, source)),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(dir, e))?;
+        let file_name = entry.file_name();
+        let Some(file_name) = file_name.to_str() else { continue };
+        if file_name.starts_with(&prefix) && !file_name.starts_with(&ours) {
+            fs::remove_file(entry.path()).map_err(|e| io_error(&entry.path(), e))?;
+            removed.push(entry.path());
+        }
+    }
+    Ok(removed)
+}
+
+/// Write to a temporary file in the target's folder, sync it, rotate older
+/// copies, rename it over `path`, sync the folder. On failure the temporary
+/// file is removed and `path` is untouched.
+fn write_atomic(path: &Path, bytes: &[u8], keep: usize) -> WriteResult {
+    let name = path.file_name().ok_or_else(|| {
+        io_error(path, io::Error::new(io::ErrorKind::InvalidInput, "the checkpoint path does not name a file"))
+    })?;
+    let dir = parent_dir(path);
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let temp = dir.join(temp_name(name));
+    let placed = write_and_place(&temp, path, bytes, keep);
+    if placed.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    placed?;
+    sync_dir(dir).map_err(|e| io_error(dir, e))
+}
+
+fn write_and_place(temp: &Path, path: &Path, bytes: &[u8], keep: usize) -> WriteResult {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(temp).map_err(|e| io_error(temp, e))?;
+    file.write_all(bytes).map_err(|e| io_error(temp, e))?;
+    file.sync_all().map_err(|e| io_error(temp, e))?;
+    drop(file);
+    rotate(path, keep)?;
+    fs::rename(temp, path).map_err(|e| io_error(path, e))
+}
+
+/// Shifts `path.{keep-2}` → `path.{keep-1}`, ..., `path.1` → `path.2`, then
+/// links `path` as `path.1`. `path` itself stays in place until the rename
+/// that replaces it.
+fn rotate(path: &Path, keep: usize) -> WriteResult {
+    if keep <= 1 || !path.is_file() {
+        return Ok(());
+    }
+    for i in (1..keep - 1).rev() {
+        let from = numbered(path, i);
+        match fs::rename(&from, numbered(path, i + 1)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_error(&from, e)),
+            _ => {}
+        }
+    }
+    let first = numbered(path, 1);
+    match fs::remove_file(&first) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_error(&first, e)),
+        _ => {}
+    }
+    if fs::hard_link(path, &first).is_err() {
+        fs::copy(path, &first).map_err(|e| io_error(&first, e))?;
+    }
+    Ok(())
+}
+
+/// `path` with `.{n}` appended to its file name.
+fn numbered(path: &Path, n: usize) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
+}
+
+/// The folder `path` lives in; `.` for a bare file name.
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// `.<name>.tmp-`, with a long name cut so that the temporary file's name
+/// stays within the usual 255-byte limit.
+fn temp_prefix(name: &OsStr) -> String {
+    let mut name = name.to_string_lossy().into_owned();
+    let mut cut = name.len().min(200);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    name.truncate(cut);
+    format!(".{name}.tmp-")
+}
+
+fn temp_name(name: &OsStr) -> OsString {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}{}-{n}", temp_prefix(name), std::process::id()).into()
+}
+
+/// Makes the rename itself durable. Some file systems cannot sync a folder;
+/// they say so with `InvalidInput` or `Unsupported`, which is not a failure
+/// of the write.
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    match File::open(dir)?.sync_all() {
+        Err(e) if matches!(e.kind(), io::ErrorKind::InvalidInput | io::ErrorKind::Unsupported) => Ok(()),
+        other => other,
+    }
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+fn io_error(path: &Path, source: io::Error) -> CheckpointError {
+    CheckpointError::Io { path: path.to_path_buf(), source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::format::{encode, NamedTensor};
+    use super::*;
+    use serde_json::json;
+
+    fn snapshot(step: i64) -> Checkpoint {
+        Checkpoint::new(
+            vec![
+                NamedTensor::f32("w", vec![2, 2], vec![1.0, 2.0, 3.0, step as f32]),
+                NamedTensor::i64("step", vec![], vec![step]),
+            ],
+            json!({ "step": step }),
+        )
+    }
+
+    fn step_at(path: &Path) -> i64 {
+        load(path).unwrap().expect("a checkpoint").state["step"].as_i64().unwrap()
+    }
+
+    fn file_names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn writer_is_shareable_between_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<CheckpointWriter>();
+    }
+
+    #[test]
+    fn async_and_sync_saves_write_identical_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("async/x.ckpt"), dir.path().join("sync/x.ckpt"));
+        let writer = CheckpointWriter::spawn();
+        writer.save_async(a.clone(), snapshot(3), "h".into()).unwrap();
+        writer.save_sync(b.clone(), snapshot(3), "h".into()).unwrap();
+        writer.flush().unwrap();
+        let bytes = fs::read(&a).unwrap();
+        assert_eq!(bytes, fs::read(&b).unwrap());
+        assert_eq!(bytes, encode(&snapshot(3), "h"));
+        let back = load(&a).unwrap().unwrap();
+        assert_eq!((back.tensors, back.state), (snapshot(3).tensors, snapshot(3).state));
+        assert_eq!(file_names(&dir.path().join("async")), ["x.ckpt"], "no temporary file is left behind");
+    }
+
+    #[test]
+    fn missing_checkpoint_loads_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(load(&dir.path().join("none.ckpt")).unwrap().is_none());
+        assert!(load(&dir.path().join("no/such/folder/none.ckpt")).unwrap().is_none());
+    }
+
+    #[test]
+    fn later_saves_replace_earlier_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let writer = CheckpointWriter::spawn();
+        for step in 1..=5 {
+            writer.save_async(path.clone(), snapshot(step), "h".into()).unwrap();
+        }
+        writer.flush().unwrap();
+        assert_eq!(step_at(&path), 5);
+        assert_eq!(file_names(dir.path()), ["x.ckpt"]);
+    }
+
+    #[test]
+    fn failed_write_is_reported_by_flush_and_the_next_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.ckpt");
+        // A folder that is a regular file stops even root.
+        let blocker = dir.path().join("not-a-folder");
+        fs::write(&blocker, "x").unwrap();
+        let bad = blocker.join("x.ckpt");
+        let writer = CheckpointWriter::spawn();
+        writer.save_sync(good.clone(), snapshot(1), "h".into()).unwrap();
+
+        writer.save_async(bad.clone(), snapshot(2), "h".into()).unwrap();
+        match writer.flush() {
+            Err(CheckpointError::Io { path, .. }) => assert_eq!(path, blocker),
+            other => panic!("expected an Io error, got {other:?}"),
+        }
+        assert!(writer.flush().is_ok(), "an error is returned once");
+
+        writer.save_async(bad, snapshot(3), "h".into()).unwrap();
+        let next = writer.save_async(good.clone(), snapshot(4), "h".into());
+        assert!(matches!(next, Err(CheckpointError::Io { .. })), "{next:?}");
+        writer.flush().unwrap();
+        assert_eq!(step_at(&good), 4, "the save after a failure is still written");
+    }
+
+    #[test]
+    fn failed_write_leaves_the_previous_checkpoint_loadable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let writer = CheckpointWriter::spawn_with_keep(3);
+        writer.save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
+        writer.save_sync(path.clone(), snapshot(2), "h".into()).unwrap();
+        // Rotation must move `x.ckpt.1` to `x.ckpt.2`; a non-empty folder
+        // there makes the rename fail, even for root, after the new file is
+        // already written to its temporary name.
+        fs::create_dir(numbered(&path, 2)).unwrap();
+        fs::write(numbered(&path, 2).join("keep"), "x").unwrap();
+        writer.save_async(path.clone(), snapshot(3), "h".into()).unwrap();
+        let err = writer.save_async(dir.path().join("other.ckpt"), snapshot(9), "h".into()).unwrap_err();
+        assert!(err.to_string().contains("x.ckpt.1"), "{err}");
+        writer.flush().unwrap();
+        assert_eq!(step_at(&path), 2);
+        assert_eq!(step_at(&numbered(&path, 1)), 1);
+        assert_eq!(file_names(dir.path()), ["other.ckpt", "x.ckpt", "x.ckpt.1", "x.ckpt.2"], "temporary file removed");
+    }
+
+    #[test]
+    fn keep_rotates_older_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let writer = CheckpointWriter::spawn_with_keep(3);
+        for step in 1..=4 {
+            writer.save_async(path.clone(), snapshot(step), "h".into()).unwrap();
+        }
+        writer.flush().unwrap();
+        assert_eq!((step_at(&path), step_at(&numbered(&path, 1)), step_at(&numbered(&path, 2))), (4, 3, 2));
+        assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"]);
+
+        let single = dir.path().join("y.ckpt");
+        let writer = CheckpointWriter::spawn_with_keep(1);
+        writer.save_sync(single.clone(), snapshot(1), "h".into()).unwrap();
+        writer.save_sync(single.clone(), snapshot(2), "h".into()).unwrap();
+        assert!(!numbered(&single, 1).exists());
+    }
+
+    #[test]
+    fn drop_finishes_the_pending_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deep/er/x.ckpt");
+        {
+            let writer = CheckpointWriter::spawn();
+            writer.save_async(path.clone(), snapshot(7), "h".into()).unwrap();
+        }
+        assert_eq!(step_at(&path), 7);
+    }
+
+    #[test]
+    fn invalid_checkpoint_is_refused_before_it_is_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let writer = CheckpointWriter::spawn();
+        let bad = Checkpoint::new(vec![NamedTensor::f32("w", vec![3], vec![1.0])], json!({}));
+        assert!(matches!(writer.save_async(path.clone(), bad, "h".into()), Err(CheckpointError::InvalidTensor { .. })));
+        writer.flush().unwrap();
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn damaged_files_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let bytes = encode(&snapshot(1), "h");
+        fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(matches!(load(&path), Err(CheckpointError::Truncated { .. })));
+        fs::write(&path, b"PK\x03\x04 a PyTorch zip").unwrap();
+        assert!(matches!(load(&path), Err(CheckpointError::NotACheckpoint)));
+        assert!(matches!(load(dir.path()), Err(CheckpointError::Io { .. })), "a folder is not a checkpoint");
+    }
+
+    #[test]
+    fn stray_temporary_files_are_ignored_and_removable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        CheckpointWriter::spawn().save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
+        let stray = dir.path().join(".x.ckpt.tmp-999999999-0");
+        let ours = dir.path().join(format!(".x.ckpt.tmp-{}-77", std::process::id()));
+        let bytes = encode(&snapshot(2), "h");
+        fs::write(&stray, &bytes[..40]).unwrap();
+        fs::write(&ours, b"").unwrap();
+        fs::write(dir.path().join(".y.ckpt.tmp-999999999-0"), b"").unwrap();
+        assert_eq!(step_at(&path), 1);
+        assert_eq!(remove_stray_temps(&path).unwrap(), std::slice::from_ref(&stray));
+        assert!(!stray.exists() && ours.exists());
+    }
+
+    #[test]
+    fn long_names_still_fit_a_temporary_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{}.ckpt", "é".repeat(120)));
+        CheckpointWriter::spawn().save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
+        assert_eq!(step_at(&path), 1);
+    }
+
+    #[test]
+    fn paths_without_a_folder_or_a_name() {
+        assert_eq!(parent_dir(Path::new("x.ckpt")), Path::new("."));
+        assert_eq!(numbered(Path::new("a/x.ckpt"), 2), Path::new("a/x.ckpt.2"));
+        let err = write_atomic(Path::new("/"), b"", 1).unwrap_err();
+        assert!(err.to_string().contains("does not name a file"), "{err}");
+    }
+}

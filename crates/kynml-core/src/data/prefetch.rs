@@ -1,0 +1,159 @@
+//! The batch feed: batches of one epoch, in a fixed order, prepared on the
+//! training thread or ahead of it by a pool of worker threads.
+//!
+//! With `num_workers = N > 0`, a producer thread asks a rayon pool of N
+//! threads to gather the next N batches in parallel, then hands them over in
+//! order through a bounded channel holding at most `prefetch` batches. The
+//! order of batches is decided before any worker runs, so the number of
+//! workers changes speed, never results. With `num_workers = 0` each batch is
+//! gathered on the training thread when it is needed.
+//!
+//! Features are standardised once when the data is loaded, so preparing a
+//! batch is gathering its rows into one contiguous buffer.
+
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::thread::Scope;
+
+use rayon::prelude::*;
+
+use crate::data::{Batch, Dataset, Split};
+
+/// How batches are prepared for a whole run.
+#[derive(Debug, Clone)]
+pub struct Loader {
+    pool: Option<Arc<rayon::ThreadPool>>,
+    workers: usize,
+    depth: usize,
+}
+
+impl Loader {
+    /// `prefetch` is the queue depth; when not given it is two batches per
+    /// worker (PyTorch's `prefetch_factor` default).
+    pub fn new(workers: usize, prefetch: Option<usize>) -> Self {
+        if workers == 0 {
+            return Loader { pool: None, workers: 0, depth: 0 };
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .thread_name(|i| format!("kynml-data-{i}"))
+            .build()
+            .ok()
+            .map(Arc::new);
+        let depth = prefetch.filter(|&p| p > 0).unwrap_or(2 * workers);
+        match pool {
+            Some(pool) => Loader { pool: Some(pool), workers, depth },
+            // A pool that cannot start (no threads left) degrades to the
+            // training thread; results are identical either way.
+            None => Loader { pool: None, workers: 0, depth: 0 },
+        }
+    }
+
+    /// Worker threads actually running (0: the training thread prepares batches).
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// The batches of one epoch, in the order of `batches`.
+    pub fn epoch<'scope, 'env>(
+        &self,
+        scope: &'scope Scope<'scope, 'env>,
+        data: &'env Dataset,
+        batches: Vec<Vec<usize>>,
+    ) -> BatchFeed<'env> {
+        let Some(pool) = self.pool.clone() else {
+            return BatchFeed::Inline { data, batches: batches.into_iter() };
+        };
+        let (tx, rx) = sync_channel::<Batch>(self.depth);
+        let window = self.workers;
+        scope.spawn(move || {
+            for chunk in batches.chunks(window) {
+                let ready: Vec<Batch> = pool.install(|| {
+                    chunk
+                        .par_iter()
+                        .map(|rows| {
+                            let mut batch = Batch::default();
+                            data.gather(Split::Train, rows, &mut batch);
+                            batch
+                        })
+                        .collect()
+                });
+                for batch in ready {
+                    // The receiver is gone when training stopped early.
+                    if tx.send(batch).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        BatchFeed::Workers(rx)
+    }
+}
+
+/// An epoch's batches, in order.
+pub enum BatchFeed<'env> {
+    Inline { data: &'env Dataset, batches: std::vec::IntoIter<Vec<usize>> },
+    Workers(Receiver<Batch>),
+}
+
+impl Iterator for BatchFeed<'_> {
+    type Item = Batch;
+
+    fn next(&mut self) -> Option<Batch> {
+        match self {
+            BatchFeed::Inline { data, batches } => {
+                let rows = batches.next()?;
+                let mut batch = Batch::default();
+                data.gather(Split::Train, &rows, &mut batch);
+                Some(batch)
+            }
+            BatchFeed::Workers(rx) => rx.recv().ok(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{Table, Targets};
+
+    fn dataset(rows: usize, width: usize) -> Dataset {
+        let features: Vec<f32> = (0..rows * width).map(|i| i as f32).collect();
+        let targets = Targets::Regression((0..rows).map(|i| i as f32).collect());
+        let table = Table {
+            path: "t.csv".into(),
+            feature_names: (0..width).map(|i| format!("f{i}")).collect(),
+            target_name: "y".into(),
+            features,
+            targets,
+        };
+        Dataset::from_table(table, 0.8, false, 3).unwrap()
+    }
+
+    fn collect(loader: &Loader, data: &Dataset, batches: Vec<Vec<usize>>) -> Vec<Batch> {
+        std::thread::scope(|s| loader.epoch(s, data, batches).collect())
+    }
+
+    #[test]
+    fn any_number_of_workers_gives_the_same_batches_in_the_same_order() {
+        let data = dataset(1000, 7);
+        let mut order: Vec<usize> = (0..data.train.len()).collect();
+        crate::rng::SplitMix64::new(9).shuffle(&mut order);
+        let batches: Vec<Vec<usize>> = order.chunks(33).map(<[usize]>::to_vec).collect();
+        let reference = collect(&Loader::new(0, None), &data, batches.clone());
+        assert_eq!(reference.len(), batches.len());
+        for (workers, prefetch) in [(1, None), (4, Some(2)), (3, Some(1)), (8, None)] {
+            let got = collect(&Loader::new(workers, prefetch), &data, batches.clone());
+            assert_eq!(got, reference, "workers {workers}, prefetch {prefetch:?}");
+        }
+    }
+
+    #[test]
+    fn stopping_early_does_not_hang_the_producer() {
+        let data = dataset(2000, 3);
+        let batches: Vec<Vec<usize>> = (0..data.train.len()).collect::<Vec<_>>().chunks(10).map(<[usize]>::to_vec).collect();
+        let loader = Loader::new(2, Some(1));
+        let first: Vec<Batch> = std::thread::scope(|s| loader.epoch(s, &data, batches).take(3).collect());
+        assert_eq!(first.len(), 3);
+    }
+}

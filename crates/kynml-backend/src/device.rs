@@ -1,8 +1,8 @@
 //! From a device request to one concrete Burn device.
 
-use burn::backend::wgpu::WgpuDevice;
 use burn::backend::cuda::CudaDevice;
 use burn::backend::flex::FlexDevice;
+use burn::backend::wgpu::WgpuDevice;
 use burn::DispatchDevice;
 
 use crate::cuda::{probe_cuda, CudaGpu, CudaProbe};
@@ -38,7 +38,9 @@ pub enum DeviceError {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub enum DeviceKind {
     /// Burn's flex backend on the host CPU.
-    Cpu { threads: usize },
+    Cpu {
+        threads: usize,
+    },
     Cuda(CudaGpu),
     Wgpu(WgpuAdapter),
 }
@@ -122,17 +124,12 @@ pub fn select(choice: DeviceChoice) -> Result<Device, DeviceError> {
             let gpus = match probe_cuda() {
                 CudaProbe::Available(gpus) if !gpus.is_empty() => gpus,
                 CudaProbe::Available(_) => {
-                    return Err(DeviceError::CudaUnavailable {
-                        reason: "the CUDA driver reports no devices".into(),
-                    })
+                    return Err(DeviceError::CudaUnavailable { reason: "the CUDA driver reports no devices".into() })
                 }
                 CudaProbe::Unavailable(reason) => return Err(DeviceError::CudaUnavailable { reason }),
             };
             let index = index.unwrap_or(0);
-            let gpu = gpus
-                .get(index)
-                .cloned()
-                .ok_or(DeviceError::CudaIndexOutOfRange { index, count: gpus.len() })?;
+            let gpu = gpus.get(index).cloned().ok_or(DeviceError::CudaIndexOutOfRange { index, count: gpus.len() })?;
             Ok(cuda_device(gpu))
         }
         DeviceChoice::Wgpu => {

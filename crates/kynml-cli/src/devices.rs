@@ -13,16 +13,27 @@ pub fn run() -> Result<(), Failure> {
                 rows.push(vec![
                     format!("cuda:{}", gpu.index),
                     gpu.name,
-                    format!("compute capability {}.{}, {:.0} GiB", gpu.compute_capability.0, gpu.compute_capability.1, gpu.memory_bytes as f64 / (1u64 << 30) as f64),
+                    format!(
+                        "compute capability {}.{}, {:.0} GiB",
+                        gpu.compute_capability.0,
+                        gpu.compute_capability.1,
+                        gpu.memory_bytes as f64 / (1u64 << 30) as f64
+                    ),
                 ]);
             }
         }
-        CudaProbe::Available(_) => rows.push(vec!["cuda".into(), "none".into(), "the driver reports no devices".into()]),
+        CudaProbe::Available(_) => {
+            rows.push(vec!["cuda".into(), "none".into(), "the driver reports no devices".into()])
+        }
         CudaProbe::Unavailable(reason) => rows.push(vec!["cuda".into(), "none".into(), reason]),
     }
     let adapters = probe_wgpu();
     if adapters.is_empty() {
-        rows.push(vec!["wgpu".into(), "none".into(), "no Vulkan adapter (scripts/setup-lavapipe.sh installs a software one)".into()]);
+        rows.push(vec![
+            "wgpu".into(),
+            "none".into(),
+            "no Vulkan adapter (scripts/setup-lavapipe.sh installs a software one)".into(),
+        ]);
     }
     for a in adapters {
         let kind = match a.kind {

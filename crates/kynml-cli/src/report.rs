@@ -20,7 +20,8 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
     if !problems.is_empty() {
         return Err(Failure::input(problems.join("\n")));
     }
-    let header = ["run", "spec", "model", "device", "precision", "epochs", "val_loss", "best metric", "time", "samples/s"];
+    let header =
+        ["run", "spec", "model", "device", "precision", "epochs", "val_loss", "best metric", "time", "samples/s"];
     println!("{}", render::table(&header, &rows));
     Ok(())
 }

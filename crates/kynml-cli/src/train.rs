@@ -163,4 +163,3 @@ fn epoch_line(r: &EpochRecord) -> String {
         render::duration(r.seconds)
     )
 }
-

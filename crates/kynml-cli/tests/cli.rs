@@ -60,7 +60,16 @@ fn train_writes_a_complete_run_folder_and_says_what_runs() {
     assert_eq!(t.matches("\nepoch ").count(), 3, "{t}");
     assert!(!t.contains('\u{1b}') && !t.contains('\r'), "{t:?}");
     let run = tmp.path().join("run1");
-    for f in ["spec.kyn", "spec.resolved.json", "data.json", "metrics.jsonl", "metrics.json", "model.mpk", "curves.svg", "curves.png"] {
+    for f in [
+        "spec.kyn",
+        "spec.resolved.json",
+        "data.json",
+        "metrics.jsonl",
+        "metrics.json",
+        "model.mpk",
+        "curves.svg",
+        "curves.png",
+    ] {
         assert!(run.join(f).is_file(), "missing {f}");
     }
     let png = std::fs::read(run.join("curves.png")).unwrap();
@@ -71,7 +80,8 @@ fn train_writes_a_complete_run_folder_and_says_what_runs() {
     assert_eq!(lines.lines().count(), 3);
     let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
     assert!(first["val_loss"].is_number() && first["metrics"]["accuracy"].is_number(), "{first}");
-    let data: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("data.json")).unwrap()).unwrap();
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("data.json")).unwrap()).unwrap();
     assert_eq!(data["class_names"], serde_json::json!(["setosa", "versicolor", "virginica"]));
     assert!(data["normalizer"]["mean"].as_array().unwrap().len() == 4, "{data}");
 }
@@ -83,7 +93,14 @@ fn the_users_spec_reports_every_setting_not_applied() {
     let out = kynml(&["train", "deepnet.kyn", "--epochs", "1", "--device", "cpu", "--out", "r"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
-    for needle in ["bf16 requested", "CPU backend has no kernel fusion", "4 worker threads, up to 2 batches prepared ahead", "pin_memory", "checkpoints/deepnet.pt", "torchscript"] {
+    for needle in [
+        "bf16 requested",
+        "CPU backend has no kernel fusion",
+        "4 worker threads, up to 2 batches prepared ahead",
+        "pin_memory",
+        "checkpoints/deepnet.pt",
+        "torchscript",
+    ] {
         assert!(t.contains(needle), "missing {needle:?} in\n{t}");
     }
     assert!(!tmp.path().join("checkpoints").exists() && !tmp.path().join("models").exists());
@@ -115,7 +132,10 @@ fn a_broken_csv_exits_2_naming_row_and_column() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     // Line 5 of the file (the header is line 1), column 1.
-    assert!(t.contains("iris.csv:5:") && t.contains("column 1") && t.contains("sepal_length_cm") && t.contains("abc"), "{t}");
+    assert!(
+        t.contains("iris.csv:5:") && t.contains("column 1") && t.contains("sepal_length_cm") && t.contains("abc"),
+        "{t}"
+    );
     assert!(!tmp.path().join("runs").exists());
 }
 
@@ -186,7 +206,8 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     let out = kynml(&["report", "a", "b"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
-    let rows: Vec<&str> = t.lines().filter(|l| l.trim_start().starts_with("a ") || l.trim_start().starts_with("b ")).collect();
+    let rows: Vec<&str> =
+        t.lines().filter(|l| l.trim_start().starts_with("a ") || l.trim_start().starts_with("b ")).collect();
     assert_eq!(rows.len(), 2, "{t}");
     assert!(rows[0].contains("IrisNet") && rows[0].contains("accuracy") && rows[1].contains(" 4 "), "{t}");
     let out = kynml(&["report", "a", "iris.kyn"], tmp.path());

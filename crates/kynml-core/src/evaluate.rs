@@ -48,7 +48,13 @@ pub fn run_split(model: &Model<Kb>, data: &Dataset, split: Split, loss_kind: Los
 }
 
 /// The metrics the spec asked for, on these outputs.
-pub fn compute_metrics(outputs: &Outputs, labels: &Labels, loss_kind: Loss, wanted: &[Metric], n_classes: usize) -> BTreeMap<String, f64> {
+pub fn compute_metrics(
+    outputs: &Outputs,
+    labels: &Labels,
+    loss_kind: Loss,
+    wanted: &[Metric],
+    n_classes: usize,
+) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     match labels {
         Labels::Values(y) => {
@@ -119,9 +125,7 @@ pub(crate) fn targets_tensor(labels: &Labels, loss_kind: Loss, device: &Dispatch
             let n = y.len();
             Targets::Float(Tensor::from_data(TensorData::new(y, [n, 1]), device))
         }
-        (Labels::Values(v), _) => {
-            Targets::Float(Tensor::from_data(TensorData::new(v.clone(), [v.len(), 1]), device))
-        }
+        (Labels::Values(v), _) => Targets::Float(Tensor::from_data(TensorData::new(v.clone(), [v.len(), 1]), device)),
     }
 }
 

@@ -46,11 +46,7 @@ pub fn r2(pred: &[f32], target: &[f32]) -> f64 {
     }
     let mean = target.iter().map(|&t| f64::from(t)).sum::<f64>() / target.len() as f64;
     let ss_tot: f64 = target.iter().map(|&t| (f64::from(t) - mean).powi(2)).sum();
-    let ss_res: f64 = pred
-        .iter()
-        .zip(target)
-        .map(|(&p, &t)| (f64::from(p) - f64::from(t)).powi(2))
-        .sum();
+    let ss_res: f64 = pred.iter().zip(target).map(|(&p, &t)| (f64::from(p) - f64::from(t)).powi(2)).sum();
     if ss_tot == 0.0 {
         return if ss_res == 0.0 { 1.0 } else { 0.0 };
     }
@@ -94,18 +90,12 @@ pub fn recall_macro(pred: &[u32], target: &[u32], n_classes: usize) -> f64 {
 /// # Panics
 /// If a class index is not below `n_classes`.
 pub fn f1_macro(pred: &[u32], target: &[u32], n_classes: usize) -> f64 {
-    macro_average(pred, target, n_classes, |c| {
-        ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn_)
-    })
+    macro_average(pred, target, n_classes, |c| ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn_))
 }
 
 fn mean_of(pred: &[f32], target: &[f32], loss: impl Fn(f64) -> f64) -> f64 {
     check_lengths(pred.len(), target.len());
-    let total: f64 = pred
-        .iter()
-        .zip(target)
-        .map(|(&p, &t)| loss(f64::from(p) - f64::from(t)))
-        .sum();
+    let total: f64 = pred.iter().zip(target).map(|(&p, &t)| loss(f64::from(p) - f64::from(t))).sum();
     total / target.len() as f64
 }
 
@@ -127,17 +117,10 @@ impl ClassCounts {
     }
 }
 
-fn macro_average(
-    pred: &[u32],
-    target: &[u32],
-    n_classes: usize,
-    score: impl Fn(&ClassCounts) -> f64,
-) -> f64 {
+fn macro_average(pred: &[u32], target: &[u32], n_classes: usize, score: impl Fn(&ClassCounts) -> f64) -> f64 {
     let counts = class_counts(pred, target, n_classes);
-    let (sum, classes) = counts
-        .iter()
-        .filter(|c| c.occurs())
-        .fold((0.0, 0usize), |(sum, n), c| (sum + score(c), n + 1));
+    let (sum, classes) =
+        counts.iter().filter(|c| c.occurs()).fold((0.0, 0usize), |(sum, n), c| (sum + score(c), n + 1));
     if classes == 0 {
         return f64::NAN;
     }
@@ -149,10 +132,7 @@ fn class_counts(pred: &[u32], target: &[u32], n_classes: usize) -> Vec<ClassCoun
     let mut counts = vec![ClassCounts::default(); n_classes];
     for (&p, &t) in pred.iter().zip(target) {
         let (p, t) = (p as usize, t as usize);
-        assert!(
-            p < n_classes && t < n_classes,
-            "class index beyond {n_classes} classes"
-        );
+        assert!(p < n_classes && t < n_classes, "class index beyond {n_classes} classes");
         if p == t {
             counts[p].tp += 1;
         } else {
@@ -252,10 +232,7 @@ mod tests {
         assert!(close(recall_macro(&pred, &target, 3), 1.0 / 3.0));
         assert!(close(f1_macro(&pred, &target, 3), 0.8 / 3.0));
         // sklearn: 0.2222222222222222, 0.3333333333333333, 0.26666666666666666
-        assert!(close(
-            precision_macro(&pred, &target, 3),
-            0.2222222222222222
-        ));
+        assert!(close(precision_macro(&pred, &target, 3), 0.2222222222222222));
         assert!(close(f1_macro(&pred, &target, 3), 0.26666666666666666));
     }
 
@@ -266,17 +243,11 @@ mod tests {
         // class 0: tp 1, fp 0, fn 0 → P 1,   R 1, F1 1
         // class 1: tp 1, fp 2, fn 0 → P 1/3, R 1, F1 2 / (2 + 2) = 1/2
         // class 2: tp 0, fp 0, fn 2 → P 0/0 := 0, R 0, F1 0
-        assert!(close(
-            precision_macro(&pred, &target, 3),
-            (1.0 + 1.0 / 3.0) / 3.0
-        ));
+        assert!(close(precision_macro(&pred, &target, 3), (1.0 + 1.0 / 3.0) / 3.0));
         assert!(close(recall_macro(&pred, &target, 3), 2.0 / 3.0));
         assert!(close(f1_macro(&pred, &target, 3), 0.5));
         // sklearn (zero_division=0): 0.4444444444444444, 0.6666666666666666, 0.5
-        assert!(close(
-            precision_macro(&pred, &target, 3),
-            0.4444444444444444
-        ));
+        assert!(close(precision_macro(&pred, &target, 3), 0.4444444444444444));
         assert!(close(accuracy(&pred, &target), 0.5));
     }
 
@@ -300,14 +271,8 @@ mod tests {
         let pred = [0, 1, 1, 1];
         // Classes 3 and 4 occur nowhere: same averages as over 3 classes.
         assert_eq!(f1_macro(&pred, &target, 5), f1_macro(&pred, &target, 3));
-        assert_eq!(
-            precision_macro(&pred, &target, 5),
-            precision_macro(&pred, &target, 3)
-        );
-        assert_eq!(
-            recall_macro(&pred, &target, 5),
-            recall_macro(&pred, &target, 3)
-        );
+        assert_eq!(precision_macro(&pred, &target, 5), precision_macro(&pred, &target, 3));
+        assert_eq!(recall_macro(&pred, &target, 5), recall_macro(&pred, &target, 3));
     }
 
     #[test]

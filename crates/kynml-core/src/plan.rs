@@ -142,7 +142,10 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
     let Layer::Dense { units, .. } = last.value else { return problems };
     let classes = data.class_names().map_or(0, <[String]>::len);
     let (needed, why) = match loss.value {
-        Loss::CrossEntropy => (classes, format!("`cross_entropy` needs one output per class ({classes} classes in `{}`)", data.info.target)),
+        Loss::CrossEntropy => (
+            classes,
+            format!("`cross_entropy` needs one output per class ({classes} classes in `{}`)", data.info.target),
+        ),
         Loss::Bce => (1, "`bce` takes one logit per row".to_string()),
         _ => (1, format!("a regression on the single column `{}` has one output", data.info.target)),
     };
@@ -161,11 +164,14 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
         problems.push(problem);
     }
     if loss.value == Loss::Bce && classes != 2 {
-        problems.push(Diagnostic::new(
-            loss.span,
-            format!("`bce` needs exactly 2 classes but `{}` in `{file}` has {classes}", data.info.target),
-            "binary loss on a non-binary target",
-        ).with_help("use `loss = cross_entropy` for more than two classes"));
+        problems.push(
+            Diagnostic::new(
+                loss.span,
+                format!("`bce` needs exactly 2 classes but `{}` in `{file}` has {classes}", data.info.target),
+                "binary loss on a non-binary target",
+            )
+            .with_help("use `loss = cross_entropy` for more than two classes"),
+        );
     }
     if loss.value == Loss::CrossEntropy && classes < 2 {
         problems.push(Diagnostic::new(
@@ -273,8 +279,11 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
     }
     if let Some(export) = &spec.export {
         let value = match export.format.value {
-            ExportFormat::Torchscript => "none (torchscript is a PyTorch format that a native Rust engine cannot write; \
-                the run folder keeps the trained weights as a Burn record, model.mpk)".to_string(),
+            ExportFormat::Torchscript => {
+                "none (torchscript is a PyTorch format that a native Rust engine cannot write; \
+                the run folder keeps the trained weights as a Burn record, model.mpk)"
+                    .to_string()
+            }
             f => format!(
                 "none (export as {} is not implemented yet; the run folder keeps the weights as model.mpk)",
                 format!("{f:?}").to_lowercase()

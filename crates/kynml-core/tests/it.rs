@@ -94,6 +94,18 @@ fn wgpu_training_agrees_with_cpu_in_fp32() {
     let data = file.load_data().unwrap();
     let run = |device| train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
     let (a, b) = (run(&cpu), run(&wgpu));
+    let worst = a
+        .history
+        .iter()
+        .zip(&b.history)
+        .flat_map(|(x, y)| {
+            [
+                (x.train_loss - y.train_loss).abs() / x.train_loss.abs(),
+                (x.val_loss - y.val_loss).abs() / x.val_loss.abs(),
+            ]
+        })
+        .fold(0.0f64, f64::max);
+    eprintln!("cpu vs wgpu: worst relative loss difference {worst:.2e} (seed {seed})");
     for (ea, eb) in a.history.iter().zip(&b.history) {
         // fp32 with different summation orders: agree to ~1e-3 relative
         // over a few epochs of Adam.
@@ -126,7 +138,10 @@ fn input_width_mismatch_names_both_numbers_and_the_file() {
     let err = SpecFile::load(&path).unwrap().load_data().unwrap_err();
     let kynml_core::plan::LoadError::Spec { error, source_text, .. } = err else { panic!("{err:?}") };
     let rendered = kynml_core::spec::render("spec.kyn", &source_text, &error.diagnostics);
-    assert!(rendered.contains("input 7") && rendered.contains("6 feature columns") && rendered.contains("data.csv"), "{rendered}");
+    assert!(
+        rendered.contains("input 7") && rendered.contains("6 feature columns") && rendered.contains("data.csv"),
+        "{rendered}"
+    );
 }
 
 /// Write `spec` next to a copy of an example CSV and return the problems
@@ -177,7 +192,10 @@ train:
 ";
     let (error, source_text) = fit_problems("iris/iris.csv", "iris.csv", spec);
     let rendered = kynml_core::spec::render("s.kyn", &source_text, &error.diagnostics);
-    assert!(rendered.contains("loss = mse") && rendered.contains("cross_entropy") && rendered.contains("setosa"), "{rendered}");
+    assert!(
+        rendered.contains("loss = mse") && rendered.contains("cross_entropy") && rendered.contains("setosa"),
+        "{rendered}"
+    );
 }
 
 #[test]

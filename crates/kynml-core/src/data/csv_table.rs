@@ -100,16 +100,10 @@ impl Table {
 pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
     // The whole file in memory costs no more than the table built from it,
     // and lets `next_record` find the true line of each record.
-    let bytes = std::fs::read(path).map_err(|source| DataError::Io {
-        path: path.into(),
-        source,
-    })?;
+    let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
     // Headers and ragged rows are handled here rather than by `csv`, so that
     // every error names the line as the user sees it.
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .from_reader(bytes.as_slice());
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
     let mut record = ByteRecord::new();
 
     let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {
@@ -117,20 +111,14 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
     };
     let header = header_names(&record, path, header_line)?;
     check_unique(&header, path)?;
-    let target_col = header
-        .iter()
-        .position(|name| *name == opts.target)
-        .ok_or_else(|| DataError::MissingTarget {
-            path: path.into(),
-            target: opts.target.clone(),
-            suggestion: suggest::closest(&opts.target, &header).map(str::to_owned),
-            available: header.clone(),
-        })?;
+    let target_col = header.iter().position(|name| *name == opts.target).ok_or_else(|| DataError::MissingTarget {
+        path: path.into(),
+        target: opts.target.clone(),
+        suggestion: suggest::closest(&opts.target, &header).map(str::to_owned),
+        available: header.clone(),
+    })?;
     if header.len() == 1 {
-        return Err(DataError::NoFeatures {
-            path: path.into(),
-            target: opts.target.clone(),
-        });
+        return Err(DataError::NoFeatures { path: path.into(), target: opts.target.clone() });
     }
 
     let mut features = Vec::new();
@@ -147,13 +135,7 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
         }
         for (col, raw) in record.iter().enumerate() {
             let cell = cell_text(raw, path, line)?;
-            let at = Cell {
-                path,
-                line,
-                col,
-                name: &header[col],
-                text: cell,
-            };
+            let at = Cell { path, line, col, name: &header[col], text: cell };
             if col != target_col {
                 features.push(at.number()?);
             } else if opts.classification {
@@ -164,23 +146,13 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
         }
     }
 
-    let targets = if opts.classification {
-        encode_classes(&labels)
-    } else {
-        Targets::Regression(values)
-    };
+    let targets = if opts.classification { encode_classes(&labels) } else { Targets::Regression(values) };
     if targets.is_empty() {
         return Err(DataError::Empty { path: path.into() });
     }
     let mut feature_names = header;
     let target_name = feature_names.remove(target_col);
-    Ok(Table {
-        path: path.into(),
-        feature_names,
-        target_name,
-        features,
-        targets,
-    })
+    Ok(Table { path: path.into(), feature_names, target_name, features, targets })
 }
 
 /// Reads the next record that is not a blank line from `reader`, which reads
@@ -192,12 +164,8 @@ fn next_record(
     path: &Path,
 ) -> Result<Option<usize>, DataError> {
     loop {
-        let more = reader
-            .read_byte_record(record)
-            .map_err(|err| DataError::Io {
-                path: path.into(),
-                source: err.into(),
-            })?;
+        let more =
+            reader.read_byte_record(record).map_err(|err| DataError::Io { path: path.into(), source: err.into() })?;
         if !more {
             return Ok(None);
         }
@@ -211,14 +179,8 @@ fn next_record(
 /// `csv` gives a record the position where it started reading, which is
 /// before any empty lines it skipped on the way; count those too.
 fn true_line(bytes: &[u8], position: &csv::Position) -> usize {
-    let start = usize::try_from(position.byte())
-        .unwrap_or(bytes.len())
-        .min(bytes.len());
-    let skipped = bytes[start..]
-        .iter()
-        .take_while(|&&b| b == b'\n' || b == b'\r')
-        .filter(|&&b| b == b'\n')
-        .count();
+    let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
+    let skipped = bytes[start..].iter().take_while(|&&b| b == b'\n' || b == b'\r').filter(|&&b| b == b'\n').count();
     position.line() as usize + skipped
 }
 
@@ -228,11 +190,7 @@ fn header_names(record: &ByteRecord, path: &Path, line: usize) -> Result<Vec<Str
         .iter()
         .enumerate()
         .map(|(col, raw)| {
-            let raw = if col == 0 {
-                raw.strip_prefix(BOM).unwrap_or(raw)
-            } else {
-                raw
-            };
+            let raw = if col == 0 { raw.strip_prefix(BOM).unwrap_or(raw) } else { raw };
             cell_text(raw, path, line).map(str::to_owned)
         })
         .collect()
@@ -241,26 +199,15 @@ fn header_names(record: &ByteRecord, path: &Path, line: usize) -> Result<Vec<Str
 fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
     for (i, name) in header.iter().enumerate() {
         if header[..i].contains(name) {
-            let columns = (1..=header.len())
-                .filter(|&c| header[c - 1] == *name)
-                .collect();
-            return Err(DataError::DuplicateColumn {
-                path: path.into(),
-                name: name.clone(),
-                columns,
-            });
+            let columns = (1..=header.len()).filter(|&c| header[c - 1] == *name).collect();
+            return Err(DataError::DuplicateColumn { path: path.into(), name: name.clone(), columns });
         }
     }
     Ok(())
 }
 
 fn cell_text<'a>(raw: &'a [u8], path: &Path, line: usize) -> Result<&'a str, DataError> {
-    std::str::from_utf8(raw)
-        .map(str::trim)
-        .map_err(|_| DataError::BadEncoding {
-            path: path.into(),
-            row: line,
-        })
+    std::str::from_utf8(raw).map(str::trim).map_err(|_| DataError::BadEncoding { path: path.into(), row: line })
 }
 
 /// One cell and where it is, to build errors from.
@@ -331,9 +278,7 @@ fn encode_classes(labels: &[String]) -> Targets {
 }
 
 fn position<T: Ord>(sorted: &[T], item: &T) -> u32 {
-    let index = sorted
-        .binary_search(item)
-        .expect("every label is among the classes");
+    let index = sorted.binary_search(item).expect("every label is among the classes");
     u32::try_from(index).expect("fewer than 2^32 classes")
 }
 
@@ -346,17 +291,11 @@ mod tests {
     }
 
     fn classes(target: &str) -> TableOptions {
-        TableOptions {
-            target: target.into(),
-            classification: true,
-        }
+        TableOptions { target: target.into(), classification: true }
     }
 
     fn regression(target: &str) -> TableOptions {
-        TableOptions {
-            target: target.into(),
-            classification: false,
-        }
+        TableOptions { target: target.into(), classification: false }
     }
 
     /// Writes `bytes` to `data.csv` in a fresh temporary folder.
@@ -373,9 +312,7 @@ mod tests {
     }
 
     fn class_counts(targets: &Targets) -> Vec<usize> {
-        let Targets::Classes { indices, names } = targets else {
-            panic!("not classes")
-        };
+        let Targets::Classes { indices, names } = targets else { panic!("not classes") };
         let mut counts = vec![0; names.len()];
         for &i in indices {
             counts[i as usize] += 1;
@@ -387,22 +324,11 @@ mod tests {
     fn reads_iris() {
         let t = read_csv(&example("iris"), &classes("species")).unwrap();
         assert_eq!(t.n_rows(), 150);
-        assert_eq!(
-            t.feature_names,
-            [
-                "sepal_length_cm",
-                "sepal_width_cm",
-                "petal_length_cm",
-                "petal_width_cm"
-            ]
-        );
+        assert_eq!(t.feature_names, ["sepal_length_cm", "sepal_width_cm", "petal_length_cm", "petal_width_cm"]);
         assert_eq!(t.target_name, "species");
         assert_eq!(t.features.len(), 150 * 4);
         assert_eq!(t.row(0), [5.1, 3.5, 1.4, 0.2]);
-        assert_eq!(
-            t.targets.class_names().unwrap(),
-            ["setosa", "versicolor", "virginica"]
-        );
+        assert_eq!(t.targets.class_names().unwrap(), ["setosa", "versicolor", "virginica"]);
         assert_eq!(class_counts(&t.targets), [50, 50, 50]);
     }
 
@@ -414,10 +340,7 @@ mod tests {
         assert_eq!(t.feature_names[12], "proline");
         assert_eq!(t.row(0)[0], 14.23);
         assert_eq!(t.row(0)[12], 1065.0);
-        assert_eq!(
-            t.targets.class_names().unwrap(),
-            ["class_0", "class_1", "class_2"]
-        );
+        assert_eq!(t.targets.class_names().unwrap(), ["class_0", "class_1", "class_2"]);
         assert_eq!(class_counts(&t.targets), [59, 71, 48]);
     }
 
@@ -427,13 +350,8 @@ mod tests {
         assert_eq!(t.n_rows(), 442);
         assert_eq!(t.n_features(), 10);
         assert_eq!(t.feature_names[..3], ["age", "sex", "bmi"]);
-        assert_eq!(
-            t.row(0),
-            [59.0, 2.0, 32.1, 101.0, 157.0, 93.2, 38.0, 4.0, 4.8598, 87.0]
-        );
-        let Targets::Regression(y) = &t.targets else {
-            panic!("not regression")
-        };
+        assert_eq!(t.row(0), [59.0, 2.0, 32.1, 101.0, 157.0, 93.2, 38.0, 4.0, 4.8598, 87.0]);
+        let Targets::Regression(y) = &t.targets else { panic!("not regression") };
         assert_eq!(y[0], 151.0);
         assert!(y.iter().all(|v| v.is_finite()));
     }
@@ -461,10 +379,7 @@ mod tests {
         // "02" and "2" are the same integer, hence the same class.
         assert_eq!(
             t.targets,
-            Targets::Classes {
-                indices: vec![2, 1, 0, 1],
-                names: vec!["-1".into(), "2".into(), "10".into()]
-            }
+            Targets::Classes { indices: vec![2, 1, 0, 1], names: vec!["-1".into(), "2".into(), "10".into()] }
         );
     }
 
@@ -473,13 +388,7 @@ mod tests {
         let t = read(b"x,y\n0,b\n0,B\n0,a\n0,10\n0,9\n0,a\n", &classes("y")).unwrap();
         // A single non-integer label makes every label a string.
         let names = ["10", "9", "B", "a", "b"].map(String::from).to_vec();
-        assert_eq!(
-            t.targets,
-            Targets::Classes {
-                indices: vec![4, 2, 3, 0, 1, 3],
-                names
-            }
-        );
+        assert_eq!(t.targets, Targets::Classes { indices: vec![4, 2, 3, 0, 1, 3], names });
     }
 
     #[test]
@@ -487,10 +396,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nope.csv");
         let err = read_csv(&path, &regression("y")).unwrap_err();
-        assert!(
-            matches!(&err, DataError::Io { path: p, .. } if *p == path),
-            "{err:?}"
-        );
+        assert!(matches!(&err, DataError::Io { path: p, .. } if *p == path), "{err:?}");
     }
 
     #[test]
@@ -505,55 +411,27 @@ mod tests {
     fn missing_target_suggests_the_closest_column() {
         let (_dir, path) = temp_csv(b"sepal,species\n1,a\n");
         let err = read_csv(&path, &classes("specie")).unwrap_err();
-        let DataError::MissingTarget {
-            target,
-            available,
-            suggestion,
-            ..
-        } = &err
-        else {
-            panic!("{err:?}")
-        };
+        let DataError::MissingTarget { target, available, suggestion, .. } = &err else { panic!("{err:?}") };
         assert_eq!(target, "specie");
         assert_eq!(available, &["sepal", "species"]);
         assert_eq!(suggestion.as_deref(), Some("species"));
         assert_eq!(
             err.to_string(),
-            format!(
-                "{}:1: no column named `specie` to predict; did you mean `species`?",
-                path.display()
-            )
+            format!("{}:1: no column named `specie` to predict; did you mean `species`?", path.display())
         );
 
         let err = read(b"sepal,species\n1,a\n", &classes("outcome")).unwrap_err();
-        assert!(
-            matches!(
-                &err,
-                DataError::MissingTarget {
-                    suggestion: None,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(
-            err.to_string()
-                .ends_with("; the columns are `sepal`, `species`"),
-            "{err}"
-        );
+        assert!(matches!(&err, DataError::MissingTarget { suggestion: None, .. }), "{err:?}");
+        assert!(err.to_string().ends_with("; the columns are `sepal`, `species`"), "{err}");
     }
 
     #[test]
     fn duplicate_columns_are_listed() {
         let err = read(b"a,b,y,b\n1,2,3,4\n", &regression("y")).unwrap_err();
-        let DataError::DuplicateColumn { name, columns, .. } = &err else {
-            panic!("{err:?}")
-        };
+        let DataError::DuplicateColumn { name, columns, .. } = &err else { panic!("{err:?}") };
         assert_eq!(name, "b");
         assert_eq!(columns, &[2, 4]);
-        assert!(err
-            .to_string()
-            .ends_with(":1: column name `b` appears more than once: columns 2 and 4"));
+        assert!(err.to_string().ends_with(":1: column name `b` appears more than once: columns 2 and 4"));
     }
 
     #[test]
@@ -566,34 +444,16 @@ mod tests {
     fn ragged_rows_name_their_line() {
         // Line 4 counts the blank line 3 that is skipped.
         let err = read(b"a,b,y\n1,2,3\n\n4,5\n", &regression("y")).unwrap_err();
-        let DataError::Ragged {
-            row,
-            expected,
-            found,
-            ..
-        } = err
-        else {
-            panic!("{err:?}")
-        };
+        let DataError::Ragged { row, expected, found, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, expected, found), (4, 3, 2));
 
         let err = read(b"a,y\n1,2\n3,4,5\n", &regression("y")).unwrap_err();
-        let DataError::Ragged {
-            row,
-            expected,
-            found,
-            ..
-        } = err
-        else {
-            panic!("{err:?}")
-        };
+        let DataError::Ragged { row, expected, found, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, expected, found), (3, 2, 3));
 
         // Windows line endings, blank lines at the start of the data.
         let err = read(b"a,y\r\n\r\n\r\n1,2\r\n3,4,5\r\n", &regression("y")).unwrap_err();
-        let DataError::Ragged { row, .. } = err else {
-            panic!("{err:?}")
-        };
+        let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
         assert_eq!(row, 5);
     }
 
@@ -601,68 +461,28 @@ mod tests {
     fn not_a_number_names_line_column_and_value() {
         let (_dir, path) = temp_csv(b"id,x,age,y\n1,2,3,4\n5,6, abc ,8\n");
         let err = read_csv(&path, &regression("y")).unwrap_err();
-        let DataError::NotNumeric {
-            row,
-            column,
-            column_name,
-            value,
-            ..
-        } = &err
-        else {
-            panic!("{err:?}")
-        };
-        assert_eq!(
-            (*row, *column, column_name.as_str(), value.as_str()),
-            (3, 3, "age", "abc")
-        );
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "{}:3: column 3 (`age`) is not a number: found \"abc\"",
-                path.display()
-            )
-        );
+        let DataError::NotNumeric { row, column, column_name, value, .. } = &err else { panic!("{err:?}") };
+        assert_eq!((*row, *column, column_name.as_str(), value.as_str()), (3, 3, "age", "abc"));
+        assert_eq!(err.to_string(), format!("{}:3: column 3 (`age`) is not a number: found \"abc\"", path.display()));
     }
 
     #[test]
     fn empty_cells_and_non_numeric_regression_targets_are_not_numbers() {
         let err = read(b"a,y\n1,2\n,3\n", &regression("y")).unwrap_err();
-        let DataError::NotNumeric {
-            row, column, value, ..
-        } = err
-        else {
-            panic!("{err:?}")
-        };
+        let DataError::NotNumeric { row, column, value, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, column, value.as_str()), (3, 1, ""));
 
         let err = read(b"a,y\n1,2\n2,setosa\n", &regression("y")).unwrap_err();
-        let DataError::NotNumeric {
-            row,
-            column,
-            column_name,
-            ..
-        } = err
-        else {
-            panic!("{err:?}")
-        };
+        let DataError::NotNumeric { row, column, column_name, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, column, column_name.as_str()), (3, 2, "y"));
     }
 
     #[test]
     fn nan_inf_and_overflow_are_not_finite() {
         for (cell, col) in [("NaN", 1), ("inf", 1), ("-Infinity", 2), ("1e39", 2)] {
-            let text = if col == 1 {
-                format!("a,y\n1,2\n{cell},3\n")
-            } else {
-                format!("a,y\n1,2\n3,{cell}\n")
-            };
+            let text = if col == 1 { format!("a,y\n1,2\n{cell},3\n") } else { format!("a,y\n1,2\n3,{cell}\n") };
             let err = read(text.as_bytes(), &regression("y")).unwrap_err();
-            let DataError::NonFinite {
-                row, column, value, ..
-            } = &err
-            else {
-                panic!("{err:?}")
-            };
+            let DataError::NonFinite { row, column, value, .. } = &err else { panic!("{err:?}") };
             assert_eq!((*row, *column, value.as_str()), (3, col, cell));
             assert!(err.to_string().contains("must be a finite number"), "{err}");
         }
@@ -671,51 +491,29 @@ mod tests {
     #[test]
     fn empty_class_label_is_refused() {
         let err = read(b"a,y\n1,cat\n2,  \n", &classes("y")).unwrap_err();
-        let DataError::EmptyLabel {
-            row,
-            column,
-            column_name,
-            ..
-        } = err
-        else {
-            panic!("{err:?}")
-        };
+        let DataError::EmptyLabel { row, column, column_name, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, column, column_name.as_str()), (3, 2, "y"));
     }
 
     #[test]
     fn invalid_utf8_names_its_line() {
         let err = read(b"a,y\n1,2\n3,\xFF\xFE\n", &classes("y")).unwrap_err();
-        assert!(
-            matches!(err, DataError::BadEncoding { row: 3, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, DataError::BadEncoding { row: 3, .. }), "{err:?}");
 
         let err = read(b"a,\xC3\n1,2\n", &classes("y")).unwrap_err();
-        assert!(
-            matches!(err, DataError::BadEncoding { row: 1, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, DataError::BadEncoding { row: 1, .. }), "{err:?}");
     }
 
     #[test]
     fn quoted_cells_spanning_lines_keep_later_line_numbers_right() {
         // The record on lines 2-3 holds a newline inside quotes; the bad cell
         // is on line 4.
-        let err = read(
-            b"name,x,y\n\"two\nlines\",1,2\nok,oops,3\n",
-            &regression("y"),
-        )
-        .unwrap_err();
-        let DataError::NotNumeric { row, column, .. } = err else {
-            panic!("{err:?}")
-        };
+        let err = read(b"name,x,y\n\"two\nlines\",1,2\nok,oops,3\n", &regression("y")).unwrap_err();
+        let DataError::NotNumeric { row, column, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, column), (2, 1));
 
         let err = read(b"a,x,y\n\"1\n\",1,2\n5,oops,3\n", &regression("y")).unwrap_err();
-        let DataError::NotNumeric { row, column, .. } = err else {
-            panic!("{err:?}")
-        };
+        let DataError::NotNumeric { row, column, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, column), (4, 2));
     }
 }

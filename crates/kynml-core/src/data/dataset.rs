@@ -129,12 +129,7 @@ impl Dataset {
     /// Splits `table` with `seed` (see [`split_indices`]) and, if `normalize`
     /// is set, standardizes both parts with statistics of the training part
     /// alone.
-    pub fn from_table(
-        table: Table,
-        train_fraction: f64,
-        normalize: bool,
-        seed: u64,
-    ) -> Result<Dataset, DataError> {
+    pub fn from_table(table: Table, train_fraction: f64, normalize: bool, seed: u64) -> Result<Dataset, DataError> {
         let (train_rows, valid_rows) = split_indices(table.n_rows(), train_fraction, seed)
             .map_err(|err| DataError::from_split(table.path.clone(), err))?;
         let mut train = take_rows(&table, train_rows);
@@ -191,9 +186,7 @@ impl Dataset {
         batch.features.clear();
         batch.features.reserve(indices.len() * width);
         for &i in indices {
-            batch
-                .features
-                .extend_from_slice(&part.features[i * width..(i + 1) * width]);
+            batch.features.extend_from_slice(&part.features[i * width..(i + 1) * width]);
         }
         part.labels.gather_into(indices, &mut batch.labels);
     }
@@ -206,15 +199,9 @@ fn take_rows(table: &Table, rows: Vec<usize>) -> SplitData {
     }
     let labels = match &table.targets {
         Targets::Regression(values) => Labels::Values(rows.iter().map(|&r| values[r]).collect()),
-        Targets::Classes { indices, .. } => {
-            Labels::Classes(rows.iter().map(|&r| indices[r]).collect())
-        }
+        Targets::Classes { indices, .. } => Labels::Classes(rows.iter().map(|&r| indices[r]).collect()),
     };
-    SplitData {
-        rows,
-        features,
-        labels,
-    }
+    SplitData { rows, features, labels }
 }
 
 #[cfg(test)]
@@ -226,9 +213,7 @@ mod tests {
 
     /// `n` rows of two features: `[r, 100 - r²]` with target `2r` (or class `r % 3`).
     fn table(n: usize, classification: bool) -> Table {
-        let features = (0..n)
-            .flat_map(|r| [r as f32, 100.0 - (r * r) as f32])
-            .collect();
+        let features = (0..n).flat_map(|r| [r as f32, 100.0 - (r * r) as f32]).collect();
         let targets = if classification {
             Targets::Classes {
                 indices: (0..n).map(|r| (r % 3) as u32).collect(),
@@ -252,21 +237,13 @@ mod tests {
         let data = Dataset::from_table(t.clone(), 0.75, false, 3).unwrap();
         assert_eq!((data.train.len(), data.valid.len()), (15, 5));
         for part in [&data.train, &data.valid] {
-            let Labels::Values(y) = &part.labels else {
-                panic!()
-            };
+            let Labels::Values(y) = &part.labels else { panic!() };
             for (p, &r) in part.rows.iter().enumerate() {
                 assert_eq!(&part.features[p * 2..p * 2 + 2], t.row(r));
                 assert_eq!(y[p], 2.0 * r as f32);
             }
         }
-        let mut all: Vec<usize> = data
-            .train
-            .rows
-            .iter()
-            .chain(&data.valid.rows)
-            .copied()
-            .collect();
+        let mut all: Vec<usize> = data.train.rows.iter().chain(&data.valid.rows).copied().collect();
         all.sort_unstable();
         assert_eq!(all, (0..20).collect::<Vec<_>>());
         assert_eq!(data.normalizer(), None);
@@ -289,12 +266,7 @@ mod tests {
         let norm = data.normalizer().unwrap();
 
         // Statistics of the training rows, worked out from the raw table.
-        let train_raw: Vec<f32> = data
-            .train
-            .rows
-            .iter()
-            .flat_map(|&r| t.row(r).to_vec())
-            .collect();
+        let train_raw: Vec<f32> = data.train.rows.iter().flat_map(|&r| t.row(r).to_vec()).collect();
         assert_eq!(norm, &Normalizer::fit(&train_raw, 2));
         // Those of all rows differ: the validation rows were left out.
         assert_ne!(norm.mean, Normalizer::fit(&t.features, 2).mean);
@@ -303,10 +275,7 @@ mod tests {
         // went through the same transform, not one of their own.
         let refit = Normalizer::fit(&data.train.features, 2);
         assert!(refit.mean.iter().all(|m| m.abs() < 1e-5), "{refit:?}");
-        assert!(
-            refit.std.iter().all(|s| (s - 1.0).abs() < 1e-5),
-            "{refit:?}"
-        );
+        assert!(refit.std.iter().all(|s| (s - 1.0).abs() < 1e-5), "{refit:?}");
         let (p, r) = (0, data.valid.rows[0]);
         let expected = (t.row(r)[1] - norm.mean[1]) / norm.std[1];
         assert_eq!(data.valid.features[p * 2 + 1], expected);
@@ -318,14 +287,9 @@ mod tests {
         let mut batch = Batch::default();
         data.gather(Split::Valid, &[3, 0, 3], &mut batch);
         let v = &data.valid;
-        let expected: Vec<f32> = [3, 0, 3]
-            .iter()
-            .flat_map(|&p| v.features[p * 2..p * 2 + 2].to_vec())
-            .collect();
+        let expected: Vec<f32> = [3, 0, 3].iter().flat_map(|&p| v.features[p * 2..p * 2 + 2].to_vec()).collect();
         assert_eq!(batch.features, expected);
-        let Labels::Classes(all) = &v.labels else {
-            panic!()
-        };
+        let Labels::Classes(all) = &v.labels else { panic!() };
         assert_eq!(batch.labels, Labels::Classes(vec![all[3], all[0], all[3]]));
         assert_eq!(batch.len(), 3);
 
@@ -340,36 +304,24 @@ mod tests {
         assert_eq!(batch.len(), 2);
         assert_eq!(&batch.features[2..4], &data.train.features[2..4]);
         assert_eq!(batch.features.as_ptr(), features_at);
-        let Labels::Classes(c) = &batch.labels else {
-            panic!()
-        };
+        let Labels::Classes(c) = &batch.labels else { panic!() };
         assert_eq!(c.as_ptr(), labels_at);
     }
 
     #[test]
     fn gather_switches_label_kind() {
         let data = Dataset::from_table(table(10, false), 0.8, false, 1).unwrap();
-        let mut batch = Batch {
-            features: vec![],
-            labels: Labels::Classes(vec![7]),
-        };
+        let mut batch = Batch { features: vec![], labels: Labels::Classes(vec![7]) };
         data.gather(Split::Train, &[0], &mut batch);
-        let Labels::Values(y) = &data.train.labels else {
-            panic!()
-        };
+        let Labels::Values(y) = &data.train.labels else { panic!() };
         assert_eq!(batch.labels, Labels::Values(vec![y[0]]));
     }
 
     #[test]
     fn one_row_is_too_few() {
         let err = Dataset::from_table(table(1, false), 0.8, false, 0).unwrap_err();
-        let DataError::TooFewRows { path, rows, needed } = &err else {
-            panic!("{err:?}")
-        };
-        assert_eq!(
-            (path.as_path(), *rows, *needed),
-            (Path::new("made/up.csv"), 1, 2)
-        );
+        let DataError::TooFewRows { path, rows, needed } = &err else { panic!("{err:?}") };
+        assert_eq!((path.as_path(), *rows, *needed), (Path::new("made/up.csv"), 1, 2));
         assert_eq!(
             err.to_string(),
             "made/up.csv: 1 data row but at least 2 are needed to hold some out for validation"
@@ -379,19 +331,13 @@ mod tests {
     #[test]
     fn bad_fraction_is_refused() {
         let err = Dataset::from_table(table(10, false), 1.2, false, 0).unwrap_err();
-        assert!(
-            matches!(err, DataError::BadFraction { fraction } if fraction == 1.2),
-            "{err:?}"
-        );
+        assert!(matches!(err, DataError::BadFraction { fraction } if fraction == 1.2), "{err:?}");
     }
 
     #[test]
     fn iris_end_to_end_and_info_round_trips() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iris/iris.csv");
-        let opts = TableOptions {
-            target: "species".into(),
-            classification: true,
-        };
+        let opts = TableOptions { target: "species".into(), classification: true };
         let data = Dataset::from_table(read_csv(&path, &opts).unwrap(), 0.8, true, 0).unwrap();
         assert_eq!((data.train.len(), data.valid.len()), (120, 30));
         assert_eq!(data.n_features(), 4);

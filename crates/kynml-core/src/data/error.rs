@@ -58,12 +58,7 @@ pub enum DataError {
         "{}:{row}: expected {expected} cells as in the header, found {found}",
         path.display()
     )]
-    Ragged {
-        path: PathBuf,
-        row: usize,
-        expected: usize,
-        found: usize,
-    },
+    Ragged { path: PathBuf, row: usize, expected: usize, found: usize },
 
     #[error(
         "{}:{row}: column {column} (`{column_name}`) is not a number: found {value:?}",
@@ -82,13 +77,7 @@ pub enum DataError {
         "{}:{row}: column {column} (`{column_name}`) must be a finite number: found {value:?}",
         path.display()
     )]
-    NonFinite {
-        path: PathBuf,
-        row: usize,
-        column: usize,
-        column_name: String,
-        value: String,
-    },
+    NonFinite { path: PathBuf, row: usize, column: usize, column_name: String, value: String },
 
     /// A classification target cell that is empty: a missing label cannot
     /// stand for a class.
@@ -96,12 +85,7 @@ pub enum DataError {
         "{}:{row}: column {column} (`{column_name}`) has no class label: found \"\"",
         path.display()
     )]
-    EmptyLabel {
-        path: PathBuf,
-        row: usize,
-        column: usize,
-        column_name: String,
-    },
+    EmptyLabel { path: PathBuf, row: usize, column: usize, column_name: String },
 
     #[error("{}:{row}: the line is not valid UTF-8 text", path.display())]
     BadEncoding { path: PathBuf, row: usize },
@@ -111,11 +95,7 @@ pub enum DataError {
         path.display(),
         if *rows == 1 { "" } else { "s" }
     )]
-    TooFewRows {
-        path: PathBuf,
-        rows: usize,
-        needed: usize,
-    },
+    TooFewRows { path: PathBuf, rows: usize, needed: usize },
 
     #[error("the training fraction must be between 0 and 1: found {fraction}")]
     BadFraction { fraction: f64 },

@@ -35,10 +35,7 @@ impl Normalizer {
     pub fn fit(features: &[f32], n_features: usize) -> Normalizer {
         let n_rows = check_shape(features, n_features);
         if n_rows == 0 {
-            return Normalizer {
-                mean: vec![0.0; n_features],
-                std: vec![1.0; n_features],
-            };
+            return Normalizer { mean: vec![0.0; n_features], std: vec![1.0; n_features] };
         }
 
         let mut sum = vec![0.0f64; n_features];
@@ -71,10 +68,7 @@ impl Normalizer {
                 }
             })
             .collect();
-        Normalizer {
-            mean: mean.iter().map(|&m| m as f32).collect(),
-            std,
-        }
+        Normalizer { mean: mean.iter().map(|&m| m as f32).collect(), std }
     }
 
     pub fn n_features(&self) -> usize {
@@ -124,9 +118,7 @@ mod tests {
 
     #[test]
     fn standardized_training_data_has_mean_0_and_std_1() {
-        let x: Vec<f32> = (0..300)
-            .map(|i| ((i * 37) % 101) as f32 * 0.5 + 1000.0)
-            .collect();
+        let x: Vec<f32> = (0..300).map(|i| ((i * 37) % 101) as f32 * 0.5 + 1000.0).collect();
         let n = Normalizer::fit(&x, 3);
         let mut y = x.clone();
         n.apply(&mut y);
@@ -160,10 +152,7 @@ mod tests {
 
     #[test]
     fn round_trips_through_json() {
-        let n = Normalizer {
-            mean: vec![1.5, -2.0],
-            std: vec![0.25, 3.0],
-        };
+        let n = Normalizer { mean: vec![1.5, -2.0], std: vec![0.25, 3.0] };
         let text = serde_json::to_string(&n).unwrap();
         assert_eq!(serde_json::from_str::<Normalizer>(&text).unwrap(), n);
     }

@@ -151,7 +151,8 @@ mod tests {
     #[test]
     fn stopping_early_does_not_hang_the_producer() {
         let data = dataset(2000, 3);
-        let batches: Vec<Vec<usize>> = (0..data.train.len()).collect::<Vec<_>>().chunks(10).map(<[usize]>::to_vec).collect();
+        let batches: Vec<Vec<usize>> =
+            (0..data.train.len()).collect::<Vec<_>>().chunks(10).map(<[usize]>::to_vec).collect();
         let loader = Loader::new(2, Some(1));
         let first: Vec<Batch> = std::thread::scope(|s| loader.epoch(s, &data, batches).take(3).collect());
         assert_eq!(first.len(), 3);

@@ -28,21 +28,12 @@ pub enum SplitError {
 /// The training part has `round(n * train_fraction)` rows, clamped to
 /// `1..=n-1` so that neither part is ever empty (a fraction of 1.0 still
 /// holds one row out). `train_fraction` must lie in `[0, 1]`.
-pub fn split_indices(
-    n: usize,
-    train_fraction: f64,
-    seed: u64,
-) -> Result<(Vec<usize>, Vec<usize>), SplitError> {
+pub fn split_indices(n: usize, train_fraction: f64, seed: u64) -> Result<(Vec<usize>, Vec<usize>), SplitError> {
     if !(0.0..=1.0).contains(&train_fraction) {
-        return Err(SplitError::BadFraction {
-            fraction: train_fraction,
-        });
+        return Err(SplitError::BadFraction { fraction: train_fraction });
     }
     if n < MIN_ROWS {
-        return Err(SplitError::TooFewRows {
-            rows: n,
-            needed: MIN_ROWS,
-        });
+        return Err(SplitError::TooFewRows { rows: n, needed: MIN_ROWS });
     }
     let n_train = ((n as f64 * train_fraction).round() as usize).clamp(1, n - 1);
 
@@ -97,25 +88,10 @@ mod tests {
 
     #[test]
     fn too_few_rows_and_bad_fractions_are_refused() {
-        assert_eq!(
-            split_indices(1, 0.8, 0),
-            Err(SplitError::TooFewRows { rows: 1, needed: 2 })
-        );
-        assert_eq!(
-            split_indices(0, 0.8, 0),
-            Err(SplitError::TooFewRows { rows: 0, needed: 2 })
-        );
-        assert!(matches!(
-            split_indices(10, 1.5, 0),
-            Err(SplitError::BadFraction { .. })
-        ));
-        assert!(matches!(
-            split_indices(10, -0.1, 0),
-            Err(SplitError::BadFraction { .. })
-        ));
-        assert!(matches!(
-            split_indices(10, f64::NAN, 0),
-            Err(SplitError::BadFraction { .. })
-        ));
+        assert_eq!(split_indices(1, 0.8, 0), Err(SplitError::TooFewRows { rows: 1, needed: 2 }));
+        assert_eq!(split_indices(0, 0.8, 0), Err(SplitError::TooFewRows { rows: 0, needed: 2 }));
+        assert!(matches!(split_indices(10, 1.5, 0), Err(SplitError::BadFraction { .. })));
+        assert!(matches!(split_indices(10, -0.1, 0), Err(SplitError::BadFraction { .. })));
+        assert!(matches!(split_indices(10, f64::NAN, 0), Err(SplitError::BadFraction { .. })));
     }
 }

@@ -7,8 +7,8 @@ use burn::tensor::{Tensor, TensorData};
 use crate::rng::SplitMix64;
 use crate::spec::types::Activation;
 use burn::tensor::backend::Backend;
-use kynml_backend::Backend as Kb;
 use burn::DispatchDevice;
+use kynml_backend::Backend as Kb;
 
 /// `y = act(x W + b)` with `W` stored `[d_in, d_out]`.
 #[derive(Module, Debug)]
@@ -22,7 +22,13 @@ pub struct Dense<B: Backend> {
 impl Dense<Kb> {
     /// PyTorch's `nn.Linear` initialisation: weight and bias both drawn from
     /// `U(-k, k)` with `k = 1/sqrt(d_in)` (Kaiming-uniform with `a = sqrt(5)`).
-    pub fn init(d_in: usize, d_out: usize, activation: Activation, rng: &mut SplitMix64, device: &DispatchDevice) -> Self {
+    pub fn init(
+        d_in: usize,
+        d_out: usize,
+        activation: Activation,
+        rng: &mut SplitMix64,
+        device: &DispatchDevice,
+    ) -> Self {
         let k = 1.0 / (d_in as f64).sqrt();
         let weight: Vec<f32> = (0..d_in * d_out).map(|_| rng.uniform(-k, k) as f32).collect();
         let bias: Vec<f32> = (0..d_out).map(|_| rng.uniform(-k, k) as f32).collect();

@@ -21,8 +21,8 @@ use burn::tensor::Tensor;
 
 use crate::rng::SplitMix64;
 use crate::spec::types::{Layer as LayerSpec, ModelSpec};
-use burn::DispatchDevice;
 use burn::tensor::backend::Backend;
+use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 
 /// Dropout and batchnorm behave differently while training. Training

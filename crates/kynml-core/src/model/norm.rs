@@ -4,8 +4,8 @@ use burn::module::{Module, Param, RunningState};
 use burn::tensor::Tensor;
 
 use burn::tensor::backend::Backend;
-use kynml_backend::Backend as Kb;
 use burn::DispatchDevice;
+use kynml_backend::Backend as Kb;
 
 const EPS: f64 = 1e-5;
 /// PyTorch's default: running = (1 - m) running + m batch.
@@ -44,10 +44,8 @@ impl BatchNorm<Kb> {
             let rv = self.running_var.value_sync();
             let batch_mean = mean.clone().detach().squeeze::<1>();
             let batch_var = var.clone().detach().squeeze::<1>().mul_scalar(unbiased);
-            self.running_mean
-                .update(rm.mul_scalar(1.0 - MOMENTUM) + batch_mean.mul_scalar(MOMENTUM));
-            self.running_var
-                .update(rv.mul_scalar(1.0 - MOMENTUM) + batch_var.mul_scalar(MOMENTUM));
+            self.running_mean.update(rm.mul_scalar(1.0 - MOMENTUM) + batch_mean.mul_scalar(MOMENTUM));
+            self.running_var.update(rv.mul_scalar(1.0 - MOMENTUM) + batch_var.mul_scalar(MOMENTUM));
             (mean, var)
         } else {
             let device = x.device();

@@ -107,14 +107,7 @@ pub fn render_svg(curves: &Curves) -> Result<String, PlotError> {
         let mut svg = String::new();
         {
             let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
-            fig.draw(
-                &root,
-                &Style {
-                    s: 1.0,
-                    bitmap: false,
-                },
-            )
-            .map_err(PlotError::Draw)?;
+            fig.draw(&root, &Style { s: 1.0, bitmap: false }).map_err(PlotError::Draw)?;
             root.present().map_err(draw_err)?;
         }
         Ok(svg)
@@ -133,14 +126,7 @@ pub fn render_png(curves: &Curves) -> Result<Vec<u8>, PlotError> {
         let mut big = vec![0u8; bw as usize * bh as usize * 3];
         {
             let root = BitMapBackend::with_buffer(&mut big, (bw, bh)).into_drawing_area();
-            fig.draw(
-                &root,
-                &Style {
-                    s: f64::from(SUPERSAMPLE),
-                    bitmap: true,
-                },
-            )
-            .map_err(PlotError::Draw)?;
+            fig.draw(&root, &Style { s: f64::from(SUPERSAMPLE), bitmap: true }).map_err(PlotError::Draw)?;
             root.present().map_err(draw_err)?;
         }
         let small = downsample(&big, bw as usize, bh as usize, SUPERSAMPLE as usize);
@@ -151,10 +137,7 @@ pub fn render_png(curves: &Curves) -> Result<Vec<u8>, PlotError> {
 const SUPERSAMPLE: u32 = 2;
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
-    std::fs::write(path, bytes).map_err(|source| PlotError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::write(path, bytes).map_err(|source| PlotError::Write { path: path.to_path_buf(), source })
 }
 
 fn draw_err(e: impl std::fmt::Display) -> PlotError {
@@ -177,9 +160,7 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, PlotError>) -> Result<T, PlotError> 
 /// Registers the embedded font as plotters' `sans-serif` family (once).
 fn register_font() -> Result<(), PlotError> {
     static DONE: OnceLock<bool> = OnceLock::new();
-    let ok = *DONE.get_or_init(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok()
-    });
+    let ok = *DONE.get_or_init(|| plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok());
     if ok {
         Ok(())
     } else {
@@ -332,12 +313,7 @@ impl Figure {
             }
         }
         let subtitle = subtitle(c, &xs);
-        Ok(Figure {
-            title: c.title.to_string(),
-            subtitle,
-            x,
-            panels,
-        })
+        Ok(Figure { title: c.title.to_string(), subtitle, x, panels })
     }
 
     fn rows(&self) -> (usize, bool) {
@@ -352,27 +328,21 @@ impl Figure {
         (WIDTH as u32, h.round() as u32)
     }
 
-    fn draw<DB: DrawingBackend>(
-        &self,
-        root: &DrawingArea<DB, Shift>,
-        st: &Style,
-    ) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, st: &Style) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let (title_area, body) = root.split_vertically(st.px(TITLE_H));
         let (tw, _) = title_area.dim_in_pixel();
         title_area
             .draw_text(
                 &self.title,
-                &st.font(TITLE_SIZE, TEXT)
-                    .pos(Pos::new(HPos::Center, VPos::Top)),
+                &st.font(TITLE_SIZE, TEXT).pos(Pos::new(HPos::Center, VPos::Top)),
                 (tw as i32 / 2, st.px(14.0)),
             )
             .map_err(|e| e.to_string())?;
         title_area
             .draw_text(
                 &self.subtitle,
-                &st.font(SUBTITLE_SIZE, MUTED)
-                    .pos(Pos::new(HPos::Center, VPos::Top)),
+                &st.font(SUBTITLE_SIZE, MUTED).pos(Pos::new(HPos::Center, VPos::Top)),
                 (tw as i32 / 2, st.px(52.0)),
             )
             .map_err(|e| e.to_string())?;
@@ -401,16 +371,9 @@ impl Figure {
 
 fn subtitle(c: &Curves, xs: &[f64]) -> String {
     let n = xs.len();
-    let mut parts = vec![if n == 1 {
-        "1 epoch".to_string()
-    } else {
-        format!("{n} epochs")
-    }];
+    let mut parts = vec![if n == 1 { "1 epoch".to_string() } else { format!("{n} epochs") }];
     if let Some((e, v)) = best(xs, c.val_loss, false) {
-        parts.push(format!(
-            "best validation loss {} at epoch {e}",
-            fmt_value(v)
-        ));
+        parts.push(format!("best validation loss {} at epoch {e}", fmt_value(v)));
     }
     if let Some((e, v)) = last(xs, c.train_loss) {
         parts.push(format!("train loss {} at epoch {e}", fmt_value(v)));
@@ -419,39 +382,23 @@ fn subtitle(c: &Curves, xs: &[f64]) -> String {
 }
 
 fn loss_panel(c: &Curves, xs: &[f64]) -> Panel {
-    let series = [
-        ("train", TRAIN, c.train_loss),
-        ("validation", VAL, c.val_loss),
-    ];
-    let all: Vec<f64> = series
-        .iter()
-        .flat_map(|(_, _, v)| v.iter().take(xs.len()).copied())
-        .collect();
+    let series = [("train", TRAIN, c.train_loss), ("validation", VAL, c.val_loss)];
+    let all: Vec<f64> = series.iter().flat_map(|(_, _, v)| v.iter().take(xs.len()).copied()).collect();
     let scale = auto_scale(&all, 100.0, Scale::Log10);
     let mut lines = Vec::new();
     for (label, color, values) in series {
         let runs = runs(xs, values, scale);
         if !runs.is_empty() {
-            lines.push(Line {
-                label: label.to_string(),
-                color,
-                runs,
-            });
+            lines.push(Line { label: label.to_string(), color, runs });
         }
     }
-    let marker = best(xs, c.val_loss, false)
-        .filter(|&(_, v)| scale == Scale::Linear || v > 0.0)
-        .map(|(e, v)| Marker {
-            label: format!("best validation: {} (epoch {e})", fmt_value(v)),
-            color: BEST,
-            at: (e as f64, v),
-        });
+    let marker = best(xs, c.val_loss, false).filter(|&(_, v)| scale == Scale::Linear || v > 0.0).map(|(e, v)| Marker {
+        label: format!("best validation: {} (epoch {e})", fmt_value(v)),
+        color: BEST,
+        at: (e as f64, v),
+    });
     let y = value_axis(&all, scale, Bounds::NonNegativeIfSo);
-    let desc = if scale == Scale::Linear {
-        "loss"
-    } else {
-        "loss (log scale)"
-    };
+    let desc = if scale == Scale::Linear { "loss" } else { "loss (log scale)" };
     Panel {
         caption: "Loss".to_string(),
         y_desc: desc.to_string(),
@@ -470,20 +417,8 @@ fn lr_panel(c: &Curves, xs: &[f64]) -> Panel {
     // better on a log axis.
     let scale = auto_scale(&values, 10.0, Scale::Log10);
     let runs = runs(xs, &values, scale);
-    let lines = if runs.is_empty() {
-        Vec::new()
-    } else {
-        vec![Line {
-            label: String::new(),
-            color: LR,
-            runs,
-        }]
-    };
-    let desc = if scale == Scale::Linear {
-        "learning rate"
-    } else {
-        "learning rate (log scale)"
-    };
+    let lines = if runs.is_empty() { Vec::new() } else { vec![Line { label: String::new(), color: LR, runs }] };
+    let desc = if scale == Scale::Linear { "learning rate" } else { "learning rate (log scale)" };
     Panel {
         caption: "Learning rate".to_string(),
         y_desc: desc.to_string(),
@@ -509,37 +444,16 @@ fn mixed_precision_panel(c: &Curves, xs: &[f64]) -> Option<Panel> {
         let scale = auto_scale(&values, 0.0, Scale::Log2);
         let runs = runs(xs, &values, scale);
         if !runs.is_empty() {
-            lines.push(Line {
-                label: "loss scale".to_string(),
-                color: SCALE,
-                runs,
-            });
+            lines.push(Line { label: "loss scale".to_string(), color: SCALE, runs });
         }
         y = value_axis(&values, scale, Bounds::NonNegativeIfSo);
-        y_desc = if scale == Scale::Linear {
-            "loss scale"
-        } else {
-            "loss scale (log scale)"
-        }
-        .to_string();
+        y_desc = if scale == Scale::Linear { "loss scale" } else { "loss scale (log scale)" }.to_string();
     }
     let bars = c.skipped_steps.map(|skipped| {
-        let bars: Vec<(f64, f64)> = xs
-            .iter()
-            .zip(skipped)
-            .map(|(&x, &s)| (x, s as f64))
-            .collect();
-        let total: u64 = skipped
-            .iter()
-            .take(xs.len())
-            .fold(0u64, |a, &s| a.saturating_add(s));
+        let bars: Vec<(f64, f64)> = xs.iter().zip(skipped).map(|(&x, &s)| (x, s as f64)).collect();
+        let total: u64 = skipped.iter().take(xs.len()).fold(0u64, |a, &s| a.saturating_add(s));
         let max = bars.iter().map(|b| b.1).fold(0.0, f64::max);
-        Bars {
-            label: format!("skipped steps (total {total})"),
-            color: SKIPPED,
-            bars,
-            axis: count_axis(max),
-        }
+        Bars { label: format!("skipped steps (total {total})"), color: SKIPPED, bars, axis: count_axis(max) }
     });
     if lines.is_empty() {
         if let Some(b) = &bars {
@@ -563,20 +477,8 @@ fn mixed_precision_panel(c: &Curves, xs: &[f64]) -> Option<Panel> {
 fn direction(name: &str) -> Option<bool> {
     let n = name.to_ascii_lowercase();
     const LOWER: [&str; 7] = ["loss", "mae", "mse", "rmse", "error", "mape", "perplexity"];
-    const HIGHER: [&str; 12] = [
-        "acc",
-        "f1",
-        "precision",
-        "recall",
-        "auc",
-        "r2",
-        "iou",
-        "dice",
-        "kappa",
-        "mcc",
-        "jaccard",
-        "score",
-    ];
+    const HIGHER: [&str; 12] =
+        ["acc", "f1", "precision", "recall", "auc", "r2", "iou", "dice", "kappa", "mcc", "jaccard", "score"];
     if LOWER.iter().any(|k| n.contains(k)) {
         Some(false)
     } else if HIGHER.iter().any(|k| n.contains(k)) {
@@ -604,13 +506,7 @@ fn metric_panels(c: &Curves, xs: &[f64]) -> Vec<Panel> {
         let Some((lo, hi)) = finite_range(&values) else {
             continue;
         };
-        let m = MetricInfo {
-            index,
-            name,
-            values,
-            lo,
-            hi,
-        };
+        let m = MetricInfo { index, name, values, lo, hi };
         if lo >= 0.0 && hi <= 1.0 {
             unit.push(m);
         } else {
@@ -627,9 +523,7 @@ fn metric_panels(c: &Curves, xs: &[f64]) -> Vec<Panel> {
         let fits = match current.first() {
             // Metrics that go negative (r2 early on) keep a panel of their own.
             Some(first) => {
-                first.lo >= 0.0
-                    && m.lo >= 0.0
-                    && magnitude(&m) <= 10.0 * magnitude(first).max(f64::MIN_POSITIVE)
+                first.lo >= 0.0 && m.lo >= 0.0 && magnitude(&m) <= 10.0 * magnitude(first).max(f64::MIN_POSITIVE)
             }
             None => true,
         };
@@ -642,10 +536,7 @@ fn metric_panels(c: &Curves, xs: &[f64]) -> Vec<Panel> {
         groups.push(current);
     }
     let only = groups.len() == 1;
-    groups
-        .into_iter()
-        .map(|g| metric_panel(g, xs, only))
-        .collect()
+    groups.into_iter().map(|g| metric_panel(g, xs, only)).collect()
 }
 
 fn magnitude(m: &MetricInfo) -> f64 {
@@ -657,12 +548,9 @@ fn metric_panel(group: Vec<MetricInfo>, xs: &[f64], only: bool) -> Panel {
     // A score bounded above by 1 that goes far below 0 (r2 of the first
     // epochs) would squash the rest: its axis stops at -1, lower values are
     // drawn at -1 and the legend says so.
-    let floor = (!unit
-        && group
-            .iter()
-            .all(|m| m.hi <= 1.0 && direction(m.name) == Some(true)))
-    .then_some(-1.0)
-    .filter(|f| group.iter().any(|m| m.lo < *f));
+    let floor = (!unit && group.iter().all(|m| m.hi <= 1.0 && direction(m.name) == Some(true)))
+        .then_some(-1.0)
+        .filter(|f| group.iter().any(|m| m.lo < *f));
     let mut all = Vec::new();
     let mut lines = Vec::new();
     let names: Vec<&str> = group.iter().map(|m| m.name).collect();
@@ -677,19 +565,14 @@ fn metric_panel(group: Vec<MetricInfo>, xs: &[f64], only: bool) -> Panel {
         all.extend(values.iter().copied());
         values_by_metric.push(values);
     }
-    let scale = if unit {
-        Scale::Linear
-    } else {
-        auto_scale(&all, 100.0, Scale::Log10)
-    };
+    let scale = if unit { Scale::Linear } else { auto_scale(&all, 100.0, Scale::Log10) };
     for (m, values) in group.iter().zip(&values_by_metric) {
         let runs = runs(xs, values, scale);
         if runs.is_empty() {
             continue;
         }
         let summary = match direction(m.name) {
-            Some(higher) => best(xs, &m.values, higher)
-                .map(|(e, v)| format!("best {} (epoch {e})", fmt_value(v))),
+            Some(higher) => best(xs, &m.values, higher).map(|(e, v)| format!("best {} (epoch {e})", fmt_value(v))),
             None => last(xs, &m.values).map(|(e, v)| format!("last {} (epoch {e})", fmt_value(v))),
         };
         let mut label = match summary {
@@ -699,27 +582,16 @@ fn metric_panel(group: Vec<MetricInfo>, xs: &[f64], only: bool) -> Panel {
         if floor.is_some_and(|f| m.lo < f) {
             label.push_str(", clipped at -1");
         }
-        lines.push(Line {
-            label,
-            color: PALETTE[m.index % PALETTE.len()],
-            runs,
-        });
+        lines.push(Line { label, color: PALETTE[m.index % PALETTE.len()], runs });
     }
-    let bounds = if unit {
-        Bounds::Unit
-    } else {
-        Bounds::NonNegativeIfSo
-    };
+    let bounds = if unit { Bounds::Unit } else { Bounds::NonNegativeIfSo };
     let mut y = value_axis(&all, scale, bounds);
     if let Some(f) = floor {
         y.lo = f;
         y.ticks = ticks(y.lo, y.hi, y.scale);
     }
-    let caption = if only && unit {
-        "Validation metrics".to_string()
-    } else {
-        format!("Validation {}", names.join(", "))
-    };
+    let caption =
+        if only && unit { "Validation metrics".to_string() } else { format!("Validation {}", names.join(", ")) };
     let desc = match (unit, names.as_slice(), scale) {
         (true, _, _) => "score".to_string(),
         (false, [one], Scale::Linear) => one.to_string(),
@@ -727,16 +599,7 @@ fn metric_panel(group: Vec<MetricInfo>, xs: &[f64], only: bool) -> Panel {
         (false, _, Scale::Linear) => "value".to_string(),
         (false, _, _) => "value (log scale)".to_string(),
     };
-    Panel {
-        caption,
-        y_desc: desc,
-        y,
-        lines,
-        marker: None,
-        bars: None,
-        unit,
-        wide: false,
-    }
+    Panel { caption, y_desc: desc, y, lines, marker: None, bars: None, unit, wide: false }
 }
 
 // ---------------------------------------------------------------------------
@@ -752,14 +615,10 @@ fn drawable(v: f64, scale: Scale) -> bool {
 }
 
 fn finite_range(values: &[f64]) -> Option<(f64, f64)> {
-    values
-        .iter()
-        .copied()
-        .filter(|v| usable(*v))
-        .fold(None, |acc, v| match acc {
-            None => Some((v, v)),
-            Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
-        })
+    values.iter().copied().filter(|v| usable(*v)).fold(None, |acc, v| match acc {
+        None => Some((v, v)),
+        Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+    })
 }
 
 /// `log` when all values are positive and their max/min is above `ratio`.
@@ -804,11 +663,7 @@ fn best(xs: &[f64], values: &[f64], higher: bool) -> Option<(usize, f64)> {
 }
 
 fn last(xs: &[f64], values: &[f64]) -> Option<(usize, f64)> {
-    xs.iter()
-        .zip(values)
-        .rev()
-        .find(|(_, v)| usable(**v))
-        .map(|(&x, &v)| (x as usize, v))
+    xs.iter().zip(values).rev().find(|(_, v)| usable(**v)).map(|(&x, &v)| (x as usize, v))
 }
 
 // ---------------------------------------------------------------------------
@@ -828,9 +683,7 @@ impl Axis {
     fn to_unit(&self, v: f64) -> f64 {
         let (a, b, v) = match self.scale {
             Scale::Linear => (self.lo, self.hi, v),
-            Scale::Log10 | Scale::Log2 => {
-                (self.lo.ln(), self.hi.ln(), v.max(f64::MIN_POSITIVE).ln())
-            }
+            Scale::Log10 | Scale::Log2 => (self.lo.ln(), self.hi.ln(), v.max(f64::MIN_POSITIVE).ln()),
         };
         let t = (v - a) / (b - a);
         if t.is_finite() {
@@ -849,11 +702,7 @@ impl Axis {
 
     fn label(&self, v: f64) -> String {
         if self.integer {
-            return if (v - v.round()).abs() < 1e-6 {
-                format!("{}", v.round() as i64)
-            } else {
-                String::new()
-            };
+            return if (v - v.round()).abs() < 1e-6 { format!("{}", v.round() as i64) } else { String::new() };
         }
         match self.scale {
             Scale::Linear => fmt_tick(v, tick_step(&self.ticks), self.lo.abs().max(self.hi.abs())),
@@ -907,13 +756,7 @@ fn epoch_axis(xs: &[f64]) -> Axis {
         ticks.push(t);
         t += step;
     }
-    Axis {
-        lo: lo - pad,
-        hi: hi + pad,
-        scale: Scale::Linear,
-        ticks,
-        integer: true,
-    }
+    Axis { lo: lo - pad, hi: hi + pad, scale: Scale::Linear, ticks, integer: true }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -927,11 +770,7 @@ enum Bounds {
 
 /// An axis around `values` (drawable ones) with some room at both ends.
 fn value_axis(values: &[f64], scale: Scale, bounds: Bounds) -> Axis {
-    let drawn: Vec<f64> = values
-        .iter()
-        .copied()
-        .filter(|&v| drawable(v, scale))
-        .collect();
+    let drawn: Vec<f64> = values.iter().copied().filter(|&v| drawable(v, scale)).collect();
     let (lo, hi) = match (finite_range(&drawn), scale) {
         (Some(r), _) => r,
         (None, Scale::Linear) => (0.0, 1.0),
@@ -973,13 +812,7 @@ fn value_axis(values: &[f64], scale: Scale, bounds: Bounds) -> Axis {
             (2f64.powf(a) / 1.15, 2f64.powf(b) * 1.15)
         }
     };
-    Axis {
-        lo,
-        hi,
-        scale,
-        ticks: ticks(lo, hi, scale),
-        integer: false,
-    }
+    Axis { lo, hi, scale, ticks: ticks(lo, hi, scale), integer: false }
 }
 
 /// An axis for counts, from 0.
@@ -992,13 +825,7 @@ fn count_axis(max: f64) -> Axis {
         ticks.push(t);
         t += step;
     }
-    Axis {
-        lo: 0.0,
-        hi,
-        scale: Scale::Linear,
-        ticks,
-        integer: true,
-    }
+    Axis { lo: 0.0, hi, scale: Scale::Linear, ticks, integer: true }
 }
 
 /// A round step (1, 2, 2.5 or 5 times a power of ten) close to `raw`.
@@ -1086,11 +913,7 @@ fn fmt_tick(v: f64, step: f64, magnitude: f64) -> String {
     if decimals > 3 || magnitude >= 1e5 {
         // As many significant digits as the step needs: 6e-4, 1.2e-3.
         let k = step.log10().floor();
-        let extra = if (step / 10f64.powf(k) - 2.5).abs() < 1e-6 {
-            1.0
-        } else {
-            0.0
-        };
+        let extra = if (step / 10f64.powf(k) - 2.5).abs() < 1e-6 { 1.0 } else { 0.0 };
         let sig = v.abs().log10().floor() - k + 1.0 + extra;
         return fmt_sci(v, sig.clamp(1.0, 6.0) as usize);
     }
@@ -1145,8 +968,7 @@ fn draw_panel<DB: DrawingBackend>(
     let (cap, plot) = area.split_vertically(st.px(CAPTION_H));
     cap.draw_text(
         &p.caption,
-        &st.font(CAPTION_SIZE, TEXT)
-            .pos(Pos::new(HPos::Center, VPos::Center)),
+        &st.font(CAPTION_SIZE, TEXT).pos(Pos::new(HPos::Center, VPos::Center)),
         (w as i32 / 2, st.px(CAPTION_H / 2.0 + 4.0)),
     )
     .map_err(e)?;
@@ -1161,12 +983,7 @@ fn draw_panel<DB: DrawingBackend>(
     }
 
     // Legend entries, then the corner they cover least (and the room to make).
-    let mut labels: Vec<&str> = p
-        .lines
-        .iter()
-        .filter(|l| !l.label.is_empty())
-        .map(|l| l.label.as_str())
-        .collect();
+    let mut labels: Vec<&str> = p.lines.iter().filter(|l| !l.label.is_empty()).map(|l| l.label.as_str()).collect();
     if let Some(m) = &p.marker {
         labels.push(&m.label);
     }
@@ -1181,16 +998,11 @@ fn draw_panel<DB: DrawingBackend>(
     } else {
         let text_w = labels
             .iter()
-            .map(|l| {
-                plot.estimate_text_size(l, &legend_font)
-                    .map(|(w, _)| f64::from(w))
-                    .unwrap_or(0.0)
-            })
+            .map(|l| plot.estimate_text_size(l, &legend_font).map(|(w, _)| f64::from(w)).unwrap_or(0.0))
             .fold(0.0, f64::max);
         let box_w = text_w + st.s * (LEGEND_GLYPH + 2.0 * LEGEND_MARGIN + 10.0);
         let box_h = st.s * (labels.len() as f64 * LEGEND_SIZE * 1.25 + 2.0 * LEGEND_MARGIN + 8.0);
-        let (pos, factor, upper) =
-            place_legend(p, x, &y, bars_axis.as_ref(), box_w / plot_w, box_h / plot_h);
+        let (pos, factor, upper) = place_legend(p, x, &y, bars_axis.as_ref(), box_w / plot_w, box_h / plot_h);
         if factor > 1.0 {
             if secondary {
                 // The lines keep their axis; the bars (from 0) are squeezed down.
@@ -1206,16 +1018,11 @@ fn draw_panel<DB: DrawingBackend>(
     };
 
     let mut builder = ChartBuilder::on(&plot);
-    builder
-        .margin(st.px(MARGIN))
-        .x_label_area_size(st.px(X_LABEL_AREA))
-        .y_label_area_size(st.px(Y_LABEL_AREA));
+    builder.margin(st.px(MARGIN)).x_label_area_size(st.px(X_LABEL_AREA)).y_label_area_size(st.px(Y_LABEL_AREA));
     if secondary {
         builder.right_y_label_area_size(st.px(RIGHT_LABEL_AREA));
     }
-    let chart = builder
-        .build_cartesian_2d(x.clone(), y.clone())
-        .map_err(e)?;
+    let chart = builder.build_cartesian_2d(x.clone(), y.clone()).map_err(e)?;
     // Always a dual chart (the second axis unused without bars): attaching it
     // is what keeps the main axis' labels out of the right label area.
     let baxis = bars_axis.unwrap_or_else(|| count_axis(1.0));
@@ -1244,19 +1051,12 @@ fn draw_panel<DB: DrawingBackend>(
             .bars
             .iter()
             .filter(|(_, v)| *v > 0.0)
-            .map(|&(bx, v)| {
-                Rectangle::new(
-                    [(bx - bar_half, 0.0), (bx + bar_half, v)],
-                    b.color.mix(0.45).filled(),
-                )
-            })
+            .map(|&(bx, v)| Rectangle::new([(bx - bar_half, 0.0), (bx + bar_half, v)], b.color.mix(0.45).filled()))
             .collect();
         let c = b.color;
         let g = st.px(LEGEND_GLYPH - 6.0);
         let h = st.px(LEGEND_SIZE * 0.35);
-        let glyph = move |(lx, ly): (i32, i32)| {
-            Rectangle::new([(lx, ly - h), (lx + g, ly + h)], c.mix(0.45).filled())
-        };
+        let glyph = move |(lx, ly): (i32, i32)| Rectangle::new([(lx, ly - h), (lx + g, ly + h)], c.mix(0.45).filled());
         if secondary {
             let bfmt = |v: &f64| baxis.label(*v);
             chart
@@ -1269,26 +1069,13 @@ fn draw_panel<DB: DrawingBackend>(
                 .set_all_tick_mark_size(st.px(5.0))
                 .draw()
                 .map_err(e)?;
-            chart
-                .draw_secondary_series(rects)
-                .map_err(e)?
-                .label(b.label.as_str())
-                .legend(glyph);
+            chart.draw_secondary_series(rects).map_err(e)?.label(b.label.as_str()).legend(glyph);
         } else {
-            chart
-                .draw_series(rects)
-                .map_err(e)?
-                .label(b.label.as_str())
-                .legend(glyph);
+            chart.draw_series(rects).map_err(e)?.label(b.label.as_str()).legend(glyph);
         }
     }
 
-    let all_points = p
-        .lines
-        .iter()
-        .map(|l| l.runs.iter().map(Vec::len).sum::<usize>())
-        .max()
-        .unwrap_or(0);
+    let all_points = p.lines.iter().map(|l| l.runs.iter().map(Vec::len).sum::<usize>()).max().unwrap_or(0);
     let markers = all_points <= MARKERS_UP_TO;
     let width = st.upx(LINE_W);
     let radius = st.px(MARKER_R);
@@ -1313,25 +1100,17 @@ fn draw_panel<DB: DrawingBackend>(
                     let steps = (b.0 - a.0).hypot(b.1 - a.1).ceil().clamp(1.0, 100_000.0) as usize;
                     for k in 0..=steps {
                         let t = k as f64 / steps as f64;
-                        dabs.push((
-                            (a.0 + t * (b.0 - a.0)).round() as i32,
-                            (a.1 + t * (b.1 - a.1)).round() as i32,
-                        ));
+                        dabs.push(((a.0 + t * (b.0 - a.0)).round() as i32, (a.1 + t * (b.1 - a.1)).round() as i32));
                     }
                 }
                 dabs.dedup();
                 for d in dabs {
-                    area.draw(&Circle::new(d, brush, line.color.filled()))
-                        .map_err(e)?;
+                    area.draw(&Circle::new(d, brush, line.color.filled())).map_err(e)?;
                 }
                 // An empty series, for the legend entry.
-                chart
-                    .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
-                    .map_err(e)?
+                chart.draw_series(std::iter::empty::<Circle<(f64, f64), i32>>()).map_err(e)?
             } else {
-                chart
-                    .draw_series(LineSeries::new(run.iter().copied(), style))
-                    .map_err(e)?
+                chart.draw_series(LineSeries::new(run.iter().copied(), style)).map_err(e)?
             };
             if first && !line.label.is_empty() {
                 let c = line.color;
@@ -1341,12 +1120,7 @@ fn draw_panel<DB: DrawingBackend>(
             }
             first = false;
             if markers || run.len() == 1 {
-                chart
-                    .draw_series(
-                        run.iter()
-                            .map(|&pt| Circle::new(pt, radius, line.color.filled())),
-                    )
-                    .map_err(e)?;
+                chart.draw_series(run.iter().map(|&pt| Circle::new(pt, radius, line.color.filled()))).map_err(e)?;
             }
         }
     }
@@ -1365,8 +1139,7 @@ fn draw_panel<DB: DrawingBackend>(
     if p.lines.is_empty() && p.bars.is_none() {
         plot.draw_text(
             "no finite values",
-            &st.font(DESC_SIZE, MUTED)
-                .pos(Pos::new(HPos::Center, VPos::Center)),
+            &st.font(DESC_SIZE, MUTED).pos(Pos::new(HPos::Center, VPos::Center)),
             (pw as i32 / 2, ph as i32 / 2),
         )
         .map_err(e)?;
@@ -1421,18 +1194,12 @@ fn place_legend(
     let mut pts: Vec<(f64, f64)> = Vec::new();
     for line in &p.lines {
         for run in &line.runs {
-            let unit: Vec<(f64, f64)> = run
-                .iter()
-                .map(|&(a, b)| (x.to_unit(a), y.to_unit(b)))
-                .collect();
+            let unit: Vec<(f64, f64)> = run.iter().map(|&(a, b)| (x.to_unit(a), y.to_unit(b))).collect();
             pts.extend(unit.iter().copied());
             for w in unit.windows(2) {
                 for k in 1..12 {
                     let t = f64::from(k) / 12.0;
-                    pts.push((
-                        w[0].0 + t * (w[1].0 - w[0].0),
-                        w[0].1 + t * (w[1].1 - w[0].1),
-                    ));
+                    pts.push((w[0].0 + t * (w[1].0 - w[0].0), w[0].1 + t * (w[1].1 - w[0].1)));
                 }
             }
         }
@@ -1469,18 +1236,10 @@ fn place_legend(
             }
         };
         let factor = if upper {
-            let top = pts
-                .iter()
-                .filter(|q| in_span(q.0))
-                .map(|q| q.1)
-                .fold(f64::NEG_INFINITY, f64::max);
+            let top = pts.iter().filter(|q| in_span(q.0)).map(|q| q.1).fold(f64::NEG_INFINITY, f64::max);
             (top / (1.0 - bh - gap)).max(1.0)
         } else {
-            let bottom = pts
-                .iter()
-                .filter(|q| in_span(q.0))
-                .map(|q| q.1)
-                .fold(f64::INFINITY, f64::min);
+            let bottom = pts.iter().filter(|q| in_span(q.0)).map(|q| q.1).fold(f64::INFINITY, f64::min);
             ((1.0 - bottom) / (1.0 - bh - gap)).max(1.0)
         };
         let allowed = if upper { can_go_up } else { can_go_down };
@@ -1538,11 +1297,7 @@ fn encode_png(rgb: &[u8], w: u32, h: u32) -> std::io::Result<Vec<u8>> {
             sub[i] = row[i].wrapping_sub(left);
             up[i] = row[i].wrapping_sub(prev[i]);
         }
-        let cost = |v: &[u8]| {
-            v.iter()
-                .map(|&b| u64::from((b as i8).unsigned_abs()))
-                .sum::<u64>()
-        };
+        let cost = |v: &[u8]| v.iter().map(|&b| u64::from((b as i8).unsigned_abs())).sum::<u64>();
         if cost(&up) <= cost(&sub) {
             raw.push(2);
             raw.extend_from_slice(&up);
@@ -1616,9 +1371,7 @@ mod tests {
         }
         assert!(ended && at == bytes.len(), "IEND last");
         let mut raw = Vec::new();
-        flate2::read::ZlibDecoder::new(&idat[..])
-            .read_to_end(&mut raw)
-            .unwrap();
+        flate2::read::ZlibDecoder::new(&idat[..]).read_to_end(&mut raw).unwrap();
         assert_eq!(raw.len(), (w as usize * 3 + 1) * h as usize);
         // Not a blank image: some pixels are dark (text, axes).
         assert!(raw.iter().filter(|&&b| b != 0 && b != 255).count() > 1000);
@@ -1657,33 +1410,14 @@ mod tests {
 
     fn history(n: usize) -> History {
         let epochs: Vec<usize> = (1..=n).collect();
-        let train: Vec<f64> = epochs
-            .iter()
-            .map(|&e| 1.2 * (-(e as f64) / 6.0).exp() + 0.05)
-            .collect();
+        let train: Vec<f64> = epochs.iter().map(|&e| 1.2 * (-(e as f64) / 6.0).exp() + 0.05).collect();
         let val: Vec<f64> = train.iter().map(|t| t * 1.1 + 0.15).collect();
-        let lr = epochs
-            .iter()
-            .map(|&e| 1e-3 * 0.9f64.powi(e as i32))
-            .collect();
-        let accuracy: Vec<f64> = val
-            .iter()
-            .map(|v| (1.0 - v * 0.5).clamp(0.0, 1.0))
-            .collect();
+        let lr = epochs.iter().map(|&e| 1e-3 * 0.9f64.powi(e as i32)).collect();
+        let accuracy: Vec<f64> = val.iter().map(|v| (1.0 - v * 0.5).clamp(0.0, 1.0)).collect();
         let f1 = accuracy.iter().map(|a| a - 0.02).collect();
         let rmse = val.iter().map(|v| v.sqrt() * 3.0).collect();
-        let metrics = vec![
-            ("accuracy".to_string(), accuracy),
-            ("f1".to_string(), f1),
-            ("rmse".to_string(), rmse),
-        ];
-        History {
-            epochs,
-            train,
-            val,
-            lr,
-            metrics,
-        }
+        let metrics = vec![("accuracy".to_string(), accuracy), ("f1".to_string(), f1), ("rmse".to_string(), rmse)];
+        History { epochs, train, val, lr, metrics }
     }
 
     fn curves<'a>(h: &'a History, title: &'a str) -> Curves<'a> {
@@ -1779,10 +1513,8 @@ mod tests {
         assert!(matches!(render_svg(&none), Err(PlotError::NoEpochs)));
         assert!(matches!(render_png(&none), Err(PlotError::NoEpochs)));
 
-        let metrics = vec![
-            ("<f1 & co>".to_string(), vec![f64::INFINITY, 0.5, 0.6]),
-            ("r2".to_string(), vec![-1e9, -3.0]),
-        ];
+        let metrics =
+            vec![("<f1 & co>".to_string(), vec![f64::INFINITY, 0.5, 0.6]), ("r2".to_string(), vec![-1e9, -3.0])];
         let odd = Curves {
             title: "mismatched lengths, huge values",
             epochs: &[1, 2, 3, usize::MAX],
@@ -1805,15 +1537,7 @@ mod tests {
         let fig = Figure::new(&curves(&h, "groups")).unwrap();
         // Loss, scores (accuracy, f1), rmse, learning rate.
         let captions: Vec<&str> = fig.panels.iter().map(|p| p.caption.as_str()).collect();
-        assert_eq!(
-            captions,
-            [
-                "Loss",
-                "Validation accuracy, f1",
-                "Validation rmse",
-                "Learning rate"
-            ]
-        );
+        assert_eq!(captions, ["Loss", "Validation accuracy, f1", "Validation rmse", "Learning rate"]);
         assert!(fig.panels[1].y.lo >= 0.0 && fig.panels[1].y.hi <= 1.0);
     }
 
@@ -1826,10 +1550,7 @@ mod tests {
         assert_eq!(fmt_tick(8e-4, 1e-4, 1.3e-3), "8e-4");
         assert_eq!(fmt_value(0.094_112), "0.09411");
         assert_eq!(fmt_value(3e-6), "3e-6");
-        assert_eq!(
-            ticks(0.5, 300.0, Scale::Log10),
-            [1.0, 3.0, 10.0, 30.0, 100.0, 300.0]
-        );
+        assert_eq!(ticks(0.5, 300.0, Scale::Log10), [1.0, 3.0, 10.0, 30.0, 100.0, 300.0]);
         assert_eq!(ticks(0.0, 1.0, Scale::Linear).len(), 6);
         let x = epoch_axis(&[1.0]);
         assert_eq!(x.ticks, [1.0]);

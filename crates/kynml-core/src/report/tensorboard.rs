@@ -122,9 +122,7 @@ fn hostname() -> String {
     candidates
         .into_iter()
         .flatten()
-        .map(|s| {
-            s.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).collect::<String>()
-        })
+        .map(|s| s.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).collect::<String>())
         .find(|s| !s.is_empty())
         .unwrap_or_else(|| "kynml".to_string())
 }
@@ -340,9 +338,7 @@ mod tests {
     #[test]
     fn record_framing_matches_reference_writer() {
         let event = hex("0900001040fc54d94110072a0d0a0b0a046c6f7373150000003f");
-        let expected = hex(
-            "1a00000000000000129bd82d0900001040fc54d94110072a0d0a0b0a046c6f7373150000003ff8ed4b36",
-        );
+        let expected = hex("1a00000000000000129bd82d0900001040fc54d94110072a0d0a0b0a046c6f7373150000003ff8ed4b36");
         assert_eq!(frame_record(&event), expected);
     }
 
@@ -357,8 +353,7 @@ mod tests {
             static COUNTER: AtomicU32 = AtomicU32::new(0);
             let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir()
-                .join(format!("kynml-tb-{label}-{}-{nanos}-{n}", std::process::id()));
+            let path = std::env::temp_dir().join(format!("kynml-tb-{label}-{}-{nanos}-{n}", std::process::id()));
             ScratchDir(path)
         }
     }

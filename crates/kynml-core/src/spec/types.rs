@@ -61,7 +61,10 @@ pub struct ModelSpec {
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum Layer {
-    Dense { units: usize, activation: Activation },
+    Dense {
+        units: usize,
+        activation: Activation,
+    },
     BatchNorm,
     LayerNorm,
     /// Drop probability in [0, 1).

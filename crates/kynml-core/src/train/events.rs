@@ -19,10 +19,24 @@ pub struct EpochRecord {
 /// Progress, in the order it happens.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TrainEvent<'a> {
-    EpochStart { epoch: usize, epochs: usize, steps: usize, lr: f64 },
+    EpochStart {
+        epoch: usize,
+        epochs: usize,
+        steps: usize,
+        lr: f64,
+    },
     /// `loss` is the running mean of the epoch's training loss so far; it is
     /// read from the device only every few steps (reading forces a sync).
-    Step { epoch: usize, step: usize, steps: usize, loss: Option<f64>, samples_per_sec: f64 },
+    Step {
+        epoch: usize,
+        step: usize,
+        steps: usize,
+        loss: Option<f64>,
+        samples_per_sec: f64,
+    },
     EpochEnd(&'a EpochRecord),
-    EarlyStop { epoch: usize, best_epoch: usize },
+    EarlyStop {
+        epoch: usize,
+        best_epoch: usize,
+    },
 }

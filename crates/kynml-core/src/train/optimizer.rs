@@ -6,8 +6,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{
-    Adam, AdamConfig, AdamW, AdamWConfig, GradientsParams, Optimizer as _, RmsProp, RmsPropConfig, Sgd,
-    SgdConfig,
+    Adam, AdamConfig, AdamW, AdamWConfig, GradientsParams, Optimizer as _, RmsProp, RmsPropConfig, Sgd, SgdConfig,
 };
 
 use crate::model::Model;

@@ -16,9 +16,7 @@ pub fn lr_at(base_lr: f64, scheduler: Option<&Scheduler>, epoch: usize) -> f64 {
         SchedulerKind::Cosine { t_max, eta_min } => {
             eta_min + (base_lr - eta_min) * (1.0 + (std::f64::consts::PI * t / t_max as f64).cos()) / 2.0
         }
-        SchedulerKind::Step { step_size, gamma } => {
-            base_lr * gamma.powi(((epoch - s.warmup) / step_size) as i32)
-        }
+        SchedulerKind::Step { step_size, gamma } => base_lr * gamma.powi(((epoch - s.warmup) / step_size) as i32),
         SchedulerKind::Exponential { gamma } => base_lr * gamma.powf(t),
     }
 }

@@ -35,7 +35,10 @@ fn read_run(dir: &Path) -> Result<Vec<String>, String> {
         .map_err(|e| format!("error: {}:{}:{}: not valid JSON: {e}", path.display(), e.line(), e.column()))?;
     let str_of = |key: &str| m[key].as_str().unwrap_or("?").to_string();
     let primary = str_of("primary_metric");
-    let metric = m["metrics"][&primary].as_f64().map_or("?".into(), |v| format!("{primary} {v:.4}"));
+    let metric = match best_epoch_value(&dir.join("metrics.jsonl"), &primary)? {
+        Some((epoch, v)) => format!("{primary} {v:.4} (epoch {epoch})"),
+        None => "?".into(),
+    };
     let stopped = if m["stopped_early"].as_bool() == Some(true) { " (early stop)" } else { "" };
     Ok(vec![
         dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()),
@@ -49,4 +52,31 @@ fn read_run(dir: &Path) -> Result<Vec<String>, String> {
         m["seconds"].as_f64().map_or("?".into(), render::duration),
         m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v as usize)),
     ])
+}
+
+/// The best value of `metric` over the epochs in `metrics.jsonl`: highest
+/// for scores (accuracy, precision, recall, f1, r2), lowest for errors.
+fn best_epoch_value(path: &Path, metric: &str) -> Result<Option<(u64, f64)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {}: {e}", path.display()))?;
+    let higher_is_better = matches!(metric, "accuracy" | "precision" | "recall" | "f1" | "r2");
+    let mut best: Option<(u64, f64)> = None;
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let record: Value = serde_json::from_str(line)
+            .map_err(|e| format!("error: {}:{}:{}: not valid JSON: {e}", path.display(), i + 1, e.column()))?;
+        let (Some(epoch), Some(v)) = (record["epoch"].as_u64(), record["metrics"][metric].as_f64()) else { continue };
+        let better = match best {
+            None => true,
+            Some((_, b)) => {
+                if higher_is_better {
+                    v > b
+                } else {
+                    v < b
+                }
+            }
+        };
+        if better && v.is_finite() {
+            best = Some((epoch, v));
+        }
+    }
+    Ok(best)
 }

@@ -130,9 +130,8 @@ impl Progress {
             }
             TrainEvent::EpochEnd(record) => {
                 let line = epoch_line(record);
-                match self.bar.take() {
-                    Some(bar) => bar.finish_and_clear(),
-                    None => {}
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
                 }
                 println!("{line}");
             }

@@ -45,7 +45,7 @@ impl AnyOptimizer {
                     .init(),
             ),
             Optimizer::Sgd { momentum, dampening, weight_decay, nesterov, .. } => {
-                let momentum = (momentum > 0.0).then(|| MomentumConfig { momentum, dampening, nesterov });
+                let momentum = (momentum > 0.0).then_some(MomentumConfig { momentum, dampening, nesterov });
                 AnyOptimizer::Sgd(
                     SgdConfig::new().with_momentum(momentum).with_weight_decay(decay(weight_decay)).init(),
                 )

@@ -32,7 +32,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// Numbers (and shapes) read best right-aligned; words left-aligned.
 fn looks_numeric(cell: &str) -> bool {
-    cell.starts_with('[') || cell.parse::<f64>().is_ok() || cell.replace(',', "").parse::<f64>().is_ok()
+    cell.starts_with('[') || cell.replace(',', "").parse::<f64>().is_ok()
 }
 
 /// Seconds for a person: `0.42s`, `12.3s`, `4m 05s`, `1h 02m`.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
 
-use crate::data::{Dataset, Labels, Split};
+use crate::data::{Batch, Dataset, Labels, Split};
 use crate::metrics;
 use crate::model::{Mode, Model};
 use crate::spec::types::{Loss, Metric};
@@ -32,13 +32,12 @@ pub fn run_split(model: &Model<Kb>, data: &Dataset, split: Split, loss_kind: Los
     let mut values = Vec::new();
     let mut width = 0;
     let mut loss_sum = 0.0;
-    let mut batch = crate::data::Batch::default();
     let indices: Vec<usize> = (0..n).collect();
     for chunk in indices.chunks(CHUNK) {
+        let mut batch = Batch::default();
         data.gather(split, chunk, &mut batch);
-        let x = features_tensor(&batch.features, chunk.len(), data.n_features(), device);
+        let (x, targets) = batch_tensors(batch, data.n_features(), loss_kind, device);
         let out = model.forward(x, Mode::Eval);
-        let targets = targets_tensor(&batch.labels, loss_kind, device);
         let l: f64 = loss::compute(loss_kind, out.clone(), &targets).into_scalar_f64();
         loss_sum += l * chunk.len() as f64;
         width = out.dims()[1];
@@ -109,11 +108,20 @@ pub fn predicted_classes(outputs: &Outputs, loss_kind: Loss) -> Vec<u32> {
         .collect()
 }
 
-pub(crate) fn features_tensor(x: &[f32], rows: usize, width: usize, device: &DispatchDevice) -> Tensor<Kb, 2> {
-    Tensor::from_data(TensorData::new(x.to_vec(), [rows, width]), device)
+/// A batch as tensors on `device`; its buffers move into the tensors
+/// rather than being copied.
+pub(crate) fn batch_tensors(
+    batch: Batch,
+    width: usize,
+    loss_kind: Loss,
+    device: &DispatchDevice,
+) -> (Tensor<Kb, 2>, Targets) {
+    let rows = batch.len();
+    let x = Tensor::from_data(TensorData::new(batch.features, [rows, width]), device);
+    (x, targets_tensor(batch.labels, loss_kind, device))
 }
 
-pub(crate) fn targets_tensor(labels: &Labels, loss_kind: Loss, device: &DispatchDevice) -> Targets {
+fn targets_tensor(labels: Labels, loss_kind: Loss, device: &DispatchDevice) -> Targets {
     match (labels, loss_kind) {
         (Labels::Classes(c), Loss::CrossEntropy) => {
             let idx: Vec<i64> = c.iter().map(|&v| v as i64).collect();
@@ -125,7 +133,10 @@ pub(crate) fn targets_tensor(labels: &Labels, loss_kind: Loss, device: &Dispatch
             let n = y.len();
             Targets::Float(Tensor::from_data(TensorData::new(y, [n, 1]), device))
         }
-        (Labels::Values(v), _) => Targets::Float(Tensor::from_data(TensorData::new(v.clone(), [v.len(), 1]), device)),
+        (Labels::Values(v), _) => {
+            let n = v.len();
+            Targets::Float(Tensor::from_data(TensorData::new(v, [n, 1]), device))
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use csv::ByteRecord;
 
 use crate::data::error::DataError;
-use crate::data::suggest;
+use crate::spec::suggest;
 
 /// What to read from the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,7 +114,7 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
     let target_col = header.iter().position(|name| *name == opts.target).ok_or_else(|| DataError::MissingTarget {
         path: path.into(),
         target: opts.target.clone(),
-        suggestion: suggest::closest(&opts.target, &header).map(str::to_owned),
+        suggestion: suggest::did_you_mean(&opts.target, header.iter().map(String::as_str)).map(str::to_owned),
         available: header.clone(),
     })?;
     if header.len() == 1 {

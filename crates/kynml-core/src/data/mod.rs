@@ -30,7 +30,6 @@ mod info;
 mod normalize;
 mod prefetch;
 mod split;
-mod suggest;
 
 pub use csv_table::{read_csv, Table, TableOptions, Targets};
 pub use dataset::{Batch, Dataset, Labels, Split, SplitData};

@@ -29,29 +29,16 @@ pub struct Loader {
 
 impl Loader {
     /// `prefetch` is the queue depth; when not given it is two batches per
-    /// worker (PyTorch's `prefetch_factor` default).
-    pub fn new(workers: usize, prefetch: Option<usize>) -> Self {
+    /// worker (PyTorch's `prefetch_factor` default). Fails when the worker
+    /// threads cannot be started: the run report promised them.
+    pub fn new(workers: usize, prefetch: Option<usize>) -> Result<Self, rayon::ThreadPoolBuildError> {
         if workers == 0 {
-            return Loader { pool: None, workers: 0, depth: 0 };
+            return Ok(Loader { pool: None, workers: 0, depth: 0 });
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(workers)
-            .thread_name(|i| format!("kynml-data-{i}"))
-            .build()
-            .ok()
-            .map(Arc::new);
+        let pool =
+            rayon::ThreadPoolBuilder::new().num_threads(workers).thread_name(|i| format!("kynml-data-{i}")).build()?;
         let depth = prefetch.filter(|&p| p > 0).unwrap_or(2 * workers);
-        match pool {
-            Some(pool) => Loader { pool: Some(pool), workers, depth },
-            // A pool that cannot start (no threads left) degrades to the
-            // training thread; results are identical either way.
-            None => Loader { pool: None, workers: 0, depth: 0 },
-        }
-    }
-
-    /// Worker threads actually running (0: the training thread prepares batches).
-    pub fn workers(&self) -> usize {
-        self.workers
+        Ok(Loader { pool: Some(Arc::new(pool)), workers, depth })
     }
 
     /// The batches of one epoch, in the order of `batches`.
@@ -140,10 +127,10 @@ mod tests {
         let mut order: Vec<usize> = (0..data.train.len()).collect();
         crate::rng::SplitMix64::new(9).shuffle(&mut order);
         let batches: Vec<Vec<usize>> = order.chunks(33).map(<[usize]>::to_vec).collect();
-        let reference = collect(&Loader::new(0, None), &data, batches.clone());
+        let reference = collect(&Loader::new(0, None).unwrap(), &data, batches.clone());
         assert_eq!(reference.len(), batches.len());
         for (workers, prefetch) in [(1, None), (4, Some(2)), (3, Some(1)), (8, None)] {
-            let got = collect(&Loader::new(workers, prefetch), &data, batches.clone());
+            let got = collect(&Loader::new(workers, prefetch).unwrap(), &data, batches.clone());
             assert_eq!(got, reference, "workers {workers}, prefetch {prefetch:?}");
         }
     }
@@ -153,7 +140,7 @@ mod tests {
         let data = dataset(2000, 3);
         let batches: Vec<Vec<usize>> =
             (0..data.train.len()).collect::<Vec<_>>().chunks(10).map(<[usize]>::to_vec).collect();
-        let loader = Loader::new(2, Some(1));
+        let loader = Loader::new(2, Some(1)).unwrap();
         let first: Vec<Batch> = std::thread::scope(|s| loader.epoch(s, &data, batches).take(3).collect());
         assert_eq!(first.len(), 3);
     }

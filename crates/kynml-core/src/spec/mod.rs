@@ -46,7 +46,7 @@ mod lexer;
 mod optimizer;
 mod outputs;
 mod parser;
-mod suggest;
+pub(crate) mod suggest;
 mod train;
 mod validate;
 mod values;

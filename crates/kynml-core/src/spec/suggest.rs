@@ -49,7 +49,7 @@ const MAX_WORD: usize = 64;
 /// The candidate that `word` most likely was meant to be, if any is close:
 /// a known alias first, then a match ignoring case, then the nearest by edit
 /// distance within about a third of the word's length (rustc's rule).
-pub(super) fn did_you_mean<'a, I>(word: &str, candidates: I) -> Option<&'a str>
+pub(crate) fn did_you_mean<'a, I>(word: &str, candidates: I) -> Option<&'a str>
 where
     I: IntoIterator<Item = &'a str>,
 {

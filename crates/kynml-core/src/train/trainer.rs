@@ -12,7 +12,7 @@ use burn::tensor::Tensor;
 use std::thread::Scope;
 
 use crate::data::{Dataset, Loader, Split};
-use crate::evaluate::{self, features_tensor, targets_tensor, IntoScalarF64};
+use crate::evaluate::{self, batch_tensors, IntoScalarF64};
 use crate::model::{Mode, Model};
 use crate::rng::SplitMix64 as Rng;
 use crate::spec::types::{Layer, Loss, Metric, Spec};
@@ -49,6 +49,8 @@ pub struct TrainSettings {
 pub enum TrainError {
     #[error("training loss became {value} at epoch {epoch}, step {step}; lower the learning rate or check the data")]
     NonFiniteLoss { epoch: usize, step: usize, value: f64 },
+    #[error("cannot start {workers} data worker threads: {reason}")]
+    DataWorkers { workers: usize, reason: String },
 }
 
 /// What a finished run leaves behind.
@@ -102,7 +104,9 @@ fn run<'scope, 'env>(
     let batch_size = t.batch.value;
     let has_batchnorm = spec.model.layers.iter().any(|l| l.value == Layer::BatchNorm);
     let n_train = data.train.len();
-    let loader = Loader::new(spec.dataset.num_workers.value, spec.dataset.prefetch.as_ref().map(|p| p.value));
+    let workers = spec.dataset.num_workers.value;
+    let loader = Loader::new(workers, spec.dataset.prefetch.as_ref().map(|p| p.value))
+        .map_err(|e| TrainError::DataWorkers { workers, reason: e.to_string() })?;
     let mut history = Vec::new();
     let mut stopped_early = false;
     let started = Instant::now();
@@ -122,8 +126,7 @@ fn run<'scope, 'env>(
         for (step, batch) in loader.epoch(scope, data, batches).enumerate() {
             let step = step + 1;
             let rows = batch.len();
-            let x = features_tensor(&batch.features, rows, data.n_features(), &ad_device);
-            let y = targets_tensor(&batch.labels, loss_kind, &ad_device);
+            let (x, y) = batch_tensors(batch, data.n_features(), loss_kind, &ad_device);
 
             let pred = model.forward(x, Mode::Train(&mut dropout_rng));
             let loss = loss::compute(loss_kind, pred, &y);

@@ -100,12 +100,17 @@ mod tests {
 
     #[test]
     fn probe_never_panics_and_is_consistent() {
-        // Whatever this machine has, the probe answers, and a GPU list is
-        // indexed 0..n in order.
-        if let CudaProbe::Available(gpus) = probe_cuda() {
-            for (i, gpu) in gpus.iter().enumerate() {
-                assert_eq!(gpu.index, i);
-                assert!(gpu.compute_capability.0 >= 1);
+        // Whatever this machine has, the probe answers: a GPU list indexed
+        // 0..n in order, or a reason a person can act on.
+        match probe_cuda() {
+            CudaProbe::Available(gpus) => {
+                for (i, gpu) in gpus.iter().enumerate() {
+                    assert_eq!(gpu.index, i);
+                    assert!(gpu.compute_capability.0 >= 1);
+                }
+            }
+            CudaProbe::Unavailable(reason) => {
+                assert!(reason.contains("CUDA") || reason.contains("libcuda"), "unhelpful reason: {reason}")
             }
         }
     }

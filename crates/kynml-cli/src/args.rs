@@ -41,6 +41,10 @@ pub struct TrainArgs {
     /// Random seed for weights, data split and order (overrides the spec's `seed`).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Start from fresh weights even when the spec's checkpoint path holds a
+    /// checkpoint (which the new run's checkpoints then replace).
+    #[arg(long)]
+    pub fresh: bool,
 }
 
 #[derive(Args, Debug)]

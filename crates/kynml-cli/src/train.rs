@@ -6,9 +6,11 @@ use std::path::Path;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
+use kynml_core::checkpoint::{self, Checkpoint};
 use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
+use kynml_core::train::resume::LoopState;
 use kynml_core::train::{metrics_for, train, EpochRecord, TrainEvent, TrainSettings};
 
 use crate::args::TrainArgs;
@@ -23,8 +25,20 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let device = kynml_backend::select(device_choice(file.spec.train.device.value))
         .map_err(|e| Failure::input(format!("error: {e}")))?;
     let data = file.load_data()?;
+    let resume = resume_plan(&file, args.fresh)?;
 
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    if let Some((_, state)) = &resume {
+        let path = file.checkpoint_path().unwrap_or_default();
+        let epochs = file.spec.train.epochs.value;
+        let left = if state.stopped_early { 0 } else { epochs.saturating_sub(state.epoch) };
+        println!(
+            "resume: from {} ({} of {epochs} epochs done{}; {left} to go; --fresh starts over)",
+            path.display(),
+            state.epoch,
+            if state.stopped_early { ", stopped early" } else { "" },
+        );
+    }
     println!(
         "data: {} train rows, {} validation rows, {} features{}",
         data.train.len(),
@@ -43,7 +57,12 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
 
     let mut progress = Progress::new();
     let mut log = RunLog::create(&run_dir).context("creating the TensorBoard log")?;
-    let result = train(&file.spec, &data, &device, &TrainSettings::default(), &mut |event| {
+    let settings = TrainSettings {
+        checkpoint_path: file.checkpoint_path(),
+        resume_from: resume.map(|(ckpt, _)| ckpt),
+        ..TrainSettings::default()
+    };
+    let result = train(&file.spec, &data, &device, &settings, &mut |event| {
         log.on_event(&event);
         progress.on_event(&event);
     });
@@ -75,6 +94,14 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         println!("best epoch: {best} (weights restored from it)");
     }
     println!("{}", render::metrics_table(&result.final_metrics));
+    if result.checkpoint_failures > 0 {
+        let path = file.checkpoint_path().unwrap_or_default();
+        eprintln!(
+            "warning: {} checkpoint write(s) failed (see above); {} holds the last one that succeeded",
+            result.checkpoint_failures,
+            path.display()
+        );
+    }
     println!(
         "\ntrained {} epochs in {} ({:.0} samples/s); results in {}",
         result.history.len(),
@@ -83,6 +110,30 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         run_dir.path.display()
     );
     Ok(())
+}
+
+/// The checkpoint to resume from, checked, and the checkpoint folder
+/// checked for writing: all before anything is written.
+fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
+    let Some(path) = file.checkpoint_path() else {
+        if fresh {
+            eprintln!("note: --fresh has no effect: the spec does not checkpoint");
+        }
+        return Ok(None);
+    };
+    checkpoint::prepare(&path)
+        .map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
+    let found = if fresh {
+        None
+    } else {
+        file.find_checkpoint().map_err(|e| {
+            Failure::input(format!(
+                "error: cannot resume from {}: {e}\n  (--fresh ignores it and starts over; its checkpoints then replace it)",
+                path.display()
+            ))
+        })?
+    };
+    Ok(found)
 }
 
 fn write_inputs(run_dir: &RunDir, file: &SpecFile, data: &kynml_core::data::Dataset) -> anyhow::Result<()> {
@@ -138,6 +189,18 @@ impl Progress {
             TrainEvent::EarlyStop { epoch, best_epoch } => {
                 println!("early stop at epoch {epoch}: no improvement since epoch {best_epoch}");
             }
+            TrainEvent::Resumed { epoch, history, .. } => {
+                if let Some(last) = history.last() {
+                    println!("resumed after epoch {epoch}; it ended with:\n{}", epoch_line(last));
+                }
+            }
+            TrainEvent::CheckpointSaved { epoch, path, seconds } => {
+                println!("checkpoint: epoch {epoch} -> {} (the loop waited {:.1} ms)", path.display(), seconds * 1e3);
+            }
+            TrainEvent::CheckpointFailed { ref error } => {
+                self.finish();
+                eprintln!("warning: a checkpoint write failed: {error}\n  training goes on; the previous checkpoint is kept");
+            }
             _ => {}
         }
     }
@@ -151,14 +214,18 @@ impl Progress {
 
 fn epoch_line(r: &EpochRecord) -> String {
     let metrics: Vec<String> = r.metrics.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
+    // A resumed run's earlier epochs come from the checkpoint, without timings.
+    let timing = if r.seconds.is_nan() {
+        String::new()
+    } else {
+        format!("  {:.0} samples/s  {}", r.samples_per_sec, render::duration(r.seconds))
+    };
     format!(
-        "epoch {:>3}  lr {:.2e}  train_loss {:.4}  val_loss {:.4}  {}  {:.0} samples/s  {}",
+        "epoch {:>3}  lr {:.2e}  train_loss {:.4}  val_loss {:.4}  {}{timing}",
         r.epoch,
         r.lr,
         r.train_loss,
         r.val_loss,
         metrics.join("  "),
-        r.samples_per_sec,
-        render::duration(r.seconds)
     )
 }

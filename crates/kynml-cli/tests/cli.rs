@@ -103,7 +103,8 @@ fn the_users_spec_reports_every_setting_not_applied() {
     ] {
         assert!(t.contains(needle), "missing {needle:?} in\n{t}");
     }
-    assert!(!tmp.path().join("checkpoints").exists() && !tmp.path().join("models").exists());
+    // The checkpoint is real (relative to the spec's folder); the export is not yet.
+    assert!(tmp.path().join("checkpoints/deepnet.pt").is_file() && !tmp.path().join("models").exists());
 }
 
 #[test]
@@ -213,4 +214,142 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     let out = kynml(&["report", "a", "iris.kyn"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not a finished run folder"), "{}", text(&out));
+}
+
+// ---- checkpoints, resume and interruption ----
+
+/// A regression spec on seeded random data whose checkpoint (weights and
+/// Adam's moments, ~3.5 MB) takes long enough to write that kills land
+/// mid-write; one checkpoint per epoch, written in the background.
+fn checkpointing_spec(dir: &Path, name: &str, ckpt: &str, epochs: usize) -> PathBuf {
+    let mut rng = kynml_core::rng::SplitMix64::new(99);
+    let mut csv = String::from("a,b,c,d,y\n");
+    for _ in 0..200 {
+        let x: Vec<f64> = (0..4).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let y = x[0] - 2.0 * x[1] * x[2] + x[3].sin();
+        csv += &format!("{:.5},{:.5},{:.5},{:.5},{y:.5}\n", x[0], x[1], x[2], x[3]);
+    }
+    std::fs::write(dir.join("data.csv"), csv).unwrap();
+    let spec = format!(
+        "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n\
+         model M:\n input 4\n dense 512 relu\n dropout 0.1\n dense 512 relu\n dense 1 linear\n\
+         train:\n model = M\n data = D\n loss = mse\n optimizer = adam(lr=0.001)\n epochs = {epochs}\n batch = 50\n\
+         device = cpu\n checkpoint = checkpoint(every_n=1, path=\"{ckpt}\", async_save=true)\n"
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, spec).unwrap();
+    path
+}
+
+#[test]
+fn sigkill_at_random_moments_never_leaves_a_bad_checkpoint_and_resume_ends_identical() {
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let epochs = 24;
+    checkpointing_spec(dir, "ref.kyn", "ref/final.ckpt", epochs);
+    let started = Instant::now();
+    let out = kynml(&["train", "ref.kyn", "--out", "ref-run"], dir);
+    let whole = started.elapsed();
+    assert!(out.status.success(), "{}", text(&out));
+    let reference = std::fs::read(dir.join("ref/final.ckpt")).unwrap();
+
+    checkpointing_spec(dir, "spec.kyn", "ckpt/run.ckpt", epochs);
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let mut rng = kynml_core::rng::SplitMix64::new(seed);
+    let ckpt = dir.join("ckpt/run.ckpt");
+    let (mut mid_run, mut resumed, mut mid_write) = (0, 0, 0);
+    let temps = || -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(dir.join("ckpt")) else { return Vec::new() };
+        entries.map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().contains(".tmp-")).collect()
+    };
+    for trial in 0..20 {
+        let _ = std::fs::remove_dir_all(dir.join("ckpt"));
+        // Kill anywhere from start-up to the end of a whole run.
+        let delay = Duration::from_secs_f64(whole.as_secs_f64() * rng.uniform(0.05, 1.0));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+            .args(["train", "spec.kyn", "--out", &format!("killed-{trial}")])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        let finished_first = child.try_wait().unwrap().is_some();
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        mid_run += usize::from(!finished_first);
+
+        // Whatever the moment, the path holds nothing or a whole checkpoint.
+        let had = match kynml_core::checkpoint::load(&ckpt) {
+            Ok(found) => found.is_some(),
+            Err(e) => panic!("trial {trial} (seed {seed}, kill after {delay:?}): bad checkpoint left: {e}"),
+        };
+        resumed += usize::from(had);
+        // A write cut short leaves its temporary file, never the checkpoint.
+        mid_write += usize::from(!temps().is_empty());
+        let out = kynml(&["train", "spec.kyn", "--out", &format!("resumed-{trial}")], dir);
+        let t = text(&out);
+        assert!(out.status.success(), "trial {trial} (seed {seed}): resume failed:\n{t}");
+        assert_eq!(t.contains("resume: from"), had, "trial {trial}: {t}");
+        // Resumed or not, training ends in exactly the reference state.
+        let last = std::fs::read(&ckpt).unwrap();
+        assert!(last == reference, "trial {trial} (seed {seed}, kill after {delay:?}): final checkpoint differs");
+        assert!(temps().is_empty(), "trial {trial}: the resumed run left {:?}", temps());
+    }
+    eprintln!(
+        "20 SIGKILL trials (seed {seed}, whole run {whole:?}): {mid_run} killed mid-run, {mid_write} of them \
+         mid-write, {resumed} resumed from a checkpoint"
+    );
+    assert!(mid_run >= 10 && resumed >= 5, "kills did not land during training (whole run {whole:?})");
+}
+
+#[test]
+fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "spec.kyn", "ckpt/run.ckpt", 2);
+    let out = kynml(&["train", "spec.kyn", "--out", "run1"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("checkpoints   every 1 epoch and at the end to `ckpt/run.ckpt`"), "{}", text(&out));
+
+    // Complete: a resume has nothing to train, and says so.
+    let out = kynml(&["train", "spec.kyn", "--out", "run2"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("(2 of 2 epochs done; 0 to go"), "{t}");
+    let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "run3"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("resumed after epoch 2") && t.matches("\nepoch ").count() == 2, "{t}");
+    assert_eq!(std::fs::read_to_string(dir.join("run3/metrics.jsonl")).unwrap().lines().count(), 3);
+    let out = kynml(&["train", "spec.kyn", "--fresh", "--out", "run4"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && !t.contains("resume:") && t.matches("\nepoch ").count() == 2, "{t}");
+
+    // A damaged checkpoint: exit 2, the path and the way out named, no run folder.
+    let ckpt = dir.join("ckpt/run.ckpt");
+    let good = std::fs::read(&ckpt).unwrap();
+    std::fs::write(&ckpt, &good[..good.len() / 2]).unwrap();
+    let out = kynml(&["train", "spec.kyn", "--out", "bad"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot resume from ckpt/run.ckpt: checkpoint is truncated") && t.contains("--fresh"), "{t}");
+    assert!(!dir.join("bad").exists());
+    assert_eq!(std::fs::read(&ckpt).unwrap().len(), good.len() / 2, "the damaged file is left as it was");
+
+    // Not ours: refused even with --fresh, and left alone.
+    std::fs::write(&ckpt, b"PK\x03\x04 someone's zip").unwrap();
+    let out = kynml(&["train", "spec.kyn", "--fresh", "--out", "bad"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("is not a KynML checkpoint; refusing to overwrite it"), "{t}");
+    assert!(!dir.join("bad").exists());
+    assert_eq!(std::fs::read(&ckpt).unwrap(), b"PK\x03\x04 someone's zip");
+
+    // A checkpoint folder that cannot be made: refused before training.
+    checkpointing_spec(dir, "blocked.kyn", "data.csv/run.ckpt", 2);
+    let out = kynml(&["train", "blocked.kyn", "--out", "bad"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("checkpoints cannot be written to data.csv/run.ckpt"), "{t}");
+    assert!(!dir.join("bad").exists());
 }

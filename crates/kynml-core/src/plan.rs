@@ -4,9 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::checkpoint::{self, Checkpoint};
 use crate::data::{read_csv, DataError, Dataset, TableOptions};
 use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec};
 use crate::spec::{self, Diagnostic, SpecError};
+use crate::train::resume::{self, LoopState, ResumeError};
+use crate::train::AnyOptimizer;
 use kynml_backend::{Device, DeviceChoice};
 
 /// Command-line values that replace the spec's.
@@ -61,6 +64,24 @@ impl SpecFile {
 
     pub fn data_path(&self) -> PathBuf {
         self.resolve(&self.spec.dataset.source.value)
+    }
+
+    /// Where the spec's checkpoints go, resolved against the spec's folder;
+    /// `None` when the spec does not checkpoint.
+    pub fn checkpoint_path(&self) -> Option<PathBuf> {
+        self.spec.train.checkpoint.as_ref().map(|c| self.resolve(&c.value.path))
+    }
+
+    /// The checkpoint this spec resumes from: `None` when the spec does not
+    /// checkpoint or nothing is at its path yet. A file there that is not a
+    /// whole checkpoint of this model and optimizer is an error, found here
+    /// before anything runs.
+    pub fn find_checkpoint(&self) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {
+        let Some(path) = self.checkpoint_path() else { return Ok(None) };
+        let Some(ckpt) = checkpoint::load(&path)? else { return Ok(None) };
+        let optimizer = AnyOptimizer::new(&self.spec.train.optimizer.value);
+        let state = resume::check(&ckpt, &self.spec.model, optimizer.name())?;
+        Ok(Some((ckpt, state)))
     }
 
     pub fn apply(&mut self, overrides: &Overrides) {
@@ -267,14 +288,18 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
         });
     }
     if let Some(ckpt) = &t.checkpoint {
+        let c = &ckpt.value;
         out.push(Applied {
             setting: "checkpoints",
             value: format!(
-                "none (checkpoint to `{}` every {} epochs is not implemented yet; nothing is written or resumed)",
-                ckpt.value.path.display(),
-                ckpt.value.every_n
+                "every {} epoch{} and at the end to `{}`, {}{}",
+                c.every_n,
+                if c.every_n == 1 { "" } else { "s" },
+                c.path.display(),
+                if c.async_save { "written in the background" } else { "written before training goes on" },
+                if c.keep > 1 { format!(", keeping the last {}", c.keep) } else { String::new() }
             ),
-            as_requested: false,
+            as_requested: true,
         });
     }
     if let Some(export) = &spec.export {

@@ -265,3 +265,113 @@ fn workers_change_speed_never_results() {
         assert!(weights == &runs[0].2, "final weights differ with {workers} workers");
     }
 }
+
+// ---- checkpoints and resume ----
+
+/// A spec on fresh random data with every layer kind, early stopping that
+/// never fires, a warmup-and-cosine schedule and a checkpoint every two
+/// epochs at `ckpt`.
+fn checkpointed_spec(dir: &Path, seed: u64, optimizer: &str, ckpt: &str, async_save: bool) -> PathBuf {
+    let layers = " dense 24 gelu\n batchnorm\n dropout 0.25\n dense 12 silu\n layernorm\n dense 1 linear";
+    let path = random_regression_spec(dir, seed, layers);
+    let spec = std::fs::read_to_string(&path).unwrap().replace("optimizer = adamw(lr=0.01)", optimizer)
+        + &format!(
+            " scheduler = cosine(t_max=6, warmup=2)\n early_stop = early_stop(patience=100)\n\
+             checkpoint = checkpoint(every_n=2, path=\"{ckpt}\", async_save={async_save}, keep=3)\n"
+        );
+    std::fs::write(&path, spec).unwrap();
+    path
+}
+
+fn run_to(path: &Path, epochs: usize, resume: bool) -> kynml_core::train::TrainResult {
+    let mut file = SpecFile::load(path).unwrap();
+    file.apply(&Overrides { epochs: Some(epochs), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    let resume_from = if resume { file.find_checkpoint().unwrap().map(|(c, _)| c) } else { None };
+    assert_eq!(resume_from.is_some(), resume, "a checkpoint to resume from");
+    let settings = TrainSettings { checkpoint_path: file.checkpoint_path(), resume_from, ..TrainSettings::default() };
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap()
+}
+
+#[test]
+fn resuming_at_an_epoch_boundary_ends_bit_identical_for_every_optimizer() {
+    let seed = clock_seed();
+    for optimizer in [
+        "optimizer = adamw(lr=0.01, weight_decay=0.05)",
+        "optimizer = adam(lr=0.01)",
+        "optimizer = sgd(lr=0.05, momentum=0.9, nesterov=true)",
+        "optimizer = rmsprop(lr=0.005, momentum=0.5, centered=true)",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let whole = checkpointed_spec(tmp.path(), seed, optimizer, "whole.ckpt", true);
+        let full = run_to(&whole, 6, false);
+        let cut = checkpointed_spec(tmp.path(), seed, optimizer, "cut.ckpt", true);
+        let first = run_to(&cut, 3, false);
+        assert_eq!(first.history.len(), 3);
+        let resumed = run_to(&cut, 6, true);
+        assert_eq!(resumed.resumed_after, Some(3), "{optimizer}");
+        assert_eq!(resumed.history.len(), 6, "{optimizer}: the history covers the whole training");
+        let losses = |r: &kynml_core::train::TrainResult| r.history.iter().map(|e| e.val_loss).collect::<Vec<_>>();
+        assert_eq!(losses(&resumed), losses(&full), "{optimizer}, seed {seed}");
+        assert!(all_weights(&resumed.model) == all_weights(&full.model), "{optimizer}, seed {seed}: weights differ");
+        // Same state, same bytes: the final checkpoints (weights, optimizer
+        // state, generators, history) are identical files.
+        let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
+        assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "{optimizer}, seed {seed}: checkpoints differ");
+    }
+}
+
+#[test]
+fn async_and_sync_saving_write_identical_files() {
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let a = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "async.ckpt", true);
+    run_to(&a, 6, false);
+    let b = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "sync.ckpt", false);
+    run_to(&b, 6, false);
+    // keep = 3: epochs 6, 4 and 2.
+    for suffix in ["", ".1", ".2"] {
+        let read = |name: &str| std::fs::read(tmp.path().join(format!("{name}{suffix}"))).unwrap();
+        assert!(read("async.ckpt") == read("sync.ckpt"), "seed {seed}: async.ckpt{suffix} differs");
+    }
+    assert!(!tmp.path().join("async.ckpt.3").exists());
+}
+
+#[test]
+fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
+    use kynml_core::checkpoint::CheckpointError;
+    use kynml_core::train::resume::ResumeError;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = checkpointed_spec(tmp.path(), 3, "optimizer = adamw(lr=0.01)", "m.ckpt", false);
+    run_to(&path, 2, false);
+    let spec = std::fs::read_to_string(&path).unwrap();
+    let ckpt = tmp.path().join("m.ckpt");
+    let good = std::fs::read(&ckpt).unwrap();
+    let find = |spec_text: &str| {
+        let file = SpecFile::from_source(&path, spec_text.to_string()).unwrap();
+        file.find_checkpoint().err().expect("refused")
+    };
+
+    let err = find(&spec.replace("dense 12 silu", "dense 13 silu"));
+    assert!(matches!(err, ResumeError::ModelMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("dense 12 silu") && err.to_string().contains("dense 13 silu"), "{err}");
+    let err = find(&spec.replace("optimizer = adamw(lr=0.01)", "optimizer = sgd(lr=0.01)"));
+    assert!(matches!(err, ResumeError::OptimizerMismatch { .. }), "{err}");
+
+    std::fs::write(&ckpt, &good[..good.len() - 100]).unwrap();
+    let err = find(&spec);
+    assert!(matches!(err, ResumeError::Checkpoint(CheckpointError::Truncated { .. })), "{err}");
+    let mut flipped = good.clone();
+    flipped[good.len() / 2] ^= 0x10;
+    std::fs::write(&ckpt, &flipped).unwrap();
+    let err = find(&spec);
+    assert!(matches!(err, ResumeError::Checkpoint(CheckpointError::Corrupt { .. })), "{err}");
+    std::fs::write(&ckpt, b"PK\x03\x04 a pytorch zip").unwrap();
+    assert!(matches!(find(&spec), ResumeError::Checkpoint(CheckpointError::NotACheckpoint)));
+
+    // A different learning rate, epochs or patience is a normal resume.
+    std::fs::write(&ckpt, &good).unwrap();
+    let file = SpecFile::from_source(&path, spec.replace("lr=0.01", "lr=0.001")).unwrap();
+    assert_eq!(file.find_checkpoint().unwrap().map(|(_, s)| s.epoch), Some(2));
+}

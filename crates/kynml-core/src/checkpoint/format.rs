@@ -83,6 +83,9 @@ pub struct NamedTensor {
 pub enum TensorData {
     F32(Vec<f32>),
     I64(Vec<i64>),
+    /// Opaque bytes: state that is not a plain array of numbers (an
+    /// optimizer's per-parameter record, say).
+    U8(Vec<u8>),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +134,13 @@ pub enum CheckpointError {
         source: std::io::Error,
     },
 
+    #[error(
+        "{} exists and is not a KynML checkpoint; refusing to overwrite it \
+         (move it away or choose another checkpoint path)",
+        path.display()
+    )]
+    Foreign { path: PathBuf },
+
     /// The writer's thread is gone (it panicked); the checkpoint was not written.
     #[error("the checkpoint writer stopped unexpectedly; the checkpoint was not written")]
     WriterStopped,
@@ -172,6 +182,11 @@ impl NamedTensor {
     pub fn i64(name: impl Into<String>, shape: Vec<usize>, data: Vec<i64>) -> Self {
         NamedTensor { name: name.into(), shape, data: TensorData::I64(data) }
     }
+
+    /// A one-dimensional byte tensor.
+    pub fn bytes(name: impl Into<String>, data: Vec<u8>) -> Self {
+        NamedTensor { name: name.into(), shape: vec![data.len()], data: TensorData::U8(data) }
+    }
 }
 
 impl TensorData {
@@ -179,6 +194,7 @@ impl TensorData {
         match self {
             TensorData::F32(v) => v.len(),
             TensorData::I64(v) => v.len(),
+            TensorData::U8(v) => v.len(),
         }
     }
 
@@ -199,6 +215,7 @@ impl TensorData {
         match self {
             TensorData::F32(_) => Dtype::F32,
             TensorData::I64(_) => Dtype::I64,
+            TensorData::U8(_) => Dtype::U8,
         }
     }
 
@@ -212,6 +229,7 @@ impl TensorData {
         match self {
             TensorData::F32(v) => dst.chunks_exact_mut(4).zip(v).for_each(|(d, x)| d.copy_from_slice(&x.to_le_bytes())),
             TensorData::I64(v) => dst.chunks_exact_mut(8).zip(v).for_each(|(d, x)| d.copy_from_slice(&x.to_le_bytes())),
+            TensorData::U8(v) => dst.copy_from_slice(v),
         }
     }
 }
@@ -220,6 +238,7 @@ impl TensorData {
 enum Dtype {
     F32,
     I64,
+    U8,
 }
 
 impl Dtype {
@@ -227,6 +246,7 @@ impl Dtype {
         match self {
             Dtype::F32 => "F32",
             Dtype::I64 => "I64",
+            Dtype::U8 => "U8",
         }
     }
 
@@ -234,6 +254,7 @@ impl Dtype {
         match self {
             Dtype::F32 => 4,
             Dtype::I64 => 8,
+            Dtype::U8 => 1,
         }
     }
 }
@@ -417,7 +438,7 @@ fn expected_len(bytes: &[u8]) -> u64 {
     expected.max(min)
 }
 
-/// Reads a plain safetensors file (F32 and I64 tensors only): the tensors in
+/// Reads a plain safetensors file (F32, I64 and U8 tensors only): the tensors in
 /// the order of their data (ties by name) and the `__metadata__` map.
 pub fn decode_safetensors(bytes: &[u8]) -> Result<(Vec<NamedTensor>, BTreeMap<String, String>), CheckpointError> {
     if bytes.len() < 8 {
@@ -474,6 +495,7 @@ pub fn decode_safetensors(bytes: &[u8]) -> Result<(Vec<NamedTensor>, BTreeMap<St
                 Dtype::I64 => TensorData::I64(
                     bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())).collect(),
                 ),
+                Dtype::U8 => TensorData::U8(bytes.to_vec()),
             };
             NamedTensor { name: t.name, shape: t.shape, data }
         })

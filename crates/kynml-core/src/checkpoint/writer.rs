@@ -96,6 +96,46 @@ impl CheckpointWriter {
     pub fn flush(&self) -> Result<(), CheckpointError> {
         wait(self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).take())
     }
+
+    /// The result of the write in flight if it has finished, without
+    /// waiting: `Err` once for a failed write, `Ok` otherwise.
+    pub fn poll(&self) -> Result<(), CheckpointError> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = match in_flight.as_ref().map(Receiver::try_recv) {
+            None | Some(Err(mpsc::TryRecvError::Empty)) => return Ok(()),
+            Some(Ok(result)) => result,
+            Some(Err(mpsc::TryRecvError::Disconnected)) => Err(CheckpointError::WriterStopped),
+        };
+        *in_flight = None;
+        result
+    }
+}
+
+/// Checks, before training starts, that checkpoints can be written to
+/// `path`: its folder exists (it is created) and takes a new file, and
+/// `path` is not a folder or a file of some other kind that a checkpoint
+/// would replace.
+pub fn prepare(path: &Path) -> Result<(), CheckpointError> {
+    if path.file_name().is_none() {
+        let e = io::Error::new(io::ErrorKind::InvalidInput, "the checkpoint path does not name a file");
+        return Err(io_error(path, e));
+    }
+    if path.is_dir() {
+        let e = io::Error::new(io::ErrorKind::InvalidInput, "it is a folder, not a file");
+        return Err(io_error(path, e));
+    }
+    if path.is_file() {
+        let mut head = [0u8; 8];
+        let read = File::open(path).and_then(|mut f| io::Read::read(&mut f, &mut head));
+        if !matches!(read, Ok(8)) || head != super::format::MAGIC {
+            return Err(CheckpointError::Foreign { path: path.to_path_buf() });
+        }
+    }
+    let dir = parent_dir(path);
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let probe = dir.join(temp_name(path.file_name().unwrap_or_default()));
+    OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| io_error(dir, e))?;
+    fs::remove_file(&probe).map_err(|e| io_error(&probe, e))
 }
 
 impl Drop for CheckpointWriter {

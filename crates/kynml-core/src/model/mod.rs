@@ -9,11 +9,13 @@
 mod dense;
 mod dropout;
 mod norm;
+mod state;
 mod summary;
 
 pub use dense::Dense;
 pub use dropout::Dropout;
 pub use norm::{BatchNorm, LayerNorm};
+pub use state::StateError;
 pub use summary::{summarize, LayerSummary, ModelSummary};
 
 use burn::module::Module;

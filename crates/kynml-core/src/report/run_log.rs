@@ -34,20 +34,24 @@ impl<'a> RunLog<'a> {
                 let global = ((epoch - 1) * steps + step) as i64;
                 self.tensorboard.scalar("step/train_loss", global, *loss as f32)
             }
-            TrainEvent::EpochEnd(r) => {
-                self.dir.append_epoch(r)?;
-                let e = r.epoch as i64;
-                self.tensorboard.scalar("loss/train", e, r.train_loss as f32)?;
-                self.tensorboard.scalar("loss/valid", e, r.val_loss as f32)?;
-                self.tensorboard.scalar("lr", e, r.lr as f32)?;
-                self.tensorboard.scalar("throughput/samples_per_sec", e, r.samples_per_sec as f32)?;
-                for (name, value) in &r.metrics {
-                    self.tensorboard.scalar(&format!("valid/{name}"), e, *value as f32)?;
-                }
-                self.tensorboard.flush()
-            }
+            // A resumed run's folder covers the whole training.
+            TrainEvent::Resumed { history, .. } => history.iter().try_for_each(|r| self.epoch(r)),
+            TrainEvent::EpochEnd(r) => self.epoch(r),
             _ => Ok(()),
         }
+    }
+
+    fn epoch(&mut self, r: &EpochRecord) -> io::Result<()> {
+        self.dir.append_epoch(r)?;
+        let e = r.epoch as i64;
+        self.tensorboard.scalar("loss/train", e, r.train_loss as f32)?;
+        self.tensorboard.scalar("loss/valid", e, r.val_loss as f32)?;
+        self.tensorboard.scalar("lr", e, r.lr as f32)?;
+        self.tensorboard.scalar("throughput/samples_per_sec", e, r.samples_per_sec as f32)?;
+        for (name, value) in &r.metrics {
+            self.tensorboard.scalar(&format!("valid/{name}"), e, *value as f32)?;
+        }
+        self.tensorboard.flush()
     }
 
     /// Flush what is buffered and return the first error met on the way.

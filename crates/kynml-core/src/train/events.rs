@@ -39,4 +39,25 @@ pub enum TrainEvent<'a> {
         epoch: usize,
         best_epoch: usize,
     },
+    /// Training continues from a checkpoint; `history` holds the epochs it
+    /// had finished.
+    Resumed {
+        path: &'a std::path::Path,
+        epoch: usize,
+        history: &'a [EpochRecord],
+    },
+    /// A checkpoint of this epoch was handed to the writer (written in the
+    /// background when `async_save` is on).
+    CheckpointSaved {
+        epoch: usize,
+        path: &'a std::path::Path,
+        /// How long the loop waited: the snapshot, plus the write itself
+        /// when saving synchronously.
+        seconds: f64,
+    },
+    /// A checkpoint write failed. Training goes on; the checkpoint at the
+    /// path is still the last good one.
+    CheckpointFailed {
+        error: String,
+    },
 }

@@ -8,6 +8,7 @@ mod early_stop;
 mod events;
 pub mod loss;
 mod optimizer;
+pub mod resume;
 pub mod schedule;
 mod trainer;
 

@@ -2,13 +2,19 @@
 //! of every argument (Burn's own defaults differ: AdamW's eps and weight
 //! decay, SGD's dampening, RMSprop's momentum and eps).
 
+use burn::module::ParamId;
 use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::record::AdaptorRecord;
+use burn::optim::SimpleOptimizer;
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use burn::DispatchDevice;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{
     Adam, AdamConfig, AdamW, AdamWConfig, GradientsParams, Optimizer as _, RmsProp, RmsPropConfig, Sgd, SgdConfig,
 };
 
+use crate::checkpoint::{NamedTensor, TensorData};
 use crate::model::Model;
 use crate::spec::types::Optimizer;
 use kynml_backend::Backend as Kb;
@@ -71,4 +77,90 @@ impl AnyOptimizer {
             AnyOptimizer::RmsProp(o) => o.step(lr, model, grads),
         }
     }
+
+    /// The optimizer's name as the spec writes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AnyOptimizer::AdamW(_) => "adamw",
+            AnyOptimizer::Adam(_) => "adam",
+            AnyOptimizer::Sgd(_) => "sgd",
+            AnyOptimizer::RmsProp(_) => "rmsprop",
+        }
+    }
+
+    /// The per-parameter state (moments, step counts), one byte tensor per
+    /// parameter named `{prefix}{param name}`, in `params` order so that the
+    /// same state always gives the same bytes. Each holds Burn's record of
+    /// that parameter's state in MessagePack: plain data, loaded without
+    /// running any code. Parameters with no state yet (no step taken) are
+    /// left out.
+    pub fn state_tensors(&self, params: &[(ParamId, String)], prefix: &str) -> Vec<NamedTensor> {
+        match self {
+            AnyOptimizer::AdamW(o) => encode_state(o, params, prefix),
+            AnyOptimizer::Adam(o) => encode_state(o, params, prefix),
+            AnyOptimizer::Sgd(o) => encode_state(o, params, prefix),
+            AnyOptimizer::RmsProp(o) => encode_state(o, params, prefix),
+        }
+    }
+
+    /// This optimizer with the state [`state_tensors`](Self::state_tensors)
+    /// saved, attached to `params` (the ids of the model it will step).
+    pub fn with_state(
+        self,
+        stored: &[NamedTensor],
+        params: &[(ParamId, String)],
+        prefix: &str,
+        device: &DispatchDevice,
+    ) -> Result<Self, String> {
+        Ok(match self {
+            AnyOptimizer::AdamW(o) => AnyOptimizer::AdamW(decode_state(o, stored, params, prefix, device)?),
+            AnyOptimizer::Adam(o) => AnyOptimizer::Adam(decode_state(o, stored, params, prefix, device)?),
+            AnyOptimizer::Sgd(o) => AnyOptimizer::Sgd(decode_state(o, stored, params, prefix, device)?),
+            AnyOptimizer::RmsProp(o) => AnyOptimizer::RmsProp(decode_state(o, stored, params, prefix, device)?),
+        })
+    }
+}
+
+fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
+    NamedMpkBytesRecorder::new()
+}
+
+fn encode_state<O: SimpleOptimizer<Kb>>(
+    optimizer: &OptimizerAdaptor<O, M, Kb>,
+    params: &[(ParamId, String)],
+    prefix: &str,
+) -> Vec<NamedTensor> {
+    let mut records = optimizer.to_record();
+    params
+        .iter()
+        .filter_map(|(id, name)| {
+            let record = records.remove(id)?;
+            // Encoding plain numbers to MessagePack cannot fail.
+            let bytes = Recorder::<Kb>::record(&recorder(), record, ()).unwrap_or_default();
+            Some(NamedTensor::bytes(format!("{prefix}{name}"), bytes))
+        })
+        .collect()
+}
+
+fn decode_state<O: SimpleOptimizer<Kb>>(
+    optimizer: OptimizerAdaptor<O, M, Kb>,
+    stored: &[NamedTensor],
+    params: &[(ParamId, String)],
+    prefix: &str,
+    device: &DispatchDevice,
+) -> Result<OptimizerAdaptor<O, M, Kb>, String> {
+    // Burn's own map type, empty.
+    let mut records = optimizer.to_record();
+    records.clear();
+    for (id, name) in params {
+        let full = format!("{prefix}{name}");
+        let Some(t) = stored.iter().find(|t| t.name == full) else { continue };
+        let TensorData::U8(bytes) = &t.data else {
+            return Err(format!("optimizer state `{full}` is {}, expected bytes", t.data.dtype()));
+        };
+        let record: AdaptorRecord<O, Kb> = Recorder::<Kb>::load(&recorder(), bytes.clone(), device)
+            .map_err(|e| format!("optimizer state `{full}` cannot be read: {e}"))?;
+        records.insert(*id, record);
+    }
+    Ok(optimizer.load_record(records))
 }

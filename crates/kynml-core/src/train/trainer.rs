@@ -3,14 +3,16 @@
 //! early-stopping check.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 
 use std::thread::Scope;
 
+use crate::checkpoint::{remove_stray_temps, Checkpoint, CheckpointWriter};
 use crate::data::{Dataset, Loader, Split};
 use crate::evaluate::{self, batch_tensors, IntoScalarF64};
 use crate::model::{Mode, Model};
@@ -20,6 +22,7 @@ use crate::train::early_stop::{EarlyStopper, Verdict};
 use crate::train::events::{EpochRecord, TrainEvent};
 use crate::train::loss;
 use crate::train::optimizer::AnyOptimizer;
+use crate::train::resume::{self, LoopState, ResumeError, StopState};
 use crate::train::schedule::lr_at;
 use kynml_backend::{Backend as Kb, Device};
 
@@ -43,14 +46,25 @@ pub struct TrainSettings {
     /// Stop the first epoch after this many steps (for quick checks and
     /// benches); `None` runs whole epochs.
     pub max_steps_per_epoch: Option<usize>,
+    /// Where the spec's `checkpoint(path=...)` really is (see
+    /// [`SpecFile::checkpoint_path`](crate::plan::SpecFile::checkpoint_path),
+    /// which resolves it against the spec's folder). `None` takes the path
+    /// as written, relative to the working directory.
+    pub checkpoint_path: Option<PathBuf>,
+    /// A checkpoint to continue from (see
+    /// [`SpecFile::find_checkpoint`](crate::plan::SpecFile::find_checkpoint));
+    /// `None` starts from fresh weights.
+    pub resume_from: Option<Checkpoint>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     #[error("training loss became {value} at epoch {epoch}, step {step}; lower the learning rate or check the data")]
     NonFiniteLoss { epoch: usize, step: usize, value: f64 },
     #[error("cannot start {workers} data worker threads: {reason}")]
     DataWorkers { workers: usize, reason: String },
+    #[error("cannot resume: {0}")]
+    Resume(#[from] ResumeError),
 }
 
 /// What a finished run leaves behind.
@@ -67,6 +81,11 @@ pub struct TrainResult {
     pub seconds: f64,
     /// Training samples per second over all epochs (steps only).
     pub samples_per_sec: f64,
+    /// The epoch the run resumed after, when it continued a checkpoint.
+    pub resumed_after: Option<usize>,
+    /// Checkpoint writes that failed (each was reported as a
+    /// [`TrainEvent::CheckpointFailed`]).
+    pub checkpoint_failures: usize,
 }
 
 pub fn train(
@@ -99,7 +118,8 @@ fn run<'scope, 'env>(
     let mut model = Model::init(&spec.model, t.seed, &ad_device);
     let mut optimizer = AnyOptimizer::new(&t.optimizer.value);
     let mut stopper = t.early_stop.as_ref().map(|e| EarlyStopper::new(&e.value));
-    let mut best = None;
+    // The best epoch's weights, without autodiff, when early stopping is on.
+    let mut best: Option<Model<Kb>> = None;
     let mut order_rng = Rng::stream(t.seed, DATA_STREAM);
     let batch_size = t.batch.value;
     let has_batchnorm = spec.model.layers.iter().any(|l| l.value == Layer::BatchNorm);
@@ -109,10 +129,40 @@ fn run<'scope, 'env>(
         .map_err(|e| TrainError::DataWorkers { workers, reason: e.to_string() })?;
     let mut history = Vec::new();
     let mut stopped_early = false;
+    let mut first_epoch = 1;
+    let mut steps_taken = 0u64;
+
+    let checkpoint = t.checkpoint.as_ref().map(|c| &c.value);
+    let checkpoint_path = settings.checkpoint_path.clone().or_else(|| checkpoint.map(|c| c.path.clone()));
+    let model_hash = resume::model_hash(&spec.model);
+    let writer = checkpoint.map(|c| CheckpointWriter::spawn_with_keep(c.keep));
+    let mut checkpoint_failures = 0usize;
+    if let Some(path) = &checkpoint_path {
+        // Left by an earlier process that died mid-write; never a checkpoint.
+        let _ = remove_stray_temps(path);
+    }
+
+    if let Some(ckpt) = &settings.resume_from {
+        let template = Model::init(&spec.model, t.seed, &inner_device);
+        let restored = resume::restore(ckpt, &spec.model, model, optimizer, template, &ad_device, &inner_device)?;
+        let s = restored.state;
+        (model, optimizer) = (restored.model, restored.optimizer);
+        order_rng = Rng::new(s.order_rng);
+        dropout_rng = Rng::new(s.dropout_rng);
+        if let Some(stopper) = stopper.as_mut() {
+            s.early_stop.as_ref().inspect(|saved| saved.apply(stopper));
+            best = restored.best;
+        }
+        (stopped_early, first_epoch, steps_taken, history) = (s.stopped_early, s.epoch + 1, s.steps, s.history);
+        let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));
+        on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
+    }
+    let resumed_after = settings.resume_from.as_ref().map(|_| first_epoch - 1);
+    let last_epoch = if stopped_early { 0 } else { t.epochs.value };
+
     let started = Instant::now();
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
-
-    for epoch in 1..=t.epochs.value {
+    for epoch in first_epoch..=last_epoch {
         let lr = lr_at(t.optimizer.value.lr(), t.scheduler.as_ref().map(|s| &s.value), epoch - 1);
         let mut order: Vec<usize> = (0..n_train).collect();
         order_rng.shuffle(&mut order);
@@ -132,6 +182,11 @@ fn run<'scope, 'env>(
             let loss = loss::compute(loss_kind, pred, &y);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optimizer.step(lr, model, grads);
+            steps_taken += 1;
+            if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::poll) {
+                checkpoint_failures += 1;
+                on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+            }
 
             let weighted = loss.detach().mul_scalar(rows as f64);
             loss_sum = Some(match loss_sum {
@@ -173,21 +228,55 @@ fn run<'scope, 'env>(
 
         if let Some(stopper) = stopper.as_mut() {
             match stopper.observe(epoch, outputs.loss) {
-                Verdict::Improved => best = Some(eval_model.into_record()),
+                Verdict::Improved => best = Some(eval_model),
                 Verdict::Wait => {}
                 Verdict::Stop => {
                     on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch.unwrap_or(epoch) });
                     stopped_early = true;
-                    break;
                 }
             }
         }
+
+        // Checkpoint every `every_n` epochs and at the end, after early
+        // stopping has had its say, so that a resume starts the next epoch.
+        if let (Some(c), Some(writer), Some(path)) = (checkpoint, &writer, &checkpoint_path) {
+            if epoch % c.every_n == 0 || epoch == last_epoch || stopped_early {
+                let state = LoopState {
+                    epoch,
+                    steps: steps_taken,
+                    optimizer: optimizer.name().into(),
+                    order_rng: order_rng.state(),
+                    dropout_rng: dropout_rng.state(),
+                    early_stop: stopper.as_ref().map(StopState::of),
+                    stopped_early,
+                    history: history.clone(),
+                    model: resume::describe_model(&spec.model),
+                };
+                let waited = Instant::now();
+                let snapshot = resume::snapshot(&model, &optimizer, best.as_ref(), &state);
+                let written = if c.async_save {
+                    writer.save_async(path.clone(), snapshot, model_hash.clone())
+                } else {
+                    writer.save_sync(path.clone(), snapshot, model_hash.clone())
+                };
+                if let Err(e) = written {
+                    checkpoint_failures += 1;
+                    on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+                }
+                on_event(TrainEvent::CheckpointSaved { epoch, path, seconds: waited.elapsed().as_secs_f64() });
+            }
+        }
+        if stopped_early {
+            break;
+        }
+    }
+    // Training ends when the last write is on disk.
+    if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::flush) {
+        checkpoint_failures += 1;
+        on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
     }
 
-    let mut final_model = model.valid();
-    if let Some(record) = best {
-        final_model = final_model.load_record(record);
-    }
+    let final_model = if stopper.is_some() { best.unwrap_or_else(|| model.valid()) } else { model.valid() };
     let outputs = evaluate::run_split(&final_model, data, Split::Valid, loss_kind, &inner_device);
     let mut final_metrics = evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes);
     final_metrics.insert("val_loss".into(), outputs.loss);
@@ -199,6 +288,8 @@ fn run<'scope, 'env>(
         stopped_early,
         seconds: started.elapsed().as_secs_f64(),
         samples_per_sec: total_samples as f64 / total_step_secs.max(1e-9),
+        resumed_after,
+        checkpoint_failures,
     })
 }
 

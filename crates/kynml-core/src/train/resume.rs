@@ -1,0 +1,307 @@
+//! What a checkpoint holds for the training loop, and how the loop gets it
+//! back: weights, optimizer state, the loop's counters and generators, early
+//! stopping and the epochs' history.
+//!
+//! Checkpoints are taken at epoch boundaries. Everything that decides the
+//! next epoch is saved (the schedule is a function of the epoch, the data
+//! order and dropout masks come from generators whose state is saved), so a
+//! resumed run ends bit-identical to one that was never interrupted.
+//!
+//! Tensor names: `model.*` (the weights, see [`Model::tensors`]), `best.*`
+//! (the best epoch's weights when early stopping is on) and `optim.*` (the
+//! optimizer's per-parameter state). The rest is the JSON [`LoopState`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{Checkpoint, CheckpointError, NamedTensor};
+use crate::model::{Model, StateError};
+use crate::spec::types::ModelSpec;
+use crate::train::early_stop::EarlyStopper;
+use crate::train::events::EpochRecord;
+use crate::train::optimizer::AnyOptimizer;
+use burn::DispatchDevice;
+use kynml_backend::Backend as Kb;
+
+pub const MODEL_PREFIX: &str = "model.";
+pub const BEST_PREFIX: &str = "best.";
+pub const OPTIM_PREFIX: &str = "optim.";
+
+/// The loop's own state at the end of an epoch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopState {
+    /// The last finished epoch (1-based).
+    pub epoch: usize,
+    /// Optimizer steps taken so far.
+    pub steps: u64,
+    /// The optimizer's name; its state only fits the same optimizer.
+    pub optimizer: String,
+    /// [`SplitMix64::state`](crate::rng::SplitMix64::state) of the data
+    /// order and dropout generators.
+    pub order_rng: u64,
+    pub dropout_rng: u64,
+    pub early_stop: Option<StopState>,
+    /// True when early stopping ended the run: there is nothing to resume.
+    pub stopped_early: bool,
+    /// Every finished epoch, so that a resumed run's report covers the
+    /// whole training. Timings are not saved (they read back as NaN): two
+    /// runs that reach the same state write the same bytes.
+    #[serde(with = "saved_history")]
+    pub history: Vec<EpochRecord>,
+    /// The model block the checkpoint was written for, for error messages.
+    pub model: String,
+}
+
+/// Early stopping's progress. The patience and threshold come from the spec
+/// of the run that resumes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StopState {
+    /// Infinite until an epoch has improved.
+    #[serde(with = "exact")]
+    pub best: f64,
+    pub best_epoch: Option<usize>,
+    pub bad_epochs: usize,
+}
+
+impl StopState {
+    pub fn of(stopper: &EarlyStopper) -> Self {
+        StopState {
+            best: stopper.best,
+            best_epoch: stopper.best_epoch,
+            bad_epochs: stopper.bad_epochs,
+        }
+    }
+
+    pub fn apply(&self, stopper: &mut EarlyStopper) {
+        stopper.best = self.best;
+        stopper.best_epoch = self.best_epoch;
+        stopper.bad_epochs = self.bad_epochs;
+    }
+}
+
+/// Why a checkpoint cannot be resumed from.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(
+        "checkpoint was written for a different model:\n  checkpoint: {found}\n  this spec:  {expected}\n\
+         choose another checkpoint path, or pass --fresh to start over (the old checkpoint is then replaced)"
+    )]
+    ModelMismatch { expected: String, found: String },
+    #[error(
+        "checkpoint holds {found} optimizer state, but the spec asks for {expected}; \
+         pass --fresh to start over with {expected}"
+    )]
+    OptimizerMismatch { expected: String, found: String },
+    #[error("checkpoint is incomplete: {0}")]
+    Incomplete(String),
+}
+
+impl From<StateError> for ResumeError {
+    fn from(e: StateError) -> Self {
+        ResumeError::Incomplete(e.to_string())
+    }
+}
+
+/// The model block in one line: what a checkpoint must match.
+pub fn describe_model(spec: &ModelSpec) -> String {
+    use crate::spec::types::Layer;
+    let mut parts = vec![format!("input {}", spec.input.value)];
+    for layer in &spec.layers {
+        parts.push(match &layer.value {
+            Layer::Dense { units, activation } => format!("dense {units} {activation:?}").to_lowercase(),
+            Layer::BatchNorm => "batchnorm".into(),
+            Layer::LayerNorm => "layernorm".into(),
+            Layer::Dropout(p) => format!("dropout {p}"),
+        });
+    }
+    parts.join(", ")
+}
+
+/// A short hash of [`describe_model`], stored in the checkpoint's header.
+pub fn model_hash(spec: &ModelSpec) -> String {
+    // FNV-1a, 64 bits: stable across Rust versions, unlike `DefaultHasher`.
+    let hash = describe_model(spec).bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+/// Copies the state to the host as one checkpoint. This is the part the loop
+/// waits for; encoding and writing happen on the writer's thread.
+pub fn snapshot(model: &Model<Kb>, optimizer: &AnyOptimizer, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {
+    let mut tensors: Vec<NamedTensor> = model.tensors(MODEL_PREFIX);
+    if let Some(best) = best {
+        tensors.extend(best.tensors(BEST_PREFIX));
+    }
+    tensors.extend(optimizer.state_tensors(&model.param_names(), OPTIM_PREFIX));
+    // Serialising plain numbers and strings to JSON cannot fail.
+    Checkpoint::new(tensors, serde_json::to_value(state).unwrap_or_default())
+}
+
+/// What [`restore`] gives back.
+pub struct Restored {
+    pub model: Model<Kb>,
+    pub optimizer: AnyOptimizer,
+    /// The best epoch's weights (without autodiff), when early stopping is on.
+    pub best: Option<Model<Kb>>,
+    pub state: LoopState,
+}
+
+/// Checks that `ckpt` fits this spec's model and optimizer, then loads it
+/// into `model` and `optimizer` (fresh ones, as the loop builds them).
+/// `best_template` is a fresh model without autodiff to load the best
+/// weights into.
+pub fn restore(
+    ckpt: &Checkpoint,
+    spec: &ModelSpec,
+    model: Model<Kb>,
+    optimizer: AnyOptimizer,
+    best_template: Model<Kb>,
+    ad_device: &DispatchDevice,
+    inner_device: &DispatchDevice,
+) -> Result<Restored, ResumeError> {
+    let state = check(ckpt, spec, optimizer.name())?;
+    let model = model.with_tensors(&ckpt.tensors, MODEL_PREFIX, ad_device)?;
+    let optimizer = optimizer
+        .with_state(&ckpt.tensors, &model.param_names(), OPTIM_PREFIX, inner_device)
+        .map_err(ResumeError::Incomplete)?;
+    let has_best = ckpt.tensors.iter().any(|t| t.name.starts_with(BEST_PREFIX));
+    let best = if has_best { Some(best_template.with_tensors(&ckpt.tensors, BEST_PREFIX, inner_device)?) } else { None };
+    Ok(Restored { model, optimizer, best, state })
+}
+
+/// The checks of [`restore`] alone, for reporting a bad checkpoint before
+/// anything runs: the model hash, the loop state, the optimizer.
+pub fn check(ckpt: &Checkpoint, spec: &ModelSpec, optimizer: &str) -> Result<LoopState, ResumeError> {
+    let expected = model_hash(spec);
+    if ckpt.check_model(&expected).is_err() {
+        let found = ckpt.state.get("model").and_then(|m| m.as_str()).unwrap_or("(unknown)").to_string();
+        return Err(ResumeError::ModelMismatch { expected: describe_model(spec), found });
+    }
+    let state: LoopState = serde_json::from_value(ckpt.state.clone())
+        .map_err(|e| ResumeError::Incomplete(format!("its loop state cannot be read: {e}")))?;
+    if state.optimizer != optimizer {
+        return Err(ResumeError::OptimizerMismatch { expected: optimizer.into(), found: state.optimizer });
+    }
+    Ok(state)
+}
+
+/// Floats as the shortest decimal text that reads back to the same bits
+/// (serde_json's own parser may be one unit in the last place off, and JSON
+/// numbers have no NaN or infinity).
+mod exact {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(value)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(|_| D::Error::custom(format!("`{text}` is not a number")))
+    }
+}
+
+/// Epoch records without their timings, floats [`exact`].
+mod saved_history {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::train::events::EpochRecord;
+
+    #[derive(Serialize, Deserialize)]
+    struct Saved {
+        epoch: usize,
+        #[serde(with = "super::exact")]
+        lr: f64,
+        #[serde(with = "super::exact")]
+        train_loss: f64,
+        #[serde(with = "super::exact")]
+        val_loss: f64,
+        metrics: BTreeMap<String, String>,
+    }
+
+    pub fn serialize<S: Serializer>(history: &[EpochRecord], serializer: S) -> Result<S::Ok, S::Error> {
+        let saved: Vec<Saved> = history
+            .iter()
+            .map(|r| Saved {
+                epoch: r.epoch,
+                lr: r.lr,
+                train_loss: r.train_loss,
+                val_loss: r.val_loss,
+                metrics: r.metrics.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+            })
+            .collect();
+        saved.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<EpochRecord>, D::Error> {
+        let saved = Vec::<Saved>::deserialize(deserializer)?;
+        saved
+            .into_iter()
+            .map(|s| {
+                let metrics = s
+                    .metrics
+                    .into_iter()
+                    .map(|(k, v)| match v.parse() {
+                        Ok(x) => Ok((k, x)),
+                        Err(_) => Err(serde::de::Error::custom(format!("metric `{k}` is `{v}`, not a number"))),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(EpochRecord {
+                    epoch: s.epoch,
+                    lr: s.lr,
+                    train_loss: s.train_loss,
+                    val_loss: s.val_loss,
+                    metrics,
+                    samples_per_sec: f64::NAN,
+                    seconds: f64::NAN,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loop_state_reads_back_bit_for_bit() {
+        let record = EpochRecord {
+            epoch: 3,
+            lr: 0.1 + 0.2,
+            train_loss: 1.347_908_701_708_850_7,
+            val_loss: f64::NAN,
+            metrics: [("r2".to_string(), -f64::INFINITY), ("rmse".into(), 1.757_269_469_575_650_1)].into(),
+            samples_per_sec: 1.0,
+            seconds: 2.0,
+        };
+        let state = LoopState {
+            epoch: 3,
+            steps: 30,
+            optimizer: "adamw".into(),
+            order_rng: u64::MAX,
+            dropout_rng: 7,
+            early_stop: Some(StopState { best: f64::INFINITY, best_epoch: None, bad_epochs: 2 }),
+            stopped_early: false,
+            history: vec![record.clone()],
+            model: "input 4".into(),
+        };
+        let text = serde_json::to_string(&state).unwrap();
+        let back: LoopState = serde_json::from_str(&text).unwrap();
+        let r = &back.history[0];
+        assert_eq!(r.lr.to_bits(), record.lr.to_bits());
+        assert_eq!(r.train_loss.to_bits(), record.train_loss.to_bits());
+        assert!(r.val_loss.is_nan() && r.seconds.is_nan() && r.samples_per_sec.is_nan());
+        assert_eq!(r.metrics, record.metrics);
+        assert_eq!(back.early_stop, state.early_stop);
+        assert_eq!((back.order_rng, back.steps), (u64::MAX, 30));
+        // Timings are not saved, so the same state gives the same text.
+        let mut other = state.clone();
+        other.history[0].seconds = 99.0;
+        assert_eq!(serde_json::to_string(&other).unwrap(), text);
+    }
+}

@@ -1,31 +1,61 @@
-//! Training throughput of the users' DeepNet spec (128→512→256→64→1, batch
-//! 256, AdamW) on seeded synthetic data, on every device present.
+//! `cargo bench -p kynml-benches [-- SECTION...]` prints one table per
+//! section; with no section named, all run.
 //!
-//! Each measurement runs one warm-up epoch of `STEPS` steps (kernel
-//! compilation, autotune, allocator warm-up), then one timed epoch of the
-//! same steps. The timed region ends with the loss read back from the
-//! device, so queued GPU work is included, not just its launch.
+//! - `deepnet`: training throughput of the users' DeepNet spec
+//!   (128→512→256→64→1, batch 256, AdamW) on seeded synthetic data, on every
+//!   device present, with 0 and 4 data workers.
+//! - `prefetch`: an input-bound case (wide rows, a linear model, big
+//!   batches), where preparing batches costs as much as the step, with 0, 1,
+//!   2 and 4 workers.
+//! - `checkpoint`: a 6.3M-parameter model (75 MB checkpoints with Adam's
+//!   moments) saved every epoch, synchronously and in the background: how
+//!   long the loop waits per save, and how long the steps take while a
+//!   write is in flight.
 //!
-//! `cargo bench -p kynml-benches` prints one table.
+//! Each throughput figure comes from an epoch timed after a warm-up epoch
+//! (kernel compilation, autotune, allocator warm-up). The timed region ends
+//! with the loss read back from the device, so queued GPU work is included,
+//! not just its launch.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use kynml_backend::{probe_wgpu, select, Device, DeviceChoice, DeviceKind, WgpuAdapterKind};
 use kynml_core::data::{Dataset, Table, Targets};
 use kynml_core::plan::SpecFile;
 use kynml_core::rng::SplitMix64;
-use kynml_core::train::{train, TrainSettings};
+use kynml_core::train::{train, TrainEvent, TrainSettings};
 
 const ROWS: usize = 40_960;
 const STEPS: usize = 60;
 
 fn main() {
+    // `cargo bench` passes `--bench`; anything else names a section.
+    let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let run = |section: &str| wanted.is_empty() || wanted.iter().any(|w| w == section);
+    if run("deepnet") {
+        deepnet();
+    }
+    if run("prefetch") {
+        prefetch();
+    }
+    if run("checkpoint") {
+        checkpoint();
+    }
+}
+
+fn deepnet_spec() -> SpecFile {
     let spec_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/deepnet/deepnet.kyn");
     let mut file = SpecFile::load(&spec_path).expect("the DeepNet example spec");
     file.spec.train.epochs.value = 2;
     file.spec.train.early_stop = None;
-    let data = synthetic(&file, ROWS);
+    file.spec.train.checkpoint = None;
+    file
+}
 
+fn deepnet() {
+    let mut file = deepnet_spec();
+    let data = synthetic(file.spec.model.input.value, ROWS);
     let mut devices = vec![select(DeviceChoice::Cpu).unwrap()];
     if let Ok(d) = select(DeviceChoice::Cuda(None)) {
         devices.push(d);
@@ -38,19 +68,116 @@ fn main() {
     for device in &devices {
         // A software Vulkan driver is ~100x slower; fewer steps keep the bench short.
         let steps = if is_software(device) { 6 } else { STEPS };
-        let settings = TrainSettings { max_steps_per_epoch: Some(steps) };
-        eprintln!("bench: {} ({steps} steps after a warm-up epoch)...", device.describe());
-        let result = train(&file.spec, &data, device, &settings, &mut |_| {}).expect("training runs");
-        let timed = &result.history[1];
-        let batch = file.spec.train.batch.value as f64;
-        rows.push((device.describe(), timed.samples_per_sec, 1000.0 * batch / timed.samples_per_sec));
+        for workers in [0, 4] {
+            file.spec.dataset.num_workers.value = workers;
+            let settings = TrainSettings { max_steps_per_epoch: Some(steps), ..TrainSettings::default() };
+            eprintln!("bench deepnet: {}, {workers} workers ({steps} steps after a warm-up epoch)...", device.describe());
+            let result = train(&file.spec, &data, device, &settings, &mut |_| {}).expect("training runs");
+            let timed = &result.history[1];
+            let batch = file.spec.train.batch.value as f64;
+            rows.push((device.describe(), workers, timed.samples_per_sec, 1000.0 * batch / timed.samples_per_sec));
+        }
     }
 
     println!("\nDeepNet training throughput (fp32, batch {}, AdamW)", file.spec.train.batch.value);
-    println!("  {:<70} {:>12} {:>10}", "device", "samples/s", "ms/step");
-    for (name, sps, ms) in rows {
-        println!("  {name:<70} {sps:>12.0} {ms:>10.2}");
+    println!("  {:<70} {:>7} {:>12} {:>10}", "device", "workers", "samples/s", "ms/step");
+    for (name, workers, sps, ms) in rows {
+        println!("  {name:<70} {workers:>7} {sps:>12.0} {ms:>10.2}");
     }
+}
+
+/// Batches of 2048 rows of 2048 features (16 MB each to gather) for a
+/// single linear unit: the step is cheap, the batch is not.
+fn prefetch() {
+    let (width, batch) = (2048, 2048);
+    let source = format!(
+        "dataset D:\n source = csv(\"unused.csv\")\n target = \"y\"\n\
+         model M:\n input {width}\n dense 1 linear\n\
+         train:\n model = M\n data = D\n loss = mse\n optimizer = sgd(lr=0.001)\n epochs = 2\n batch = {batch}\n"
+    );
+    let mut file = SpecFile::from_source("prefetch.kyn".as_ref(), source).expect("the prefetch spec parses");
+    let data = synthetic(width, 16 * batch * 5 / 4);
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let mut rows = Vec::new();
+    for workers in [0, 1, 2, 4] {
+        file.spec.dataset.num_workers.value = workers;
+        eprintln!("bench prefetch: {workers} workers...");
+        let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).expect("training runs");
+        rows.push((workers, result.history[1].samples_per_sec));
+    }
+    println!("\nInput-bound training ({width} features, batch {batch}, one linear unit, CPU)");
+    println!("  {:>7} {:>12} {:>8}", "workers", "samples/s", "speedup");
+    for (workers, sps) in &rows {
+        println!("  {workers:>7} {sps:>12.0} {:>7.2}x", sps / rows[0].1);
+    }
+}
+
+/// Step times around checkpoint saves of a large model.
+fn checkpoint() {
+    let data = synthetic(512, 32 * 20 * 5 / 4);
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let dir = std::env::temp_dir().join(format!("kynml-bench-checkpoint-{}", std::process::id()));
+    let mut rows = Vec::new();
+    // The process's first large training is slower (allocator, thread
+    // pools); a warm-up run keeps that out of both figures.
+    let warm_up = |file: &SpecFile| {
+        let mut spec = file.spec.clone();
+        (spec.train.epochs.value, spec.train.checkpoint) = (2, None);
+        train(&spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).expect("training runs");
+    };
+    for async_save in [false, true] {
+        let path = dir.join(if async_save { "async.ckpt" } else { "sync.ckpt" });
+        let source = format!(
+            "dataset D:\n source = csv(\"unused.csv\")\n target = \"y\"\n\
+             model M:\n input 512\n dense 2048 relu\n dense 2048 relu\n dense 1 linear\n\
+             train:\n model = M\n data = D\n loss = mse\n optimizer = adam(lr=0.0001)\n epochs = 6\n batch = 32\n\
+             checkpoint = checkpoint(every_n=1, path=\"unused.ckpt\", async_save={async_save})\n"
+        );
+        let file = SpecFile::from_source("checkpoint.kyn".as_ref(), source).expect("the checkpoint spec parses");
+        if !async_save {
+            warm_up(&file);
+        }
+        eprintln!("bench checkpoint: async_save = {async_save}...");
+        let settings = TrainSettings { checkpoint_path: Some(path.clone()), ..TrainSettings::default() };
+        // Step times, split by whether a save happened within the epoch's
+        // first steps (the background write is then in flight).
+        let (mut waits, mut after_save, mut quiet) = (Vec::new(), Vec::new(), Vec::new());
+        let mut last = Instant::now();
+        let mut steps_since_save = usize::MAX;
+        train(&file.spec, &data, &cpu, &settings, &mut |event| match event {
+            TrainEvent::Step { epoch, .. } => {
+                let ms = last.elapsed().as_secs_f64() * 1e3;
+                if epoch > 1 {
+                    if steps_since_save < 5 { after_save.push(ms) } else { quiet.push(ms) }
+                }
+                steps_since_save = steps_since_save.saturating_add(1);
+                last = Instant::now();
+            }
+            TrainEvent::CheckpointSaved { seconds, .. } => {
+                waits.push(seconds * 1e3);
+                steps_since_save = 0;
+            }
+            _ => last = Instant::now(),
+        })
+        .expect("training runs");
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        rows.push((async_save, median(&mut waits), median(&mut quiet), median(&mut after_save), size));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("\nCheckpoint saves (6.3M parameters, Adam, every epoch, CPU)");
+    println!(
+        "  {:<10} {:>10} {:>16} {:>22} {:>22}",
+        "mode", "file MB", "loop waits ms", "step ms, no save", "step ms, 5 after save"
+    );
+    for (async_save, wait, quiet, after, size) in rows {
+        let mode = if async_save { "async" } else { "sync" };
+        println!("  {mode:<10} {:>10.1} {wait:>16.1} {quiet:>22.2} {after:>22.2}", size as f64 / 1e6);
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn is_software(device: &Device) -> bool {
@@ -59,8 +186,7 @@ fn is_software(device: &Device) -> bool {
 
 /// Seeded standard-normal features and a smooth target: the shape of the
 /// users' data without a 50 MB file.
-fn synthetic(file: &SpecFile, rows: usize) -> Dataset {
-    let width = file.spec.model.input.value;
+fn synthetic(width: usize, rows: usize) -> Dataset {
     let mut rng = SplitMix64::new(0);
     let mut normal = || {
         let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 scripts/setup-lavapipe.sh
 # TensorBoard's own event reader checks our event files independently.
 scripts/setup-python-test-deps.sh
+# onnxruntime and numpy check the ONNX and safetensors exports independently.
+scripts/setup-export-test-deps.sh
 # Mesa prints a spurious "XDG_RUNTIME_DIR is invalid" on headless hosts.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 cargo test --release --workspace --no-fail-fast "$@"

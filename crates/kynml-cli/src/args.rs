@@ -23,6 +23,51 @@ pub enum Command {
     Report(ReportArgs),
     /// List the devices KynML can use here and the one `auto` picks.
     Devices,
+    /// Write a finished run's model in another format.
+    Export(ExportArgs),
+    /// Predict on the rows of a CSV file with a trained model.
+    Predict(PredictArgs),
+    /// Score a trained model on a labelled CSV file.
+    Eval(EvalArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// A run folder written by `kynml train` (or a .safetensors or .mpk export).
+    pub model: PathBuf,
+    /// onnx, safetensors or burn.
+    #[arg(long)]
+    pub format: String,
+    /// The file to write (safetensors and burn also write a .json sidecar beside it).
+    #[arg(long)]
+    pub path: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    /// A run folder, or a .safetensors or .mpk export with its .json sidecar.
+    pub model: PathBuf,
+    /// CSV with the model's feature columns, by name (its target column may be there too).
+    #[arg(long)]
+    pub input: PathBuf,
+    /// CSV to write: one row per input row.
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Where to run: auto, cpu, cuda, cuda:N or wgpu.
+    #[arg(long, value_parser = parse_device, default_value = "cpu")]
+    pub device: DeviceRequest,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// A run folder, or a .safetensors or .mpk export with its .json sidecar.
+    pub model: PathBuf,
+    /// CSV with the model's feature columns and its target column.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Where to run: auto, cpu, cuda, cuda:N or wgpu.
+    #[arg(long, value_parser = parse_device, default_value = "cpu")]
+    pub device: DeviceRequest,
 }
 
 #[derive(Args, Debug)]

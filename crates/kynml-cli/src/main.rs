@@ -1,10 +1,12 @@
-//! `kynml`: train, check and compare `.kyn` specs. This file only maps outcomes to
+//! `kynml`: train, check and compare `.kyn` specs; export, predict and evaluate. This file only maps outcomes to
 //! exit codes; the work is in the commands.
 
 mod args;
 mod check;
 mod devices;
+mod export;
 mod failure;
+mod predict;
 mod render;
 mod report;
 mod train;
@@ -21,6 +23,9 @@ fn main() -> ExitCode {
         args::Command::Check(a) => check::run(a),
         args::Command::Report(a) => report::run(a),
         args::Command::Devices => devices::run(),
+        args::Command::Export(a) => export::run(a),
+        args::Command::Predict(a) => predict::predict(a),
+        args::Command::Eval(a) => predict::eval(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use kynml_core::checkpoint::{self, Checkpoint};
+use kynml_core::export::{self, Format};
 use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
@@ -71,6 +72,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let result = result.map_err(|e| Failure::run(format!("error: {e}")))?;
 
     run_dir.save_model(&result.model).context("saving model.mpk")?;
+    let exported = export::from_model(&result.model, &file.spec.model.name.value, &data.info, file.spec.train.loss.value);
+    export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
+        .context("saving model.safetensors")?;
+    let export_note = export_as_spec_says(&file, &exported);
     let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
     draw_curves(&run_dir, &title, &result.history).context("drawing curves.svg and curves.png")?;
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
@@ -102,6 +107,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             path.display()
         );
     }
+    if let Some(note) = export_note {
+        println!("{note}");
+    }
     println!(
         "\ntrained {} epochs in {} ({:.0} samples/s); results in {}",
         result.history.len(),
@@ -110,6 +118,23 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         run_dir.path.display()
     );
     Ok(())
+}
+
+/// The spec's `export` block: what was written, or why nothing was.
+fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel) -> Option<String> {
+    let e = file.spec.export.as_ref()?;
+    let path = file.resolve(&e.path.value);
+    Some(match Format::from_spec(e.format.value).and_then(|f| export::write(model, f, &path)) {
+        Ok(written) => {
+            let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+            format!("export: wrote {}", names.join(" and "))
+        }
+        Err(err) => format!(
+            "export: nothing written to {}: {err}\n  the run folder has the model; e.g. `kynml export <run folder> --format onnx --path {}`",
+            path.display(),
+            path.with_extension("onnx").display()
+        ),
+    })
 }
 
 /// The checkpoint to resume from, checked, and the checkpoint folder

@@ -353,3 +353,73 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     assert!(t.contains("checkpoints cannot be written to data.csv/run.ckpt"), "{t}");
     assert!(!dir.join("bad").exists());
 }
+
+// ---- export, predict, eval ----
+
+#[test]
+fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap() + "\nexport:\n    format = onnx\n    path = \"models/iris.onnx\"\n";
+    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--epochs", "20", "--out", "run"], dir);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("export        onnx to `models/iris.onnx` after training"), "{t}");
+    assert!(t.contains("export: wrote ") && dir.join("models/iris.onnx").is_file(), "{t}");
+    assert!(dir.join("run/model.safetensors").is_file() && dir.join("run/model.json").is_file());
+
+    let out = kynml(&["predict", "run", "--input", "iris.csv", "--output", "pred.csv"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let pred = std::fs::read_to_string(dir.join("pred.csv")).unwrap();
+    let mut lines = pred.lines();
+    assert_eq!(lines.next(), Some("species,p_setosa,p_versicolor,p_virginica"));
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 150);
+    let sum: f64 = rows[0].split(',').skip(1).map(|v| v.parse::<f64>().unwrap()).sum();
+    assert!((sum - 1.0).abs() < 1e-5, "{}", rows[0]);
+
+    let out = kynml(&["eval", "run", "--input", "iris.csv"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("accuracy") && t.contains("150 rows"), "{t}");
+
+    // Every format again from the run folder; the exports load like the run.
+    for (format, file) in [("safetensors", "w/iris.safetensors"), ("burn", "w/iris.mpk"), ("onnx", "w/iris.onnx")] {
+        let out = kynml(&["export", "run", "--format", format, "--path", file], dir);
+        assert!(out.status.success() && dir.join(file).is_file(), "{}", text(&out));
+    }
+    for model in ["w/iris.safetensors", "w/iris.mpk"] {
+        let out = kynml(&["predict", model, "--input", "iris.csv", "--output", "again.csv"], dir);
+        assert!(out.status.success(), "{}", text(&out));
+        assert_eq!(std::fs::read_to_string(dir.join("again.csv")).unwrap(), pred, "{model} predicts differently");
+    }
+    let out = kynml(&["export", "run", "--format", "torchscript", "--path", "m.pt"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("onnx") && t.contains("safetensors") && t.contains("burn") && !dir.join("m.pt").exists(), "{t}");
+
+    // Bad rows: located, exit 2, nothing written.
+    let csv = std::fs::read_to_string(dir.join("iris.csv")).unwrap();
+    let missing = csv.replace("petal_width_cm", "petal_wdth_cm");
+    std::fs::write(dir.join("bad.csv"), missing).unwrap();
+    let out = kynml(&["predict", "run", "--input", "bad.csv", "--output", "bad-pred.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("bad.csv:1: no column `petal_width_cm`") && t.contains("did you mean `petal_wdth_cm`?"), "{t}");
+    assert!(!dir.join("bad-pred.csv").exists());
+    let header = csv.lines().next().unwrap();
+    let extra: String = csv.lines().map(|l| if l == header { format!("{l},notes\n") } else { format!("{l},x\n") }).collect();
+    std::fs::write(dir.join("bad.csv"), extra).unwrap();
+    let t = text(&kynml(&["predict", "run", "--input", "bad.csv", "--output", "bad-pred.csv"], dir));
+    assert!(t.contains("bad.csv:1: column 6 (`notes`) is not one of the model's inputs"), "{t}");
+    let unknown = csv.replacen("setosa", "setosaa", 1);
+    std::fs::write(dir.join("bad.csv"), unknown).unwrap();
+    let out = kynml(&["eval", "run", "--input", "bad.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("bad.csv:2: column 5 (`species`) holds \"setosaa\", which is not one of the model's classes"), "{t}");
+    let not_number = csv.replacen("5.1,", "5.1x,", 1);
+    std::fs::write(dir.join("bad.csv"), not_number).unwrap();
+    let t = text(&kynml(&["predict", "run", "--input", "bad.csv", "--output", "bad-pred.csv"], dir));
+    assert!(t.contains("bad.csv:2: column 1 (`sepal_length_cm`) is not a number: found \"5.1x\""), "{t}");
+}

@@ -17,9 +17,11 @@
 pub mod checkpoint;
 pub mod data;
 pub mod evaluate;
+pub mod export;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod predict;
 pub mod report;
 pub mod rng;
 pub mod run_dir;

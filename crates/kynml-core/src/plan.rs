@@ -303,18 +303,22 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
         });
     }
     if let Some(export) = &spec.export {
-        let value = match export.format.value {
-            ExportFormat::Torchscript => {
-                "none (torchscript is a PyTorch format that a native Rust engine cannot write; \
-                the run folder keeps the trained weights as a Burn record, model.mpk)"
-                    .to_string()
-            }
-            f => format!(
-                "none (export as {} is not implemented yet; the run folder keeps the weights as model.mpk)",
-                format!("{f:?}").to_lowercase()
-            ),
-        };
-        out.push(Applied { setting: "export", value, as_requested: false });
+        let path = export.path.value.display();
+        out.push(match export.format.value {
+            ExportFormat::Torchscript => Applied {
+                setting: "export",
+                value: format!(
+                    "none (torchscript is PyTorch's own format, which a native engine cannot write; \
+                     `kynml export` writes onnx, safetensors or burn from the run folder); nothing is written to `{path}`"
+                ),
+                as_requested: false,
+            },
+            f => Applied {
+                setting: "export",
+                value: format!("{} to `{path}` after training", format!("{f:?}").to_lowercase()),
+                as_requested: true,
+            },
+        });
     }
     out
 }

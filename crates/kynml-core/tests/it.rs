@@ -375,3 +375,112 @@ fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
     let file = SpecFile::from_source(&path, spec.replace("lr=0.01", "lr=0.001")).unwrap();
     assert_eq!(file.find_checkpoint().unwrap().map(|(_, s)| s.epoch), Some(2));
 }
+
+// ---- export and prediction ----
+
+/// A tensors file for scripts/check_onnx.py: `{name: {shape, data}}`.
+fn tensors_json(entries: &[(&str, usize, &[f32])]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = entries
+        .iter()
+        .map(|(name, cols, data)| {
+            let rows = data.len() / cols;
+            ((*name).to_string(), serde_json::json!({ "shape": [rows, cols], "data": data }))
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+fn python(script: &str, args: &[&Path]) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts").join(script);
+    let out = std::process::Command::new("python3").arg(&path).args(args).output().expect("python3 runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{script}: {}", text.trim());
+    assert!(out.status.success(), "{script} failed (run scripts/setup-export-test-deps.sh):\n{text}");
+}
+
+/// Trains `layers` with `loss` on fresh random data (a regression target,
+/// or it cut into classes), exports to every format, and checks that each
+/// loaded export predicts what the in-memory model predicts, and that
+/// onnxruntime and a numpy forward pass from the safetensors file agree.
+fn export_round_trip(seed: u64, layers: &str, loss: &str, outputs: usize) {
+    use kynml_core::export::{self, Format};
+    use kynml_core::model::Mode;
+    use kynml_core::predict::Predictor;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, &format!("{layers}\n dense {outputs} linear"));
+    if loss != "mse" {
+        // Cut the target into classes: "lo"/"hi", or three bands.
+        let csv = std::fs::read_to_string(tmp.path().join("data.csv")).unwrap();
+        let mut lines = csv.lines();
+        let mut out = lines.next().unwrap().to_string() + "\n";
+        for line in lines {
+            let (x, y) = line.rsplit_once(',').unwrap();
+            let y: f64 = y.parse().unwrap();
+            let class = match (outputs, y) {
+                (1, y) if y < 0.0 => "lo",
+                (1, _) => "hi",
+                (_, y) if y < -1.0 => "a",
+                (_, y) if y < 1.0 => "b",
+                _ => "c",
+            };
+            out += &format!("{x},{class}\n");
+        }
+        std::fs::write(tmp.path().join("data.csv"), out).unwrap();
+        let spec = std::fs::read_to_string(&path).unwrap().replace("loss = mse", &format!("loss = {loss}"));
+        std::fs::write(&path, spec).unwrap();
+    }
+    let file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let exported = export::from_model(&result.model, "M", &data.info, file.spec.train.loss.value);
+
+    // Fresh raw rows, wider than the training data.
+    let mut rng = kynml_core::rng::SplitMix64::new(seed ^ 0x5eed);
+    let n = 64;
+    let raw: Vec<f32> = (0..n * 6).map(|_| rng.uniform(-3.0, 3.0) as f32).collect();
+    // The in-memory model on the same rows, normalised as in training.
+    let mut normalised = raw.clone();
+    data.info.normalizer.as_ref().unwrap().apply(&mut normalised);
+    let x = burn::tensor::Tensor::<kynml_backend::Backend, 2>::from_data(
+        burn::tensor::TensorData::new(normalised, [n, 6]),
+        &cpu.inner(),
+    );
+    let in_memory: Vec<f32> = result.model.forward(x, Mode::Eval).into_data().convert::<f32>().into_vec().unwrap();
+
+    let dir = tmp.path();
+    export::write(&exported, Format::Onnx, &dir.join("m.onnx")).unwrap();
+    export::write(&exported, Format::Safetensors, &dir.join("m.safetensors")).unwrap();
+    export::write(&exported, Format::Burn, &dir.join("b.mpk")).unwrap();
+    let mut reference = None;
+    for loaded in ["m.safetensors", "b.mpk"] {
+        let p = Predictor::load(&dir.join(loaded), &cpu).unwrap().predict(&raw).unwrap();
+        let worst = p.outputs.iter().zip(&in_memory).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst <= 1e-5, "{loaded}: predictions differ from the in-memory model's by {worst} (seed {seed})");
+        reference = Some(p);
+    }
+    let p = reference.unwrap();
+    let inputs = dir.join("inputs.json");
+    std::fs::write(&inputs, tensors_json(&[("features", 6, &raw)])).unwrap();
+    let expected = dir.join("expected.json");
+    let json = match &p.probabilities {
+        None => tensors_json(&[("prediction", p.width, &p.outputs)]),
+        Some(probs) => {
+            let classes = probs.len() / n;
+            tensors_json(&[("logits", p.width, &p.outputs), ("probabilities", classes, probs)])
+        }
+    };
+    std::fs::write(&expected, json).unwrap();
+    python("check_onnx.py", &[&dir.join("m.onnx"), &inputs, &expected]);
+    python("check_safetensors_export.py", &[&dir.join("m.safetensors"), &dir.join("m.json"), &inputs, &expected]);
+}
+
+#[test]
+fn exports_predict_like_the_trained_model_in_onnxruntime_numpy_and_kynml() {
+    let seed = clock_seed();
+    eprintln!("seed {seed}");
+    export_round_trip(seed, " dense 16 relu\n dense 8 tanh", "mse", 1);
+    export_round_trip(seed + 1, " dense 24 gelu\n batchnorm\n dropout 0.3\n dense 12 silu\n layernorm", "mse", 1);
+    export_round_trip(seed + 2, " dense 16 leaky_relu\n batchnorm\n dropout 0.2", "cross_entropy", 3);
+    export_round_trip(seed + 3, " dense 16 sigmoid\n layernorm", "bce", 1);
+}

@@ -155,6 +155,90 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
     Ok(Table { path: path.into(), feature_names, target_name, features, targets })
 }
 
+/// Rows for a trained model, read by column name: features in the model's
+/// order, and the target column when the file has one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRows {
+    pub path: PathBuf,
+    /// `rows × feature_names.len()`, row-major, raw (not normalised).
+    pub features: Vec<f32>,
+    pub rows: usize,
+    /// The target cells with their line numbers, when the file has the
+    /// target column.
+    pub targets: Option<Vec<(usize, String)>>,
+    /// 1-based position of the target column (0 when there is none).
+    pub target_column: usize,
+}
+
+/// Reads `path` for a model trained on `feature_names` to predict `target`.
+/// Every feature column must be present (in any order), no other column
+/// may be, except `target`, which must be there when `need_target` is set.
+/// Errors are located like [`read_csv`]'s.
+pub fn read_model_rows(
+    path: &Path,
+    feature_names: &[String],
+    target: &str,
+    need_target: bool,
+) -> Result<ModelRows, DataError> {
+    let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
+    let mut record = ByteRecord::new();
+    let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {
+        return Err(DataError::Empty { path: path.into() });
+    };
+    let header = header_names(&record, path, header_line)?;
+    check_unique(&header, path)?;
+    let mut columns = Vec::with_capacity(feature_names.len());
+    for name in feature_names {
+        match header.iter().position(|h| h == name) {
+            Some(col) => columns.push(col),
+            None => {
+                let known = header.iter().filter(|h| !feature_names.contains(h)).map(String::as_str);
+                return Err(DataError::MissingColumn {
+                    path: path.into(),
+                    name: name.clone(),
+                    count: feature_names.len(),
+                    suggestion: suggest::did_you_mean(name, known).map(str::to_owned),
+                });
+            }
+        }
+    }
+    let target_col = header.iter().position(|h| h == target);
+    if let Some((col, name)) =
+        header.iter().enumerate().find(|(col, _)| !columns.contains(col) && Some(*col) != target_col)
+    {
+        return Err(DataError::ExtraColumn { path: path.into(), column: col + 1, name: name.clone(), target: target.into() });
+    }
+    if need_target && target_col.is_none() {
+        return Err(DataError::MissingTarget {
+            path: path.into(),
+            target: target.into(),
+            suggestion: None,
+            available: header.clone(),
+        });
+    }
+
+    let (mut features, mut targets, mut rows) = (Vec::new(), Vec::new(), 0);
+    while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
+        if record.len() != header.len() {
+            return Err(DataError::Ragged { path: path.into(), row: line, expected: header.len(), found: record.len() });
+        }
+        for &col in &columns {
+            let text = cell_text(&record[col], path, line)?;
+            features.push(Cell { path, line, col, name: &header[col], text }.number()?);
+        }
+        if let Some(col) = target_col {
+            targets.push((line, cell_text(&record[col], path, line)?.to_owned()));
+        }
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(DataError::Empty { path: path.into() });
+    }
+    let target_column = target_col.map_or(0, |c| c + 1);
+    Ok(ModelRows { path: path.into(), features, rows, targets: target_col.map(|_| targets), target_column })
+}
+
 /// Reads the next record that is not a blank line from `reader`, which reads
 /// `bytes`; returns the record's line number.
 fn next_record(

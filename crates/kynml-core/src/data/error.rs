@@ -99,6 +99,29 @@ pub enum DataError {
 
     #[error("the training fraction must be between 0 and 1: found {fraction}")]
     BadFraction { fraction: f64 },
+
+    /// A column the model was trained on is not in the file.
+    #[error(
+        "{}:1: no column `{name}`: the model needs its {count} input columns{}",
+        path.display(),
+        suggestion.as_ref().map_or(String::new(), |s| format!("; did you mean `{s}`?"))
+    )]
+    MissingColumn { path: PathBuf, name: String, count: usize, suggestion: Option<String> },
+
+    /// A column the model was not trained on (other than its target).
+    #[error(
+        "{}:1: column {column} (`{name}`) is not one of the model's inputs; remove it (the model's target `{target}` may stay)",
+        path.display()
+    )]
+    ExtraColumn { path: PathBuf, column: usize, name: String, target: String },
+
+    /// A label the model has no class for.
+    #[error(
+        "{}:{row}: column {column} (`{column_name}`) holds {value:?}, which is not one of the model's classes ({})",
+        path.display(),
+        known.join(", ")
+    )]
+    UnknownClass { path: PathBuf, row: usize, column: usize, column_name: String, value: String, known: Vec<String> },
 }
 
 impl DataError {

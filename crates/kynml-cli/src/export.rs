@@ -1,0 +1,16 @@
+//! `kynml export RUN --format F --path P`: a finished run's model in another format.
+
+use kynml_core::export::{self, Format};
+
+use crate::args::ExportArgs;
+use crate::failure::Failure;
+
+pub fn run(args: ExportArgs) -> Result<(), Failure> {
+    let format = Format::parse(&args.format).map_err(|e| Failure::input(format!("error: {e}")))?;
+    let model = export::load(&args.model).map_err(|e| Failure::input(format!("error: {e}")))?;
+    let written = export::write(&model, format, &args.path).map_err(|e| Failure::run(format!("error: {e}")))?;
+    for path in written {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! `kynml predict` and `kynml eval`: a trained model on the rows of a CSV file.
+
+use std::io::Write;
+
+use kynml_core::data::read_model_rows;
+use kynml_core::plan::device_choice;
+use kynml_core::predict::{Predictions, Predictor};
+use kynml_core::spec::types::DeviceRequest;
+
+use crate::args::{EvalArgs, PredictArgs};
+use crate::failure::Failure;
+use crate::render;
+
+fn load(model: &std::path::Path, device: DeviceRequest) -> Result<Predictor, Failure> {
+    let device = kynml_backend::select(device_choice(device)).map_err(|e| Failure::input(format!("error: {e}")))?;
+    Predictor::load(model, &device).map_err(|e| Failure::input(format!("error: {e}")))
+}
+
+pub fn predict(args: PredictArgs) -> Result<(), Failure> {
+    let predictor = load(&args.model, args.device)?;
+    let m = &predictor.model;
+    let rows = read_model_rows(&args.input, &m.feature_names, &m.target, false)
+        .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let p = predictor.predict(&rows.features).map_err(|e| Failure::run(format!("error: {e}")))?;
+    let text = predictions_csv(&p, &m.target, m.head.class_names());
+    write_atomic(&args.output, text.as_bytes())
+        .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", args.output.display())))?;
+    println!("{} predictions written to {}", p.rows, args.output.display());
+    Ok(())
+}
+
+pub fn eval(args: EvalArgs) -> Result<(), Failure> {
+    let predictor = load(&args.model, args.device)?;
+    let m = &predictor.model;
+    let rows = read_model_rows(&args.input, &m.feature_names, &m.target, true)
+        .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
+    println!("{} rows of {}", rows.rows, args.input.display());
+    println!("{}", render::metrics_table(&metrics));
+    Ok(())
+}
+
+/// Regression: one column per output, named after the target. Classes: the
+/// predicted class, then one probability column per class.
+fn predictions_csv(p: &Predictions, target: &str, classes: &[String]) -> String {
+    let mut out = String::new();
+    let quote = |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.into() };
+    match (&p.labels, &p.probabilities) {
+        (Some(labels), Some(probs)) => {
+            let header: Vec<String> =
+                std::iter::once(quote(target)).chain(classes.iter().map(|c| quote(&format!("p_{c}")))).collect();
+            out += &(header.join(",") + "\n");
+            for (label, row) in labels.iter().zip(probs.chunks(classes.len().max(1))) {
+                let cells: Vec<String> = std::iter::once(quote(label)).chain(row.iter().map(|v| v.to_string())).collect();
+                out += &(cells.join(",") + "\n");
+            }
+        }
+        _ => {
+            let header: Vec<String> = if p.width == 1 {
+                vec![quote(target)]
+            } else {
+                (0..p.width).map(|i| quote(&format!("{target}_{i}"))).collect()
+            };
+            out += &(header.join(",") + "\n");
+            for row in p.outputs.chunks(p.width.max(1)) {
+                out += &(row.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",") + "\n");
+            }
+        }
+    }
+    out
+}
+
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}

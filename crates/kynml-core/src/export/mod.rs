@@ -1,0 +1,418 @@
+//! A trained model outside KynML: written as ONNX, as PyTorch-named
+//! safetensors with a JSON sidecar, or as Burn's record with the same
+//! sidecar; and read back from the latter two (and from a run folder) for
+//! prediction.
+//!
+//! [`ExportModel`] is the model as plain host data; every format is written
+//! from it and read into it. [`graph`] is that type with a reference forward
+//! pass, [`onnx`] and [`torch`] the writers.
+//!
+//! ```no_run
+//! use kynml_core::export::{self, Format};
+//!
+//! // A run folder (or a .safetensors or .mpk export with its .json sidecar).
+//! let model = export::load("runs/iris-20261121-101500".as_ref())?;
+//! let written = export::write(&model, Format::Onnx, "iris.onnx".as_ref())?;
+//! println!("wrote {}", written[0].display());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod graph;
+pub mod onnx;
+pub mod torch;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::tensor::TensorData;
+use burn::DispatchDevice;
+use serde_json::Value;
+
+pub use self::graph::{Activation, ExportLayer, ExportModel, Head};
+use crate::checkpoint::{decode_safetensors, TensorData as Stored};
+use crate::data::DataInfo;
+use crate::model::{BatchNorm, Dense, Dropout, Layer, LayerNorm, Model};
+use crate::spec::types::{Activation as SpecActivation, ExportFormat, Loss};
+use kynml_backend::Backend as Kb;
+
+/// The weights file of a run folder (the sidecar is `model.json`).
+pub const RUN_WEIGHTS: &str = "model.safetensors";
+
+/// The formats [`write`] produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Onnx,
+    Safetensors,
+    Burn,
+}
+
+impl Format {
+    /// The spec's export format; `torchscript` has no writer here.
+    pub fn from_spec(format: ExportFormat) -> Result<Self, ExportError> {
+        match format {
+            ExportFormat::Onnx => Ok(Format::Onnx),
+            ExportFormat::Safetensors => Ok(Format::Safetensors),
+            ExportFormat::Burn => Ok(Format::Burn),
+            ExportFormat::Torchscript => Err(ExportError::Torchscript),
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Self, ExportError> {
+        match name {
+            "onnx" => Ok(Format::Onnx),
+            "safetensors" => Ok(Format::Safetensors),
+            "burn" => Ok(Format::Burn),
+            "torchscript" => Err(ExportError::Torchscript),
+            other => Err(ExportError::UnknownFormat(other.to_string())),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(
+        "torchscript is PyTorch's own program format, which only PyTorch can write; \
+         KynML writes onnx (loads in PyTorch, onnxruntime and most runtimes), safetensors \
+         (PyTorch state-dict names) or burn"
+    )]
+    Torchscript,
+    #[error("unknown export format `{0}`; expected onnx, safetensors or burn")]
+    UnknownFormat(String),
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{} is not a model KynML can load: {reason}", path.display())]
+    Invalid { path: PathBuf, reason: String },
+    #[error("the model cannot be exported: {0}")]
+    Model(String),
+}
+
+/// The trained `model` with what inference needs from the data: feature
+/// names, normalisation, and the meaning of the outputs (from the loss).
+pub fn from_model(model: &Model<Kb>, name: &str, info: &DataInfo, loss: Loss) -> ExportModel {
+    let class_names = info.class_names.clone().unwrap_or_default();
+    let head = match loss {
+        Loss::CrossEntropy => Head::Softmax { class_names },
+        Loss::Bce => Head::Sigmoid { class_names },
+        _ => Head::Regression,
+    };
+    let meta = ExportModel {
+        name: name.to_string(),
+        input: info.feature_names.len(),
+        feature_names: info.feature_names.clone(),
+        target: info.target.clone(),
+        normalizer: info.normalizer.as_ref().map(|n| (n.mean.clone(), n.std.clone())),
+        layers: Vec::new(),
+        head,
+    };
+    with_weights(model, meta)
+}
+
+/// `meta` with its layers replaced by `model`'s, weights copied to the host
+/// in PyTorch's layout.
+fn with_weights(model: &Model<Kb>, mut meta: ExportModel) -> ExportModel {
+    let host = |t: TensorData| t.convert::<f32>().into_vec::<f32>().unwrap_or_default();
+    meta.layers = model
+        .layers
+        .iter()
+        .map(|layer| match layer {
+            Layer::Dense(d) => {
+                let [input, output] = d.weight.val().dims();
+                let w = host(d.weight.val().into_data()); // [in, out]
+                let weight = (0..output).flat_map(|o| (0..input).map(move |i| (o, i))).map(|(o, i)| w[i * output + o]);
+                ExportLayer::Dense {
+                    input,
+                    output,
+                    weight: weight.collect(),
+                    bias: host(d.bias.val().into_data()),
+                    activation: activation(d.activation),
+                }
+            }
+            Layer::BatchNorm(n) => ExportLayer::BatchNorm {
+                features: n.gamma.val().dims()[0],
+                gamma: host(n.gamma.val().into_data()),
+                beta: host(n.beta.val().into_data()),
+                running_mean: host(n.running_mean.value_sync().into_data()),
+                running_var: host(n.running_var.value_sync().into_data()),
+                num_batches_tracked: 0,
+            },
+            Layer::LayerNorm(n) => ExportLayer::LayerNorm {
+                features: n.gamma.val().dims()[0],
+                gamma: host(n.gamma.val().into_data()),
+                beta: host(n.beta.val().into_data()),
+            },
+            Layer::Dropout(d) => ExportLayer::Dropout { p: d.prob },
+        })
+        .collect();
+    meta
+}
+
+fn activation(a: SpecActivation) -> Activation {
+    match a {
+        SpecActivation::Linear => Activation::Linear,
+        SpecActivation::Relu => Activation::Relu,
+        SpecActivation::Gelu => Activation::Gelu,
+        SpecActivation::Tanh => Activation::Tanh,
+        SpecActivation::Sigmoid => Activation::Sigmoid,
+        SpecActivation::Silu => Activation::Silu,
+        SpecActivation::LeakyRelu(s) => Activation::LeakyRelu(s),
+    }
+}
+
+fn spec_activation(a: Activation) -> SpecActivation {
+    match a {
+        Activation::Linear => SpecActivation::Linear,
+        Activation::Relu => SpecActivation::Relu,
+        Activation::Gelu => SpecActivation::Gelu,
+        Activation::Tanh => SpecActivation::Tanh,
+        Activation::Sigmoid => SpecActivation::Sigmoid,
+        Activation::Silu => SpecActivation::Silu,
+        Activation::LeakyRelu(s) => SpecActivation::LeakyRelu(s),
+    }
+}
+
+/// The exported model as a Burn module on `device`, for fast batched
+/// inference.
+pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
+    use burn::module::{Param, RunningState};
+    use burn::tensor::Tensor;
+    let vec1 = |v: &[f32]| Tensor::<Kb, 1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
+    let layers = e
+        .layers
+        .iter()
+        .map(|layer| match layer {
+            ExportLayer::Dense { input, output, weight, bias, activation } => {
+                let (input, output) = (*input, *output);
+                let w: Vec<f32> = (0..input).flat_map(|i| (0..output).map(move |o| weight[o * input + i])).collect();
+                Layer::Dense(Dense {
+                    weight: Param::from_data(TensorData::new(w, [input, output]), device),
+                    bias: Param::from_tensor(vec1(bias)),
+                    activation: spec_activation(*activation),
+                })
+            }
+            ExportLayer::BatchNorm { gamma, beta, running_mean, running_var, .. } => Layer::BatchNorm(BatchNorm {
+                gamma: Param::from_tensor(vec1(gamma)),
+                beta: Param::from_tensor(vec1(beta)),
+                running_mean: RunningState::new(vec1(running_mean)),
+                running_var: RunningState::new(vec1(running_var)),
+            }),
+            ExportLayer::LayerNorm { gamma, beta, .. } => {
+                Layer::LayerNorm(LayerNorm { gamma: Param::from_tensor(vec1(gamma)), beta: Param::from_tensor(vec1(beta)) })
+            }
+            ExportLayer::Dropout { p } => Layer::Dropout(Dropout { prob: *p }),
+        })
+        .collect();
+    Model { layers }
+}
+
+/// Writes `model` as `format` to `path`, each file atomically. Returns the
+/// files written: the model, then its JSON sidecar (safetensors and burn).
+pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<PathBuf>, ExportError> {
+    model.validate().map_err(ExportError::Model)?;
+    let sidecar = path.with_extension("json");
+    if sidecar == path {
+        let reason = "a .json path would be overwritten by the sidecar; name the weights file .safetensors or .mpk";
+        return Err(ExportError::Invalid { path: path.into(), reason: reason.into() });
+    }
+    let sidecar_bytes = || serde_json::to_vec_pretty(&torch::sidecar_json(model)).unwrap_or_default();
+    match format {
+        Format::Onnx => {
+            write_atomic(path, &onnx::to_onnx(model).map_err(ExportError::Model)?)?;
+            Ok(vec![path.into()])
+        }
+        Format::Safetensors => {
+            let bytes = torch::to_safetensors(&torch::state_dict(model)).map_err(ExportError::Model)?;
+            write_atomic(path, &bytes)?;
+            write_atomic(&sidecar, &sidecar_bytes())?;
+            Ok(vec![path.into(), sidecar])
+        }
+        Format::Burn => {
+            let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).map_err(|e| ExportError::Model(e.to_string()))?;
+            let module = to_model(model, &cpu.inner());
+            let dir = parent(path);
+            std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
+            let temp = tempfile::Builder::new()
+                .prefix(".kynml-export-")
+                .tempdir_in(dir)
+                .map_err(|source| ExportError::Write { path: path.into(), source })?;
+            // Burn's file recorder adds `.mpk`; write beside, then rename.
+            let staged = temp.path().join("model");
+            module
+                .save_file(&staged, &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+                .map_err(|e| ExportError::Write { path: path.into(), source: std::io::Error::other(e.to_string()) })?;
+            std::fs::rename(staged.with_extension("mpk"), path)
+                .map_err(|source| ExportError::Write { path: path.into(), source })?;
+            write_atomic(&sidecar, &sidecar_bytes())?;
+            Ok(vec![path.into(), sidecar])
+        }
+    }
+}
+
+/// Reads a model for prediction: a run folder (its `model.safetensors` and
+/// `model.json`), a `.safetensors` export or a `.mpk` (burn) export, each
+/// with its `.json` sidecar beside it.
+pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
+    let weights = if path.is_dir() { path.join(RUN_WEIGHTS) } else { path.to_path_buf() };
+    let invalid = |reason: String| ExportError::Invalid { path: weights.clone(), reason };
+    if weights.extension().is_some_and(|e| e == "onnx") {
+        return Err(invalid(
+            "ONNX files are for other runtimes; give KynML the run folder or a safetensors or burn export".into(),
+        ));
+    }
+    let sidecar_path = weights.with_extension("json");
+    let read = |p: &Path| std::fs::read(p).map_err(|source| ExportError::Read { path: p.into(), source });
+    let sidecar: Value = serde_json::from_slice(&read(&sidecar_path)?).map_err(|e| ExportError::Invalid {
+        path: sidecar_path.clone(),
+        reason: format!("the sidecar is not valid JSON: {e}"),
+    })?;
+    let meta = from_sidecar(&sidecar).map_err(|reason| ExportError::Invalid { path: sidecar_path.clone(), reason })?;
+    let model = if weights.extension().is_some_and(|e| e == "mpk") {
+        let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).map_err(|e| invalid(e.to_string()))?;
+        let skeleton = to_model(&meta, &cpu.inner());
+        let stem = weights.with_extension("");
+        let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+        // Burn's loader appends `.mpk` to the name it is given.
+        let loaded = skeleton.load_file(&stem, &recorder, &cpu.inner()).map_err(|e| invalid(e.to_string()))?;
+        with_weights(&loaded, meta)
+    } else {
+        let (tensors, _) = decode_safetensors(&read(&weights)?).map_err(|e| invalid(e.to_string()))?;
+        fill(meta, &tensors).map_err(invalid)?
+    };
+    model.validate().map_err(invalid)?;
+    Ok(model)
+}
+
+/// A model from [`torch::sidecar_json`]'s description, with zero weights.
+fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
+    let field = |v: &Value, key: &str| v.get(key).cloned().ok_or_else(|| format!("no `{key}`"));
+    let size = |v: &Value, key: &str| field(v, key)?.as_u64().map(|n| n as usize).ok_or(format!("`{key}` is not a size"));
+    let strings = |v: Value, key: &str| -> Result<Vec<String>, String> {
+        serde_json::from_value(v).map_err(|_| format!("`{key}` is not a list of names"))
+    };
+    if v.get("format").and_then(Value::as_str) != Some(torch::SIDECAR_FORMAT) {
+        return Err(format!("its `format` is not `{}`", torch::SIDECAR_FORMAT));
+    }
+    let mut layers = Vec::new();
+    for l in field(v, "layers")?.as_array().ok_or("`layers` is not a list")? {
+        let kind = l.get("kind").and_then(Value::as_str).unwrap_or_default();
+        layers.push(match kind {
+            "dense" => {
+                let (input, output) = (size(l, "in_features")?, size(l, "out_features")?);
+                let activation = match l.get("activation").and_then(Value::as_str).unwrap_or_default() {
+                    "linear" => Activation::Linear,
+                    "relu" => Activation::Relu,
+                    "gelu" => Activation::Gelu,
+                    "tanh" => Activation::Tanh,
+                    "sigmoid" => Activation::Sigmoid,
+                    "silu" => Activation::Silu,
+                    "leaky_relu" => Activation::LeakyRelu(
+                        l.get("negative_slope").and_then(Value::as_f64).ok_or("leaky_relu without `negative_slope`")?,
+                    ),
+                    other => return Err(format!("unknown activation `{other}`")),
+                };
+                ExportLayer::Dense {
+                    input,
+                    output,
+                    weight: vec![0.0; input * output],
+                    bias: vec![0.0; output],
+                    activation,
+                }
+            }
+            "batchnorm" => {
+                let f = size(l, "num_features")?;
+                ExportLayer::BatchNorm {
+                    features: f,
+                    gamma: vec![1.0; f],
+                    beta: vec![0.0; f],
+                    running_mean: vec![0.0; f],
+                    running_var: vec![1.0; f],
+                    num_batches_tracked: 0,
+                }
+            }
+            "layernorm" => {
+                let f = size(l, "normalized_shape")?;
+                ExportLayer::LayerNorm { features: f, gamma: vec![1.0; f], beta: vec![0.0; f] }
+            }
+            "dropout" => ExportLayer::Dropout { p: l.get("p").and_then(Value::as_f64).unwrap_or(0.0) },
+            other => return Err(format!("unknown layer kind `{other}`")),
+        });
+    }
+    let head_v = field(v, "head")?;
+    let class_names = strings(field(&head_v, "class_names")?, "class_names")?;
+    let head = match head_v.get("kind").and_then(Value::as_str).unwrap_or_default() {
+        "regression" => Head::Regression,
+        "softmax" => Head::Softmax { class_names },
+        "sigmoid" => Head::Sigmoid { class_names },
+        other => return Err(format!("unknown head `{other}`")),
+    };
+    let normalizer = match v.get("normalizer") {
+        None | Some(Value::Null) => None,
+        Some(n) => Some((
+            serde_json::from_value(field(n, "mean")?).map_err(|_| "normalizer `mean` is not a list of numbers")?,
+            serde_json::from_value(field(n, "std")?).map_err(|_| "normalizer `std` is not a list of numbers")?,
+        )),
+    };
+    Ok(ExportModel {
+        name: v.get("name").and_then(Value::as_str).unwrap_or("model").to_string(),
+        input: size(v, "input")?,
+        feature_names: strings(field(v, "feature_names")?, "feature_names")?,
+        target: v.get("target").and_then(Value::as_str).unwrap_or_default().to_string(),
+        normalizer,
+        layers,
+        head,
+    })
+}
+
+/// `meta`'s layers with the weights of a PyTorch-named state dict.
+fn fill(mut meta: ExportModel, tensors: &[crate::checkpoint::NamedTensor]) -> Result<ExportModel, String> {
+    let get = |name: String, len: usize| -> Result<Vec<f32>, String> {
+        let t = tensors.iter().find(|t| t.name == name).ok_or(format!("the weights have no tensor `{name}`"))?;
+        match &t.data {
+            Stored::F32(v) if v.len() == len => Ok(v.clone()),
+            Stored::F32(v) => Err(format!("tensor `{name}` holds {} values, the sidecar's layer needs {len}", v.len())),
+            other => Err(format!("tensor `{name}` is {}, expected F32", other.dtype())),
+        }
+    };
+    for (i, layer) in meta.layers.iter_mut().enumerate() {
+        match layer {
+            ExportLayer::Dense { input, output, weight, bias, .. } => {
+                *weight = get(format!("{i}.weight"), *input * *output)?;
+                *bias = get(format!("{i}.bias"), *output)?;
+            }
+            ExportLayer::BatchNorm { features, gamma, beta, running_mean, running_var, .. } => {
+                *gamma = get(format!("{i}.weight"), *features)?;
+                *beta = get(format!("{i}.bias"), *features)?;
+                *running_mean = get(format!("{i}.running_mean"), *features)?;
+                *running_var = get(format!("{i}.running_var"), *features)?;
+            }
+            ExportLayer::LayerNorm { features, gamma, beta } => {
+                *gamma = get(format!("{i}.weight"), *features)?;
+                *beta = get(format!("{i}.bias"), *features)?;
+            }
+            ExportLayer::Dropout { .. } => {}
+        }
+    }
+    Ok(meta)
+}
+
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// A temporary file in the target's folder, synced, renamed over `path`.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
+    let err = |source| ExportError::Write { path: path.into(), source };
+    let dir = parent(path);
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
+    file.write_all(bytes).map_err(err)?;
+    file.as_file().sync_all().map_err(err)?;
+    file.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
+}

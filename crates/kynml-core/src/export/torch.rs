@@ -1,0 +1,434 @@
+//! PyTorch-compatible export: the weights as a state dict ([`state_dict`], written as
+//! safetensors by [`to_safetensors`]) and a JSON sidecar ([`sidecar_json`]) describing how to
+//! rebuild the `nn.Sequential` that loads them.
+//!
+//! Module index i is the index of the layer in [`ExportModel::layers`]. Activations are folded
+//! into their dense layer, so they are not modules of their own: the spec
+//! `dense 512 gelu; batchnorm; dropout; dense 1` gives `0.weight`, `0.bias`, `1.weight` (gamma),
+//! `1.bias` (beta), `1.running_mean`, `1.running_var`, `1.num_batches_tracked`, `3.weight` and
+//! `3.bias`.
+
+use serde_json::{json, Map, Value};
+
+use super::graph::{Activation, ExportLayer, ExportModel, Head, NORM_EPS};
+
+/// `format` of the sidecar JSON.
+pub const SIDECAR_FORMAT: &str = "kynml-pytorch";
+/// `format_version` of the sidecar JSON.
+pub const SIDECAR_VERSION: u32 = 1;
+
+/// The values of one state-dict tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TorchTensor {
+    /// A float32 tensor (weights, biases, norm parameters, running statistics).
+    F32(Vec<f32>),
+    /// An int64 tensor (BatchNorm's `num_batches_tracked`).
+    I64(Vec<i64>),
+}
+
+/// One state-dict entry: name, shape (row-major; `[]` is a scalar holding one value), values.
+pub type StateEntry = (String, Vec<usize>, TorchTensor);
+
+impl TorchTensor {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            TorchTensor::F32(v) => v.len(),
+            TorchTensor::I64(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The safetensors dtype: `F32` or `I64`.
+    pub fn dtype(&self) -> &'static str {
+        match self {
+            TorchTensor::F32(_) => "F32",
+            TorchTensor::I64(_) => "I64",
+        }
+    }
+
+    /// The values as little-endian bytes.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            TorchTensor::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TorchTensor::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+}
+
+/// The model's weights named as the state dict of the `nn.Sequential` described by
+/// [`sidecar_json`], in layer order: dense i gives `i.weight` `[out, in]` and `i.bias` `[out]`;
+/// batchnorm i gives `i.weight` (gamma), `i.bias` (beta), `i.running_mean`, `i.running_var`
+/// (all `[features]`) and `i.num_batches_tracked` (int64 scalar, shape `[]`); layernorm i gives
+/// `i.weight` and `i.bias`; dropout gives nothing. The normalizer is not a module: its mean and
+/// std are in the sidecar. The shapes come from the layers' declared sizes, so validate the
+/// model first ([`ExportModel::validate`]) to be sure they match the data.
+pub fn state_dict(model: &ExportModel) -> Vec<StateEntry> {
+    let mut out = Vec::new();
+    for (i, layer) in model.layers.iter().enumerate() {
+        let f32s = |name: &str, shape: Vec<usize>, values: &[f32]| {
+            (format!("{i}.{name}"), shape, TorchTensor::F32(values.to_vec()))
+        };
+        match layer {
+            ExportLayer::Dense { input, output, weight, bias, .. } => {
+                out.push(f32s("weight", vec![*output, *input], weight));
+                out.push(f32s("bias", vec![*output], bias));
+            }
+            ExportLayer::BatchNorm { features, gamma, beta, running_mean, running_var, num_batches_tracked } => {
+                out.push(f32s("weight", vec![*features], gamma));
+                out.push(f32s("bias", vec![*features], beta));
+                out.push(f32s("running_mean", vec![*features], running_mean));
+                out.push(f32s("running_var", vec![*features], running_var));
+                out.push((
+                    format!("{i}.num_batches_tracked"),
+                    Vec::new(),
+                    TorchTensor::I64(vec![*num_batches_tracked]),
+                ));
+            }
+            ExportLayer::LayerNorm { features, gamma, beta } => {
+                out.push(f32s("weight", vec![*features], gamma));
+                out.push(f32s("bias", vec![*features], beta));
+            }
+            ExportLayer::Dropout { .. } => {}
+        }
+    }
+    out
+}
+
+/// Encodes state-dict entries as a safetensors file: an 8-byte little-endian header length, a
+/// JSON header (keys sorted, `__metadata__` = `{"format": "pt"}`, each tensor's `dtype`, `shape`
+/// and `data_offsets`) padded with spaces to a multiple of 8 bytes, then the tensors' raw
+/// little-endian bytes in name order. Fails on a duplicate name, a name starting with `__`, or
+/// values that do not fill their shape.
+pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
+    let mut sorted: Vec<&StateEntry> = entries.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(pair) = sorted.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        return Err(format!("tensor name '{}' appears twice", pair[0].0));
+    }
+    let mut tensors = Vec::with_capacity(sorted.len());
+    let mut data = Vec::new();
+    for (name, shape, values) in sorted {
+        if name.starts_with("__") {
+            return Err(format!("tensor name '{name}' starts with '__', which safetensors reserves"));
+        }
+        let count = shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d));
+        if count != Some(values.len()) {
+            return Err(format!("tensor '{name}' has {} values for shape {shape:?}", values.len()));
+        }
+        let start = data.len();
+        data.extend_from_slice(&values.to_le_bytes());
+        let entry = json!({"dtype": values.dtype(), "shape": shape, "data_offsets": [start, data.len()]});
+        tensors.push((name.clone(), entry));
+    }
+    // Keys go in sorted order (`__metadata__` included), so the header is the same whether
+    // serde_json's map keeps insertion order or sorts.
+    tensors.push(("__metadata__".to_string(), json!({"format": "pt"})));
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let header: Map<String, Value> = tensors.into_iter().collect();
+    let mut header = Value::Object(header).to_string().into_bytes();
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + header.len() + data.len());
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&data);
+    Ok(out)
+}
+
+/// The JSON sidecar next to the weights: everything a PyTorch user needs to rebuild the model
+/// and load the state dict of [`state_dict`].
+///
+/// Fields: `format` ([`SIDECAR_FORMAT`]), `format_version`, `name`, `input` (feature count),
+/// `output` (output units), `feature_names`, `target`, `normalizer` (`{"mean": [...], "std":
+/// [...]}` or null: apply `x = (x - mean) / std` to raw rows first), `layers` (one object per
+/// module, in order, with `index`, `kind` and `module`, the PyTorch module(s) it stands for;
+/// dense: `in_features`, `out_features`, `activation` (`linear`, `relu`, `gelu` (exact),
+/// `tanh`, `sigmoid`, `silu`, `leaky_relu`) and for leaky_relu `negative_slope`; batchnorm:
+/// `num_features`, `eps`; layernorm: `normalized_shape`, `eps`; dropout: `p`), `head`
+/// (`kind`: `regression` (outputs are the predictions), `softmax` (probabilities =
+/// softmax(outputs, dim=-1)) or `sigmoid` (one logit; `p(class_names[1]) = sigmoid(logit)`);
+/// `class_names`), and `tensors` (name, shape and dtype of each state-dict entry).
+///
+/// Rebuilding in PyTorch: a dense layer is `nn.Linear` followed by its activation, which has no
+/// weights, so wrap the pair in one module to keep the state-dict names:
+///
+/// ```python
+/// import json, torch
+/// from torch import nn
+/// from safetensors.torch import load_file
+///
+/// ACTIVATIONS = {"linear": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh,
+///                "sigmoid": nn.Sigmoid, "silu": nn.SiLU}
+///
+/// class Dense(nn.Linear):
+///     def __init__(self, spec):
+///         super().__init__(spec["in_features"], spec["out_features"])
+///         name = spec["activation"]
+///         self.act = nn.LeakyReLU(spec["negative_slope"]) if name == "leaky_relu" else ACTIVATIONS[name]()
+///     def forward(self, x):
+///         return self.act(super().forward(x))
+///
+/// side = json.load(open("model.json"))
+/// modules = []
+/// for spec in side["layers"]:
+///     if spec["kind"] == "dense":
+///         modules.append(Dense(spec))
+///     elif spec["kind"] == "batchnorm":
+///         modules.append(nn.BatchNorm1d(spec["num_features"], eps=spec["eps"]))
+///     elif spec["kind"] == "layernorm":
+///         modules.append(nn.LayerNorm(spec["normalized_shape"], eps=spec["eps"]))
+///     else:
+///         modules.append(nn.Dropout(spec["p"]))
+/// net = nn.Sequential(*modules)
+/// net.load_state_dict(load_file("model.safetensors"))
+/// net.eval()
+///
+/// def predict(raw_rows):  # float32 tensor [n, input]
+///     x = raw_rows
+///     if side["normalizer"] is not None:
+///         x = (x - torch.tensor(side["normalizer"]["mean"])) / torch.tensor(side["normalizer"]["std"])
+///     out = net(x)
+///     kind = side["head"]["kind"]
+///     if kind == "softmax":
+///         return torch.softmax(out, dim=-1)          # column i is class_names[i]
+///     if kind == "sigmoid":
+///         p = torch.sigmoid(out)
+///         return torch.cat([1 - p, p], dim=-1)       # column i is class_names[i]
+///     return out
+/// ```
+pub fn sidecar_json(model: &ExportModel) -> Value {
+    let mut width = model.input;
+    let mut layers = Vec::with_capacity(model.layers.len());
+    for (i, layer) in model.layers.iter().enumerate() {
+        let mut entry = json!({"index": i, "kind": layer.kind()});
+        let fields = match layer {
+            ExportLayer::Dense { input, output, activation, .. } => {
+                let linear = format!("nn.Linear({input}, {output})");
+                let module = match activation_module(activation) {
+                    Some(act) => format!("{linear} then {act}"),
+                    None => linear,
+                };
+                let mut f = json!({
+                    "in_features": input,
+                    "out_features": output,
+                    "activation": activation.name(),
+                    "module": module,
+                });
+                if let Activation::LeakyRelu(slope) = activation {
+                    f["negative_slope"] = json!(slope);
+                }
+                f
+            }
+            ExportLayer::BatchNorm { features, .. } => json!({
+                "num_features": features,
+                "eps": f64::from(NORM_EPS),
+                "module": format!("nn.BatchNorm1d({features}, eps=1e-05)"),
+            }),
+            ExportLayer::LayerNorm { features, .. } => json!({
+                "normalized_shape": features,
+                "eps": f64::from(NORM_EPS),
+                "module": format!("nn.LayerNorm({features}, eps=1e-05)"),
+            }),
+            ExportLayer::Dropout { p } => json!({"p": p, "module": format!("nn.Dropout(p={p})")}),
+        };
+        if let (Value::Object(entry), Value::Object(fields)) = (&mut entry, fields) {
+            entry.extend(fields);
+        }
+        layers.push(entry);
+        width = layer.output_width(width);
+    }
+    let normalizer = match &model.normalizer {
+        Some((mean, std)) => json!({"mean": mean, "std": std}),
+        None => Value::Null,
+    };
+    let head = match &model.head {
+        Head::Regression => json!({"kind": "regression", "class_names": []}),
+        Head::Softmax { class_names } => {
+            json!({"kind": "softmax", "class_names": class_names, "probabilities": "softmax(output, dim=-1)"})
+        }
+        Head::Sigmoid { class_names } => json!({
+            "kind": "sigmoid",
+            "class_names": class_names,
+            "probabilities": "[1 - sigmoid(output), sigmoid(output)]",
+        }),
+    };
+    let tensors: Vec<Value> = state_dict(model)
+        .iter()
+        .map(|(name, shape, values)| {
+            let dtype = match values {
+                TorchTensor::F32(_) => "float32",
+                TorchTensor::I64(_) => "int64",
+            };
+            json!({"name": name, "shape": shape, "dtype": dtype})
+        })
+        .collect();
+    json!({
+        "format": SIDECAR_FORMAT,
+        "format_version": SIDECAR_VERSION,
+        "name": model.name,
+        "input": model.input,
+        "output": width,
+        "feature_names": model.feature_names,
+        "target": model.target,
+        "normalizer": normalizer,
+        "layers": layers,
+        "head": head,
+        "tensors": tensors,
+    })
+}
+
+/// The PyTorch module of an activation; `None` for linear (no module).
+fn activation_module(activation: &Activation) -> Option<String> {
+    let module = match activation {
+        Activation::Linear => return None,
+        Activation::Relu => "nn.ReLU()".to_string(),
+        Activation::Gelu => "nn.GELU()".to_string(),
+        Activation::Tanh => "nn.Tanh()".to_string(),
+        Activation::Sigmoid => "nn.Sigmoid()".to_string(),
+        Activation::Silu => "nn.SiLU()".to_string(),
+        Activation::LeakyRelu(slope) => format!("nn.LeakyReLU({slope})"),
+    };
+    Some(module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ExportModel {
+        // dense 4 gelu; batchnorm; dropout; dense 1 (input 3), sigmoid head
+        ExportModel {
+            name: "DeepNet".to_string(),
+            input: 3,
+            feature_names: vec!["a".into(), "b".into(), "c".into()],
+            target: "label".to_string(),
+            normalizer: Some((vec![0.0, 1.0, 2.0], vec![1.0, 0.5, 4.0])),
+            layers: vec![
+                ExportLayer::Dense {
+                    input: 3,
+                    output: 4,
+                    weight: (0..12).map(|i| i as f32).collect(),
+                    bias: vec![0.1; 4],
+                    activation: Activation::Gelu,
+                },
+                ExportLayer::BatchNorm {
+                    features: 4,
+                    gamma: vec![1.0; 4],
+                    beta: vec![0.0; 4],
+                    running_mean: vec![0.5; 4],
+                    running_var: vec![2.0; 4],
+                    num_batches_tracked: 42,
+                },
+                ExportLayer::Dropout { p: 0.25 },
+                ExportLayer::Dense {
+                    input: 4,
+                    output: 1,
+                    weight: vec![1.0, -1.0, 0.5, 2.0],
+                    bias: vec![0.0],
+                    activation: Activation::LeakyRelu(0.2),
+                },
+            ],
+            head: Head::Sigmoid { class_names: vec!["no".into(), "yes".into()] },
+        }
+    }
+
+    #[test]
+    fn state_dict_names_follow_the_layer_index() {
+        let entries = state_dict(&sample());
+        let names: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "0.weight",
+                "0.bias",
+                "1.weight",
+                "1.bias",
+                "1.running_mean",
+                "1.running_var",
+                "1.num_batches_tracked",
+                "3.weight",
+                "3.bias"
+            ]
+        );
+        assert_eq!(entries[0].1, [4, 3]);
+        assert_eq!(entries[5], ("1.running_var".to_string(), vec![4], TorchTensor::F32(vec![2.0; 4])));
+        assert_eq!(entries[6], ("1.num_batches_tracked".to_string(), vec![], TorchTensor::I64(vec![42])));
+        assert_eq!(entries[7].1, [1, 4]);
+
+        let ln = ExportModel {
+            layers: vec![ExportLayer::LayerNorm { features: 3, gamma: vec![1.0; 3], beta: vec![0.0; 3] }],
+            head: Head::Regression,
+            ..sample()
+        };
+        let names: Vec<String> = state_dict(&ln).into_iter().map(|e| e.0).collect();
+        assert_eq!(names, ["0.weight", "0.bias"]);
+    }
+
+    #[test]
+    fn sidecar_describes_the_model() {
+        let side = sidecar_json(&sample());
+        assert_eq!(side["format"], SIDECAR_FORMAT);
+        assert_eq!(side["format_version"], 1);
+        assert_eq!(side["name"], "DeepNet");
+        assert_eq!(side["input"], 3);
+        assert_eq!(side["output"], 1);
+        assert_eq!(side["feature_names"], json!(["a", "b", "c"]));
+        assert_eq!(side["target"], "label");
+        assert_eq!(side["normalizer"]["std"], json!([1.0, 0.5, 4.0]));
+        let layers = side["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 4);
+        assert_eq!(layers[0]["kind"], "dense");
+        assert_eq!(layers[0]["in_features"], 3);
+        assert_eq!(layers[0]["out_features"], 4);
+        assert_eq!(layers[0]["activation"], "gelu");
+        assert_eq!(layers[0]["module"], "nn.Linear(3, 4) then nn.GELU()");
+        assert_eq!(layers[1]["kind"], "batchnorm");
+        assert_eq!(layers[1]["num_features"], 4);
+        assert!((layers[1]["eps"].as_f64().unwrap() - 1e-5).abs() < 1e-12);
+        assert_eq!(layers[2]["kind"], "dropout");
+        assert_eq!(layers[2]["p"], 0.25);
+        assert_eq!(layers[3]["activation"], "leaky_relu");
+        assert!((layers[3]["negative_slope"].as_f64().unwrap() - 0.2).abs() < 1e-12);
+        assert_eq!(side["head"]["kind"], "sigmoid");
+        assert_eq!(side["head"]["class_names"], json!(["no", "yes"]));
+        assert_eq!(side["tensors"][6], json!({"name": "1.num_batches_tracked", "shape": [], "dtype": "int64"}));
+    }
+
+    #[test]
+    fn safetensors_layout() {
+        let bytes = to_safetensors(&state_dict(&sample())).unwrap();
+        let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        assert_eq!(header_len % 8, 0);
+        let header: Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+        let data = &bytes[8 + header_len..];
+        assert_eq!(header["__metadata__"], json!({"format": "pt"}));
+        // name order: 0.bias, 0.weight, 1.bias, 1.num_batches_tracked, ...
+        assert_eq!(header["0.bias"], json!({"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}));
+        assert_eq!(header["0.weight"]["data_offsets"], json!([16, 64]));
+        let nbt = &header["1.num_batches_tracked"];
+        assert_eq!(nbt["dtype"], "I64");
+        assert_eq!(nbt["shape"], json!([]));
+        let [start, end] = [0, 1].map(|i| nbt["data_offsets"][i].as_u64().unwrap() as usize);
+        assert_eq!(end - start, 8);
+        assert_eq!(i64::from_le_bytes(data[start..end].try_into().unwrap()), 42);
+        assert_eq!(header["3.weight"]["data_offsets"][1].as_u64().unwrap() as usize, data.len());
+        let w = &header["0.weight"];
+        let s = w["data_offsets"][0].as_u64().unwrap() as usize;
+        assert_eq!(f32::from_le_bytes(data[s + 4..s + 8].try_into().unwrap()), 1.0);
+    }
+
+    #[test]
+    fn safetensors_refuses_bad_entries() {
+        let one = |name: &str, shape: Vec<usize>, n: usize| (name.to_string(), shape, TorchTensor::F32(vec![0.0; n]));
+        assert!(to_safetensors(&[one("a", vec![2], 2), one("a", vec![2], 2)]).unwrap_err().contains("twice"));
+        assert!(to_safetensors(&[one("a", vec![2, 2], 3)]).unwrap_err().contains("shape"));
+        assert!(to_safetensors(&[one("__x", vec![1], 1)]).is_err());
+        assert!(to_safetensors(&[]).is_ok());
+    }
+}

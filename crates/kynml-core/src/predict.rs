@@ -1,0 +1,169 @@
+//! Predictions from a trained model: raw feature rows in, outputs (and, for
+//! classes, probabilities and class names) out. The stored normalisation is
+//! applied here, so callers pass rows exactly as their data holds them.
+//!
+//! ```no_run
+//! use kynml_core::predict::Predictor;
+//!
+//! let device = kynml_backend::select(kynml_backend::DeviceChoice::Cpu)?;
+//! // A run folder, or a .safetensors / .mpk export with its .json sidecar.
+//! let predictor = Predictor::load("runs/iris-20261121-101500".as_ref(), &device)?;
+//! let rows = [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3]; // two flowers, raw measurements
+//! let p = predictor.predict(&rows)?;
+//! println!("{:?}", p.labels); // Some(["setosa", "virginica"])
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use burn::tensor::{Tensor, TensorData};
+use burn::DispatchDevice;
+
+use crate::data::{DataError, Labels, ModelRows};
+use crate::evaluate::{compute_metrics, Outputs};
+use crate::export::{self, ExportError, ExportModel, Head};
+use crate::model::{Mode, Model};
+use crate::spec::types::{Loss, Metric};
+use kynml_backend::{Backend as Kb, Device};
+
+/// Rows per forward pass.
+const CHUNK: usize = 4096;
+
+/// A trained model ready to predict on a device.
+pub struct Predictor {
+    /// The model as host data: layers, normalisation, names.
+    pub model: ExportModel,
+    module: Model<Kb>,
+    device: DispatchDevice,
+}
+
+/// What [`Predictor::predict`] returns for `rows` input rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Predictions {
+    pub rows: usize,
+    /// The model's outputs, `rows × width`, row-major: the predicted values
+    /// for regression, logits for classes.
+    pub outputs: Vec<f32>,
+    pub width: usize,
+    /// For classes: `rows × class_names.len()`, column `i` is the
+    /// probability of `class_names[i]`.
+    pub probabilities: Option<Vec<f32>>,
+    /// For classes: the most probable class of each row.
+    pub labels: Option<Vec<String>>,
+}
+
+impl Predictor {
+    pub fn new(model: ExportModel, device: &Device) -> Self {
+        let device = device.inner();
+        Predictor { module: export::to_model(&model, &device), model, device }
+    }
+
+    /// Loads a run folder or an export (see [`export::load`]).
+    pub fn load(path: &Path, device: &Device) -> Result<Self, ExportError> {
+        Ok(Self::new(export::load(path)?, device))
+    }
+
+    /// Predicts on `rows`, row-major with the model's features in its order
+    /// ([`ExportModel::feature_names`]), raw as the data holds them.
+    pub fn predict(&self, rows: &[f32]) -> Result<Predictions, String> {
+        let width_in = self.model.input;
+        if width_in == 0 || rows.len() % width_in != 0 {
+            return Err(format!("{} values are not whole rows of {width_in} features", rows.len()));
+        }
+        let n = rows.len() / width_in;
+        let mut x = rows.to_vec();
+        if let Some((mean, std)) = &self.model.normalizer {
+            for row in x.chunks_exact_mut(width_in) {
+                for ((v, m), s) in row.iter_mut().zip(mean).zip(std) {
+                    *v = (*v - m) / s;
+                }
+            }
+        }
+        let mut outputs = Vec::with_capacity(n * self.model.output());
+        for chunk in x.chunks(CHUNK * width_in) {
+            let rows = chunk.len() / width_in;
+            let t = Tensor::<Kb, 2>::from_data(TensorData::new(chunk.to_vec(), [rows, width_in]), &self.device);
+            let y = self.module.forward(t, Mode::Eval);
+            outputs.extend(y.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| format!("{e:?}"))?);
+        }
+        let width = self.model.output();
+        let probabilities = self.model.probabilities(&outputs);
+        let labels = match (&probabilities, self.model.head.class_names()) {
+            (Some(p), names) if !names.is_empty() => Some(
+                p.chunks(names.len())
+                    .map(|row| {
+                        let best = row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i);
+                        names[best].clone()
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
+        Ok(Predictions { rows: n, outputs, width, probabilities, labels })
+    }
+
+    /// Predicts on rows read with [`read_model_rows`](crate::data::read_model_rows)
+    /// and scores them against their target column: regression gets mae,
+    /// mse, rmse and r2; classes get accuracy and macro precision, recall
+    /// and f1. A label the model has no class for, or a non-numeric
+    /// regression target, is an error naming its row.
+    pub fn evaluate(&self, data: &ModelRows) -> Result<BTreeMap<String, f64>, EvalError> {
+        let Some(targets) = &data.targets else {
+            return Err(EvalError::NoTarget(self.model.target.clone()));
+        };
+        let p = self.predict(&data.features).map_err(EvalError::Predict)?;
+        let outputs = Outputs { values: p.outputs, width: p.width, loss: f64::NAN };
+        let names = self.model.head.class_names();
+        let column = data.target_column;
+        let (labels, loss, metrics) = match &self.model.head {
+            Head::Regression => {
+                let values = targets
+                    .iter()
+                    .map(|(line, text)| {
+                        text.parse::<f32>().ok().filter(|v| v.is_finite()).ok_or_else(|| DataError::NonFinite {
+                            path: data.path.clone(),
+                            row: *line,
+                            column,
+                            column_name: self.model.target.clone(),
+                            value: text.clone(),
+                        })
+                    })
+                    .collect::<Result<Vec<f32>, _>>()?;
+                (Labels::Values(values), Loss::Mse, vec![Metric::Mae, Metric::Mse, Metric::Rmse, Metric::R2])
+            }
+            head => {
+                let classes = targets
+                    .iter()
+                    .map(|(line, text)| {
+                        names.iter().position(|n| n == text).map(|i| i as u32).ok_or_else(|| DataError::UnknownClass {
+                            path: data.path.clone(),
+                            row: *line,
+                            column,
+                            column_name: self.model.target.clone(),
+                            value: text.clone(),
+                            known: names.to_vec(),
+                        })
+                    })
+                    .collect::<Result<Vec<u32>, _>>()?;
+                let loss = if matches!(head, Head::Sigmoid { .. }) { Loss::Bce } else { Loss::CrossEntropy };
+                (
+                    Labels::Classes(classes),
+                    loss,
+                    vec![Metric::Accuracy, Metric::Precision, Metric::Recall, Metric::F1],
+                )
+            }
+        };
+        Ok(compute_metrics(&outputs, &labels, loss, &metrics, names.len()))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error("the file has no `{0}` column (the model's target) to score the predictions against")]
+    NoTarget(String),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("{0}")]
+    Predict(String),
+}

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Checks KynML's PyTorch-style export (a safetensors state dict plus its JSON
+sidecar) by rebuilding the model from those two files alone, in numpy
+(float64), and comparing its outputs with expected ones.
+
+Usage: check_safetensors_export.py <weights.safetensors> <sidecar.json> <inputs> <expected.json> [--tolerance T]
+
+The weights are read with the `safetensors` package's own loader. The
+sidecar (format "kynml-pytorch", version 1) gives the normalizer, the layer
+list and the head; module i of the rebuilt nn.Sequential owns the tensors
+"i.*": dense -> Linear ("i.weight" [out, in], "i.bias") then its activation;
+batchnorm -> BatchNorm1d in eval mode ("i.weight", "i.bias",
+"i.running_mean", "i.running_var", "i.num_batches_tracked" int64 scalar);
+layernorm -> LayerNorm ("i.weight", "i.bias"); dropout -> identity. Every
+tensor of the file must be used, with the shape and dtype the sidecar lists.
+
+<inputs> and <expected.json> are as for check_onnx.py: raw feature rows
+(.json tensors file with key "features", .npy, or .csv) and a tensors file
+{"<name>": {"shape": [rows, cols], "data": [row-major values]}} whose keys
+are the outputs: "prediction" for regression, "logits" and "probabilities"
+for a softmax or sigmoid head (sigmoid: probabilities [rows, 2] =
+[1 - sigmoid(logit), sigmoid(logit)], column i is class_names[i]).
+
+A value matches when |got - expected| <= T * max(1, |expected|) (the "scaled
+diff" printed is |got - expected| / max(1, |expected|)); T defaults
+to 1e-4. Prints the max abs diff of each output; exits 0 when all match, 1
+on a mismatch or an inconsistent export (with a message), 2 on misuse.
+
+Needs numpy and safetensors (scripts/setup-export-test-deps.sh).
+"""
+
+import json
+import math
+import os
+import sys
+
+sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_onnx import DEFAULT_TOLERANCE, compare, load_inputs, load_tensors  # noqa: E402
+
+SIDECAR_FORMAT = "kynml-pytorch"
+SIDECAR_VERSION = 1
+
+
+class ExportError(Exception):
+    pass
+
+
+def activation(name, layer, x):
+    import numpy as np
+
+    if name == "linear":
+        return x
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    if name == "gelu":  # exact: 0.5 x (1 + erf(x / sqrt 2))
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+        return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    if name == "tanh":
+        return np.tanh(x)
+    if name == "sigmoid":
+        return sigmoid(x)
+    if name == "silu":
+        return x * sigmoid(x)
+    if name == "leaky_relu":
+        return np.where(x >= 0.0, x, float(layer["negative_slope"]) * x)
+    raise ExportError(f"unknown activation '{name}'")
+
+
+def sigmoid(x):
+    import numpy as np
+
+    # exp of a non-positive number only, so no overflow warnings
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def forward(weights, side, rows):
+    """{output name: float64 array} for the raw rows, from the files alone."""
+    import numpy as np
+
+    used = set()
+
+    def take(name, shape, dtype=np.float32):
+        if name not in weights:
+            raise ExportError(f"tensor '{name}' is missing from the weights")
+        t = weights[name]
+        if t.dtype != dtype or list(t.shape) != list(shape):
+            raise ExportError(f"tensor '{name}' is {t.dtype} {list(t.shape)}, expected {np.dtype(dtype)} {list(shape)}")
+        used.add(name)
+        return t.astype(np.float64)
+
+    if side.get("format") != SIDECAR_FORMAT or side.get("format_version") != SIDECAR_VERSION:
+        raise ExportError(f"sidecar format is {side.get('format')!r} v{side.get('format_version')!r}")
+    width = int(side["input"])
+    if rows.shape[1] != width:
+        raise ExportError(f"inputs have {rows.shape[1]} features, the model takes {width}")
+    if len(side["feature_names"]) != width:
+        raise ExportError(f"{len(side['feature_names'])} feature names for {width} features")
+
+    x = rows.astype(np.float64)
+    if side["normalizer"] is not None:
+        mean = np.asarray(side["normalizer"]["mean"], dtype=np.float32).astype(np.float64)
+        std = np.asarray(side["normalizer"]["std"], dtype=np.float32).astype(np.float64)
+        if mean.shape != (width,) or std.shape != (width,):
+            raise ExportError("normalizer mean/std do not match the input width")
+        x = (x - mean) / std
+
+    for i, layer in enumerate(side["layers"]):
+        kind = layer["kind"]
+        if layer["index"] != i:
+            raise ExportError(f"layer {i} says index {layer['index']}")
+        if kind == "dense":
+            n_in, n_out = int(layer["in_features"]), int(layer["out_features"])
+            if n_in != width:
+                raise ExportError(f"layer {i}: dense takes {n_in} inputs, gets {width}")
+            w = take(f"{i}.weight", [n_out, n_in])
+            b = take(f"{i}.bias", [n_out])
+            x = activation(layer["activation"], layer, x @ w.T + b)
+            width = n_out
+        elif kind == "batchnorm":
+            n = int(layer["num_features"])
+            if n != width:
+                raise ExportError(f"layer {i}: batchnorm over {n} features, gets {width}")
+            gamma = take(f"{i}.weight", [n])
+            beta = take(f"{i}.bias", [n])
+            mean = take(f"{i}.running_mean", [n])
+            var = take(f"{i}.running_var", [n])
+            take(f"{i}.num_batches_tracked", [], np.int64)
+            x = (x - mean) / np.sqrt(var + float(layer["eps"])) * gamma + beta
+        elif kind == "layernorm":
+            n = int(layer["normalized_shape"])
+            if n != width:
+                raise ExportError(f"layer {i}: layernorm over {n} features, gets {width}")
+            gamma = take(f"{i}.weight", [n])
+            beta = take(f"{i}.bias", [n])
+            mu = x.mean(axis=-1, keepdims=True)
+            var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+            x = (x - mu) / np.sqrt(var + float(layer["eps"])) * gamma + beta
+        elif kind == "dropout":
+            p = float(layer["p"])
+            if not 0.0 <= p < 1.0:
+                raise ExportError(f"layer {i}: dropout p {p}")
+        else:
+            raise ExportError(f"layer {i}: unknown kind '{kind}'")
+
+    extra = sorted(set(weights) - used)
+    if extra:
+        raise ExportError(f"tensors no layer uses: {extra}")
+    listed = sorted(t["name"] for t in side["tensors"])
+    if listed != sorted(weights):
+        raise ExportError(f"sidecar lists tensors {listed}, the file holds {sorted(weights)}")
+    if int(side["output"]) != width:
+        raise ExportError(f"sidecar says {side['output']} outputs, the layers give {width}")
+
+    head = side["head"]
+    classes = head["class_names"]
+    if head["kind"] == "regression":
+        return {"prediction": x}
+    if head["kind"] == "softmax":
+        if len(classes) != width:
+            raise ExportError(f"{len(classes)} class names for {width} logits")
+        z = np.exp(x - x.max(axis=-1, keepdims=True))
+        return {"logits": x, "probabilities": z / z.sum(axis=-1, keepdims=True)}
+    if head["kind"] == "sigmoid":
+        if len(classes) != 2 or width != 1:
+            raise ExportError(f"sigmoid head with {len(classes)} classes and {width} logits")
+        return {"logits": x, "probabilities": np.concatenate([sigmoid(-x), sigmoid(x)], axis=-1)}
+    raise ExportError(f"unknown head kind '{head['kind']}'")
+
+
+def main(argv):
+    args = argv[1:]
+    tolerance = DEFAULT_TOLERANCE
+    if "--tolerance" in args:
+        k = args.index("--tolerance")
+        try:
+            tolerance = float(args[k + 1])
+        except (IndexError, ValueError):
+            print("check_safetensors_export: --tolerance needs a number", file=sys.stderr)
+            return 2
+        del args[k : k + 2]
+    if len(args) != 4:
+        print(
+            f"usage: {os.path.basename(argv[0])} <weights.safetensors> <sidecar.json> <inputs> <expected.json> "
+            "[--tolerance T]",
+            file=sys.stderr,
+        )
+        return 2
+    weights_path, sidecar_path, inputs_path, expected_path = args
+
+    from safetensors.numpy import load_file
+
+    weights = load_file(weights_path)
+    with open(sidecar_path) as f:
+        side = json.load(f)
+    rows = load_inputs(inputs_path)
+    expected = load_tensors(expected_path)
+    try:
+        got = forward(weights, side, rows)
+    except (ExportError, KeyError, TypeError, ValueError) as e:
+        print(f"check_safetensors_export: FAIL inconsistent export: {e!r}", file=sys.stderr)
+        return 1
+    if sorted(got) != sorted(expected):
+        message = f"outputs {sorted(got)}, expected file has {sorted(expected)}"
+        print(f"check_safetensors_export: FAIL {message}", file=sys.stderr)
+        return 1
+
+    failures = []
+    for name in sorted(got):
+        max_diff, max_scaled, error = compare(name, got[name], expected[name], tolerance)
+        if error:
+            failures.append(error)
+        if max_diff is not None:
+            print(
+                f"check_safetensors_export: {name} {list(got[name].shape)} max abs diff {max_diff:.3g}, "
+                f"max scaled diff {max_scaled:.3g}"
+            )
+    if failures:
+        for f in failures:
+            print(f"check_safetensors_export: FAIL {f}", file=sys.stderr)
+        return 1
+    print(f"check_safetensors_export: OK {weights_path} ({len(rows)} rows, tolerance {tolerance})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,16 +1,44 @@
 //! KynML's engine as a library: the `.kyn` language, CSV data, the model
-//! graph, training and evaluation. It prints nothing; progress arrives
-//! through a callback and results as values.
+//! graph, training, checkpoints, evaluation, export and prediction. It prints
+//! nothing; progress arrives through a callback and results as values.
 //!
-//! ```no_run
+//! The three things a service does with it:
+//!
+//! 1. **Read a spec** from a file ([`plan::SpecFile::load`]) or a string
+//!    ([`plan::SpecFile::from_source`]); every problem comes back at once as
+//!    located diagnostics ([`spec::render`] prints them as `kynml` does).
+//! 2. **Train** with [`train::train`], which reports [`train::TrainEvent`]s
+//!    (epochs, steps, checkpoints) to a callback as it goes.
+//! 3. **Predict** with [`predict::Predictor`], from the model just trained or
+//!    from a run folder or export on disk ([`export::load`]), on raw rows
+//!    in memory.
+//!
+//! ```
+//! use kynml_core::export;
 //! use kynml_core::plan::SpecFile;
-//! use kynml_core::train::{train, TrainSettings};
+//! use kynml_core::predict::Predictor;
+//! use kynml_core::train::{train, TrainEvent, TrainSettings};
 //!
-//! let spec = SpecFile::load("examples/iris/iris.kyn".as_ref())?;
+//! let spec = SpecFile::load("../../examples/iris/iris.kyn".as_ref())?;
 //! let data = spec.load_data()?;
 //! let device = kynml_backend::select(kynml_backend::DeviceChoice::Cpu)?;
-//! let result = train(&spec.spec, &data, &device, &TrainSettings::default(), &mut |_event| {})?;
-//! println!("{:?}", result.final_metrics);
+//!
+//! let mut epochs = 0;
+//! let result = train(&spec.spec, &data, &device, &TrainSettings::default(), &mut |event| {
+//!     if let TrainEvent::EpochEnd(record) = event {
+//!         epochs += 1;
+//!         assert!(record.val_loss.is_finite());
+//!     }
+//! })?;
+//! assert_eq!(epochs, spec.spec.train.epochs.value);
+//! assert!(result.final_metrics["accuracy"] > 0.8);
+//!
+//! // The trained model with its normalisation and class names, ready to serve.
+//! let model = export::from_model(&result.model, "IrisNet", &data.info, spec.spec.train.loss.value);
+//! let predictor = Predictor::new(model, &device);
+//! let rows = [5.1, 3.5, 1.4, 0.2, 6.9, 3.1, 5.4, 2.1]; // two flowers, raw measurements in cm
+//! let p = predictor.predict(&rows)?;
+//! assert_eq!(p.labels.unwrap(), ["setosa", "virginica"]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

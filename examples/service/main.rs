@@ -1,0 +1,65 @@
+//! KynML embedded in a service: train a model in-process (or load a run
+//! folder), then answer predictions, without the `kynml` command.
+//!
+//! ```sh
+//! # train the iris example in-process, then predict the rows typed on stdin
+//! printf '5.1,3.5,1.4,0.2\n6.9,3.1,5.4,2.1\n' | cargo run --release -p kynml-core --example service
+//! # or serve a finished run (or a .safetensors / .mpk export)
+//! cargo run --release -p kynml-core --example service -- runs/iris-20261121-101500 < rows.csv
+//! ```
+//!
+//! Each input line is one row of raw feature values in the model's column
+//! order; each output line is a JSON answer.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use kynml_core::export;
+use kynml_core::plan::SpecFile;
+use kynml_core::predict::Predictor;
+use kynml_core::train::{train, TrainEvent, TrainSettings};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let device = kynml_backend::select(kynml_backend::DeviceChoice::Auto)?;
+    let predictor = match std::env::args().nth(1) {
+        Some(path) => Predictor::load(Path::new(&path), &device)?,
+        None => {
+            let spec_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iris/iris.kyn");
+            let spec = SpecFile::load(&spec_path)?;
+            let data = spec.load_data()?;
+            let result = train(&spec.spec, &data, &device, &TrainSettings::default(), &mut |event| {
+                if let TrainEvent::EpochEnd(r) = event {
+                    eprint!("\rtraining: epoch {} val_loss {:.4}   ", r.epoch, r.val_loss);
+                }
+            })?;
+            eprintln!();
+            let model = export::from_model(&result.model, &spec.spec.model.name.value, &data.info, spec.spec.train.loss.value);
+            Predictor::new(model, &device)
+        }
+    };
+    let names = &predictor.model.feature_names;
+    eprintln!("ready on {}: one row of {} per line ({})", device.describe(), names.len(), names.join(", "));
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: Result<Vec<f32>, _> = line.split(',').map(|v| v.trim().parse::<f32>()).collect();
+        let answer = match row {
+            Ok(row) if row.len() == names.len() => match predictor.predict(&row) {
+                Ok(p) => match (&p.labels, &p.probabilities) {
+                    (Some(labels), Some(probs)) => serde_json::json!({ "label": labels[0], "probabilities": probs }),
+                    _ => serde_json::json!({ "prediction": p.outputs }),
+                },
+                Err(e) => serde_json::json!({ "error": e }),
+            },
+            Ok(row) => serde_json::json!({ "error": format!("expected {} values, found {}", names.len(), row.len()) }),
+            Err(e) => serde_json::json!({ "error": format!("not a number: {e}") }),
+        };
+        writeln!(out, "{answer}")?;
+    }
+    Ok(())
+}

@@ -24,6 +24,8 @@ use kynml_backend::{probe_wgpu, select, Device, DeviceChoice, DeviceKind, WgpuAd
 use kynml_core::data::{Dataset, Table, Targets};
 use kynml_core::plan::SpecFile;
 use kynml_core::rng::SplitMix64;
+use kynml_core::spec::types::LossScale;
+use kynml_core::train::precision::{Compute, PrecisionPlan};
 use kynml_core::train::{train, TrainEvent, TrainSettings};
 
 const ROWS: usize = 40_960;
@@ -68,21 +70,35 @@ fn deepnet() {
     for device in &devices {
         // A software Vulkan driver is ~100x slower; fewer steps keep the bench short.
         let steps = if is_software(device) { 6 } else { STEPS };
-        for workers in [0, 4] {
+        let half_ok = |c: Compute| match (&device.kind, c) {
+            (DeviceKind::Wgpu(a), Compute::Fp16) => a.shader_f16,
+            (DeviceKind::Wgpu(_), Compute::Bf16) => false,
+            _ => true,
+        };
+        let cases = [(Compute::Fp32, 0), (Compute::Fp32, 4), (Compute::Bf16, 0), (Compute::Fp16, 0)];
+        for (compute, workers) in cases.into_iter().filter(|&(c, _)| half_ok(c)) {
             file.spec.dataset.num_workers.value = workers;
-            let settings = TrainSettings { max_steps_per_epoch: Some(steps), ..TrainSettings::default() };
-            eprintln!("bench deepnet: {}, {workers} workers ({steps} steps after a warm-up epoch)...", device.describe());
+            let settings = TrainSettings {
+                max_steps_per_epoch: Some(steps),
+                precision: Some(PrecisionPlan::forced(compute, LossScale::Auto)),
+                ..TrainSettings::default()
+            };
+            eprintln!(
+                "bench deepnet: {}, {}, {workers} workers ({steps} steps after a warm-up epoch)...",
+                device.describe(),
+                compute.name()
+            );
             let result = train(&file.spec, &data, device, &settings, &mut |_| {}).expect("training runs");
             let timed = &result.history[1];
             let batch = file.spec.train.batch.value as f64;
-            rows.push((device.describe(), workers, timed.samples_per_sec, 1000.0 * batch / timed.samples_per_sec));
+            rows.push((device.short_name(), compute.name(), workers, timed.samples_per_sec, 1000.0 * batch / timed.samples_per_sec));
         }
     }
 
-    println!("\nDeepNet training throughput (fp32, batch {}, AdamW)", file.spec.train.batch.value);
-    println!("  {:<70} {:>7} {:>12} {:>10}", "device", "workers", "samples/s", "ms/step");
-    for (name, workers, sps, ms) in rows {
-        println!("  {name:<70} {workers:>7} {sps:>12.0} {ms:>10.2}");
+    println!("\nDeepNet training throughput (batch {}, AdamW)", file.spec.train.batch.value);
+    println!("  {:<24} {:>9} {:>7} {:>12} {:>10}", "device", "precision", "workers", "samples/s", "ms/step");
+    for (name, precision, workers, sps, ms) in rows {
+        println!("  {name:<24} {precision:>9} {workers:>7} {sps:>12.0} {ms:>10.2}");
     }
 }
 

@@ -82,7 +82,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let summary = serde_json::json!({
         "spec": args.spec.display().to_string(),
         "model": file.spec.model.name.value,
-        "precision": "fp32",
+        "precision": result.precision.compute.name(),
         "primary_metric": primary,
         "metrics": result.final_metrics,
         "best_epoch": result.best_epoch,
@@ -238,7 +238,10 @@ impl Progress {
 }
 
 fn epoch_line(r: &EpochRecord) -> String {
-    let metrics: Vec<String> = r.metrics.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
+    let mut metrics: Vec<String> = r.metrics.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
+    if let Some(scale) = r.loss_scale {
+        metrics.push(format!("loss_scale {scale}  skipped {}", r.skipped_steps));
+    }
     // A resumed run's earlier epochs come from the checkpoint, without timings.
     let timing = if r.seconds.is_nan() {
         String::new()

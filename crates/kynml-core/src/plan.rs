@@ -9,6 +9,7 @@ use crate::data::{read_csv, DataError, Dataset, TableOptions};
 use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec};
 use crate::spec::{self, Diagnostic, SpecError};
 use crate::train::resume::{self, LoopState, ResumeError};
+use crate::train::precision::Compute;
 use crate::train::AnyOptimizer;
 use kynml_backend::{Device, DeviceChoice};
 
@@ -239,12 +240,25 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
         value: format!("{} via {}", device.describe(), device.backend_name()),
         as_requested: true,
     }];
-    out.push(match t.precision.value {
-        Precision::Fp32 => Applied { setting: "precision", value: "fp32".into(), as_requested: true },
-        p => Applied {
+    let precision = crate::train::precision::plan(t, device);
+    out.push(match (&precision.fallback, precision.compute) {
+        (Some(why), _) => Applied { setting: "precision", value: format!("fp32 ({why})"), as_requested: false },
+        (None, Compute::Fp32) => Applied { setting: "precision", value: "fp32".into(), as_requested: true },
+        (None, c) => Applied {
             setting: "precision",
-            value: format!("fp32 ({} requested; mixed precision is not implemented yet)", precision_name(p)),
-            as_requested: false,
+            value: format!(
+                "{} mixed precision: dense products in {}, the rest and the master weights fp32; {}",
+                c.name(),
+                c.name(),
+                match precision.scaler {
+                    Some(s) => format!(
+                        "dynamic loss scaling from {} (x{} every {} finite steps, x{} on overflow)",
+                        s.init, s.growth, s.interval, s.backoff
+                    ),
+                    None => "no loss scaling".into(),
+                }
+            ),
+            as_requested: true,
         },
     });
     out.push(match (t.compile.value, device.has_fusion()) {

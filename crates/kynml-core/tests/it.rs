@@ -484,3 +484,193 @@ fn exports_predict_like_the_trained_model_in_onnxruntime_numpy_and_kynml() {
     export_round_trip(seed + 2, " dense 16 leaky_relu\n batchnorm\n dropout 0.2", "cross_entropy", 3);
     export_round_trip(seed + 3, " dense 16 sigmoid\n layernorm", "bce", 1);
 }
+
+// ---- mixed precision ----
+
+fn run_with(path: &Path, device: &kynml_backend::Device, plan: Option<kynml_core::train::precision::PrecisionPlan>) -> kynml_core::train::TrainResult {
+    let file = SpecFile::load(path).unwrap();
+    let data = file.load_data().unwrap();
+    let settings = TrainSettings { precision: plan, ..TrainSettings::default() };
+    train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
+}
+
+fn worst_loss_gap(a: &kynml_core::train::TrainResult, b: &kynml_core::train::TrainResult) -> f64 {
+    a.history
+        .iter()
+        .zip(&b.history)
+        .flat_map(|(x, y)| [(x.train_loss - y.train_loss).abs() / x.train_loss.abs(), (x.val_loss - y.val_loss).abs() / x.val_loss.abs()])
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn bf16_and_fp16_track_fp32_on_every_backend() {
+    use kynml_core::spec::types::LossScale;
+    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let layers = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
+    let path = random_regression_spec(tmp.path(), seed, layers);
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let fp32 = run_with(&path, &cpu, None);
+    assert_eq!(fp32.precision.compute, Compute::Fp32);
+    // bf16 keeps 8 significant bits, fp16 11: over four epochs of Adam the
+    // losses drift by a few percent at most in bf16, under one in fp16.
+    let tolerance = |c: Compute| if c == Compute::Bf16 { 5e-2 } else { 1e-2 };
+    for compute in [Compute::Bf16, Compute::Fp16] {
+        // Numerics only: a loss scaler's skipped first steps would change
+        // the trajectory, not the arithmetic (the scaler has its own tests).
+        let half = run_with(&path, &cpu, Some(PrecisionPlan::forced(compute, LossScale::None)));
+        let gap = worst_loss_gap(&fp32, &half);
+        eprintln!("cpu {}: worst relative loss gap to fp32 {gap:.2e} (seed {seed})", compute.name());
+        assert!(gap <= tolerance(compute), "cpu {}: {gap} (seed {seed})", compute.name());
+    }
+    // On wgpu the plan itself picks fp16 where the adapter has f16 shaders.
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let mut file = SpecFile::load(&path).unwrap();
+    file.spec.train.precision.value = kynml_core::spec::types::Precision::Fp16;
+    let plan = kynml_core::train::precision::plan(&file.spec.train, &wgpu);
+    if plan.compute == Compute::Fp16 {
+        assert!(plan.scaler.is_some(), "fp16 scales its loss by default");
+        let half = run_with(&path, &wgpu, Some(PrecisionPlan::forced(Compute::Fp16, LossScale::None)));
+        let gap = worst_loss_gap(&fp32, &half);
+        eprintln!("wgpu fp16: worst relative loss gap to cpu fp32 {gap:.2e} (seed {seed})");
+        assert!(gap <= 1e-2, "wgpu fp16: {gap} (seed {seed})");
+    } else {
+        eprintln!("wgpu fp16 not run: {}", plan.fallback.unwrap_or_default());
+    }
+}
+
+/// The gradient of every dense weight after one backward pass of `model` on
+/// `x`, with the products in `half` and the loss scaled by `scale` (then
+/// unscaled). The loss is the mse against `y`, or with `upstream` the sum of
+/// the predictions times those fixed weights (the same gradient as the mse
+/// whose residuals gave them, through this model's own Jacobian).
+fn dense_grads(
+    model: &kynml_core::model::Model<kynml_backend::Backend>,
+    x: &[f32],
+    y: &[f32],
+    upstream: bool,
+    half: Option<burn::tensor::FloatDType>,
+    scale: Option<f64>,
+) -> Vec<Vec<f32>> {
+    use burn::optim::GradientsParams;
+    use burn::tensor::{Tensor, TensorData};
+    use kynml_core::model::{Layer, Mode};
+    use kynml_core::train::loss_scale::LossScaler;
+    use kynml_core::train::precision::ScalerConfig;
+    let device = select(DeviceChoice::Cpu).unwrap().autodiff();
+    let n = y.len();
+    let xt = Tensor::<kynml_backend::Backend, 2>::from_data(TensorData::new(x.to_vec(), [n, x.len() / n]), &device);
+    let yt = Tensor::<kynml_backend::Backend, 2>::from_data(TensorData::new(y.to_vec(), [n, 1]), &device);
+    let pred = model.forward_in(xt, Mode::Eval, half);
+    let loss = if upstream { (pred * yt).sum() } else { (pred - yt).square().mean() };
+    let mut grads = match scale {
+        None => GradientsParams::from_grads(loss.backward(), model),
+        Some(init) => {
+            let scaler = LossScaler::new(&ScalerConfig { init, ..ScalerConfig::default() });
+            let mut g = GradientsParams::from_grads(scaler.scale_loss(loss).backward(), model);
+            assert!(scaler.unscale(&mut g, &model.param_ranks()), "no overflow at this scale");
+            g
+        }
+    };
+    model
+        .layers
+        .iter()
+        .filter_map(|l| match l {
+            Layer::Dense(d) => Some(grads.remove::<kynml_backend::Backend, 2>(d.weight.id).unwrap()),
+            _ => None,
+        })
+        .map(|g| g.into_data().convert::<f32>().into_vec::<f32>().unwrap())
+        .collect()
+}
+
+#[test]
+fn fp16_gradients_underflow_without_loss_scaling_and_the_scaler_fixes_it() {
+    use burn::tensor::{FloatDType, Tensor, TensorData};
+    use kynml_core::model::{Mode, Model};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, " dense 32 tanh\n dense 16 tanh\n dense 1 linear");
+    let file = SpecFile::load(&path).unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let model = Model::init(&file.spec.model, seed, &cpu.autodiff());
+    // Targets within 1e-5 of what the model predicts: late in training, a
+    // good fit leaves residuals this small, and the loss gradient 2r/n
+    // falls below fp16's smallest subnormal (6e-8) in the fp16 products.
+    let mut rng = kynml_core::rng::SplitMix64::new(seed);
+    let n = 64;
+    let x: Vec<f32> = (0..n * 6).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+    let xt = Tensor::<kynml_backend::Backend, 2>::from_data(TensorData::new(x.clone(), [n, 6]), &cpu.autodiff());
+    let pred: Vec<f32> =
+        model.forward_in(xt, Mode::Eval, Some(FloatDType::F16)).into_data().convert::<f32>().into_vec().unwrap();
+    let residual: Vec<f32> = (0..n).map(|_| rng.uniform(-1e-5, 1e-5) as f32).collect();
+    let y: Vec<f32> = pred.iter().zip(&residual).map(|(p, r)| p - r).collect();
+
+    // The reference: the same loss gradient (2r/n per row) carried back in fp32.
+    let upstream: Vec<f32> = residual.iter().map(|r| 2.0 * r / n as f32).collect();
+    let fp32 = dense_grads(&model, &x, &upstream, true, None, None);
+    let plain = dense_grads(&model, &x, &y, false, Some(FloatDType::F16), None);
+    let scaled = dense_grads(&model, &x, &y, false, Some(FloatDType::F16), Some(65536.0));
+    let nonzero = |g: &[f32]| g.iter().filter(|v| **v != 0.0).count();
+    let rel = |a: &[f32], b: &[f32]| {
+        let norm = b.iter().map(|v| v * v).sum::<f32>().sqrt();
+        a.iter().zip(b).map(|(p, q)| (p - q) * (p - q)).sum::<f32>().sqrt() / norm
+    };
+    for (layer, ((f, p), s)) in fp32.iter().zip(&plain).zip(&scaled).enumerate() {
+        eprintln!(
+            "dense {layer} (seed {seed}): nonzero grads fp32 {}/{}, fp16 {}, fp16 scaled {}; scaled vs fp32 {:.2e} relative",
+            nonzero(f),
+            f.len(),
+            nonzero(p),
+            nonzero(s),
+            rel(s, f)
+        );
+        assert!(nonzero(f) > f.len() / 2, "the fp32 gradient is alive");
+        // fp16 keeps 11 significant bits; products of two rounded inputs
+        // agree with fp32 to a few parts in a thousand.
+        assert!(rel(s, f) < 2e-2, "dense {layer}: the scaled fp16 gradient should match fp32 (seed {seed})");
+    }
+    // Without scaling most of the first layer's gradient underflows to zero
+    // and what is left is wrong: that layer stops learning.
+    let (alive, error) = (nonzero(&plain[0]), rel(&plain[0], &fp32[0]));
+    eprintln!("plain fp16, dense 0: {alive}/{} nonzero, {error:.2} relative error", plain[0].len());
+    assert!(alive < plain[0].len() / 2 && error > 0.5, "plain fp16 should underflow (seed {seed})");
+}
+
+#[test]
+fn overflowing_steps_are_skipped_without_advancing_the_optimizer_and_the_scale_backs_off() {
+    use kynml_core::spec::types::LossScale;
+    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, " dense 16 relu\n dense 1 linear");
+    let spec = std::fs::read_to_string(&path).unwrap()
+        + " checkpoint = checkpoint(every_n=1, path=\"s.ckpt\")\n loss_scale = dynamic(init=1e12, backoff=0.001, interval=5)\n";
+    std::fs::write(&path, spec).unwrap();
+    let file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let LossScale::Dynamic { init, .. } = file.spec.train.loss_scale.value else { panic!("parsed") };
+    let plan = PrecisionPlan::forced(Compute::Fp16, file.spec.train.loss_scale.value);
+    let settings = TrainSettings {
+        precision: Some(plan),
+        checkpoint_path: file.checkpoint_path(),
+        ..TrainSettings::default()
+    };
+    let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+    let skipped: usize = result.history.iter().map(|r| r.skipped_steps).sum();
+    let scales: Vec<f64> = result.history.iter().map(|r| r.loss_scale.unwrap()).collect();
+    eprintln!("skipped {skipped} steps; scale per epoch {scales:?} (seed {seed})");
+    // 1e12 times the loss overflows fp16 in the backward pass: the first
+    // steps are skipped and the scale is cut by 1000 each time.
+    assert!(skipped >= 1 && result.history[0].skipped_steps == skipped, "only the first steps overflow");
+    assert!(scales[0] < init && scales[0] * 1000.0 >= init / 1e9, "{scales:?}");
+    assert!(result.history.iter().all(|r| r.train_loss.is_finite()), "skipped losses stay out of the mean");
+    // Five finite steps in a row grow it again (interval = 5, growth 2).
+    assert!(scales.windows(2).any(|w| w[1] > w[0]), "{scales:?}");
+    // The optimizer took exactly the steps that were not skipped.
+    let (_, state) = file.find_checkpoint().unwrap().unwrap();
+    let batches = data.train.len().div_ceil(file.spec.train.batch.value) * file.spec.train.epochs.value;
+    assert_eq!(state.steps as usize + skipped, batches);
+    assert_eq!(state.loss_scale.map(|s| s.scale), scales.last().copied());
+}

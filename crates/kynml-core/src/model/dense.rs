@@ -2,7 +2,7 @@
 
 use burn::module::{Module, Param};
 use burn::tensor::activation;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{FloatDType, Tensor, TensorData};
 
 use crate::rng::SplitMix64;
 use crate::spec::types::Activation;
@@ -39,11 +39,19 @@ impl Dense<Kb> {
         }
     }
 
+    /// The matrix product runs in `half` when given (inputs and weights cast
+    /// down, the product cast back to fp32; autodiff carries the gradient
+    /// back through both casts to the fp32 weight). Bias and activation stay
+    /// fp32. See [`crate::train::precision`].
+    ///
     /// # Shapes
     /// `x: [batch, d_in]` → `[batch, d_out]`
-    pub fn forward(&self, x: Tensor<Kb, 2>) -> Tensor<Kb, 2> {
-        let y = x.matmul(self.weight.val()) + self.bias.val().unsqueeze::<2>();
-        apply_activation(y, self.activation)
+    pub fn forward(&self, x: Tensor<Kb, 2>, half: Option<FloatDType>) -> Tensor<Kb, 2> {
+        let product = match half {
+            None => x.matmul(self.weight.val()),
+            Some(h) => x.cast(h).matmul(self.weight.val().cast(h)).cast(FloatDType::F32),
+        };
+        apply_activation(product + self.bias.val().unsqueeze::<2>(), self.activation)
     }
 }
 

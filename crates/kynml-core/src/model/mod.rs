@@ -19,7 +19,7 @@ pub use state::StateError;
 pub use summary::{summarize, LayerSummary, ModelSummary};
 
 use burn::module::Module;
-use burn::tensor::Tensor;
+use burn::tensor::{FloatDType, Tensor};
 
 use crate::rng::SplitMix64;
 use crate::spec::types::{Layer as LayerSpec, ModelSpec};
@@ -77,11 +77,17 @@ impl Model<Kb> {
 
     /// # Shapes
     /// `x: [batch, input]` → `[batch, outputs]`
-    pub fn forward(&self, mut x: Tensor<Kb, 2>, mut mode: Mode) -> Tensor<Kb, 2> {
+    pub fn forward(&self, x: Tensor<Kb, 2>, mode: Mode) -> Tensor<Kb, 2> {
+        self.forward_in(x, mode, None)
+    }
+
+    /// [`forward`](Self::forward) with the dense layers' products in `half`
+    /// (bf16 or fp16) when given; the rest stays fp32.
+    pub fn forward_in(&self, mut x: Tensor<Kb, 2>, mut mode: Mode, half: Option<FloatDType>) -> Tensor<Kb, 2> {
         for layer in &self.layers {
             let training = matches!(mode, Mode::Train(_));
             x = match layer {
-                Layer::Dense(dense) => dense.forward(x),
+                Layer::Dense(dense) => dense.forward(x, half),
                 Layer::BatchNorm(norm) => norm.forward(x, training),
                 Layer::LayerNorm(norm) => norm.forward(x),
                 Layer::Dropout(dropout) => match &mut mode {

@@ -76,6 +76,21 @@ impl Model<Kb> {
         out
     }
 
+    /// The trainable parameters' ids with their ranks (dense weights 2, the
+    /// rest 1), in layer order.
+    pub fn param_ranks(&self) -> Vec<(ParamId, usize)> {
+        let mut out = Vec::new();
+        for layer in &self.layers {
+            match layer {
+                Layer::Dense(d) => out.extend([(d.weight.id, 2), (d.bias.id, 1)]),
+                Layer::BatchNorm(n) => out.extend([(n.gamma.id, 1), (n.beta.id, 1)]),
+                Layer::LayerNorm(n) => out.extend([(n.gamma.id, 1), (n.beta.id, 1)]),
+                Layer::Dropout(_) => {}
+            }
+        }
+        out
+    }
+
     /// This model with every tensor replaced by the one named
     /// `{prefix}{layer}.{field}` in `stored`, on `device`. Parameter ids are
     /// kept. Nothing is replaced unless every tensor is present with the

@@ -22,6 +22,7 @@ pub(super) const TRAIN_KEYS: &[&str] = &[
     "early_stop",
     "checkpoint",
     "precision",
+    "loss_scale",
     "compile",
     "seed",
 ];

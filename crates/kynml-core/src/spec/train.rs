@@ -7,7 +7,7 @@ use super::keys::{settings, Settings};
 use super::optimizer::{default_optimizer, optimizer};
 use super::suggest;
 use super::types::{
-    Checkpoint, DeviceRequest, EarlyStop, Loss, Precision, Scheduler, SchedulerKind, Spanned, TrainSpec,
+    Checkpoint, DeviceRequest, EarlyStop, Loss, LossScale, Precision, Scheduler, SchedulerKind, Spanned, TrainSpec,
 };
 use super::values::{self, Range};
 
@@ -59,6 +59,7 @@ fn train_spec(
     let checkpoint = s.optional("checkpoint", |v| checkpoint(v, d));
     let precision =
         s.with_default("precision", Precision::Fp32, |v| values::choice(v, "`precision`", "precision", PRECISIONS, d));
+    let loss_scale = s.with_default("loss_scale", LossScale::Auto, |v| loss_scale(v, d));
     let compile = s.boolean("compile", false, d);
     let seed = s.optional("seed", |v| values::unsigned(v, "`seed`", d));
     Some(TrainSpec {
@@ -73,6 +74,7 @@ fn train_spec(
         early_stop: early_stop?,
         checkpoint: checkpoint?,
         precision: precision?,
+        loss_scale: loss_scale?,
         compile: compile?,
         seed: seed?.unwrap_or(42),
     })
@@ -255,6 +257,30 @@ fn early_stop(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Spanned<EarlyStop>> 
     let min_delta = args.float("min_delta", 0.0, Range::NonNegative, d);
     args.ok()?;
     Some(Spanned { value: EarlyStop { patience: patience?, min_delta: min_delta? }, span: v.span })
+}
+
+/// `none`, `dynamic`, or `dynamic(init=65536, growth=2.0, interval=2000, backoff=0.5)`.
+fn loss_scale(v: &Value, d: &mut Vec<Diagnostic>) -> Option<LossScale> {
+    if let ValueKind::Ident(name) = &v.kind {
+        if name == "none" {
+            return Some(LossScale::None);
+        }
+    }
+    let example = "loss_scale = dynamic(init=65536)";
+    let callee = match &v.kind {
+        ValueKind::Ident(name) if name == "dynamic" => None,
+        _ => Some(expect_call(v, "dynamic", "`loss_scale` (or `none`)", example, d)?),
+    };
+    let Some(callee) = callee else {
+        return Some(LossScale::Dynamic { init: 65536.0, growth: 2.0, interval: 2000, backoff: 0.5 });
+    };
+    let args = bind(callee, &["init", "growth", "interval", "backoff"], d);
+    let init = args.float("init", 65536.0, Range::Positive, d);
+    let growth = args.float("growth", 2.0, Range::Positive, d);
+    let interval = args.count("interval", 2000, 1, d);
+    let backoff = args.float("backoff", 0.5, Range::OpenUnit, d);
+    args.ok()?;
+    Some(LossScale::Dynamic { init: init?, growth: growth?, interval: interval?, backoff: backoff? })
 }
 
 fn checkpoint(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Spanned<Checkpoint>> {

@@ -98,6 +98,8 @@ pub struct TrainSpec {
     pub early_stop: Option<Spanned<EarlyStop>>,
     pub checkpoint: Option<Spanned<Checkpoint>>,
     pub precision: Spanned<Precision>,
+    /// Loss scaling for reduced precision; `Auto` unless written.
+    pub loss_scale: Spanned<LossScale>,
     pub compile: Spanned<bool>,
     /// Default 42.
     pub seed: u64,
@@ -176,6 +178,15 @@ pub struct Checkpoint {
     pub path: PathBuf,
     pub async_save: bool,
     pub keep: usize,
+}
+
+/// `loss_scale = none | dynamic | dynamic(init=, growth=, interval=, backoff=)`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub enum LossScale {
+    /// Dynamic scaling with PyTorch's defaults for fp16, none otherwise.
+    Auto,
+    None,
+    Dynamic { init: f64, growth: f64, interval: usize, backoff: f64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -14,6 +14,12 @@ pub struct EpochRecord {
     pub metrics: BTreeMap<String, f64>,
     pub samples_per_sec: f64,
     pub seconds: f64,
+    /// The loss scale at the end of the epoch, when loss scaling is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// Steps skipped because their gradients overflowed (loss scaling).
+    #[serde(default)]
+    pub skipped_steps: usize,
 }
 
 /// Progress, in the order it happens.

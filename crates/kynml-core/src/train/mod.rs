@@ -7,7 +7,9 @@
 mod early_stop;
 mod events;
 pub mod loss;
+pub mod loss_scale;
 mod optimizer;
+pub mod precision;
 pub mod resume;
 pub mod schedule;
 mod trainer;

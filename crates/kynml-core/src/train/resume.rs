@@ -42,6 +42,9 @@ pub struct LoopState {
     pub early_stop: Option<StopState>,
     /// True when early stopping ended the run: there is nothing to resume.
     pub stopped_early: bool,
+    /// The loss scaler's scale and run of finite steps, when it is on.
+    #[serde(default)]
+    pub loss_scale: Option<ScaleState>,
     /// Every finished epoch, so that a resumed run's report covers the
     /// whole training. Timings are not saved (they read back as NaN): two
     /// runs that reach the same state write the same bytes.
@@ -49,6 +52,15 @@ pub struct LoopState {
     pub history: Vec<EpochRecord>,
     /// The model block the checkpoint was written for, for error messages.
     pub model: String,
+}
+
+/// The loss scaler's progress; its growth and backoff come from the spec of
+/// the run that resumes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleState {
+    #[serde(with = "exact")]
+    pub scale: f64,
+    pub good_steps: usize,
 }
 
 /// Early stopping's progress. The patience and threshold come from the spec
@@ -221,6 +233,10 @@ mod saved_history {
         #[serde(with = "super::exact")]
         val_loss: f64,
         metrics: BTreeMap<String, String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        loss_scale: Option<f64>,
+        #[serde(default)]
+        skipped_steps: usize,
     }
 
     pub fn serialize<S: Serializer>(history: &[EpochRecord], serializer: S) -> Result<S::Ok, S::Error> {
@@ -232,6 +248,8 @@ mod saved_history {
                 train_loss: r.train_loss,
                 val_loss: r.val_loss,
                 metrics: r.metrics.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+                loss_scale: r.loss_scale,
+                skipped_steps: r.skipped_steps,
             })
             .collect();
         saved.serialize(serializer)
@@ -258,6 +276,8 @@ mod saved_history {
                     metrics,
                     samples_per_sec: f64::NAN,
                     seconds: f64::NAN,
+                    loss_scale: s.loss_scale,
+                    skipped_steps: s.skipped_steps,
                 })
             })
             .collect()
@@ -278,6 +298,8 @@ mod tests {
             metrics: [("r2".to_string(), -f64::INFINITY), ("rmse".into(), 1.757_269_469_575_650_1)].into(),
             samples_per_sec: 1.0,
             seconds: 2.0,
+            loss_scale: Some(32768.0),
+            skipped_steps: 2,
         };
         let state = LoopState {
             epoch: 3,
@@ -287,6 +309,7 @@ mod tests {
             dropout_rng: 7,
             early_stop: Some(StopState { best: f64::INFINITY, best_epoch: None, bad_epochs: 2 }),
             stopped_early: false,
+            loss_scale: Some(ScaleState { scale: 1.5 * 2f64.powi(20), good_steps: 7 }),
             history: vec![record.clone()],
             model: "input 4".into(),
         };
@@ -298,6 +321,8 @@ mod tests {
         assert!(r.val_loss.is_nan() && r.seconds.is_nan() && r.samples_per_sec.is_nan());
         assert_eq!(r.metrics, record.metrics);
         assert_eq!(back.early_stop, state.early_stop);
+        assert_eq!(back.loss_scale, state.loss_scale);
+        assert_eq!((r.loss_scale, r.skipped_steps), (Some(32768.0), 2));
         assert_eq!((back.order_rng, back.steps), (u64::MAX, 30));
         // Timings are not saved, so the same state gives the same text.
         let mut other = state.clone();

@@ -22,7 +22,9 @@ use crate::train::early_stop::{EarlyStopper, Verdict};
 use crate::train::events::{EpochRecord, TrainEvent};
 use crate::train::loss;
 use crate::train::optimizer::AnyOptimizer;
-use crate::train::resume::{self, LoopState, ResumeError, StopState};
+use crate::train::loss_scale::LossScaler;
+use crate::train::precision::{self, PrecisionPlan};
+use crate::train::resume::{self, LoopState, ResumeError, ScaleState, StopState};
 use crate::train::schedule::lr_at;
 use kynml_backend::{Backend as Kb, Device};
 
@@ -55,6 +57,9 @@ pub struct TrainSettings {
     /// [`SpecFile::find_checkpoint`](crate::plan::SpecFile::find_checkpoint));
     /// `None` starts from fresh weights.
     pub resume_from: Option<Checkpoint>,
+    /// The precision to run, overriding what [`precision::plan`] decides for
+    /// the spec and device (tests and benches compare precisions this way).
+    pub precision: Option<PrecisionPlan>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +91,8 @@ pub struct TrainResult {
     /// Checkpoint writes that failed (each was reported as a
     /// [`TrainEvent::CheckpointFailed`]).
     pub checkpoint_failures: usize,
+    /// The precision that ran.
+    pub precision: PrecisionPlan,
 }
 
 pub fn train(
@@ -127,6 +134,10 @@ fn run<'scope, 'env>(
     let workers = spec.dataset.num_workers.value;
     let loader = Loader::new(workers, spec.dataset.prefetch.as_ref().map(|p| p.value))
         .map_err(|e| TrainError::DataWorkers { workers, reason: e.to_string() })?;
+    let precision = settings.precision.clone().unwrap_or_else(|| precision::plan(t, device));
+    let half = precision.compute.half();
+    let mut scaler = precision.scaler.as_ref().map(LossScaler::new);
+    let param_ranks: Vec<_> = model.param_ranks();
     let mut history = Vec::new();
     let mut stopped_early = false;
     let mut first_epoch = 1;
@@ -153,6 +164,9 @@ fn run<'scope, 'env>(
             s.early_stop.as_ref().inspect(|saved| saved.apply(stopper));
             best = restored.best;
         }
+        if let (Some(config), Some(saved)) = (&precision.scaler, &s.loss_scale) {
+            scaler = Some(LossScaler::resumed(config, saved.scale, saved.good_steps));
+        }
         (stopped_early, first_epoch, steps_taken, history) = (s.stopped_early, s.epoch + 1, s.steps, s.history);
         let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));
         on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
@@ -173,15 +187,39 @@ fn run<'scope, 'env>(
         let epoch_start = Instant::now();
         let mut loss_sum: Option<Tensor<Kb, 1>> = None;
         let mut seen = 0usize;
+        let mut skipped = 0usize;
         for (step, batch) in loader.epoch(scope, data, batches).enumerate() {
             let step = step + 1;
             let rows = batch.len();
             let (x, y) = batch_tensors(batch, data.n_features(), loss_kind, &ad_device);
 
-            let pred = model.forward(x, Mode::Train(&mut dropout_rng));
+            let pred = model.forward_in(x, Mode::Train(&mut dropout_rng), half);
             let loss = loss::compute(loss_kind, pred, &y);
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optimizer.step(lr, model, grads);
+            // With loss scaling: backpropagate the scaled loss, unscale, and
+            // skip the update (and the scaler's growth) if anything overflowed.
+            let finite = match scaler.as_mut() {
+                None => {
+                    let grads = GradientsParams::from_grads(loss.backward(), &model);
+                    model = optimizer.step(lr, model, grads);
+                    true
+                }
+                Some(scaler) => {
+                    let mut grads = GradientsParams::from_grads(scaler.scale_loss(loss.clone()).backward(), &model);
+                    let finite = scaler.unscale(&mut grads, &param_ranks);
+                    if finite {
+                        model = optimizer.step(lr, model, grads);
+                    }
+                    scaler.update(finite);
+                    finite
+                }
+            };
+            if !finite {
+                // A skipped step's loss is not part of the epoch's mean.
+                skipped += 1;
+                let samples_per_sec = seen as f64 / epoch_start.elapsed().as_secs_f64();
+                on_event(TrainEvent::Step { epoch, step, steps, loss: None, samples_per_sec });
+                continue;
+            }
             steps_taken += 1;
             if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::poll) {
                 checkpoint_failures += 1;
@@ -222,6 +260,8 @@ fn run<'scope, 'env>(
             metrics: evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes),
             samples_per_sec: seen as f64 / step_secs,
             seconds: epoch_start.elapsed().as_secs_f64(),
+            loss_scale: scaler.as_ref().map(|s| s.scale),
+            skipped_steps: skipped,
         };
         on_event(TrainEvent::EpochEnd(&record));
         history.push(record);
@@ -249,6 +289,7 @@ fn run<'scope, 'env>(
                     dropout_rng: dropout_rng.state(),
                     early_stop: stopper.as_ref().map(StopState::of),
                     stopped_early,
+                    loss_scale: scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps }),
                     history: history.clone(),
                     model: resume::describe_model(&spec.model),
                 };
@@ -290,6 +331,7 @@ fn run<'scope, 'env>(
         samples_per_sec: total_samples as f64 / total_step_secs.max(1e-9),
         resumed_after,
         checkpoint_failures,
+        precision,
     })
 }
 

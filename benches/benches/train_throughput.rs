@@ -91,7 +91,13 @@ fn deepnet() {
             let result = train(&file.spec, &data, device, &settings, &mut |_| {}).expect("training runs");
             let timed = &result.history[1];
             let batch = file.spec.train.batch.value as f64;
-            rows.push((device.short_name(), compute.name(), workers, timed.samples_per_sec, 1000.0 * batch / timed.samples_per_sec));
+            rows.push((
+                device.short_name(),
+                compute.name(),
+                workers,
+                timed.samples_per_sec,
+                1000.0 * batch / timed.samples_per_sec,
+            ));
         }
     }
 
@@ -164,7 +170,11 @@ fn checkpoint() {
             TrainEvent::Step { epoch, .. } => {
                 let ms = last.elapsed().as_secs_f64() * 1e3;
                 if epoch > 1 {
-                    if steps_since_save < 5 { after_save.push(ms) } else { quiet.push(ms) }
+                    if steps_since_save < 5 {
+                        after_save.push(ms)
+                    } else {
+                        quiet.push(ms)
+                    }
                 }
                 steps_since_save = steps_since_save.saturating_add(1);
                 last = Instant::now();

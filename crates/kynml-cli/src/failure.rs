@@ -1,6 +1,6 @@
 //! How a command fails: a message for a person and an exit code.
 //! 2 means the input was wrong (spec, data, arguments, an unavailable
-//! device); 1 means the run itself failed.
+//! device); 1 means the run itself failed; 130 means Ctrl-C stopped it.
 
 use kynml_core::plan::LoadError;
 use kynml_core::spec;
@@ -18,6 +18,11 @@ impl Failure {
 
     pub fn run(message: impl Into<String>) -> Self {
         Failure { message: message.into(), code: 1 }
+    }
+
+    /// Stopped by Ctrl-C: 128 + SIGINT, as shells report it.
+    pub fn interrupted(message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: 130 }
     }
 }
 

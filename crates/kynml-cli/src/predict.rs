@@ -44,14 +44,16 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
 /// predicted class, then one probability column per class.
 fn predictions_csv(p: &Predictions, target: &str, classes: &[String]) -> String {
     let mut out = String::new();
-    let quote = |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.into() };
+    let quote =
+        |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.into() };
     match (&p.labels, &p.probabilities) {
         (Some(labels), Some(probs)) => {
             let header: Vec<String> =
                 std::iter::once(quote(target)).chain(classes.iter().map(|c| quote(&format!("p_{c}")))).collect();
             out += &(header.join(",") + "\n");
             for (label, row) in labels.iter().zip(probs.chunks(classes.len().max(1))) {
-                let cells: Vec<String> = std::iter::once(quote(label)).chain(row.iter().map(|v| v.to_string())).collect();
+                let cells: Vec<String> =
+                    std::iter::once(quote(label)).chain(row.iter().map(|v| v.to_string())).collect();
                 out += &(cells.join(",") + "\n");
             }
         }

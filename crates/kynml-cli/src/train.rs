@@ -12,7 +12,7 @@ use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
 use kynml_core::train::resume::LoopState;
-use kynml_core::train::{metrics_for, train, EpochRecord, TrainEvent, TrainSettings};
+use kynml_core::train::{metrics_for, train, EpochRecord, TrainError, TrainEvent, TrainSettings};
 
 use crate::args::TrainArgs;
 use crate::failure::Failure;
@@ -61,6 +61,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let settings = TrainSettings {
         checkpoint_path: file.checkpoint_path(),
         resume_from: resume.map(|(ckpt, _)| ckpt),
+        stop: Some(ctrl_c::flag()),
         ..TrainSettings::default()
     };
     let result = train(&file.spec, &data, &device, &settings, &mut |event| {
@@ -69,10 +70,23 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     });
     progress.finish();
     log.finish().with_context(|| format!("writing metrics to {}", run_dir.path.display()))?;
-    let result = result.map_err(|e| Failure::run(format!("error: {e}")))?;
+    let result = result.map_err(|e| match e {
+        TrainError::Interrupted { epoch, step, checkpoint } => Failure::interrupted(match checkpoint {
+            Some(path) => format!(
+                "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  run the same command to continue from there (--fresh starts over)",
+                path.display()
+            ),
+            None => format!(
+                "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not checkpoint \
+                 (add `checkpoint = checkpoint(every_n=1, path=\"...\")` to train:)"
+            ),
+        }),
+        other => Failure::run(format!("error: {other}")),
+    })?;
 
     run_dir.save_model(&result.model).context("saving model.mpk")?;
-    let exported = export::from_model(&result.model, &file.spec.model.name.value, &data.info, file.spec.train.loss.value);
+    let exported =
+        export::from_model(&result.model, &file.spec.model.name.value, &data.info, file.spec.train.loss.value);
     export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
         .context("saving model.safetensors")?;
     let export_note = export_as_spec_says(&file, &exported);
@@ -224,7 +238,9 @@ impl Progress {
             }
             TrainEvent::CheckpointFailed { ref error } => {
                 self.finish();
-                eprintln!("warning: a checkpoint write failed: {error}\n  training goes on; the previous checkpoint is kept");
+                eprintln!(
+                    "warning: a checkpoint write failed: {error}\n  training goes on; the previous checkpoint is kept"
+                );
             }
             _ => {}
         }
@@ -256,4 +272,32 @@ fn epoch_line(r: &EpochRecord) -> String {
         r.val_loss,
         metrics.join("  "),
     )
+}
+
+/// Ctrl-C while training: the first stops after the step in progress (with a
+/// checkpoint when the spec checkpoints), the second quits at once.
+mod ctrl_c {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static STOP: AtomicBool = AtomicBool::new(false);
+
+    /// Installs the handler and returns the flag it sets.
+    pub fn flag() -> &'static AtomicBool {
+        // SAFETY: the handler only touches an atomic and calls write(2) and
+        // _exit(2), which are async-signal-safe.
+        unsafe {
+            libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+        }
+        &STOP
+    }
+
+    extern "C" fn on_sigint(_: libc::c_int) {
+        if STOP.swap(true, Ordering::SeqCst) {
+            // The checkpoint file is only ever replaced by a rename, so
+            // quitting mid-write leaves the previous one whole.
+            unsafe { libc::_exit(130) };
+        }
+        let message = b"\nstopping after this step; Ctrl-C again quits at once\n";
+        unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+    }
 }

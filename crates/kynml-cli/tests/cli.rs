@@ -360,7 +360,8 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
 fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let tmp = copy_example("iris");
     let dir = tmp.path();
-    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap() + "\nexport:\n    format = onnx\n    path = \"models/iris.onnx\"\n";
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap()
+        + "\nexport:\n    format = onnx\n    path = \"models/iris.onnx\"\n";
     std::fs::write(dir.join("iris.kyn"), spec).unwrap();
     let out = kynml(&["train", "iris.kyn", "--epochs", "20", "--out", "run"], dir);
     let t = text(&out);
@@ -408,7 +409,8 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     assert!(t.contains("bad.csv:1: no column `petal_width_cm`") && t.contains("did you mean `petal_wdth_cm`?"), "{t}");
     assert!(!dir.join("bad-pred.csv").exists());
     let header = csv.lines().next().unwrap();
-    let extra: String = csv.lines().map(|l| if l == header { format!("{l},notes\n") } else { format!("{l},x\n") }).collect();
+    let extra: String =
+        csv.lines().map(|l| if l == header { format!("{l},notes\n") } else { format!("{l},x\n") }).collect();
     std::fs::write(dir.join("bad.csv"), extra).unwrap();
     let t = text(&kynml(&["predict", "run", "--input", "bad.csv", "--output", "bad-pred.csv"], dir));
     assert!(t.contains("bad.csv:1: column 6 (`notes`) is not one of the model's inputs"), "{t}");
@@ -417,9 +419,56 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let out = kynml(&["eval", "run", "--input", "bad.csv"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("bad.csv:2: column 5 (`species`) holds \"setosaa\", which is not one of the model's classes"), "{t}");
+    assert!(
+        t.contains("bad.csv:2: column 5 (`species`) holds \"setosaa\", which is not one of the model's classes"),
+        "{t}"
+    );
     let not_number = csv.replacen("5.1,", "5.1x,", 1);
     std::fs::write(dir.join("bad.csv"), not_number).unwrap();
     let t = text(&kynml(&["predict", "run", "--input", "bad.csv", "--output", "bad-pred.csv"], dir));
     assert!(t.contains("bad.csv:2: column 1 (`sepal_length_cm`) is not a number: found \"5.1x\""), "{t}");
+}
+
+#[test]
+fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once() {
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "ref.kyn", "ref.ckpt", 24);
+    let started = Instant::now();
+    assert!(kynml(&["train", "ref.kyn", "--out", "ref-run"], dir).status.success());
+    let whole = started.elapsed();
+    let reference = std::fs::read(dir.join("ref.ckpt")).unwrap();
+
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 24);
+    let interrupt = |signals: usize, out: &str| {
+        let child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+            .args(["train", "spec.kyn", "--out", out])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(whole.mul_f64(0.5));
+        for _ in 0..signals {
+            Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        child.wait_with_output().unwrap()
+    };
+
+    let out = interrupt(1, "first");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(130), "{t}");
+    assert!(t.contains("stopping after this step") && t.contains("checkpoint written to run.ckpt"), "{t}");
+    assert!(t.contains("run the same command to continue"), "{t}");
+    let out = kynml(&["train", "spec.kyn", "--out", "second"], dir);
+    assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
+    assert!(std::fs::read(dir.join("run.ckpt")).unwrap() == reference, "the resumed run ends elsewhere");
+
+    // Twice: out at once, and whatever is at the path is whole.
+    std::fs::remove_file(dir.join("run.ckpt")).unwrap();
+    let out = interrupt(2, "twice");
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
 }

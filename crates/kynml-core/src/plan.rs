@@ -8,8 +8,8 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::data::{read_csv, DataError, Dataset, TableOptions};
 use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec};
 use crate::spec::{self, Diagnostic, SpecError};
-use crate::train::resume::{self, LoopState, ResumeError};
 use crate::train::precision::Compute;
+use crate::train::resume::{self, LoopState, ResumeError};
 use crate::train::AnyOptimizer;
 use kynml_backend::{Device, DeviceChoice};
 

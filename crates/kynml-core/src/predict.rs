@@ -147,11 +147,7 @@ impl Predictor {
                     })
                     .collect::<Result<Vec<u32>, _>>()?;
                 let loss = if matches!(head, Head::Sigmoid { .. }) { Loss::Bce } else { Loss::CrossEntropy };
-                (
-                    Labels::Classes(classes),
-                    loss,
-                    vec![Metric::Accuracy, Metric::Precision, Metric::Recall, Metric::F1],
-                )
+                (Labels::Classes(classes), loss, vec![Metric::Accuracy, Metric::Precision, Metric::Recall, Metric::F1])
             }
         };
         Ok(compute_metrics(&outputs, &labels, loss, &metrics, names.len()))

@@ -487,7 +487,11 @@ fn exports_predict_like_the_trained_model_in_onnxruntime_numpy_and_kynml() {
 
 // ---- mixed precision ----
 
-fn run_with(path: &Path, device: &kynml_backend::Device, plan: Option<kynml_core::train::precision::PrecisionPlan>) -> kynml_core::train::TrainResult {
+fn run_with(
+    path: &Path,
+    device: &kynml_backend::Device,
+    plan: Option<kynml_core::train::precision::PrecisionPlan>,
+) -> kynml_core::train::TrainResult {
     let file = SpecFile::load(path).unwrap();
     let data = file.load_data().unwrap();
     let settings = TrainSettings { precision: plan, ..TrainSettings::default() };
@@ -498,7 +502,12 @@ fn worst_loss_gap(a: &kynml_core::train::TrainResult, b: &kynml_core::train::Tra
     a.history
         .iter()
         .zip(&b.history)
-        .flat_map(|(x, y)| [(x.train_loss - y.train_loss).abs() / x.train_loss.abs(), (x.val_loss - y.val_loss).abs() / x.val_loss.abs()])
+        .flat_map(|(x, y)| {
+            [
+                (x.train_loss - y.train_loss).abs() / x.train_loss.abs(),
+                (x.val_loss - y.val_loss).abs() / x.val_loss.abs(),
+            ]
+        })
         .fold(0.0, f64::max)
 }
 
@@ -652,11 +661,8 @@ fn overflowing_steps_are_skipped_without_advancing_the_optimizer_and_the_scale_b
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let LossScale::Dynamic { init, .. } = file.spec.train.loss_scale.value else { panic!("parsed") };
     let plan = PrecisionPlan::forced(Compute::Fp16, file.spec.train.loss_scale.value);
-    let settings = TrainSettings {
-        precision: Some(plan),
-        checkpoint_path: file.checkpoint_path(),
-        ..TrainSettings::default()
-    };
+    let settings =
+        TrainSettings { precision: Some(plan), checkpoint_path: file.checkpoint_path(), ..TrainSettings::default() };
     let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
     let skipped: usize = result.history.iter().map(|r| r.skipped_steps).sum();
     let scales: Vec<f64> = result.history.iter().map(|r| r.loss_scale.unwrap()).collect();
@@ -673,4 +679,41 @@ fn overflowing_steps_are_skipped_without_advancing_the_optimizer_and_the_scale_b
     let batches = data.train.len().div_ceil(file.spec.train.batch.value) * file.spec.train.epochs.value;
     assert_eq!(state.steps as usize + skipped, batches);
     assert_eq!(state.loss_scale.map(|s| s.scale), scales.last().copied());
+}
+
+#[test]
+fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
+    use kynml_core::train::{TrainError, TrainEvent};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "whole.ckpt", true);
+    run_to(&whole, 6, false);
+
+    let cut = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "cut.ckpt", true);
+    let mut file = SpecFile::load(&cut).unwrap();
+    file.apply(&Overrides { epochs: Some(6), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let settings =
+        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop), ..TrainSettings::default() };
+    let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
+        if let TrainEvent::Step { epoch: 3, step: 2, .. } = event {
+            stop.store(true, Ordering::SeqCst); // as Ctrl-C would
+        }
+    });
+    match outcome {
+        Err(TrainError::Interrupted { epoch: 3, step: 3, checkpoint: Some(path) }) => {
+            assert!(path.ends_with("cut.ckpt"))
+        }
+        other => panic!("expected an interruption at epoch 3, step 3, got {:?}", other.map(|r| r.history.len())),
+    }
+    let (_, state) = file.find_checkpoint().unwrap().unwrap();
+    assert_eq!((state.epoch, state.partial.as_ref().map(|p| p.steps)), (2, Some(3)));
+
+    let resumed = run_to(&cut, 6, true);
+    assert_eq!(resumed.history.len(), 6);
+    let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
+    assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed run ends elsewhere");
 }

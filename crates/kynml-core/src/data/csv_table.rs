@@ -207,7 +207,12 @@ pub fn read_model_rows(
     if let Some((col, name)) =
         header.iter().enumerate().find(|(col, _)| !columns.contains(col) && Some(*col) != target_col)
     {
-        return Err(DataError::ExtraColumn { path: path.into(), column: col + 1, name: name.clone(), target: target.into() });
+        return Err(DataError::ExtraColumn {
+            path: path.into(),
+            column: col + 1,
+            name: name.clone(),
+            target: target.into(),
+        });
     }
     if need_target && target_col.is_none() {
         return Err(DataError::MissingTarget {
@@ -221,7 +226,12 @@ pub fn read_model_rows(
     let (mut features, mut targets, mut rows) = (Vec::new(), Vec::new(), 0);
     while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
         if record.len() != header.len() {
-            return Err(DataError::Ragged { path: path.into(), row: line, expected: header.len(), found: record.len() });
+            return Err(DataError::Ragged {
+                path: path.into(),
+                row: line,
+                expected: header.len(),
+                found: record.len(),
+            });
         }
         for &col in &columns {
             let text = cell_text(&record[col], path, line)?;

@@ -199,9 +199,10 @@ pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
                 running_mean: RunningState::new(vec1(running_mean)),
                 running_var: RunningState::new(vec1(running_var)),
             }),
-            ExportLayer::LayerNorm { gamma, beta, .. } => {
-                Layer::LayerNorm(LayerNorm { gamma: Param::from_tensor(vec1(gamma)), beta: Param::from_tensor(vec1(beta)) })
-            }
+            ExportLayer::LayerNorm { gamma, beta, .. } => Layer::LayerNorm(LayerNorm {
+                gamma: Param::from_tensor(vec1(gamma)),
+                beta: Param::from_tensor(vec1(beta)),
+            }),
             ExportLayer::Dropout { p } => Layer::Dropout(Dropout { prob: *p }),
         })
         .collect();
@@ -230,7 +231,8 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             Ok(vec![path.into(), sidecar])
         }
         Format::Burn => {
-            let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).map_err(|e| ExportError::Model(e.to_string()))?;
+            let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu)
+                .map_err(|e| ExportError::Model(e.to_string()))?;
             let module = to_model(model, &cpu.inner());
             let dir = parent(path);
             std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
@@ -288,7 +290,8 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
 /// A model from [`torch::sidecar_json`]'s description, with zero weights.
 fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
     let field = |v: &Value, key: &str| v.get(key).cloned().ok_or_else(|| format!("no `{key}`"));
-    let size = |v: &Value, key: &str| field(v, key)?.as_u64().map(|n| n as usize).ok_or(format!("`{key}` is not a size"));
+    let size =
+        |v: &Value, key: &str| field(v, key)?.as_u64().map(|n| n as usize).ok_or(format!("`{key}` is not a size"));
     let strings = |v: Value, key: &str| -> Result<Vec<String>, String> {
         serde_json::from_value(v).map_err(|_| format!("`{key}` is not a list of names"))
     };

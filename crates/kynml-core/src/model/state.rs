@@ -95,7 +95,12 @@ impl Model<Kb> {
     /// `{prefix}{layer}.{field}` in `stored`, on `device`. Parameter ids are
     /// kept. Nothing is replaced unless every tensor is present with the
     /// right shape.
-    pub fn with_tensors(self, stored: &[NamedTensor], prefix: &str, device: &DispatchDevice) -> Result<Self, StateError> {
+    pub fn with_tensors(
+        self,
+        stored: &[NamedTensor],
+        prefix: &str,
+        device: &DispatchDevice,
+    ) -> Result<Self, StateError> {
         // Check everything first, so that an error leaves no half-loaded model.
         for t in self.tensors_shapes(prefix) {
             find(stored, &t.0, &t.1)?;

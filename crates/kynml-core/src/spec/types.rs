@@ -186,7 +186,12 @@ pub enum LossScale {
     /// Dynamic scaling with PyTorch's defaults for fp16, none otherwise.
     Auto,
     None,
-    Dynamic { init: f64, growth: f64, interval: usize, backoff: f64 },
+    Dynamic {
+        init: f64,
+        growth: f64,
+        interval: usize,
+        backoff: f64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

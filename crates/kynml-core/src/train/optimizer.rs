@@ -4,15 +4,15 @@
 
 use burn::module::ParamId;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::record::AdaptorRecord;
-use burn::optim::SimpleOptimizer;
-use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
-use burn::DispatchDevice;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
+use burn::optim::record::AdaptorRecord;
+use burn::optim::SimpleOptimizer;
 use burn::optim::{
     Adam, AdamConfig, AdamW, AdamWConfig, GradientsParams, Optimizer as _, RmsProp, RmsPropConfig, Sgd, SgdConfig,
 };
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use burn::DispatchDevice;
 
 use crate::checkpoint::{NamedTensor, TensorData};
 use crate::model::Model;

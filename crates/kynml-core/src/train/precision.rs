@@ -103,9 +103,9 @@ pub fn plan(train: &TrainSpec, device: &Device) -> PrecisionPlan {
              fp16 (precision = fp16) runs here",
             gpu.compute_capability.0, gpu.compute_capability.1
         )),
-        (Compute::Bf16, DeviceKind::Wgpu(_)) => {
-            Some("bf16 requested, but wgpu shaders (WGSL) have no bf16 type; fp16 runs where the adapter has f16".into())
-        }
+        (Compute::Bf16, DeviceKind::Wgpu(_)) => Some(
+            "bf16 requested, but wgpu shaders (WGSL) have no bf16 type; fp16 runs where the adapter has f16".into(),
+        ),
         (Compute::Fp16, DeviceKind::Wgpu(adapter)) if !adapter.shader_f16 => {
             Some(format!("fp16 requested, but the adapter `{}` has no f16 shader support", adapter.name))
         }

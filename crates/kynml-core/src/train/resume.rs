@@ -52,6 +52,23 @@ pub struct LoopState {
     pub history: Vec<EpochRecord>,
     /// The model block the checkpoint was written for, for error messages.
     pub model: String,
+    /// Set when the run was interrupted inside epoch `epoch + 1`.
+    #[serde(default)]
+    pub partial: Option<PartialEpoch>,
+}
+
+/// How far an interrupted epoch got.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartialEpoch {
+    /// The data-order generator's state before the epoch's shuffle.
+    pub order_rng: u64,
+    /// Batches done (skipped ones included).
+    pub steps: usize,
+    /// The running sum of batch loss times rows, and the rows in it.
+    #[serde(with = "exact")]
+    pub loss_sum: f64,
+    pub seen: usize,
+    pub skipped: usize,
 }
 
 /// The loss scaler's progress; its growth and backoff come from the spec of
@@ -76,11 +93,7 @@ pub struct StopState {
 
 impl StopState {
     pub fn of(stopper: &EarlyStopper) -> Self {
-        StopState {
-            best: stopper.best,
-            best_epoch: stopper.best_epoch,
-            bad_epochs: stopper.bad_epochs,
-        }
+        StopState { best: stopper.best, best_epoch: stopper.best_epoch, bad_epochs: stopper.bad_epochs }
     }
 
     pub fn apply(&self, stopper: &mut EarlyStopper) {
@@ -133,15 +146,20 @@ pub fn describe_model(spec: &ModelSpec) -> String {
 /// A short hash of [`describe_model`], stored in the checkpoint's header.
 pub fn model_hash(spec: &ModelSpec) -> String {
     // FNV-1a, 64 bits: stable across Rust versions, unlike `DefaultHasher`.
-    let hash = describe_model(spec).bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
+    let hash = describe_model(spec)
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
     format!("{hash:016x}")
 }
 
 /// Copies the state to the host as one checkpoint. This is the part the loop
 /// waits for; encoding and writing happen on the writer's thread.
-pub fn snapshot(model: &Model<Kb>, optimizer: &AnyOptimizer, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {
+pub fn snapshot(
+    model: &Model<Kb>,
+    optimizer: &AnyOptimizer,
+    best: Option<&Model<Kb>>,
+    state: &LoopState,
+) -> Checkpoint {
     let mut tensors: Vec<NamedTensor> = model.tensors(MODEL_PREFIX);
     if let Some(best) = best {
         tensors.extend(best.tensors(BEST_PREFIX));
@@ -179,7 +197,8 @@ pub fn restore(
         .with_state(&ckpt.tensors, &model.param_names(), OPTIM_PREFIX, inner_device)
         .map_err(ResumeError::Incomplete)?;
     let has_best = ckpt.tensors.iter().any(|t| t.name.starts_with(BEST_PREFIX));
-    let best = if has_best { Some(best_template.with_tensors(&ckpt.tensors, BEST_PREFIX, inner_device)?) } else { None };
+    let best =
+        if has_best { Some(best_template.with_tensors(&ckpt.tensors, BEST_PREFIX, inner_device)?) } else { None };
     Ok(Restored { model, optimizer, best, state })
 }
 
@@ -310,6 +329,7 @@ mod tests {
             early_stop: Some(StopState { best: f64::INFINITY, best_epoch: None, bad_epochs: 2 }),
             stopped_early: false,
             loss_scale: Some(ScaleState { scale: 1.5 * 2f64.powi(20), good_steps: 7 }),
+            partial: Some(PartialEpoch { order_rng: 3, steps: 4, loss_sum: 0.1 + 0.7, seen: 128, skipped: 1 }),
             history: vec![record.clone()],
             model: "input 4".into(),
         };
@@ -322,6 +342,7 @@ mod tests {
         assert_eq!(r.metrics, record.metrics);
         assert_eq!(back.early_stop, state.early_stop);
         assert_eq!(back.loss_scale, state.loss_scale);
+        assert_eq!(back.partial, state.partial);
         assert_eq!((r.loss_scale, r.skipped_steps), (Some(32768.0), 2));
         assert_eq!((back.order_rng, back.steps), (u64::MAX, 30));
         // Timings are not saved, so the same state gives the same text.

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
@@ -21,10 +22,10 @@ use crate::spec::types::{Layer, Loss, Metric, Spec};
 use crate::train::early_stop::{EarlyStopper, Verdict};
 use crate::train::events::{EpochRecord, TrainEvent};
 use crate::train::loss;
-use crate::train::optimizer::AnyOptimizer;
 use crate::train::loss_scale::LossScaler;
+use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{self, PrecisionPlan};
-use crate::train::resume::{self, LoopState, ResumeError, ScaleState, StopState};
+use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, ScaleState, StopState};
 use crate::train::schedule::lr_at;
 use kynml_backend::{Backend as Kb, Device};
 
@@ -60,6 +61,10 @@ pub struct TrainSettings {
     /// The precision to run, overriding what [`precision::plan`] decides for
     /// the spec and device (tests and benches compare precisions this way).
     pub precision: Option<PrecisionPlan>,
+    /// Set it (from a Ctrl-C handler, say) to stop after the step in
+    /// progress: a checkpoint of that point is written when the spec
+    /// checkpoints, and [`train`] returns [`TrainError::Interrupted`].
+    pub stop: Option<&'static AtomicBool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +75,9 @@ pub enum TrainError {
     DataWorkers { workers: usize, reason: String },
     #[error("cannot resume: {0}")]
     Resume(#[from] ResumeError),
+    /// [`TrainSettings::stop`] was set; `checkpoint` holds the point reached.
+    #[error("interrupted at epoch {epoch}, step {step}")]
+    Interrupted { epoch: usize, step: usize, checkpoint: Option<PathBuf> },
 }
 
 /// What a finished run leaves behind.
@@ -141,6 +149,8 @@ fn run<'scope, 'env>(
     let mut history = Vec::new();
     let mut stopped_early = false;
     let mut first_epoch = 1;
+    // Where an interrupted epoch stopped, when resuming one.
+    let mut partial: Option<PartialEpoch> = None;
     let mut steps_taken = 0u64;
 
     let checkpoint = t.checkpoint.as_ref().map(|c| &c.value);
@@ -168,6 +178,7 @@ fn run<'scope, 'env>(
             scaler = Some(LossScaler::resumed(config, saved.scale, saved.good_steps));
         }
         (stopped_early, first_epoch, steps_taken, history) = (s.stopped_early, s.epoch + 1, s.steps, s.history);
+        partial = s.partial;
         let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));
         on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
     }
@@ -178,18 +189,28 @@ fn run<'scope, 'env>(
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
     for epoch in first_epoch..=last_epoch {
         let lr = lr_at(t.optimizer.value.lr(), t.scheduler.as_ref().map(|s| &s.value), epoch - 1);
+        // An interrupted epoch resumes with the same order, after its done steps.
+        let resumed = partial.take();
+        if let Some(p) = &resumed {
+            order_rng = Rng::new(p.order_rng);
+        }
+        let order_state = order_rng.state();
         let mut order: Vec<usize> = (0..n_train).collect();
         order_rng.shuffle(&mut order);
-        let batches = epoch_batches(&order, batch_size, has_batchnorm, settings.max_steps_per_epoch);
+        let mut batches = epoch_batches(&order, batch_size, has_batchnorm, settings.max_steps_per_epoch);
         let steps = batches.len();
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
 
         let epoch_start = Instant::now();
         let mut loss_sum: Option<Tensor<Kb, 1>> = None;
-        let mut seen = 0usize;
-        let mut skipped = 0usize;
+        let (mut seen, mut skipped, mut done) = (0usize, 0usize, 0usize);
+        if let Some(p) = resumed {
+            batches.drain(..p.steps.min(steps));
+            loss_sum = (p.seen > 0).then(|| Tensor::from_floats([p.loss_sum as f32], &ad_device));
+            (seen, skipped, done) = (p.seen, p.skipped, p.steps);
+        }
         for (step, batch) in loader.epoch(scope, data, batches).enumerate() {
-            let step = step + 1;
+            let step = done + step + 1;
             let rows = batch.len();
             let (x, y) = batch_tensors(batch, data.n_features(), loss_kind, &ad_device);
 
@@ -213,25 +234,54 @@ fn run<'scope, 'env>(
                     finite
                 }
             };
-            if !finite {
+            if finite {
+                steps_taken += 1;
+                let weighted = loss.detach().mul_scalar(rows as f64);
+                loss_sum = Some(match loss_sum {
+                    Some(sum) => sum + weighted,
+                    None => weighted,
+                });
+                seen += rows;
+            } else {
                 // A skipped step's loss is not part of the epoch's mean.
                 skipped += 1;
+            }
+
+            if settings.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+                // Save this very point: the next run redoes nothing and skips nothing.
+                let here = PartialEpoch {
+                    order_rng: order_state,
+                    steps: step,
+                    loss_sum: loss_sum.clone().map_or(0.0, IntoScalarF64::into_scalar_f64),
+                    seen,
+                    skipped,
+                };
+                let mut saved = None;
+                if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
+                    let mut state = loop_state(epoch - 1, steps_taken, &optimizer, &order_rng, &dropout_rng);
+                    state.early_stop = stopper.as_ref().map(StopState::of);
+                    state.loss_scale = scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps });
+                    state.history = history.clone();
+                    state.model = resume::describe_model(&spec.model);
+                    state.partial = Some(here);
+                    let snapshot = resume::snapshot(&model, &optimizer, best.as_ref(), &state);
+                    match writer.save_sync(path.clone(), snapshot, model_hash.clone()) {
+                        Ok(()) => saved = Some(path.clone()),
+                        Err(e) => on_event(TrainEvent::CheckpointFailed { error: e.to_string() }),
+                    }
+                }
+                return Err(TrainError::Interrupted { epoch, step, checkpoint: saved });
+            }
+            if !finite {
                 let samples_per_sec = seen as f64 / epoch_start.elapsed().as_secs_f64();
                 on_event(TrainEvent::Step { epoch, step, steps, loss: None, samples_per_sec });
                 continue;
             }
-            steps_taken += 1;
             if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::poll) {
                 checkpoint_failures += 1;
                 on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
             }
 
-            let weighted = loss.detach().mul_scalar(rows as f64);
-            loss_sum = Some(match loss_sum {
-                Some(sum) => sum + weighted,
-                None => weighted,
-            });
-            seen += rows;
             let read = step % READ_EVERY == 0 || step == steps;
             let mean_loss = if read {
                 let mean = loss_sum.clone().unwrap().into_scalar_f64() / seen as f64;
@@ -281,18 +331,12 @@ fn run<'scope, 'env>(
         // stopping has had its say, so that a resume starts the next epoch.
         if let (Some(c), Some(writer), Some(path)) = (checkpoint, &writer, &checkpoint_path) {
             if epoch % c.every_n == 0 || epoch == last_epoch || stopped_early {
-                let state = LoopState {
-                    epoch,
-                    steps: steps_taken,
-                    optimizer: optimizer.name().into(),
-                    order_rng: order_rng.state(),
-                    dropout_rng: dropout_rng.state(),
-                    early_stop: stopper.as_ref().map(StopState::of),
-                    stopped_early,
-                    loss_scale: scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps }),
-                    history: history.clone(),
-                    model: resume::describe_model(&spec.model),
-                };
+                let mut state = loop_state(epoch, steps_taken, &optimizer, &order_rng, &dropout_rng);
+                state.early_stop = stopper.as_ref().map(StopState::of);
+                state.stopped_early = stopped_early;
+                state.loss_scale = scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps });
+                state.history = history.clone();
+                state.model = resume::describe_model(&spec.model);
                 let waited = Instant::now();
                 let snapshot = resume::snapshot(&model, &optimizer, best.as_ref(), &state);
                 let written = if c.async_save {
@@ -333,6 +377,23 @@ fn run<'scope, 'env>(
         checkpoint_failures,
         precision,
     })
+}
+
+/// The loop's counters and generators; the caller fills in the rest.
+fn loop_state(epoch: usize, steps: u64, optimizer: &AnyOptimizer, order: &Rng, dropout: &Rng) -> LoopState {
+    LoopState {
+        epoch,
+        steps,
+        optimizer: optimizer.name().into(),
+        order_rng: order.state(),
+        dropout_rng: dropout.state(),
+        early_stop: None,
+        stopped_early: false,
+        loss_scale: None,
+        history: Vec::new(),
+        model: String::new(),
+        partial: None,
+    }
 }
 
 /// The spec's metrics, or the usual ones for the task when it names none.

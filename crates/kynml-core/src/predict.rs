@@ -68,7 +68,7 @@ impl Predictor {
     /// ([`ExportModel::feature_names`]), raw as the data holds them.
     pub fn predict(&self, rows: &[f32]) -> Result<Predictions, String> {
         let width_in = self.model.input;
-        if width_in == 0 || rows.len() % width_in != 0 {
+        if width_in == 0 || !rows.len().is_multiple_of(width_in) {
             return Err(format!("{} values are not whole rows of {width_in} features", rows.len()));
         }
         let n = rows.len() / width_in;

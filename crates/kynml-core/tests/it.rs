@@ -350,7 +350,7 @@ fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
     let good = std::fs::read(&ckpt).unwrap();
     let find = |spec_text: &str| {
         let file = SpecFile::from_source(&path, spec_text.to_string()).unwrap();
-        file.find_checkpoint().err().expect("refused")
+        file.find_checkpoint().expect_err("refused")
     };
 
     let err = find(&spec.replace("dense 12 silu", "dense 13 silu"));

@@ -9,10 +9,13 @@ use std::ffi::{c_char, c_int, c_uint};
 /// One CUDA GPU as the driver reports it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CudaGpu {
+    /// The driver's device ordinal, 0-based: `cuda:N` names device `N`.
     pub index: usize,
+    /// The GPU's model name as the driver reports it, e.g. `NVIDIA H200`.
     pub name: String,
     /// Compute capability, e.g. `(9, 0)` for an H100/H200.
     pub compute_capability: (u32, u32),
+    /// Total device memory, in bytes.
     pub memory_bytes: u64,
 }
 

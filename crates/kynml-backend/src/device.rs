@@ -14,6 +14,7 @@ pub enum DeviceChoice {
     /// CUDA if a CUDA GPU is really present, else a wgpu adapter that is a
     /// real GPU, else the CPU.
     Auto,
+    /// Burn's flex backend on the host CPU.
     Cpu,
     /// `None` is the first GPU.
     Cuda(Option<usize>),
@@ -21,12 +22,24 @@ pub enum DeviceChoice {
     Wgpu,
 }
 
+/// Why a device request cannot be met.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DeviceError {
+    /// CUDA was requested but no usable CUDA driver or GPU was found.
     #[error("CUDA was requested but is not available: {reason}")]
-    CudaUnavailable { reason: String },
+    CudaUnavailable {
+        /// What the probe found, in words for a person.
+        reason: String,
+    },
+    /// A CUDA device index beyond the GPUs the driver reports.
     #[error("CUDA device {index} was requested but this machine has {count} CUDA device(s)")]
-    CudaIndexOutOfRange { index: usize, count: usize },
+    CudaIndexOutOfRange {
+        /// The requested device, 0-based.
+        index: usize,
+        /// How many CUDA devices the driver reports.
+        count: usize,
+    },
+    /// `wgpu` was requested but no Vulkan adapter, hardware or software, was found.
     #[error(
         "wgpu was requested but no Vulkan adapter was found (install a Vulkan driver; \
          for a software one on Debian: `apt-get install mesa-vulkan-drivers libvulkan1`)"
@@ -39,20 +52,25 @@ pub enum DeviceError {
 pub enum DeviceKind {
     /// Burn's flex backend on the host CPU.
     Cpu {
+        /// Threads the process may use (at least 1), as the standard library reports them.
         threads: usize,
     },
+    /// A CUDA GPU, run by Burn's CUDA backend.
     Cuda(CudaGpu),
+    /// A Vulkan adapter, run by Burn's wgpu backend.
     Wgpu(WgpuAdapter),
 }
 
 /// A device chosen for a run.
 #[derive(Debug, Clone)]
 pub struct Device {
+    /// The hardware the work runs on.
     pub kind: DeviceKind,
     burn: DispatchDevice,
 }
 
 impl Device {
+    /// The host CPU through Burn's flex backend; always available.
     pub fn cpu() -> Self {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         Device { kind: DeviceKind::Cpu { threads }, burn: DispatchDevice::Flex(FlexDevice) }

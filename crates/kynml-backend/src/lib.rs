@@ -13,6 +13,8 @@
 //! println!("training on {}", device.describe());
 //! ```
 
+#![warn(missing_docs)]
+
 mod cuda;
 mod device;
 mod wgpu_probe;

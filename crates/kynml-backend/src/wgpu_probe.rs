@@ -6,13 +6,18 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake};
 
+/// The kind of device a Vulkan adapter reports itself as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum WgpuAdapterKind {
+    /// A separate GPU with its own memory.
     DiscreteGpu,
+    /// A GPU built into the CPU or chipset, sharing the host's memory.
     IntegratedGpu,
+    /// A virtual GPU, as a virtual machine or hypervisor presents one.
     VirtualGpu,
     /// A software implementation such as lavapipe.
     Cpu,
+    /// An adapter that reports none of the other kinds.
     Other,
 }
 
@@ -27,10 +32,15 @@ impl WgpuAdapterKind {
 /// how Burn's `WgpuDevice` names it).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct WgpuAdapter {
+    /// The adapter's name as the driver reports it.
     pub name: String,
+    /// The driver's name and version information, as it reports them.
     pub driver: String,
+    /// What sort of device the adapter is.
     pub kind: WgpuAdapterKind,
+    /// 0-based position among the adapters of the same kind.
     pub index_of_kind: usize,
+    /// True when the adapter supports f16 arithmetic in shaders (wgpu's `SHADER_F16`).
     pub shader_f16: bool,
 }
 

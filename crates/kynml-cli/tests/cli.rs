@@ -472,3 +472,31 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
 }
+
+#[test]
+fn every_malformed_csv_exits_2_and_writes_nothing() {
+    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kynml-core/tests/bad_csvs");
+    let cases = std::fs::read_to_string(catalogue.join("cases.txt")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for line in cases.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let [name, target, kind] = line.split_whitespace().collect::<Vec<_>>()[..] else {
+            panic!("bad case line {line}")
+        };
+        std::fs::copy(catalogue.join(format!("{name}.csv")), dir.join(format!("{name}.csv"))).unwrap();
+        let loss = if kind == "class" { "cross_entropy" } else { "mse" };
+        let spec = format!(
+            "dataset D:\n source = csv(\"{name}.csv\")\n target = \"{target}\"\n\
+             model M:\n input 2\n dense 1 linear\n\
+             train:\n loss = {loss}\n epochs = 1\n checkpoint = checkpoint(every_n=1, path=\"ckpt/{name}.ckpt\")\n\
+             export:\n format = onnx\n path = \"out/{name}.onnx\"\n"
+        );
+        std::fs::write(dir.join(format!("{name}.kyn")), spec).unwrap();
+        let out = kynml(&["train", &format!("{name}.kyn"), "--out", &format!("run-{name}")], dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {t}");
+        assert!(t.contains(&format!("{name}.")), "{name}: the message names the file: {t}");
+        assert!(!dir.join(format!("run-{name}")).exists(), "{name}: a run folder was written");
+    }
+    assert!(!dir.join("ckpt").exists() && !dir.join("out").exists(), "a checkpoint or export folder was made");
+}

@@ -18,7 +18,9 @@ const CHUNK: usize = 4096;
 
 /// Raw model outputs for a split: `rows × width`, row-major.
 pub struct Outputs {
+    /// The outputs, `rows × width`, row-major: predicted values for regression, logits for classes.
     pub values: Vec<f32>,
+    /// Outputs per row (the width of the model's last layer).
     pub width: usize,
     /// Mean loss over the split.
     pub loss: f64,

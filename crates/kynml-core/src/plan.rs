@@ -16,36 +16,59 @@ use kynml_backend::{Device, DeviceChoice};
 /// Command-line values that replace the spec's.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    /// `--device`; `None` keeps the spec's `device`.
     pub device: Option<DeviceRequest>,
+    /// `--epochs`; `None` keeps the spec's `epochs`.
     pub epochs: Option<usize>,
+    /// `--seed`; `None` keeps the spec's `seed`.
     pub seed: Option<u64>,
 }
 
 /// A spec file, read and validated.
 #[derive(Debug, Clone)]
 pub struct SpecFile {
+    /// Where the spec was read from; relative paths in the spec are resolved against its folder.
     pub path: PathBuf,
+    /// The spec's text as read.
     pub source: String,
+    /// The parsed and validated spec, with overrides once [`SpecFile::apply`] has run.
     pub spec: Spec,
 }
 
+/// Why a spec, or the data it names, cannot be made ready to run.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The spec file could not be read.
     #[error("cannot read spec `{path}`: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The spec file.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
     /// Problems located in the spec; render them with [`spec::render`].
     #[error("{path}: {error}")]
-    Spec { path: PathBuf, source_text: String, error: SpecError },
+    Spec {
+        /// The spec file.
+        path: PathBuf,
+        /// The spec's text, which the problems' locations point into.
+        source_text: String,
+        /// The problems, each with its location in `source_text`.
+        error: SpecError,
+    },
+    /// The data file could not be read, or its contents are unusable.
     #[error(transparent)]
     Data(#[from] DataError),
 }
 
 impl SpecFile {
+    /// Reads the spec file at `path` and validates it.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
         let source = std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: path.into(), source })?;
         Self::from_source(path, source)
     }
 
+    /// Validates spec text already read; `path` is where it came from, for messages and relative paths.
     pub fn from_source(path: &Path, source: String) -> Result<Self, LoadError> {
         match spec::parse_spec(&source) {
             Ok(spec) => Ok(SpecFile { path: path.to_path_buf(), source, spec }),
@@ -63,6 +86,7 @@ impl SpecFile {
         }
     }
 
+    /// The dataset's CSV file, resolved against the spec's folder.
     pub fn data_path(&self) -> PathBuf {
         self.resolve(&self.spec.dataset.source.value)
     }
@@ -85,6 +109,7 @@ impl SpecFile {
         Ok(Some((ckpt, state)))
     }
 
+    /// Replaces the spec's values with the overrides that are set.
     pub fn apply(&mut self, overrides: &Overrides) {
         let t = &mut self.spec.train;
         if let Some(device) = overrides.device {
@@ -224,7 +249,9 @@ pub fn device_choice(request: DeviceRequest) -> DeviceChoice {
 /// One line of the "what runs" statement: a setting as it will really apply.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Applied {
+    /// The setting's name, e.g. `device`, `precision`, `fusion`, `checkpoints`, `export`.
     pub setting: &'static str,
+    /// What will run, in words, with the reason where it differs from the spec.
     pub value: String,
     /// False when the spec asks for something this run does not do.
     pub as_requested: bool,
@@ -337,6 +364,7 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
     out
 }
 
+/// The precision as the spec spells it: `fp32`, `fp16` or `bf16`.
 pub fn precision_name(p: Precision) -> &'static str {
     match p {
         Precision::Fp32 => "fp32",

@@ -41,10 +41,12 @@ pub struct Predictor {
 /// What [`Predictor::predict`] returns for `rows` input rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Predictions {
+    /// Number of input rows.
     pub rows: usize,
     /// The model's outputs, `rows × width`, row-major: the predicted values
     /// for regression, logits for classes.
     pub outputs: Vec<f32>,
+    /// Outputs per row (the model's output width).
     pub width: usize,
     /// For classes: `rows × class_names.len()`, column `i` is the
     /// probability of `class_names[i]`.
@@ -54,6 +56,7 @@ pub struct Predictions {
 }
 
 impl Predictor {
+    /// Builds the model on `device`, ready to predict.
     pub fn new(model: ExportModel, device: &Device) -> Self {
         let device = device.inner();
         Predictor { module: export::to_model(&model, &device), model, device }
@@ -154,12 +157,16 @@ impl Predictor {
     }
 }
 
+/// Why [`Predictor::evaluate`] cannot score rows.
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
+    /// The rows have no target column; holds the model's target name.
     #[error("the file has no `{0}` column (the model's target) to score the predictions against")]
     NoTarget(String),
+    /// A target value the model cannot score: not a finite number for regression, or an unknown class.
     #[error(transparent)]
     Data(#[from] DataError),
+    /// The rows could not be predicted on; holds the reason.
     #[error("{0}")]
     Predict(String),
 }

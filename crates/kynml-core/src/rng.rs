@@ -23,6 +23,7 @@ pub struct SplitMix64 {
 }
 
 impl SplitMix64 {
+    /// A generator whose state is `seed`, or a saved [`SplitMix64::state`] to continue that stream.
     pub fn new(seed: u64) -> Self {
         SplitMix64 { state: seed }
     }
@@ -50,6 +51,7 @@ impl SplitMix64 {
         self.state
     }
 
+    /// The next value of the stream, uniform over all of `u64`.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;

@@ -14,8 +14,10 @@ use crate::model::Model;
 use crate::train::EpochRecord;
 use kynml_backend::Backend as Kb;
 
+/// A run's output folder, e.g. `runs/iris-20261121-101500/`.
 #[derive(Debug)]
 pub struct RunDir {
+    /// The run folder.
     pub path: PathBuf,
 }
 
@@ -59,6 +61,7 @@ impl RunDir {
         Ok(())
     }
 
+    /// Writes `value` as pretty-printed JSON to `name` in the run folder, as [`RunDir::write_text`] does.
     pub fn write_json<T: serde::Serialize>(&self, name: &str, value: &T) -> io::Result<()> {
         let mut text = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
         text.push('\n');
@@ -74,6 +77,7 @@ impl RunDir {
         file.flush()
     }
 
+    /// Writes `data.json`: feature and class names and normalisation statistics, what inference needs.
     pub fn write_data_info(&self, info: &DataInfo) -> io::Result<()> {
         self.write_json("data.json", info)
     }

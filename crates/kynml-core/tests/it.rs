@@ -717,3 +717,38 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
     let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
     assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed run ends elsewhere");
 }
+
+// ---- a catalogue of malformed CSV files ----
+
+/// Every file in `tests/bad_csvs/cases.txt` is refused with a message that
+/// names the file, and the line and column where there is one; the message
+/// is compared with `NAME.stderr` (`KYNML_BLESS=1` rewrites them).
+#[test]
+fn malformed_csvs_are_refused_with_located_messages() {
+    use kynml_core::data::{read_csv, Dataset, TableOptions};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bad_csvs");
+    let cases = std::fs::read_to_string(dir.join("cases.txt")).unwrap();
+    let bless = std::env::var_os("KYNML_BLESS").is_some();
+    let mut checked = 0;
+    let mut mismatches = Vec::new();
+    for line in cases.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let [name, target, kind] = line.split_whitespace().collect::<Vec<_>>()[..] else {
+            panic!("bad case line {line}")
+        };
+        let options = TableOptions { target: target.into(), classification: kind == "class" };
+        let path = dir.join(format!("{name}.csv"));
+        let outcome = read_csv(&path, &options).and_then(|table| Dataset::from_table(table, 0.8, true, 1));
+        let Err(error) = outcome else { panic!("{name}.csv was accepted") };
+        let message = error.to_string().replace(&dir.display().to_string(), "bad_csvs") + "\n";
+        assert!(message.contains(&format!("bad_csvs/{name}.csv")) || message.contains("fraction"), "{name}: {message}");
+        let expected_path = dir.join(format!("{name}.stderr"));
+        if bless {
+            std::fs::write(&expected_path, &message).unwrap();
+        } else if std::fs::read_to_string(&expected_path).ok().as_deref() != Some(message.as_str()) {
+            mismatches.push(format!("{name}:\n  got:      {message}"));
+        }
+        checked += 1;
+    }
+    assert!(mismatches.is_empty(), "messages changed (KYNML_BLESS=1 to accept):\n{}", mismatches.join("\n"));
+    assert!(checked >= 20, "the catalogue holds {checked} files");
+}

@@ -62,7 +62,9 @@ const STATE_KEY: &str = "kynml_state";
 /// stopping, scheduler, loss scale, data cursor...).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
+    /// Weights, optimizer state and other arrays, each under its own name.
     pub tensors: Vec<NamedTensor>,
+    /// Everything else a resume needs (counters, generator states, history) as JSON.
     pub state: Value,
     /// The hash of the model this checkpoint was written for, as read back by
     /// [`decode`]; `None` for a checkpoint built in memory. [`encode`] takes
@@ -71,25 +73,33 @@ pub struct Checkpoint {
     pub model_hash: Option<String>,
 }
 
+/// One tensor of a checkpoint: a name, a shape and the values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamedTensor {
+    /// Unique within a checkpoint (`model.0.weight`, say); `__metadata__` is reserved.
     pub name: String,
     /// Row-major; `[]` is a scalar holding one value.
     pub shape: Vec<usize>,
+    /// The values, row-major: exactly as many as the product of `shape`.
     pub data: TensorData,
 }
 
+/// A tensor's values, in one of the element types a checkpoint stores.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TensorData {
+    /// 32-bit floats: weights, batchnorm statistics.
     F32(Vec<f32>),
+    /// 64-bit signed integers: counts and other whole numbers.
     I64(Vec<i64>),
     /// Opaque bytes: state that is not a plain array of numbers (an
     /// optimizer's per-parameter record, say).
     U8(Vec<u8>),
 }
 
+/// Why a checkpoint could not be read, written or used.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// The bytes do not start with [`MAGIC`]: the file is something else.
     #[error(
         "not a KynML checkpoint: the file does not start with `KYNCKPT`; \
          move it away or choose another checkpoint path"
@@ -102,44 +112,83 @@ pub enum CheckpointError {
         "checkpoint is truncated: expected {expected} bytes, found {found}; it was cut short \
          while being written or copied, so restore a complete copy or delete it to start over"
     )]
-    Truncated { expected: u64, found: u64 },
+    Truncated {
+        /// The length in bytes that the file's surviving bytes call for.
+        expected: u64,
+        /// The length in bytes of the file as read.
+        found: u64,
+    },
 
+    /// The file is damaged: its checksum, framing or header does not hold together.
     #[error("checkpoint is corrupt: {reason}; restore a good copy or delete it to start over")]
-    Corrupt { reason: String },
+    Corrupt {
+        /// What does not hold together, in words.
+        reason: String,
+    },
 
+    /// The file was written by a newer KynML, in a format version this one cannot read.
     #[error(
         "checkpoint format version {found} is newer than this KynML reads (up to {supported}); \
          upgrade KynML to resume from it"
     )]
-    NewerFormat { found: u32, supported: u32 },
+    NewerFormat {
+        /// The format version the file declares.
+        found: u32,
+        /// The newest format version this build reads, [`FORMAT_VERSION`].
+        supported: u32,
+    },
 
+    /// The checkpoint's model hash is not the hash of the model being trained.
     #[error(
         "checkpoint was written for a different model (hash `{found_hash}`, this model's is \
          `{expected_hash}`); choose another checkpoint path or delete the old checkpoint"
     )]
-    ModelMismatch { expected_hash: String, found_hash: String },
+    ModelMismatch {
+        /// The hash of the model being trained.
+        expected_hash: String,
+        /// The hash the checkpoint records; empty for a checkpoint built in memory.
+        found_hash: String,
+    },
 
     /// A checkpoint handed to the writer that cannot be encoded: a programming
     /// error in the caller, reported before anything is written.
     #[error("tensor `{name}` cannot be saved: {reason}")]
-    InvalidTensor { name: String, reason: String },
+    InvalidTensor {
+        /// The tensor's name.
+        name: String,
+        /// What is wrong: a duplicate or reserved name, or a shape that does not fit the data.
+        reason: String,
+    },
 
+    /// The JSON state is longer than [`MAX_STATE_LEN`] bytes.
     #[error("checkpoint state is {len} bytes of JSON, more than the {max} allowed; keep large arrays in tensors")]
-    StateTooLarge { len: usize, max: usize },
+    StateTooLarge {
+        /// The state's length as JSON, in bytes.
+        len: usize,
+        /// The limit in bytes, [`MAX_STATE_LEN`].
+        max: usize,
+    },
 
+    /// A file or folder could not be read, written, created or renamed.
     #[error("cannot access checkpoint file {}: {source}", path.display())]
     Io {
+        /// The file or folder concerned: the checkpoint, its folder, or a temporary file beside it.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
 
+    /// A file that is not a KynML checkpoint is at the checkpoint path; it is never overwritten.
     #[error(
         "{} exists and is not a KynML checkpoint; refusing to overwrite it \
          (move it away or choose another checkpoint path)",
         path.display()
     )]
-    Foreign { path: PathBuf },
+    Foreign {
+        /// The file in the way.
+        path: PathBuf,
+    },
 
     /// The writer's thread is gone (it panicked); the checkpoint was not written.
     #[error("the checkpoint writer stopped unexpectedly; the checkpoint was not written")]
@@ -147,6 +196,7 @@ pub enum CheckpointError {
 }
 
 impl Checkpoint {
+    /// A checkpoint with no model hash; [`encode`] is given the hash instead.
     pub fn new(tensors: Vec<NamedTensor>, state: Value) -> Self {
         Checkpoint { tensors, state, model_hash: None }
     }
@@ -169,16 +219,19 @@ impl Checkpoint {
         validate_tensors(&self.tensors)
     }
 
+    /// The tensor named `name`, or `None` when there is none.
     pub fn tensor(&self, name: &str) -> Option<&NamedTensor> {
         self.tensors.iter().find(|t| t.name == name)
     }
 }
 
 impl NamedTensor {
+    /// A tensor of 32-bit floats; `data` is row-major, as many values as `shape` holds.
     pub fn f32(name: impl Into<String>, shape: Vec<usize>, data: Vec<f32>) -> Self {
         NamedTensor { name: name.into(), shape, data: TensorData::F32(data) }
     }
 
+    /// A tensor of 64-bit integers; `data` is row-major, as many values as `shape` holds.
     pub fn i64(name: impl Into<String>, shape: Vec<usize>, data: Vec<i64>) -> Self {
         NamedTensor { name: name.into(), shape, data: TensorData::I64(data) }
     }
@@ -190,6 +243,7 @@ impl NamedTensor {
 }
 
 impl TensorData {
+    /// The number of values (not bytes).
     pub fn len(&self) -> usize {
         match self {
             TensorData::F32(v) => v.len(),
@@ -198,6 +252,7 @@ impl TensorData {
         }
     }
 
+    /// True when there are no values.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -207,6 +262,7 @@ impl TensorData {
         self.kind().name()
     }
 
+    /// The size of the values in bytes as stored: 4 per f32, 8 per i64, 1 per byte.
     pub fn byte_len(&self) -> usize {
         self.len() * self.kind().size()
     }

@@ -36,17 +36,21 @@ pub struct TableOptions {
 /// What the model learns to predict, one entry per row.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Targets {
+    /// One number per row, for regression.
     Regression(Vec<f32>),
     /// `indices[row]` is a position in `names`. Names are sorted: integers
     /// numerically when every label is an integer (`2` before `10`),
     /// otherwise as strings, byte by byte (so `1.5` and `10` sort as text).
     Classes {
+        /// One class index per row.
         indices: Vec<u32>,
+        /// Every distinct label once, sorted as above.
         names: Vec<String>,
     },
 }
 
 impl Targets {
+    /// The number of rows.
     pub fn len(&self) -> usize {
         match self {
             Targets::Regression(values) => values.len(),
@@ -54,6 +58,7 @@ impl Targets {
         }
     }
 
+    /// True when there are no rows.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -74,17 +79,21 @@ pub struct Table {
     pub path: PathBuf,
     /// Every column except the target, in file order.
     pub feature_names: Vec<String>,
+    /// The name of the target column.
     pub target_name: String,
     /// `n_rows × n_features`, row-major.
     pub features: Vec<f32>,
+    /// The target of every data row, in file order.
     pub targets: Targets,
 }
 
 impl Table {
+    /// The number of data rows (header not counted).
     pub fn n_rows(&self) -> usize {
         self.targets.len()
     }
 
+    /// The number of feature columns.
     pub fn n_features(&self) -> usize {
         self.feature_names.len()
     }
@@ -159,9 +168,11 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
 /// order, and the target column when the file has one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelRows {
+    /// The file the rows were read from, for error messages further on.
     pub path: PathBuf,
     /// `rows × feature_names.len()`, row-major, raw (not normalised).
     pub features: Vec<f32>,
+    /// The number of data rows (header not counted).
     pub rows: usize,
     /// The target cells with their line numbers, when the file has the
     /// target column.
@@ -304,6 +315,17 @@ fn cell_text<'a>(raw: &'a [u8], path: &Path, line: usize) -> Result<&'a str, Dat
     std::str::from_utf8(raw).map(str::trim).map_err(|_| DataError::BadEncoding { path: path.into(), row: line })
 }
 
+/// A cell's text for an error message: whole when short, cut with its
+/// length said when long, so one enormous cell cannot flood the terminal.
+fn shown(text: &str) -> String {
+    const MAX: usize = 60;
+    if text.chars().count() <= MAX {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(MAX).collect();
+    format!("{head}... ({} characters)", text.chars().count())
+}
+
 /// One cell and where it is, to build errors from.
 struct Cell<'a> {
     path: &'a Path,
@@ -324,14 +346,14 @@ impl Cell<'_> {
                 row: self.line,
                 column: self.col + 1,
                 column_name: self.name.into(),
-                value: self.text.into(),
+                value: shown(self.text),
             }),
             Err(_) => Err(DataError::NotNumeric {
                 path: self.path.into(),
                 row: self.line,
                 column: self.col + 1,
                 column_name: self.name.into(),
-                value: self.text.into(),
+                value: shown(self.text),
             }),
         }
     }

@@ -25,13 +25,16 @@ use crate::data::split::split_indices;
 /// Which part of the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Split {
+    /// The training part.
     Train,
+    /// The held-out validation part.
     Valid,
 }
 
 /// Targets of a part or a batch, one per row.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Labels {
+    /// Regression targets, one number per row.
     Values(Vec<f32>),
     /// Indices into [`DataInfo::class_names`].
     Classes(Vec<u32>),
@@ -44,6 +47,7 @@ impl Default for Labels {
 }
 
 impl Labels {
+    /// The number of rows.
     pub fn len(&self) -> usize {
         match self {
             Labels::Values(v) => v.len(),
@@ -51,6 +55,7 @@ impl Labels {
         }
     }
 
+    /// True when there are no rows.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -86,14 +91,17 @@ pub struct SplitData {
     pub rows: Vec<usize>,
     /// `rows.len() × n_features`, row-major, standardized when asked.
     pub features: Vec<f32>,
+    /// The targets of the part's rows, in the same order.
     pub labels: Labels,
 }
 
 impl SplitData {
+    /// The number of rows in the part.
     pub fn len(&self) -> usize {
         self.rows.len()
     }
 
+    /// True when the part holds no rows.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
@@ -105,23 +113,30 @@ impl SplitData {
 pub struct Batch {
     /// `len × n_features`, row-major.
     pub features: Vec<f32>,
+    /// The targets of the batch's rows, in the same order.
     pub labels: Labels,
 }
 
 impl Batch {
+    /// The number of rows in the batch.
     pub fn len(&self) -> usize {
         self.labels.len()
     }
 
+    /// True when the batch holds no rows.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }
 }
 
+/// A table split into training and validation parts, ready for batching.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
+    /// What the run saves about the data: names, normalizer and split settings.
     pub info: DataInfo,
+    /// The training part.
     pub train: SplitData,
+    /// The held-out validation part.
     pub valid: SplitData,
 }
 
@@ -155,6 +170,7 @@ impl Dataset {
         Ok(Dataset { info, train, valid })
     }
 
+    /// The number of feature columns.
     pub fn n_features(&self) -> usize {
         self.info.n_features()
     }
@@ -164,10 +180,12 @@ impl Dataset {
         self.info.class_names.as_deref()
     }
 
+    /// The normalizer fitted on the training part; `None` unless `normalize` was set.
     pub fn normalizer(&self) -> Option<&Normalizer> {
         self.info.normalizer.as_ref()
     }
 
+    /// The part named by `split`.
     pub fn split(&self, split: Split) -> &SplitData {
         match split {
             Split::Train => &self.train,

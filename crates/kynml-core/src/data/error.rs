@@ -11,26 +11,36 @@ use std::path::PathBuf;
 
 use crate::data::split::SplitError;
 
+/// Why a data file could not be turned into rows.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
+    /// The file could not be opened or read.
     #[error("cannot read {}: {source}", path.display())]
     Io {
+        /// The data file.
         path: PathBuf,
+        /// What the system or the CSV reader reported.
         #[source]
         source: std::io::Error,
     },
 
     /// The file has no header row, or a header and no data rows.
     #[error("{}: no data: expected a header row and at least one data row", path.display())]
-    Empty { path: PathBuf },
+    Empty {
+        /// The data file.
+        path: PathBuf,
+    },
 
+    /// The header has no column named as the target.
     #[error(
         "{}:1: no column named `{target}` to predict{}",
         path.display(),
         missing_target_hint(available, suggestion.as_deref())
     )]
     MissingTarget {
+        /// The data file.
         path: PathBuf,
+        /// The column that was asked for.
         target: String,
         /// Every column name in the header, in file order.
         available: Vec<String>,
@@ -40,44 +50,79 @@ pub enum DataError {
 
     /// The target is the only column, so there is nothing to learn from.
     #[error("{}:1: no feature columns: `{target}` is the only column", path.display())]
-    NoFeatures { path: PathBuf, target: String },
+    NoFeatures {
+        /// The data file.
+        path: PathBuf,
+        /// The target column, the only one in the header.
+        target: String,
+    },
 
+    /// Two or more header cells with the same name.
     #[error(
         "{}:1: column name `{name}` appears more than once: columns {}",
         path.display(),
         join_numbers(columns)
     )]
     DuplicateColumn {
+        /// The data file.
         path: PathBuf,
+        /// The repeated name.
         name: String,
         /// 1-based positions of every column with this name.
         columns: Vec<usize>,
     },
 
+    /// A data row with a different number of cells from the header.
     #[error(
         "{}:{row}: expected {expected} cells as in the header, found {found}",
         path.display()
     )]
-    Ragged { path: PathBuf, row: usize, expected: usize, found: usize },
+    Ragged {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+        /// Cells in the header.
+        expected: usize,
+        /// Cells in this row.
+        found: usize,
+    },
 
+    /// A cell that should hold a number and does not parse as one.
     #[error(
         "{}:{row}: column {column} (`{column_name}`) is not a number: found {value:?}",
         path.display()
     )]
     NotNumeric {
+        /// The data file.
         path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
         row: usize,
         /// 1-based position in the file.
         column: usize,
+        /// The column's name in the header.
         column_name: String,
+        /// The cell's text, trimmed.
         value: String,
     },
 
+    /// A cell that reads as NaN or infinity, or overflows an f32.
     #[error(
         "{}:{row}: column {column} (`{column_name}`) must be a finite number: found {value:?}",
         path.display()
     )]
-    NonFinite { path: PathBuf, row: usize, column: usize, column_name: String, value: String },
+    NonFinite {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+        /// 1-based position of the column in the file.
+        column: usize,
+        /// The column's name in the header.
+        column_name: String,
+        /// The cell's text, trimmed.
+        value: String,
+    },
 
     /// A classification target cell that is empty: a missing label cannot
     /// stand for a class.
@@ -85,20 +130,47 @@ pub enum DataError {
         "{}:{row}: column {column} (`{column_name}`) has no class label: found \"\"",
         path.display()
     )]
-    EmptyLabel { path: PathBuf, row: usize, column: usize, column_name: String },
+    EmptyLabel {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+        /// 1-based position of the column in the file.
+        column: usize,
+        /// The column's name in the header.
+        column_name: String,
+    },
 
+    /// A line that is not valid UTF-8.
     #[error("{}:{row}: the line is not valid UTF-8 text", path.display())]
-    BadEncoding { path: PathBuf, row: usize },
+    BadEncoding {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+    },
 
+    /// Too few data rows to hold any out for validation.
     #[error(
         "{}: {rows} data row{} but at least {needed} are needed to hold some out for validation",
         path.display(),
         if *rows == 1 { "" } else { "s" }
     )]
-    TooFewRows { path: PathBuf, rows: usize, needed: usize },
+    TooFewRows {
+        /// The data file.
+        path: PathBuf,
+        /// Data rows in the file.
+        rows: usize,
+        /// The fewest rows a split accepts (`MIN_ROWS`).
+        needed: usize,
+    },
 
+    /// The training fraction is NaN or outside [0, 1].
     #[error("the training fraction must be between 0 and 1: found {fraction}")]
-    BadFraction { fraction: f64 },
+    BadFraction {
+        /// The fraction that was given.
+        fraction: f64,
+    },
 
     /// A column the model was trained on is not in the file.
     #[error(
@@ -106,14 +178,33 @@ pub enum DataError {
         path.display(),
         suggestion.as_ref().map_or(String::new(), |s| format!("; did you mean `{s}`?"))
     )]
-    MissingColumn { path: PathBuf, name: String, count: usize, suggestion: Option<String> },
+    MissingColumn {
+        /// The data file.
+        path: PathBuf,
+        /// The input column that is missing.
+        name: String,
+        /// How many input columns the model has.
+        count: usize,
+        /// A column of the file, not among the model's inputs, whose name is close
+        /// enough to be a typo.
+        suggestion: Option<String>,
+    },
 
     /// A column the model was not trained on (other than its target).
     #[error(
         "{}:1: column {column} (`{name}`) is not one of the model's inputs; remove it (the model's target `{target}` may stay)",
         path.display()
     )]
-    ExtraColumn { path: PathBuf, column: usize, name: String, target: String },
+    ExtraColumn {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based position of the column in the file.
+        column: usize,
+        /// The column's name in the header.
+        name: String,
+        /// The model's target column, which may stay in the file.
+        target: String,
+    },
 
     /// A label the model has no class for.
     #[error(
@@ -121,7 +212,20 @@ pub enum DataError {
         path.display(),
         known.join(", ")
     )]
-    UnknownClass { path: PathBuf, row: usize, column: usize, column_name: String, value: String, known: Vec<String> },
+    UnknownClass {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+        /// 1-based position of the target column in the file.
+        column: usize,
+        /// The column's name in the header.
+        column_name: String,
+        /// The label as found, trimmed.
+        value: String,
+        /// The model's class names, in output order.
+        known: Vec<String>,
+    },
 }
 
 impl DataError {
@@ -138,6 +242,11 @@ fn missing_target_hint(available: &[String], suggestion: Option<&str>) -> String
     match suggestion {
         Some(name) => format!("; did you mean `{name}`?"),
         None if available.is_empty() => String::new(),
+        // One column whose name holds separators: not a comma-separated file.
+        None if available.len() == 1 && available[0].contains([';', '\t', '|']) => format!(
+            "; the header is one column, `{}`: KynML reads comma-separated files, and this one seems to use another separator",
+            available[0]
+        ),
         None => {
             let names: Vec<String> = available.iter().map(|n| format!("`{n}`")).collect();
             format!("; the columns are {}", names.join(", "))

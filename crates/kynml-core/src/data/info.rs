@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use crate::data::normalize::Normalizer;
 
+/// What a run saves about its data: columns, classes, normalizer and split.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DataInfo {
     /// The CSV file the model was trained on.
@@ -21,13 +22,18 @@ pub struct DataInfo {
     /// Applied to the features before the model sees them, when the spec
     /// asked for `normalize = true`.
     pub normalizer: Option<Normalizer>,
+    /// Fraction of rows asked for training (the spec's `split`), in [0, 1].
     pub train_fraction: f64,
+    /// Seed the rows were shuffled with before splitting.
     pub seed: u64,
+    /// Rows in the training part.
     pub train_rows: usize,
+    /// Rows held out for validation.
     pub valid_rows: usize,
 }
 
 impl DataInfo {
+    /// The number of input features.
     pub fn n_features(&self) -> usize {
         self.feature_names.len()
     }

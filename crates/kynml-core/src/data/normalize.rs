@@ -20,6 +20,7 @@
 /// Per-feature mean and population standard deviation.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Normalizer {
+    /// Mean of each feature over the training rows.
     pub mean: Vec<f32>,
     /// Never 0: a constant feature gets 1, so it becomes 0 rather than NaN.
     pub std: Vec<f32>,
@@ -71,6 +72,7 @@ impl Normalizer {
         Normalizer { mean: mean.iter().map(|&m| m as f32).collect(), std }
     }
 
+    /// The number of features it was fitted on.
     pub fn n_features(&self) -> usize {
         self.mean.len()
     }

@@ -79,7 +79,14 @@ impl Loader {
 
 /// An epoch's batches, in order.
 pub enum BatchFeed<'env> {
-    Inline { data: &'env Dataset, batches: std::vec::IntoIter<Vec<usize>> },
+    /// `num_workers = 0`: each batch is gathered on the training thread when asked for.
+    Inline {
+        /// The dataset the batches are gathered from.
+        data: &'env Dataset,
+        /// The rows of each batch still to come (positions in the training part), in order.
+        batches: std::vec::IntoIter<Vec<usize>>,
+    },
+    /// Batches gathered ahead by worker threads, received in order.
     Workers(Receiver<Batch>),
 }
 

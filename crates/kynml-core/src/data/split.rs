@@ -15,12 +15,23 @@ use crate::rng::SplitMix64;
 /// Rows a split needs: one to train on and one to validate on.
 pub const MIN_ROWS: usize = 2;
 
+/// Why rows could not be split.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SplitError {
+    /// Fewer than [`MIN_ROWS`] rows: one part would be empty.
     #[error("{rows} rows but at least {needed} are needed to hold some out for validation")]
-    TooFewRows { rows: usize, needed: usize },
+    TooFewRows {
+        /// Rows that were given.
+        rows: usize,
+        /// The fewest rows a split accepts, [`MIN_ROWS`].
+        needed: usize,
+    },
+    /// The training fraction is NaN or outside [0, 1].
     #[error("the training fraction must be between 0 and 1: found {fraction}")]
-    BadFraction { fraction: f64 },
+    BadFraction {
+        /// The fraction that was given.
+        fraction: f64,
+    },
 }
 
 /// Shuffles `0..n` with `seed` and returns `(train, valid)`, each sorted.

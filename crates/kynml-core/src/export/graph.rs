@@ -35,29 +35,62 @@ pub enum Head {
     /// Outputs are the predicted values (one per output unit).
     Regression,
     /// Outputs are logits over `class_names`; probabilities = softmax over the outputs.
-    Softmax { class_names: Vec<String> },
+    Softmax {
+        /// One name per output, in output order.
+        class_names: Vec<String>,
+    },
     /// One output logit for two classes; `p(class_names[1]) = sigmoid(logit)`.
-    Sigmoid { class_names: Vec<String> },
+    Sigmoid {
+        /// The two classes; the logit is that of `class_names[1]`.
+        class_names: Vec<String>,
+    },
 }
 
 /// One layer of the model.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExportLayer {
     /// y = act(x W^T + b); `weight` is row-major [out, in] (PyTorch nn.Linear layout).
-    Dense { input: usize, output: usize, weight: Vec<f32>, bias: Vec<f32>, activation: Activation },
+    Dense {
+        /// Number of inputs.
+        input: usize,
+        /// Number of outputs (units).
+        output: usize,
+        /// Row-major `[output, input]`, `len == output * input`.
+        weight: Vec<f32>,
+        /// One per output, `len == output`.
+        bias: Vec<f32>,
+        /// Applied after the affine map.
+        activation: Activation,
+    },
     /// nn.BatchNorm1d in eval mode: (x - running_mean)/sqrt(running_var + eps) * gamma + beta. eps = 1e-5.
     BatchNorm {
+        /// Number of features, in and out.
         features: usize,
+        /// Per-feature scale (PyTorch's `weight`), `len == features`.
         gamma: Vec<f32>,
+        /// Per-feature shift (PyTorch's `bias`), `len == features`.
         beta: Vec<f32>,
+        /// Per-feature mean tracked during training, `len == features`.
         running_mean: Vec<f32>,
+        /// Per-feature variance tracked during training, `len == features`.
         running_var: Vec<f32>,
+        /// PyTorch's count of training batches (never negative), kept for the state dict; unused at inference.
         num_batches_tracked: i64,
     },
     /// nn.LayerNorm(features), eps 1e-5, normalising each row over its features (biased variance).
-    LayerNorm { features: usize, gamma: Vec<f32>, beta: Vec<f32> },
+    LayerNorm {
+        /// Number of features, in and out.
+        features: usize,
+        /// Per-feature scale (PyTorch's `weight`), `len == features`.
+        gamma: Vec<f32>,
+        /// Per-feature shift (PyTorch's `bias`), `len == features`.
+        beta: Vec<f32>,
+    },
     /// Identity at inference.
-    Dropout { p: f64 },
+    Dropout {
+        /// Probability, in `[0, 1)`, that training zeroed each value; unused at inference.
+        p: f64,
+    },
 }
 
 /// The activation applied after a dense layer's affine map.

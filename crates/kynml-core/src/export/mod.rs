@@ -43,8 +43,11 @@ pub const RUN_WEIGHTS: &str = "model.safetensors";
 /// The formats [`write`] produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// One ONNX file (opset 17) with the normalisation and, for classes, a `probabilities` output.
     Onnx,
+    /// PyTorch state-dict names in a `.safetensors` file, with a `.json` sidecar beside it.
     Safetensors,
+    /// Burn's named MessagePack record (`.mpk`), with a `.json` sidecar beside it.
     Burn,
 }
 
@@ -59,6 +62,7 @@ impl Format {
         }
     }
 
+    /// A format by name (`onnx`, `safetensors`, `burn`); `torchscript` and unknown names are errors.
     pub fn parse(name: &str) -> Result<Self, ExportError> {
         match name {
             "onnx" => Ok(Format::Onnx),
@@ -70,22 +74,44 @@ impl Format {
     }
 }
 
+/// Why a model cannot be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    /// `torchscript` was asked for, which only PyTorch can write.
     #[error(
         "torchscript is PyTorch's own program format, which only PyTorch can write; \
          KynML writes onnx (loads in PyTorch, onnxruntime and most runtimes), safetensors \
          (PyTorch state-dict names) or burn"
     )]
     Torchscript,
+    /// A format name KynML does not know; holds the name as given.
     #[error("unknown export format `{0}`; expected onnx, safetensors or burn")]
     UnknownFormat(String),
+    /// A file or folder could not be written.
     #[error("cannot write {}: {source}", path.display())]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        /// The file or folder.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// A file could not be read.
     #[error("cannot read {}: {source}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// A file that is not a model KynML can load, or a path it cannot write to.
     #[error("{} is not a model KynML can load: {reason}", path.display())]
-    Invalid { path: PathBuf, reason: String },
+    Invalid {
+        /// The file in question.
+        path: PathBuf,
+        /// What is wrong, in words for a person.
+        reason: String,
+    },
+    /// The model itself cannot be written (inconsistent shapes or names); holds the reason.
     #[error("the model cannot be exported: {0}")]
     Model(String),
 }

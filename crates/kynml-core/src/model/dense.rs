@@ -13,8 +13,11 @@ use kynml_backend::Backend as Kb;
 /// `y = act(x W + b)` with `W` stored `[d_in, d_out]`.
 #[derive(Module, Debug)]
 pub struct Dense<B: Backend> {
+    /// The weight matrix, `[d_in, d_out]`: PyTorch's `[out, in]` transposed.
     pub weight: Param<Tensor<B, 2>>,
+    /// The bias, `[d_out]`.
     pub bias: Param<Tensor<B, 1>>,
+    /// Applied after the affine map; not a parameter.
     #[module(skip)]
     pub activation: Activation,
 }

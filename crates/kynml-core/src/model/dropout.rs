@@ -13,8 +13,11 @@ use burn::tensor::{Tensor, TensorData};
 use crate::rng::SplitMix64;
 use kynml_backend::Backend as Kb;
 
+/// Inverted dropout: in training, zeroes each value with probability `prob` and scales the rest by
+/// `1/(1-prob)`; in evaluation, the identity.
 #[derive(Module, Debug, Clone)]
 pub struct Dropout {
+    /// The probability of zeroing each value, in `[0, 1)`.
     pub prob: f64,
 }
 

@@ -31,21 +31,30 @@ use kynml_backend::Backend as Kb;
 /// carries the generator that dropout draws its masks from.
 #[derive(Debug)]
 pub enum Mode<'r> {
+    /// Training: dropout draws its masks from this generator, and batchnorm normalises with the
+    /// batch's statistics and updates its running ones.
     Train(&'r mut SplitMix64),
+    /// Evaluation: dropout is the identity, and batchnorm uses its running statistics.
     Eval,
 }
 
+/// One layer of a `model` block (every line but `input`).
 #[derive(Module, Debug)]
 pub enum Layer<B: Backend> {
+    /// `dense N ACTIVATION`: a fully connected layer and its activation.
     Dense(Dense<B>),
+    /// `batchnorm`: batch normalisation of the previous layer's output.
     BatchNorm(BatchNorm<B>),
+    /// `layernorm`: layer normalisation of the previous layer's output.
     LayerNorm(LayerNorm<B>),
+    /// `dropout P`: dropout with probability P while training.
     Dropout(Dropout),
 }
 
 /// The layers of one `model` block, in order.
 #[derive(Module, Debug)]
 pub struct Model<B: Backend> {
+    /// In the block's order; the index is the layer's number in tensor names (`0.weight`).
     pub layers: Vec<Layer<B>>,
 }
 

@@ -16,13 +16,19 @@ const MOMENTUM: f64 = 0.1;
 /// running statistics in evaluation.
 #[derive(Module, Debug)]
 pub struct BatchNorm<B: Backend> {
+    /// The learned scale, `[features]`, starting at 1 (PyTorch's `weight`).
     pub gamma: Param<Tensor<B, 1>>,
+    /// The learned shift, `[features]`, starting at 0 (PyTorch's `bias`).
     pub beta: Param<Tensor<B, 1>>,
+    /// The running mean of each feature, used in evaluation; starts at 0.
     pub running_mean: RunningState<Tensor<B, 1>>,
+    /// The running unbiased variance of each feature, used in evaluation; starts at 1.
     pub running_var: RunningState<Tensor<B, 1>>,
 }
 
 impl BatchNorm<Kb> {
+    /// A batchnorm over `features` features, initialised as PyTorch does: scale 1, shift 0, running
+    /// mean 0 and variance 1.
     pub fn init(features: usize, device: &DispatchDevice) -> Self {
         BatchNorm {
             gamma: Param::from_tensor(Tensor::ones([features], device)),
@@ -62,11 +68,14 @@ impl BatchNorm<Kb> {
 /// `nn.LayerNorm(features)`: normalise each row over its features.
 #[derive(Module, Debug)]
 pub struct LayerNorm<B: Backend> {
+    /// The learned scale, `[features]`, starting at 1 (PyTorch's `weight`).
     pub gamma: Param<Tensor<B, 1>>,
+    /// The learned shift, `[features]`, starting at 0 (PyTorch's `bias`).
     pub beta: Param<Tensor<B, 1>>,
 }
 
 impl LayerNorm<Kb> {
+    /// A layernorm over `features` features, initialised as PyTorch does: scale 1, shift 0.
     pub fn init(features: usize, device: &DispatchDevice) -> Self {
         LayerNorm {
             gamma: Param::from_tensor(Tensor::ones([features], device)),

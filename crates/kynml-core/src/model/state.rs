@@ -19,12 +19,30 @@ use crate::checkpoint::{NamedTensor, TensorData as Stored};
 /// A tensor that [`Model::with_tensors`] could not use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
+    /// No stored tensor has this name.
     #[error("tensor `{name}` is missing")]
-    Missing { name: String },
+    Missing {
+        /// The full name looked for, prefix included (`model.0.weight`).
+        name: String,
+    },
+    /// The stored tensor's shape is not the one the model needs.
     #[error("tensor `{name}` has shape {found:?}, the model needs {expected:?}")]
-    Shape { name: String, expected: Vec<usize>, found: Vec<usize> },
+    Shape {
+        /// The tensor's full name, prefix included.
+        name: String,
+        /// The shape the model needs.
+        expected: Vec<usize>,
+        /// The shape stored.
+        found: Vec<usize>,
+    },
+    /// The stored tensor does not hold f32 values.
     #[error("tensor `{name}` holds {found} values, the model needs f32")]
-    Dtype { name: String, found: &'static str },
+    Dtype {
+        /// The tensor's full name, prefix included.
+        name: String,
+        /// The stored element type's safetensors name (`I64` or `U8`).
+        found: &'static str,
+    },
 }
 
 impl Model<Kb> {

@@ -3,6 +3,7 @@
 
 use crate::spec::types::{Activation, Layer, ModelSpec};
 
+/// One row of the model table: one layer of the `model` block.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LayerSummary {
     /// As a person would write it: `dense 512 gelu`.
@@ -14,15 +15,22 @@ pub struct LayerSummary {
     pub params: usize,
 }
 
+/// A `model` block as a table, as `kynml check` prints it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ModelSummary {
+    /// The model block's name (`DeepNet`).
     pub name: String,
+    /// The number of input features: the `input N` line.
     pub input: usize,
+    /// One row per layer, in order; the `input` line has none.
     pub layers: Vec<LayerSummary>,
+    /// Trainable parameters of all layers together.
     pub total_params: usize,
+    /// Width of the model's output: the last layer's.
     pub output_width: usize,
 }
 
+/// The table for `spec`, computed from the spec alone.
 pub fn summarize(spec: &ModelSpec) -> ModelSummary {
     let mut width = spec.input.value;
     let layers: Vec<LayerSummary> = spec

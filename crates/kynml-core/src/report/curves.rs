@@ -55,9 +55,11 @@ pub struct Curves<'a> {
     pub title: &'a str,
     /// Epoch numbers, 1-based, ascending.
     pub epochs: &'a [usize],
+    /// Mean training loss of each epoch.
     pub train_loss: &'a [f64],
     /// Empty when the run has no validation data.
     pub val_loss: &'a [f64],
+    /// Learning rate of each epoch.
     pub lr: &'a [f64],
     /// Validation metrics: name and one value per epoch.
     pub metrics: &'a [(String, Vec<f64>)],
@@ -70,15 +72,21 @@ pub struct Curves<'a> {
 /// Why the curves could not be drawn or written.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
+    /// `epochs` is empty.
     #[error("no epochs to draw")]
     NoEpochs,
+    /// The embedded DejaVu Sans font could not be registered with `plotters`.
     #[error("the embedded plotting font could not be loaded")]
     Font,
+    /// `plotters` failed or panicked while drawing, or PNG encoding failed; holds the message.
     #[error("drawing the training curves failed: {0}")]
     Draw(String),
+    /// A file could not be written.
     #[error("cannot write {}: {source}", path.display())]
     Write {
+        /// The file.
         path: PathBuf,
+        /// The underlying I/O error.
         #[source]
         source: std::io::Error,
     },

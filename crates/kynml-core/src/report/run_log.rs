@@ -10,6 +10,7 @@ use crate::report::tensorboard::EventWriter;
 use crate::run_dir::RunDir;
 use crate::train::{EpochRecord, TrainEvent};
 
+/// Writes a run's `metrics.jsonl` and TensorBoard scalars as training events arrive.
 pub struct RunLog<'a> {
     dir: &'a RunDir,
     tensorboard: EventWriter,
@@ -18,10 +19,12 @@ pub struct RunLog<'a> {
 }
 
 impl<'a> RunLog<'a> {
+    /// Starts the log in `dir`, creating its TensorBoard event file.
     pub fn create(dir: &'a RunDir) -> io::Result<Self> {
         Ok(RunLog { dir, tensorboard: EventWriter::create(&dir.path)?, error: None })
     }
 
+    /// Records one training event; a write error is kept for [`RunLog::finish`] and training goes on.
     pub fn on_event(&mut self, event: &TrainEvent) {
         if let Err(e) = self.record(event) {
             self.error.get_or_insert(e);

@@ -22,10 +22,12 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
+    /// A problem at `span`: `message` says what is wrong, `label` goes beside the carets.
     pub fn new(span: Span, message: impl Into<String>, label: impl Into<String>) -> Self {
         Diagnostic { message: message.into(), span, label: label.into(), help: None }
     }
 
+    /// Adds a help line saying how to fix the problem.
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
         self

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 /// A byte range in the spec source, `start..end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Span {
+    /// Byte offset of the first byte, counted from the start of the source.
     pub start: usize,
+    /// Byte offset just past the last byte; equal to `start` for an empty range.
     pub end: usize,
 }
 
@@ -16,7 +18,9 @@ pub struct Span {
 /// carry the span of the block header they belong to.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Spanned<T> {
+    /// The value itself.
     pub value: T,
+    /// Where it was written, or the block header's span for a default.
     pub span: Span,
 }
 
@@ -24,19 +28,28 @@ pub struct Spanned<T> {
 /// and the train, evaluate and export settings with defaults filled in.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Spec {
+    /// The `dataset` block that `train:` uses.
     pub dataset: DatasetSpec,
+    /// The `model` block that `train:` uses.
     pub model: ModelSpec,
+    /// The `train:` block.
     pub train: TrainSpec,
+    /// The `evaluate:` block; empty when the spec has none.
     pub evaluate: EvaluateSpec,
+    /// The `export:` block; `None` when the spec has none.
     pub export: Option<ExportSpec>,
 }
 
+/// A `dataset NAME:` block: where the rows come from, and how they are split
+/// and fed to training.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct DatasetSpec {
+    /// The block's name, as in `dataset NAME:`.
     pub name: Spanned<String>,
     /// As written in `csv("...")`; relative paths are resolved against the
     /// spec's folder by the caller.
     pub source: Spanned<PathBuf>,
+    /// The column to predict, as written in `target = "..."`; never empty.
     pub target: Spanned<String>,
     /// Fraction of rows used for training. Default 0.8.
     pub split: Spanned<f64>,
@@ -50,8 +63,10 @@ pub struct DatasetSpec {
     pub prefetch: Option<Spanned<usize>>,
 }
 
+/// A `model NAME:` block: the input width and the layers after it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ModelSpec {
+    /// The block's name, as in `model NAME:`.
     pub name: Spanned<String>,
     /// Width declared by the `input N` line.
     pub input: Spanned<usize>,
@@ -59,58 +74,93 @@ pub struct ModelSpec {
     pub layers: Vec<Spanned<Layer>>,
 }
 
+/// One line of a `model` block after `input N`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum Layer {
+    /// `dense N ACTIVATION`: a fully connected layer, then an activation.
     Dense {
+        /// Output width N; at least 1.
         units: usize,
+        /// Applied to the layer's output; `Linear` for none.
         activation: Activation,
     },
+    /// `batchnorm`: batch normalization of the previous layer's output.
     BatchNorm,
+    /// `layernorm`: layer normalization of the previous layer's output.
     LayerNorm,
     /// Drop probability in [0, 1).
     Dropout(f64),
 }
 
+/// The activation written after the width of a `dense` layer.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub enum Activation {
+    /// `linear`: no activation (the identity).
     Linear,
+    /// `relu`: `max(0, x)`.
     Relu,
+    /// `gelu`: the Gaussian error linear unit.
     Gelu,
+    /// `tanh`: the hyperbolic tangent.
     Tanh,
+    /// `sigmoid`: the logistic function `1 / (1 + e^-x)`.
     Sigmoid,
+    /// `silu`: `x * sigmoid(x)`, also called swish.
     Silu,
     /// Negative slope; `leaky_relu` alone means 0.01 as in PyTorch.
     LeakyRelu(f64),
 }
 
+/// The `train:` block, with defaults filled in.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TrainSpec {
     /// Name of the model block (already checked to exist).
     pub model: Spanned<String>,
     /// Name of the dataset block (already checked to exist).
     pub data: Spanned<String>,
+    /// The loss to minimize; required.
     pub loss: Spanned<Loss>,
+    /// Default `adamw` with PyTorch's defaults.
     pub optimizer: Spanned<Optimizer>,
+    /// Passes over the training data; at least 1, required.
     pub epochs: Spanned<usize>,
+    /// Rows per batch; at least 1, default 32.
     pub batch: Spanned<usize>,
+    /// Where to train; default `Auto`.
     pub device: Spanned<DeviceRequest>,
+    /// Learning-rate schedule; `None` means a constant learning rate.
     pub scheduler: Option<Spanned<Scheduler>>,
+    /// Early stopping on validation loss; `None` runs every epoch.
     pub early_stop: Option<Spanned<EarlyStop>>,
+    /// When and where to save checkpoints; `None` saves none.
     pub checkpoint: Option<Spanned<Checkpoint>>,
+    /// The type the dense layers' matrix products run in; default `Fp32`.
     pub precision: Spanned<Precision>,
     /// Loss scaling for reduced precision; `Auto` unless written.
     pub loss_scale: Spanned<LossScale>,
+    /// Ask for the fastest compiled execution; default false.
     pub compile: Spanned<bool>,
     /// Default 42.
     pub seed: u64,
 }
 
+/// The loss minimized by training; its kind decides whether the task is
+/// regression or classification.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub enum Loss {
+    /// `mse`: mean squared error, for regression.
     Mse,
+    /// `mae`: mean absolute error, for regression.
     Mae,
-    Huber { delta: f64 },
+    /// `huber(delta=1.0)`: squared error for small errors, absolute error for
+    /// large ones, for regression.
+    Huber {
+        /// The error size where the loss turns from quadratic to linear; > 0.
+        delta: f64,
+    },
+    /// `cross_entropy`: softmax cross-entropy over class indices, for classification.
     CrossEntropy,
+    /// `bce`: binary cross-entropy on one logit per row, for two classes.
     Bce,
 }
 
@@ -125,16 +175,63 @@ impl Loss {
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub enum Optimizer {
     /// torch defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01.
-    AdamW { lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64 },
+    AdamW {
+        /// Learning rate; > 0.
+        lr: f64,
+        /// First of `betas`: decay rate of the running mean of gradients, in [0, 1).
+        beta1: f64,
+        /// Second of `betas`: decay rate of the running mean of squared gradients, in [0, 1).
+        beta2: f64,
+        /// Added to the denominator for numerical stability; > 0.
+        eps: f64,
+        /// Decoupled weight decay; >= 0.
+        weight_decay: f64,
+    },
     /// torch defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.
-    Adam { lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64 },
+    Adam {
+        /// Learning rate; > 0.
+        lr: f64,
+        /// First of `betas`: decay rate of the running mean of gradients, in [0, 1).
+        beta1: f64,
+        /// Second of `betas`: decay rate of the running mean of squared gradients, in [0, 1).
+        beta2: f64,
+        /// Added to the denominator for numerical stability; > 0.
+        eps: f64,
+        /// Weight decay; >= 0.
+        weight_decay: f64,
+    },
     /// torch defaults: lr 1e-3, momentum 0, dampening 0, weight_decay 0, nesterov false.
-    Sgd { lr: f64, momentum: f64, dampening: f64, weight_decay: f64, nesterov: bool },
+    Sgd {
+        /// Learning rate; > 0.
+        lr: f64,
+        /// Momentum factor; >= 0, 0 for none.
+        momentum: f64,
+        /// Dampening of momentum; must be 0 with `nesterov`.
+        dampening: f64,
+        /// Weight decay; >= 0.
+        weight_decay: f64,
+        /// Nesterov momentum; needs `momentum` > 0 and `dampening` 0.
+        nesterov: bool,
+    },
     /// torch defaults: lr 1e-2, alpha 0.99, eps 1e-8, weight_decay 0, momentum 0, centered false.
-    RmsProp { lr: f64, alpha: f64, eps: f64, weight_decay: f64, momentum: f64, centered: bool },
+    RmsProp {
+        /// Learning rate; > 0.
+        lr: f64,
+        /// Smoothing constant of the running mean of squared gradients; >= 0.
+        alpha: f64,
+        /// Added to the denominator for numerical stability; > 0.
+        eps: f64,
+        /// Weight decay; >= 0.
+        weight_decay: f64,
+        /// Momentum factor; >= 0, 0 for none.
+        momentum: f64,
+        /// Divide by an estimate of the gradient's variance rather than its raw second moment.
+        centered: bool,
+    },
 }
 
 impl Optimizer {
+    /// The learning rate, whichever the optimizer.
     pub fn lr(&self) -> f64 {
         match *self {
             Optimizer::AdamW { lr, .. }
@@ -149,34 +246,56 @@ impl Optimizer {
 /// warmup of `warmup` epochs (from lr/warmup up to lr) before the schedule.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Scheduler {
+    /// The schedule that runs after the warmup.
     pub kind: SchedulerKind,
     /// Default 0.
     pub warmup: usize,
 }
 
+/// The schedule proper, with PyTorch's meaning for each parameter.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub enum SchedulerKind {
     /// `cosine(t_max, eta_min=0)`
-    Cosine { t_max: usize, eta_min: f64 },
+    Cosine {
+        /// Epochs over which the rate anneals from lr down to `eta_min`; at least 1.
+        t_max: usize,
+        /// The lowest learning rate; >= 0.
+        eta_min: f64,
+    },
     /// `step(step_size, gamma=0.1)`
-    Step { step_size: usize, gamma: f64 },
+    Step {
+        /// Epochs between two cuts of the rate; at least 1.
+        step_size: usize,
+        /// Factor the rate is multiplied by every `step_size` epochs; > 0.
+        gamma: f64,
+    },
     /// `exponential(gamma)`
-    Exponential { gamma: f64 },
+    Exponential {
+        /// Factor the rate is multiplied by every epoch; > 0.
+        gamma: f64,
+    },
 }
 
 /// `early_stop(patience, min_delta=0)`, on validation loss.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct EarlyStop {
+    /// Epochs without improvement before training stops; at least 1.
     pub patience: usize,
+    /// A drop in validation loss must exceed this to count as improvement; >= 0.
     pub min_delta: f64,
 }
 
 /// `checkpoint(every_n, path, async_save=false, keep=1)`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Checkpoint {
+    /// Save every `every_n` epochs, and after the last one; at least 1.
     pub every_n: usize,
+    /// As written; relative paths are resolved against the spec's folder by
+    /// the caller.
     pub path: PathBuf,
+    /// Encode and write each checkpoint on a background thread.
     pub async_save: bool,
+    /// Checkpoints kept: `path`, then older ones as `path.1` to `path.{keep-1}`; at least 1.
     pub keep: usize,
 }
 
@@ -185,31 +304,48 @@ pub struct Checkpoint {
 pub enum LossScale {
     /// Dynamic scaling with PyTorch's defaults for fp16, none otherwise.
     Auto,
+    /// `none`: no loss scaling.
     None,
+    /// `dynamic(...)`: the scale is cut after a step with inf or NaN gradients
+    /// and grows after a run of finite ones.
     Dynamic {
+        /// Starting scale; > 0, default 65536.
         init: f64,
+        /// Factor the scale grows by after `interval` finite steps in a row; > 0, default 2.0.
         growth: f64,
+        /// Finite steps in a row before the scale grows; at least 1, default 2000.
         interval: usize,
+        /// Factor the scale is cut by after a skipped step; in (0, 1), default 0.5.
         backoff: f64,
     },
 }
 
+/// `precision`: the type the dense layers' matrix products run in; master
+/// weights, optimizer state and updates always stay fp32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Precision {
+    /// `fp32`: single precision throughout.
     Fp32,
+    /// `fp16`: half precision products, with dynamic loss scaling by default.
     Fp16,
+    /// `bf16`: bfloat16 products; fp32's exponent range, so no loss scaling by default.
     Bf16,
 }
 
+/// `device`: where training is asked to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum DeviceRequest {
+    /// `auto`: the best device really present.
     Auto,
+    /// `cpu`: the CPU backend.
     Cpu,
     /// `cuda` is `Cuda(None)` (the first GPU); `"cuda:1"` is `Cuda(Some(1))`.
     Cuda(Option<usize>),
+    /// `wgpu`: the portable wgpu GPU backend.
     Wgpu,
 }
 
+/// The `evaluate:` block.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EvaluateSpec {
     /// Empty when the spec has no `evaluate:` block or no `metrics` key; the
@@ -217,22 +353,33 @@ pub struct EvaluateSpec {
     pub metrics: Vec<Spanned<Metric>>,
 }
 
+/// A metric named in `evaluate: metrics = [...]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Metric {
+    /// `mae`: mean absolute error (regression).
     Mae,
+    /// `mse`: mean squared error (regression).
     Mse,
+    /// `rmse`: root mean squared error (regression).
     Rmse,
+    /// `r2`: coefficient of determination (regression); 1 is a perfect fit.
     R2,
+    /// `accuracy`: fraction of rows whose predicted class is right (classification).
     Accuracy,
+    /// `precision`: precision averaged over classes (classification).
     Precision,
+    /// `recall`: recall averaged over classes (classification).
     Recall,
+    /// `f1`: F1 score averaged over classes (classification).
     F1,
 }
 
 impl Metric {
+    /// True for the metrics that take class targets.
     pub fn is_classification(&self) -> bool {
         matches!(self, Metric::Accuracy | Metric::Precision | Metric::Recall | Metric::F1)
     }
+    /// The metric's name as written in a spec, such as `rmse`.
     pub fn name(&self) -> &'static str {
         match self {
             Metric::Mae => "mae",
@@ -247,16 +394,24 @@ impl Metric {
     }
 }
 
+/// The `export:` block; both keys are required when it is present.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ExportSpec {
+    /// What to write.
     pub format: Spanned<ExportFormat>,
+    /// As written; relative paths are resolved against the spec's folder by
+    /// the caller.
     pub path: Spanned<PathBuf>,
 }
 
+/// `format` in the `export:` block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ExportFormat {
+    /// `onnx`: the graph at opset 17, normalization included, taking raw feature rows.
     Onnx,
+    /// `safetensors`: the weights under PyTorch state-dict names, plus a `.json` sidecar.
     Safetensors,
+    /// `burn`: Burn's named MessagePack record of the model, plus a `.json` sidecar.
     Burn,
     /// Accepted so that older specs load; a native engine cannot write it.
     Torchscript,

@@ -8,11 +8,15 @@ use crate::spec::types::EarlyStop;
 pub struct EarlyStopper {
     patience: usize,
     min_delta: f64,
+    /// The lowest validation loss so far; infinite until an epoch improves.
     pub best: f64,
+    /// The epoch (1-based) that reached `best`; `None` until an epoch improves.
     pub best_epoch: Option<usize>,
+    /// Epochs in a row without improvement; training stops when this reaches the patience.
     pub bad_epochs: usize,
 }
 
+/// What [`EarlyStopper::observe`] says about an epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// A new best: keep these weights.
@@ -24,6 +28,7 @@ pub enum Verdict {
 }
 
 impl EarlyStopper {
+    /// A stopper with the spec's `patience` and `min_delta`, before any epoch.
     pub fn new(config: &EarlyStop) -> Self {
         EarlyStopper {
             patience: config.patience,

@@ -7,12 +7,20 @@ use std::collections::BTreeMap;
 pub struct EpochRecord {
     /// 1-based.
     pub epoch: usize,
+    /// The learning rate of the epoch's steps.
     pub lr: f64,
+    /// The mean training loss over the epoch's rows, skipped steps left out; NaN when no step
+    /// counted.
     pub train_loss: f64,
+    /// The loss on the validation split after the epoch.
     pub val_loss: f64,
     /// The spec's metrics on the validation split.
     pub metrics: BTreeMap<String, f64>,
+    /// Training rows per second over the epoch's steps, validation not counted; NaN when read back
+    /// from a checkpoint.
     pub samples_per_sec: f64,
+    /// Wall-clock seconds of the whole epoch, validation included; NaN when read back from a
+    /// checkpoint.
     pub seconds: f64,
     /// The loss scale at the end of the epoch, when loss scaling is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -25,37 +33,57 @@ pub struct EpochRecord {
 /// Progress, in the order it happens.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TrainEvent<'a> {
+    /// An epoch is about to start.
     EpochStart {
+        /// The epoch (1-based).
         epoch: usize,
+        /// The run's last epoch (the spec's `epochs`), unless it stops early.
         epochs: usize,
+        /// Steps (batches) in this epoch.
         steps: usize,
+        /// The learning rate for this epoch.
         lr: f64,
     },
     /// `loss` is the running mean of the epoch's training loss so far; it is
     /// read from the device only every few steps (reading forces a sync).
     Step {
+        /// The epoch (1-based).
         epoch: usize,
+        /// The step just done, 1-based within the epoch; skipped steps count.
         step: usize,
+        /// Steps (batches) in this epoch.
         steps: usize,
+        /// `None` between reads and for a step skipped on overflow.
         loss: Option<f64>,
+        /// Training rows per second so far in this epoch.
         samples_per_sec: f64,
     },
+    /// An epoch has finished, validation included.
     EpochEnd(&'a EpochRecord),
+    /// Early stopping ends training after this epoch.
     EarlyStop {
+        /// The last epoch trained (1-based).
         epoch: usize,
+        /// The epoch (1-based) whose weights are kept.
         best_epoch: usize,
     },
     /// Training continues from a checkpoint; `history` holds the epochs it
     /// had finished.
     Resumed {
+        /// The checkpoint file resumed from.
         path: &'a std::path::Path,
+        /// The last epoch the checkpoint had finished (1-based; 0 if it was taken inside the
+        /// first); training continues with the next.
         epoch: usize,
+        /// The finished epochs' records; their timings read back as NaN.
         history: &'a [EpochRecord],
     },
     /// A checkpoint of this epoch was handed to the writer (written in the
     /// background when `async_save` is on).
     CheckpointSaved {
+        /// The epoch (1-based) the checkpoint ends with.
         epoch: usize,
+        /// The checkpoint file it goes to.
         path: &'a std::path::Path,
         /// How long the loop waited: the snapshot, plus the write itself
         /// when saving synchronously.
@@ -64,6 +92,7 @@ pub enum TrainEvent<'a> {
     /// A checkpoint write failed. Training goes on; the checkpoint at the
     /// path is still the last good one.
     CheckpointFailed {
+        /// What went wrong, as a message.
         error: String,
     },
 }

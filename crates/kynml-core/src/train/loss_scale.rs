@@ -14,8 +14,10 @@ use kynml_backend::Backend as Kb;
 use crate::evaluate::IntoScalarF64;
 use crate::train::precision::ScalerConfig;
 
+/// Dynamic loss scaling: the current scale and the run of finite steps that decides when it grows.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LossScaler {
+    /// The factor the loss is multiplied by before the backward pass.
     pub scale: f64,
     /// Finite steps since the scale last changed.
     pub good_steps: usize,
@@ -33,6 +35,7 @@ struct ScalerConfigState {
 }
 
 impl LossScaler {
+    /// A scaler starting at `config.init`, with `config`'s growth, backoff and interval.
     pub fn new(config: &ScalerConfig) -> Self {
         LossScaler {
             scale: config.init,
@@ -50,6 +53,7 @@ impl LossScaler {
         LossScaler { scale, good_steps, ..Self::new(config) }
     }
 
+    /// `loss` times the current scale: what to backpropagate instead of `loss`.
     pub fn scale_loss(&self, loss: Tensor<Kb, 1>) -> Tensor<Kb, 1> {
         loss.mul_scalar(self.scale)
     }

@@ -24,13 +24,19 @@ type M = Model<Kb>;
 /// One of Burn's optimizers, chosen at run time.
 #[derive(Clone)]
 pub enum AnyOptimizer {
+    /// The spec's `adamw`.
     AdamW(OptimizerAdaptor<AdamW, M, Kb>),
+    /// The spec's `adam`.
     Adam(OptimizerAdaptor<Adam, M, Kb>),
+    /// The spec's `sgd`.
     Sgd(OptimizerAdaptor<Sgd<Kb>, M, Kb>),
+    /// The spec's `rmsprop`.
     RmsProp(OptimizerAdaptor<RmsProp, M, Kb>),
 }
 
 impl AnyOptimizer {
+    /// The optimizer `spec` names, its arguments read as PyTorch reads them; the learning rate is
+    /// given to each [`step`](Self::step) instead.
     pub fn new(spec: &Optimizer) -> Self {
         let decay = |wd: f64| (wd > 0.0).then(|| WeightDecayConfig::new(wd as f32));
         match *spec {

@@ -23,8 +23,11 @@ use crate::spec::types::{LossScale, Precision, TrainSpec};
 /// The precision of the dense layers' matrix products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compute {
+    /// fp32 products: no reduced precision.
     Fp32,
+    /// bfloat16 products: fp32's exponent range with a shorter mantissa.
     Bf16,
+    /// IEEE half-precision products: a narrow exponent range, so loss scaling is on by default.
     Fp16,
 }
 
@@ -38,6 +41,7 @@ impl Compute {
         }
     }
 
+    /// The name as the spec writes it: `fp32`, `bf16` or `fp16`.
     pub fn name(self) -> &'static str {
         match self {
             Compute::Fp32 => "fp32",
@@ -58,9 +62,13 @@ impl Compute {
 /// Dynamic loss scaling settings (PyTorch's `GradScaler` defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ScalerConfig {
+    /// The scale to start from, > 0 (65536 by default).
     pub init: f64,
+    /// The factor the scale grows by after `interval` finite steps in a row, > 0 (2.0 by default).
     pub growth: f64,
+    /// The factor the scale is cut by after an overflow, in (0, 1) (0.5 by default).
     pub backoff: f64,
+    /// Finite steps in a row before the scale grows, >= 1 (2000 by default).
     pub interval: usize,
 }
 
@@ -74,7 +82,9 @@ impl Default for ScalerConfig {
 /// differs from the spec when it does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrecisionPlan {
+    /// The precision the dense layers' matrix products run in.
     pub compute: Compute,
+    /// The loss scaling settings; `None` runs without loss scaling.
     pub scaler: Option<ScalerConfig>,
     /// Set when the spec asked for a precision this device does not run.
     pub fallback: Option<String>,

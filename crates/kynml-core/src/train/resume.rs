@@ -22,8 +22,12 @@ use crate::train::optimizer::AnyOptimizer;
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 
+/// Name prefix of the model's weights in a checkpoint (`model.0.weight`).
 pub const MODEL_PREFIX: &str = "model.";
+/// Name prefix of the best epoch's weights, saved when early stopping is on and an epoch has
+/// improved.
 pub const BEST_PREFIX: &str = "best.";
+/// Name prefix of the optimizer's per-parameter state (`optim.0.weight`).
 pub const OPTIM_PREFIX: &str = "optim.";
 
 /// The loop's own state at the end of an epoch.
@@ -38,7 +42,9 @@ pub struct LoopState {
     /// [`SplitMix64::state`](crate::rng::SplitMix64::state) of the data
     /// order and dropout generators.
     pub order_rng: u64,
+    /// The dropout generator's state.
     pub dropout_rng: u64,
+    /// Early stopping's progress; `None` when the run has no early stopping.
     pub early_stop: Option<StopState>,
     /// True when early stopping ended the run: there is nothing to resume.
     pub stopped_early: bool,
@@ -67,7 +73,9 @@ pub struct PartialEpoch {
     /// The running sum of batch loss times rows, and the rows in it.
     #[serde(with = "exact")]
     pub loss_sum: f64,
+    /// Rows in `loss_sum`: those of the steps not skipped.
     pub seen: usize,
+    /// Steps skipped so far in the epoch because their gradients overflowed.
     pub skipped: usize,
 }
 
@@ -75,8 +83,10 @@ pub struct PartialEpoch {
 /// the run that resumes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScaleState {
+    /// The current loss scale.
     #[serde(with = "exact")]
     pub scale: f64,
+    /// Finite steps since the scale last changed.
     pub good_steps: usize,
 }
 
@@ -87,15 +97,19 @@ pub struct StopState {
     /// Infinite until an epoch has improved.
     #[serde(with = "exact")]
     pub best: f64,
+    /// The epoch (1-based) that reached `best`; `None` until an epoch improves.
     pub best_epoch: Option<usize>,
+    /// Epochs in a row without improvement.
     pub bad_epochs: usize,
 }
 
 impl StopState {
+    /// The progress of `stopper`, to save.
     pub fn of(stopper: &EarlyStopper) -> Self {
         StopState { best: stopper.best, best_epoch: stopper.best_epoch, bad_epochs: stopper.bad_epochs }
     }
 
+    /// Puts this progress into `stopper`, which keeps its own patience and threshold.
     pub fn apply(&self, stopper: &mut EarlyStopper) {
         stopper.best = self.best;
         stopper.best_epoch = self.best_epoch;
@@ -106,18 +120,32 @@ impl StopState {
 /// Why a checkpoint cannot be resumed from.
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {
+    /// The file cannot be read, or is not a whole checkpoint.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The checkpoint was written for a different `model` block.
     #[error(
         "checkpoint was written for a different model:\n  checkpoint: {found}\n  this spec:  {expected}\n\
          choose another checkpoint path, or pass --fresh to start over (the old checkpoint is then replaced)"
     )]
-    ModelMismatch { expected: String, found: String },
+    ModelMismatch {
+        /// This spec's model block in one line (see [`describe_model`]).
+        expected: String,
+        /// The checkpoint's model block in one line; `(unknown)` when it records none.
+        found: String,
+    },
+    /// The checkpoint holds another optimizer's state than the spec asks for.
     #[error(
         "checkpoint holds {found} optimizer state, but the spec asks for {expected}; \
          pass --fresh to start over with {expected}"
     )]
-    OptimizerMismatch { expected: String, found: String },
+    OptimizerMismatch {
+        /// The spec's optimizer, as the spec writes it (`adamw`).
+        expected: String,
+        /// The optimizer the checkpoint was written with.
+        found: String,
+    },
+    /// A tensor or the loop state is missing, or does not fit the model.
     #[error("checkpoint is incomplete: {0}")]
     Incomplete(String),
 }
@@ -171,10 +199,13 @@ pub fn snapshot(
 
 /// What [`restore`] gives back.
 pub struct Restored {
+    /// The model with the saved weights, on the autodiff device.
     pub model: Model<Kb>,
+    /// The optimizer with its saved per-parameter state.
     pub optimizer: AnyOptimizer,
     /// The best epoch's weights (without autodiff), when early stopping is on.
     pub best: Option<Model<Kb>>,
+    /// The loop's counters, generators and history, as saved.
     pub state: LoopState,
 }
 

@@ -39,8 +39,13 @@ const READ_EVERY: usize = 10;
 /// Regression or classification, decided by the loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Task {
+    /// Predicting a number: the loss is `mse`, `mae` or `huber`.
     Regression,
-    Classification { classes: usize },
+    /// Predicting one of `classes` classes: the loss is `cross_entropy` or `bce`.
+    Classification {
+        /// The number of classes.
+        classes: usize,
+    },
 }
 
 /// Settings of the loop that do not come from the spec file itself.
@@ -67,17 +72,41 @@ pub struct TrainSettings {
     pub stop: Option<&'static AtomicBool>,
 }
 
+/// Why [`train`] did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
+    /// The running mean of the training loss became NaN or infinite.
     #[error("training loss became {value} at epoch {epoch}, step {step}; lower the learning rate or check the data")]
-    NonFiniteLoss { epoch: usize, step: usize, value: f64 },
+    NonFiniteLoss {
+        /// The epoch (1-based).
+        epoch: usize,
+        /// The step (1-based within the epoch) at which the loss was read.
+        step: usize,
+        /// The mean loss read: NaN or an infinity.
+        value: f64,
+    },
+    /// The data worker threads could not be started.
     #[error("cannot start {workers} data worker threads: {reason}")]
-    DataWorkers { workers: usize, reason: String },
+    DataWorkers {
+        /// The number of workers asked for: the dataset's `num_workers`.
+        workers: usize,
+        /// The system's error, in words.
+        reason: String,
+    },
+    /// The checkpoint in [`TrainSettings::resume_from`] does not fit this spec.
     #[error("cannot resume: {0}")]
     Resume(#[from] ResumeError),
     /// [`TrainSettings::stop`] was set; `checkpoint` holds the point reached.
     #[error("interrupted at epoch {epoch}, step {step}")]
-    Interrupted { epoch: usize, step: usize, checkpoint: Option<PathBuf> },
+    Interrupted {
+        /// The epoch in progress (1-based).
+        epoch: usize,
+        /// The last step done in it (1-based).
+        step: usize,
+        /// The checkpoint written at that point; `None` when the spec does not checkpoint or the
+        /// write failed.
+        checkpoint: Option<PathBuf>,
+    },
 }
 
 /// What a finished run leaves behind.
@@ -86,11 +115,17 @@ pub struct TrainResult {
     /// The final model (the best epoch's when early stopping is on), on the
     /// device without autodiff.
     pub model: Model<Kb>,
+    /// One record per finished epoch, those before a resume included.
     pub history: Vec<EpochRecord>,
     /// Validation loss and metrics of `model`.
     pub final_metrics: BTreeMap<String, f64>,
+    /// The epoch (1-based) with the lowest validation loss when early stopping is on; `None`
+    /// without early stopping or when no epoch improved.
     pub best_epoch: Option<usize>,
+    /// True when early stopping ended training.
     pub stopped_early: bool,
+    /// Wall-clock seconds from the first epoch to the end, validation and checkpoint saves
+    /// included.
     pub seconds: f64,
     /// Training samples per second over all epochs (steps only).
     pub samples_per_sec: f64,
@@ -103,6 +138,8 @@ pub struct TrainResult {
     pub precision: PrecisionPlan,
 }
 
+/// Trains the spec's model on `data` on `device`, reporting progress to `on_event`; resumes and
+/// checkpoints as `settings` and the spec say.
 pub fn train(
     spec: &Spec,
     data: &Dataset,

@@ -500,3 +500,45 @@ fn every_malformed_csv_exits_2_and_writes_nothing() {
     }
     assert!(!dir.join("ckpt").exists() && !dir.join("out").exists(), "a checkpoint or export folder was made");
 }
+
+/// A full disk, simulated with a file-size limit: the checkpoint after
+/// epoch 1 fits, every later (larger) one fails mid-write. Training goes
+/// on, each failure is reported, and the path keeps epoch 1's checkpoint.
+#[test]
+fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "one.kyn", "one.ckpt", 1);
+    assert!(kynml(&["train", "one.kyn", "--out", "one"], dir).status.success());
+    let first = std::fs::read(dir.join("one.ckpt")).unwrap();
+
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 3);
+    let limit = first.len() as libc::rlim_t;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    command.args(["train", "spec.kyn", "--out", "run"]).current_dir(dir);
+    // SAFETY: between fork and exec only async-signal-safe calls are made.
+    unsafe {
+        command.pre_exec(move || {
+            // Past the limit, write(2) fails with EFBIG instead of raising SIGXFSZ.
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "training itself goes on: {t}");
+    assert_eq!(t.matches("warning: a checkpoint write failed").count(), 2, "epochs 2 and 3: {t}");
+    assert!(t.contains("the previous checkpoint is kept") && t.contains("2 checkpoint write(s) failed"), "{t}");
+    assert!(std::fs::read(dir.join("run.ckpt")).unwrap() == first, "the path still holds epoch 1's checkpoint");
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "failed writes removed their temporary files: {leftovers:?}");
+}

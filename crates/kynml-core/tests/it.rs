@@ -752,3 +752,49 @@ fn malformed_csvs_are_refused_with_located_messages() {
     assert!(mismatches.is_empty(), "messages changed (KYNML_BLESS=1 to accept):\n{}", mismatches.join("\n"));
     assert!(checked >= 20, "the catalogue holds {checked} files");
 }
+
+// ---- fuzz corpora ----
+
+/// Every input the fuzzers kept (fuzz/corpus) goes through the same readers
+/// as in the fuzz targets; none may panic.
+#[test]
+fn fuzz_corpora_replay_without_panics() {
+    use kynml_core::data::{parse_csv, Dataset, TableOptions};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let files = |target: &str| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(root.join(target)).unwrap().map(|e| e.unwrap().path()).collect();
+        v.sort();
+        v
+    };
+    let mut counts = Vec::new();
+    for target in ["spec", "csv", "checkpoint"] {
+        let inputs = files(target);
+        assert!(!inputs.is_empty(), "fuzz/corpus/{target} is empty");
+        for path in &inputs {
+            let data = std::fs::read(path).unwrap();
+            match target {
+                "spec" => {
+                    if let Ok(source) = std::str::from_utf8(&data) {
+                        if let Err(e) = kynml_core::spec::parse_spec(source) {
+                            let _ = kynml_core::spec::render("fuzz.kyn", source, &e.diagnostics);
+                        }
+                    }
+                }
+                "csv" => {
+                    for classification in [false, true] {
+                        let options = TableOptions { target: "y".into(), classification };
+                        if let Ok(table) = parse_csv(path, &data, &options) {
+                            let _ = Dataset::from_table(table, 0.8, true, 1);
+                        }
+                    }
+                }
+                _ => {
+                    let _ = kynml_core::checkpoint::decode(&data);
+                    let _ = kynml_core::checkpoint::decode_safetensors(&data);
+                }
+            }
+        }
+        counts.push(format!("{target}: {}", inputs.len()));
+    }
+    eprintln!("replayed fuzz corpora: {}", counts.join(", "));
+}

@@ -110,12 +110,18 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
     // The whole file in memory costs no more than the table built from it,
     // and lets `next_record` find the true line of each record.
     let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
+    parse_csv(path, &bytes, opts)
+}
+
+/// [`read_csv`] on the file's bytes, already read; `path` names the file in
+/// errors.
+pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table, DataError> {
     // Headers and ragged rows are handled here rather than by `csv`, so that
     // every error names the line as the user sees it.
-    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes);
     let mut record = ByteRecord::new();
 
-    let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {
+    let Some(header_line) = next_record(&mut reader, bytes, &mut record, path)? else {
         return Err(DataError::Empty { path: path.into() });
     };
     let header = header_names(&record, path, header_line)?;
@@ -133,7 +139,7 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
     let mut features = Vec::new();
     let mut values = Vec::new();
     let mut labels = Vec::new();
-    while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
+    while let Some(line) = next_record(&mut reader, bytes, &mut record, path)? {
         if record.len() != header.len() {
             return Err(DataError::Ragged {
                 path: path.into(),

@@ -31,7 +31,7 @@ mod normalize;
 mod prefetch;
 mod split;
 
-pub use csv_table::{read_csv, read_model_rows, ModelRows, Table, TableOptions, Targets};
+pub use csv_table::{parse_csv, read_csv, read_model_rows, ModelRows, Table, TableOptions, Targets};
 pub use dataset::{Batch, Dataset, Labels, Split, SplitData};
 pub use error::DataError;
 pub use info::DataInfo;

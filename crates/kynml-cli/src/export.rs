@@ -1,6 +1,6 @@
 //! `kynml export RUN --format F --path P`: a finished run's model in another format.
 
-use kynml_core::export::{self, Format};
+use kynml_core::export::{self, ExportError, Format};
 
 use crate::args::ExportArgs;
 use crate::failure::Failure;
@@ -8,7 +8,11 @@ use crate::failure::Failure;
 pub fn run(args: ExportArgs) -> Result<(), Failure> {
     let format = Format::parse(&args.format).map_err(|e| Failure::input(format!("error: {e}")))?;
     let model = export::load(&args.model).map_err(|e| Failure::input(format!("error: {e}")))?;
-    let written = export::write(&model, format, &args.path).map_err(|e| Failure::run(format!("error: {e}")))?;
+    let written = export::write(&model, format, &args.path).map_err(|e| match e {
+        // The path given is wrong, not the run.
+        ExportError::Foreign { .. } | ExportError::Invalid { .. } => Failure::input(format!("error: {e}")),
+        e => Failure::run(format!("error: {e}")),
+    })?;
     for path in written {
         println!("wrote {}", path.display());
     }

@@ -27,6 +27,12 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::input(format!("error: {e}")))?;
     let data = file.load_data()?;
     let resume = resume_plan(&file, args.fresh)?;
+    if let Some(e) = &file.spec.export {
+        if let Ok(format) = Format::from_spec(e.format.value) {
+            export::check_target(format, &file.resolve(&e.path.value))
+                .map_err(|err| Failure::input(format!("error: cannot export as the spec says: {err}")))?;
+        }
+    }
 
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     if let Some((_, state)) = &resume {

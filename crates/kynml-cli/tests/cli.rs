@@ -542,3 +542,75 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
         .collect();
     assert!(leftovers.is_empty(), "failed writes removed their temporary files: {leftovers:?}");
 }
+
+#[test]
+fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap()
+        + "\nexport:\n    format = safetensors\n    path = \"notes.safetensors\"\n";
+    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    std::fs::write(dir.join("notes.json"), "{\"my\": \"notes\"}").unwrap();
+    let out = kynml(&["train", "iris.kyn", "--out", "run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("notes.json exists and is not a KynML model sidecar; refusing to overwrite it"), "{t}");
+    assert!(!dir.join("run").exists() && std::fs::read_to_string(dir.join("notes.json")).unwrap().contains("my"));
+    // An earlier export of the same kind is replaced.
+    std::fs::remove_file(dir.join("notes.json")).unwrap();
+    assert!(kynml(&["train", "iris.kyn", "--epochs", "2", "--out", "a"], dir).status.success());
+    let out = kynml(&["train", "iris.kyn", "--epochs", "2", "--out", "b"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kynml(&["export", "b", "--format", "onnx", "--path", "notes.safetensors"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("is not an ONNX model"), "{}", text(&out));
+}
+
+#[test]
+fn every_malformed_spec_exits_2_and_writes_nothing() {
+    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kynml-core/tests/bad_specs");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut specs: Vec<_> = std::fs::read_dir(&catalogue)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "kyn"))
+        .collect();
+    specs.sort();
+    // And one that is not text at all.
+    std::fs::write(dir.join("latin1.kyn"), b"dataset D:\n    source = csv(\"caf\xe9.csv\")\n").unwrap();
+    let out = kynml(&["train", "latin1.kyn", "--out", "run"], dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("latin1.kyn:2:22: the spec is not UTF-8 text"), "{}", text(&out));
+    for spec in &specs {
+        let name = spec.file_name().unwrap().to_string_lossy().into_owned();
+        std::fs::copy(spec, dir.join(&name)).unwrap();
+        let out = kynml(&["train", &name, "--out", "run"], dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {t}");
+        assert!(t.contains(&format!("--> {name}:")) || t.contains(&format!("{name}:")), "{name}: not located: {t}");
+    }
+    let written: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".kyn"))
+        .collect();
+    assert!(written.is_empty(), "bad specs left files behind: {written:?}");
+    assert!(specs.len() >= 50, "the catalogue holds {} specs", specs.len());
+}
+
+#[test]
+fn a_loss_that_becomes_nan_stops_naming_epoch_and_step_and_keeps_the_last_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 6);
+    // Epoch 1 trains at lr 0.001; from epoch 2 the rate is 1e12 times that.
+    let spec = std::fs::read_to_string(dir.join("spec.kyn")).unwrap() + " scheduler = exponential(gamma=1e12)\n";
+    std::fs::write(dir.join("spec.kyn"), spec.replace("adam(lr=0.001)", "sgd(lr=0.001)")).unwrap();
+    let out = kynml(&["train", "spec.kyn", "--out", "run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("training loss became") && t.contains("at epoch 2, step"), "{t}");
+    let ckpt = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("epoch 1's checkpoint");
+    assert_eq!(ckpt.state["epoch"], 1, "the last good checkpoint is kept");
+}

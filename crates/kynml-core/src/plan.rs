@@ -46,6 +46,16 @@ pub enum LoadError {
         /// The underlying I/O error.
         source: std::io::Error,
     },
+    /// The spec file is not UTF-8 text.
+    #[error("{}:{line}:{column}: the spec is not UTF-8 text (save it as UTF-8)", path.display())]
+    Encoding {
+        /// The spec file.
+        path: PathBuf,
+        /// 1-based line of the first byte that is not UTF-8.
+        line: usize,
+        /// 1-based column (in characters) of that byte.
+        column: usize,
+    },
     /// Problems located in the spec; render them with [`spec::render`].
     #[error("{path}: {error}")]
     Spec {
@@ -64,8 +74,18 @@ pub enum LoadError {
 impl SpecFile {
     /// Reads the spec file at `path` and validates it.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
-        let source = std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: path.into(), source })?;
-        Self::from_source(path, source)
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.into(), source })?;
+        match String::from_utf8(bytes) {
+            Ok(source) => Self::from_source(path, source),
+            Err(e) => {
+                // Name the first byte that is not UTF-8, as an editor shows it.
+                let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+                let line = 1 + valid.iter().filter(|&&b| b == b'\n').count();
+                let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                let column = 1 + String::from_utf8_lossy(&valid[line_start..]).chars().count();
+                Err(LoadError::Encoding { path: path.into(), line, column })
+            }
+        }
     }
 
     /// Validates spec text already read; `path` is where it came from, for messages and relative paths.

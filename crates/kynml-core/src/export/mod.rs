@@ -114,6 +114,17 @@ pub enum ExportError {
     /// The model itself cannot be written (inconsistent shapes or names); holds the reason.
     #[error("the model cannot be exported: {0}")]
     Model(String),
+    /// Something other than an earlier export of this format is at the path.
+    #[error(
+        "{} exists and is not {what}; refusing to overwrite it (move it away or choose another export path)",
+        path.display()
+    )]
+    Foreign {
+        /// The file that would be replaced.
+        path: PathBuf,
+        /// What KynML would have written there.
+        what: &'static str,
+    },
 }
 
 /// The trained `model` with what inference needs from the data: feature
@@ -235,15 +246,51 @@ pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
     Model { layers }
 }
 
-/// Writes `model` as `format` to `path`, each file atomically. Returns the
-/// files written: the model, then its JSON sidecar (safetensors and burn).
-pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<PathBuf>, ExportError> {
-    model.validate().map_err(ExportError::Model)?;
+/// Checks, before anything is trained or written, that exporting as
+/// `format` to `path` replaces nothing but an earlier export of that format:
+/// a file of another kind (or a folder) at `path` or at its `.json` sidecar
+/// is refused.
+pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
     let sidecar = path.with_extension("json");
-    if sidecar == path {
+    if sidecar == path && format != Format::Onnx {
         let reason = "a .json path would be overwritten by the sidecar; name the weights file .safetensors or .mpk";
         return Err(ExportError::Invalid { path: path.into(), reason: reason.into() });
     }
+    let (what, looks_right): (&'static str, fn(&[u8]) -> bool) = match format {
+        // A ModelProto starts with field 1 (ir_version), a varint: tag byte 0x08.
+        Format::Onnx => ("an ONNX model", |head| head.first() == Some(&0x08)),
+        // An 8-byte header length, then the JSON header.
+        Format::Safetensors => ("a safetensors file", |head| head.get(8) == Some(&b'{')),
+        // Burn's named MessagePack record: a map (0x80-0x8f, 0xde or 0xdf).
+        Format::Burn => ("a Burn record", |head| head.first().is_some_and(|b| matches!(b, 0x80..=0x8f | 0xde | 0xdf))),
+    };
+    let foreign = |p: &Path, what: &'static str, ok: &dyn Fn(&[u8]) -> bool| -> Result<(), ExportError> {
+        if p.is_dir() {
+            return Err(ExportError::Foreign { path: p.into(), what });
+        }
+        match std::fs::read(p) {
+            Ok(bytes) if !ok(&bytes) => Err(ExportError::Foreign { path: p.into(), what }),
+            _ => Ok(()),
+        }
+    };
+    foreign(path, what, &looks_right)?;
+    if format != Format::Onnx {
+        let is_sidecar = |bytes: &[u8]| {
+            serde_json::from_slice::<Value>(bytes)
+                .is_ok_and(|v| v.get("format").and_then(Value::as_str) == Some(torch::SIDECAR_FORMAT))
+        };
+        foreign(&sidecar, "a KynML model sidecar", &is_sidecar)?;
+    }
+    Ok(())
+}
+
+/// Writes `model` as `format` to `path`, each file atomically, after
+/// [`check_target`]. Returns the files written: the model, then its JSON
+/// sidecar (safetensors and burn).
+pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<PathBuf>, ExportError> {
+    model.validate().map_err(ExportError::Model)?;
+    check_target(format, path)?;
+    let sidecar = path.with_extension("json");
     let sidecar_bytes = || serde_json::to_vec_pretty(&torch::sidecar_json(model)).unwrap_or_default();
     match format {
         Format::Onnx => {

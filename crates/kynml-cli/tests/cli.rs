@@ -614,3 +614,14 @@ fn a_loss_that_becomes_nan_stops_naming_epoch_and_step_and_keeps_the_last_checkp
     let ckpt = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("epoch 1's checkpoint");
     assert_eq!(ckpt.state["epoch"], 1, "the last good checkpoint is kept");
 }
+
+#[test]
+fn an_unwritable_run_folder_is_refused_before_training() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    std::fs::write(dir.join("blocker"), "a file where a folder should be").unwrap();
+    let out = kynml(&["train", "iris.kyn", "--out", "blocker/run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot create the run folder") && !t.contains("\nepoch "), "{t}");
+}

@@ -140,14 +140,7 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
     let mut values = Vec::new();
     let mut labels = Vec::new();
     while let Some(line) = next_record(&mut reader, bytes, &mut record, path)? {
-        if record.len() != header.len() {
-            return Err(DataError::Ragged {
-                path: path.into(),
-                row: line,
-                expected: header.len(),
-                found: record.len(),
-            });
-        }
+        check_width(&record, header.len(), path, line)?;
         for (col, raw) in record.iter().enumerate() {
             let cell = cell_text(raw, path, line)?;
             let at = Cell { path, line, col, name: &header[col], text: cell };
@@ -242,14 +235,7 @@ pub fn read_model_rows(
 
     let (mut features, mut targets, mut rows) = (Vec::new(), Vec::new(), 0);
     while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
-        if record.len() != header.len() {
-            return Err(DataError::Ragged {
-                path: path.into(),
-                row: line,
-                expected: header.len(),
-                found: record.len(),
-            });
-        }
+        check_width(&record, header.len(), path, line)?;
         for &col in &columns {
             let text = cell_text(&record[col], path, line)?;
             features.push(Cell { path, line, col, name: &header[col], text }.number()?);
@@ -293,6 +279,14 @@ fn true_line(bytes: &[u8], position: &csv::Position) -> usize {
     let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
     let skipped = bytes[start..].iter().take_while(|&&b| b == b'\n' || b == b'\r').filter(|&&b| b == b'\n').count();
     position.line() as usize + skipped
+}
+
+/// A data row must have as many cells as the header.
+fn check_width(record: &ByteRecord, expected: usize, path: &Path, line: usize) -> Result<(), DataError> {
+    if record.len() == expected {
+        return Ok(());
+    }
+    Err(DataError::Ragged { path: path.into(), row: line, expected, found: record.len() })
 }
 
 fn header_names(record: &ByteRecord, path: &Path, line: usize) -> Result<Vec<String>, DataError> {

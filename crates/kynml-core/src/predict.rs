@@ -75,18 +75,18 @@ impl Predictor {
             return Err(format!("{} values are not whole rows of {width_in} features", rows.len()));
         }
         let n = rows.len() / width_in;
-        let mut x = rows.to_vec();
-        if let Some((mean, std)) = &self.model.normalizer {
-            for row in x.chunks_exact_mut(width_in) {
-                for ((v, m), s) in row.iter_mut().zip(mean).zip(std) {
-                    *v = (*v - m) / s;
+        let mut outputs = Vec::with_capacity(n * self.model.output());
+        for chunk in rows.chunks(CHUNK * width_in) {
+            // One copy per chunk: normalised in place, then moved into the tensor.
+            let mut x = chunk.to_vec();
+            if let Some((mean, std)) = &self.model.normalizer {
+                for row in x.chunks_exact_mut(width_in) {
+                    for ((v, m), s) in row.iter_mut().zip(mean).zip(std) {
+                        *v = (*v - m) / s;
+                    }
                 }
             }
-        }
-        let mut outputs = Vec::with_capacity(n * self.model.output());
-        for chunk in x.chunks(CHUNK * width_in) {
-            let rows = chunk.len() / width_in;
-            let t = Tensor::<Kb, 2>::from_data(TensorData::new(chunk.to_vec(), [rows, width_in]), &self.device);
+            let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [chunk.len() / width_in, width_in]), &self.device);
             let y = self.module.forward(t, Mode::Eval);
             outputs.extend(y.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| format!("{e:?}"))?);
         }

@@ -93,24 +93,8 @@ pub enum ExportLayer {
     },
 }
 
-/// The activation applied after a dense layer's affine map.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Activation {
-    /// Identity.
-    Linear,
-    /// max(x, 0).
-    Relu,
-    /// Exact, erf-based GELU, as PyTorch's default: 0.5 * x * (1 + erf(x / sqrt(2))).
-    Gelu,
-    /// tanh(x).
-    Tanh,
-    /// 1 / (1 + exp(-x)).
-    Sigmoid,
-    /// x * sigmoid(x).
-    Silu,
-    /// x for x >= 0, slope * x otherwise; the value is the negative slope.
-    LeakyRelu(f64),
-}
+/// The activation applied after a dense layer's affine map: the spec's own type.
+pub use crate::spec::types::Activation;
 
 /// One named output of the model, as the ONNX graph names them.
 #[derive(Debug, Clone, PartialEq)]

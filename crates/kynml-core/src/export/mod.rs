@@ -34,7 +34,7 @@ pub use self::graph::{Activation, ExportLayer, ExportModel, Head};
 use crate::checkpoint::{decode_safetensors, TensorData as Stored};
 use crate::data::DataInfo;
 use crate::model::{BatchNorm, Dense, Dropout, Layer, LayerNorm, Model};
-use crate::spec::types::{Activation as SpecActivation, ExportFormat, Loss};
+use crate::spec::types::{ExportFormat, Loss};
 use kynml_backend::Backend as Kb;
 
 /// The weights file of a run folder (the sidecar is `model.json`).
@@ -165,7 +165,7 @@ fn with_weights(model: &Model<Kb>, mut meta: ExportModel) -> ExportModel {
                     output,
                     weight: weight.collect(),
                     bias: host(d.bias.val().into_data()),
-                    activation: activation(d.activation),
+                    activation: d.activation,
                 }
             }
             Layer::BatchNorm(n) => ExportLayer::BatchNorm {
@@ -187,30 +187,6 @@ fn with_weights(model: &Model<Kb>, mut meta: ExportModel) -> ExportModel {
     meta
 }
 
-fn activation(a: SpecActivation) -> Activation {
-    match a {
-        SpecActivation::Linear => Activation::Linear,
-        SpecActivation::Relu => Activation::Relu,
-        SpecActivation::Gelu => Activation::Gelu,
-        SpecActivation::Tanh => Activation::Tanh,
-        SpecActivation::Sigmoid => Activation::Sigmoid,
-        SpecActivation::Silu => Activation::Silu,
-        SpecActivation::LeakyRelu(s) => Activation::LeakyRelu(s),
-    }
-}
-
-fn spec_activation(a: Activation) -> SpecActivation {
-    match a {
-        Activation::Linear => SpecActivation::Linear,
-        Activation::Relu => SpecActivation::Relu,
-        Activation::Gelu => SpecActivation::Gelu,
-        Activation::Tanh => SpecActivation::Tanh,
-        Activation::Sigmoid => SpecActivation::Sigmoid,
-        Activation::Silu => SpecActivation::Silu,
-        Activation::LeakyRelu(s) => SpecActivation::LeakyRelu(s),
-    }
-}
-
 /// The exported model as a Burn module on `device`, for fast batched
 /// inference.
 pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
@@ -227,7 +203,7 @@ pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
                 Layer::Dense(Dense {
                     weight: Param::from_data(TensorData::new(w, [input, output]), device),
                     bias: Param::from_tensor(vec1(bias)),
-                    activation: spec_activation(*activation),
+                    activation: *activation,
                 })
             }
             ExportLayer::BatchNorm { gamma, beta, running_mean, running_var, .. } => Layer::BatchNorm(BatchNorm {
@@ -264,22 +240,26 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
         // Burn's named MessagePack record: a map (0x80-0x8f, 0xde or 0xdf).
         Format::Burn => ("a Burn record", |head| head.first().is_some_and(|b| matches!(b, 0x80..=0x8f | 0xde | 0xdf))),
     };
-    let foreign = |p: &Path, what: &'static str, ok: &dyn Fn(&[u8]) -> bool| -> Result<(), ExportError> {
+    // Reads at most `limit` bytes: a model file is told by its first few.
+    let foreign = |p: &Path, what: &'static str, limit: u64, ok: &dyn Fn(&[u8]) -> bool| -> Result<(), ExportError> {
         if p.is_dir() {
             return Err(ExportError::Foreign { path: p.into(), what });
         }
-        match std::fs::read(p) {
-            Ok(bytes) if !ok(&bytes) => Err(ExportError::Foreign { path: p.into(), what }),
+        let mut head = Vec::new();
+        match std::fs::File::open(p)
+            .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, limit), &mut head))
+        {
+            Ok(_) if !ok(&head) => Err(ExportError::Foreign { path: p.into(), what }),
             _ => Ok(()),
         }
     };
-    foreign(path, what, &looks_right)?;
+    foreign(path, what, 16, &looks_right)?;
     if format != Format::Onnx {
         let is_sidecar = |bytes: &[u8]| {
             serde_json::from_slice::<Value>(bytes)
                 .is_ok_and(|v| v.get("format").and_then(Value::as_str) == Some(torch::SIDECAR_FORMAT))
         };
-        foreign(&sidecar, "a KynML model sidecar", &is_sidecar)?;
+        foreign(&sidecar, "a KynML model sidecar", u64::MAX, &is_sidecar)?;
     }
     Ok(())
 }

@@ -36,7 +36,7 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::input(format!("error: {e}")))?;
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
     println!("{} rows of {}", rows.rows, args.input.display());
-    println!("{}", render::metrics_table(&metrics));
+    println!("{}", render::metrics_table(&metrics, "value"));
     Ok(())
 }
 

@@ -61,9 +61,10 @@ pub fn model_table(summary: &ModelSummary) -> String {
     )
 }
 
-pub fn metrics_table(metrics: &BTreeMap<String, f64>) -> String {
+/// Metrics in two columns; `on` names the rows they were measured on.
+pub fn metrics_table(metrics: &BTreeMap<String, f64>, on: &str) -> String {
     let rows: Vec<Vec<String>> = metrics.iter().map(|(k, v)| vec![k.clone(), format!("{v:.4}")]).collect();
-    table(&["metric", "validation"], &rows)
+    table(&["metric", on], &rows)
 }
 
 /// The "what runs" block: every setting as it will really apply. Settings

@@ -118,7 +118,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     if let Some(best) = result.best_epoch {
         println!("best epoch: {best} (weights restored from it)");
     }
-    println!("{}", render::metrics_table(&result.final_metrics));
+    println!("{}", render::metrics_table(&result.final_metrics, "validation"));
     if result.checkpoint_failures > 0 {
         let path = file.checkpoint_path().unwrap_or_default();
         eprintln!(

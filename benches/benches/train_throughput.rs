@@ -26,7 +26,7 @@ use kynml_core::plan::SpecFile;
 use kynml_core::rng::SplitMix64;
 use kynml_core::spec::types::LossScale;
 use kynml_core::train::precision::{Compute, PrecisionPlan};
-use kynml_core::train::{train, TrainEvent, TrainSettings};
+use kynml_core::train::{train, EngineChoice, EngineKind, TrainEvent, TrainSettings};
 
 const ROWS: usize = 40_960;
 const STEPS: usize = 60;
@@ -75,12 +75,25 @@ fn deepnet() {
             (DeviceKind::Wgpu(_), Compute::Bf16) => false,
             _ => true,
         };
-        let cases = [(Compute::Fp32, 0), (Compute::Fp32, 4), (Compute::Bf16, 0), (Compute::Fp16, 0)];
-        for (compute, workers) in cases.into_iter().filter(|&(c, _)| half_ok(c)) {
+        // The CPU's default engine is the native one (fp32); Burn's flex
+        // backend runs the CPU's reduced precisions and is measured in fp32
+        // too, for comparison.
+        let cpu = matches!(device.kind, DeviceKind::Cpu { .. });
+        let mut cases = vec![
+            (Compute::Fp32, 0, EngineChoice::Auto),
+            (Compute::Fp32, 4, EngineChoice::Auto),
+            (Compute::Bf16, 0, EngineChoice::Auto),
+            (Compute::Fp16, 0, EngineChoice::Auto),
+        ];
+        if cpu {
+            cases.insert(2, (Compute::Fp32, 0, EngineChoice::Burn));
+        }
+        for (compute, workers, engine) in cases.into_iter().filter(|&(c, _, _)| half_ok(c)) {
             file.spec.dataset.num_workers.value = workers;
             let settings = TrainSettings {
                 max_steps_per_epoch: Some(steps),
                 precision: Some(PrecisionPlan::forced(compute, LossScale::Auto)),
+                engine,
                 ..TrainSettings::default()
             };
             eprintln!(
@@ -91,21 +104,51 @@ fn deepnet() {
             let result = train(&file.spec, &data, device, &settings, &mut |_| {}).expect("training runs");
             let timed = &result.history[1];
             let batch = file.spec.train.batch.value as f64;
-            rows.push((
-                device.short_name(),
-                compute.name(),
+            let engine = match result.engine {
+                EngineKind::Native => "native".to_string(),
+                EngineKind::Burn => device.backend_name().split(' ').next().unwrap_or("burn").to_string(),
+            };
+            // Fusion is compiled into Burn's GPU backends in this build and cannot be switched off
+            // at run time; the native engine fuses its elementwise passes by hand.
+            let fusion = match result.engine {
+                EngineKind::Native => "by hand",
+                EngineKind::Burn if device.has_fusion() => "on",
+                EngineKind::Burn => "none",
+            };
+            rows.push(Row {
+                device: device.short_name(),
+                engine,
+                precision: compute.name(),
+                fusion,
                 workers,
-                timed.samples_per_sec,
-                1000.0 * batch / timed.samples_per_sec,
-            ));
+                samples_per_sec: timed.samples_per_sec,
+                ms_per_step: 1000.0 * batch / timed.samples_per_sec,
+            });
         }
     }
 
     println!("\nDeepNet training throughput (batch {}, AdamW)", file.spec.train.batch.value);
-    println!("  {:<24} {:>9} {:>7} {:>12} {:>10}", "device", "precision", "workers", "samples/s", "ms/step");
-    for (name, precision, workers, sps, ms) in rows {
-        println!("  {name:<24} {precision:>9} {workers:>7} {sps:>12.0} {ms:>10.2}");
+    println!(
+        "  {:<8} {:<8} {:>9} {:>8} {:>7} {:>12} {:>10}",
+        "device", "engine", "precision", "fusion", "workers", "samples/s", "ms/step"
+    );
+    for r in rows {
+        println!(
+            "  {:<8} {:<8} {:>9} {:>8} {:>7} {:>12.0} {:>10.2}",
+            r.device, r.engine, r.precision, r.fusion, r.workers, r.samples_per_sec, r.ms_per_step
+        );
     }
+}
+
+/// One line of the DeepNet table.
+struct Row {
+    device: String,
+    engine: String,
+    precision: &'static str,
+    fusion: &'static str,
+    workers: usize,
+    samples_per_sec: f64,
+    ms_per_step: f64,
 }
 
 /// Batches of 2048 rows of 2048 features (16 MB each to gather) for a

@@ -282,12 +282,13 @@ pub struct Applied {
 pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
     let d = &spec.dataset;
     let t = &spec.train;
+    let precision = crate::train::precision::plan(t, device);
+    let engine = crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto);
     let mut out = vec![Applied {
         setting: "device",
-        value: format!("{} via {}", device.describe(), device.backend_name()),
+        value: format!("{} via {}", device.describe(), engine.describe(device)),
         as_requested: true,
     }];
-    let precision = crate::train::precision::plan(t, device);
     out.push(match (&precision.fallback, precision.compute) {
         (Some(why), _) => Applied { setting: "precision", value: format!("fp32 ({why})"), as_requested: false },
         (None, Compute::Fp32) => Applied { setting: "precision", value: "fp32".into(), as_requested: true },

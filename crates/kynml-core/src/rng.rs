@@ -15,6 +15,17 @@
 //! assert_eq!(rows, again);
 //! ```
 
+/// The counter's increment: the golden ratio in 64 bits.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64's output function of a counter value.
+#[inline]
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// SplitMix64. Not for cryptography; statistically good enough for
 /// shuffling and passes BigCrush.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -53,11 +64,22 @@ impl SplitMix64 {
 
     /// The next value of the stream, uniform over all of `u64`.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.state = self.state.wrapping_add(GAMMA);
+        mix(self.state)
+    }
+
+    /// The value the `i`-th next call of [`next_u64`](Self::next_u64) would
+    /// return (`i = 0` for the very next), without drawing anything.
+    /// SplitMix64 is a counter passed through a mixer, so any draw can be
+    /// computed on its own: this is what lets long streams (dropout masks)
+    /// be filled by several threads and still be the same stream.
+    pub fn peek(&self, i: u64) -> u64 {
+        mix(self.state.wrapping_add(GAMMA.wrapping_mul(i.wrapping_add(1))))
+    }
+
+    /// Moves the stream past `n` draws, as `n` calls of [`next_u64`](Self::next_u64) would.
+    pub fn skip(&mut self, n: u64) {
+        self.state = self.state.wrapping_add(GAMMA.wrapping_mul(n));
     }
 
     /// A uniform integer in `0..bound`, without modulo bias (Lemire's
@@ -89,6 +111,20 @@ impl SplitMix64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn peek_and_skip_are_the_stream_drawn_one_by_one() {
+        let mut drawn = SplitMix64::new(77);
+        let start = drawn.clone();
+        let values: Vec<u64> = (0..50).map(|_| drawn.next_u64()).collect();
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(start.peek(i as u64), *v, "draw {i}");
+        }
+        let mut skipped = start.clone();
+        skipped.skip(50);
+        assert_eq!(skipped, drawn);
+        assert_eq!(skipped.next_u64(), drawn.next_u64());
+    }
+
     use super::*;
 
     #[test]

@@ -10,6 +10,8 @@
 use burn::module::Module;
 use burn::tensor::{Tensor, TensorData};
 
+use rayon::prelude::*;
+
 use crate::rng::SplitMix64;
 use kynml_backend::Backend as Kb;
 
@@ -36,25 +38,66 @@ impl Dropout {
     }
 }
 
-/// `n` values, each `0` with probability `p` and `1/(1-p)` otherwise. Two
-/// 32-bit draws per generator call.
+/// `n` values, each 0 with probability `p` and `1/(1-p)` otherwise: an
+/// inverted-dropout mask (see [`fill_bernoulli_mask`]).
 pub fn bernoulli_mask(n: usize, p: f64, rng: &mut SplitMix64) -> Vec<f32> {
+    let mut mask = vec![0.0; n];
+    fill_bernoulli_mask(&mut mask, p, rng);
+    mask
+}
+
+/// Fills `mask` with 0 (probability `p`) or `1/(1-p)`, in order, two
+/// values from each 32-bit half of one draw (the last draw's upper half
+/// unused when the length is odd). Both engines draw their masks here, so a
+/// seed gives the same masks on each.
+pub fn fill_bernoulli_mask(mask: &mut [f32], p: f64, rng: &mut SplitMix64) {
     let threshold = (p * 4_294_967_296.0) as u64; // p * 2^32
     let scale = (1.0 / (1.0 - p)) as f32;
-    let mut mask = Vec::with_capacity(n);
-    while mask.len() < n {
-        let bits = rng.next_u64();
-        for half in [bits & 0xffff_ffff, bits >> 32] {
-            if mask.len() < n {
-                mask.push(if half < threshold { 0.0 } else { scale });
+    let pick = |half: u64| if half < threshold { 0.0 } else { scale };
+    // Each pair's draw is computed from its position (SplitMix64::peek), so
+    // pieces of the mask fill in parallel and still form the one stream.
+    const PIECE: usize = 16 * 1024;
+    let start = rng.clone();
+    mask.par_chunks_mut(PIECE).enumerate().for_each(|(piece, values)| {
+        let first_draw = (piece * PIECE / 2) as u64;
+        for (i, pair) in values.chunks_mut(2).enumerate() {
+            let bits = start.peek(first_draw + i as u64);
+            pair[0] = pick(bits & 0xffff_ffff);
+            if let Some(second) = pair.get_mut(1) {
+                *second = pick(bits >> 32);
             }
         }
-    }
-    mask
+    });
+    rng.skip(mask.len().div_ceil(2) as u64);
 }
 
 #[cfg(test)]
 mod tests {
+    /// The mask drawn pair by pair from `next_u64`, as the filling must equal.
+    fn one_by_one(n: usize, p: f64, rng: &mut SplitMix64) -> Vec<f32> {
+        let threshold = (p * 4_294_967_296.0) as u64;
+        let scale = (1.0 / (1.0 - p)) as f32;
+        let mut mask = Vec::new();
+        while mask.len() < n {
+            let bits = rng.next_u64();
+            for half in [bits & 0xffff_ffff, bits >> 32] {
+                if mask.len() < n {
+                    mask.push(if half < threshold { 0.0 } else { scale });
+                }
+            }
+        }
+        mask
+    }
+
+    #[test]
+    fn parallel_filling_is_the_sequential_stream() {
+        for n in [0, 1, 7, 16 * 1024 + 3, 100_001] {
+            let (mut a, mut b) = (SplitMix64::new(9), SplitMix64::new(9));
+            assert_eq!(bernoulli_mask(n, 0.3, &mut a), one_by_one(n, 0.3, &mut b), "n = {n}");
+            assert_eq!(a, b, "the generator ends in the same state (n = {n})");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -8,6 +8,7 @@ mod early_stop;
 mod events;
 pub mod loss;
 pub mod loss_scale;
+pub mod native;
 mod optimizer;
 pub mod precision;
 pub mod resume;
@@ -16,5 +17,6 @@ mod trainer;
 
 pub use early_stop::{EarlyStopper, Verdict};
 pub use events::{EpochRecord, TrainEvent};
+pub use native::{EngineChoice, EngineKind};
 pub use optimizer::AnyOptimizer;
 pub use trainer::{metrics_for, train, Task, TrainError, TrainResult, TrainSettings};

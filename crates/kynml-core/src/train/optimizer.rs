@@ -6,13 +6,18 @@ use burn::module::ParamId;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
+use burn::optim::momentum::MomentumState;
 use burn::optim::record::AdaptorRecord;
 use burn::optim::SimpleOptimizer;
 use burn::optim::{
-    Adam, AdamConfig, AdamW, AdamWConfig, GradientsParams, Optimizer as _, RmsProp, RmsPropConfig, Sgd, SgdConfig,
+    Adam, AdamConfig, AdamState, AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, CenteredState, GradientsParams,
+    Optimizer as _, RmsProp, RmsPropConfig, RmsPropMomentumState, RmsPropState, Sgd, SgdConfig, SgdState,
+    SquareAvgState,
 };
-use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
+use burn::tensor::{Tensor, TensorData as BurnData};
 use burn::DispatchDevice;
+use kynml_cpu::ParamState;
 
 use crate::checkpoint::{NamedTensor, TensorData};
 use crate::model::Model;
@@ -169,4 +174,176 @@ fn decode_state<O: SimpleOptimizer<Kb>>(
         records.insert(*id, record);
     }
     Ok(optimizer.load_record(records))
+}
+
+/// Moving one parameter's state between Burn's optimizer record and the
+/// native engine's [`ParamState`], field for field.
+trait NativeState: SimpleOptimizer<Kb> {
+    fn to_native<const D: usize>(state: Self::State<D>, device: &DispatchDevice) -> ParamState;
+    fn from_native<const D: usize>(state: &ParamState, shape: &[usize], device: &DispatchDevice) -> Self::State<D>;
+}
+
+fn host<const D: usize>(t: Tensor<Kb, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().into_vec::<f32>().unwrap_or_default()
+}
+
+fn device_tensor<const D: usize>(values: &[f32], shape: &[usize], device: &DispatchDevice) -> Tensor<Kb, D> {
+    Tensor::from_data(BurnData::new(values.to_vec(), shape.to_vec()), device)
+}
+
+/// Reads a field Burn keeps private through its record item, whose fields are public.
+fn item_tensor<const D: usize>(
+    item: <Tensor<Kb, D> as Record<Kb>>::Item<FullPrecisionSettings>,
+    device: &DispatchDevice,
+) -> Vec<f32> {
+    host(<Tensor<Kb, D> as Record<Kb>>::from_item::<FullPrecisionSettings>(item, device))
+}
+
+fn adaptive_to_native<const D: usize>(m: AdaptiveMomentumState<Kb, D>) -> ParamState {
+    ParamState::Adaptive { time: m.time, moment_1: host(m.moment_1), moment_2: host(m.moment_2) }
+}
+
+fn adaptive_from_native<const D: usize>(
+    state: &ParamState,
+    shape: &[usize],
+    device: &DispatchDevice,
+) -> AdaptiveMomentumState<Kb, D> {
+    let ParamState::Adaptive { time, moment_1, moment_2 } = state else {
+        panic!("adam state expected, the native engine holds {state:?}");
+    };
+    AdaptiveMomentumState::new(*time, device_tensor(moment_1, shape, device), device_tensor(moment_2, shape, device))
+}
+
+impl NativeState for AdamW {
+    fn to_native<const D: usize>(state: Self::State<D>, _: &DispatchDevice) -> ParamState {
+        adaptive_to_native(state.momentum)
+    }
+    fn from_native<const D: usize>(state: &ParamState, shape: &[usize], device: &DispatchDevice) -> Self::State<D> {
+        AdamWState::new(adaptive_from_native(state, shape, device))
+    }
+}
+
+impl NativeState for Adam {
+    fn to_native<const D: usize>(state: Self::State<D>, _: &DispatchDevice) -> ParamState {
+        adaptive_to_native(state.momentum)
+    }
+    fn from_native<const D: usize>(state: &ParamState, shape: &[usize], device: &DispatchDevice) -> Self::State<D> {
+        AdamState::new(adaptive_from_native(state, shape, device))
+    }
+}
+
+impl NativeState for Sgd<Kb> {
+    fn to_native<const D: usize>(state: Self::State<D>, device: &DispatchDevice) -> ParamState {
+        let velocity =
+            state.momentum.map(|m| item_tensor::<D>(m.into_item::<FullPrecisionSettings>().velocity, device));
+        ParamState::Sgd { velocity }
+    }
+    fn from_native<const D: usize>(state: &ParamState, shape: &[usize], device: &DispatchDevice) -> Self::State<D> {
+        let ParamState::Sgd { velocity } = state else {
+            panic!("sgd state expected, the native engine holds {state:?}");
+        };
+        SgdState::new(velocity.as_ref().map(|v| MomentumState::new(device_tensor(v, shape, device))))
+    }
+}
+
+impl NativeState for RmsProp {
+    fn to_native<const D: usize>(state: Self::State<D>, device: &DispatchDevice) -> ParamState {
+        ParamState::RmsProp {
+            square_avg: host(state.square_avg.square_avg),
+            grad_avg: state.centered.grad_avg.map(host),
+            avg: host(state.centered.avg),
+            buf: state.momentum.map(|m| item_tensor::<D>(m.into_item::<FullPrecisionSettings>().buf, device)),
+        }
+    }
+    fn from_native<const D: usize>(state: &ParamState, shape: &[usize], device: &DispatchDevice) -> Self::State<D> {
+        let ParamState::RmsProp { square_avg, grad_avg, avg, buf } = state else {
+            panic!("rmsprop state expected, the native engine holds {state:?}");
+        };
+        let t = |v: &Vec<f32>| device_tensor::<D>(v, shape, device);
+        RmsPropState::new(
+            SquareAvgState::new(t(square_avg)),
+            CenteredState::new(grad_avg.as_ref().map(t), t(avg)),
+            buf.as_ref().map(|b| RmsPropMomentumState::new(t(b))),
+        )
+    }
+}
+
+fn states_to_native<O: NativeState>(
+    optimizer: &OptimizerAdaptor<O, M, Kb>,
+    params: &[(ParamId, String)],
+    shapes: &[Vec<usize>],
+    device: &DispatchDevice,
+) -> Result<Vec<Option<ParamState>>, String> {
+    let mut records = optimizer.to_record();
+    params
+        .iter()
+        .zip(shapes)
+        .map(|((id, name), shape)| {
+            let Some(record) = records.remove(id) else { return Ok(None) };
+            Ok(Some(match shape.len() {
+                1 => O::to_native(record.into_state::<1>(), device),
+                2 => O::to_native(record.into_state::<2>(), device),
+                r => return Err(format!("parameter `{name}` has rank {r}; the native engine takes 1 or 2")),
+            }))
+        })
+        .collect()
+}
+
+fn states_from_native<O: NativeState>(
+    optimizer: OptimizerAdaptor<O, M, Kb>,
+    params: &[(ParamId, String)],
+    shapes: &[Vec<usize>],
+    states: &[Option<&ParamState>],
+    device: &DispatchDevice,
+) -> OptimizerAdaptor<O, M, Kb> {
+    let mut records = optimizer.to_record();
+    records.clear();
+    for (((id, _), shape), state) in params.iter().zip(shapes).zip(states) {
+        let Some(state) = state else { continue };
+        let record = match shape.len() {
+            1 => AdaptorRecord::from_state::<1>(O::from_native::<1>(state, shape, device)),
+            _ => AdaptorRecord::from_state::<2>(O::from_native::<2>(state, shape, device)),
+        };
+        records.insert(*id, record);
+    }
+    optimizer.load_record(records)
+}
+
+impl AnyOptimizer {
+    /// Each parameter's state as the native engine keeps it, in `params`
+    /// order (`shapes` gives each one's shape); `None` where no step was
+    /// taken yet.
+    pub fn native_states(
+        &self,
+        params: &[(ParamId, String)],
+        shapes: &[Vec<usize>],
+        device: &DispatchDevice,
+    ) -> Result<Vec<Option<ParamState>>, String> {
+        match self {
+            AnyOptimizer::AdamW(o) => states_to_native(o, params, shapes, device),
+            AnyOptimizer::Adam(o) => states_to_native(o, params, shapes, device),
+            AnyOptimizer::Sgd(o) => states_to_native(o, params, shapes, device),
+            AnyOptimizer::RmsProp(o) => states_to_native(o, params, shapes, device),
+        }
+    }
+
+    /// This optimizer holding the native engine's `states` (in `params`
+    /// order, of `shapes`), keyed by `params`' ids.
+    ///
+    /// # Panics
+    /// If a state belongs to another optimizer.
+    pub fn with_native_states(
+        self,
+        params: &[(ParamId, String)],
+        shapes: &[Vec<usize>],
+        states: &[Option<&ParamState>],
+        device: &DispatchDevice,
+    ) -> Self {
+        match self {
+            AnyOptimizer::AdamW(o) => AnyOptimizer::AdamW(states_from_native(o, params, shapes, states, device)),
+            AnyOptimizer::Adam(o) => AnyOptimizer::Adam(states_from_native(o, params, shapes, states, device)),
+            AnyOptimizer::Sgd(o) => AnyOptimizer::Sgd(states_from_native(o, params, shapes, states, device)),
+            AnyOptimizer::RmsProp(o) => AnyOptimizer::RmsProp(states_from_native(o, params, shapes, states, device)),
+        }
+    }
 }

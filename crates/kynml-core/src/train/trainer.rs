@@ -23,6 +23,7 @@ use crate::train::early_stop::{EarlyStopper, Verdict};
 use crate::train::events::{EpochRecord, TrainEvent};
 use crate::train::loss;
 use crate::train::loss_scale::LossScaler;
+use crate::train::native::{engine_for, EngineChoice, EngineKind, NativeEngine};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{self, PrecisionPlan};
 use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, ScaleState, StopState};
@@ -70,6 +71,9 @@ pub struct TrainSettings {
     /// progress: a checkpoint of that point is written when the spec
     /// checkpoints, and [`train`] returns [`TrainError::Interrupted`].
     pub stop: Option<&'static AtomicBool>,
+    /// Which engine runs the steps: by default the native one where it
+    /// applies (see [`engine_for`]); tests and benches can ask for Burn's.
+    pub engine: EngineChoice,
 }
 
 /// Why [`train`] did not finish.
@@ -136,6 +140,8 @@ pub struct TrainResult {
     pub checkpoint_failures: usize,
     /// The precision that ran.
     pub precision: PrecisionPlan,
+    /// The engine that ran the steps.
+    pub engine: EngineKind,
 }
 
 /// Trains the spec's model on `data` on `device`, reporting progress to `on_event`; resumes and
@@ -181,6 +187,7 @@ fn run<'scope, 'env>(
         .map_err(|e| TrainError::DataWorkers { workers, reason: e.to_string() })?;
     let precision = settings.precision.clone().unwrap_or_else(|| precision::plan(t, device));
     let half = precision.compute.half();
+    let engine = engine_for(device, &precision, settings.engine);
     let mut scaler = precision.scaler.as_ref().map(LossScaler::new);
     let param_ranks: Vec<_> = model.param_ranks();
     let mut history = Vec::new();
@@ -220,6 +227,14 @@ fn run<'scope, 'env>(
         on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
     }
     let resumed_after = settings.resume_from.as_ref().map(|_| first_epoch - 1);
+    // The native engine takes the weights and optimizer state from here on;
+    // `model` and `optimizer` then serve only as the Burn engine's.
+    let mut native = match engine {
+        EngineKind::Native => {
+            Some(NativeEngine::from_burn(spec, &model, &optimizer, &inner_device).map_err(ResumeError::Incomplete)?)
+        }
+        EngineKind::Burn => None,
+    };
     let last_epoch = if stopped_early { 0 } else { t.epochs.value };
 
     let started = Instant::now();
@@ -239,45 +254,51 @@ fn run<'scope, 'env>(
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
 
         let epoch_start = Instant::now();
-        let mut loss_sum: Option<Tensor<Kb, 1>> = None;
+        let mut loss_sum = LossSum::default();
         let (mut seen, mut skipped, mut done) = (0usize, 0usize, 0usize);
         if let Some(p) = resumed {
             batches.drain(..p.steps.min(steps));
-            loss_sum = (p.seen > 0).then(|| Tensor::from_floats([p.loss_sum as f32], &ad_device));
+            if p.seen > 0 {
+                loss_sum = LossSum::resumed(p.loss_sum, native.is_none(), &ad_device);
+            }
             (seen, skipped, done) = (p.seen, p.skipped, p.steps);
         }
         for (step, batch) in loader.epoch(scope, data, batches).enumerate() {
             let step = done + step + 1;
             let rows = batch.len();
-            let (x, y) = batch_tensors(batch, data.n_features(), loss_kind, &ad_device);
-
-            let pred = model.forward_in(x, Mode::Train(&mut dropout_rng), half);
-            let loss = loss::compute(loss_kind, pred, &y);
-            // With loss scaling: backpropagate the scaled loss, unscale, and
-            // skip the update (and the scaler's growth) if anything overflowed.
-            let finite = match scaler.as_mut() {
-                None => {
-                    let grads = GradientsParams::from_grads(loss.backward(), &model);
-                    model = optimizer.step(lr, model, grads);
-                    true
-                }
-                Some(scaler) => {
-                    let mut grads = GradientsParams::from_grads(scaler.scale_loss(loss.clone()).backward(), &model);
-                    let finite = scaler.unscale(&mut grads, &param_ranks);
-                    if finite {
+            let finite = if let Some(native) = native.as_mut() {
+                let loss = native.step(&batch, lr, &mut dropout_rng);
+                loss_sum.add_host(loss, rows);
+                true
+            } else {
+                let (x, y) = batch_tensors(batch, data.n_features(), loss_kind, &ad_device);
+                let pred = model.forward_in(x, Mode::Train(&mut dropout_rng), half);
+                let loss = loss::compute(loss_kind, pred, &y);
+                // With loss scaling: backpropagate the scaled loss, unscale, and
+                // skip the update (and the scaler's growth) if anything overflowed.
+                let finite = match scaler.as_mut() {
+                    None => {
+                        let grads = GradientsParams::from_grads(loss.backward(), &model);
                         model = optimizer.step(lr, model, grads);
+                        true
                     }
-                    scaler.update(finite);
-                    finite
+                    Some(scaler) => {
+                        let mut grads = GradientsParams::from_grads(scaler.scale_loss(loss.clone()).backward(), &model);
+                        let finite = scaler.unscale(&mut grads, &param_ranks);
+                        if finite {
+                            model = optimizer.step(lr, model, grads);
+                        }
+                        scaler.update(finite);
+                        finite
+                    }
+                };
+                if finite {
+                    loss_sum.add_device(loss.detach(), rows);
                 }
+                finite
             };
             if finite {
                 steps_taken += 1;
-                let weighted = loss.detach().mul_scalar(rows as f64);
-                loss_sum = Some(match loss_sum {
-                    Some(sum) => sum + weighted,
-                    None => weighted,
-                });
                 seen += rows;
             } else {
                 // A skipped step's loss is not part of the epoch's mean.
@@ -286,13 +307,8 @@ fn run<'scope, 'env>(
 
             if settings.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
                 // Save this very point: the next run redoes nothing and skips nothing.
-                let here = PartialEpoch {
-                    order_rng: order_state,
-                    steps: step,
-                    loss_sum: loss_sum.clone().map_or(0.0, IntoScalarF64::into_scalar_f64),
-                    seen,
-                    skipped,
-                };
+                let here =
+                    PartialEpoch { order_rng: order_state, steps: step, loss_sum: loss_sum.read(), seen, skipped };
                 let mut saved = None;
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                     let mut state = loop_state(epoch - 1, steps_taken, &optimizer, &order_rng, &dropout_rng);
@@ -301,7 +317,14 @@ fn run<'scope, 'env>(
                     state.history = history.clone();
                     state.model = resume::describe_model(&spec.model);
                     state.partial = Some(here);
-                    let snapshot = resume::snapshot(&model, &optimizer, best.as_ref(), &state);
+                    let snapshot = take_snapshot(
+                        native.as_ref(),
+                        (&model, &optimizer),
+                        best.as_ref(),
+                        &state,
+                        spec,
+                        &inner_device,
+                    );
                     match writer.save_sync(path.clone(), snapshot, model_hash.clone()) {
                         Ok(()) => saved = Some(path.clone()),
                         Err(e) => on_event(TrainEvent::CheckpointFailed { error: e.to_string() }),
@@ -321,7 +344,7 @@ fn run<'scope, 'env>(
 
             let read = step % READ_EVERY == 0 || step == steps;
             let mean_loss = if read {
-                let mean = loss_sum.clone().unwrap().into_scalar_f64() / seen as f64;
+                let mean = loss_sum.read() / seen as f64;
                 if !mean.is_finite() {
                     return Err(TrainError::NonFiniteLoss { epoch, step, value: mean });
                 }
@@ -333,12 +356,14 @@ fn run<'scope, 'env>(
             on_event(TrainEvent::Step { epoch, step, steps, loss: mean_loss, samples_per_sec: seen as f64 / secs });
         }
         let step_secs = epoch_start.elapsed().as_secs_f64();
-        let train_loss = loss_sum.map_or(f64::NAN, |s| s.into_scalar_f64() / seen.max(1) as f64);
+        let train_loss = if seen == 0 { f64::NAN } else { loss_sum.read() / seen as f64 };
         total_samples += seen;
         total_step_secs += step_secs;
 
-        let eval_model = model.valid();
-        let outputs = evaluate::run_split(&eval_model, data, Split::Valid, loss_kind, &inner_device);
+        let outputs = match native.as_mut() {
+            Some(native) => native.evaluate(data, Split::Valid),
+            None => evaluate::run_split(&model.valid(), data, Split::Valid, loss_kind, &inner_device),
+        };
         let record = EpochRecord {
             epoch,
             lr,
@@ -355,7 +380,7 @@ fn run<'scope, 'env>(
 
         if let Some(stopper) = stopper.as_mut() {
             match stopper.observe(epoch, outputs.loss) {
-                Verdict::Improved => best = Some(eval_model),
+                Verdict::Improved => best = Some(current(native.as_ref(), &model, &inner_device)),
                 Verdict::Wait => {}
                 Verdict::Stop => {
                     on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch.unwrap_or(epoch) });
@@ -375,7 +400,8 @@ fn run<'scope, 'env>(
                 state.history = history.clone();
                 state.model = resume::describe_model(&spec.model);
                 let waited = Instant::now();
-                let snapshot = resume::snapshot(&model, &optimizer, best.as_ref(), &state);
+                let snapshot =
+                    take_snapshot(native.as_ref(), (&model, &optimizer), best.as_ref(), &state, spec, &inner_device);
                 let written = if c.async_save {
                     writer.save_async(path.clone(), snapshot, model_hash.clone())
                 } else {
@@ -398,7 +424,8 @@ fn run<'scope, 'env>(
         on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
     }
 
-    let final_model = if stopper.is_some() { best.unwrap_or_else(|| model.valid()) } else { model.valid() };
+    let last = || current(native.as_ref(), &model, &inner_device);
+    let final_model = if stopper.is_some() { best.unwrap_or_else(last) } else { last() };
     let outputs = evaluate::run_split(&final_model, data, Split::Valid, loss_kind, &inner_device);
     let mut final_metrics = evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes);
     final_metrics.insert("val_loss".into(), outputs.loss);
@@ -413,7 +440,70 @@ fn run<'scope, 'env>(
         resumed_after,
         checkpoint_failures,
         precision,
+        engine,
     })
+}
+
+/// The model as it stands, without autodiff, from whichever engine trains it.
+fn current(native: Option<&NativeEngine>, model: &Model<Kb>, inner: &burn::DispatchDevice) -> Model<Kb> {
+    match native {
+        Some(native) => native.model(inner),
+        None => model.valid(),
+    }
+}
+
+/// A checkpoint of the state as it stands, from whichever engine trains it.
+fn take_snapshot(
+    native: Option<&NativeEngine>,
+    (model, optimizer): (&Model<Kb>, &AnyOptimizer),
+    best: Option<&Model<Kb>>,
+    state: &LoopState,
+    spec: &Spec,
+    device: &burn::DispatchDevice,
+) -> Checkpoint {
+    match native {
+        Some(native) => resume::snapshot(&native.model(device), &native.optimizer(spec, device), best, state),
+        None => resume::snapshot(model, optimizer, best, state),
+    }
+}
+
+/// The epoch's summed loss (each batch's mean times its rows). The Burn
+/// engine keeps its part on the device, so that a step does not wait for
+/// the loss to be read back; the native engine's is on the host.
+#[derive(Default)]
+struct LossSum {
+    device: Option<Tensor<Kb, 1>>,
+    host: f64,
+}
+
+impl LossSum {
+    /// The sum saved by an interrupted epoch, kept where the engine keeps
+    /// its own, so that the resumed epoch adds up exactly as an
+    /// uninterrupted one would.
+    fn resumed(sum: f64, on_device: bool, device: &burn::DispatchDevice) -> Self {
+        if on_device {
+            LossSum { device: Some(Tensor::from_floats([sum as f32], device)), host: 0.0 }
+        } else {
+            LossSum { device: None, host: sum }
+        }
+    }
+
+    fn add_device(&mut self, loss: Tensor<Kb, 1>, rows: usize) {
+        let weighted = loss.mul_scalar(rows as f64);
+        self.device = Some(match self.device.take() {
+            Some(sum) => sum + weighted,
+            None => weighted,
+        });
+    }
+
+    fn add_host(&mut self, loss: f64, rows: usize) {
+        self.host += loss * rows as f64;
+    }
+
+    /// The sum, read back from the device where it is there.
+    fn read(&self) -> f64 {
+        self.host + self.device.clone().map_or(0.0, IntoScalarF64::into_scalar_f64)
+    }
 }
 
 /// The loop's counters and generators; the caller fills in the rest.

@@ -1,0 +1,250 @@
+//! Which engine trains a run, and the native CPU engine (crate `kynml-cpu`)
+//! as the loop sees it.
+//!
+//! On the CPU in fp32, KynML trains with its own kernels rather than
+//! through Burn's flex backend: profiling showed flex spending most of a
+//! DeepNet step outside the matrix products (scalar `erf` for GELU, one
+//! allocation and one pass over memory per elementwise op, half the cores
+//! idle between products; BENCHMARKS.md). The native engine does the same
+//! arithmetic with one buffer per layer and fused, parallel passes.
+//!
+//! Everything around the steps stays one path: weights are drawn by
+//! [`Model::init`], dropout masks come from the same generator, and the
+//! native weights and optimizer state convert to the Burn model and
+//! optimizer for evaluation, checkpoints, early stopping's best weights
+//! and export. A checkpoint written by one engine resumes on the other.
+
+use burn::DispatchDevice;
+use kynml_backend::{Backend as Kb, Device, DeviceKind};
+use kynml_cpu::{Act, LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets};
+
+use crate::checkpoint::{NamedTensor, TensorData};
+use crate::data::{Batch, Dataset, Labels, Split};
+use crate::evaluate::Outputs;
+use crate::model::{fill_bernoulli_mask, Model};
+use crate::rng::SplitMix64;
+use crate::spec::types::{Activation, Layer, Loss, Optimizer, Spec};
+use crate::train::optimizer::AnyOptimizer;
+use crate::train::precision::{Compute, PrecisionPlan};
+
+/// Rows per forward pass when evaluating a whole split.
+const EVAL_CHUNK: usize = 4096;
+
+/// Which engine a run asks for (tests and benches compare them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EngineChoice {
+    /// The native engine where it applies (the CPU in fp32), Burn elsewhere.
+    #[default]
+    Auto,
+    /// Burn's backends everywhere, the CPU included.
+    Burn,
+}
+
+/// The engine that runs the steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// KynML's own CPU kernels (crate `kynml-cpu`).
+    Native,
+    /// The device's Burn backend, with autodiff.
+    Burn,
+}
+
+impl EngineKind {
+    /// What runs the steps, for a person.
+    pub fn describe(self, device: &Device) -> String {
+        match self {
+            EngineKind::Native => "KynML's native CPU engine (dense kernels over gemm)".into(),
+            EngineKind::Burn => device.backend_name().into(),
+        }
+    }
+}
+
+/// The engine for this device and precision: native on the CPU in fp32.
+pub fn engine_for(device: &Device, precision: &PrecisionPlan, choice: EngineChoice) -> EngineKind {
+    let cpu = matches!(device.kind, DeviceKind::Cpu { .. });
+    if choice == EngineChoice::Auto && cpu && precision.compute == Compute::Fp32 {
+        EngineKind::Native
+    } else {
+        EngineKind::Burn
+    }
+}
+
+/// The model's layers as the native engine builds them.
+fn layers(spec: &Spec) -> Vec<LayerConfig> {
+    spec.model
+        .layers
+        .iter()
+        .map(|l| match l.value {
+            Layer::Dense { units, activation } => LayerConfig::Dense { units, act: act(activation) },
+            Layer::BatchNorm => LayerConfig::BatchNorm,
+            Layer::LayerNorm => LayerConfig::LayerNorm,
+            Layer::Dropout(p) => LayerConfig::Dropout(p),
+        })
+        .collect()
+}
+
+fn act(a: Activation) -> Act {
+    match a {
+        Activation::Linear => Act::Linear,
+        Activation::Relu => Act::Relu,
+        Activation::Gelu => Act::Gelu,
+        Activation::Tanh => Act::Tanh,
+        Activation::Sigmoid => Act::Sigmoid,
+        Activation::Silu => Act::Silu,
+        Activation::LeakyRelu(slope) => Act::LeakyRelu(slope as f32),
+    }
+}
+
+fn loss_config(loss: Loss) -> LossConfig {
+    match loss {
+        Loss::Mse => LossConfig::Mse,
+        Loss::Mae => LossConfig::Mae,
+        Loss::Huber { delta } => LossConfig::Huber { delta },
+        Loss::CrossEntropy => LossConfig::CrossEntropy,
+        Loss::Bce => LossConfig::Bce,
+    }
+}
+
+fn optim_config(o: &Optimizer) -> OptimConfig {
+    match *o {
+        Optimizer::AdamW { beta1, beta2, eps, weight_decay, .. } => {
+            OptimConfig::AdamW { beta1, beta2, eps, weight_decay }
+        }
+        Optimizer::Adam { beta1, beta2, eps, weight_decay, .. } => {
+            OptimConfig::Adam { beta1, beta2, eps, weight_decay }
+        }
+        Optimizer::Sgd { momentum, dampening, weight_decay, nesterov, .. } => {
+            OptimConfig::Sgd { momentum, dampening, weight_decay, nesterov }
+        }
+        Optimizer::RmsProp { alpha, eps, weight_decay, momentum, centered, .. } => {
+            OptimConfig::RmsProp { alpha, eps, weight_decay, momentum, centered }
+        }
+    }
+}
+
+/// Dropout masks from the run's generator, drawn exactly as the Burn
+/// model's dropout draws them.
+struct Masks<'r>(&'r mut SplitMix64);
+
+impl MaskSource for Masks<'_> {
+    fn fill(&mut self, mask: &mut [f32], p: f64) {
+        fill_bernoulli_mask(mask, p, self.0);
+    }
+}
+
+/// The native engine with what the loop needs around it.
+pub struct NativeEngine {
+    net: Net,
+    optimizer: OptimConfig,
+    loss: Loss,
+    /// A Burn model of the same spec: its parameter ids key the optimizer
+    /// records that checkpoints store, and it is the shape conversions fill.
+    template: Model<Kb>,
+    /// Scratch for class targets as numbers (bce).
+    float_targets: Vec<f32>,
+}
+
+impl NativeEngine {
+    /// The engine starting from `model`'s weights and `optimizer`'s state
+    /// (both fresh, or both restored from a checkpoint).
+    pub fn from_burn(
+        spec: &Spec,
+        model: &Model<Kb>,
+        optimizer: &AnyOptimizer,
+        device: &DispatchDevice,
+    ) -> Result<Self, String> {
+        let mut net = Net::new(spec.model.input.value, &layers(spec));
+        let stored = model.tensors("");
+        let info = net.tensor_info();
+        for (t, values) in info.iter().zip(net.tensors_mut()) {
+            let found = stored.iter().find(|s| s.name == t.name).and_then(|s| match &s.data {
+                TensorData::F32(v) => Some(v),
+                _ => None,
+            });
+            let Some(found) = found.filter(|f| f.len() == values.len()) else {
+                return Err(format!("tensor `{}` does not fit the native engine's layer", t.name));
+            };
+            values.copy_from_slice(found);
+        }
+        let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
+        let states = optimizer.native_states(&model.param_names(), &shapes, device)?;
+        for (slot, state) in net.optimizer_states_mut().into_iter().zip(states) {
+            *slot = state;
+        }
+        Ok(NativeEngine {
+            net,
+            optimizer: optim_config(&spec.train.optimizer.value),
+            loss: spec.train.loss.value,
+            template: model.clone(),
+            float_targets: Vec::new(),
+        })
+    }
+
+    /// One training step on `batch`; returns its mean loss.
+    pub fn step(&mut self, batch: &Batch, lr: f64, dropout: &mut SplitMix64) -> f64 {
+        let targets = match (&batch.labels, self.loss) {
+            (Labels::Classes(c), Loss::CrossEntropy) => Targets::Classes(c),
+            (Labels::Classes(c), _) => {
+                self.float_targets.clear();
+                self.float_targets.extend(c.iter().map(|&v| v as f32));
+                Targets::Values(&self.float_targets)
+            }
+            (Labels::Values(v), _) => Targets::Values(v),
+        };
+        let loss = loss_config(self.loss);
+        self.net.train_step(&batch.features, targets, loss, &self.optimizer, lr, &mut Masks(dropout))
+    }
+
+    /// The model in evaluation mode over a whole split, as
+    /// [`evaluate::run_split`](crate::evaluate::run_split) gives it.
+    pub fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
+        let part = data.split(split);
+        let (n, width) = (part.len(), self.net.output_width());
+        let indices: Vec<usize> = (0..n).collect();
+        let (mut values, mut out, mut batch) = (Vec::with_capacity(n * width), Vec::new(), Batch::default());
+        let mut loss_sum = 0.0;
+        for chunk in indices.chunks(EVAL_CHUNK) {
+            data.gather(split, chunk, &mut batch);
+            self.net.predict(&batch.features, &mut out);
+            let classes_as_values: Vec<f32>;
+            let targets = match (&batch.labels, self.loss) {
+                (Labels::Classes(c), Loss::CrossEntropy) => Targets::Classes(c),
+                (Labels::Classes(c), _) => {
+                    classes_as_values = c.iter().map(|&v| v as f32).collect();
+                    Targets::Values(&classes_as_values)
+                }
+                (Labels::Values(v), _) => Targets::Values(v),
+            };
+            loss_sum += kynml_cpu::loss::loss(loss_config(self.loss), &out, width, targets, None) * chunk.len() as f64;
+            values.extend_from_slice(&out);
+        }
+        Outputs { values, width, loss: loss_sum / n.max(1) as f64 }
+    }
+
+    /// The weights as a Burn model on `device` (for evaluation, the best
+    /// epoch, export, and checkpoints).
+    pub fn model(&self, device: &DispatchDevice) -> Model<Kb> {
+        let named: Vec<NamedTensor> = self
+            .net
+            .tensor_info()
+            .into_iter()
+            .zip(self.net.tensors())
+            .map(|(t, v)| NamedTensor::f32(t.name, t.shape, v.to_vec()))
+            .collect();
+        // The names and shapes come from the same spec, so this cannot miss.
+        self.template.clone().with_tensors(&named, "", device).expect("the native engine's tensors fit its own model")
+    }
+
+    /// The optimizer state as Burn's optimizer, keyed by the parameter ids
+    /// of [`model`](Self::model)'s models.
+    pub fn optimizer(&self, spec: &Spec, device: &DispatchDevice) -> AnyOptimizer {
+        let info = self.net.tensor_info();
+        let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
+        AnyOptimizer::new(&spec.train.optimizer.value).with_native_states(
+            &self.template.param_names(),
+            &shapes,
+            &self.net.optimizer_states(),
+            device,
+        )
+    }
+}

@@ -1,0 +1,171 @@
+//! Row-major matrix products through the `gemm` crate.
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Products smaller than this many multiply-adds run on one thread: below
+/// it, waking the pool costs more than the split saves.
+const PARALLEL_MIN: usize = 32 * 32 * 32;
+
+/// `c = a · b`, or `c += a · b` when `accumulate`, for row-major `c` of
+/// `m × n`. `a` is `m × k`, stored row-major, or stored as its transpose
+/// (`k × m`) when `a_t`; likewise `b` is `k × n`, or stored `n × k` when `b_t`.
+///
+/// Large products are cut into one block of `c` per thread, along its
+/// longer side, each computed by gemm on one thread: for the sizes of a
+/// training step (a few hundred on each side) gemm's own threading keeps
+/// to one core, which this measured at no speedup on two.
+///
+/// # Panics
+/// If a slice is shorter than its shape says.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul(
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    a_t: bool,
+    b: &[f32],
+    b_t: bool,
+    c: &mut [f32],
+    accumulate: bool,
+) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n, "matmul: a slice is shorter than its shape");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c[..m * n].fill(0.0);
+        }
+        return;
+    }
+    let op = Product {
+        k,
+        n,
+        a: a.as_ptr(),
+        a_strides: if a_t { (m as isize, 1) } else { (1, k as isize) },
+        b: b.as_ptr(),
+        b_strides: if b_t { (k as isize, 1) } else { (1, n as isize) },
+        c: c.as_mut_ptr(),
+        accumulate,
+    };
+    let threads = rayon::current_num_threads();
+    if m * n * k < PARALLEL_MIN || threads < 2 {
+        // SAFETY: the whole product, within the bounds asserted above.
+        unsafe { op.block(0..m, 0..n) };
+        return;
+    }
+    // Blocks of whole 16-row (or column) panels, the microkernel's height.
+    let split_rows = m >= n;
+    let side = if split_rows { m } else { n };
+    let per = side.div_ceil(threads).div_ceil(16) * 16;
+    let blocks: Vec<std::ops::Range<usize>> = (0..side).step_by(per).map(|s| s..(s + per).min(side)).collect();
+    blocks.into_par_iter().for_each(|r| {
+        // SAFETY: the blocks are disjoint row (or column) ranges of c, so no
+        // two threads write the same element; each is within the bounds
+        // asserted above; a and b are only read.
+        unsafe {
+            if split_rows {
+                op.block(r, 0..n)
+            } else {
+                op.block(0..m, r)
+            }
+        }
+    });
+}
+
+/// One product's operands as raw parts, so that threads can each compute a block of `c`.
+#[derive(Clone, Copy)]
+struct Product {
+    k: usize,
+    n: usize,
+    a: *const f32,
+    /// (column stride, row stride) of `a` as an `m × k` matrix.
+    a_strides: (isize, isize),
+    b: *const f32,
+    /// (column stride, row stride) of `b` as a `k × n` matrix.
+    b_strides: (isize, isize),
+    c: *mut f32,
+    accumulate: bool,
+}
+
+// SAFETY: a Product is only used inside `matmul`, while the slices it points
+// into are borrowed there; threads write disjoint blocks of `c`.
+unsafe impl Send for Product {}
+unsafe impl Sync for Product {}
+
+impl Product {
+    /// Rows `rows` and columns `cols` of `c`, on this thread.
+    ///
+    /// # Safety
+    /// The ranges must lie within `m × n`, the pointers must be valid for
+    /// the shapes `matmul` asserted, and no other thread may write this block.
+    unsafe fn block(&self, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>) {
+        let (a_cs, a_rs) = self.a_strides;
+        let (b_cs, b_rs) = self.b_strides;
+        let (i0, j0) = (rows.start as isize, cols.start as isize);
+        gemm::gemm(
+            rows.len(),
+            cols.len(),
+            self.k,
+            self.c.offset(i0 * self.n as isize + j0),
+            1,
+            self.n as isize,
+            self.accumulate,
+            self.a.offset(i0 * a_rs),
+            a_cs,
+            a_rs,
+            self.b.offset(j0 * b_cs),
+            b_cs,
+            b_rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], a_t: bool, b: &[f32], b_t: bool) -> Vec<f32> {
+        let mut c = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    let av = if a_t { a[p * m + i] } else { a[i * k + p] };
+                    let bv = if b_t { b[j * k + p] } else { b[p * n + j] };
+                    c[i * n + j] += av as f64 * bv as f64;
+                }
+            }
+        }
+        c.into_iter().map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn every_layout_matches_a_naive_product() {
+        for (m, n, k) in [(67, 45, 129), (45, 67, 129), (300, 20, 64), (20, 300, 64)] {
+            check(m, n, k);
+        }
+    }
+
+    fn check(m: usize, n: usize, k: usize) {
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0).collect();
+        for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
+            let want = naive(m, n, k, &a, a_t, &b, b_t);
+            let mut c = vec![1.0f32; m * n];
+            matmul((m, n, k), &a, a_t, &b, b_t, &mut c, false);
+            for (x, y) in c.iter().zip(&want) {
+                assert!((x - y).abs() < 1e-4, "a_t {a_t} b_t {b_t}: {x} vs {y}");
+            }
+            matmul((m, n, k), &a, a_t, &b, b_t, &mut c, true);
+            for (x, y) in c.iter().zip(&want) {
+                assert!((x - 2.0 * y).abs() < 2e-4, "accumulate, a_t {a_t} b_t {b_t}: {x} vs {}", 2.0 * y);
+            }
+        }
+    }
+}

@@ -1,0 +1,743 @@
+//! The network: layers, their buffers, and one training step read top to
+//! bottom (forward, loss, backward, update).
+//!
+//! Buffers are sized for the largest batch seen and reused, so a step
+//! allocates nothing after the first. Row-major everywhere: an activation
+//! is `rows × width`, a dense weight `d_in × d_out` (Burn's layout).
+
+use rayon::prelude::*;
+
+use crate::gemm::matmul;
+use crate::loss::{self, LossConfig, Targets};
+use crate::math::{self, Act};
+use crate::optim::{self, OptimConfig, ParamState};
+
+/// Normalisation's epsilon and batchnorm's running-average momentum, as in
+/// PyTorch's defaults and KynML's Burn layers.
+const EPS: f64 = 1e-5;
+const MOMENTUM: f32 = 0.1;
+/// Elementwise passes smaller than this run on one thread.
+const PARALLEL_MIN: usize = 16 * 1024;
+
+/// One line of a `model` block after `input N`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LayerConfig {
+    /// A fully connected layer of `units` outputs, then its activation.
+    Dense {
+        /// Output width.
+        units: usize,
+        /// Applied to the product plus bias.
+        act: Act,
+    },
+    /// Batch normalisation over the batch, per feature.
+    BatchNorm,
+    /// Layer normalisation over the features, per row.
+    LayerNorm,
+    /// Inverted dropout with this drop probability in `[0, 1)`.
+    Dropout(f64),
+}
+
+/// Where dropout masks come from. The Burn engine draws the same masks from
+/// the same source, which is what keeps the two engines' runs comparable.
+pub trait MaskSource {
+    /// Fills `mask` with 0 (dropped) or `1 / (1 - p)` (kept), in row-major order.
+    fn fill(&mut self, mask: &mut [f32], p: f64);
+}
+
+/// A [`MaskSource`] for models without dropout; it panics if asked for a mask.
+pub struct NoDropout;
+
+impl MaskSource for NoDropout {
+    fn fill(&mut self, _: &mut [f32], _: f64) {
+        panic!("this network has dropout: give train_step a MaskSource");
+    }
+}
+
+/// A tensor's name and shape, as the Burn model names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// `{layer}.{field}`: `0.weight`, `1.running_mean`, ...
+    pub name: String,
+    /// `[d_in, d_out]` for dense weights, `[width]` otherwise.
+    pub shape: Vec<usize>,
+    /// True for what the optimizer updates, false for batchnorm's running statistics.
+    pub trainable: bool,
+}
+
+/// A trainable tensor: its value, its gradient and its optimizer state.
+#[derive(Debug, Clone)]
+struct Param {
+    value: Vec<f32>,
+    grad: Vec<f32>,
+    state: Option<ParamState>,
+}
+
+impl Param {
+    fn new(len: usize, fill: f32) -> Self {
+        Param { value: vec![fill; len], grad: vec![0.0; len], state: None }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Layer {
+    Dense {
+        d_in: usize,
+        d_out: usize,
+        act: Act,
+        weight: Param,
+        bias: Param,
+        /// The product plus bias, before the activation (`rows × d_out`).
+        z: Vec<f32>,
+        /// After the activation; unused for `Act::Linear`, whose output is `z`.
+        out: Vec<f32>,
+    },
+    BatchNorm {
+        width: usize,
+        gamma: Param,
+        beta: Param,
+        running_mean: Vec<f32>,
+        running_var: Vec<f32>,
+        x_hat: Vec<f32>,
+        /// `1 / sqrt(var + eps)` per feature, of the last training batch.
+        inv_std: Vec<f32>,
+        out: Vec<f32>,
+    },
+    LayerNorm {
+        width: usize,
+        gamma: Param,
+        beta: Param,
+        x_hat: Vec<f32>,
+        /// `1 / sqrt(var + eps)` per row.
+        inv_std: Vec<f32>,
+        out: Vec<f32>,
+    },
+    Dropout {
+        prob: f64,
+        /// 0 or `1 / (1 - p)` per element of the last training batch.
+        mask: Vec<f32>,
+        out: Vec<f32>,
+    },
+}
+
+impl Layer {
+    fn out(&self) -> &[f32] {
+        match self {
+            Layer::Dense { act: Act::Linear, z, .. } => z,
+            Layer::Dense { out, .. }
+            | Layer::BatchNorm { out, .. }
+            | Layer::LayerNorm { out, .. }
+            | Layer::Dropout { out, .. } => out,
+        }
+    }
+
+    fn params_mut(&mut self) -> Option<(&mut Param, &mut Param)> {
+        match self {
+            Layer::Dense { weight, bias, .. } => Some((weight, bias)),
+            Layer::BatchNorm { gamma, beta, .. } | Layer::LayerNorm { gamma, beta, .. } => Some((gamma, beta)),
+            Layer::Dropout { .. } => None,
+        }
+    }
+
+    fn params(&self) -> Option<(&Param, &Param)> {
+        match self {
+            Layer::Dense { weight, bias, .. } => Some((weight, bias)),
+            Layer::BatchNorm { gamma, beta, .. } | Layer::LayerNorm { gamma, beta, .. } => Some((gamma, beta)),
+            Layer::Dropout { .. } => None,
+        }
+    }
+}
+
+/// A dense network with its parameters, gradients, optimizer state and
+/// buffers, on the host.
+#[derive(Debug, Clone)]
+pub struct Net {
+    input: usize,
+    layers: Vec<Layer>,
+    /// Two gradient buffers, `rows × widest`, used in turn going backward.
+    grad_a: Vec<f32>,
+    grad_b: Vec<f32>,
+}
+
+impl Net {
+    /// A network of `input` features and these layers. Dense weights and
+    /// biases start at 0, batchnorm and layernorm as PyTorch starts them
+    /// (scale 1, shift 0, running mean 0 and variance 1): set the initial
+    /// weights with [`tensors_mut`](Self::tensors_mut).
+    pub fn new(input: usize, layers: &[LayerConfig]) -> Self {
+        let mut width = input;
+        let layers = layers
+            .iter()
+            .map(|&config| match config {
+                LayerConfig::Dense { units, act } => {
+                    let d_in = width;
+                    width = units;
+                    Layer::Dense {
+                        d_in,
+                        d_out: units,
+                        act,
+                        weight: Param::new(d_in * units, 0.0),
+                        bias: Param::new(units, 0.0),
+                        z: Vec::new(),
+                        out: Vec::new(),
+                    }
+                }
+                LayerConfig::BatchNorm => Layer::BatchNorm {
+                    width,
+                    gamma: Param::new(width, 1.0),
+                    beta: Param::new(width, 0.0),
+                    running_mean: vec![0.0; width],
+                    running_var: vec![1.0; width],
+                    x_hat: Vec::new(),
+                    inv_std: vec![0.0; width],
+                    out: Vec::new(),
+                },
+                LayerConfig::LayerNorm => Layer::LayerNorm {
+                    width,
+                    gamma: Param::new(width, 1.0),
+                    beta: Param::new(width, 0.0),
+                    x_hat: Vec::new(),
+                    inv_std: Vec::new(),
+                    out: Vec::new(),
+                },
+                LayerConfig::Dropout(prob) => Layer::Dropout { prob, mask: Vec::new(), out: Vec::new() },
+            })
+            .collect();
+        Net { input, layers, grad_a: Vec::new(), grad_b: Vec::new() }
+    }
+
+    /// The number of input features.
+    pub fn input_width(&self) -> usize {
+        self.input
+    }
+
+    /// The number of outputs per row.
+    pub fn output_width(&self) -> usize {
+        self.layers
+            .iter()
+            .rev()
+            .find_map(|l| match l {
+                Layer::Dense { d_out, .. } => Some(*d_out),
+                Layer::BatchNorm { width, .. } | Layer::LayerNorm { width, .. } => Some(*width),
+                Layer::Dropout { .. } => None,
+            })
+            .unwrap_or(self.input)
+    }
+
+    /// Every tensor's name and shape, in the order of [`tensors`](Self::tensors):
+    /// layer by layer, `weight` and `bias` (batchnorm's scale and shift
+    /// included), then batchnorm's `running_mean` and `running_var`.
+    pub fn tensor_info(&self) -> Vec<TensorInfo> {
+        let mut out = Vec::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let mut put = |field: &str, shape: Vec<usize>, trainable: bool| {
+                out.push(TensorInfo { name: format!("{i}.{field}"), shape, trainable });
+            };
+            match layer {
+                Layer::Dense { d_in, d_out, .. } => {
+                    put("weight", vec![*d_in, *d_out], true);
+                    put("bias", vec![*d_out], true);
+                }
+                Layer::BatchNorm { width, .. } => {
+                    put("weight", vec![*width], true);
+                    put("bias", vec![*width], true);
+                    put("running_mean", vec![*width], false);
+                    put("running_var", vec![*width], false);
+                }
+                Layer::LayerNorm { width, .. } => {
+                    put("weight", vec![*width], true);
+                    put("bias", vec![*width], true);
+                }
+                Layer::Dropout { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// Every tensor's values, in [`tensor_info`](Self::tensor_info)'s order.
+    pub fn tensors(&self) -> Vec<&[f32]> {
+        let mut out: Vec<&[f32]> = Vec::new();
+        for layer in &self.layers {
+            if let Some((a, b)) = layer.params() {
+                out.push(&a.value);
+                out.push(&b.value);
+            }
+            if let Layer::BatchNorm { running_mean, running_var, .. } = layer {
+                out.push(running_mean);
+                out.push(running_var);
+            }
+        }
+        out
+    }
+
+    /// Every tensor's values, writable, in [`tensor_info`](Self::tensor_info)'s order.
+    pub fn tensors_mut(&mut self) -> Vec<&mut [f32]> {
+        let mut out: Vec<&mut [f32]> = Vec::new();
+        for layer in &mut self.layers {
+            match layer {
+                Layer::Dense { weight, bias, .. } | Layer::LayerNorm { gamma: weight, beta: bias, .. } => {
+                    out.push(&mut weight.value);
+                    out.push(&mut bias.value);
+                }
+                Layer::BatchNorm { gamma, beta, running_mean, running_var, .. } => {
+                    out.push(&mut gamma.value);
+                    out.push(&mut beta.value);
+                    out.push(running_mean);
+                    out.push(running_var);
+                }
+                Layer::Dropout { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// The optimizer state of every trainable tensor, in
+    /// [`tensor_info`](Self::tensor_info)'s order of the trainable ones;
+    /// `None` before the first step.
+    pub fn optimizer_states(&self) -> Vec<Option<&ParamState>> {
+        self.layers.iter().filter_map(Layer::params).flat_map(|(a, b)| [a.state.as_ref(), b.state.as_ref()]).collect()
+    }
+
+    /// The optimizer state of every trainable tensor, writable (to restore
+    /// a saved one), in the order of [`optimizer_states`](Self::optimizer_states).
+    pub fn optimizer_states_mut(&mut self) -> Vec<&mut Option<ParamState>> {
+        self.layers.iter_mut().filter_map(Layer::params_mut).flat_map(|(a, b)| [&mut a.state, &mut b.state]).collect()
+    }
+
+    /// One training step on a batch: forward in training mode (batch
+    /// statistics, dropout masks from `masks`), the loss, the gradients,
+    /// and one update of every parameter by `optimizer` at rate `lr`.
+    /// Returns the batch's mean loss.
+    ///
+    /// # Panics
+    /// If `x` is not a whole number of rows, or the targets do not fit (see [`loss::loss`]).
+    pub fn train_step(
+        &mut self,
+        x: &[f32],
+        targets: Targets,
+        loss_config: LossConfig,
+        optimizer: &OptimConfig,
+        lr: f64,
+        masks: &mut dyn MaskSource,
+    ) -> f64 {
+        let rows = self.rows_of(x);
+        self.forward(x, rows, Some(masks));
+        let width = self.output_width();
+        let widest = self.widest();
+        self.grad_a.resize(rows * widest, 0.0);
+        self.grad_b.resize(rows * widest, 0.0);
+        let pred = self.layers.last().map_or(x, Layer::out);
+        let loss = loss::loss(loss_config, pred, width, targets, Some(&mut self.grad_a[..rows * width]));
+        self.backward(x, rows);
+        self.update(optimizer, lr);
+        loss
+    }
+
+    /// The outputs for `x` in evaluation mode (running statistics, no
+    /// dropout), `rows × output_width`, written into `out`.
+    pub fn predict(&mut self, x: &[f32], out: &mut Vec<f32>) {
+        let rows = self.rows_of(x);
+        self.forward(x, rows, None);
+        out.clear();
+        out.extend_from_slice(self.layers.last().map_or(x, Layer::out));
+    }
+
+    fn rows_of(&self, x: &[f32]) -> usize {
+        assert!(self.input > 0 && x.len() % self.input == 0, "{} values are not rows of {}", x.len(), self.input);
+        x.len() / self.input
+    }
+
+    fn widest(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                Layer::Dense { d_out, .. } => *d_out,
+                Layer::BatchNorm { width, .. } | Layer::LayerNorm { width, .. } => *width,
+                Layer::Dropout { .. } => 0,
+            })
+            .fold(self.input, usize::max)
+    }
+
+    /// Forward in training mode when `masks` is given, else evaluation mode.
+    fn forward(&mut self, x: &[f32], rows: usize, mut masks: Option<&mut dyn MaskSource>) {
+        for i in 0..self.layers.len() {
+            let (before, rest) = self.layers.split_at_mut(i);
+            let input = before.last().map_or(x, Layer::out);
+            match &mut rest[0] {
+                Layer::Dense { d_in, d_out, act, weight, bias, z, out } => {
+                    let (d_in, d_out, act) = (*d_in, *d_out, *act);
+                    z.resize(rows * d_out, 0.0);
+                    // Start from the bias in every row, then add the product.
+                    for row in z.chunks_exact_mut(d_out) {
+                        row.copy_from_slice(&bias.value);
+                    }
+                    matmul((rows, d_out, d_in), input, false, &weight.value, false, z, true);
+                    if act != Act::Linear {
+                        out.resize(rows * d_out, 0.0);
+                        par_zip(z, out, |z, out| math::forward(act, z, out));
+                    }
+                }
+                Layer::BatchNorm { width, gamma, beta, running_mean, running_var, x_hat, inv_std, out } => {
+                    let w = *width;
+                    x_hat.resize(rows * w, 0.0);
+                    out.resize(rows * w, 0.0);
+                    if masks.is_some() {
+                        let (mean, var) = column_moments(input, w);
+                        let unbiased = if rows > 1 { rows as f64 / (rows as f64 - 1.0) } else { 1.0 };
+                        for j in 0..w {
+                            inv_std[j] = (1.0 / (var[j] + EPS).sqrt()) as f32;
+                            running_mean[j] = running_mean[j] * (1.0 - MOMENTUM) + mean[j] as f32 * MOMENTUM;
+                            running_var[j] = running_var[j] * (1.0 - MOMENTUM) + (var[j] * unbiased) as f32 * MOMENTUM;
+                        }
+                        let mean: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
+                        normalize_columns(input, &mean, inv_std, &gamma.value, &beta.value, x_hat, out);
+                    } else {
+                        let inv: Vec<f32> =
+                            running_var.iter().map(|&v| (1.0 / (v as f64 + EPS).sqrt()) as f32).collect();
+                        normalize_columns(input, running_mean, &inv, &gamma.value, &beta.value, x_hat, out);
+                    }
+                }
+                Layer::LayerNorm { width, gamma, beta, x_hat, inv_std, out } => {
+                    let w = *width;
+                    x_hat.resize(rows * w, 0.0);
+                    out.resize(rows * w, 0.0);
+                    inv_std.resize(rows, 0.0);
+                    for (((x, xh), o), inv) in input
+                        .chunks_exact(w)
+                        .zip(x_hat.chunks_exact_mut(w))
+                        .zip(out.chunks_exact_mut(w))
+                        .zip(inv_std.iter_mut())
+                    {
+                        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / w as f64;
+                        let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / w as f64;
+                        *inv = (1.0 / (var + EPS).sqrt()) as f32;
+                        let mean = mean as f32;
+                        for (((xh, o), &v), (&g, &b)) in
+                            xh.iter_mut().zip(o.iter_mut()).zip(x).zip(gamma.value.iter().zip(&beta.value))
+                        {
+                            *xh = (v - mean) * *inv;
+                            *o = *xh * g + b;
+                        }
+                    }
+                }
+                Layer::Dropout { prob, mask, out } => {
+                    out.resize(input.len(), 0.0);
+                    match masks.as_deref_mut() {
+                        Some(source) if *prob > 0.0 => {
+                            mask.resize(input.len(), 0.0);
+                            source.fill(mask, *prob);
+                            par_zip3(input, mask, out, |x, m, o| {
+                                for ((o, &x), &m) in o.iter_mut().zip(x).zip(m.iter()) {
+                                    *o = x * m;
+                                }
+                            });
+                        }
+                        _ => out.copy_from_slice(input),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gradients of every parameter, from the loss's gradient in `grad_a`
+    /// (`rows × output_width`), going back through the layers.
+    fn backward(&mut self, x: &[f32], rows: usize) {
+        // Input gradients are wanted only where a layer below has parameters.
+        let first_param = self.layers.iter().position(|l| l.params().is_some()).unwrap_or(usize::MAX);
+        let mut g = std::mem::take(&mut self.grad_a);
+        let mut spare = std::mem::take(&mut self.grad_b);
+        for i in (0..self.layers.len()).rev() {
+            let need_input_grad = i > first_param;
+            let (before, rest) = self.layers.split_at_mut(i);
+            let input = before.last().map_or(x, Layer::out);
+            match &mut rest[0] {
+                Layer::Dense { d_in, d_out, act, weight, bias, z, out } => {
+                    let (d_in, d_out, act) = (*d_in, *d_out, *act);
+                    let gz = &mut g[..rows * d_out];
+                    if act != Act::Linear {
+                        par_zip3_mut(z, out, gz, |z, out, g| math::backward(act, z, out, g));
+                    }
+                    // dW = xᵀ · dz, db = column sums of dz, dx = dz · Wᵀ.
+                    matmul((d_in, d_out, rows), input, true, gz, false, &mut weight.grad, false);
+                    column_sums(gz, d_out, &mut bias.grad);
+                    if need_input_grad {
+                        matmul((rows, d_in, d_out), gz, false, &weight.value, true, &mut spare[..rows * d_in], false);
+                        std::mem::swap(&mut g, &mut spare);
+                    }
+                }
+                Layer::BatchNorm { width, gamma, beta, x_hat, inv_std, .. } => {
+                    let w = *width;
+                    let gy = &mut g[..rows * w];
+                    // dgamma = Σ dy·x̂, dbeta = Σ dy (over the batch, per feature);
+                    // dx = γ/σ · (dy - mean(dy) - x̂ · mean(dy·x̂)).
+                    let (sum_dy, sum_dy_xhat) = column_dot_sums(gy, x_hat, w);
+                    for j in 0..w {
+                        gamma.grad[j] = sum_dy_xhat[j] as f32;
+                        beta.grad[j] = sum_dy[j] as f32;
+                    }
+                    if need_input_grad {
+                        let n = rows as f64;
+                        let scale: Vec<f32> = (0..w).map(|j| gamma.value[j] * inv_std[j]).collect();
+                        let mean_dy: Vec<f32> = sum_dy.iter().map(|&s| (s / n) as f32).collect();
+                        let mean_dy_xhat: Vec<f32> = sum_dy_xhat.iter().map(|&s| (s / n) as f32).collect();
+                        par_zip_mut(gy, x_hat, w, |gy, xh| {
+                            for (gr, xr) in gy.chunks_exact_mut(w).zip(xh.chunks_exact(w)) {
+                                for j in 0..w {
+                                    gr[j] = scale[j] * (gr[j] - mean_dy[j] - xr[j] * mean_dy_xhat[j]);
+                                }
+                            }
+                        });
+                    }
+                }
+                Layer::LayerNorm { width, gamma, beta, x_hat, inv_std, .. } => {
+                    let w = *width;
+                    let gy = &mut g[..rows * w];
+                    let (sum_dy, sum_dy_xhat) = column_dot_sums(gy, x_hat, w);
+                    for j in 0..w {
+                        gamma.grad[j] = sum_dy_xhat[j] as f32;
+                        beta.grad[j] = sum_dy[j] as f32;
+                    }
+                    if need_input_grad {
+                        // Per row, with d = dy·γ: dx = (d - mean(d) - x̂ · mean(d·x̂)) / σ.
+                        for ((gr, xr), &inv) in gy.chunks_exact_mut(w).zip(x_hat.chunks_exact(w)).zip(inv_std.iter()) {
+                            let (mut s, mut sx) = (0.0f64, 0.0f64);
+                            for j in 0..w {
+                                let d = (gr[j] * gamma.value[j]) as f64;
+                                s += d;
+                                sx += d * xr[j] as f64;
+                            }
+                            let (m, mx) = ((s / w as f64) as f32, (sx / w as f64) as f32);
+                            for j in 0..w {
+                                gr[j] = (gr[j] * gamma.value[j] - m - xr[j] * mx) * inv;
+                            }
+                        }
+                    }
+                }
+                Layer::Dropout { prob, mask, .. } => {
+                    if need_input_grad && *prob > 0.0 {
+                        let gy = &mut g[..mask.len()];
+                        par_zip_mut(gy, mask, 1, |g, m| {
+                            for (g, &m) in g.iter_mut().zip(m) {
+                                *g *= m;
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        self.grad_a = g;
+        self.grad_b = spare;
+    }
+
+    /// One optimizer update of every trainable tensor, tensors spread over the cores.
+    fn update(&mut self, optimizer: &OptimConfig, lr: f64) {
+        let mut params: Vec<&mut Param> =
+            self.layers.iter_mut().filter_map(Layer::params_mut).flat_map(|(a, b)| [a, b]).collect();
+        params.par_iter_mut().for_each(|p| optim::step(optimizer, lr, &mut p.value, &p.grad, &mut p.state));
+    }
+}
+
+/// Rows of a `rows × width` buffer per parallel piece: about one piece per
+/// thread, none smaller than `PARALLEL_MIN` elements.
+fn piece_len(len: usize, width: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let rows = len / width.max(1);
+    let min_rows = PARALLEL_MIN.div_ceil(width.max(1));
+    let rows_per = rows.div_ceil(threads).max(min_rows).max(1);
+    rows_per * width.max(1)
+}
+
+/// `f` on matching pieces of `a` (read) and `b` (written), in parallel.
+fn par_zip(a: &[f32], b: &mut [f32], f: impl Fn(&[f32], &mut [f32]) + Sync) {
+    let len = piece_len(a.len(), 1);
+    a.par_chunks(len).zip(b.par_chunks_mut(len)).for_each(|(a, b)| f(a, b));
+}
+
+/// `f` on matching pieces of `a` (written) and `b` (read), whole rows of `width`, in parallel.
+fn par_zip_mut(a: &mut [f32], b: &[f32], width: usize, f: impl Fn(&mut [f32], &[f32]) + Sync) {
+    let len = piece_len(a.len(), width);
+    a.par_chunks_mut(len).zip(b.par_chunks(len)).for_each(|(a, b)| f(a, b));
+}
+
+/// `f` on matching pieces of `a`, `b` (read) and `c` (written), in parallel.
+fn par_zip3(a: &[f32], b: &[f32], c: &mut [f32], f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) {
+    let len = piece_len(a.len(), 1);
+    a.par_chunks(len).zip(b.par_chunks(len)).zip(c.par_chunks_mut(len)).for_each(|((a, b), c)| f(a, b, c));
+}
+
+/// `f` on matching pieces of `a`, `b` (read) and `c` (written, the last argument), in parallel.
+fn par_zip3_mut(a: &[f32], b: &[f32], c: &mut [f32], f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) {
+    par_zip3(a, b, c, f)
+}
+
+/// Mean and biased variance of each column of `x` (`rows × width`), in f64.
+fn column_moments(x: &[f32], width: usize) -> (Vec<f64>, Vec<f64>) {
+    let rows = x.len() / width;
+    let mut sum = vec![0.0f64; width];
+    for row in x.chunks_exact(width) {
+        for (s, &v) in sum.iter_mut().zip(row) {
+            *s += v as f64;
+        }
+    }
+    let mean: Vec<f64> = sum.iter().map(|s| s / rows.max(1) as f64).collect();
+    let mut var = vec![0.0f64; width];
+    for row in x.chunks_exact(width) {
+        for ((s, &v), &m) in var.iter_mut().zip(row).zip(&mean) {
+            let d = v as f64 - m;
+            *s += d * d;
+        }
+    }
+    var.iter_mut().for_each(|v| *v /= rows.max(1) as f64);
+    (mean, var)
+}
+
+/// `x_hat = (x - mean) · inv_std`, `out = x_hat · gamma + beta`, per column.
+fn normalize_columns(
+    x: &[f32],
+    mean: &[f32],
+    inv_std: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    x_hat: &mut [f32],
+    out: &mut [f32],
+) {
+    let w = mean.len();
+    let len = piece_len(x.len(), w);
+    x.par_chunks(len).zip(x_hat.par_chunks_mut(len)).zip(out.par_chunks_mut(len)).for_each(|((x, xh), o)| {
+        for ((xr, hr), or) in x.chunks_exact(w).zip(xh.chunks_exact_mut(w)).zip(o.chunks_exact_mut(w)) {
+            for j in 0..w {
+                hr[j] = (xr[j] - mean[j]) * inv_std[j];
+                or[j] = hr[j] * gamma[j] + beta[j];
+            }
+        }
+    });
+}
+
+/// Column sums of `g` (`rows × width`) into `out`.
+fn column_sums(g: &[f32], width: usize, out: &mut [f32]) {
+    let mut sum = vec![0.0f64; width];
+    for row in g.chunks_exact(width) {
+        for (s, &v) in sum.iter_mut().zip(row) {
+            *s += v as f64;
+        }
+    }
+    for (o, s) in out.iter_mut().zip(sum) {
+        *o = s as f32;
+    }
+}
+
+/// Per column: `Σ g` and `Σ g · x`.
+fn column_dot_sums(g: &[f32], x: &[f32], width: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut s = vec![0.0f64; width];
+    let mut sx = vec![0.0f64; width];
+    for (gr, xr) in g.chunks_exact(width).zip(x.chunks_exact(width)) {
+        for j in 0..width {
+            s[j] += gr[j] as f64;
+            sx[j] += (gr[j] * xr[j]) as f64;
+        }
+    }
+    (s, sx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same mask every call: every third element dropped.
+    struct FixedMask;
+
+    impl MaskSource for FixedMask {
+        fn fill(&mut self, mask: &mut [f32], p: f64) {
+            for (i, m) in mask.iter_mut().enumerate() {
+                *m = if i % 3 == 1 { 0.0 } else { (1.0 / (1.0 - p)) as f32 };
+            }
+        }
+    }
+
+    fn pseudo(i: usize) -> f32 {
+        ((i as f32 * 12.9898).sin() * 43758.547).fract() - 0.5
+    }
+
+    fn training_loss(net: &mut Net, x: &[f32], y: &[f32], loss: LossConfig) -> f64 {
+        let rows = net.rows_of(x);
+        net.forward(x, rows, Some(&mut FixedMask));
+        loss::loss(loss, net.layers.last().unwrap().out(), net.output_width(), Targets::Values(y), None)
+    }
+
+    /// Every parameter's gradient against a central difference of the
+    /// training loss, through every layer kind and activation.
+    #[test]
+    fn gradients_match_central_differences() {
+        let acts = [Act::Gelu, Act::Tanh, Act::Silu, Act::Sigmoid, Act::LeakyRelu(0.1), Act::Relu];
+        for (k, &act) in acts.iter().enumerate() {
+            let layers = [
+                LayerConfig::BatchNorm,
+                LayerConfig::Dense { units: 5, act },
+                LayerConfig::BatchNorm,
+                LayerConfig::Dense { units: 4, act: Act::Tanh },
+                LayerConfig::LayerNorm,
+                LayerConfig::Dropout(0.25),
+                LayerConfig::Dense { units: 2, act: Act::Linear },
+            ];
+            let mut net = Net::new(3, &layers);
+            for (i, t) in net.tensors_mut().into_iter().enumerate() {
+                t.iter_mut().enumerate().for_each(|(j, v)| *v += pseudo(100 * i + j + k) * 1.5);
+            }
+            let rows = 7;
+            let x: Vec<f32> = (0..rows * 3).map(|i| pseudo(i + 1000) * 3.0).collect();
+            let y: Vec<f32> = (0..rows * 2).map(|i| pseudo(i + 2000)).collect();
+            // A step at rate 0 computes every gradient and moves nothing.
+            let sgd = OptimConfig::Sgd { momentum: 0.0, dampening: 0.0, weight_decay: 0.0, nesterov: false };
+            net.train_step(&x, Targets::Values(&y), LossConfig::Mse, &sgd, 0.0, &mut FixedMask);
+            let grads: Vec<Vec<f32>> = net
+                .layers
+                .iter()
+                .filter_map(Layer::params)
+                .flat_map(|(a, b)| [a.grad.clone(), b.grad.clone()])
+                .collect();
+            let trainable: Vec<usize> =
+                net.tensor_info().iter().enumerate().filter(|(_, t)| t.trainable).map(|(i, _)| i).collect();
+            for (g, &t) in grads.iter().zip(&trainable) {
+                let mut numeric = Vec::new();
+                for j in 0..g.len() {
+                    let h = 1e-2f32;
+                    let original = net.tensors()[t][j];
+                    net.tensors_mut()[t][j] = original + h;
+                    let up = training_loss(&mut net, &x, &y, LossConfig::Mse);
+                    net.tensors_mut()[t][j] = original - h;
+                    let down = training_loss(&mut net, &x, &y, LossConfig::Mse);
+                    net.tensors_mut()[t][j] = original;
+                    numeric.push((up - down) / (2.0 * h as f64));
+                }
+                // Relative error of the whole tensor's gradient: robust to
+                // the f32 noise of single small entries, not to a wrong formula.
+                let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+                let diff = norm(&mut numeric.iter().zip(g).map(|(n, &a)| n - a as f64));
+                let size = norm(&mut g.iter().map(|&a| a as f64));
+                let name = &net.tensor_info()[t].name;
+                assert!(size > 1e-6, "{act:?}: {name}: zero gradient");
+                assert!(
+                    diff <= 2e-2 * size,
+                    "{act:?}: {name}: relative error {:.3e}\n numeric {numeric:?}\n analytic {g:?}",
+                    diff / size
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn evaluation_uses_running_statistics_and_no_dropout() {
+        let layers =
+            [LayerConfig::BatchNorm, LayerConfig::Dropout(0.5), LayerConfig::Dense { units: 1, act: Act::Linear }];
+        let mut net = Net::new(2, &layers);
+        let tensors = net.tensors_mut();
+        // running mean 0, var 1 at the start: evaluation is x·γ + β, then the dense layer.
+        let (mut w, mut out) = (tensors.into_iter().skip(4), Vec::new());
+        w.next().unwrap().copy_from_slice(&[2.0, -1.0]);
+        w.next().unwrap().copy_from_slice(&[0.5]);
+        net.predict(&[1.0, 3.0, -2.0, 0.0], &mut out);
+        let s = (1.0f64 / (1.0 + EPS).sqrt()) as f32;
+        assert_eq!(out.len(), 2);
+        assert!((out[0] - (2.0 * s - 3.0 * s + 0.5)).abs() < 1e-6, "{out:?}");
+        assert!((out[1] - (-4.0 * s + 0.5)).abs() < 1e-6, "{out:?}");
+    }
+}

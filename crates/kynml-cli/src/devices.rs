@@ -47,7 +47,11 @@ pub fn run() -> Result<(), Failure> {
         rows.push(vec!["wgpu".into(), a.name, format!("{kind}, {}{f16}", a.driver)]);
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    rows.push(vec!["cpu".into(), "flex (Burn's CPU backend)".into(), format!("{threads} threads")]);
+    rows.push(vec![
+        "cpu".into(),
+        "KynML's native engine (fp32); flex, Burn's CPU backend, for bf16/fp16".into(),
+        format!("{threads} threads"),
+    ]);
     println!("{}", render::table(&["device", "name", "details"], &rows));
     let auto = select(DeviceChoice::Auto).map_err(|e| Failure::run(format!("error: {e}")))?;
     println!("\nauto picks: {}", auto.describe());

@@ -55,7 +55,7 @@ fn train_writes_a_complete_run_folder_and_says_what_runs() {
     let out = kynml(&["train", "iris.kyn", "--epochs", "3", "--device", "cpu", "--out", "run1"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
-    assert!(t.contains("what runs:") && t.contains("flex"), "{t}");
+    assert!(t.contains("what runs:") && t.contains("native CPU engine"), "{t}");
     // Not a terminal: one plain line per epoch, no control characters.
     assert_eq!(t.matches("\nepoch ").count(), 3, "{t}");
     assert!(!t.contains('\u{1b}') && !t.contains('\r'), "{t:?}");

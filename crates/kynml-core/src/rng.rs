@@ -73,6 +73,7 @@ impl SplitMix64 {
     /// SplitMix64 is a counter passed through a mixer, so any draw can be
     /// computed on its own: this is what lets long streams (dropout masks)
     /// be filled by several threads and still be the same stream.
+    #[inline]
     pub fn peek(&self, i: u64) -> u64 {
         mix(self.state.wrapping_add(GAMMA.wrapping_mul(i.wrapping_add(1))))
     }

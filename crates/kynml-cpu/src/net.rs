@@ -40,15 +40,17 @@ pub enum LayerConfig {
 /// Where dropout masks come from. The Burn engine draws the same masks from
 /// the same source, which is what keeps the two engines' runs comparable.
 pub trait MaskSource {
-    /// Fills `mask` with 0 (dropped) or `1 / (1 - p)` (kept), in row-major order.
-    fn fill(&mut self, mask: &mut [f32], p: f64);
+    /// Fills `mask` with 0 (dropped, probability `p`) or `1 / (1 - p)`
+    /// (kept), in row-major order, and writes `x * mask` to `out` (all
+    /// three the same length).
+    fn dropout(&mut self, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]);
 }
 
 /// A [`MaskSource`] for models without dropout; it panics if asked for a mask.
 pub struct NoDropout;
 
 impl MaskSource for NoDropout {
-    fn fill(&mut self, _: &mut [f32], _: f64) {
+    fn dropout(&mut self, _: f64, _: &[f32], _: &mut [f32], _: &mut [f32]) {
         panic!("this network has dropout: give train_step a MaskSource");
     }
 }
@@ -424,12 +426,7 @@ impl Net {
                     match masks.as_deref_mut() {
                         Some(source) if *prob > 0.0 => {
                             mask.resize(input.len(), 0.0);
-                            source.fill(mask, *prob);
-                            par_zip3(input, mask, out, |x, m, o| {
-                                for ((o, &x), &m) in o.iter_mut().zip(x).zip(m.iter()) {
-                                    *o = x * m;
-                                }
-                            });
+                            source.dropout(*prob, input, mask, out);
                         }
                         _ => out.copy_from_slice(input),
                     }
@@ -454,7 +451,7 @@ impl Net {
                     let (d_in, d_out, act) = (*d_in, *d_out, *act);
                     let gz = &mut g[..rows * d_out];
                     if act != Act::Linear {
-                        par_zip3_mut(z, out, gz, |z, out, g| math::backward(act, z, out, g));
+                        par_zip3(z, out, gz, |z, out, g| math::backward(act, z, out, g));
                     }
                     // dW = xᵀ · dz, db = column sums of dz, dx = dz · Wᵀ.
                     matmul((d_in, d_out, rows), input, true, gz, false, &mut weight.grad, false);
@@ -481,8 +478,9 @@ impl Net {
                         let mean_dy_xhat: Vec<f32> = sum_dy_xhat.iter().map(|&s| (s / n) as f32).collect();
                         par_zip_mut(gy, x_hat, w, |gy, xh| {
                             for (gr, xr) in gy.chunks_exact_mut(w).zip(xh.chunks_exact(w)) {
-                                for j in 0..w {
-                                    gr[j] = scale[j] * (gr[j] - mean_dy[j] - xr[j] * mean_dy_xhat[j]);
+                                let per_feature = scale.iter().zip(&mean_dy).zip(&mean_dy_xhat);
+                                for ((g, &x), ((&s, &m), &mx)) in gr.iter_mut().zip(xr).zip(per_feature) {
+                                    *g = s * (*g - m - x * mx);
                                 }
                             }
                         });
@@ -500,14 +498,14 @@ impl Net {
                         // Per row, with d = dy·γ: dx = (d - mean(d) - x̂ · mean(d·x̂)) / σ.
                         for ((gr, xr), &inv) in gy.chunks_exact_mut(w).zip(x_hat.chunks_exact(w)).zip(inv_std.iter()) {
                             let (mut s, mut sx) = (0.0f64, 0.0f64);
-                            for j in 0..w {
-                                let d = (gr[j] * gamma.value[j]) as f64;
+                            for ((&g, &x), &gamma) in gr.iter().zip(xr).zip(&gamma.value) {
+                                let d = (g * gamma) as f64;
                                 s += d;
-                                sx += d * xr[j] as f64;
+                                sx += d * x as f64;
                             }
                             let (m, mx) = ((s / w as f64) as f32, (sx / w as f64) as f32);
-                            for j in 0..w {
-                                gr[j] = (gr[j] * gamma.value[j] - m - xr[j] * mx) * inv;
+                            for ((g, &x), &gamma) in gr.iter_mut().zip(xr).zip(&gamma.value) {
+                                *g = (*g * gamma - m - x * mx) * inv;
                             }
                         }
                     }
@@ -564,11 +562,6 @@ fn par_zip3(a: &[f32], b: &[f32], c: &mut [f32], f: impl Fn(&[f32], &[f32], &mut
     a.par_chunks(len).zip(b.par_chunks(len)).zip(c.par_chunks_mut(len)).for_each(|((a, b), c)| f(a, b, c));
 }
 
-/// `f` on matching pieces of `a`, `b` (read) and `c` (written, the last argument), in parallel.
-fn par_zip3_mut(a: &[f32], b: &[f32], c: &mut [f32], f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) {
-    par_zip3(a, b, c, f)
-}
-
 /// Mean and biased variance of each column of `x` (`rows × width`), in f64.
 fn column_moments(x: &[f32], width: usize) -> (Vec<f64>, Vec<f64>) {
     let rows = x.len() / width;
@@ -604,9 +597,12 @@ fn normalize_columns(
     let len = piece_len(x.len(), w);
     x.par_chunks(len).zip(x_hat.par_chunks_mut(len)).zip(out.par_chunks_mut(len)).for_each(|((x, xh), o)| {
         for ((xr, hr), or) in x.chunks_exact(w).zip(xh.chunks_exact_mut(w)).zip(o.chunks_exact_mut(w)) {
-            for j in 0..w {
-                hr[j] = (xr[j] - mean[j]) * inv_std[j];
-                or[j] = hr[j] * gamma[j] + beta[j];
+            let per_feature = mean.iter().zip(inv_std).zip(gamma.iter().zip(beta));
+            for (((&x, h), o), ((&m, &inv), (&g, &b))) in
+                xr.iter().zip(hr.iter_mut()).zip(or.iter_mut()).zip(per_feature)
+            {
+                *h = (x - m) * inv;
+                *o = *h * g + b;
             }
         }
     });
@@ -630,9 +626,9 @@ fn column_dot_sums(g: &[f32], x: &[f32], width: usize) -> (Vec<f64>, Vec<f64>) {
     let mut s = vec![0.0f64; width];
     let mut sx = vec![0.0f64; width];
     for (gr, xr) in g.chunks_exact(width).zip(x.chunks_exact(width)) {
-        for j in 0..width {
-            s[j] += gr[j] as f64;
-            sx[j] += (gr[j] * xr[j]) as f64;
+        for (((s, sx), &g), &x) in s.iter_mut().zip(sx.iter_mut()).zip(gr).zip(xr) {
+            *s += g as f64;
+            *sx += (g * x) as f64;
         }
     }
     (s, sx)
@@ -646,9 +642,10 @@ mod tests {
     struct FixedMask;
 
     impl MaskSource for FixedMask {
-        fn fill(&mut self, mask: &mut [f32], p: f64) {
-            for (i, m) in mask.iter_mut().enumerate() {
+        fn dropout(&mut self, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
+            for (i, ((m, o), &x)) in mask.iter_mut().zip(out.iter_mut()).zip(x).enumerate() {
                 *m = if i % 3 == 1 { 0.0 } else { (1.0 / (1.0 - p)) as f32 };
+                *o = x * *m;
             }
         }
     }

@@ -21,7 +21,7 @@ use kynml_cpu::{Act, LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targ
 use crate::checkpoint::{NamedTensor, TensorData};
 use crate::data::{Batch, Dataset, Labels, Split};
 use crate::evaluate::Outputs;
-use crate::model::{fill_bernoulli_mask, Model};
+use crate::model::{apply_dropout, Model};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Activation, Layer, Loss, Optimizer, Spec};
 use crate::train::optimizer::AnyOptimizer;
@@ -127,8 +127,8 @@ fn optim_config(o: &Optimizer) -> OptimConfig {
 struct Masks<'r>(&'r mut SplitMix64);
 
 impl MaskSource for Masks<'_> {
-    fn fill(&mut self, mask: &mut [f32], p: f64) {
-        fill_bernoulli_mask(mask, p, self.0);
+    fn dropout(&mut self, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
+        apply_dropout(x, mask, out, p, self.0);
     }
 }
 

@@ -1,7 +1,8 @@
 //! Row-major matrix products through the `gemm` crate.
 
 use gemm::Parallelism;
-use rayon::prelude::*;
+
+use crate::team::Team;
 
 /// Products smaller than this many multiply-adds run on one thread: below
 /// it, waking the pool costs more than the split saves.
@@ -14,7 +15,8 @@ const PARALLEL_MIN: usize = 32 * 32 * 32;
 /// Large products are cut into one block of `c` per thread, along its
 /// longer side, each computed by gemm on one thread: for the sizes of a
 /// training step (a few hundred on each side) gemm's own threading keeps
-/// to one core, which this measured at no speedup on two.
+/// to one core, which this measured at no speedup on two. The blocks run
+/// on `team`, whose threads stay awake between a step's products.
 ///
 /// # Panics
 /// If a slice is shorter than its shape says.
@@ -27,6 +29,7 @@ pub(crate) fn matmul(
     b_t: bool,
     c: &mut [f32],
     accumulate: bool,
+    team: &Team,
 ) {
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n, "matmul: a slice is shorter than its shape");
     if m == 0 || n == 0 {
@@ -48,7 +51,7 @@ pub(crate) fn matmul(
         c: c.as_mut_ptr(),
         accumulate,
     };
-    let threads = rayon::current_num_threads();
+    let threads = team.threads();
     if m * n * k < PARALLEL_MIN || threads < 2 {
         // SAFETY: the whole product, within the bounds asserted above.
         unsafe { op.block(0..m, 0..n) };
@@ -58,8 +61,8 @@ pub(crate) fn matmul(
     let split_rows = m >= n;
     let side = if split_rows { m } else { n };
     let per = side.div_ceil(threads).div_ceil(16) * 16;
-    let blocks: Vec<std::ops::Range<usize>> = (0..side).step_by(per).map(|s| s..(s + per).min(side)).collect();
-    blocks.into_par_iter().for_each(|r| {
+    team.run(side.div_ceil(per), &|i| {
+        let r = i * per..((i + 1) * per).min(side);
         // SAFETY: the blocks are disjoint row (or column) ranges of c, so no
         // two threads write the same element; each is within the bounds
         // asserted above; a and b are only read.
@@ -158,11 +161,12 @@ mod tests {
         for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
             let want = naive(m, n, k, &a, a_t, &b, b_t);
             let mut c = vec![1.0f32; m * n];
-            matmul((m, n, k), &a, a_t, &b, b_t, &mut c, false);
+            let team = Team::new(2);
+            matmul((m, n, k), &a, a_t, &b, b_t, &mut c, false, &team);
             for (x, y) in c.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-4, "a_t {a_t} b_t {b_t}: {x} vs {y}");
             }
-            matmul((m, n, k), &a, a_t, &b, b_t, &mut c, true);
+            matmul((m, n, k), &a, a_t, &b, b_t, &mut c, true, &team);
             for (x, y) in c.iter().zip(&want) {
                 assert!((x - 2.0 * y).abs() < 2e-4, "accumulate, a_t {a_t} b_t {b_t}: {x} vs {}", 2.0 * y);
             }

@@ -41,8 +41,10 @@ pub mod loss;
 pub mod math;
 mod net;
 pub mod optim;
+mod team;
 
 pub use loss::{LossConfig, Targets};
 pub use math::Act;
 pub use net::{LayerConfig, MaskSource, Net, NoDropout, TensorInfo};
 pub use optim::{OptimConfig, ParamState};
+pub use team::Team;

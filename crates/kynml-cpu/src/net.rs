@@ -5,12 +5,11 @@
 //! allocates nothing after the first. Row-major everywhere: an activation
 //! is `rows × width`, a dense weight `d_in × d_out` (Burn's layout).
 
-use rayon::prelude::*;
-
 use crate::gemm::matmul;
 use crate::loss::{self, LossConfig, Targets};
 use crate::math::{self, Act};
 use crate::optim::{self, OptimConfig, ParamState};
+use crate::team::{piece, Parts, Team};
 
 /// Normalisation's epsilon and batchnorm's running-average momentum, as in
 /// PyTorch's defaults and KynML's Burn layers.
@@ -43,14 +42,15 @@ pub trait MaskSource {
     /// Fills `mask` with 0 (dropped, probability `p`) or `1 / (1 - p)`
     /// (kept), in row-major order, and writes `x * mask` to `out` (all
     /// three the same length).
-    fn dropout(&mut self, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]);
+    /// `team` is the network's threads, for sources that fill in parallel.
+    fn dropout(&mut self, team: &Team, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]);
 }
 
 /// A [`MaskSource`] for models without dropout; it panics if asked for a mask.
 pub struct NoDropout;
 
 impl MaskSource for NoDropout {
-    fn dropout(&mut self, _: f64, _: &[f32], _: &mut [f32], _: &mut [f32]) {
+    fn dropout(&mut self, _: &Team, _: f64, _: &[f32], _: &mut [f32], _: &mut [f32]) {
         panic!("this network has dropout: give train_step a MaskSource");
     }
 }
@@ -150,11 +150,14 @@ impl Layer {
 }
 
 /// A dense network with its parameters, gradients, optimizer state and
-/// buffers, on the host.
-#[derive(Debug, Clone)]
+/// buffers, on the host, and the threads that train it.
+#[derive(Debug)]
 pub struct Net {
     input: usize,
     layers: Vec<Layer>,
+    /// As many threads as rayon's global pool has (`RAYON_NUM_THREADS`
+    /// sets it), the caller included.
+    team: Team,
     /// Two gradient buffers, `rows × widest`, used in turn going backward.
     grad_a: Vec<f32>,
     grad_b: Vec<f32>,
@@ -204,7 +207,8 @@ impl Net {
                 LayerConfig::Dropout(prob) => Layer::Dropout { prob, mask: Vec::new(), out: Vec::new() },
             })
             .collect();
-        Net { input, layers, grad_a: Vec::new(), grad_b: Vec::new() }
+        let team = Team::new(rayon::current_num_threads());
+        Net { input, layers, team, grad_a: Vec::new(), grad_b: Vec::new() }
     }
 
     /// The number of input features.
@@ -361,6 +365,7 @@ impl Net {
 
     /// Forward in training mode when `masks` is given, else evaluation mode.
     fn forward(&mut self, x: &[f32], rows: usize, mut masks: Option<&mut dyn MaskSource>) {
+        let team = &self.team;
         for i in 0..self.layers.len() {
             let (before, rest) = self.layers.split_at_mut(i);
             let input = before.last().map_or(x, Layer::out);
@@ -372,10 +377,10 @@ impl Net {
                     for row in z.chunks_exact_mut(d_out) {
                         row.copy_from_slice(&bias.value);
                     }
-                    matmul((rows, d_out, d_in), input, false, &weight.value, false, z, true);
+                    matmul((rows, d_out, d_in), input, false, &weight.value, false, z, true, team);
                     if act != Act::Linear {
                         out.resize(rows * d_out, 0.0);
-                        par_zip(z, out, |z, out| math::forward(act, z, out));
+                        par_zip(team, z, out, |z, out| math::forward(act, z, out));
                     }
                 }
                 Layer::BatchNorm { width, gamma, beta, running_mean, running_var, x_hat, inv_std, out } => {
@@ -391,11 +396,11 @@ impl Net {
                             running_var[j] = running_var[j] * (1.0 - MOMENTUM) + (var[j] * unbiased) as f32 * MOMENTUM;
                         }
                         let mean: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
-                        normalize_columns(input, &mean, inv_std, &gamma.value, &beta.value, x_hat, out);
+                        normalize_columns(team, input, &mean, inv_std, &gamma.value, &beta.value, x_hat, out);
                     } else {
                         let inv: Vec<f32> =
                             running_var.iter().map(|&v| (1.0 / (v as f64 + EPS).sqrt()) as f32).collect();
-                        normalize_columns(input, running_mean, &inv, &gamma.value, &beta.value, x_hat, out);
+                        normalize_columns(team, input, running_mean, &inv, &gamma.value, &beta.value, x_hat, out);
                     }
                 }
                 Layer::LayerNorm { width, gamma, beta, x_hat, inv_std, out } => {
@@ -426,7 +431,7 @@ impl Net {
                     match masks.as_deref_mut() {
                         Some(source) if *prob > 0.0 => {
                             mask.resize(input.len(), 0.0);
-                            source.dropout(*prob, input, mask, out);
+                            source.dropout(team, *prob, input, mask, out);
                         }
                         _ => out.copy_from_slice(input),
                     }
@@ -440,6 +445,7 @@ impl Net {
     fn backward(&mut self, x: &[f32], rows: usize) {
         // Input gradients are wanted only where a layer below has parameters.
         let first_param = self.layers.iter().position(|l| l.params().is_some()).unwrap_or(usize::MAX);
+        let team = &self.team;
         let mut g = std::mem::take(&mut self.grad_a);
         let mut spare = std::mem::take(&mut self.grad_b);
         for i in (0..self.layers.len()).rev() {
@@ -451,13 +457,22 @@ impl Net {
                     let (d_in, d_out, act) = (*d_in, *d_out, *act);
                     let gz = &mut g[..rows * d_out];
                     if act != Act::Linear {
-                        par_zip3(z, out, gz, |z, out, g| math::backward(act, z, out, g));
+                        par_zip3(team, z, out, gz, |z, out, g| math::backward(act, z, out, g));
                     }
                     // dW = xᵀ · dz, db = column sums of dz, dx = dz · Wᵀ.
-                    matmul((d_in, d_out, rows), input, true, gz, false, &mut weight.grad, false);
+                    matmul((d_in, d_out, rows), input, true, gz, false, &mut weight.grad, false, team);
                     column_sums(gz, d_out, &mut bias.grad);
                     if need_input_grad {
-                        matmul((rows, d_in, d_out), gz, false, &weight.value, true, &mut spare[..rows * d_in], false);
+                        matmul(
+                            (rows, d_in, d_out),
+                            gz,
+                            false,
+                            &weight.value,
+                            true,
+                            &mut spare[..rows * d_in],
+                            false,
+                            team,
+                        );
                         std::mem::swap(&mut g, &mut spare);
                     }
                 }
@@ -476,7 +491,7 @@ impl Net {
                         let scale: Vec<f32> = (0..w).map(|j| gamma.value[j] * inv_std[j]).collect();
                         let mean_dy: Vec<f32> = sum_dy.iter().map(|&s| (s / n) as f32).collect();
                         let mean_dy_xhat: Vec<f32> = sum_dy_xhat.iter().map(|&s| (s / n) as f32).collect();
-                        par_zip_mut(gy, x_hat, w, |gy, xh| {
+                        par_zip_mut(team, gy, x_hat, w, |gy, xh| {
                             for (gr, xr) in gy.chunks_exact_mut(w).zip(xh.chunks_exact(w)) {
                                 let per_feature = scale.iter().zip(&mean_dy).zip(&mean_dy_xhat);
                                 for ((g, &x), ((&s, &m), &mx)) in gr.iter_mut().zip(xr).zip(per_feature) {
@@ -513,7 +528,7 @@ impl Net {
                 Layer::Dropout { prob, mask, .. } => {
                     if need_input_grad && *prob > 0.0 {
                         let gy = &mut g[..mask.len()];
-                        par_zip_mut(gy, mask, 1, |g, m| {
+                        par_zip_mut(team, gy, mask, 1, |g, m| {
                             for (g, &m) in g.iter_mut().zip(m) {
                                 *g *= m;
                             }
@@ -526,40 +541,63 @@ impl Net {
         self.grad_b = spare;
     }
 
-    /// One optimizer update of every trainable tensor, tensors spread over the cores.
+    /// One optimizer update of every trainable tensor, tensors spread over
+    /// the cores, largest first.
     fn update(&mut self, optimizer: &OptimConfig, lr: f64) {
         let mut params: Vec<&mut Param> =
             self.layers.iter_mut().filter_map(Layer::params_mut).flat_map(|(a, b)| [a, b]).collect();
-        params.par_iter_mut().for_each(|p| optim::step(optimizer, lr, &mut p.value, &p.grad, &mut p.state));
+        params.sort_by_key(|p| std::cmp::Reverse(p.value.len()));
+        let n = params.len();
+        let parts = Parts::new(&mut params);
+        self.team.run(n, &|i| {
+            // SAFETY: each piece takes its own parameter.
+            let p = unsafe { &mut parts.part(i..i + 1)[0] };
+            optim::step(optimizer, lr, &mut p.value, &p.grad, &mut p.state);
+        });
     }
 }
 
-/// Rows of a `rows × width` buffer per parallel piece: about one piece per
-/// thread, none smaller than `PARALLEL_MIN` elements.
-fn piece_len(len: usize, width: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
-    let rows = len / width.max(1);
-    let min_rows = PARALLEL_MIN.div_ceil(width.max(1));
-    let rows_per = rows.div_ceil(threads).max(min_rows).max(1);
-    rows_per * width.max(1)
+/// Elements per parallel piece of a `rows × width` buffer: whole rows,
+/// about one piece per thread, none smaller than `PARALLEL_MIN` elements.
+fn piece_len(team: &Team, len: usize, width: usize) -> usize {
+    let width = width.max(1);
+    let rows = len / width;
+    let min_rows = PARALLEL_MIN.div_ceil(width);
+    let rows_per = rows.div_ceil(team.threads()).max(min_rows).max(1);
+    rows_per * width
 }
 
-/// `f` on matching pieces of `a` (read) and `b` (written), in parallel.
-fn par_zip(a: &[f32], b: &mut [f32], f: impl Fn(&[f32], &mut [f32]) + Sync) {
-    let len = piece_len(a.len(), 1);
-    a.par_chunks(len).zip(b.par_chunks_mut(len)).for_each(|(a, b)| f(a, b));
+/// `f` on matching pieces of `a` (read) and `b` (written), on the team.
+fn par_zip(team: &Team, a: &[f32], b: &mut [f32], f: impl Fn(&[f32], &mut [f32]) + Sync) {
+    let (len, total) = (piece_len(team, a.len(), 1), a.len());
+    let b = Parts::new(&mut b[..total]);
+    team.run(total.div_ceil(len), &|i| {
+        let r = piece(i, len, total);
+        // SAFETY: each piece gets its own range.
+        f(&a[r.clone()], unsafe { b.part(r) })
+    });
 }
 
-/// `f` on matching pieces of `a` (written) and `b` (read), whole rows of `width`, in parallel.
-fn par_zip_mut(a: &mut [f32], b: &[f32], width: usize, f: impl Fn(&mut [f32], &[f32]) + Sync) {
-    let len = piece_len(a.len(), width);
-    a.par_chunks_mut(len).zip(b.par_chunks(len)).for_each(|(a, b)| f(a, b));
+/// `f` on matching pieces of `a` (written) and `b` (read), whole rows of `width`, on the team.
+fn par_zip_mut(team: &Team, a: &mut [f32], b: &[f32], width: usize, f: impl Fn(&mut [f32], &[f32]) + Sync) {
+    let (len, total) = (piece_len(team, a.len(), width), a.len());
+    let a = Parts::new(a);
+    team.run(total.div_ceil(len), &|i| {
+        let r = piece(i, len, total);
+        // SAFETY: each piece gets its own range.
+        f(unsafe { a.part(r.clone()) }, &b[r])
+    });
 }
 
-/// `f` on matching pieces of `a`, `b` (read) and `c` (written), in parallel.
-fn par_zip3(a: &[f32], b: &[f32], c: &mut [f32], f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) {
-    let len = piece_len(a.len(), 1);
-    a.par_chunks(len).zip(b.par_chunks(len)).zip(c.par_chunks_mut(len)).for_each(|((a, b), c)| f(a, b, c));
+/// `f` on matching pieces of `a`, `b` (read) and `c` (written), on the team.
+fn par_zip3(team: &Team, a: &[f32], b: &[f32], c: &mut [f32], f: impl Fn(&[f32], &[f32], &mut [f32]) + Sync) {
+    let (len, total) = (piece_len(team, a.len(), 1), a.len());
+    let c = Parts::new(&mut c[..total]);
+    team.run(total.div_ceil(len), &|i| {
+        let r = piece(i, len, total);
+        // SAFETY: each piece gets its own range.
+        f(&a[r.clone()], &b[r.clone()], unsafe { c.part(r) })
+    });
 }
 
 /// Mean and biased variance of each column of `x` (`rows × width`), in f64.
@@ -584,7 +622,9 @@ fn column_moments(x: &[f32], width: usize) -> (Vec<f64>, Vec<f64>) {
 }
 
 /// `x_hat = (x - mean) · inv_std`, `out = x_hat · gamma + beta`, per column.
+#[allow(clippy::too_many_arguments)]
 fn normalize_columns(
+    team: &Team,
     x: &[f32],
     mean: &[f32],
     inv_std: &[f32],
@@ -594,9 +634,13 @@ fn normalize_columns(
     out: &mut [f32],
 ) {
     let w = mean.len();
-    let len = piece_len(x.len(), w);
-    x.par_chunks(len).zip(x_hat.par_chunks_mut(len)).zip(out.par_chunks_mut(len)).for_each(|((x, xh), o)| {
-        for ((xr, hr), or) in x.chunks_exact(w).zip(xh.chunks_exact_mut(w)).zip(o.chunks_exact_mut(w)) {
+    let (len, total) = (piece_len(team, x.len(), w), x.len());
+    let (x_hat, out) = (Parts::new(&mut x_hat[..total]), Parts::new(&mut out[..total]));
+    team.run(total.div_ceil(len), &|i| {
+        let r = piece(i, len, total);
+        // SAFETY: each piece gets its own range.
+        let (xh, o) = unsafe { (x_hat.part(r.clone()), out.part(r.clone())) };
+        for ((xr, hr), or) in x[r].chunks_exact(w).zip(xh.chunks_exact_mut(w)).zip(o.chunks_exact_mut(w)) {
             let per_feature = mean.iter().zip(inv_std).zip(gamma.iter().zip(beta));
             for (((&x, h), o), ((&m, &inv), (&g, &b))) in
                 xr.iter().zip(hr.iter_mut()).zip(or.iter_mut()).zip(per_feature)
@@ -642,7 +686,7 @@ mod tests {
     struct FixedMask;
 
     impl MaskSource for FixedMask {
-        fn dropout(&mut self, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
+        fn dropout(&mut self, _: &Team, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
             for (i, ((m, o), &x)) in mask.iter_mut().zip(out.iter_mut()).zip(x).enumerate() {
                 *m = if i % 3 == 1 { 0.0 } else { (1.0 / (1.0 - p)) as f32 };
                 *o = x * *m;

@@ -67,20 +67,26 @@ pub fn apply_dropout(x: &[f32], mask: &mut [f32], out: &mut [f32], p: f64, rng: 
     assert!(x.len() == mask.len() && out.len() == mask.len(), "dropout: x, mask and out differ in length");
     let start = rng.clone();
     let pieces = mask.par_chunks_mut(PIECE).zip(x.par_chunks(PIECE)).zip(out.par_chunks_mut(PIECE));
-    pieces.enumerate().for_each(|(piece, ((m, x), o))| {
-        mask_piece(&start, (piece * PIECE / 2) as u64, p, m);
-        for ((o, &x), &m) in o.iter_mut().zip(x).zip(m.iter()) {
-            *o = x * m;
-        }
-    });
+    pieces.enumerate().for_each(|(piece, ((m, x), o))| dropout_piece(&start, piece, p, x, m, o));
     rng.skip(mask.len().div_ceil(2) as u64);
+}
+
+/// Piece `piece` (of [`PIECE`] values) of [`apply_dropout`], for engines
+/// that share the pieces out over their own threads; the generator is
+/// `start`, the state before the mask, and the caller then skips it past
+/// the mask's draws (`len.div_ceil(2)`).
+pub fn dropout_piece(start: &SplitMix64, piece: usize, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
+    mask_piece(start, (piece * PIECE / 2) as u64, p, mask);
+    for ((o, &x), &m) in out.iter_mut().zip(x).zip(mask.iter()) {
+        *o = x * m;
+    }
 }
 
 /// Values per parallel piece of a mask; even, so that pieces start on a
 /// draw's first half. Each draw is computed from its position
 /// ([`SplitMix64::peek`]), so pieces fill in parallel and still form the
 /// one stream.
-const PIECE: usize = 16 * 1024;
+pub const PIECE: usize = 16 * 1024;
 
 /// One piece of a mask: draws `first_draw..` of the stream `start`
 /// begins, two values per draw (the low half first).

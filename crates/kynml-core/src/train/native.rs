@@ -16,12 +16,12 @@
 
 use burn::DispatchDevice;
 use kynml_backend::{Backend as Kb, Device, DeviceKind};
-use kynml_cpu::{Act, LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets};
+use kynml_cpu::{Act, LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, Team};
 
 use crate::checkpoint::{NamedTensor, TensorData};
 use crate::data::{Batch, Dataset, Labels, Split};
 use crate::evaluate::Outputs;
-use crate::model::{apply_dropout, Model};
+use crate::model::{dropout_piece, Model, MASK_PIECE};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Activation, Layer, Loss, Optimizer, Spec};
 use crate::train::optimizer::AnyOptimizer;
@@ -127,8 +127,10 @@ fn optim_config(o: &Optimizer) -> OptimConfig {
 struct Masks<'r>(&'r mut SplitMix64);
 
 impl MaskSource for Masks<'_> {
-    fn dropout(&mut self, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
-        apply_dropout(x, mask, out, p, self.0);
+    fn dropout(&mut self, team: &Team, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
+        let start = self.0.clone();
+        team.zip_chunks3(MASK_PIECE, x, mask, out, |i, x, m, o| dropout_piece(&start, i, p, x, m, o));
+        self.0.skip(mask.len().div_ceil(2) as u64);
     }
 }
 

@@ -104,8 +104,8 @@ pub fn plan(train: &TrainSpec, device: &Device) -> PrecisionPlan {
     let fallback = match (wanted, &device.kind) {
         (Compute::Fp32, _) => None,
         (_, DeviceKind::Cpu { .. }) => Some(format!(
-            "{} requested, but on the CPU backend reduced precision is slower than fp32 \
-             (DeepNet: bf16 0.77x, fp16 0.74x; BENCHMARKS.md)",
+            "{} requested, but on the CPU reduced precision runs only on Burn's flex backend, \
+             several times slower than the native engine's fp32 (BENCHMARKS.md)",
             wanted.name()
         )),
         (Compute::Bf16, DeviceKind::Cuda(gpu)) if gpu.compute_capability.0 < 8 => Some(format!(

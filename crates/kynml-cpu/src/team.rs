@@ -20,8 +20,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long a helper spins for the next job before it sleeps.
-const SPIN: Duration = Duration::from_millis(2);
+/// How long a helper spins for the next job before it sleeps. The gaps
+/// between a step's jobs are microseconds, and between steps (the next
+/// batch) tens of them.
+const SPIN: Duration = Duration::from_micros(500);
+/// After this long spinning, a helper also yields its core between checks,
+/// so that on a busy machine it does not hold back the thread it waits for.
+const YIELD_AFTER: Duration = Duration::from_micros(50);
 
 /// A job's function with its lifetime erased; [`Team::run`] keeps the real
 /// one alive until every helper is done with it.
@@ -196,6 +201,9 @@ fn helper(s: &Shared) {
                 break;
             }
             spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && started.elapsed() > YIELD_AFTER {
+                std::thread::yield_now();
+            }
             if spins % 64 == 0 && started.elapsed() > SPIN {
                 let mut lock = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 while s.generation.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire) {

@@ -1,9 +1,10 @@
-//! `cargo bench -p kynml-benches [-- SECTION...]` prints one table per
-//! section; with no section named, all run.
+//! `cargo bench -p kynml-benches [-- SECTION...]` prints a table per
+//! section, all together at the end; with no section named, all run.
 //!
 //! - `deepnet`: training throughput of the users' DeepNet spec
 //!   (128→512→256→64→1, batch 256, AdamW) on seeded synthetic data, on every
-//!   device present, with 0 and 4 data workers.
+//!   device and engine present (on the CPU the native engine and Burn's
+//!   flex), in fp32, bf16 and fp16, with 0 and 4 data workers.
 //! - `prefetch`: an input-bound case (wide rows, a linear model, big
 //!   batches), where preparing batches costs as much as the step, with 0, 1,
 //!   2 and 4 workers.
@@ -31,6 +32,18 @@ use kynml_core::train::{train, EngineChoice, EngineKind, TrainEvent, TrainSettin
 const ROWS: usize = 40_960;
 const STEPS: usize = 60;
 
+/// The tables, printed together once every section has run (progress goes
+/// to stderr meanwhile).
+static REPORT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+macro_rules! report {
+    ($($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let mut report = REPORT.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(report, $($arg)*);
+    }};
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; anything else names a section.
     let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
@@ -44,6 +57,7 @@ fn main() {
     if run("checkpoint") {
         checkpoint();
     }
+    print!("{}", REPORT.lock().unwrap_or_else(|e| e.into_inner()));
 }
 
 fn deepnet_spec() -> SpecFile {
@@ -127,15 +141,27 @@ fn deepnet() {
         }
     }
 
-    println!("\nDeepNet training throughput (batch {}, AdamW)", file.spec.train.batch.value);
-    println!(
+    report!("\nDeepNet training throughput (batch {}, AdamW)", file.spec.train.batch.value);
+    report!(
         "  {:<8} {:<8} {:>9} {:>8} {:>7} {:>12} {:>10}",
-        "device", "engine", "precision", "fusion", "workers", "samples/s", "ms/step"
+        "device",
+        "engine",
+        "precision",
+        "fusion",
+        "workers",
+        "samples/s",
+        "ms/step"
     );
     for r in rows {
-        println!(
+        report!(
             "  {:<8} {:<8} {:>9} {:>8} {:>7} {:>12.0} {:>10.2}",
-            r.device, r.engine, r.precision, r.fusion, r.workers, r.samples_per_sec, r.ms_per_step
+            r.device,
+            r.engine,
+            r.precision,
+            r.fusion,
+            r.workers,
+            r.samples_per_sec,
+            r.ms_per_step
         );
     }
 }
@@ -170,10 +196,10 @@ fn prefetch() {
         let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).expect("training runs");
         rows.push((workers, result.history[1].samples_per_sec));
     }
-    println!("\nInput-bound training ({width} features, batch {batch}, one linear unit, CPU)");
-    println!("  {:>7} {:>12} {:>8}", "workers", "samples/s", "speedup");
+    report!("\nInput-bound training ({width} features, batch {batch}, one linear unit, CPU)");
+    report!("  {:>7} {:>12} {:>8}", "workers", "samples/s", "speedup");
     for (workers, sps) in &rows {
-        println!("  {workers:>7} {sps:>12.0} {:>7.2}x", sps / rows[0].1);
+        report!("  {workers:>7} {sps:>12.0} {:>7.2}x", sps / rows[0].1);
     }
 }
 
@@ -233,14 +259,18 @@ fn checkpoint() {
         rows.push((async_save, median(&mut waits), median(&mut quiet), median(&mut after_save), size));
     }
     let _ = std::fs::remove_dir_all(&dir);
-    println!("\nCheckpoint saves (6.3M parameters, Adam, every epoch, CPU)");
-    println!(
+    report!("\nCheckpoint saves (6.3M parameters, Adam, every epoch, CPU)");
+    report!(
         "  {:<10} {:>10} {:>16} {:>22} {:>22}",
-        "mode", "file MB", "loop waits ms", "step ms, no save", "step ms, 5 after save"
+        "mode",
+        "file MB",
+        "loop waits ms",
+        "step ms, no save",
+        "step ms, 5 after save"
     );
     for (async_save, wait, quiet, after, size) in rows {
         let mode = if async_save { "async" } else { "sync" };
-        println!("  {mode:<10} {:>10.1} {wait:>16.1} {quiet:>22.2} {after:>22.2}", size as f64 / 1e6);
+        report!("  {mode:<10} {:>10.1} {wait:>16.1} {quiet:>22.2} {after:>22.2}", size as f64 / 1e6);
     }
 }
 

@@ -80,6 +80,8 @@ impl Param {
     }
 }
 
+// `LayerNorm` is the layer's name, not a repetition of the enum's.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone)]
 enum Layer {
     Dense {
@@ -348,7 +350,12 @@ impl Net {
     }
 
     fn rows_of(&self, x: &[f32]) -> usize {
-        assert!(self.input > 0 && x.len() % self.input == 0, "{} values are not rows of {}", x.len(), self.input);
+        assert!(
+            self.input > 0 && x.len().is_multiple_of(self.input),
+            "{} values are not rows of {}",
+            x.len(),
+            self.input
+        );
         x.len() / self.input
     }
 

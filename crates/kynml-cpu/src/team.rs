@@ -11,7 +11,8 @@
 //!
 //! A job is `pieces` calls of one function, `f(0)..f(pieces - 1)`, shared
 //! out by an atomic counter; the caller works on it too, and returns when
-//! every piece is done and every helper has let go of `f`.
+//! every piece is done and every helper has let go of `f`. A panic in a
+//! piece (on any thread) is raised again on the caller after that.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
@@ -49,6 +50,8 @@ struct Shared {
     stop: AtomicBool,
     sleep: Mutex<()>,
     wake: Condvar,
+    /// The first panic of a helper's piece, re-raised on the caller.
+    panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
 
 // SAFETY: `job` is written only while no helper reads it (see `Team::run`),
@@ -82,6 +85,7 @@ impl Team {
             stop: AtomicBool::new(false),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
+            panic: Mutex::new(None),
         });
         let helpers = (1..threads.max(1))
             .filter_map(|i| {
@@ -99,20 +103,27 @@ impl Team {
     }
 
     /// Calls `f(i)` for every `i` in `0..pieces`, spread over the team, and
-    /// returns when all are done.
+    /// returns when all are done. A panic in a piece is raised again here,
+    /// once every thread has let go of `f`.
     pub fn run(&self, pieces: usize, f: &(dyn Fn(usize) + Sync)) {
         let guard = match self.busy.try_lock() {
             Ok(g) if !self.helpers.is_empty() && pieces > 1 => g,
+            // A panic in an earlier job left the lock poisoned; the team is fine.
+            Err(std::sync::TryLockError::Poisoned(g)) if !self.helpers.is_empty() && pieces > 1 => g.into_inner(),
             _ => return (0..pieces).for_each(f),
         };
         let s = &*self.shared;
+        // A payload left by a job whose caller panicked itself is that job's, not this one's.
+        s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
         // SAFETY: every helper acknowledged the previous job before the
         // previous `run` returned, and none reads `job` before seeing the
         // generation bumped below; `busy` keeps other callers out.
         unsafe {
-            let f: *const (dyn Fn(usize) + Sync) = f;
+            let f: *const (dyn Fn(usize) + Sync + '_) = f;
             // Lifetime erased: this call waits below until no helper holds it.
-            *s.job.get() = Job { f: std::mem::transmute::<_, *const (dyn Fn(usize) + Sync + 'static)>(f), pieces };
+            let f =
+                std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync + 'static)>(f);
+            *s.job.get() = Job { f, pieces };
         }
         s.next.store(0, Ordering::Relaxed);
         s.acks.store(0, Ordering::Relaxed);
@@ -121,12 +132,15 @@ impl Team {
             let _lock = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
+        // Waits for every helper to let go of `f`, on return and on unwinding
+        // (a panic in the caller's own pieces) alike.
+        let waiter = AwaitHelpers { shared: s, helpers: self.helpers.len() };
         work(s, f, pieces);
-        let helpers = self.helpers.len();
-        while s.acks.load(Ordering::Acquire) < helpers {
-            std::hint::spin_loop();
-        }
+        drop(waiter);
         drop(guard);
+        if let Some(payload) = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            std::panic::resume_unwind(payload);
+        }
     }
 }
 
@@ -176,6 +190,27 @@ impl Drop for Team {
 
 fn noop(_: usize) {}
 
+/// On drop, spins (yielding now and then) until every helper has
+/// acknowledged the current job.
+struct AwaitHelpers<'a> {
+    shared: &'a Shared,
+    helpers: usize,
+}
+
+impl Drop for AwaitHelpers<'_> {
+    fn drop(&mut self) {
+        let mut spins = 0u32;
+        while self.shared.acks.load(Ordering::Acquire) < self.helpers {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) {
+                // On a machine with more threads than free cores, let the helper run.
+                std::thread::yield_now();
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// Takes pieces until none is left.
 fn work(s: &Shared, f: &(dyn Fn(usize) + Sync), pieces: usize) {
     loop {
@@ -201,10 +236,10 @@ fn helper(s: &Shared) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && started.elapsed() > YIELD_AFTER {
+            if spins.is_multiple_of(64) && started.elapsed() > YIELD_AFTER {
                 std::thread::yield_now();
             }
-            if spins % 64 == 0 && started.elapsed() > SPIN {
+            if spins.is_multiple_of(64) && started.elapsed() > SPIN {
                 let mut lock = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 while s.generation.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire) {
                     lock = s.wake.wait(lock).unwrap_or_else(|e| e.into_inner());
@@ -221,7 +256,14 @@ fn helper(s: &Shared) {
         // just seen, and is not written again until it acknowledges.
         let job = unsafe { *s.job.get() };
         // SAFETY: `run` keeps the function alive until this helper acknowledges.
-        work(s, unsafe { &*job.f }, job.pieces);
+        let f = unsafe { &*job.f };
+        // A panicking piece must not end the helper unacknowledged: `run` would wait forever.
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(s, f, job.pieces))) {
+            let mut first = s.panic.lock().unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert(payload);
+            // The other pieces are skipped: the job has failed.
+            s.next.store(usize::MAX / 2, Ordering::Relaxed);
+        }
         s.acks.fetch_add(1, Ordering::Release);
     }
 }
@@ -287,6 +329,25 @@ mod tests {
             total.fetch_add(i, Ordering::Relaxed);
         });
         assert_eq!(total.load(Ordering::Relaxed), 45);
+    }
+
+    #[test]
+    fn a_panicking_piece_is_raised_on_the_caller_and_the_team_goes_on() {
+        let team = Team::new(2);
+        for bad in [0, 5] {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                team.run(8, &|i| {
+                    std::thread::sleep(Duration::from_millis(1));
+                    assert!(i != bad, "piece {i} fails");
+                })
+            }));
+            assert!(caught.is_err(), "the panic of piece {bad} reached the caller");
+            let total = AtomicUsize::new(0);
+            team.run(10, &|i| {
+                total.fetch_add(i, Ordering::Relaxed);
+            });
+            assert_eq!(total.load(Ordering::Relaxed), 45);
+        }
     }
 
     #[test]

@@ -94,7 +94,10 @@ fn mask_piece(start: &SplitMix64, first_draw: u64, p: f64, mask: &mut [f32]) {
     let threshold = (p * 4_294_967_296.0) as u64; // p * 2^32
     let scale = (1.0 / (1.0 - p)) as f32;
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx512dq") && is_x86_feature_detected!("avx512vl") {
+    if is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512dq")
+        && is_x86_feature_detected!("avx512vl")
+    {
         // SAFETY: the CPU has just been seen to have the features the function is compiled for.
         return unsafe { mask_piece_avx512(start, first_draw, threshold, scale, mask) };
     }

@@ -280,13 +280,30 @@ fn states_to_native<O: NativeState>(
         .zip(shapes)
         .map(|((id, name), shape)| {
             let Some(record) = records.remove(id) else { return Ok(None) };
-            Ok(Some(match shape.len() {
+            let state = match shape.len() {
                 1 => O::to_native(record.into_state::<1>(), device),
                 2 => O::to_native(record.into_state::<2>(), device),
                 r => return Err(format!("parameter `{name}` has rank {r}; the native engine takes 1 or 2")),
-            }))
+            };
+            let len: usize = shape.iter().product();
+            if !state_fits(&state, len) {
+                return Err(format!("the optimizer state of `{name}` does not have the parameter's {len} values"));
+            }
+            Ok(Some(state))
         })
         .collect()
+}
+
+/// True when every vector of `state` holds `len` values.
+fn state_fits(state: &ParamState, len: usize) -> bool {
+    let fits = |v: &Vec<f32>| v.len() == len;
+    match state {
+        ParamState::Adaptive { moment_1, moment_2, .. } => fits(moment_1) && fits(moment_2),
+        ParamState::Sgd { velocity } => velocity.as_ref().is_none_or(fits),
+        ParamState::RmsProp { square_avg, grad_avg, avg, buf } => {
+            fits(square_avg) && fits(avg) && grad_avg.as_ref().is_none_or(fits) && buf.as_ref().is_none_or(fits)
+        }
+    }
 }
 
 fn states_from_native<O: NativeState>(

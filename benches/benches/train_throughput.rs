@@ -111,7 +111,7 @@ fn deepnet() {
                 ..TrainSettings::default()
             };
             eprintln!(
-                "bench deepnet: {}, {}, {workers} workers ({steps} steps after a warm-up epoch)...",
+                "bench deepnet: {}, {}, {workers} workers, engine {engine:?} ({steps} steps after a warm-up epoch)...",
                 device.describe(),
                 compute.name()
             );
@@ -143,7 +143,7 @@ fn deepnet() {
 
     report!("\nDeepNet training throughput (batch {}, AdamW)", file.spec.train.batch.value);
     report!(
-        "  {:<8} {:<8} {:>9} {:>8} {:>7} {:>12} {:>10}",
+        "  {:<8} {:<11} {:>9} {:>8} {:>7} {:>12} {:>10}",
         "device",
         "engine",
         "precision",
@@ -154,7 +154,7 @@ fn deepnet() {
     );
     for r in rows {
         report!(
-            "  {:<8} {:<8} {:>9} {:>8} {:>7} {:>12.0} {:>10.2}",
+            "  {:<8} {:<11} {:>9} {:>8} {:>7} {:>12.0} {:>10.2}",
             r.device,
             r.engine,
             r.precision,

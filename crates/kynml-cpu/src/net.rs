@@ -488,11 +488,7 @@ impl Net {
                     let gy = &mut g[..rows * w];
                     // dgamma = Σ dy·x̂, dbeta = Σ dy (over the batch, per feature);
                     // dx = γ/σ · (dy - mean(dy) - x̂ · mean(dy·x̂)).
-                    let (sum_dy, sum_dy_xhat) = column_dot_sums(gy, x_hat, w);
-                    for j in 0..w {
-                        gamma.grad[j] = sum_dy_xhat[j] as f32;
-                        beta.grad[j] = sum_dy[j] as f32;
-                    }
+                    let (sum_dy, sum_dy_xhat) = scale_shift_grads(gy, x_hat, gamma, beta);
                     if need_input_grad {
                         let n = rows as f64;
                         let scale: Vec<f32> = (0..w).map(|j| gamma.value[j] * inv_std[j]).collect();
@@ -511,11 +507,7 @@ impl Net {
                 Layer::LayerNorm { width, gamma, beta, x_hat, inv_std, .. } => {
                     let w = *width;
                     let gy = &mut g[..rows * w];
-                    let (sum_dy, sum_dy_xhat) = column_dot_sums(gy, x_hat, w);
-                    for j in 0..w {
-                        gamma.grad[j] = sum_dy_xhat[j] as f32;
-                        beta.grad[j] = sum_dy[j] as f32;
-                    }
+                    scale_shift_grads(gy, x_hat, gamma, beta);
                     if need_input_grad {
                         // Per row, with d = dy·γ: dx = (d - mean(d) - x̂ · mean(d·x̂)) / σ.
                         for ((gr, xr), &inv) in gy.chunks_exact_mut(w).zip(x_hat.chunks_exact(w)).zip(inv_std.iter()) {
@@ -670,6 +662,20 @@ fn column_sums(g: &[f32], width: usize, out: &mut [f32]) {
     for (o, s) in out.iter_mut().zip(sum) {
         *o = s as f32;
     }
+}
+
+/// A normalisation's scale and shift gradients from its output gradient
+/// `gy` and normalised input `x_hat`: `Σ dy·x̂` and `Σ dy` over the batch,
+/// per feature. Returns the two sums, in f64.
+fn scale_shift_grads(gy: &[f32], x_hat: &[f32], gamma: &mut Param, beta: &mut Param) -> (Vec<f64>, Vec<f64>) {
+    let (sum_dy, sum_dy_xhat) = column_dot_sums(gy, x_hat, gamma.grad.len());
+    for (g, &s) in gamma.grad.iter_mut().zip(&sum_dy_xhat) {
+        *g = s as f32;
+    }
+    for (g, &s) in beta.grad.iter_mut().zip(&sum_dy) {
+        *g = s as f32;
+    }
+    (sum_dy, sum_dy_xhat)
 }
 
 /// Per column: `Σ g` and `Σ g · x`.

@@ -112,6 +112,8 @@ impl SplitMix64 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn peek_and_skip_are_the_stream_drawn_one_by_one() {
         let mut drawn = SplitMix64::new(77);
@@ -125,8 +127,6 @@ mod tests {
         assert_eq!(skipped, drawn);
         assert_eq!(skipped.next_u64(), drawn.next_u64());
     }
-
-    use super::*;
 
     #[test]
     fn streams_differ_and_uniform_stays_in_range() {

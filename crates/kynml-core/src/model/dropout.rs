@@ -39,39 +39,23 @@ impl Dropout {
 }
 
 /// `n` values, each 0 with probability `p` and `1/(1-p)` otherwise: an
-/// inverted-dropout mask (see [`fill_bernoulli_mask`]).
+/// inverted-dropout mask, in order, two values from each 32-bit half of one
+/// draw (the last draw's upper half unused when `n` is odd). Both engines
+/// draw their masks this way (the native one through [`dropout_piece`]),
+/// so a seed gives the same masks on each.
 pub fn bernoulli_mask(n: usize, p: f64, rng: &mut SplitMix64) -> Vec<f32> {
     let mut mask = vec![0.0; n];
-    fill_bernoulli_mask(&mut mask, p, rng);
-    mask
-}
-
-/// Fills `mask` with 0 (probability `p`) or `1/(1-p)`, in order, two
-/// values from each 32-bit half of one draw (the last draw's upper half
-/// unused when the length is odd). Both engines draw their masks here, so a
-/// seed gives the same masks on each.
-pub fn fill_bernoulli_mask(mask: &mut [f32], p: f64, rng: &mut SplitMix64) {
     let start = rng.clone();
     mask.par_chunks_mut(PIECE).enumerate().for_each(|(piece, values)| {
         mask_piece(&start, (piece * PIECE / 2) as u64, p, values);
     });
-    rng.skip(mask.len().div_ceil(2) as u64);
+    rng.skip(n.div_ceil(2) as u64);
+    mask
 }
 
-/// Dropout in one pass: fills `mask` as [`fill_bernoulli_mask`] does and
-/// writes `x * mask` to `out`, piece by piece while the mask is in cache.
-///
-/// # Panics
-/// If the three lengths differ.
-pub fn apply_dropout(x: &[f32], mask: &mut [f32], out: &mut [f32], p: f64, rng: &mut SplitMix64) {
-    assert!(x.len() == mask.len() && out.len() == mask.len(), "dropout: x, mask and out differ in length");
-    let start = rng.clone();
-    let pieces = mask.par_chunks_mut(PIECE).zip(x.par_chunks(PIECE)).zip(out.par_chunks_mut(PIECE));
-    pieces.enumerate().for_each(|(piece, ((m, x), o))| dropout_piece(&start, piece, p, x, m, o));
-    rng.skip(mask.len().div_ceil(2) as u64);
-}
-
-/// Piece `piece` (of [`PIECE`] values) of [`apply_dropout`], for engines
+/// Dropout on piece `piece` (of [`PIECE`] values) of a layer's output:
+/// fills `mask` with that piece of the mask [`bernoulli_mask`] would draw
+/// and writes `x * mask` to `out`, while the mask is in cache. For engines
 /// that share the pieces out over their own threads; the generator is
 /// `start`, the state before the mask, and the caller then skips it past
 /// the mask's draws (`len.div_ceil(2)`).
@@ -134,6 +118,8 @@ fn mask_pairs(start: &SplitMix64, first_draw: u64, threshold: u64, scale: f32, m
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// The mask drawn pair by pair from `next_u64`, as the filling must equal.
     fn one_by_one(n: usize, p: f64, rng: &mut SplitMix64) -> Vec<f32> {
         let threshold = (p * 4_294_967_296.0) as u64;
@@ -151,14 +137,17 @@ mod tests {
     }
 
     #[test]
-    fn dropout_in_one_pass_is_the_mask_times_x() {
+    fn dropout_by_pieces_is_the_mask_times_x() {
         let n = 3 * PIECE + 5;
         let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
         let (mut mask, mut out) = (vec![0.0; n], vec![0.0; n]);
-        let (mut a, mut b) = (SplitMix64::new(4), SplitMix64::new(4));
-        apply_dropout(&x, &mut mask, &mut out, 0.25, &mut a);
-        assert_eq!(mask, one_by_one(n, 0.25, &mut b));
-        assert_eq!(a, b);
+        let start = SplitMix64::new(4);
+        // In reverse: each piece stands on its own.
+        let pieces: Vec<_> = mask.chunks_mut(PIECE).zip(x.chunks(PIECE)).zip(out.chunks_mut(PIECE)).collect();
+        for (i, ((m, x), o)) in pieces.into_iter().enumerate().rev() {
+            dropout_piece(&start, i, 0.25, x, m, o);
+        }
+        assert_eq!(mask, one_by_one(n, 0.25, &mut SplitMix64::new(4)));
         for ((o, x), m) in out.iter().zip(&x).zip(&mask) {
             assert_eq!(*o, x * m);
         }
@@ -172,8 +161,6 @@ mod tests {
             assert_eq!(a, b, "the generator ends in the same state (n = {n})");
         }
     }
-
-    use super::*;
 
     #[test]
     fn mask_drops_about_p_and_keeps_the_expectation() {

@@ -134,6 +134,21 @@ impl MaskSource for Masks<'_> {
     }
 }
 
+/// A batch's labels as the native losses take them: class indices for
+/// cross-entropy, numbers otherwise (bce's classes as 0 and 1, written
+/// into `scratch`).
+fn targets<'a>(labels: &'a Labels, loss: Loss, scratch: &'a mut Vec<f32>) -> Targets<'a> {
+    match (labels, loss) {
+        (Labels::Classes(c), Loss::CrossEntropy) => Targets::Classes(c),
+        (Labels::Classes(c), _) => {
+            scratch.clear();
+            scratch.extend(c.iter().map(|&v| v as f32));
+            Targets::Values(scratch)
+        }
+        (Labels::Values(v), _) => Targets::Values(v),
+    }
+}
+
 /// The native engine with what the loop needs around it.
 pub struct NativeEngine {
     net: Net,
@@ -184,15 +199,7 @@ impl NativeEngine {
 
     /// One training step on `batch`; returns its mean loss.
     pub fn step(&mut self, batch: &Batch, lr: f64, dropout: &mut SplitMix64) -> f64 {
-        let targets = match (&batch.labels, self.loss) {
-            (Labels::Classes(c), Loss::CrossEntropy) => Targets::Classes(c),
-            (Labels::Classes(c), _) => {
-                self.float_targets.clear();
-                self.float_targets.extend(c.iter().map(|&v| v as f32));
-                Targets::Values(&self.float_targets)
-            }
-            (Labels::Values(v), _) => Targets::Values(v),
-        };
+        let targets = targets(&batch.labels, self.loss, &mut self.float_targets);
         let loss = loss_config(self.loss);
         self.net.train_step(&batch.features, targets, loss, &self.optimizer, lr, &mut Masks(dropout))
     }
@@ -208,15 +215,7 @@ impl NativeEngine {
         for chunk in indices.chunks(EVAL_CHUNK) {
             data.gather(split, chunk, &mut batch);
             self.net.predict(&batch.features, &mut out);
-            let classes_as_values: Vec<f32>;
-            let targets = match (&batch.labels, self.loss) {
-                (Labels::Classes(c), Loss::CrossEntropy) => Targets::Classes(c),
-                (Labels::Classes(c), _) => {
-                    classes_as_values = c.iter().map(|&v| v as f32).collect();
-                    Targets::Values(&classes_as_values)
-                }
-                (Labels::Values(v), _) => Targets::Values(v),
-            };
+            let targets = targets(&batch.labels, self.loss, &mut self.float_targets);
             loss_sum += kynml_cpu::loss::loss(loss_config(self.loss), &out, width, targets, None) * chunk.len() as f64;
             values.extend_from_slice(&out);
         }

@@ -56,6 +56,8 @@ fn train_writes_a_complete_run_folder_and_says_what_runs() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(t.contains("what runs:") && t.contains("native CPU engine"), "{t}");
+    // A spec that asks nothing of fusion is not told its setting was overridden.
+    assert!(t.contains("fusion") && !t.contains("! fusion"), "{t}");
     // Not a terminal: one plain line per epoch, no control characters.
     assert_eq!(t.matches("\nepoch ").count(), 3, "{t}");
     assert!(!t.contains('\u{1b}') && !t.contains('\r'), "{t:?}");

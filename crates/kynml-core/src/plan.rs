@@ -311,16 +311,13 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
     });
     let native = engine == crate::train::EngineKind::Native;
     out.push(match (t.compile.value, device.has_fusion()) {
-        // Nothing to compile: the native engine's passes are fused as written.
-        (true, _) if native => Applied {
+        // Nothing to compile either way: the native engine's passes are fused
+        // as written, which changes no result, so `compile = false` is not
+        // overridden in any way a user would see.
+        (_, _) if native => Applied {
             setting: "fusion",
             value: "built in (the native CPU engine runs bias, activation, normalisation and dropout as fused passes)".into(),
             as_requested: true,
-        },
-        (false, _) if native => Applied {
-            setting: "fusion",
-            value: "built in (compile = false, but the native CPU engine's passes are fused as written)".into(),
-            as_requested: false,
         },
         (true, true) => Applied { setting: "fusion", value: "on (Burn kernel fusion and autotune)".into(), as_requested: true },
         (true, false) => Applied {

@@ -61,6 +61,23 @@ pub enum DeviceKind {
     Wgpu(WgpuAdapter),
 }
 
+/// Device memory as CubeCL's allocator counts it, on the calling thread's
+/// stream (the training thread's, when asked from it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct DeviceMemory {
+    /// Bytes held by live tensors, their padding included.
+    pub in_use: u64,
+    /// Bytes the allocator has reserved from the device (its pools).
+    pub reserved: u64,
+}
+
+impl DeviceMemory {
+    /// The larger of each field: the peak of several readings.
+    pub fn max(self, other: DeviceMemory) -> DeviceMemory {
+        DeviceMemory { in_use: self.in_use.max(other.in_use), reserved: self.reserved.max(other.reserved) }
+    }
+}
+
 /// A device chosen for a run.
 #[derive(Debug, Clone)]
 pub struct Device {
@@ -93,6 +110,18 @@ impl Device {
             DeviceKind::Cuda(gpu) => format!("cuda:{}", gpu.index),
             DeviceKind::Wgpu(_) => "wgpu".into(),
         }
+    }
+
+    /// The device memory in use now, on CUDA and wgpu; `None` on the CPU
+    /// (whose memory is the process's) or when the device cannot say.
+    pub fn memory(&self) -> Option<DeviceMemory> {
+        use burn::cubecl::Runtime;
+        let usage = match &self.burn {
+            DispatchDevice::Cuda(d) => burn::cubecl::cuda::CudaRuntime::client(d).memory_usage().ok()?,
+            DispatchDevice::Vulkan(d) => burn::backend::wgpu::WgpuRuntime::client(d).memory_usage().ok()?,
+            _ => return None,
+        };
+        Some(DeviceMemory { in_use: usage.bytes_in_use + usage.bytes_padding, reserved: usage.bytes_reserved })
     }
 
     /// The Burn backend that runs the work.
@@ -135,7 +164,11 @@ impl Device {
 ///
 /// CUDA is probed through the driver library before Burn is asked for it, so
 /// asking for CUDA on a machine without it is an error, not a crash.
+///
+/// The kernel cache is set up first ([`crate::kernel_cache::install`] with
+/// its default folder, unless it has already run).
 pub fn select(choice: DeviceChoice) -> Result<Device, DeviceError> {
+    crate::kernel_cache::install(None);
     match choice {
         DeviceChoice::Cpu => Ok(Device::cpu()),
         DeviceChoice::Cuda(index) => {
@@ -171,6 +204,20 @@ pub fn select(choice: DeviceChoice) -> Result<Device, DeviceError> {
 fn cuda_device(gpu: CudaGpu) -> Device {
     let burn = DispatchDevice::Cuda(CudaDevice { index: gpu.index });
     Device { kind: DeviceKind::Cuda(gpu), burn }
+}
+
+impl Device {
+    /// The device of a GPU as [`probe_cuda`] describes it, or of a Vulkan
+    /// adapter as [`probe_wgpu`] does, without probing: for plans made
+    /// ahead of a run (what would run on an H100 here?) and their tests.
+    /// Nothing touches a driver until work is sent to the device.
+    pub fn described(kind: DeviceKind) -> Device {
+        match kind {
+            DeviceKind::Cpu { .. } => Device::cpu(),
+            DeviceKind::Cuda(gpu) => cuda_device(gpu),
+            DeviceKind::Wgpu(adapter) => wgpu_device(adapter),
+        }
+    }
 }
 
 fn wgpu_device(adapter: WgpuAdapter) -> Device {

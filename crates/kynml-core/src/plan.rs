@@ -290,8 +290,18 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
         as_requested: true,
     }];
     out.push(match (&precision.fallback, precision.compute) {
-        (Some(why), _) => Applied { setting: "precision", value: format!("fp32 ({why})"), as_requested: false },
+        (Some(why), Compute::Tf32) => Applied {
+            setting: "precision",
+            value: format!("tf32: fp32 storage, products on TF32 tensor cores ({why})"),
+            as_requested: false,
+        },
+        (Some(why), c) => Applied { setting: "precision", value: format!("{} ({why})", c.name()), as_requested: false },
         (None, Compute::Fp32) => Applied { setting: "precision", value: "fp32".into(), as_requested: true },
+        (None, Compute::Tf32) => Applied {
+            setting: "precision",
+            value: "tf32: fp32 storage and master weights, products on TF32 tensor cores with fp32 accumulation".into(),
+            as_requested: true,
+        },
         (None, c) => Applied {
             setting: "precision",
             value: format!(
@@ -332,6 +342,16 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
         },
         (false, false) => Applied { setting: "fusion", value: "off".into(), as_requested: true },
     });
+    // The kernel cache matters where CubeCL runs: Burn's GPU backends.
+    if device.has_fusion() {
+        if let Some(cache) = kynml_backend::kernel_cache::installed() {
+            out.push(Applied {
+                setting: "kernel cache",
+                value: cache.describe(),
+                as_requested: !matches!(cache.state, kynml_backend::kernel_cache::CacheState::Off { .. }),
+            });
+        }
+    }
     let workers = d.num_workers.value;
     let prefetch = d.prefetch.as_ref().map(|p| p.value).filter(|&p| p > 0);
     out.push(match (workers, prefetch) {
@@ -394,11 +414,12 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
     out
 }
 
-/// The precision as the spec spells it: `fp32`, `fp16` or `bf16`.
+/// The precision as the spec spells it: `fp32`, `fp16`, `bf16` or `tf32`.
 pub fn precision_name(p: Precision) -> &'static str {
     match p {
         Precision::Fp32 => "fp32",
         Precision::Fp16 => "fp16",
         Precision::Bf16 => "bf16",
+        Precision::Tf32 => "tf32",
     }
 }

@@ -20,7 +20,7 @@ const DEVICES: &[(&str, DeviceRequest)] = &[
     ("wgpu", DeviceRequest::Wgpu),
 ];
 const PRECISIONS: &[(&str, Precision)] =
-    &[("fp32", Precision::Fp32), ("fp16", Precision::Fp16), ("bf16", Precision::Bf16)];
+    &[("fp32", Precision::Fp32), ("fp16", Precision::Fp16), ("bf16", Precision::Bf16), ("tf32", Precision::Tf32)];
 
 /// What the train block yields. The loss is kept apart from the spec so that
 /// the metrics can be checked against it even when another train setting is

@@ -330,6 +330,9 @@ pub enum Precision {
     Fp16,
     /// `bf16`: bfloat16 products; fp32's exponent range, so no loss scaling by default.
     Bf16,
+    /// `tf32`: fp32 storage with the products on TF32 tensor cores (NVIDIA
+    /// compute capability 8.0 or newer), as PyTorch's `allow_tf32`.
+    Tf32,
 }
 
 /// `device`: where training is asked to run.

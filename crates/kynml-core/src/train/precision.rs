@@ -14,6 +14,13 @@
 //! ([`LossScaler`](super::loss_scale::LossScaler)) is on by default for it.
 //! bf16 has fp32's exponent range, so it needs no scaling and runs without
 //! it by default (as PyTorch's autocast does).
+//!
+//! TF32 is not a storage type but a way NVIDIA tensor cores multiply fp32
+//! numbers (a 10-bit mantissa, fp32 accumulation). CubeCL 0.10, whose
+//! kernels Burn 0.21 runs on CUDA, multiplies large f32 products that way on
+//! compute capability 8.0 and newer, with no switch for strict fp32
+//! products (cubek-matmul's `adjust_dtypes`), so on such a GPU the plan
+//! says TF32 runs whether the spec says `fp32` or `tf32`.
 
 use burn::tensor::FloatDType;
 use kynml_backend::{Device, DeviceKind};
@@ -25,6 +32,8 @@ use crate::spec::types::{LossScale, Precision, TrainSpec};
 pub enum Compute {
     /// fp32 products: no reduced precision.
     Fp32,
+    /// fp32 storage, products on TF32 tensor cores (CUDA, compute capability 8.0 or newer).
+    Tf32,
     /// bfloat16 products: fp32's exponent range with a shorter mantissa.
     Bf16,
     /// IEEE half-precision products: a narrow exponent range, so loss scaling is on by default.
@@ -32,19 +41,21 @@ pub enum Compute {
 }
 
 impl Compute {
-    /// The reduced type, `None` for fp32.
+    /// The reduced storage type of the products' inputs, `None` for fp32
+    /// and tf32 (whose inputs stay fp32).
     pub fn half(self) -> Option<FloatDType> {
         match self {
-            Compute::Fp32 => None,
+            Compute::Fp32 | Compute::Tf32 => None,
             Compute::Bf16 => Some(FloatDType::BF16),
             Compute::Fp16 => Some(FloatDType::F16),
         }
     }
 
-    /// The name as the spec writes it: `fp32`, `bf16` or `fp16`.
+    /// The name as the spec writes it: `fp32`, `tf32`, `bf16` or `fp16`.
     pub fn name(self) -> &'static str {
         match self {
             Compute::Fp32 => "fp32",
+            Compute::Tf32 => "tf32",
             Compute::Bf16 => "bf16",
             Compute::Fp16 => "fp16",
         }
@@ -55,6 +66,7 @@ impl Compute {
             Precision::Fp32 => Compute::Fp32,
             Precision::Bf16 => Compute::Bf16,
             Precision::Fp16 => Compute::Fp16,
+            Precision::Tf32 => Compute::Tf32,
         }
     }
 }
@@ -86,7 +98,8 @@ pub struct PrecisionPlan {
     pub compute: Compute,
     /// The loss scaling settings; `None` runs without loss scaling.
     pub scaler: Option<ScalerConfig>,
-    /// Set when the spec asked for a precision this device does not run.
+    /// Set when the spec asked for a precision this device does not run:
+    /// why, and what runs instead (`compute`).
     pub fallback: Option<String>,
 }
 
@@ -101,37 +114,136 @@ impl PrecisionPlan {
 /// The plan for `train` on `device`.
 pub fn plan(train: &TrainSpec, device: &Device) -> PrecisionPlan {
     let wanted = Compute::of(train.precision.value);
-    let fallback = match (wanted, &device.kind) {
-        (Compute::Fp32, _) => None,
-        (_, DeviceKind::Cpu { .. }) => Some(format!(
-            "{} requested, but on the CPU reduced precision runs only on Burn's flex backend, \
-             several times slower than the native engine's fp32 (BENCHMARKS.md)",
-            wanted.name()
-        )),
-        (Compute::Bf16, DeviceKind::Cuda(gpu)) if gpu.compute_capability.0 < 8 => Some(format!(
-            "bf16 requested, but it needs compute capability 8.0 or newer and this GPU has {}.{}; \
-             fp16 (precision = fp16) runs here",
-            gpu.compute_capability.0, gpu.compute_capability.1
-        )),
-        (Compute::Bf16, DeviceKind::Wgpu(_)) => Some(
-            "bf16 requested, but wgpu shaders (WGSL) have no bf16 type; fp16 runs where the adapter has f16".into(),
+    // Compute capability 8.0 (Ampere) brought TF32 and bf16 tensor cores.
+    let ampere = |gpu: &kynml_backend::CudaGpu| gpu.compute_capability.0 >= 8;
+    let (compute, fallback) = match (wanted, &device.kind) {
+        (Compute::Fp32, DeviceKind::Cuda(gpu)) if ampere(gpu) => (
+            Compute::Tf32,
+            Some(
+                "fp32 requested, but Burn's CUDA kernels (CubeCL 0.10) run large fp32 products on TF32 \
+                 tensor cores on this GPU and have no switch for strict fp32 products"
+                    .into(),
+            ),
         ),
-        (Compute::Fp16, DeviceKind::Wgpu(adapter)) if !adapter.shader_f16 => {
-            Some(format!("fp16 requested, but the adapter `{}` has no f16 shader support", adapter.name))
+        (Compute::Fp32, _) => (Compute::Fp32, None),
+        (Compute::Tf32, DeviceKind::Cuda(gpu)) if !ampere(gpu) => (
+            Compute::Fp32,
+            Some(format!(
+                "tf32 requested, but TF32 tensor cores need compute capability 8.0 or newer and this GPU has {}.{}",
+                gpu.compute_capability.0, gpu.compute_capability.1
+            )),
+        ),
+        (Compute::Tf32, DeviceKind::Cuda(_)) => (Compute::Tf32, None),
+        (Compute::Tf32, DeviceKind::Cpu { .. }) => {
+            (Compute::Fp32, Some("tf32 requested, but TF32 is a format of NVIDIA tensor cores, not of CPUs".into()))
         }
-        _ => None,
+        (Compute::Tf32, DeviceKind::Wgpu(_)) => {
+            (Compute::Fp32, Some("tf32 requested, but wgpu shaders have no TF32 products".into()))
+        }
+        (_, DeviceKind::Cpu { .. }) => (
+            Compute::Fp32,
+            Some(format!(
+                "{} requested, but on the CPU reduced precision runs only on Burn's flex backend, \
+                 several times slower than the native engine's fp32 (BENCHMARKS.md)",
+                wanted.name()
+            )),
+        ),
+        (Compute::Bf16, DeviceKind::Cuda(gpu)) if !ampere(gpu) => (
+            Compute::Fp32,
+            Some(format!(
+                "bf16 requested, but it needs compute capability 8.0 or newer and this GPU has {}.{}; \
+                 fp16 (precision = fp16) runs here",
+                gpu.compute_capability.0, gpu.compute_capability.1
+            )),
+        ),
+        (Compute::Bf16, DeviceKind::Wgpu(_)) => (
+            Compute::Fp32,
+            Some(
+                "bf16 requested, but wgpu shaders (WGSL) have no bf16 type; fp16 runs where the adapter has f16".into(),
+            ),
+        ),
+        (Compute::Fp16, DeviceKind::Wgpu(adapter)) if !adapter.shader_f16 => (
+            Compute::Fp32,
+            Some(format!("fp16 requested, but the adapter `{}` has no f16 shader support", adapter.name)),
+        ),
+        _ => (wanted, None),
     };
-    let compute = if fallback.is_some() { Compute::Fp32 } else { wanted };
     PrecisionPlan { compute, scaler: scaler_for(compute, train.loss_scale.value), fallback }
 }
 
 fn scaler_for(compute: Compute, scale: LossScale) -> Option<ScalerConfig> {
     match (scale, compute) {
-        (_, Compute::Fp32) | (LossScale::None, _) => None,
+        (_, Compute::Fp32 | Compute::Tf32) | (LossScale::None, _) => None,
         (LossScale::Auto, Compute::Fp16) => Some(ScalerConfig::default()),
         (LossScale::Auto, _) => None,
         (LossScale::Dynamic { init, growth, interval, backoff }, _) => {
             Some(ScalerConfig { init, growth, backoff, interval })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kynml_backend::{CudaGpu, WgpuAdapter, WgpuAdapterKind};
+
+    fn train(precision: &str) -> TrainSpec {
+        let text = format!(
+            "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
+             train:\n    model = M\n    data = D\n    loss = mse\n    optimizer = adam(lr=0.01)\n    epochs = 1\n    precision = {precision}\n"
+        );
+        crate::spec::parse_spec(&text).expect("a valid spec").train
+    }
+
+    fn gpu(major: u32) -> Device {
+        Device::described(DeviceKind::Cuda(CudaGpu {
+            index: 0,
+            name: "test GPU".into(),
+            compute_capability: (major, 0),
+            memory_bytes: 1 << 34,
+        }))
+    }
+
+    fn lavapipe() -> Device {
+        Device::described(DeviceKind::Wgpu(WgpuAdapter {
+            name: "llvmpipe".into(),
+            driver: "mesa".into(),
+            kind: WgpuAdapterKind::Cpu,
+            index_of_kind: 0,
+            shader_f16: true,
+        }))
+    }
+
+    #[test]
+    fn tf32_runs_on_ampere_and_newer_and_says_what_runs_elsewhere() {
+        let p = plan(&train("tf32"), &gpu(9));
+        assert_eq!((p.compute, p.fallback, p.scaler), (Compute::Tf32, None, None));
+        for (device, says) in [(gpu(7), "8.0 or newer"), (Device::cpu(), "not of CPUs"), (lavapipe(), "wgpu")] {
+            let p = plan(&train("tf32"), &device);
+            assert_eq!(p.compute, Compute::Fp32);
+            assert!(p.fallback.as_deref().is_some_and(|f| f.contains(says)), "{:?}", p.fallback);
+        }
+    }
+
+    #[test]
+    fn fp32_on_a_tensor_core_gpu_is_reported_as_the_tf32_it_runs() {
+        let p = plan(&train("fp32"), &gpu(8));
+        assert_eq!(p.compute, Compute::Tf32);
+        assert!(p.fallback.as_deref().is_some_and(|f| f.contains("no switch for strict fp32")));
+        let p = plan(&train("fp32"), &gpu(7));
+        assert_eq!((p.compute, p.fallback), (Compute::Fp32, None));
+        assert_eq!(plan(&train("fp32"), &Device::cpu()).fallback, None);
+        assert_eq!(plan(&train("fp32"), &lavapipe()).fallback, None);
+    }
+
+    #[test]
+    fn half_precisions_keep_their_rules() {
+        let p = plan(&train("fp16"), &gpu(9));
+        assert_eq!((p.compute, p.scaler), (Compute::Fp16, Some(ScalerConfig::default())));
+        assert_eq!(plan(&train("bf16"), &gpu(7)).compute, Compute::Fp32);
+        assert_eq!(plan(&train("bf16"), &lavapipe()).compute, Compute::Fp32);
+        assert_eq!(plan(&train("fp16"), &lavapipe()).compute, Compute::Fp16);
+        assert_eq!(plan(&train("bf16"), &Device::cpu()).compute, Compute::Fp32);
+        assert_eq!(Compute::Tf32.half(), None);
     }
 }

@@ -8,6 +8,8 @@
 //! - `prefetch`: an input-bound case (wide rows, a linear model, big
 //!   batches), where preparing batches costs as much as the step, with 0, 1,
 //!   2 and 4 workers.
+//! - `wide`: the compute-bound wide MLP in fp32, tf32, bf16 and fp16, on a
+//!   CUDA GPU only (samples/s, step time, start-up, TFLOP/s).
 //! - `checkpoint`: a 6.3M-parameter model (75 MB checkpoints with Adam's
 //!   moments) saved every epoch, synchronously and in the background: how
 //!   long the loop waits per save, and how long the steps take while a
@@ -22,10 +24,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use kynml_backend::{probe_wgpu, select, Device, DeviceChoice, DeviceKind, WgpuAdapterKind};
-use kynml_core::data::{Dataset, Table, Targets};
+use kynml_core::bench::{self, BenchOptions};
+use kynml_core::data::synthetic_for;
 use kynml_core::plan::SpecFile;
-use kynml_core::rng::SplitMix64;
-use kynml_core::spec::types::LossScale;
+use kynml_core::spec::types::{LossScale, Precision};
 use kynml_core::train::precision::{Compute, PrecisionPlan};
 use kynml_core::train::{train, EngineChoice, EngineKind, TrainEvent, TrainSettings};
 
@@ -57,6 +59,9 @@ fn main() {
     if run("checkpoint") {
         checkpoint();
     }
+    if run("wide") {
+        wide();
+    }
     print!("{}", REPORT.lock().unwrap_or_else(|e| e.into_inner()));
 }
 
@@ -71,7 +76,7 @@ fn deepnet_spec() -> SpecFile {
 
 fn deepnet() {
     let mut file = deepnet_spec();
-    let data = synthetic(file.spec.model.input.value, ROWS);
+    let data = synthetic_for(&file.spec, ROWS, 0).expect("synthetic DeepNet data");
     let mut devices = vec![select(DeviceChoice::Cpu).unwrap()];
     if let Ok(d) = select(DeviceChoice::Cuda(None)) {
         devices.push(d);
@@ -104,27 +109,25 @@ fn deepnet() {
         }
         for (compute, workers, engine) in cases.into_iter().filter(|&(c, _, _)| half_ok(c)) {
             file.spec.dataset.num_workers.value = workers;
-            let settings = TrainSettings {
-                max_steps_per_epoch: Some(steps),
+            let options = BenchOptions {
+                steps,
+                rounds: 1,
                 precision: Some(PrecisionPlan::forced(compute, LossScale::Auto)),
                 engine,
-                ..TrainSettings::default()
             };
             eprintln!(
-                "bench deepnet: {}, {}, {workers} workers, engine {engine:?} ({steps} steps after a warm-up epoch)...",
+                "bench deepnet: {}, {}, {workers} workers, engine {engine:?} ({steps} steps after a warm-up round)...",
                 device.describe(),
                 compute.name()
             );
-            let result = train(&file.spec, &data, device, &settings, &mut |_| {}).expect("training runs");
-            let timed = &result.history[1];
-            let batch = file.spec.train.batch.value as f64;
-            let engine = match result.engine {
+            let report = bench::run(&file.spec, &data, device, &options, &mut |_| {}).expect("training runs");
+            let engine = match report.engine {
                 EngineKind::Native => "native".to_string(),
                 EngineKind::Burn => device.backend_name().split(' ').next().unwrap_or("burn").to_string(),
             };
             // Fusion is compiled into Burn's GPU backends in this build and cannot be switched off
             // at run time; the native engine fuses its elementwise passes by hand.
-            let fusion = match result.engine {
+            let fusion = match report.engine {
                 EngineKind::Native => "by hand",
                 EngineKind::Burn if device.has_fusion() => "on",
                 EngineKind::Burn => "none",
@@ -135,8 +138,8 @@ fn deepnet() {
                 precision: compute.name(),
                 fusion,
                 workers,
-                samples_per_sec: timed.samples_per_sec,
-                ms_per_step: 1000.0 * batch / timed.samples_per_sec,
+                samples_per_sec: report.samples_per_sec,
+                ms_per_step: report.step_ms,
             });
         }
     }
@@ -166,6 +169,43 @@ fn deepnet() {
     }
 }
 
+/// The compute-bound spec (examples/wide: 64 -> 3 x 4096 -> 10, batch
+/// 4096, about 203 MFLOP per training sample) in every precision, on a CUDA
+/// GPU only: a step takes seconds on a CPU.
+fn wide() {
+    let Ok(device) = select(DeviceChoice::Cuda(None)) else {
+        report!("\nwide: no CUDA GPU here; measured on a GPU with `cargo bench -p kynml-benches -- wide`");
+        return;
+    };
+    let spec_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wide/wide.kyn");
+    let file = SpecFile::load(&spec_path).expect("the wide example spec");
+    let data = synthetic_for(&file.spec, 16 * 4096 * 5 / 4, 0).expect("synthetic data for the wide spec");
+    report!("\nwide MLP training throughput on {} (batch 4096, AdamW)", device.describe());
+    report!("  {:<9} {:>12} {:>10} {:>11} {:>13}", "precision", "samples/s", "ms/step", "start-up s", "TFLOP/s");
+    for compute in [Compute::Fp32, Compute::Tf32, Compute::Bf16, Compute::Fp16] {
+        let mut spec = file.spec.clone();
+        spec.train.precision.value = match compute {
+            Compute::Fp32 => Precision::Fp32,
+            Compute::Tf32 => Precision::Tf32,
+            Compute::Bf16 => Precision::Bf16,
+            Compute::Fp16 => Precision::Fp16,
+        };
+        eprintln!("bench wide: {}...", compute.name());
+        let options = BenchOptions { steps: 16, rounds: 3, ..BenchOptions::default() };
+        let r = bench::run(&spec, &data, &device, &options, &mut |_| {}).expect("training runs");
+        // 3 products a layer (forward, grad-input, grad-weight), 2 FLOP a multiply-add.
+        let flop_per_sample = 6.0 * (64.0 * 4096.0 + 2.0 * 4096.0 * 4096.0 + 4096.0 * 10.0);
+        report!(
+            "  {:<9} {:>12.0} {:>10.2} {:>11.1} {:>13.1}",
+            r.precision.name(),
+            r.samples_per_sec,
+            r.step_ms,
+            r.startup_secs,
+            r.samples_per_sec * flop_per_sample / 1e12
+        );
+    }
+}
+
 /// One line of the DeepNet table.
 struct Row {
     device: String,
@@ -182,12 +222,12 @@ struct Row {
 fn prefetch() {
     let (width, batch) = (2048, 2048);
     let source = format!(
-        "dataset D:\n source = csv(\"unused.csv\")\n target = \"y\"\n\
+        "dataset D:\n source = csv(\"unused.csv\")\n target = \"y\"\n normalize = true\n\
          model M:\n input {width}\n dense 1 linear\n\
          train:\n model = M\n data = D\n loss = mse\n optimizer = sgd(lr=0.001)\n epochs = 2\n batch = {batch}\n"
     );
     let mut file = SpecFile::from_source("prefetch.kyn".as_ref(), source).expect("the prefetch spec parses");
-    let data = synthetic(width, 16 * batch * 5 / 4);
+    let data = synthetic_for(&file.spec, 16 * batch * 5 / 4, 0).expect("synthetic data");
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let mut rows = Vec::new();
     for workers in [0, 1, 2, 4] {
@@ -205,7 +245,11 @@ fn prefetch() {
 
 /// Step times around checkpoint saves of a large model.
 fn checkpoint() {
-    let data = synthetic(512, 32 * 20 * 5 / 4);
+    let shape = "dataset D:\n source = csv(\"unused.csv\")\n target = \"y\"\n normalize = true\n\
+                 model M:\n input 512\n dense 1 linear\n\
+                 train:\n model = M\n data = D\n loss = mse\n optimizer = sgd(lr=0.1)\n epochs = 1\n";
+    let shape = SpecFile::from_source("shape.kyn".as_ref(), shape.into()).expect("the data's spec parses");
+    let data = synthetic_for(&shape.spec, 32 * 20 * 5 / 4, 0).expect("synthetic data");
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let dir = std::env::temp_dir().join(format!("kynml-bench-checkpoint-{}", std::process::id()));
     let mut rows = Vec::new();
@@ -281,24 +325,4 @@ fn median(values: &mut [f64]) -> f64 {
 
 fn is_software(device: &Device) -> bool {
     matches!(&device.kind, DeviceKind::Wgpu(a) if a.kind == WgpuAdapterKind::Cpu)
-}
-
-/// Seeded standard-normal features and a smooth target: the shape of the
-/// users' data without a 50 MB file.
-fn synthetic(width: usize, rows: usize) -> Dataset {
-    let mut rng = SplitMix64::new(0);
-    let mut normal = || {
-        let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
-        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-    };
-    let features: Vec<f32> = (0..rows * width).map(|_| normal()).collect();
-    let targets = features.chunks(width).map(|r| r.iter().take(8).map(|v| v.tanh()).sum::<f32>()).collect();
-    let table = Table {
-        path: PathBuf::from("synthetic"),
-        feature_names: (0..width).map(|i| format!("f{i}")).collect(),
-        target_name: "outcome".into(),
-        features,
-        targets: Targets::Regression(targets),
-    };
-    Dataset::from_table(table, 0.8, true, 0).unwrap()
 }

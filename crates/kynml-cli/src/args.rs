@@ -4,13 +4,17 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use kynml_core::spec::types::DeviceRequest;
+use kynml_core::spec::types::{DeviceRequest, Precision};
 
 #[derive(Parser, Debug)]
 #[command(name = "kynml", version, about = "Train .kyn specs natively in Rust")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Where autotune results and compiled GPU kernels are kept between runs
+    /// (default: $KYNML_CACHE, else ~/.cache/kynml).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -29,6 +33,51 @@ pub enum Command {
     Predict(PredictArgs),
     /// Score a trained model on a labelled CSV file.
     Eval(EvalArgs),
+    /// Measure how fast a spec trains: a warm-up round, then timed rounds.
+    Bench(BenchArgs),
+    /// Fill the kernel cache for a spec ahead of its runs (tunes and compiles
+    /// every kernel an epoch and its validation need), writing nothing else.
+    Warmup(WarmupArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The `.kyn` spec to measure.
+    pub spec: PathBuf,
+    /// Where to run: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's `device`).
+    #[arg(long, value_parser = parse_device)]
+    pub device: Option<DeviceRequest>,
+    /// fp32, tf32, bf16 or fp16 (overrides the spec's `precision`).
+    #[arg(long, value_parser = parse_precision)]
+    pub precision: Option<Precision>,
+    /// Rows per step (overrides the spec's `batch`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: Option<u64>,
+    /// Steps in each round, the warm-up round included.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: u64,
+    /// Timed rounds after the warm-up round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rounds: u64,
+    /// Measure on this many rows of seeded synthetic data shaped for the
+    /// spec, instead of reading the spec's data file.
+    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(2..))]
+    pub synthetic: Option<u64>,
+    /// Also write the figures as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct WarmupArgs {
+    /// The `.kyn` spec whose kernels to prepare.
+    pub spec: PathBuf,
+    /// Where it will run: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's `device`).
+    #[arg(long, value_parser = parse_device)]
+    pub device: Option<DeviceRequest>,
+    /// fp32, tf32, bf16 or fp16 (overrides the spec's `precision`).
+    #[arg(long, value_parser = parse_precision)]
+    pub precision: Option<Precision>,
 }
 
 #[derive(Args, Debug)]
@@ -118,6 +167,16 @@ pub fn parse_device(text: &str) -> Result<DeviceRequest, String> {
     }
 }
 
+pub fn parse_precision(text: &str) -> Result<Precision, String> {
+    match text {
+        "fp32" => Ok(Precision::Fp32),
+        "tf32" => Ok(Precision::Tf32),
+        "bf16" => Ok(Precision::Bf16),
+        "fp16" => Ok(Precision::Fp16),
+        _ => Err(format!("expected fp32, tf32, bf16 or fp16, found `{text}`")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +187,12 @@ mod tests {
         assert_eq!(parse_device("wgpu"), Ok(DeviceRequest::Wgpu));
         assert!(parse_device("cuda:x").is_err());
         assert!(parse_device("gpu").is_err());
+    }
+
+    #[test]
+    fn precisions_parse() {
+        assert_eq!(parse_precision("tf32"), Ok(Precision::Tf32));
+        assert_eq!(parse_precision("bf16"), Ok(Precision::Bf16));
+        assert!(parse_precision("fp8").is_err());
     }
 }

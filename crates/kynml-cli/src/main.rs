@@ -2,6 +2,7 @@
 //! exit codes; the work is in the commands.
 
 mod args;
+mod bench;
 mod check;
 mod devices;
 mod export;
@@ -18,6 +19,11 @@ use clap::Parser;
 fn main() -> ExitCode {
     quiet_headless_vulkan();
     let cli = args::Cli::parse();
+    // Before any device is touched: CubeCL reads its settings once.
+    let cache = kynml_backend::kernel_cache::install(cli.cache.as_deref());
+    for note in &cache.notes {
+        eprintln!("note: {note}");
+    }
     let outcome = match cli.command {
         args::Command::Train(a) => train::run(a),
         args::Command::Check(a) => check::run(a),
@@ -26,6 +32,8 @@ fn main() -> ExitCode {
         args::Command::Export(a) => export::run(a),
         args::Command::Predict(a) => predict::predict(a),
         args::Command::Eval(a) => predict::eval(a),
+        args::Command::Bench(a) => bench::bench(a),
+        args::Command::Warmup(a) => bench::warmup(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

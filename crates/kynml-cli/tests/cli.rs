@@ -649,3 +649,140 @@ fn an_unwritable_run_folder_is_refused_before_training() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("cannot create the run folder") && !t.contains("\nepoch "), "{t}");
 }
+
+fn kynml_env(args: &[&str], cwd: &Path, env: &[(&str, &Path)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    cmd.args(args).current_dir(cwd).env_remove("KYNML_CACHE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
+    let tmp = copy_example("deepnet");
+    let out = kynml(
+        &[
+            "bench",
+            "deepnet.kyn",
+            "--device",
+            "cpu",
+            "--synthetic",
+            "6000",
+            "--steps",
+            "6",
+            "--rounds",
+            "2",
+            "--json",
+            "b.json",
+        ],
+        tmp.path(),
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("what runs:") && t.contains("6000 synthetic rows"), "{t}");
+    assert!(t.contains("warm-up round") && t.contains("round 2") && !t.contains("round 3"), "{t}");
+    for figure in ["samples/s", "step time", "first step", "start-up", "host memory", "train loss"] {
+        assert!(t.contains(figure), "no `{figure}` in:\n{t}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("b.json")).unwrap()).unwrap();
+    assert_eq!(json["rounds"].as_array().map(Vec::len), Some(2), "{json}");
+    assert_eq!((json["steps"].as_u64(), json["batch"].as_u64()), (Some(6), Some(256)), "{json}");
+    assert_eq!((json["engine"].as_str(), json["precision"].as_str()), (Some("native"), Some("fp32")), "{json}");
+    let sps = json["samples_per_sec"].as_f64().unwrap();
+    assert!(sps > 0.0 && json["rounds"].as_array().unwrap().iter().any(|r| r.as_f64() == Some(sps)), "{json}");
+    assert!(json["startup_secs"].as_f64().unwrap() >= json["first_step_secs"].as_f64().unwrap(), "{json}");
+    // The spec's own data, and a precision this device cannot run, said so.
+    let tmp = copy_example("iris");
+    let out = kynml(
+        &["bench", "iris.kyn", "--device", "cpu", "--precision", "tf32", "--steps", "3", "--rounds", "1"],
+        tmp.path(),
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("! precision") && t.contains("tf32 requested") && t.contains("iris.csv (120 training rows)"),
+        "{t}"
+    );
+    let out = kynml(&["bench", "iris.kyn", "--precision", "fp8"], tmp.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("expected fp32, tf32, bf16 or fp16"), "{}", text(&out));
+}
+
+#[test]
+fn a_damaged_kernel_cache_is_cleared_with_a_note_and_an_unusable_one_is_off() {
+    let tmp = copy_example("iris");
+    let cache = tmp.path().join("cache");
+    // A file in the cache, recorded by a finished run (the CPU run does not
+    // tune kernels, but it seals what the cache holds).
+    let tuned = cache.join("cubecl-0.10.0/autotune/0.10.0/device-0-0-cuda/matmul.json.log");
+    std::fs::create_dir_all(tuned.parent().unwrap()).unwrap();
+    std::fs::write(&tuned, "{\"key\":1,\"value\":2}\n").unwrap();
+    let train = |extra: &[&str], env: &[(&str, &Path)]| {
+        let mut args = vec!["train", "iris.kyn", "--device", "cpu", "--epochs", "1"];
+        args.extend_from_slice(extra);
+        kynml_env(&args, tmp.path(), env)
+    };
+    let out = train(&["--cache", "cache", "--out", "r1"], &[]);
+    assert!(out.status.success() && !text(&out).contains("note:"), "{}", text(&out));
+    assert!(cache.join("cubecl-0.10.0/manifest.json").is_file());
+    // One byte changed after it was written: cleared, noted, and the run goes on.
+    std::fs::write(&tuned, "{\"key\":7,\"value\":2}\n").unwrap();
+    let out = train(&["--out", "r2"], &[("KYNML_CACHE", &cache)]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("note: the kernel cache") && t.contains("matmul.json.log` changed") && t.contains("cleared"),
+        "{t}"
+    );
+    assert!(!tuned.exists());
+    // A cache path that is a file: off, said once, training still runs.
+    std::fs::write(tmp.path().join("not-a-folder"), b"").unwrap();
+    let out = train(&["--cache", "not-a-folder", "--out", "r3"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kynml_env(&["warmup", "iris.kyn", "--device", "cpu", "--cache", "not-a-folder"], tmp.path(), &[]);
+    assert!(out.status.success() && text(&out).contains("nothing to warm up"), "{}", text(&out));
+}
+
+#[test]
+fn warmup_fills_the_kernel_cache_that_the_next_run_reuses() {
+    // Needs lavapipe (scripts/test.sh installs it): the cache is CubeCL's,
+    // so only a CubeCL device fills it.
+    let tmp = copy_example("iris");
+    let out = kynml_env(&["warmup", "iris.kyn", "--device", "wgpu", "--cache", "cache"], tmp.path(), &[]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("kernel cache") && t.contains("empty: this run tunes"), "{t}");
+    assert!(t.contains("warm-up: 2 steps (every batch shape of an epoch)"), "{t}");
+    let root = tmp.path().join("cache/cubecl-0.10.0");
+    let names: Vec<String> = walk(&root).iter().map(|p| p.strip_prefix(&root).unwrap().display().to_string()).collect();
+    assert!(names.iter().any(|n| n.starts_with("autotune/0.10.0/") && n.ends_with(".json.log")), "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with("spirv/chunk0.cbor")), "compiled SPIR-V kept: {names:?}");
+    assert!(names.iter().any(|n| n == "manifest.json"), "{names:?}");
+    let out = kynml_env(
+        &["train", "iris.kyn", "--device", "wgpu", "--epochs", "1", "--out", "r"],
+        tmp.path(),
+        &[("KYNML_CACHE", &tmp.path().join("cache"))],
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("autotune results and compiled kernels are reused; from KYNML_CACHE") && !t.contains("note:"),
+        "{t}"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

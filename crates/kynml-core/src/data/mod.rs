@@ -30,6 +30,7 @@ mod info;
 mod normalize;
 mod prefetch;
 mod split;
+mod synthetic;
 
 pub use csv_table::{parse_csv, read_csv, read_model_rows, ModelRows, Table, TableOptions, Targets};
 pub use dataset::{Batch, Dataset, Labels, Split, SplitData};
@@ -39,3 +40,4 @@ pub use normalize::Normalizer;
 pub use prefetch::{BatchFeed, Loader};
 
 pub use split::{split_indices, SplitError, MIN_ROWS};
+pub use synthetic::synthetic_for;

@@ -52,9 +52,13 @@ pub enum Task {
 /// Settings of the loop that do not come from the spec file itself.
 #[derive(Debug, Clone, Default)]
 pub struct TrainSettings {
-    /// Stop the first epoch after this many steps (for quick checks and
+    /// Stop every epoch after this many steps (for quick checks and
     /// benches); `None` runs whole epochs.
     pub max_steps_per_epoch: Option<usize>,
+    /// Run only the first and the last batch of each epoch: every batch
+    /// shape a whole epoch has, so that `kynml warmup` tunes and compiles
+    /// every kernel a run needs in a fraction of its time.
+    pub shapes_only: bool,
     /// Where the spec's `checkpoint(path=...)` really is (see
     /// [`SpecFile::checkpoint_path`](crate::plan::SpecFile::checkpoint_path),
     /// which resolves it against the spec's folder). `None` takes the path
@@ -250,6 +254,11 @@ fn run<'scope, 'env>(
         let mut order: Vec<usize> = (0..n_train).collect();
         order_rng.shuffle(&mut order);
         let mut batches = epoch_batches(&order, batch_size, has_batchnorm, settings.max_steps_per_epoch);
+        if settings.shapes_only && batches.len() > 2 {
+            let last = batches.pop();
+            batches.truncate(1);
+            batches.extend(last);
+        }
         let steps = batches.len();
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
 

@@ -1,0 +1,172 @@
+//! `kynml bench SPEC`: how fast a spec trains on a device, measured as
+//! `cargo bench` measures it; `kynml warmup SPEC`: the kernel cache filled
+//! ahead of a spec's runs.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use kynml_backend::kernel_cache;
+use kynml_core::bench::{self, BenchOptions};
+use kynml_core::data::{synthetic_for, Dataset};
+use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
+use kynml_core::train::{train, EngineKind, TrainEvent, TrainSettings};
+
+use crate::args::{BenchArgs, WarmupArgs};
+use crate::failure::Failure;
+use crate::render;
+
+pub fn bench(args: BenchArgs) -> Result<(), Failure> {
+    let started = Instant::now();
+    let mut file = SpecFile::load(&args.spec)?;
+    file.apply(&Overrides { device: args.device, ..Overrides::default() });
+    if let Some(p) = args.precision {
+        file.spec.train.precision.value = p;
+    }
+    if let Some(b) = args.batch {
+        file.spec.train.batch.value = b as usize;
+    }
+    let device = kynml_backend::select(device_choice(file.spec.train.device.value))
+        .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let (data, source) = bench_data(&file, args.synthetic)?;
+    println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    let options = BenchOptions { steps: args.steps as usize, rounds: args.rounds as usize, ..BenchOptions::default() };
+    println!(
+        "bench: {} on {source}, batch {}, {} steps in each of 1 warm-up and {} timed rounds\n",
+        file.spec.model.name.value, file.spec.train.batch.value, options.steps, options.rounds
+    );
+
+    let mut steady_at = None;
+    let report = bench::run(&file.spec, &data, &device, &options, &mut |event| {
+        if let TrainEvent::EpochEnd(r) = event {
+            let what = if r.epoch == 1 { "warm-up round".to_string() } else { format!("round {}", r.epoch - 1) };
+            if r.epoch == 1 {
+                steady_at = Some(started.elapsed().as_secs_f64());
+            }
+            eprintln!(
+                "{what}: {:.0} samples/s, train loss {:.4}, {}",
+                r.samples_per_sec,
+                r.train_loss,
+                render::duration(r.seconds)
+            );
+        }
+    })
+    .map_err(|e| Failure::run(format!("error: {e}")))?;
+    let _ = kernel_cache::seal();
+
+    let rounds: Vec<String> = report.rounds.iter().map(|r| format!("{r:.0}")).collect();
+    let mut rows = vec![
+        vec![
+            "samples/s".to_string(),
+            format!("{:.0}", report.samples_per_sec),
+            format!("median of rounds: {}", rounds.join(", ")),
+        ],
+        vec!["step time".into(), format!("{:.3} ms", report.step_ms), format!("{} rows a step", report.batch)],
+        vec![
+            "first step".into(),
+            render::duration(report.first_step_secs),
+            "after training started: kernel tuning and compilation, unless cached".into(),
+        ],
+        vec![
+            "start-up".into(),
+            render::duration(steady_at.unwrap_or(report.startup_secs)),
+            format!(
+                "from the command's start to the end of the warm-up round ({} of it training)",
+                render::duration(report.startup_secs)
+            ),
+        ],
+    ];
+    if let Some(m) = report.peak_device_memory {
+        rows.push(vec![
+            "device memory".into(),
+            mib(m.in_use),
+            format!("peak in use after a round; {} reserved by the allocator", mib(m.reserved)),
+        ]);
+    }
+    if let Some(b) = report.peak_host_bytes {
+        rows.push(vec!["host memory".into(), mib(b), "peak resident set of this process".into()]);
+    }
+    rows.push(vec![
+        "train loss".into(),
+        format!("{:.4}", report.final_train_loss),
+        "at the end of the last round".into(),
+    ]);
+    let engine = match report.engine {
+        EngineKind::Native => "the native CPU engine".to_string(),
+        EngineKind::Burn => device.backend_name().to_string(),
+    };
+    println!("\n{} on {}, {}, {engine}", file.spec.model.name.value, report.device, report.precision.name());
+    println!("{}", render::table(&["", "figure", "what"], &rows));
+    if let Some(path) = &args.json {
+        let mut json = serde_json::to_value(&report).context("the report as JSON")?;
+        json["spec"] = serde_json::json!(args.spec.display().to_string());
+        json["model"] = serde_json::json!(file.spec.model.name.value);
+        json["data"] = serde_json::json!(source);
+        json["process_startup_secs"] = serde_json::json!(steady_at);
+        std::fs::write(path, serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("figures written to {}", path.display());
+    }
+    Ok(())
+}
+
+pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
+    let mut file = SpecFile::load(&args.spec)?;
+    file.apply(&Overrides { device: args.device, epochs: Some(1), ..Overrides::default() });
+    if let Some(p) = args.precision {
+        file.spec.train.precision.value = p;
+    }
+    file.spec.train.checkpoint = None;
+    file.spec.train.early_stop = None;
+    let device = kynml_backend::select(device_choice(file.spec.train.device.value))
+        .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let data = file.load_data()?;
+    println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    if !device.has_fusion() {
+        println!("nothing to warm up: {} has no kernels to tune or compile", device.describe());
+        return Ok(());
+    }
+    let Some(cache) = kernel_cache::installed().filter(|c| c.root().is_some()) else {
+        return Err(Failure::input("error: the kernel cache is off (see above), so a warm-up would keep nothing"));
+    };
+    let started = Instant::now();
+    let settings = TrainSettings { shapes_only: true, ..TrainSettings::default() };
+    let mut steps = 0;
+    train(&file.spec, &data, &device, &settings, &mut |event| {
+        if let TrainEvent::Step { step, .. } = event {
+            steps = step;
+            eprintln!("warm-up: step {step} done, {}", render::duration(started.elapsed().as_secs_f64()));
+        }
+    })
+    .map_err(|e| Failure::run(format!("error: {e}")))?;
+    let root = cache.root().unwrap_or(std::path::Path::new(""));
+    kernel_cache::seal().with_context(|| format!("recording the kernel cache in {}", root.display()))?;
+    let (files, bytes) = cache.contents().unwrap_or_default();
+    println!(
+        "warm-up: {steps} steps (every batch shape of an epoch) and the validation passes in {}; \
+         {} now holds {files} files ({})",
+        render::duration(started.elapsed().as_secs_f64()),
+        root.display(),
+        mib(bytes)
+    );
+    Ok(())
+}
+
+/// The spec's data, or synthetic rows shaped for it; and a name for it.
+fn bench_data(file: &SpecFile, synthetic: Option<u64>) -> Result<(Dataset, String), Failure> {
+    match synthetic {
+        Some(rows) => {
+            let data = synthetic_for(&file.spec, rows as usize, file.spec.train.seed)
+                .map_err(|e| Failure::input(format!("error: cannot make synthetic data: {e}")))?;
+            Ok((data, format!("{rows} synthetic rows (seed {})", file.spec.train.seed)))
+        }
+        None => {
+            let data = file.load_data()?;
+            let name = format!("{} ({} training rows)", file.data_path().display(), data.train.len());
+            Ok((data, name))
+        }
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}

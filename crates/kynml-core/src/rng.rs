@@ -71,8 +71,7 @@ impl SplitMix64 {
     /// The value the `i`-th next call of [`next_u64`](Self::next_u64) would
     /// return (`i = 0` for the very next), without drawing anything.
     /// SplitMix64 is a counter passed through a mixer, so any draw can be
-    /// computed on its own: this is what lets long streams (dropout masks)
-    /// be filled by several threads and still be the same stream.
+    /// computed on its own, and a long stream filled by several threads.
     #[inline]
     pub fn peek(&self, i: u64) -> u64 {
         mix(self.state.wrapping_add(GAMMA.wrapping_mul(i.wrapping_add(1))))

@@ -78,6 +78,20 @@ fn clock_seed() -> u64 {
 }
 
 #[test]
+fn vulkan_computes_the_same_dropout_masks_as_the_host() {
+    use kynml_core::model::{bernoulli_mask, MaskKey};
+    use kynml_core::rng::SplitMix64;
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let seed = clock_seed();
+    for (n, p) in [(1, 0.5), (4099, 0.1), (3 * 16384 + 11, 0.3), (200_000, 0.75)] {
+        let host = bernoulli_mask(n, p, &mut SplitMix64::new(seed));
+        let key = MaskKey::draw(&mut SplitMix64::new(seed), p);
+        let device: Vec<f32> = key.mask_on(n, &wgpu.inner()).into_data().to_vec().unwrap();
+        assert_eq!(host, device, "n {n}, p {p}, seed {seed}");
+    }
+}
+
+#[test]
 fn wgpu_training_agrees_with_cpu_in_fp32() {
     // Without a Vulkan adapter this fails on purpose: scripts/test.sh
     // installs lavapipe so that the wgpu backend is really exercised.
@@ -85,8 +99,8 @@ fn wgpu_training_agrees_with_cpu_in_fp32() {
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let seed = clock_seed();
-    // Every layer kind: dropout masks come from the run's host generator,
-    // so both backends drop the same units.
+    // Every layer kind: dropout masks are keyed by the run's generator and
+    // computed on each device alike, so both backends drop the same units.
     let layers = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
     let path = random_regression_spec(tmp.path(), seed, layers);
     let mut file = SpecFile::load(&path).unwrap();

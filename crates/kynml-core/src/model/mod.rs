@@ -13,7 +13,7 @@ mod state;
 mod summary;
 
 pub use dense::Dense;
-pub use dropout::{bernoulli_mask, dropout_piece, Dropout, PIECE as MASK_PIECE};
+pub use dropout::{bernoulli_mask, dropout_piece, Dropout, MaskKey, PIECE as MASK_PIECE};
 pub use norm::{BatchNorm, LayerNorm};
 pub use state::StateError;
 pub use summary::{summarize, LayerSummary, ModelSummary};

@@ -21,7 +21,7 @@ use kynml_cpu::{Act, LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targ
 use crate::checkpoint::{NamedTensor, TensorData};
 use crate::data::{Batch, Dataset, Labels, Split};
 use crate::evaluate::Outputs;
-use crate::model::{dropout_piece, Model, MASK_PIECE};
+use crate::model::{dropout_piece, MaskKey, Model, MASK_PIECE};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Activation, Layer, Loss, Optimizer, Spec};
 use crate::train::optimizer::AnyOptimizer;
@@ -122,15 +122,14 @@ fn optim_config(o: &Optimizer) -> OptimConfig {
     }
 }
 
-/// Dropout masks from the run's generator, drawn exactly as the Burn
-/// model's dropout draws them.
+/// Dropout masks keyed by the run's generator, computed exactly as the
+/// Burn model's dropout computes them on its device.
 struct Masks<'r>(&'r mut SplitMix64);
 
 impl MaskSource for Masks<'_> {
     fn dropout(&mut self, team: &Team, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
-        let start = self.0.clone();
-        team.zip_chunks3(MASK_PIECE, x, mask, out, |i, x, m, o| dropout_piece(&start, i, p, x, m, o));
-        self.0.skip(mask.len().div_ceil(2) as u64);
+        let key = MaskKey::draw(self.0, p);
+        team.zip_chunks3(MASK_PIECE, x, mask, out, |i, x, m, o| dropout_piece(&key, i, x, m, o));
     }
 }
 

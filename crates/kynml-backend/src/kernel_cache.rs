@@ -344,8 +344,10 @@ fn hand_to_cubecl(state: CacheState, notes: &mut Vec<String>) -> CacheState {
             config.autotune.cache = CacheConfig::File(root.clone());
             config.compilation.cache = Some(CacheConfig::File(root.clone()));
         }
-        // Off: keep autotune results in memory only, rather than in whatever
-        // folder CubeCL would pick (a `target/` above the working directory).
+        // Off: no compiled kernels on disk. CubeCL has no setting that keeps
+        // autotune results in memory only; they go where it puts them by
+        // default (a `target/` above the working directory, else its own
+        // user cache folder), and a folder it cannot write only logs.
         _ => {
             config.compilation.cache = None;
         }

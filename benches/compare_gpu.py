@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""KynML against PyTorch on one GPU: `kynml bench` and benches/pytorch/gpu.py
+on the same config, precision by precision, one process each, then a table.
+
+    python3 benches/compare_gpu.py                              # wide and deepnet, every precision
+    python3 benches/compare_gpu.py --config wide --precisions bf16 fp16 --json /tmp/gpu.json
+    python3 benches/compare_gpu.py --kynml ./kynml --no-pytorch  # KynML alone (a machine with only the binary)
+
+KynML rows: `kynml bench examples/CONFIG/CONFIG.kyn --device cuda --precision P
+--synthetic ROWS --steps S --rounds R --json ...`. PyTorch rows: gpu.py with
+the same config, precision, steps and rounds, eager, plus bf16 with fused
+AdamW and bf16 with torch.compile. Both engines time their rounds the same way
+(see gpu.py and `kynml bench --help`); "start-up" is from the process's start
+to the end of its warm-up round. The kernel cache (`--cache`) is KynML's: run
+the script twice to see a warm start.
+
+Exit status 0 when every KynML run worked (PyTorch failures are reported as
+rows), 1 otherwise, 2 when the binary is missing. Standard library only.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+ROWS = {"wide": 4096 * 20, "deepnet": 256 * 200}
+
+
+def default_kynml():
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
+    return os.path.join(target, "release", "kynml")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kynml", default=default_kynml(), help="the kynml binary (default: %(default)s)")
+    p.add_argument("--python", default=sys.executable, help="the Python with torch (default: this one)")
+    p.add_argument("--config", choices=["wide", "deepnet", "both"], default="both")
+    p.add_argument("--precisions", nargs="+", default=["fp32", "tf32", "bf16", "fp16"])
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--cache", help="KynML's kernel cache folder (default: its own default)")
+    p.add_argument("--no-pytorch", action="store_true")
+    p.add_argument("--json", metavar="PATH", help="write every row here as JSON")
+    return p.parse_args()
+
+
+def run_json(cmd, env=None):
+    """Runs cmd (which writes JSON to the path that is its last argument); the parsed JSON or an error row."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    try:
+        print("$ " + " ".join(cmd + [out]), file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd + [out], env=env)
+        try:
+            with open(out) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            data = {}
+        if proc.returncode != 0 and "error" not in data:
+            data["error"] = f"exit status {proc.returncode}"
+        return data
+    finally:
+        os.unlink(out)
+
+
+def main():
+    args = parse_args()
+    if not os.path.isfile(args.kynml):
+        print(f"compare_gpu.py: no kynml binary at {args.kynml} (cargo build --release -p kynml-cli, or --kynml)",
+              file=sys.stderr)
+        return 2
+    configs = ["wide", "deepnet"] if args.config == "both" else [args.config]
+    rows, kynml_failed = [], False
+    for config in configs:
+        spec = os.path.join(REPO, "examples", config, f"{config}.kyn")
+        for precision in args.precisions:
+            cmd = [args.kynml, "bench", spec, "--device", args.device, "--precision", precision,
+                   "--synthetic", str(ROWS[config]), "--steps", str(args.steps), "--rounds", str(args.rounds)]
+            if args.cache:
+                cmd += ["--cache", args.cache]
+            r = run_json(cmd + ["--json"])
+            kynml_failed |= "error" in r
+            rows.append({**r, "config": config, "engine": "kynml " + r.get("engine", ""), "asked": precision})
+        if args.no_pytorch:
+            continue
+        variants = [(p, []) for p in args.precisions] + [("bf16", ["--fused"]), ("bf16", ["--compile"])]
+        for precision, extra in variants:
+            cmd = [args.python, os.path.join(HERE, "pytorch", "gpu.py"), "--config", config,
+                   "--precision", precision, "--steps", str(args.steps), "--rounds", str(args.rounds),
+                   "--rows", str(ROWS[config]), "--device", args.device] + extra
+            r = run_json(cmd + ["--json"])
+            rows.append({**r, "config": config, "engine": "pytorch " + " ".join(x.strip("-") for x in extra),
+                         "asked": precision})
+
+    print(f"\n{'config':<8} {'engine':<16} {'asked':<6} {'ran':<6} {'samples/s':>12} {'ms/step':>9} "
+          f"{'start-up s':>10} {'device MiB':>10}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['config']:<8} {r['engine'].strip():<16} {r['asked']:<6} failed: {r['error']}")
+            continue
+        mem = (r.get("peak_device_memory") or {}).get("in_use") if r["engine"].startswith("kynml") \
+            else r.get("peak_device_allocated_bytes")
+        startup = r.get("process_startup_secs") or r.get("startup_secs") or float("nan")
+        print(f"{r['config']:<8} {r['engine'].strip():<16} {r['asked']:<6} {r.get('precision', '?'):<6} "
+              f"{r['samples_per_sec']:>12.0f} {r['step_ms']:>9.3f} {startup:>10.1f} "
+              f"{(mem or 0) / 2**20:>10.0f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+            f.write("\n")
+    return 1 if kynml_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

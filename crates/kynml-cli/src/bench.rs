@@ -2,13 +2,15 @@
 //! `cargo bench` measures it; `kynml warmup SPEC`: the kernel cache filled
 //! ahead of a spec's runs.
 
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
 use kynml_backend::kernel_cache;
 use kynml_core::bench::{self, BenchOptions};
 use kynml_core::data::{synthetic_for, Dataset};
-use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
+use kynml_core::plan::{check_fit, device_choice, what_runs, LoadError, Overrides, SpecFile};
+use kynml_core::spec::SpecError;
 use kynml_core::train::{train, EngineKind, TrainEvent, TrainSettings};
 
 use crate::args::{BenchArgs, WarmupArgs};
@@ -157,6 +159,13 @@ fn bench_data(file: &SpecFile, synthetic: Option<u64>) -> Result<(Dataset, Strin
         Some(rows) => {
             let data = synthetic_for(&file.spec, rows as usize, file.spec.train.seed)
                 .map_err(|e| Failure::input(format!("error: cannot make synthetic data: {e}")))?;
+            // Shaped for the spec, the data can still not fit it (one output for two classes).
+            let problems = check_fit(&file.spec, &data, Path::new("the synthetic data"));
+            if !problems.is_empty() {
+                let error = SpecError { diagnostics: problems };
+                let (path, source_text) = (file.path.clone(), file.source.clone());
+                return Err(LoadError::Spec { path, source_text, error }.into());
+            }
             Ok((data, format!("{rows} synthetic rows (seed {})", file.spec.train.seed)))
         }
         None => {

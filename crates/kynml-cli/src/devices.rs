@@ -55,5 +55,8 @@ pub fn run() -> Result<(), Failure> {
     println!("{}", render::table(&["device", "name", "details"], &rows));
     let auto = select(DeviceChoice::Auto).map_err(|e| Failure::run(format!("error: {e}")))?;
     println!("\nauto picks: {}", auto.describe());
+    if let Some(cache) = kynml_backend::kernel_cache::installed() {
+        println!("kernel cache: {}", cache.describe());
+    }
     Ok(())
 }

@@ -706,6 +706,13 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
         t.contains("! precision") && t.contains("tf32 requested") && t.contains("iris.csv (120 training rows)"),
         "{t}"
     );
+    // Synthetic rows shaped for a spec whose head cannot fit them: located, like real data.
+    let spec =
+        std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap().replace("dense 3 linear", "dense 1 linear");
+    std::fs::write(tmp.path().join("one.kyn"), spec).unwrap();
+    let out = kynml(&["bench", "one.kyn", "--device", "cpu", "--synthetic", "100"], tmp.path());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("one.kyn:") && text(&out).contains("the last layer has 1 output"), "{}", text(&out));
     let out = kynml(&["bench", "iris.kyn", "--precision", "fp8"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("expected fp32, tf32, bf16 or fp16"), "{}", text(&out));

@@ -124,6 +124,20 @@ impl Device {
         Some(DeviceMemory { in_use: usage.bytes_in_use + usage.bytes_padding, reserved: usage.bytes_reserved })
     }
 
+    /// The folder name of this device's model in the kernel cache, e.g.
+    /// `cuda-NVIDIA_H100_80GB_HBM3-sm90`; `None` for the CPU, which runs no
+    /// CubeCL kernels.
+    pub fn model_folder(&self) -> Option<String> {
+        let name = match &self.kind {
+            DeviceKind::Cpu { .. } => return None,
+            DeviceKind::Cuda(gpu) => {
+                format!("cuda-{}-sm{}{}", gpu.name, gpu.compute_capability.0, gpu.compute_capability.1)
+            }
+            DeviceKind::Wgpu(adapter) => format!("vulkan-{}-{}", adapter.name, adapter.driver),
+        };
+        Some(crate::kernel_cache::folder_name(&name))
+    }
+
     /// The Burn backend that runs the work.
     pub fn backend_name(&self) -> &'static str {
         match self.kind {
@@ -165,10 +179,18 @@ impl Device {
 /// CUDA is probed through the driver library before Burn is asked for it, so
 /// asking for CUDA on a machine without it is an error, not a crash.
 ///
-/// The kernel cache is set up first ([`crate::kernel_cache::install`] with
-/// its default folder, unless it has already run).
+/// For a GPU, the kernel cache of its model is set up before anything runs
+/// on it ([`crate::kernel_cache::install`], in the folder
+/// [`crate::kernel_cache::choose`] chose, or the default one).
 pub fn select(choice: DeviceChoice) -> Result<Device, DeviceError> {
-    crate::kernel_cache::install(None);
+    let device = pick(choice)?;
+    if let Some(model) = device.model_folder() {
+        crate::kernel_cache::install(&model);
+    }
+    Ok(device)
+}
+
+fn pick(choice: DeviceChoice) -> Result<Device, DeviceError> {
     match choice {
         DeviceChoice::Cpu => Ok(Device::cpu()),
         DeviceChoice::Cuda(index) => {

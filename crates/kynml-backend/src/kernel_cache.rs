@@ -4,11 +4,15 @@
 //!
 //! Without it every run of a GPU spec tunes each matrix product anew (minutes
 //! on an H100) and compiles every kernel again; with it a second run of the
-//! same spec starts at once. The folder is, in order:
-//! `--cache DIR` (passed to [`install`]), the `KYNML_CACHE` environment
-//! variable, then `$XDG_CACHE_HOME/kynml` or `~/.cache/kynml`. Inside it,
-//! `cubecl-<version>/` holds CubeCL's own files, so a KynML built on another
-//! CubeCL never reads them.
+//! same spec starts at once. The folder is, in order: `--cache DIR` (passed
+//! to [`choose`]), the `KYNML_CACHE` environment variable, then
+//! `$XDG_CACHE_HOME/kynml` or `~/.cache/kynml`. Inside it,
+//! `cubecl-<version>/<device model>/` holds CubeCL's own files: a KynML
+//! built on another CubeCL never reads them, and neither does another GPU
+//! model (CubeCL keys neither its kernels nor its tuning by the model, so a
+//! folder copied from an H100 to an A100 would otherwise hand the A100
+//! kernels built and tuned for the H100). [`crate::select`] installs the
+//! folder of the device it picks, before CubeCL first runs.
 //!
 //! CubeCL panics on some damaged files (a table of contents that names a
 //! missing chunk, an unreadable file), so KynML checks the folder before
@@ -20,10 +24,14 @@
 //! cannot be written turns the cache off, with a note. Neither is an error.
 //!
 //! ```no_run
-//! let cache = kynml_backend::kernel_cache::install(None);
-//! println!("{}", cache.describe());
-//! // ... train on a CubeCL device ...
-//! kynml_backend::kernel_cache::seal();
+//! kynml_backend::kernel_cache::choose(Some("/scratch/kynml-cache".as_ref()));
+//! let device = kynml_backend::select(kynml_backend::DeviceChoice::Auto)?;
+//! if let Some(cache) = kynml_backend::kernel_cache::installed() {
+//!     println!("{}", cache.describe());
+//! }
+//! // ... train on the device ...
+//! kynml_backend::kernel_cache::seal()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::collections::BTreeMap;
@@ -78,10 +86,11 @@ pub enum CacheState {
     External,
 }
 
-/// The kernel cache of this process.
+/// The kernel cache of this process: the folder chosen, and its state for
+/// the device model installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelCache {
-    /// The folder asked for (`root` is its `cubecl-<version>` subfolder).
+    /// The folder chosen (`root` is its `cubecl-<version>/<device model>` subfolder).
     pub dir: Option<PathBuf>,
     /// Where `dir` came from.
     pub origin: CacheOrigin,
@@ -130,32 +139,60 @@ impl KernelCache {
     }
 }
 
+static CHOSEN: OnceLock<(Option<PathBuf>, CacheOrigin)> = OnceLock::new();
 static INSTALLED: OnceLock<KernelCache> = OnceLock::new();
 
-/// Sets up the cache and hands its folder to CubeCL, once per process and
-/// before any CubeCL device is used; later calls return the first result.
-/// `flag` is `--cache DIR`. [`crate::select`] calls it with `None` when
-/// nobody has, so a library user gets the default cache too.
-pub fn install(flag: Option<&Path>) -> &'static KernelCache {
-    INSTALLED.get_or_init(|| {
-        let (dir, origin) = match (flag, std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty())) {
+/// Chooses the cache folder: `flag` is `--cache DIR`; without it,
+/// `KYNML_CACHE`, then the user's cache directory. The first call wins (a
+/// later one returns false); [`crate::select`] makes the default choice when
+/// nobody has.
+pub fn choose(flag: Option<&Path>) -> bool {
+    let mut fresh = false;
+    CHOSEN.get_or_init(|| {
+        fresh = true;
+        match (flag, std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty())) {
             (Some(dir), _) => (Some(absolute(dir)), CacheOrigin::Flag),
             (None, Some(env)) => (Some(absolute(Path::new(&env))), CacheOrigin::Env),
             (None, None) => (default_dir(), CacheOrigin::Default),
-        };
+        }
+    });
+    fresh
+}
+
+/// The folder chosen (or that would be by default) and where it came from.
+pub fn chosen() -> (Option<&'static Path>, CacheOrigin) {
+    choose(None);
+    let (dir, origin) = CHOSEN.get().expect("chosen just above");
+    (dir.as_deref(), *origin)
+}
+
+/// Sets up the cache for the device model `model` (a folder name, see
+/// [`crate::Device::model_folder`]) and hands it to CubeCL, once per
+/// process and before CubeCL first runs; later calls return the first
+/// result, whatever their model (CubeCL reads its settings once).
+pub fn install(model: &str) -> &'static KernelCache {
+    INSTALLED.get_or_init(|| {
+        let (dir, origin) = chosen();
         let mut notes = Vec::new();
-        let state = match &dir {
+        let state = match dir {
             None => CacheState::Off { reason: "no home or cache directory is known".into() },
-            Some(dir) => prepare(&dir.join(format!("cubecl-{CUBECL_VERSION}")), &mut notes),
+            Some(dir) => prepare(&dir.join(format!("cubecl-{CUBECL_VERSION}")).join(model), &mut notes),
         };
         let state = hand_to_cubecl(state, &mut notes);
-        KernelCache { dir, origin, state, notes }
+        KernelCache { dir: dir.map(Path::to_path_buf), origin, state, notes }
     })
 }
 
 /// The cache [`install`] set up, if it has run.
 pub fn installed() -> Option<&'static KernelCache> {
     INSTALLED.get()
+}
+
+/// A name for a folder: letters, digits, `.`, `-` and `_`, the rest as `_`.
+pub fn folder_name(text: &str) -> String {
+    let name: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect();
+    name.chars().take(96).collect()
 }
 
 /// Records the files now in the cache (length and CRC-32 of each) so that
@@ -450,6 +487,13 @@ mod tests {
         std::fs::write(&file, b"").unwrap();
         let state = prepare(&file.join("cubecl"), &mut Vec::new());
         assert!(matches!(state, CacheState::Off { .. }), "{state:?}");
+    }
+
+    #[test]
+    fn folder_names_keep_only_safe_characters() {
+        assert_eq!(folder_name("cuda-NVIDIA H100 80GB HBM3-sm90"), "cuda-NVIDIA_H100_80GB_HBM3-sm90");
+        assert_eq!(folder_name("../x/y"), ".._x_y");
+        assert_eq!(folder_name(&"a".repeat(300)).len(), 96);
     }
 
     #[test]

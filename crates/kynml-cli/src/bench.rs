@@ -9,7 +9,7 @@ use anyhow::Context;
 use kynml_backend::kernel_cache;
 use kynml_core::bench::{self, BenchOptions};
 use kynml_core::data::{synthetic_for, Dataset};
-use kynml_core::plan::{check_fit, device_choice, what_runs, LoadError, Overrides, SpecFile};
+use kynml_core::plan::{check_fit, what_runs, LoadError, Overrides, SpecFile};
 use kynml_core::spec::SpecError;
 use kynml_core::train::{train, EngineKind, TrainEvent, TrainSettings};
 
@@ -27,8 +27,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     if let Some(b) = args.batch {
         file.spec.train.batch.value = b as usize;
     }
-    let device = kynml_backend::select(device_choice(file.spec.train.device.value))
-        .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let device = crate::devices::pick(file.spec.train.device.value)?;
     let (data, source) = bench_data(&file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     let options = BenchOptions { steps: args.steps as usize, rounds: args.rounds as usize, ..BenchOptions::default() };
@@ -119,8 +118,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     }
     file.spec.train.checkpoint = None;
     file.spec.train.early_stop = None;
-    let device = kynml_backend::select(device_choice(file.spec.train.device.value))
-        .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let device = crate::devices::pick(file.spec.train.device.value)?;
     let data = file.load_data()?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     if !device.has_fusion() {

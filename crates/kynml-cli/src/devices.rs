@@ -5,6 +5,16 @@ use kynml_backend::{probe_cuda, probe_wgpu, select, CudaProbe, DeviceChoice, Wgp
 use crate::failure::Failure;
 use crate::render;
 
+/// The device a command runs on, with what its kernel cache has to say
+/// (a cleared or unusable cache) printed once.
+pub fn pick(request: kynml_core::spec::types::DeviceRequest) -> Result<kynml_backend::Device, Failure> {
+    let device = select(kynml_core::plan::device_choice(request)).map_err(|e| Failure::input(format!("error: {e}")))?;
+    for note in kynml_backend::kernel_cache::installed().map_or(&[][..], |c| &c.notes[..]) {
+        eprintln!("note: {note}");
+    }
+    Ok(device)
+}
+
 pub fn run() -> Result<(), Failure> {
     let mut rows = Vec::new();
     match probe_cuda() {
@@ -55,8 +65,13 @@ pub fn run() -> Result<(), Failure> {
     println!("{}", render::table(&["device", "name", "details"], &rows));
     let auto = select(DeviceChoice::Auto).map_err(|e| Failure::run(format!("error: {e}")))?;
     println!("\nauto picks: {}", auto.describe());
-    if let Some(cache) = kynml_backend::kernel_cache::installed() {
-        println!("kernel cache: {}", cache.describe());
+    match kynml_backend::kernel_cache::chosen() {
+        (Some(dir), _) => println!(
+            "kernel cache: {}/cubecl-{}/<GPU model>/ (--cache DIR or KYNML_CACHE moves it)",
+            dir.display(),
+            kynml_backend::kernel_cache::CUBECL_VERSION
+        ),
+        (None, _) => println!("kernel cache: off (no home or cache directory is known)"),
     }
     Ok(())
 }

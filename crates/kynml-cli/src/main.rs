@@ -19,11 +19,9 @@ use clap::Parser;
 fn main() -> ExitCode {
     quiet_headless_vulkan();
     let cli = args::Cli::parse();
-    // Before any device is touched: CubeCL reads its settings once.
-    let cache = kynml_backend::kernel_cache::install(cli.cache.as_deref());
-    for note in &cache.notes {
-        eprintln!("note: {note}");
-    }
+    // Before any device is chosen: the kernel cache of the GPU picked is
+    // set up in this folder when it is picked.
+    kynml_backend::kernel_cache::choose(cli.cache.as_deref());
     let outcome = match cli.command {
         args::Command::Train(a) => train::run(a),
         args::Command::Check(a) => check::run(a),

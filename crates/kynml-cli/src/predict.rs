@@ -3,7 +3,6 @@
 use std::io::Write;
 
 use kynml_core::data::read_model_rows;
-use kynml_core::plan::device_choice;
 use kynml_core::predict::{Predictions, Predictor};
 use kynml_core::spec::types::DeviceRequest;
 
@@ -12,7 +11,7 @@ use crate::failure::Failure;
 use crate::render;
 
 fn load(model: &std::path::Path, device: DeviceRequest) -> Result<Predictor, Failure> {
-    let device = kynml_backend::select(device_choice(device)).map_err(|e| Failure::input(format!("error: {e}")))?;
+    let device = crate::devices::pick(device)?;
     Predictor::load(model, &device).map_err(|e| Failure::input(format!("error: {e}")))
 }
 

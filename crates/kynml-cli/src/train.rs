@@ -8,7 +8,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use kynml_core::checkpoint::{self, Checkpoint};
 use kynml_core::export::{self, Format};
-use kynml_core::plan::{device_choice, what_runs, Overrides, SpecFile};
+use kynml_core::plan::{what_runs, Overrides, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
 use kynml_core::train::resume::LoopState;
@@ -23,8 +23,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     // is written.
     let mut file = SpecFile::load(&args.spec)?;
     file.apply(&Overrides { device: args.device, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
-    let device = kynml_backend::select(device_choice(file.spec.train.device.value))
-        .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let device = crate::devices::pick(file.spec.train.device.value)?;
     let data = file.load_data()?;
     let resume = resume_plan(&file, args.fresh)?;
     if let Some(e) = &file.spec.export {

@@ -719,42 +719,7 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
 }
 
 #[test]
-fn a_damaged_kernel_cache_is_cleared_with_a_note_and_an_unusable_one_is_off() {
-    let tmp = copy_example("iris");
-    let cache = tmp.path().join("cache");
-    // A file in the cache, recorded by a finished run (the CPU run does not
-    // tune kernels, but it seals what the cache holds).
-    let tuned = cache.join("cubecl-0.10.0/autotune/0.10.0/device-0-0-cuda/matmul.json.log");
-    std::fs::create_dir_all(tuned.parent().unwrap()).unwrap();
-    std::fs::write(&tuned, "{\"key\":1,\"value\":2}\n").unwrap();
-    let train = |extra: &[&str], env: &[(&str, &Path)]| {
-        let mut args = vec!["train", "iris.kyn", "--device", "cpu", "--epochs", "1"];
-        args.extend_from_slice(extra);
-        kynml_env(&args, tmp.path(), env)
-    };
-    let out = train(&["--cache", "cache", "--out", "r1"], &[]);
-    assert!(out.status.success() && !text(&out).contains("note:"), "{}", text(&out));
-    assert!(cache.join("cubecl-0.10.0/manifest.json").is_file());
-    // One byte changed after it was written: cleared, noted, and the run goes on.
-    std::fs::write(&tuned, "{\"key\":7,\"value\":2}\n").unwrap();
-    let out = train(&["--out", "r2"], &[("KYNML_CACHE", &cache)]);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    assert!(
-        t.contains("note: the kernel cache") && t.contains("matmul.json.log` changed") && t.contains("cleared"),
-        "{t}"
-    );
-    assert!(!tuned.exists());
-    // A cache path that is a file: off, said once, training still runs.
-    std::fs::write(tmp.path().join("not-a-folder"), b"").unwrap();
-    let out = train(&["--cache", "not-a-folder", "--out", "r3"], &[]);
-    assert!(out.status.success(), "{}", text(&out));
-    let out = kynml_env(&["warmup", "iris.kyn", "--device", "cpu", "--cache", "not-a-folder"], tmp.path(), &[]);
-    assert!(out.status.success() && text(&out).contains("nothing to warm up"), "{}", text(&out));
-}
-
-#[test]
-fn warmup_fills_the_kernel_cache_that_the_next_run_reuses() {
+fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleared() {
     // Needs lavapipe (scripts/test.sh installs it): the cache is CubeCL's,
     // so only a CubeCL device fills it.
     let tmp = copy_example("iris");
@@ -763,22 +728,53 @@ fn warmup_fills_the_kernel_cache_that_the_next_run_reuses() {
     assert!(out.status.success(), "{t}");
     assert!(t.contains("kernel cache") && t.contains("empty: this run tunes"), "{t}");
     assert!(t.contains("warm-up: 2 steps (every batch shape of an epoch)"), "{t}");
-    let root = tmp.path().join("cache/cubecl-0.10.0");
-    let names: Vec<String> = walk(&root).iter().map(|p| p.strip_prefix(&root).unwrap().display().to_string()).collect();
-    assert!(names.iter().any(|n| n.starts_with("autotune/0.10.0/") && n.ends_with(".json.log")), "{names:?}");
+    // One folder per device model, below one per CubeCL version.
+    let models: Vec<PathBuf> =
+        std::fs::read_dir(tmp.path().join("cache/cubecl-0.10.0")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(models.len() == 1 && models[0].file_name().unwrap().to_string_lossy().starts_with("vulkan-"), "{models:?}");
+    let root = &models[0];
+    let names: Vec<String> = walk(root).iter().map(|p| p.strip_prefix(root).unwrap().display().to_string()).collect();
+    let tuned = names.iter().find(|n| n.starts_with("autotune/0.10.0/") && n.ends_with(".json.log"));
+    assert!(tuned.is_some(), "{names:?}");
     assert!(names.iter().any(|n| n.ends_with("spirv/chunk0.cbor")), "compiled SPIR-V kept: {names:?}");
     assert!(names.iter().any(|n| n == "manifest.json"), "{names:?}");
-    let out = kynml_env(
-        &["train", "iris.kyn", "--device", "wgpu", "--epochs", "1", "--out", "r"],
-        tmp.path(),
-        &[("KYNML_CACHE", &tmp.path().join("cache"))],
-    );
+
+    let train = |extra: &[&str], env: &[(&str, &Path)]| {
+        let mut args = vec!["train", "iris.kyn", "--device", "wgpu", "--epochs", "1"];
+        args.extend_from_slice(extra);
+        kynml_env(&args, tmp.path(), env)
+    };
+    let out = train(&["--out", "r1"], &[("KYNML_CACHE", &tmp.path().join("cache"))]);
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(
         t.contains("autotune results and compiled kernels are reused; from KYNML_CACHE") && !t.contains("note:"),
         "{t}"
     );
+
+    // One byte changed after it was written: cleared, noted, and the run goes on.
+    let tuned = root.join(tuned.unwrap());
+    let mut bytes = std::fs::read(&tuned).unwrap();
+    bytes[2] ^= 0x20;
+    std::fs::write(&tuned, bytes).unwrap();
+    let out = train(&["--cache", "cache", "--out", "r2"], &[]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("note: the kernel cache") && t.contains("changed since it was written") && t.contains("cleared"),
+        "{t}"
+    );
+    assert!(t.contains("empty: this run tunes"), "{t}");
+
+    // A cache path that is a file: the cache is off, said in what runs; a
+    // warm-up, which would keep nothing, is refused before it starts.
+    std::fs::write(tmp.path().join("not-a-folder"), b"").unwrap();
+    let out = kynml_env(&["warmup", "iris.kyn", "--device", "wgpu", "--cache", "not-a-folder"], tmp.path(), &[]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("! kernel cache  off (cannot create") && t.contains("would keep nothing"), "{t}");
+    let out = kynml_env(&["warmup", "iris.kyn", "--device", "cpu"], tmp.path(), &[]);
+    assert!(out.status.success() && text(&out).contains("nothing to warm up"), "{}", text(&out));
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

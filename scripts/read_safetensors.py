@@ -6,7 +6,7 @@ Usage: read_safetensors.py <file>
 Output: {"<name>": {"dtype": "<numpy dtype>", "shape": [...], "sum": <float>}, ...},
 names sorted. It reads the tensors with the `safetensors` package's own
 loader, so it checks KynML's hand-written writer
-(crates/kynml-core/src/checkpoint/format.rs) against the reference reader
+(kynml-core/src/checkpoint/format.rs) against the reference reader
 rather than against our own understanding of the format. Sums are taken in
 float64.
 

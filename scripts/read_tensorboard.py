@@ -6,7 +6,7 @@ Usage: read_tensorboard.py <event-file folder>
 Output: {"<tag>": [[step, value], ...], ...}, tags sorted, points in the order
 TensorBoard itself loads them. It reads the files with TensorBoard's own
 EventAccumulator, so it checks KynML's hand-written event writer
-(crates/kynml-core/src/report/tensorboard.rs) against the real reader rather
+(kynml-core/src/report/tensorboard.rs) against the real reader rather
 than against our own understanding of the format. Values are the f32 that was
 written, widened exactly to a Python float; non-finite values print as
 NaN/Infinity (Python's json default).

@@ -5,14 +5,14 @@
 //! Burn again under nightly with sanitizers.
 #![allow(dead_code, unused_imports, missing_docs)]
 
-#[path = "../../crates/kynml-core/src/spec/mod.rs"]
+#[path = "../../kynml-core/src/spec/mod.rs"]
 pub mod spec;
 
-#[path = "../../crates/kynml-core/src/data/mod.rs"]
+#[path = "../../kynml-core/src/data/mod.rs"]
 pub mod data;
 
-#[path = "../../crates/kynml-core/src/rng.rs"]
+#[path = "../../kynml-core/src/rng.rs"]
 pub mod rng;
 
-#[path = "../../crates/kynml-core/src/checkpoint/format.rs"]
+#[path = "../../kynml-core/src/checkpoint/format.rs"]
 pub mod checkpoint_format;

@@ -12,7 +12,7 @@ fn text(out: &Output) -> String {
 }
 
 fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").canonicalize().unwrap()
 }
 
 /// A copy of one example folder in a temp dir, so runs write nothing into the repo.

@@ -215,36 +215,9 @@ fn masked_crc32c(data: &[u8]) -> u32 {
     crc32c(data).rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
-/// Byte-at-a-time lookup table for CRC32C, built at compile time.
-const CRC32C_TABLE: [u32; 256] = crc32c_table();
+// The checkpoint format's CRC-32C: one implementation for both files.
+use crate::checkpoint::format::crc32c;
 
-const fn crc32c_table() -> [u32; 256] {
-    // Castagnoli polynomial 0x1EDC6F41, bit-reversed because the CRC is
-    // computed least-significant-bit first (the "reflected" form).
-    const POLY: u32 = 0x82F6_3B78;
-    let mut table = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut crc = i as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ POLY } else { crc >> 1 };
-            bit += 1;
-        }
-        table[i] = crc;
-        i += 1;
-    }
-    table
-}
-
-/// CRC32C (Castagnoli) with the standard initial value and final XOR of all ones.
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &byte in data {
-        crc = CRC32C_TABLE[((crc ^ u32::from(byte)) & 0xff) as usize] ^ (crc >> 8);
-    }
-    !crc
-}
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use kynml_core::plan::{Overrides, SpecFile};
 use kynml_core::train::{train, TrainSettings};
 
 fn example(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(rel)
 }
 
 fn train_example(rel: &str) -> std::collections::BTreeMap<String, f64> {
@@ -448,7 +448,7 @@ fn tensors_json(entries: &[(&str, usize, &[f32])]) -> String {
 }
 
 fn python(script: &str, args: &[&Path]) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts").join(script);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts").join(script);
     let out = std::process::Command::new("python3").arg(&path).args(args).output().expect("python3 runs");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{script}: {}", text.trim());
@@ -824,7 +824,7 @@ fn malformed_csvs_are_refused_with_located_messages() {
 #[test]
 fn fuzz_corpora_replay_without_panics() {
     use kynml_core::data::{parse_csv, Dataset, TableOptions};
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
     let files = |target: &str| -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(root.join(target)).unwrap().map(|e| e.unwrap().path()).collect();
         v.sort();

@@ -403,7 +403,7 @@ mod tests {
     use super::*;
 
     fn example(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../examples/{name}/{name}.csv"))
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/{name}/{name}.csv"))
     }
 
     fn classes(target: &str) -> TableOptions {

@@ -354,7 +354,7 @@ mod tests {
 
     #[test]
     fn iris_end_to_end_and_info_round_trips() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iris/iris.csv");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/iris/iris.csv");
         let opts = TableOptions { target: "species".into(), classification: true };
         let data = Dataset::from_table(read_csv(&path, &opts).unwrap(), 0.8, true, 0).unwrap();
         assert_eq!((data.train.len(), data.valid.len()), (120, 30));

@@ -5,6 +5,7 @@
 //! prints nothing itself.
 
 mod early_stop;
+pub mod engine;
 mod events;
 pub mod loss;
 pub mod loss_scale;

@@ -18,14 +18,16 @@ use burn::DispatchDevice;
 use kynml_backend::{Backend as Kb, Device, DeviceKind};
 use kynml_cpu::{Act, LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, Team};
 
-use crate::checkpoint::{NamedTensor, TensorData};
+use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{Batch, Dataset, Labels, Split};
 use crate::evaluate::Outputs;
 use crate::model::{dropout_piece, MaskKey, Model, MASK_PIECE};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Activation, Layer, Loss, Optimizer, Spec};
+use crate::train::engine::{Engine, StepLoss};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{Compute, PrecisionPlan};
+use crate::train::resume::{self, LoopState, ScaleState};
 
 /// Rows per forward pass when evaluating a whole split.
 const EVAL_CHUNK: usize = 4096;
@@ -152,7 +154,11 @@ fn targets<'a>(labels: &'a Labels, loss: Loss, scratch: &'a mut Vec<f32>) -> Tar
 pub struct NativeEngine {
     net: Net,
     optimizer: OptimConfig,
+    /// The spec's optimizer, for its state as Burn's in checkpoints.
+    optimizer_spec: Optimizer,
     loss: Loss,
+    /// Where the Burn models it gives back live.
+    device: DispatchDevice,
     /// A Burn model of the same spec: its parameter ids key the optimizer
     /// records that checkpoints store, and it is the shape conversions fill.
     template: Model<Kb>,
@@ -190,22 +196,42 @@ impl NativeEngine {
         Ok(NativeEngine {
             net,
             optimizer: optim_config(&spec.train.optimizer.value),
+            optimizer_spec: spec.train.optimizer.value.clone(),
             loss: spec.train.loss.value,
+            device: device.clone(),
             template: model.clone(),
             float_targets: Vec::new(),
         })
     }
 
-    /// One training step on `batch`; returns its mean loss.
-    pub fn step(&mut self, batch: &Batch, lr: f64, dropout: &mut SplitMix64) -> f64 {
-        let targets = targets(&batch.labels, self.loss, &mut self.float_targets);
-        let loss = loss_config(self.loss);
-        self.net.train_step(&batch.features, targets, loss, &self.optimizer, lr, &mut Masks(dropout))
+    /// The optimizer state as Burn's optimizer, keyed by the parameter ids
+    /// of [`Engine::model`]'s models.
+    fn burn_optimizer(&self) -> AnyOptimizer {
+        let info = self.net.tensor_info();
+        let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
+        AnyOptimizer::new(&self.optimizer_spec).with_native_states(
+            &self.template.param_names(),
+            &shapes,
+            &self.net.optimizer_states(),
+            &self.device,
+        )
+    }
+}
+
+impl Engine for NativeEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Native
     }
 
-    /// The model in evaluation mode over a whole split, as
-    /// [`evaluate::run_split`](crate::evaluate::run_split) gives it.
-    pub fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
+    fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64) -> Option<StepLoss> {
+        let targets = targets(&batch.labels, self.loss, &mut self.float_targets);
+        let loss = loss_config(self.loss);
+        let mean = self.net.train_step(&batch.features, targets, loss, &self.optimizer, lr, &mut Masks(dropout));
+        Some(StepLoss::Host(mean))
+    }
+
+    /// As [`evaluate::run_split`](crate::evaluate::run_split) gives it.
+    fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
         let part = data.split(split);
         let (n, width) = (part.len(), self.net.output_width());
         let indices: Vec<usize> = (0..n).collect();
@@ -221,9 +247,7 @@ impl NativeEngine {
         Outputs { values, width, loss: loss_sum / n.max(1) as f64 }
     }
 
-    /// The weights as a Burn model on `device` (for evaluation, the best
-    /// epoch, export, and checkpoints).
-    pub fn model(&self, device: &DispatchDevice) -> Model<Kb> {
+    fn model(&self) -> Model<Kb> {
         let named: Vec<NamedTensor> = self
             .net
             .tensor_info()
@@ -232,19 +256,18 @@ impl NativeEngine {
             .map(|(t, v)| NamedTensor::f32(t.name, t.shape, v.to_vec()))
             .collect();
         // The names and shapes come from the same spec, so this cannot miss.
-        self.template.clone().with_tensors(&named, "", device).expect("the native engine's tensors fit its own model")
+        self.template
+            .clone()
+            .with_tensors(&named, "", &self.device)
+            .expect("the native engine's tensors fit its own model")
     }
 
-    /// The optimizer state as Burn's optimizer, keyed by the parameter ids
-    /// of [`model`](Self::model)'s models.
-    pub fn optimizer(&self, spec: &Spec, device: &DispatchDevice) -> AnyOptimizer {
-        let info = self.net.tensor_info();
-        let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
-        AnyOptimizer::new(&spec.train.optimizer.value).with_native_states(
-            &self.template.param_names(),
-            &shapes,
-            &self.net.optimizer_states(),
-            device,
-        )
+    fn snapshot(&self, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {
+        resume::snapshot(&self.model(), &self.burn_optimizer(), best, state)
+    }
+
+    /// The native engine runs fp32 only, without loss scaling.
+    fn loss_scale(&self) -> Option<ScaleState> {
+        None
     }
 }

@@ -1,32 +1,31 @@
-//! The training loop. One step reads top to bottom: gather a batch, forward,
-//! loss, backward, optimizer step. One epoch: shuffle, steps, validate,
-//! early-stopping check.
+//! The training loop. One epoch: shuffle, steps, validate, early-stopping
+//! check, checkpoint. The steps themselves are an [`Engine`]'s (the Burn
+//! path's forward, loss, backward, unscale and update read top to bottom in
+//! [`BurnEngine`]'s `step`), so the loop never asks which engine it drives.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use burn::module::AutodiffModule;
-use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 
 use std::thread::Scope;
 
 use crate::checkpoint::{remove_stray_temps, Checkpoint, CheckpointWriter};
 use crate::data::{Dataset, Loader, Split};
-use crate::evaluate::{self, batch_tensors, IntoScalarF64};
-use crate::model::{Mode, Model};
+use crate::evaluate::{self, IntoScalarF64};
+use crate::model::Model;
 use crate::rng::SplitMix64 as Rng;
 use crate::spec::types::{Layer, Loss, Metric, Spec};
 use crate::train::early_stop::{EarlyStopper, Verdict};
+use crate::train::engine::{BurnEngine, Engine, StepLoss};
 use crate::train::events::{EpochRecord, TrainEvent};
-use crate::train::loss;
 use crate::train::loss_scale::LossScaler;
 use crate::train::native::{engine_for, EngineChoice, EngineKind, NativeEngine};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{self, PrecisionPlan};
-use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, ScaleState, StopState};
+use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, StopState};
 use crate::train::schedule::lr_at;
 use kynml_backend::{Backend as Kb, Device};
 
@@ -191,9 +190,9 @@ fn run<'scope, 'env>(
         .map_err(|e| TrainError::DataWorkers { workers, reason: e.to_string() })?;
     let precision = settings.precision.clone().unwrap_or_else(|| precision::plan(t, device));
     let half = precision.compute.half();
-    let engine = engine_for(device, &precision, settings.engine);
+    let engine_kind = engine_for(device, &precision, settings.engine);
     let mut scaler = precision.scaler.as_ref().map(LossScaler::new);
-    let param_ranks: Vec<_> = model.param_ranks();
+    let optimizer_name = optimizer.name();
     let mut history = Vec::new();
     let mut stopped_early = false;
     let mut first_epoch = 1;
@@ -231,13 +230,14 @@ fn run<'scope, 'env>(
         on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
     }
     let resumed_after = settings.resume_from.as_ref().map(|_| first_epoch - 1);
-    // The native engine takes the weights and optimizer state from here on;
-    // `model` and `optimizer` then serve only as the Burn engine's.
-    let mut native = match engine {
+    // The engine takes the weights, the optimizer state and the scaler from here on.
+    let mut engine: Box<dyn Engine> = match engine_kind {
         EngineKind::Native => {
-            Some(NativeEngine::from_burn(spec, &model, &optimizer, &inner_device).map_err(ResumeError::Incomplete)?)
+            Box::new(NativeEngine::from_burn(spec, &model, &optimizer, &inner_device).map_err(ResumeError::Incomplete)?)
         }
-        EngineKind::Burn => None,
+        EngineKind::Burn => {
+            Box::new(BurnEngine::new(model, optimizer, scaler, half, loss_kind, data.n_features(), device))
+        }
     };
     let last_epoch = if stopped_early { 0 } else { t.epochs.value };
 
@@ -268,49 +268,23 @@ fn run<'scope, 'env>(
         if let Some(p) = resumed {
             batches.drain(..p.steps.min(steps));
             if p.seen > 0 {
-                loss_sum = LossSum::resumed(p.loss_sum, native.is_none(), &ad_device);
+                loss_sum = LossSum::resumed(p.loss_sum, engine.kind() == EngineKind::Burn, &ad_device);
             }
             (seen, skipped, done) = (p.seen, p.skipped, p.steps);
         }
         for (step, batch) in loader.epoch(scope, data, batches).enumerate() {
             let step = done + step + 1;
             let rows = batch.len();
-            let finite = if let Some(native) = native.as_mut() {
-                let loss = native.step(&batch, lr, &mut dropout_rng);
-                loss_sum.add_host(loss, rows);
-                true
-            } else {
-                let (x, y) = batch_tensors(batch, data.n_features(), loss_kind, &ad_device);
-                let pred = model.forward_in(x, Mode::Train(&mut dropout_rng), half);
-                let loss = loss::compute(loss_kind, pred, &y);
-                // With loss scaling: backpropagate the scaled loss, unscale, and
-                // skip the update (and the scaler's growth) if anything overflowed.
-                let finite = match scaler.as_mut() {
-                    None => {
-                        let grads = GradientsParams::from_grads(loss.backward(), &model);
-                        model = optimizer.step(lr, model, grads);
-                        true
-                    }
-                    Some(scaler) => {
-                        let mut grads = GradientsParams::from_grads(scaler.scale_loss(loss.clone()).backward(), &model);
-                        let finite = scaler.unscale(&mut grads, &param_ranks);
-                        if finite {
-                            model = optimizer.step(lr, model, grads);
-                        }
-                        scaler.update(finite);
-                        finite
-                    }
-                };
-                if finite {
-                    loss_sum.add_device(loss.detach(), rows);
-                }
-                finite
+            let finite = match engine.step(batch, lr, &mut dropout_rng) {
+                Some(StepLoss::Host(loss)) => loss_sum.add_host(loss, rows),
+                Some(StepLoss::Device(loss)) => loss_sum.add_device(loss, rows),
+                // A skipped step's loss is not part of the epoch's mean.
+                None => false,
             };
             if finite {
                 steps_taken += 1;
                 seen += rows;
             } else {
-                // A skipped step's loss is not part of the epoch's mean.
                 skipped += 1;
             }
 
@@ -320,20 +294,13 @@ fn run<'scope, 'env>(
                     PartialEpoch { order_rng: order_state, steps: step, loss_sum: loss_sum.read(), seen, skipped };
                 let mut saved = None;
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
-                    let mut state = loop_state(epoch - 1, steps_taken, &optimizer, &order_rng, &dropout_rng);
+                    let mut state = loop_state(epoch - 1, steps_taken, optimizer_name, &order_rng, &dropout_rng);
                     state.early_stop = stopper.as_ref().map(StopState::of);
-                    state.loss_scale = scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps });
+                    state.loss_scale = engine.loss_scale();
                     state.history = history.clone();
                     state.model = resume::describe_model(&spec.model);
                     state.partial = Some(here);
-                    let snapshot = take_snapshot(
-                        native.as_ref(),
-                        (&model, &optimizer),
-                        best.as_ref(),
-                        &state,
-                        spec,
-                        &inner_device,
-                    );
+                    let snapshot = engine.snapshot(best.as_ref(), &state);
                     match writer.save_sync(path.clone(), snapshot, model_hash.clone()) {
                         Ok(()) => saved = Some(path.clone()),
                         Err(e) => on_event(TrainEvent::CheckpointFailed { error: e.to_string() }),
@@ -369,10 +336,7 @@ fn run<'scope, 'env>(
         total_samples += seen;
         total_step_secs += step_secs;
 
-        let outputs = match native.as_mut() {
-            Some(native) => native.evaluate(data, Split::Valid),
-            None => evaluate::run_split(&model.valid(), data, Split::Valid, loss_kind, &inner_device),
-        };
+        let outputs = engine.evaluate(data, Split::Valid);
         let record = EpochRecord {
             epoch,
             lr,
@@ -381,7 +345,7 @@ fn run<'scope, 'env>(
             metrics: evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes),
             samples_per_sec: seen as f64 / step_secs,
             seconds: epoch_start.elapsed().as_secs_f64(),
-            loss_scale: scaler.as_ref().map(|s| s.scale),
+            loss_scale: engine.loss_scale().map(|s| s.scale),
             skipped_steps: skipped,
         };
         on_event(TrainEvent::EpochEnd(&record));
@@ -389,7 +353,7 @@ fn run<'scope, 'env>(
 
         if let Some(stopper) = stopper.as_mut() {
             match stopper.observe(epoch, outputs.loss) {
-                Verdict::Improved => best = Some(current(native.as_ref(), &model, &inner_device)),
+                Verdict::Improved => best = Some(engine.model()),
                 Verdict::Wait => {}
                 Verdict::Stop => {
                     on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch.unwrap_or(epoch) });
@@ -402,15 +366,14 @@ fn run<'scope, 'env>(
         // stopping has had its say, so that a resume starts the next epoch.
         if let (Some(c), Some(writer), Some(path)) = (checkpoint, &writer, &checkpoint_path) {
             if epoch % c.every_n == 0 || epoch == last_epoch || stopped_early {
-                let mut state = loop_state(epoch, steps_taken, &optimizer, &order_rng, &dropout_rng);
+                let mut state = loop_state(epoch, steps_taken, optimizer_name, &order_rng, &dropout_rng);
                 state.early_stop = stopper.as_ref().map(StopState::of);
                 state.stopped_early = stopped_early;
-                state.loss_scale = scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps });
+                state.loss_scale = engine.loss_scale();
                 state.history = history.clone();
                 state.model = resume::describe_model(&spec.model);
                 let waited = Instant::now();
-                let snapshot =
-                    take_snapshot(native.as_ref(), (&model, &optimizer), best.as_ref(), &state, spec, &inner_device);
+                let snapshot = engine.snapshot(best.as_ref(), &state);
                 let written = if c.async_save {
                     writer.save_async(path.clone(), snapshot, model_hash.clone())
                 } else {
@@ -433,7 +396,7 @@ fn run<'scope, 'env>(
         on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
     }
 
-    let last = || current(native.as_ref(), &model, &inner_device);
+    let last = || engine.model();
     let final_model = if stopper.is_some() { best.unwrap_or_else(last) } else { last() };
     let outputs = evaluate::run_split(&final_model, data, Split::Valid, loss_kind, &inner_device);
     let mut final_metrics = evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes);
@@ -449,31 +412,8 @@ fn run<'scope, 'env>(
         resumed_after,
         checkpoint_failures,
         precision,
-        engine,
+        engine: engine_kind,
     })
-}
-
-/// The model as it stands, without autodiff, from whichever engine trains it.
-fn current(native: Option<&NativeEngine>, model: &Model<Kb>, inner: &burn::DispatchDevice) -> Model<Kb> {
-    match native {
-        Some(native) => native.model(inner),
-        None => model.valid(),
-    }
-}
-
-/// A checkpoint of the state as it stands, from whichever engine trains it.
-fn take_snapshot(
-    native: Option<&NativeEngine>,
-    (model, optimizer): (&Model<Kb>, &AnyOptimizer),
-    best: Option<&Model<Kb>>,
-    state: &LoopState,
-    spec: &Spec,
-    device: &burn::DispatchDevice,
-) -> Checkpoint {
-    match native {
-        Some(native) => resume::snapshot(&native.model(device), &native.optimizer(spec, device), best, state),
-        None => resume::snapshot(model, optimizer, best, state),
-    }
 }
 
 /// The epoch's summed loss (each batch's mean times its rows). The Burn
@@ -497,16 +437,20 @@ impl LossSum {
         }
     }
 
-    fn add_device(&mut self, loss: Tensor<Kb, 1>, rows: usize) {
+    /// Adds a step's mean loss (on the device); true, for the step counts.
+    fn add_device(&mut self, loss: Tensor<Kb, 1>, rows: usize) -> bool {
         let weighted = loss.mul_scalar(rows as f64);
         self.device = Some(match self.device.take() {
             Some(sum) => sum + weighted,
             None => weighted,
         });
+        true
     }
 
-    fn add_host(&mut self, loss: f64, rows: usize) {
+    /// Adds a step's mean loss (on the host); true, for the step counts.
+    fn add_host(&mut self, loss: f64, rows: usize) -> bool {
         self.host += loss * rows as f64;
+        true
     }
 
     /// The sum, read back from the device where it is there.
@@ -516,11 +460,11 @@ impl LossSum {
 }
 
 /// The loop's counters and generators; the caller fills in the rest.
-fn loop_state(epoch: usize, steps: u64, optimizer: &AnyOptimizer, order: &Rng, dropout: &Rng) -> LoopState {
+fn loop_state(epoch: usize, steps: u64, optimizer: &str, order: &Rng, dropout: &Rng) -> LoopState {
     LoopState {
         epoch,
         steps,
-        optimizer: optimizer.name().into(),
+        optimizer: optimizer.into(),
         order_rng: order.state(),
         dropout_rng: dropout.state(),
         early_stop: None,

@@ -218,7 +218,6 @@ fn masked_crc32c(data: &[u8]) -> u32 {
 // The checkpoint format's CRC-32C: one implementation for both files.
 use crate::checkpoint::format::crc32c;
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

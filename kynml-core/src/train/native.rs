@@ -196,7 +196,7 @@ impl NativeEngine {
         Ok(NativeEngine {
             net,
             optimizer: optim_config(&spec.train.optimizer.value),
-            optimizer_spec: spec.train.optimizer.value.clone(),
+            optimizer_spec: spec.train.optimizer.value,
             loss: spec.train.loss.value,
             device: device.clone(),
             template: model.clone(),

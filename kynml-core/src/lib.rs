@@ -53,6 +53,7 @@ pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod predict;
+mod protobuf;
 pub mod report;
 pub mod rng;
 pub mod run_dir;

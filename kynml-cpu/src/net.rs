@@ -11,10 +11,14 @@ use crate::math::{self, Act};
 use crate::optim::{self, OptimConfig, ParamState};
 use crate::team::{piece, Parts, Team};
 
-/// Normalisation's epsilon and batchnorm's running-average momentum, as in
-/// PyTorch's defaults and KynML's Burn layers.
-const EPS: f64 = 1e-5;
-const MOMENTUM: f32 = 0.1;
+/// Normalisation's epsilon (batchnorm and layernorm) and batchnorm's
+/// running-average momentum, PyTorch's defaults: defined here once, and used
+/// by KynML's Burn layers and exports too.
+pub const NORM_EPS: f64 = 1e-5;
+/// `running = (1 - m) running + m batch`.
+pub const BATCHNORM_MOMENTUM: f64 = 0.1;
+const EPS: f64 = NORM_EPS;
+const MOMENTUM: f32 = BATCHNORM_MOMENTUM as f32;
 /// Elementwise passes smaller than this run on one thread.
 const PARALLEL_MIN: usize = 16 * 1024;
 

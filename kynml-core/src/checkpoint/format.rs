@@ -360,13 +360,20 @@ pub(super) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>,
 /// # Panics
 /// If the tensors fail the checks of [`Checkpoint::validate`].
 pub fn encode_safetensors(tensors: &[NamedTensor], metadata: &BTreeMap<String, String>) -> Vec<u8> {
-    if let Err(e) = validate_tensors(tensors) {
-        panic!("cannot encode safetensors: {e}");
-    }
+    try_encode_safetensors(tensors, metadata).unwrap_or_else(|e| panic!("cannot encode safetensors: {e}"))
+}
+
+/// [`encode_safetensors`], with tensors that fail its checks (a repeated or
+/// reserved name, values that do not fill their shape) as an error.
+pub fn try_encode_safetensors(
+    tensors: &[NamedTensor],
+    metadata: &BTreeMap<String, String>,
+) -> Result<Vec<u8>, CheckpointError> {
+    validate_tensors(tensors)?;
     let header = safetensors_header(tensors, metadata);
     let mut out = Vec::with_capacity(8 + header.len() + tensors.iter().map(|t| t.data.byte_len()).sum::<usize>());
     write_safetensors(&mut out, &header, tensors);
-    out
+    Ok(out)
 }
 
 /// The JSON header, padded with spaces so that the data starts 8-byte aligned

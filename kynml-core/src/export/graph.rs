@@ -7,8 +7,9 @@
 //! then the layers in order, then the head turns the last layer's outputs into
 //! predictions or class probabilities.
 
-/// Epsilon of BatchNorm and LayerNorm (PyTorch's default for both).
-pub const NORM_EPS: f32 = 1e-5;
+/// Epsilon of BatchNorm and LayerNorm (PyTorch's default for both), as the
+/// engines use it.
+pub const NORM_EPS: f32 = kynml_cpu::NORM_EPS as f32;
 
 /// A trained model as plain host data, the input of every exporter.
 #[derive(Debug, Clone, PartialEq)]

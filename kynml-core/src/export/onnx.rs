@@ -323,14 +323,7 @@ fn encode_value_info(name: &str, width: usize) -> Proto {
     info
 }
 
-/// Appends `value` as a protobuf base-128 varint (low 7 bits first, high bit = more follows).
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
+use crate::protobuf::put_varint;
 
 /// Wire types.
 const VARINT: u8 = 0;

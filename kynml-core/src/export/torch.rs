@@ -8,7 +8,12 @@
 //! `1.bias` (beta), `1.running_mean`, `1.running_var`, `1.num_batches_tracked`, `3.weight` and
 //! `3.bias`.
 
-use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::checkpoint::format::try_encode_safetensors;
+use crate::checkpoint::{NamedTensor, TensorData};
 
 use super::graph::{Activation, ExportLayer, ExportModel, Head, NORM_EPS};
 
@@ -48,14 +53,6 @@ impl TorchTensor {
         match self {
             TorchTensor::F32(_) => "F32",
             TorchTensor::I64(_) => "I64",
-        }
-    }
-
-    /// The values as little-endian bytes.
-    pub fn to_le_bytes(&self) -> Vec<u8> {
-        match self {
-            TorchTensor::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            TorchTensor::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
     }
 }
@@ -99,46 +96,31 @@ pub fn state_dict(model: &ExportModel) -> Vec<StateEntry> {
     out
 }
 
-/// Encodes state-dict entries as a safetensors file: an 8-byte little-endian header length, a
-/// JSON header (keys sorted, `__metadata__` = `{"format": "pt"}`, each tensor's `dtype`, `shape`
-/// and `data_offsets`) padded with spaces to a multiple of 8 bytes, then the tensors' raw
-/// little-endian bytes in name order. Fails on a duplicate name, a name starting with `__`, or
-/// values that do not fill their shape.
+/// Encodes state-dict entries as a safetensors file (the checkpoint
+/// format's writer): an 8-byte little-endian header length, a JSON header
+/// (keys sorted, `__metadata__` = `{"format": "pt"}`, each tensor's `dtype`,
+/// `shape` and `data_offsets`) padded with spaces to a multiple of 8 bytes,
+/// then the tensors' raw little-endian bytes in name order. Fails on a
+/// repeated name, a name starting with `__`, or values that do not fill
+/// their shape.
 pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
-    let mut sorted: Vec<&StateEntry> = entries.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    if let Some(pair) = sorted.windows(2).find(|pair| pair[0].0 == pair[1].0) {
-        return Err(format!("tensor name '{}' appears twice", pair[0].0));
+    let mut tensors: Vec<NamedTensor> = entries
+        .iter()
+        .map(|(name, shape, values)| NamedTensor {
+            name: name.clone(),
+            shape: shape.clone(),
+            data: match values {
+                TorchTensor::F32(v) => TensorData::F32(v.clone()),
+                TorchTensor::I64(v) => TensorData::I64(v.clone()),
+            },
+        })
+        .collect();
+    if let Some(t) = tensors.iter().find(|t| t.name.starts_with("__")) {
+        return Err(format!("tensor name '{}' starts with '__', which safetensors reserves", t.name));
     }
-    let mut tensors = Vec::with_capacity(sorted.len());
-    let mut data = Vec::new();
-    for (name, shape, values) in sorted {
-        if name.starts_with("__") {
-            return Err(format!("tensor name '{name}' starts with '__', which safetensors reserves"));
-        }
-        let count = shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d));
-        if count != Some(values.len()) {
-            return Err(format!("tensor '{name}' has {} values for shape {shape:?}", values.len()));
-        }
-        let start = data.len();
-        data.extend_from_slice(&values.to_le_bytes());
-        let entry = json!({"dtype": values.dtype(), "shape": shape, "data_offsets": [start, data.len()]});
-        tensors.push((name.clone(), entry));
-    }
-    // Keys go in sorted order (`__metadata__` included), so the header is the same whether
-    // serde_json's map keeps insertion order or sorts.
-    tensors.push(("__metadata__".to_string(), json!({"format": "pt"})));
-    tensors.sort_by(|a, b| a.0.cmp(&b.0));
-    let header: Map<String, Value> = tensors.into_iter().collect();
-    let mut header = Value::Object(header).to_string().into_bytes();
-    while !header.len().is_multiple_of(8) {
-        header.push(b' ');
-    }
-    let mut out = Vec::with_capacity(8 + header.len() + data.len());
-    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    out.extend_from_slice(&header);
-    out.extend_from_slice(&data);
-    Ok(out)
+    tensors.sort_by(|a, b| a.name.cmp(&b.name));
+    let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
+    try_encode_safetensors(&tensors, &metadata).map_err(|e| e.to_string())
 }
 
 /// The JSON sidecar next to the weights: everything a PyTorch user needs to rebuild the model
@@ -426,7 +408,7 @@ mod tests {
     #[test]
     fn safetensors_refuses_bad_entries() {
         let one = |name: &str, shape: Vec<usize>, n: usize| (name.to_string(), shape, TorchTensor::F32(vec![0.0; n]));
-        assert!(to_safetensors(&[one("a", vec![2], 2), one("a", vec![2], 2)]).unwrap_err().contains("twice"));
+        assert!(to_safetensors(&[one("a", vec![2], 2), one("a", vec![2], 2)]).unwrap_err().contains("same name"));
         assert!(to_safetensors(&[one("a", vec![2, 2], 3)]).unwrap_err().contains("shape"));
         assert!(to_safetensors(&[one("__x", vec![1], 1)]).is_err());
         assert!(to_safetensors(&[]).is_ok());

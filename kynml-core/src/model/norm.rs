@@ -7,9 +7,8 @@ use burn::tensor::backend::Backend;
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 
-const EPS: f64 = 1e-5;
-/// PyTorch's default: running = (1 - m) running + m batch.
-const MOMENTUM: f64 = 0.1;
+// One definition for both engines and the exports (PyTorch's defaults).
+use kynml_cpu::{BATCHNORM_MOMENTUM as MOMENTUM, NORM_EPS as EPS};
 
 /// `nn.BatchNorm1d` semantics: normalise with the batch's biased variance in
 /// training, update the running variance with the unbiased one, use the

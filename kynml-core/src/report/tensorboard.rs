@@ -183,15 +183,8 @@ fn put_bytes(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-/// Base-128 varint: 7 bits per byte, least significant group first, high bit
-/// set on every byte but the last.
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+// One varint writer for TensorBoard's events and ONNX's graphs.
+use crate::protobuf::put_varint;
 
 // ---------------------------------------------------------------------------
 // TFRecord framing and CRC32C

@@ -52,7 +52,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         }
     })
     .map_err(|e| Failure::run(format!("error: {e}")))?;
-    let _ = kernel_cache::seal();
+    crate::devices::seal_cache();
 
     let rounds: Vec<String> = report.rounds.iter().map(|r| format!("{r:.0}")).collect();
     let mut rows = vec![

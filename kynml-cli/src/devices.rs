@@ -15,6 +15,14 @@ pub fn pick(request: kynml_core::spec::types::DeviceRequest) -> Result<kynml_bac
     Ok(device)
 }
 
+/// Records what a run tuned and compiled in the kernel cache; a failure is a
+/// note (the next run only checks the cache less), not an error.
+pub fn seal_cache() {
+    if let Err(e) = kynml_backend::kernel_cache::seal() {
+        eprintln!("note: the kernel cache could not record this run's kernels ({e}); the next run checks them less");
+    }
+}
+
 pub fn run() -> Result<(), Failure> {
     let mut rows = Vec::new();
     match probe_cuda() {

@@ -75,9 +75,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     });
     progress.finish();
     // What this run tuned and compiled is kept for the next, interrupted or not.
-    if let Err(e) = kynml_backend::kernel_cache::seal() {
-        eprintln!("note: the kernel cache could not record this run's kernels ({e}); the next run checks them less");
-    }
+    crate::devices::seal_cache();
     log.finish().with_context(|| format!("writing metrics to {}", run_dir.path.display()))?;
     let result = result.map_err(|e| match e {
         TrainError::Interrupted { epoch, step, checkpoint } => Failure::interrupted(match checkpoint {

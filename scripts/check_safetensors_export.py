@@ -9,9 +9,14 @@ The weights are read with the `safetensors` package's own loader. The
 sidecar (format "kynml-pytorch", version 1) gives the normalizer, the layer
 list and the head; module i of the rebuilt nn.Sequential owns the tensors
 "i.*": dense -> Linear ("i.weight" [out, in], "i.bias") then its activation;
-batchnorm -> BatchNorm1d in eval mode ("i.weight", "i.bias",
+batchnorm -> BatchNorm1d/2d in eval mode ("i.weight", "i.bias",
 "i.running_mean", "i.running_var", "i.num_batches_tracked" int64 scalar);
-layernorm -> LayerNorm ("i.weight", "i.bias"); dropout -> identity. Every
+layernorm -> LayerNorm over the last dimension ("i.weight", "i.bias");
+conv1d/conv2d -> Conv1d/Conv2d ("i.weight" [out, in, k(, k)], "i.bias")
+then its activation; maxpool/avgpool -> MaxPool/AvgPool 1d/2d;
+global_avgpool -> AdaptiveAvgPool(1) then Flatten; flatten -> Flatten;
+dropout -> identity. A layer with an "input_shape" sees the values as
+[rows, *input_shape]; between layers they are flat [rows, features]. Every
 tensor of the file must be used, with the shape and dtype the sidecar lists.
 
 <inputs> and <expected.json> are as for check_onnx.py: raw feature rows
@@ -106,10 +111,17 @@ def forward(weights, side, rows):
             raise ExportError("normalizer mean/std do not match the input width")
         x = (x - mean) / std
 
+    # Values travel as [rows, features]; a layer whose sidecar entry has an
+    # `input_shape` sees them as [rows, *input_shape] (PyTorch's layout).
     for i, layer in enumerate(side["layers"]):
         kind = layer["kind"]
         if layer["index"] != i:
             raise ExportError(f"layer {i} says index {layer['index']}")
+        shape = [int(d) for d in layer.get("input_shape", [width])]
+        if int(np.prod(shape)) != width:
+            raise ExportError(f"layer {i}: input_shape {shape} does not hold {width} values")
+        n_rows = x.shape[0]
+        xs = x.reshape([n_rows] + shape)
         if kind == "dense":
             n_in, n_out = int(layer["in_features"]), int(layer["out_features"])
             if n_in != width:
@@ -117,32 +129,77 @@ def forward(weights, side, rows):
             w = take(f"{i}.weight", [n_out, n_in])
             b = take(f"{i}.bias", [n_out])
             x = activation(layer["activation"], layer, x @ w.T + b)
-            width = n_out
+        elif kind in ("conv1d", "conv2d"):
+            cin, cout = int(layer["in_channels"]), int(layer["out_channels"])
+            k, s, p = int(layer["kernel_size"]), int(layer["stride"]), int(layer["padding"])
+            if shape[0] != cin:
+                raise ExportError(f"layer {i}: {kind} takes {cin} channels, gets {shape[0]}")
+            if kind == "conv1d":
+                w = take(f"{i}.weight", [cout, cin, k])[:, :, None, :]
+                xs = xs[:, :, None, :]
+                kh, sh, ph = 1, 1, 0
+            else:
+                w = take(f"{i}.weight", [cout, cin, k, k])
+                kh, sh, ph = k, s, p
+            b = take(f"{i}.bias", [cout])
+            padded = np.pad(xs, ((0, 0), (0, 0), (ph, ph), (p, p)))
+            oh = (padded.shape[2] - kh) // sh + 1
+            ow = (padded.shape[3] - k) // s + 1
+            y = np.zeros((n_rows, cout, oh, ow))
+            for ky in range(kh):
+                for kx in range(k):
+                    patch = padded[:, :, ky : ky + sh * (oh - 1) + 1 : sh, kx : kx + s * (ow - 1) + 1 : s]
+                    y += np.einsum("nchw,oc->nohw", patch, w[:, :, ky, kx])
+            y += b[None, :, None, None]
+            x = activation(layer["activation"], layer, y.reshape(n_rows, -1))
+        elif kind in ("maxpool", "avgpool"):
+            k, s = int(layer["kernel_size"]), int(layer["stride"])
+            if len(shape) == 2:
+                xs = xs[:, :, None, :]
+                kh, sh = 1, 1
+            else:
+                kh, sh = k, s
+            oh = (xs.shape[2] - kh) // sh + 1
+            ow = (xs.shape[3] - k) // s + 1
+            windows = [
+                xs[:, :, ky : ky + sh * (oh - 1) + 1 : sh, kx : kx + s * (ow - 1) + 1 : s]
+                for ky in range(kh)
+                for kx in range(k)
+            ]
+            y = np.max(windows, axis=0) if kind == "maxpool" else np.mean(windows, axis=0)
+            x = y.reshape(n_rows, -1)
+        elif kind == "global_avgpool":
+            x = xs.reshape(n_rows, shape[0], -1).mean(axis=-1)
+        elif kind == "flatten":
+            x = xs.reshape(n_rows, -1)
         elif kind == "batchnorm":
             n = int(layer["num_features"])
-            if n != width:
-                raise ExportError(f"layer {i}: batchnorm over {n} features, gets {width}")
+            if n != shape[0]:
+                raise ExportError(f"layer {i}: batchnorm over {n} channels, gets {shape[0]}")
             gamma = take(f"{i}.weight", [n])
             beta = take(f"{i}.bias", [n])
             mean = take(f"{i}.running_mean", [n])
             var = take(f"{i}.running_var", [n])
             take(f"{i}.num_batches_tracked", [], np.int64)
-            x = (x - mean) / np.sqrt(var + float(layer["eps"])) * gamma + beta
+            per = [1, n] + [1] * (len(shape) - 1)
+            y = (xs - mean.reshape(per)) / np.sqrt(var.reshape(per) + float(layer["eps"]))
+            x = (y * gamma.reshape(per) + beta.reshape(per)).reshape(n_rows, -1)
         elif kind == "layernorm":
             n = int(layer["normalized_shape"])
-            if n != width:
-                raise ExportError(f"layer {i}: layernorm over {n} features, gets {width}")
+            if n != shape[-1]:
+                raise ExportError(f"layer {i}: layernorm over {n} features, gets {shape[-1]}")
             gamma = take(f"{i}.weight", [n])
             beta = take(f"{i}.bias", [n])
-            mu = x.mean(axis=-1, keepdims=True)
-            var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
-            x = (x - mu) / np.sqrt(var + float(layer["eps"])) * gamma + beta
+            mu = xs.mean(axis=-1, keepdims=True)
+            var = ((xs - mu) ** 2).mean(axis=-1, keepdims=True)
+            x = ((xs - mu) / np.sqrt(var + float(layer["eps"])) * gamma + beta).reshape(n_rows, -1)
         elif kind == "dropout":
             p = float(layer["p"])
             if not 0.0 <= p < 1.0:
                 raise ExportError(f"layer {i}: dropout p {p}")
         else:
             raise ExportError(f"layer {i}: unknown kind '{kind}'")
+        width = x.shape[1]
 
     extra = sorted(set(weights) - used)
     if extra:

@@ -33,8 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             })?;
             eprintln!();
-            let model =
-                export::from_model(&result.model, &spec.spec.model.name.value, &data.info, spec.spec.train.loss.value);
+            let model = export::from_model(&result.model, &spec.spec.model, &data.info, spec.spec.train.loss.value);
             Predictor::new(model, &device)
         }
     };

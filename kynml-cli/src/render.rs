@@ -49,9 +49,14 @@ pub fn duration(secs: f64) -> String {
 }
 
 pub fn model_table(summary: &ModelSummary) -> String {
-    let mut rows = vec![vec!["input".to_string(), format!("[batch, {}]", summary.input), "0".to_string()]];
+    let shape = |s: &kynml_core::model::Shape| {
+        let dims: Vec<String> = s.dims().iter().map(usize::to_string).collect();
+        format!("[batch, {}]", dims.join(", "))
+    };
+    let input = format!("input {}", summary.input_shape);
+    let mut rows = vec![vec![input, shape(&summary.input_shape), "0".to_string()]];
     for l in &summary.layers {
-        rows.push(vec![l.layer.clone(), format!("[batch, {}]", l.output_width), thousands(l.params)]);
+        rows.push(vec![l.layer.clone(), shape(&l.output_shape), thousands(l.params)]);
     }
     format!(
         "model {}\n{}\n  total trainable parameters: {}",

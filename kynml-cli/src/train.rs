@@ -92,8 +92,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     })?;
 
     run_dir.save_model(&result.model).context("saving model.mpk")?;
-    let exported =
-        export::from_model(&result.model, &file.spec.model.name.value, &data.info, file.spec.train.loss.value);
+    let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
     export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
         .context("saving model.safetensors")?;
     let export_note = export_as_spec_says(&file, &exported);

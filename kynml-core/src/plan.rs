@@ -11,7 +11,7 @@ use crate::spec::{self, Diagnostic, SpecError};
 use crate::train::precision::Compute;
 use crate::train::resume::{self, LoopState, ResumeError};
 use crate::train::AnyOptimizer;
-use kynml_backend::{Device, DeviceChoice};
+use kynml_backend::{Device, DeviceChoice, DeviceKind};
 
 /// Command-line values that replace the spec's.
 #[derive(Debug, Clone, Default)]
@@ -194,9 +194,10 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
             Diagnostic::new(
                 input.span,
                 format!(
-                    "model `{}` declares `input {}` but `{file}` has {} feature columns",
+                    "model `{}` declares `input {}`{} but `{file}` has {} feature columns",
                     spec.model.name.value,
-                    input.value,
+                    spec.model.shape,
+                    if spec.model.shape.rank() > 1 { format!(" ({} values)", input.value) } else { String::new() },
                     data.n_features()
                 ),
                 format!("expected {} here", data.n_features()),
@@ -204,9 +205,10 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
             .with_help(format!("every column except the target `{}` is a feature", data.info.target)),
         );
     }
-    let last_dense = spec.model.layers.iter().rev().find(|l| matches!(l.value, Layer::Dense { .. }));
+    let last_dense = spec.model.layers.iter().rev().find(|l| matches!(l.value, Layer::Dense(_)));
     let (Some(last), loss) = (last_dense, &spec.train.loss) else { return problems };
-    let Layer::Dense { units, .. } = last.value else { return problems };
+    let Layer::Dense(dense) = &last.value else { return problems };
+    let units = dense.units;
     let classes = data.class_names().map_or(0, <[String]>::len);
     let (needed, why) = match loss.value {
         Loss::CrossEntropy => (
@@ -283,12 +285,14 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
     let d = &spec.dataset;
     let t = &spec.train;
     let precision = crate::train::precision::plan(t, device);
-    let engine = crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto);
-    let mut out = vec![Applied {
-        setting: "device",
-        value: format!("{} via {}", device.describe(), engine.describe(device)),
-        as_requested: true,
-    }];
+    let engine = crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto, &spec.model);
+    let mut value = format!("{} via {}", device.describe(), engine.describe(device));
+    if let (DeviceKind::Cpu { .. }, Compute::Fp32, Err(layer)) =
+        (&device.kind, precision.compute, crate::train::native::native_layers(&spec.model))
+    {
+        value += &format!(" (the native CPU engine has no `{layer}` layer yet)");
+    }
+    let mut out = vec![Applied { setting: "device", value, as_requested: true }];
     out.push(match (&precision.fallback, precision.compute) {
         (Some(why), Compute::Tf32) => Applied {
             setting: "precision",

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kynml_backend::{select, DeviceChoice};
+use kynml_backend::{select, Device, DeviceChoice};
 use kynml_core::plan::{Overrides, SpecFile};
 use kynml_core::train::{train, TrainSettings};
 
@@ -21,6 +21,12 @@ fn train_example(rel: &str) -> std::collections::BTreeMap<String, f64> {
 #[test]
 fn iris_reaches_high_accuracy_on_held_out_rows() {
     let metrics = train_example("iris/iris.kyn");
+    assert!(metrics["accuracy"] >= 0.9, "{metrics:?}");
+}
+
+#[test]
+fn shapes_cnn_example_classifies_images() {
+    let metrics = train_example("shapes/shapes.kyn");
     assert!(metrics["accuracy"] >= 0.9, "{metrics:?}");
 }
 
@@ -63,9 +69,11 @@ fn random_regression_spec(dir: &Path, seed: u64, model: &str) -> PathBuf {
         csv.push('\n');
     }
     std::fs::write(dir.join("data.csv"), csv).unwrap();
+    // `model` may declare the six features' shape itself (`input 2x3`).
+    let input = if model.trim_start().starts_with("input") { "" } else { " input 6\n" };
     let spec = format!(
         "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n normalize = true\n\
-         model M:\n input 6\n{model}\n\
+         model M:\n{input}{model}\n\
          train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 4\n batch = 32\n seed = {seed}\n"
     );
     let path = dir.join("spec.kyn");
@@ -101,13 +109,23 @@ fn wgpu_training_agrees_with_cpu_in_fp32() {
     let seed = clock_seed();
     // Every layer kind: dropout masks are keyed by the run's generator and
     // computed on each device alike, so both backends drop the same units.
-    let layers = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
-    let path = random_regression_spec(tmp.path(), seed, layers);
+    let dense = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
+    // And the image layers, on the same six features seen as one 2x3 image.
+    let image = " input 1x2x3\n conv2d 4 2 relu padding=1\n batchnorm\n maxpool 2\n conv2d 3 1 tanh\n \
+                 global_avgpool\n dense 8 gelu\n dense 1 linear";
+    for (name, layers) in [("dense", dense), ("image", image)] {
+        wgpu_agrees_with_cpu(&cpu, &wgpu, tmp.path(), seed, name, layers);
+    }
+}
+
+fn wgpu_agrees_with_cpu(cpu: &Device, wgpu: &Device, dir: &Path, seed: u64, name: &str, layers: &str) {
+    let path = random_regression_spec(dir, seed, layers);
     let mut file = SpecFile::load(&path).unwrap();
     file.apply(&Overrides::default());
     let data = file.load_data().unwrap();
+    // The image layers run on Burn's CPU backend (the native engine has none).
     let run = |device| train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
-    let (a, b) = (run(&cpu), run(&wgpu));
+    let (a, b) = (run(cpu), run(wgpu));
     let worst = a
         .history
         .iter()
@@ -119,12 +137,16 @@ fn wgpu_training_agrees_with_cpu_in_fp32() {
             ]
         })
         .fold(0.0f64, f64::max);
-    eprintln!("cpu vs wgpu: worst relative loss difference {worst:.2e} (seed {seed})");
+    eprintln!("{name}: cpu vs wgpu: worst relative loss difference {worst:.2e} (seed {seed})");
     for (ea, eb) in a.history.iter().zip(&b.history) {
         // fp32 with different summation orders: agree to ~1e-3 relative
         // over a few epochs of Adam.
         for (x, y) in [(ea.train_loss, eb.train_loss), (ea.val_loss, eb.val_loss)] {
-            assert!((x - y).abs() <= 2e-3 * x.abs().max(1e-3), "seed {seed}, epoch {}: cpu {x} vs wgpu {y}", ea.epoch);
+            assert!(
+                (x - y).abs() <= 2e-3 * x.abs().max(1e-3),
+                "{name}, seed {seed}, epoch {}: cpu {x} vs wgpu {y}",
+                ea.epoch
+            );
         }
     }
     assert_eq!(a.history.len(), 4);
@@ -232,28 +254,10 @@ train:
 
 /// Every trainable value and running statistic of a model, in layer order.
 fn all_weights(model: &kynml_core::model::Model<kynml_backend::Backend>) -> Vec<f32> {
-    use kynml_core::model::Layer;
     let mut out = Vec::new();
-    let mut push = |t: kynml_backend::burn::tensor::Tensor<kynml_backend::Backend, 1>| {
-        out.extend(t.into_data().convert::<f32>().into_vec::<f32>().unwrap())
-    };
     for layer in &model.layers {
-        match layer {
-            Layer::Dense(d) => {
-                push(d.weight.val().flatten(0, 1));
-                push(d.bias.val());
-            }
-            Layer::BatchNorm(b) => {
-                push(b.gamma.val());
-                push(b.beta.val());
-                push(b.running_mean.value());
-                push(b.running_var.value());
-            }
-            Layer::LayerNorm(l) => {
-                push(l.gamma.val());
-                push(l.beta.val());
-            }
-            Layer::Dropout(_) => {}
+        for (_, data) in layer.state() {
+            out.extend(data.convert::<f32>().into_vec::<f32>().unwrap());
         }
     }
     out
@@ -490,7 +494,7 @@ fn export_round_trip(seed: u64, layers: &str, loss: &str, outputs: usize) {
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
-    let exported = export::from_model(&result.model, "M", &data.info, file.spec.train.loss.value);
+    let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
 
     // Fresh raw rows, wider than the training data.
     let mut rng = kynml_core::rng::SplitMix64::new(seed ^ 0x5eed);
@@ -540,6 +544,13 @@ fn exports_predict_like_the_trained_model_in_onnxruntime_numpy_and_kynml() {
     export_round_trip(seed + 1, " dense 24 gelu\n batchnorm\n dropout 0.3\n dense 12 silu\n layernorm", "mse", 1);
     export_round_trip(seed + 2, " dense 16 leaky_relu\n batchnorm\n dropout 0.2", "cross_entropy", 3);
     export_round_trip(seed + 3, " dense 16 sigmoid\n layernorm", "bce", 1);
+    // The six features as a 1x2x3 image and as 2 channels of length 3.
+    let image = " input 1x2x3\n conv2d 4 2 relu padding=1\n batchnorm\n maxpool 2 stride=1\n conv2d 3 2 gelu\n \
+                 flatten\n dense 6 tanh";
+    export_round_trip(seed + 4, image, "cross_entropy", 3);
+    let sequence =
+        " input 2x3\n conv1d 4 2 silu padding=1\n batchnorm\n avgpool 2\n conv1d 2 1 linear\n global_avgpool";
+    export_round_trip(seed + 5, sequence, "mse", 1);
 }
 
 // ---- mixed precision ----
@@ -946,5 +957,72 @@ fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
         assert!(gap <= 1e-4, "{layers:?}, {loss}, {optimizer}: loss gap {gap} (seed {seed})");
         assert!(weight_gap <= 1e-4, "{layers:?}, {loss}, {optimizer}: weight gap {weight_gap} (seed {seed})");
         assert_eq!(native.history.len(), 4);
+    }
+}
+
+// ---- image layers ----
+
+/// The Burn forward of every image layer (in evaluation, after a training
+/// pass has moved batchnorm's running statistics) against the reference
+/// forward on the host that the exports are checked with: convolutions with
+/// stride and padding, both poolings, per-channel batchnorm, on 1-D and 2-D
+/// inputs.
+#[test]
+fn image_layers_match_the_reference_forward() {
+    use kynml_core::data::DataInfo;
+    use kynml_core::export;
+    use kynml_core::model::{Mode, Model};
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let seed = clock_seed();
+    let cases = [
+        ("2x7x6", " conv2d 4 3 relu padding=1\n batchnorm\n maxpool 2\n conv2d 3 2 gelu stride=2\n flatten\n dense 5 tanh"),
+        ("3x11", " conv1d 4 3 silu stride=2\n batchnorm\n avgpool 2 stride=1\n conv1d 2 1 linear padding=same\n global_avgpool\n dense 2 linear"),
+        ("1x6x6", " conv2d 2 3 leaky_relu(0.1)\n avgpool 2\n global_avgpool\n dense 3 sigmoid"),
+        ("2x5x5", " conv2d 3 5 linear padding=2 stride=2\n maxpool 3 stride=1\n flatten\n dense 4 relu"),
+    ];
+    for (i, (shape, layers)) in cases.into_iter().enumerate() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("spec.kyn");
+        std::fs::write(
+            &path,
+            format!(
+                "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\nmodel M:\n input {shape}\n{layers}\n\
+                 train:\n model = M\n data = D\n loss = mse\n optimizer = adam(lr=0.01)\n epochs = 1\n batch = 8\n"
+            ),
+        )
+        .unwrap();
+        let file = SpecFile::load(&path).unwrap();
+        let model = Model::init(&file.spec.model, seed + i as u64, &cpu.inner());
+        let width = file.spec.model.input.value;
+        let n = 9;
+        let mut rng = kynml_core::rng::SplitMix64::new(seed ^ i as u64);
+        let raw: Vec<f32> = (0..n * width).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+        let x = || {
+            burn::tensor::Tensor::<kynml_backend::Backend, 2>::from_data(
+                burn::tensor::TensorData::new(raw.clone(), [n, width]),
+                &cpu.inner(),
+            )
+        };
+        let _ = model.forward(x(), Mode::Train(&mut rng));
+        let burn_out: Vec<f32> = model.forward(x(), Mode::Eval).into_data().convert::<f32>().into_vec().unwrap();
+        let info = DataInfo {
+            source: "data.csv".into(),
+            feature_names: (0..width).map(|f| format!("p{f}")).collect(),
+            target: "y".into(),
+            class_names: None,
+            normalizer: None,
+            train_fraction: 0.8,
+            seed: 0,
+            train_rows: n,
+            valid_rows: 0,
+        };
+        let exported = export::from_model(&model, &file.spec.model, &info, kynml_core::spec::types::Loss::Mse);
+        exported.validate().unwrap();
+        let reference = exported.forward(&raw).unwrap();
+        assert_eq!(reference.len(), burn_out.len(), "{layers}");
+        let worst =
+            reference.iter().zip(&burn_out).map(|(a, b)| (a - b).abs() / a.abs().max(1.0)).fold(0.0f32, f32::max);
+        eprintln!("input {shape}: burn vs reference forward, worst scaled difference {worst:.2e} (seed {seed})");
+        assert!(worst <= 1e-4, "input {shape} {layers}: {worst} (seed {seed})");
     }
 }

@@ -21,8 +21,8 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
             .layers
             .iter()
             .rev()
-            .find_map(|l| match l.value {
-                Layer::Dense { units, .. } => Some(units),
+            .find_map(|l| match &l.value {
+                Layer::Dense(dense) => Some(dense.units),
                 _ => None,
             })
             .unwrap_or(2)

@@ -7,17 +7,22 @@
 //! then the layers in order, then the head turns the last layer's outputs into
 //! predictions or class probabilities.
 
-/// Epsilon of BatchNorm and LayerNorm (PyTorch's default for both), as the
-/// engines use it.
-pub const NORM_EPS: f32 = kynml_cpu::NORM_EPS as f32;
+use super::torch::TorchTensor;
+use crate::model::batchnorm::BatchNormSpec;
+use crate::model::dense::DenseSpec;
+use crate::model::dropout::DropoutSpec;
+use crate::model::layernorm::LayerNormSpec;
+use crate::model::{Decl, HostTensor, LayerSpec, Role, Shape, Tensors};
 
 /// A trained model as plain host data, the input of every exporter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExportModel {
     /// Model name from the spec, e.g. "DeepNet".
     pub name: String,
-    /// Number of input features.
+    /// Number of input values per sample (features, or the pixels of an image).
     pub input: usize,
+    /// The shape of one sample: `[input]`, or `[channels, height, width]`.
+    pub shape: Shape,
     /// One name per input feature, in column order (`len == input`).
     pub feature_names: Vec<String>,
     /// Name of the predicted column.
@@ -47,51 +52,14 @@ pub enum Head {
     },
 }
 
-/// One layer of the model.
+/// One layer of the model: its kind and arguments as the spec gives them,
+/// and its tensors in PyTorch's layout and names (`weight`, `running_mean`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum ExportLayer {
-    /// y = act(x W^T + b); `weight` is row-major [out, in] (PyTorch nn.Linear layout).
-    Dense {
-        /// Number of inputs.
-        input: usize,
-        /// Number of outputs (units).
-        output: usize,
-        /// Row-major `[output, input]`, `len == output * input`.
-        weight: Vec<f32>,
-        /// One per output, `len == output`.
-        bias: Vec<f32>,
-        /// Applied after the affine map.
-        activation: Activation,
-    },
-    /// nn.BatchNorm1d in eval mode: (x - running_mean)/sqrt(running_var + eps) * gamma + beta. eps = 1e-5.
-    BatchNorm {
-        /// Number of features, in and out.
-        features: usize,
-        /// Per-feature scale (PyTorch's `weight`), `len == features`.
-        gamma: Vec<f32>,
-        /// Per-feature shift (PyTorch's `bias`), `len == features`.
-        beta: Vec<f32>,
-        /// Per-feature mean tracked during training, `len == features`.
-        running_mean: Vec<f32>,
-        /// Per-feature variance tracked during training, `len == features`.
-        running_var: Vec<f32>,
-        /// PyTorch's count of training batches (never negative), kept for the state dict; unused at inference.
-        num_batches_tracked: i64,
-    },
-    /// nn.LayerNorm(features), eps 1e-5, normalising each row over its features (biased variance).
-    LayerNorm {
-        /// Number of features, in and out.
-        features: usize,
-        /// Per-feature scale (PyTorch's `weight`), `len == features`.
-        gamma: Vec<f32>,
-        /// Per-feature shift (PyTorch's `bias`), `len == features`.
-        beta: Vec<f32>,
-    },
-    /// Identity at inference.
-    Dropout {
-        /// Probability, in `[0, 1)`, that training zeroed each value; unused at inference.
-        p: f64,
-    },
+pub struct ExportLayer {
+    /// The layer as the spec declares it.
+    pub spec: LayerSpec,
+    /// Its tensors, in the order its kind declares them ([`LayerSpec::tensors`]).
+    pub tensors: Vec<HostTensor>,
 }
 
 /// The activation applied after a dense layer's affine map: the spec's own type.
@@ -165,137 +133,143 @@ impl Head {
 }
 
 impl ExportLayer {
-    /// `dense`, `batchnorm`, `layernorm` or `dropout`.
+    /// The word its spec line starts with: `dense`, `batchnorm`, `conv2d`.
     pub fn kind(&self) -> &'static str {
-        match self {
-            ExportLayer::Dense { .. } => "dense",
-            ExportLayer::BatchNorm { .. } => "batchnorm",
-            ExportLayer::LayerNorm { .. } => "layernorm",
-            ExportLayer::Dropout { .. } => "dropout",
-        }
+        self.spec.name()
     }
 
-    /// Width of the layer's output given the width of its input (only dense layers change it).
-    pub fn output_width(&self, input: usize) -> usize {
-        match self {
-            ExportLayer::Dense { output, .. } => *output,
-            ExportLayer::BatchNorm { features, .. } | ExportLayer::LayerNorm { features, .. } => *features,
-            ExportLayer::Dropout { .. } => input,
-        }
-    }
-
-    /// Number of trained values (weights, biases, norm parameters and running statistics).
+    /// Number of f32 values (weights, biases, norm parameters and running statistics).
     pub fn parameter_count(&self) -> usize {
-        match self {
-            ExportLayer::Dense { weight, bias, .. } => weight.len() + bias.len(),
-            ExportLayer::BatchNorm { gamma, beta, running_mean, running_var, .. } => {
-                gamma.len() + beta.len() + running_mean.len() + running_var.len()
-            }
-            ExportLayer::LayerNorm { gamma, beta, .. } => gamma.len() + beta.len(),
-            ExportLayer::Dropout { .. } => 0,
+        self.tensors.iter().filter(|t| matches!(t.data, TorchTensor::F32(_))).map(|t| t.data.len()).sum()
+    }
+
+    /// Its tensors, by name.
+    pub fn view(&self) -> Tensors<'_> {
+        Tensors(&self.tensors)
+    }
+
+    /// A dense layer: `weight` row-major `[output, input]` (PyTorch's `nn.Linear` layout).
+    pub fn dense(input: usize, output: usize, weight: Vec<f32>, bias: Vec<f32>, activation: Activation) -> Self {
+        ExportLayer {
+            spec: LayerSpec::Dense(DenseSpec { units: output, activation }),
+            tensors: vec![f32s("weight", vec![output, input], weight), f32s("bias", vec![output], bias)],
         }
     }
 
-    /// Checks the layer's own lengths against an input of `width` features.
-    fn validate(&self, width: usize) -> Result<(), String> {
-        match self {
-            ExportLayer::Dense { input, output, weight, bias, activation } => {
-                if *input != width {
-                    return Err(format!("takes {input} inputs but the previous layer gives {width}"));
-                }
-                if *output == 0 {
-                    return Err("has 0 outputs".to_string());
-                }
-                let expected =
-                    output.checked_mul(*input).ok_or_else(|| format!("{output} x {input} weights overflow"))?;
-                if weight.len() != expected {
-                    return Err(format!(
-                        "weight has {} values, expected {output} x {input} = {expected}",
-                        weight.len()
-                    ));
-                }
-                check_len("bias", bias, *output)?;
-                if let Activation::LeakyRelu(slope) = activation {
-                    if !slope.is_finite() {
-                        return Err(format!("leaky_relu slope {slope} is not finite"));
-                    }
-                }
-            }
-            ExportLayer::BatchNorm { features, gamma, beta, running_mean, running_var, num_batches_tracked } => {
-                check_features(*features, width)?;
-                check_len("gamma", gamma, *features)?;
-                check_len("beta", beta, *features)?;
-                check_len("running_mean", running_mean, *features)?;
-                check_len("running_var", running_var, *features)?;
-                if let Some(v) = running_var.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
-                    return Err(format!("running_var holds {v}; variances must be finite and >= 0"));
-                }
-                if *num_batches_tracked < 0 {
-                    return Err(format!("num_batches_tracked is {num_batches_tracked}, below 0"));
-                }
-            }
-            ExportLayer::LayerNorm { features, gamma, beta } => {
-                check_features(*features, width)?;
-                check_len("gamma", gamma, *features)?;
-                check_len("beta", beta, *features)?;
-            }
-            ExportLayer::Dropout { p } => {
-                if !(p.is_finite() && (0.0..1.0).contains(p)) {
-                    return Err(format!("dropout p {p} is outside [0, 1)"));
-                }
-            }
+    /// `nn.BatchNorm1d` in eval mode over `gamma.len()` features.
+    pub fn batchnorm(
+        gamma: Vec<f32>,
+        beta: Vec<f32>,
+        running_mean: Vec<f32>,
+        running_var: Vec<f32>,
+        tracked: i64,
+    ) -> Self {
+        let f = gamma.len();
+        ExportLayer {
+            spec: LayerSpec::BatchNorm(BatchNormSpec),
+            tensors: vec![
+                f32s("weight", vec![f], gamma),
+                f32s("bias", vec![f], beta),
+                f32s("running_mean", vec![f], running_mean),
+                f32s("running_var", vec![f], running_var),
+                HostTensor {
+                    name: "num_batches_tracked".into(),
+                    shape: Vec::new(),
+                    data: TorchTensor::I64(vec![tracked]),
+                },
+            ],
         }
-        Ok(())
     }
 
-    /// Applies the layer (inference mode) to `rows` rows of `width` values.
-    fn apply(&self, x: &[f32], width: usize) -> Vec<f32> {
-        match self {
-            ExportLayer::Dense { input, output, weight, bias, activation } => {
-                let mut y = Vec::with_capacity(x.len() / width.max(1) * output);
-                for row in x.chunks_exact(*input) {
-                    for (w_row, b) in weight.chunks_exact(*input).zip(bias) {
-                        let dot: f64 = row.iter().zip(w_row).map(|(a, w)| f64::from(*a) * f64::from(*w)).sum();
-                        y.push(activation.apply((dot + f64::from(*b)) as f32));
-                    }
-                }
-                y
-            }
-            ExportLayer::BatchNorm { features, gamma, beta, running_mean, running_var, .. } => {
-                let mut y = Vec::with_capacity(x.len());
-                for row in x.chunks_exact(*features) {
-                    for i in 0..*features {
-                        let inv = 1.0 / (f64::from(running_var[i]) + f64::from(NORM_EPS)).sqrt();
-                        let v = (f64::from(row[i]) - f64::from(running_mean[i])) * inv;
-                        y.push((v * f64::from(gamma[i]) + f64::from(beta[i])) as f32);
-                    }
-                }
-                y
-            }
-            ExportLayer::LayerNorm { features, gamma, beta } => {
-                let mut y = Vec::with_capacity(x.len());
-                let n = *features as f64;
-                for row in x.chunks_exact(*features) {
-                    let mean = row.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
-                    let var = row.iter().map(|v| (f64::from(*v) - mean).powi(2)).sum::<f64>() / n;
-                    let inv = 1.0 / (var + f64::from(NORM_EPS)).sqrt();
-                    for i in 0..*features {
-                        let v = (f64::from(row[i]) - mean) * inv;
-                        y.push((v * f64::from(gamma[i]) + f64::from(beta[i])) as f32);
-                    }
-                }
-                y
-            }
-            ExportLayer::Dropout { .. } => x.to_vec(),
+    /// `nn.LayerNorm(gamma.len())`.
+    pub fn layernorm(gamma: Vec<f32>, beta: Vec<f32>) -> Self {
+        let f = gamma.len();
+        ExportLayer {
+            spec: LayerSpec::LayerNorm(LayerNormSpec),
+            tensors: vec![f32s("weight", vec![f], gamma), f32s("bias", vec![f], beta)],
         }
+    }
+
+    /// Dropout with probability `p`: the identity at inference.
+    pub fn dropout(p: f64) -> Self {
+        ExportLayer { spec: LayerSpec::Dropout(DropoutSpec { p }), tensors: Vec::new() }
+    }
+
+    /// A layer of `spec` taking `input`, with zeros for weights (ones for
+    /// variances): the skeleton a sidecar describes before its weights are read.
+    pub fn zeros(spec: LayerSpec, input: &Shape) -> Self {
+        let tensors = spec
+            .tensors(input)
+            .into_iter()
+            .map(|d| {
+                let data = match d.role {
+                    Role::Count => TorchTensor::I64(vec![0]),
+                    _ if d.name == "running_var" => TorchTensor::F32(vec![1.0; d.len()]),
+                    _ => TorchTensor::F32(vec![0.0; d.len()]),
+                };
+                HostTensor { name: d.name.to_string(), shape: d.shape, data }
+            })
+            .collect();
+        ExportLayer { spec, tensors }
+    }
+
+    /// Checks the layer's tensors against what its kind declares for `input`.
+    fn validate(&self, input: &Shape) -> Result<(), String> {
+        let decls = self.spec.tensors(input);
+        for d in &decls {
+            let Some(t) = self.tensors.iter().find(|t| t.name == d.name) else {
+                return Err(format!("has no `{}` tensor", d.name));
+            };
+            check_tensor(d, t)?;
+        }
+        if let Some(t) = self.tensors.iter().find(|t| !decls.iter().any(|d| d.name == t.name)) {
+            return Err(format!("has a `{}` tensor its kind does not have", t.name));
+        }
+        self.spec.check(self.view())
     }
 }
 
+fn f32s(name: &str, shape: Vec<usize>, values: Vec<f32>) -> HostTensor {
+    HostTensor { name: name.to_string(), shape, data: TorchTensor::F32(values) }
+}
+
+/// A tensor against its declaration: shape, number of values, element type.
+fn check_tensor(d: &Decl, t: &HostTensor) -> Result<(), String> {
+    let dims = |s: &[usize]| s.iter().map(usize::to_string).collect::<Vec<_>>().join(" x ");
+    let count = d.shape.iter().try_fold(1usize, |a, b| a.checked_mul(*b)).ok_or(format!("{} overflows", d.name))?;
+    if t.shape != d.shape {
+        return Err(format!("{} has shape [{}], expected [{}]", d.name, dims(&t.shape), dims(&d.shape)));
+    }
+    if t.data.len() != count {
+        return Err(format!("{} has {} values, expected {} = {count}", d.name, t.data.len(), dims(&d.shape)));
+    }
+    let int = matches!(t.data, TorchTensor::I64(_));
+    if int != (d.role == Role::Count) {
+        return Err(format!(
+            "{} holds {} values, expected {}",
+            d.name,
+            t.data.dtype(),
+            if int { "F32" } else { "I64" }
+        ));
+    }
+    Ok(())
+}
+
 impl ExportModel {
-    /// Number of output units: the width of the last layer (the input width if there are no
-    /// width-changing layers).
+    /// The shape each layer takes, then the output's: `layers.len() + 1`
+    /// shapes. Fails at the first layer that cannot take its input.
+    pub fn shapes(&self) -> Result<Vec<Shape>, String> {
+        let mut out = vec![self.shape.clone()];
+        for (i, layer) in self.layers.iter().enumerate() {
+            let next = layer.spec.output(&out[i]).map_err(|e| format!("layer {i} ({}): {e}", layer.kind()))?;
+            out.push(next);
+        }
+        Ok(out)
+    }
+
+    /// Number of output units: values per sample of the last layer's output.
     pub fn output(&self) -> usize {
-        self.layers.iter().fold(self.input, |width, layer| layer.output_width(width))
+        self.shapes().ok().and_then(|s| s.last().map(Shape::size)).unwrap_or(0)
     }
 
     /// Number of trained values in the layers (the normalizer not counted).
@@ -326,11 +300,14 @@ impl ExportModel {
                 return Err(format!("normalizer std holds {s}; it must be finite and non-zero"));
             }
         }
-        let mut width = self.input;
-        for (i, layer) in self.layers.iter().enumerate() {
-            layer.validate(width).map_err(|e| format!("layer {i} ({}): {e}", layer.kind()))?;
-            width = layer.output_width(width);
+        if self.shape.size() != self.input {
+            return Err(format!("the input shape {} does not hold {} values", self.shape, self.input));
         }
+        let shapes = self.shapes()?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            layer.validate(&shapes[i]).map_err(|e| format!("layer {i} ({}): {e}", layer.kind()))?;
+        }
+        let width = shapes.last().map_or(0, Shape::size);
         match &self.head {
             Head::Regression => {}
             Head::Softmax { class_names } => {
@@ -375,10 +352,9 @@ impl ExportModel {
                 }
             }
         }
-        let mut width = self.input;
-        for layer in &self.layers {
-            x = layer.apply(&x, width);
-            width = layer.output_width(width);
+        let shapes = self.shapes()?;
+        for (layer, shape) in self.layers.iter().zip(&shapes) {
+            x = layer.spec.reference(shape, layer.view(), &x);
         }
         Ok(x)
     }
@@ -437,13 +413,6 @@ fn check_len(what: &str, values: &[f32], expected: usize) -> Result<(), String> 
     Ok(())
 }
 
-fn check_features(features: usize, width: usize) -> Result<(), String> {
-    if features != width {
-        return Err(format!("normalises {features} features but the previous layer gives {width}"));
-    }
-    Ok(())
-}
-
 fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {
         1.0 / (1.0 + (-x).exp())
@@ -490,6 +459,7 @@ mod tests {
         ExportModel {
             name: "Tiny".to_string(),
             input: 2,
+            shape: crate::model::Shape::flat(2),
             feature_names: vec!["a".to_string(), "b".to_string()],
             target: "y".to_string(),
             normalizer: None,
@@ -499,7 +469,7 @@ mod tests {
     }
 
     fn dense(input: usize, output: usize, weight: Vec<f32>, bias: Vec<f32>, activation: Activation) -> ExportLayer {
-        ExportLayer::Dense { input, output, weight, bias, activation }
+        ExportLayer::dense(input, output, weight, bias, activation)
     }
 
     #[test]
@@ -544,7 +514,7 @@ mod tests {
             Head::Regression,
             vec![
                 dense(2, 2, vec![1.0, 2.0, -1.0, 1.0], vec![0.5, -1.0], Activation::Relu),
-                ExportLayer::Dropout { p: 0.5 },
+                ExportLayer::dropout(0.5),
                 dense(2, 1, vec![2.0, -3.0], vec![0.25], Activation::Linear),
             ],
         );
@@ -561,20 +531,13 @@ mod tests {
 
     #[test]
     fn norms_match_hand_computed_values() {
-        let bn = ExportLayer::BatchNorm {
-            features: 2,
-            gamma: vec![2.0, 1.0],
-            beta: vec![0.0, 1.0],
-            running_mean: vec![1.0, 0.0],
-            running_var: vec![4.0, 1.0],
-            num_batches_tracked: 7,
-        };
+        let bn = ExportLayer::batchnorm(vec![2.0, 1.0], vec![0.0, 1.0], vec![1.0, 0.0], vec![4.0, 1.0], 7);
         let model = tiny(Head::Regression, vec![bn]);
         let y = model.forward(&[3.0, 2.0]).unwrap();
         assert!(close(y[0], 2.0 * 2.0 / (4.0f64 + 1e-5).sqrt()));
         assert!(close(y[1], 2.0 / (1.0f64 + 1e-5).sqrt() + 1.0));
 
-        let ln = ExportLayer::LayerNorm { features: 2, gamma: vec![1.0, 3.0], beta: vec![0.5, 0.0] };
+        let ln = ExportLayer::layernorm(vec![1.0, 3.0], vec![0.5, 0.0]);
         let model = tiny(Head::Regression, vec![ln]);
         // row (1, 3): mean 2, biased variance 1
         let y = model.forward(&[1.0, 3.0]).unwrap();
@@ -622,7 +585,7 @@ mod tests {
             Head::Regression,
             vec![
                 dense(2, 3, vec![0.0; 6], vec![0.0; 3], Activation::Relu),
-                ExportLayer::LayerNorm { features: 2, gamma: vec![1.0; 2], beta: vec![0.0; 2] },
+                ExportLayer::layernorm(vec![1.0; 2], vec![0.0; 2]),
             ],
         );
         assert!(chain.validate().unwrap_err().contains("layer 1 (layernorm)"));
@@ -643,7 +606,7 @@ mod tests {
         sigmoid.head = Head::Sigmoid { class_names: vec!["a".into(), "b".into()] };
         assert!(sigmoid.validate().is_err());
 
-        let dropout = tiny(Head::Regression, vec![ExportLayer::Dropout { p: 1.0 }]);
+        let dropout = tiny(Head::Regression, vec![ExportLayer::dropout(1.0)]);
         assert!(dropout.validate().is_err());
 
         assert!(good.forward(&[1.0, 2.0, 3.0]).unwrap_err().contains("whole rows"));

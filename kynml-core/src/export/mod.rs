@@ -26,15 +26,15 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use burn::tensor::TensorData;
 use burn::DispatchDevice;
 use serde_json::Value;
 
 pub use self::graph::{Activation, ExportLayer, ExportModel, Head};
+use self::torch::TorchTensor;
 use crate::checkpoint::{decode_safetensors, TensorData as Stored};
 use crate::data::DataInfo;
-use crate::model::{BatchNorm, Dense, Dropout, Layer, LayerNorm, Model};
-use crate::spec::types::{ExportFormat, Loss};
+use crate::model::{HostTensor, LayerSpec, Model, Role, Shape, StateError};
+use crate::spec::types::{ExportFormat, Loss, ModelSpec};
 use kynml_backend::Backend as Kb;
 
 /// The weights file of a run folder (the sidecar is `model.json`).
@@ -127,9 +127,10 @@ pub enum ExportError {
     },
 }
 
-/// The trained `model` with what inference needs from the data: feature
-/// names, normalisation, and the meaning of the outputs (from the loss).
-pub fn from_model(model: &Model<Kb>, name: &str, info: &DataInfo, loss: Loss) -> ExportModel {
+/// The trained `model` of `spec` with what inference needs from the data:
+/// feature names, normalisation, and the meaning of the outputs (from the
+/// loss).
+pub fn from_model(model: &Model<Kb>, spec: &ModelSpec, info: &DataInfo, loss: Loss) -> ExportModel {
     let class_names = info.class_names.clone().unwrap_or_default();
     let head = match loss {
         Loss::CrossEntropy => Head::Softmax { class_names },
@@ -137,86 +138,69 @@ pub fn from_model(model: &Model<Kb>, name: &str, info: &DataInfo, loss: Loss) ->
         _ => Head::Regression,
     };
     let meta = ExportModel {
-        name: name.to_string(),
+        name: spec.name.value.clone(),
         input: info.feature_names.len(),
+        shape: spec.shape.clone(),
         feature_names: info.feature_names.clone(),
         target: info.target.clone(),
         normalizer: info.normalizer.as_ref().map(|n| (n.mean.clone(), n.std.clone())),
-        layers: Vec::new(),
+        layers: spec.layers.iter().map(|l| ExportLayer { spec: l.value.clone(), tensors: Vec::new() }).collect(),
         head,
     };
     with_weights(model, meta)
 }
 
-/// `meta` with its layers replaced by `model`'s, weights copied to the host
+/// `meta` with its layers' tensors replaced by `model`'s, copied to the host
 /// in PyTorch's layout.
 fn with_weights(model: &Model<Kb>, mut meta: ExportModel) -> ExportModel {
-    let host = |t: TensorData| t.convert::<f32>().into_vec::<f32>().unwrap_or_default();
-    meta.layers = model
-        .layers
-        .iter()
-        .map(|layer| match layer {
-            Layer::Dense(d) => {
-                let [input, output] = d.weight.val().dims();
-                let w = host(d.weight.val().into_data()); // [in, out]
-                let weight = (0..output).flat_map(|o| (0..input).map(move |i| (o, i))).map(|(o, i)| w[i * output + o]);
-                ExportLayer::Dense {
-                    input,
-                    output,
-                    weight: weight.collect(),
-                    bias: host(d.bias.val().into_data()),
-                    activation: d.activation,
-                }
-            }
-            Layer::BatchNorm(n) => ExportLayer::BatchNorm {
-                features: n.gamma.val().dims()[0],
-                gamma: host(n.gamma.val().into_data()),
-                beta: host(n.beta.val().into_data()),
-                running_mean: host(n.running_mean.value_sync().into_data()),
-                running_var: host(n.running_var.value_sync().into_data()),
-                num_batches_tracked: 0,
-            },
-            Layer::LayerNorm(n) => ExportLayer::LayerNorm {
-                features: n.gamma.val().dims()[0],
-                gamma: host(n.gamma.val().into_data()),
-                beta: host(n.beta.val().into_data()),
-            },
-            Layer::Dropout(d) => ExportLayer::Dropout { p: d.prob },
-        })
-        .collect();
+    let shapes = meta.shapes().unwrap_or_default();
+    for ((layer, module), shape) in meta.layers.iter_mut().zip(&model.layers).zip(&shapes) {
+        let mut state = module.state();
+        layer.tensors = layer
+            .spec
+            .tensors(shape)
+            .into_iter()
+            .map(|d| {
+                let data = match d.role {
+                    Role::Count => TorchTensor::I64(vec![0]),
+                    _ => {
+                        let at = state.iter().position(|(name, _)| *name == d.name);
+                        let values = at.map(|at| state.swap_remove(at).1);
+                        TorchTensor::F32(values.map(|v| layer.spec.to_torch(d.name, v, &d.shape)).unwrap_or_default())
+                    }
+                };
+                HostTensor { name: d.name.to_string(), shape: d.shape, data }
+            })
+            .collect();
+    }
     meta
 }
 
 /// The exported model as a Burn module on `device`, for fast batched
-/// inference.
+/// inference. A layer whose tensors do not fit its kind (a model that does
+/// not [`validate`](ExportModel::validate)) keeps its initial weights.
 pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
-    use burn::module::{Param, RunningState};
-    use burn::tensor::Tensor;
-    let vec1 = |v: &[f32]| Tensor::<Kb, 1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
+    let shapes = e.shapes().unwrap_or_default();
+    let mut rng = crate::rng::SplitMix64::new(0);
     let layers = e
         .layers
         .iter()
-        .map(|layer| match layer {
-            ExportLayer::Dense { input, output, weight, bias, activation } => {
-                let (input, output) = (*input, *output);
-                let w: Vec<f32> = (0..input).flat_map(|i| (0..output).map(move |o| weight[o * input + i])).collect();
-                Layer::Dense(Dense {
-                    weight: Param::from_data(TensorData::new(w, [input, output]), device),
-                    bias: Param::from_tensor(vec1(bias)),
-                    activation: *activation,
-                })
-            }
-            ExportLayer::BatchNorm { gamma, beta, running_mean, running_var, .. } => Layer::BatchNorm(BatchNorm {
-                gamma: Param::from_tensor(vec1(gamma)),
-                beta: Param::from_tensor(vec1(beta)),
-                running_mean: RunningState::new(vec1(running_mean)),
-                running_var: RunningState::new(vec1(running_var)),
-            }),
-            ExportLayer::LayerNorm { gamma, beta, .. } => Layer::LayerNorm(LayerNorm {
-                gamma: Param::from_tensor(vec1(gamma)),
-                beta: Param::from_tensor(vec1(beta)),
-            }),
-            ExportLayer::Dropout { p } => Layer::Dropout(Dropout { prob: *p }),
+        .zip(&shapes)
+        .map(|(layer, shape)| {
+            let view = layer.view();
+            let mut get = |name: &str, burn_shape: &[usize]| {
+                let values = view.f32(name);
+                if values.len() != burn_shape.iter().product::<usize>() {
+                    return Err(StateError::Shape {
+                        name: name.into(),
+                        expected: burn_shape.to_vec(),
+                        found: vec![values.len()],
+                    });
+                }
+                Ok(layer.spec.from_torch(name, values, burn_shape))
+            };
+            let module = layer.spec.init(shape, &mut rng, device);
+            module.restore(&mut get, device).unwrap_or_else(|_| layer.spec.init(shape, &mut rng, device))
         })
         .collect();
     Model { layers }
@@ -351,50 +335,20 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
     if v.get("format").and_then(Value::as_str) != Some(torch::SIDECAR_FORMAT) {
         return Err(format!("its `format` is not `{}`", torch::SIDECAR_FORMAT));
     }
+    let input = size(v, "input")?;
+    // Older sidecars have no `input_shape`: plain features.
+    let shape = match v.get("input_shape") {
+        None | Some(Value::Null) => Shape::flat(input),
+        Some(s) => Shape(serde_json::from_value(s.clone()).map_err(|_| "`input_shape` is not a list of sizes")?),
+    };
     let mut layers = Vec::new();
+    let mut current = shape.clone();
     for l in field(v, "layers")?.as_array().ok_or("`layers` is not a list")? {
         let kind = l.get("kind").and_then(Value::as_str).unwrap_or_default();
-        layers.push(match kind {
-            "dense" => {
-                let (input, output) = (size(l, "in_features")?, size(l, "out_features")?);
-                let activation = match l.get("activation").and_then(Value::as_str).unwrap_or_default() {
-                    "linear" => Activation::Linear,
-                    "relu" => Activation::Relu,
-                    "gelu" => Activation::Gelu,
-                    "tanh" => Activation::Tanh,
-                    "sigmoid" => Activation::Sigmoid,
-                    "silu" => Activation::Silu,
-                    "leaky_relu" => Activation::LeakyRelu(
-                        l.get("negative_slope").and_then(Value::as_f64).ok_or("leaky_relu without `negative_slope`")?,
-                    ),
-                    other => return Err(format!("unknown activation `{other}`")),
-                };
-                ExportLayer::Dense {
-                    input,
-                    output,
-                    weight: vec![0.0; input * output],
-                    bias: vec![0.0; output],
-                    activation,
-                }
-            }
-            "batchnorm" => {
-                let f = size(l, "num_features")?;
-                ExportLayer::BatchNorm {
-                    features: f,
-                    gamma: vec![1.0; f],
-                    beta: vec![0.0; f],
-                    running_mean: vec![0.0; f],
-                    running_var: vec![1.0; f],
-                    num_batches_tracked: 0,
-                }
-            }
-            "layernorm" => {
-                let f = size(l, "normalized_shape")?;
-                ExportLayer::LayerNorm { features: f, gamma: vec![1.0; f], beta: vec![0.0; f] }
-            }
-            "dropout" => ExportLayer::Dropout { p: l.get("p").and_then(Value::as_f64).unwrap_or(0.0) },
-            other => return Err(format!("unknown layer kind `{other}`")),
-        });
+        let spec = LayerSpec::from_json(kind, l)?;
+        let layer = ExportLayer::zeros(spec, &current);
+        current = layer.spec.output(&current).map_err(|e| format!("layer {} ({kind}): {e}", layers.len()))?;
+        layers.push(layer);
     }
     let head_v = field(v, "head")?;
     let class_names = strings(field(&head_v, "class_names")?, "class_names")?;
@@ -413,7 +367,8 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
     };
     Ok(ExportModel {
         name: v.get("name").and_then(Value::as_str).unwrap_or("model").to_string(),
-        input: size(v, "input")?,
+        input,
+        shape,
         feature_names: strings(field(v, "feature_names")?, "feature_names")?,
         target: v.get("target").and_then(Value::as_str).unwrap_or_default().to_string(),
         normalizer,
@@ -433,22 +388,17 @@ fn fill(mut meta: ExportModel, tensors: &[crate::checkpoint::NamedTensor]) -> Re
         }
     };
     for (i, layer) in meta.layers.iter_mut().enumerate() {
-        match layer {
-            ExportLayer::Dense { input, output, weight, bias, .. } => {
-                *weight = get(format!("{i}.weight"), *input * *output)?;
-                *bias = get(format!("{i}.bias"), *output)?;
+        for t in &mut layer.tensors {
+            let name = format!("{i}.{}", t.name);
+            match &mut t.data {
+                TorchTensor::F32(values) => *values = get(name, values.len())?,
+                // `num_batches_tracked` is not used at inference; keep it when present.
+                TorchTensor::I64(n) => {
+                    if let Some(Stored::I64(v)) = tensors.iter().find(|s| s.name == name).map(|s| &s.data) {
+                        *n = v.clone();
+                    }
+                }
             }
-            ExportLayer::BatchNorm { features, gamma, beta, running_mean, running_var, .. } => {
-                *gamma = get(format!("{i}.weight"), *features)?;
-                *beta = get(format!("{i}.bias"), *features)?;
-                *running_mean = get(format!("{i}.running_mean"), *features)?;
-                *running_var = get(format!("{i}.running_var"), *features)?;
-            }
-            ExportLayer::LayerNorm { features, gamma, beta } => {
-                *gamma = get(format!("{i}.weight"), *features)?;
-                *beta = get(format!("{i}.bias"), *features)?;
-            }
-            ExportLayer::Dropout { .. } => {}
         }
     }
     Ok(meta)

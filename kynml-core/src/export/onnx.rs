@@ -22,7 +22,8 @@
 //! `batchnorm1.scale`, `layernorm2.bias`, `normalizer.mean`, ... All initializers are stored
 //! as little-endian float `raw_data`.
 
-use super::graph::{Activation, ExportLayer, ExportModel, Head, NORM_EPS};
+use super::graph::{Activation, ExportModel, Head};
+use crate::model::Shape;
 
 /// The default-domain (`ai.onnx`) opset the graph is written for.
 pub const OPSET: i64 = 17;
@@ -39,9 +40,12 @@ const MAX_INITIALIZER_BYTES: usize = (1 << 31) - (64 << 20);
 
 /// `TensorProto.DataType.FLOAT`.
 const FLOAT: i64 = 1;
+/// `TensorProto.DataType.INT64`.
+const INT64: i64 = 7;
 /// `AttributeProto.AttributeType` values.
 const ATTR_FLOAT: i64 = 1;
 const ATTR_INT: i64 = 2;
+const ATTR_INTS: i64 = 7;
 
 /// Encodes `model` as an ONNX file's bytes. Fails if the model does not
 /// [`validate`](ExportModel::validate), or if its weights do not fit in one protobuf message
@@ -59,9 +63,13 @@ pub fn to_onnx(model: &ExportModel) -> Result<Vec<u8>, String> {
 }
 
 /// A node attribute.
-enum Attr {
+pub(crate) enum Attr {
+    /// An int64 attribute.
     Int(&'static str, i64),
+    /// A float attribute.
     Float(&'static str, f32),
+    /// A list of int64 (`kernel_shape`, `pads`).
+    Ints(&'static str, Vec<i64>),
 }
 
 struct Node {
@@ -75,13 +83,19 @@ struct Node {
 struct Initializer {
     name: String,
     dims: Vec<usize>,
-    data: Vec<f32>,
+    data: Values,
+}
+
+/// An initializer's values.
+enum Values {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
 }
 
 /// The graph under construction: nodes in execution order, initializers, and the graph's outputs
 /// with their widths.
 #[derive(Default)]
-struct Graph {
+pub(crate) struct Graph {
     nodes: Vec<Node>,
     initializers: Vec<Initializer>,
     outputs: Vec<(String, usize)>,
@@ -89,20 +103,34 @@ struct Graph {
 
 impl Graph {
     /// Adds a node named `name` whose single output tensor is also called `name`; returns it.
-    fn node(&mut self, name: String, op: &'static str, inputs: &[&str], attrs: Vec<Attr>) -> String {
+    pub(crate) fn node(&mut self, name: String, op: &'static str, inputs: &[&str], attrs: Vec<Attr>) -> String {
         let inputs = inputs.iter().map(|s| s.to_string()).collect();
         self.nodes.push(Node { name: name.clone(), op, inputs, output: name.clone(), attrs });
         name
     }
 
     /// Adds an initializer; returns its name.
-    fn constant(&mut self, name: String, dims: Vec<usize>, data: Vec<f32>) -> String {
-        self.initializers.push(Initializer { name: name.clone(), dims, data });
+    pub(crate) fn constant(&mut self, name: String, dims: Vec<usize>, data: Vec<f32>) -> String {
+        self.initializers.push(Initializer { name: name.clone(), dims, data: Values::F32(data) });
         name
     }
 
+    /// `x` (`[batch, shape.size()]`) as `[batch, ...shape]`; returns the new tensor's name.
+    pub(crate) fn reshape(&mut self, p: &str, x: String, shape: &Shape) -> String {
+        let mut dims = vec![-1i64];
+        dims.extend(shape.dims().iter().map(|d| *d as i64));
+        let name = format!("{p}.shape");
+        self.initializers.push(Initializer { name: name.clone(), dims: vec![dims.len()], data: Values::I64(dims) });
+        self.node(format!("{p}.reshaped"), "Reshape", &[&x, &name], Vec::new())
+    }
+
+    /// `x` back to `[batch, features]`.
+    pub(crate) fn flatten(&mut self, p: &str, x: String) -> String {
+        self.node(format!("{p}.flat"), "Flatten", &[&x], vec![Attr::Int("axis", 1)])
+    }
+
     /// A scalar constant shared by every node that needs it, added on first use.
-    fn scalar(&mut self, name: &str, value: f32) -> String {
+    pub(crate) fn scalar(&mut self, name: &str, value: f32) -> String {
         if !self.initializers.iter().any(|i| i.name == name) {
             self.constant(name.to_string(), Vec::new(), vec![value]);
         }
@@ -131,37 +159,12 @@ fn build_graph(model: &ExportModel) -> Graph {
         let centered = g.node("normalizer.centered".to_string(), "Sub", &[&x, &m], Vec::new());
         x = g.node("normalizer.scaled".to_string(), "Div", &[&centered, &s], Vec::new());
     }
-    let mut width = model.input;
-    for (i, layer) in model.layers.iter().enumerate() {
-        x = match layer {
-            ExportLayer::Dense { input, output, weight, bias, activation } => {
-                let p = format!("dense{i}");
-                let w = g.constant(format!("{p}.weight"), vec![*output, *input], weight.clone());
-                let b = g.constant(format!("{p}.bias"), vec![*output], bias.clone());
-                let attrs = vec![Attr::Int("transB", 1)];
-                let y = g.node(format!("{p}.gemm"), "Gemm", &[&x, &w, &b], attrs);
-                activate(&mut g, &p, y, *activation)
-            }
-            ExportLayer::BatchNorm { features, gamma, beta, running_mean, running_var, .. } => {
-                let p = format!("batchnorm{i}");
-                let scale = g.constant(format!("{p}.scale"), vec![*features], gamma.clone());
-                let bias = g.constant(format!("{p}.bias"), vec![*features], beta.clone());
-                let mean = g.constant(format!("{p}.running_mean"), vec![*features], running_mean.clone());
-                let var = g.constant(format!("{p}.running_var"), vec![*features], running_var.clone());
-                let attrs = vec![Attr::Float("epsilon", NORM_EPS)];
-                g.node(p, "BatchNormalization", &[&x, &scale, &bias, &mean, &var], attrs)
-            }
-            ExportLayer::LayerNorm { features, gamma, beta } => {
-                let p = format!("layernorm{i}");
-                let scale = g.constant(format!("{p}.scale"), vec![*features], gamma.clone());
-                let bias = g.constant(format!("{p}.bias"), vec![*features], beta.clone());
-                let attrs = vec![Attr::Int("axis", -1), Attr::Float("epsilon", NORM_EPS)];
-                g.node(p, "LayerNormalization", &[&x, &scale, &bias], attrs)
-            }
-            ExportLayer::Dropout { .. } => x,
-        };
-        width = layer.output_width(width);
+    let shapes = model.shapes().unwrap_or_default();
+    for (i, (layer, shape)) in model.layers.iter().zip(&shapes).enumerate() {
+        let p = format!("{}{i}", layer.kind());
+        x = layer.spec.onnx(&mut g, &p, shape, layer.view(), x);
     }
+    let width = model.output();
     match &model.head {
         Head::Regression => g.output(x, "prediction", width),
         Head::Softmax { class_names } => {
@@ -182,8 +185,8 @@ fn build_graph(model: &ExportModel) -> Graph {
     g
 }
 
-/// Adds the nodes of `activation` after tensor `x` of dense layer `p`; returns the result.
-fn activate(g: &mut Graph, p: &str, x: String, activation: Activation) -> String {
+/// Adds the nodes of `activation` after tensor `x` of layer `p`; returns the result.
+pub(crate) fn activate(g: &mut Graph, p: &str, x: String, activation: Activation) -> String {
     match activation {
         Activation::Linear => x,
         Activation::Relu => g.node(format!("{p}.relu"), "Relu", &[&x], Vec::new()),
@@ -282,6 +285,13 @@ fn encode_node(node: &Node) -> Proto {
                 a.float(2, value);
                 a.int(20, ATTR_FLOAT);
             }
+            Attr::Ints(name, ref values) => {
+                a.string(1, name);
+                for v in values {
+                    a.int(8, *v);
+                }
+                a.int(20, ATTR_INTS);
+            }
         }
         p.message(5, &a);
     }
@@ -293,12 +303,17 @@ fn encode_initializer(init: &Initializer) -> Proto {
     for dim in &init.dims {
         p.int(1, *dim as i64);
     }
-    p.int(2, FLOAT);
+    let raw: Vec<u8> = match &init.data {
+        Values::F32(v) => {
+            p.int(2, FLOAT);
+            v.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+        Values::I64(v) => {
+            p.int(2, INT64);
+            v.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+    };
     p.string(8, &init.name);
-    let mut raw = Vec::with_capacity(init.data.len() * 4);
-    for v in &init.data {
-        raw.extend_from_slice(&v.to_le_bytes());
-    }
     p.bytes(9, &raw);
     p
 }
@@ -369,6 +384,7 @@ impl Proto {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::graph::{Activation, ExportLayer};
     use std::collections::HashSet;
 
     /// A minimal protobuf reader for the tests: (field, wire type, payload) triples, with
@@ -435,6 +451,7 @@ mod tests {
         ExportModel {
             name: "Net".to_string(),
             input: 3,
+            shape: crate::model::Shape::flat(3),
             feature_names: vec!["a".into(), "b".into(), "c".into()],
             target: "y".to_string(),
             normalizer: normalizer.then(|| (vec![0.0, 1.0, 2.0], vec![1.0, 2.0, 3.0])),
@@ -444,13 +461,13 @@ mod tests {
     }
 
     fn dense(input: usize, output: usize, activation: Activation) -> ExportLayer {
-        ExportLayer::Dense {
+        ExportLayer::dense(
             input,
             output,
-            weight: (0..input * output).map(|i| i as f32 * 0.1).collect(),
-            bias: vec![0.5; output],
+            (0..input * output).map(|i| i as f32 * 0.1).collect(),
+            vec![0.5; output],
             activation,
-        }
+        )
     }
 
     /// (op types, node names, output tensor names) of the encoded graph, and the initializer
@@ -518,17 +535,10 @@ mod tests {
     fn graph_has_the_expected_nodes() {
         let layers = vec![
             dense(3, 4, Activation::Gelu),
-            ExportLayer::BatchNorm {
-                features: 4,
-                gamma: vec![1.0; 4],
-                beta: vec![0.0; 4],
-                running_mean: vec![0.0; 4],
-                running_var: vec![1.0; 4],
-                num_batches_tracked: 3,
-            },
-            ExportLayer::Dropout { p: 0.2 },
+            ExportLayer::batchnorm(vec![1.0; 4], vec![0.0; 4], vec![0.0; 4], vec![1.0; 4], 3),
+            ExportLayer::dropout(0.2),
             dense(4, 4, Activation::Silu),
-            ExportLayer::LayerNorm { features: 4, gamma: vec![1.0; 4], beta: vec![0.0; 4] },
+            ExportLayer::layernorm(vec![1.0; 4], vec![0.0; 4]),
             dense(4, 1, Activation::LeakyRelu(0.01)),
         ];
         let classes = vec!["no".to_string(), "yes".to_string()];
@@ -570,7 +580,7 @@ mod tests {
 
     #[test]
     fn a_graph_without_nodes_gets_an_identity() {
-        let bytes = to_onnx(&model(Head::Regression, vec![ExportLayer::Dropout { p: 0.1 }], false)).unwrap();
+        let bytes = to_onnx(&model(Head::Regression, vec![ExportLayer::dropout(0.1)], false)).unwrap();
         let (ops, _, outputs, _) = graph_summary(&bytes);
         assert_eq!(ops, ["Identity"]);
         assert_eq!(outputs, ["prediction"]);

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::format::try_encode_safetensors;
 use crate::checkpoint::{NamedTensor, TensorData};
 
-use super::graph::{Activation, ExportLayer, ExportModel, Head, NORM_EPS};
+use super::graph::{ExportModel, Head};
 
 /// `format` of the sidecar JSON.
 pub const SIDECAR_FORMAT: &str = "kynml-pytorch";
@@ -67,31 +67,7 @@ impl TorchTensor {
 pub fn state_dict(model: &ExportModel) -> Vec<StateEntry> {
     let mut out = Vec::new();
     for (i, layer) in model.layers.iter().enumerate() {
-        let f32s = |name: &str, shape: Vec<usize>, values: &[f32]| {
-            (format!("{i}.{name}"), shape, TorchTensor::F32(values.to_vec()))
-        };
-        match layer {
-            ExportLayer::Dense { input, output, weight, bias, .. } => {
-                out.push(f32s("weight", vec![*output, *input], weight));
-                out.push(f32s("bias", vec![*output], bias));
-            }
-            ExportLayer::BatchNorm { features, gamma, beta, running_mean, running_var, num_batches_tracked } => {
-                out.push(f32s("weight", vec![*features], gamma));
-                out.push(f32s("bias", vec![*features], beta));
-                out.push(f32s("running_mean", vec![*features], running_mean));
-                out.push(f32s("running_var", vec![*features], running_var));
-                out.push((
-                    format!("{i}.num_batches_tracked"),
-                    Vec::new(),
-                    TorchTensor::I64(vec![*num_batches_tracked]),
-                ));
-            }
-            ExportLayer::LayerNorm { features, gamma, beta } => {
-                out.push(f32s("weight", vec![*features], gamma));
-                out.push(f32s("bias", vec![*features], beta));
-            }
-            ExportLayer::Dropout { .. } => {}
-        }
+        out.extend(layer.tensors.iter().map(|t| (format!("{i}.{}", t.name), t.shape.clone(), t.data.clone())));
     }
     out
 }
@@ -185,46 +161,19 @@ pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
 ///     return out
 /// ```
 pub fn sidecar_json(model: &ExportModel) -> Value {
-    let mut width = model.input;
+    let shapes = model.shapes().unwrap_or_default();
     let mut layers = Vec::with_capacity(model.layers.len());
-    for (i, layer) in model.layers.iter().enumerate() {
+    for (i, (layer, shape)) in model.layers.iter().zip(&shapes).enumerate() {
         let mut entry = json!({"index": i, "kind": layer.kind()});
-        let fields = match layer {
-            ExportLayer::Dense { input, output, activation, .. } => {
-                let linear = format!("nn.Linear({input}, {output})");
-                let module = match activation_module(activation) {
-                    Some(act) => format!("{linear} then {act}"),
-                    None => linear,
-                };
-                let mut f = json!({
-                    "in_features": input,
-                    "out_features": output,
-                    "activation": activation.name(),
-                    "module": module,
-                });
-                if let Activation::LeakyRelu(slope) = activation {
-                    f["negative_slope"] = json!(slope);
-                }
-                f
-            }
-            ExportLayer::BatchNorm { features, .. } => json!({
-                "num_features": features,
-                "eps": f64::from(NORM_EPS),
-                "module": format!("nn.BatchNorm1d({features}, eps=1e-05)"),
-            }),
-            ExportLayer::LayerNorm { features, .. } => json!({
-                "normalized_shape": features,
-                "eps": f64::from(NORM_EPS),
-                "module": format!("nn.LayerNorm({features}, eps=1e-05)"),
-            }),
-            ExportLayer::Dropout { p } => json!({"p": p, "module": format!("nn.Dropout(p={p})")}),
-        };
-        if let (Value::Object(entry), Value::Object(fields)) = (&mut entry, fields) {
+        if shape.rank() > 1 {
+            entry["input_shape"] = json!(shape.dims());
+        }
+        if let (Value::Object(entry), Value::Object(fields)) = (&mut entry, layer.spec.torch(shape)) {
             entry.extend(fields);
         }
         layers.push(entry);
-        width = layer.output_width(width);
     }
+    let width = model.output();
     let normalizer = match &model.normalizer {
         Some((mean, std)) => json!({"mean": mean, "std": std}),
         None => Value::Null,
@@ -255,6 +204,7 @@ pub fn sidecar_json(model: &ExportModel) -> Value {
         "format_version": SIDECAR_VERSION,
         "name": model.name,
         "input": model.input,
+        "input_shape": model.shape.dims(),
         "output": width,
         "feature_names": model.feature_names,
         "target": model.target,
@@ -265,56 +215,25 @@ pub fn sidecar_json(model: &ExportModel) -> Value {
     })
 }
 
-/// The PyTorch module of an activation; `None` for linear (no module).
-fn activation_module(activation: &Activation) -> Option<String> {
-    let module = match activation {
-        Activation::Linear => return None,
-        Activation::Relu => "nn.ReLU()".to_string(),
-        Activation::Gelu => "nn.GELU()".to_string(),
-        Activation::Tanh => "nn.Tanh()".to_string(),
-        Activation::Sigmoid => "nn.Sigmoid()".to_string(),
-        Activation::Silu => "nn.SiLU()".to_string(),
-        Activation::LeakyRelu(slope) => format!("nn.LeakyReLU({slope})"),
-    };
-    Some(module)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::graph::{Activation, ExportLayer};
 
     fn sample() -> ExportModel {
         // dense 4 gelu; batchnorm; dropout; dense 1 (input 3), sigmoid head
         ExportModel {
             name: "DeepNet".to_string(),
             input: 3,
+            shape: crate::model::Shape::flat(3),
             feature_names: vec!["a".into(), "b".into(), "c".into()],
             target: "label".to_string(),
             normalizer: Some((vec![0.0, 1.0, 2.0], vec![1.0, 0.5, 4.0])),
             layers: vec![
-                ExportLayer::Dense {
-                    input: 3,
-                    output: 4,
-                    weight: (0..12).map(|i| i as f32).collect(),
-                    bias: vec![0.1; 4],
-                    activation: Activation::Gelu,
-                },
-                ExportLayer::BatchNorm {
-                    features: 4,
-                    gamma: vec![1.0; 4],
-                    beta: vec![0.0; 4],
-                    running_mean: vec![0.5; 4],
-                    running_var: vec![2.0; 4],
-                    num_batches_tracked: 42,
-                },
-                ExportLayer::Dropout { p: 0.25 },
-                ExportLayer::Dense {
-                    input: 4,
-                    output: 1,
-                    weight: vec![1.0, -1.0, 0.5, 2.0],
-                    bias: vec![0.0],
-                    activation: Activation::LeakyRelu(0.2),
-                },
+                ExportLayer::dense(3, 4, (0..12).map(|i| i as f32).collect(), vec![0.1; 4], Activation::Gelu),
+                ExportLayer::batchnorm(vec![1.0; 4], vec![0.0; 4], vec![0.5; 4], vec![2.0; 4], 42),
+                ExportLayer::dropout(0.25),
+                ExportLayer::dense(4, 1, vec![1.0, -1.0, 0.5, 2.0], vec![0.0], Activation::LeakyRelu(0.2)),
             ],
             head: Head::Sigmoid { class_names: vec!["no".into(), "yes".into()] },
         }
@@ -344,7 +263,7 @@ mod tests {
         assert_eq!(entries[7].1, [1, 4]);
 
         let ln = ExportModel {
-            layers: vec![ExportLayer::LayerNorm { features: 3, gamma: vec![1.0; 3], beta: vec![0.0; 3] }],
+            layers: vec![ExportLayer::layernorm(vec![1.0; 3], vec![0.0; 3])],
             head: Head::Regression,
             ..sample()
         };

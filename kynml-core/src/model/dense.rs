@@ -1,14 +1,33 @@
-//! A fully connected layer followed by its activation.
+//! `dense N ACTIVATION`: a fully connected layer followed by its activation
+//! (PyTorch's `nn.Linear`, then the activation).
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::tensor::activation;
-use burn::tensor::{FloatDType, Tensor, TensorData};
-
-use crate::rng::SplitMix64;
-use crate::spec::types::Activation;
 use burn::tensor::backend::Backend;
+use burn::tensor::{FloatDType, Tensor, TensorData};
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
+use serde_json::{json, Value as Json};
+
+use super::kind::{
+    activation_arg, activation_names, count_arg, extra_args, host, missing, restore_param, Decl, Getter, Kind,
+    LayerModule, Pass, Shape, Tensors,
+};
+use super::StateError;
+use crate::export::onnx::{activate, Attr, Graph};
+use crate::rng::SplitMix64;
+use crate::spec::ast::LayerLine;
+use crate::spec::diagnostic::Diagnostic;
+use crate::spec::types::Activation;
+
+/// The arguments of a `dense` line.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct DenseSpec {
+    /// Output width N; at least 1.
+    pub units: usize,
+    /// Applied to the layer's output; `Linear` for none.
+    pub activation: Activation,
+}
 
 /// `y = act(x W + b)` with `W` stored `[d_in, d_out]`.
 #[derive(Module, Debug)]
@@ -22,42 +41,188 @@ pub struct Dense<B: Backend> {
     pub activation: Activation,
 }
 
-impl Dense<Kb> {
+const FORM: &str = "dense N ACTIVATION";
+
+impl Kind for DenseSpec {
+    const NAMES: &'static [&'static str] = &["dense"];
+    const FORMS: &'static [&'static str] = &[FORM];
+    type Module = Dense<Kb>;
+
+    fn parse(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Self> {
+        super::kind::options(line, &[], d)?;
+        let (units, activation) = match line.args.as_slice() {
+            [] => {
+                missing(line, "units", "a number of units", "dense N ACTIVATION`, as in `dense 64 relu", d);
+                return None;
+            }
+            [units] => {
+                let units = count_arg(units, "the units of `dense`", 1, d)?;
+                let names = activation_names();
+                d.push(
+                    Diagnostic::new(
+                        line.span,
+                        format!("missing activation in `dense {units}`"),
+                        "expected an activation",
+                    )
+                    .with_help(format!(
+                        "write `dense {units} linear` for no activation, or use {}",
+                        crate::spec::suggest::one_of(&names[1..])
+                    )),
+                );
+                return None;
+            }
+            [units, activation, ..] => (units, activation),
+        };
+        let units = count_arg(units, "the units of `dense`", 1, d);
+        let activation = activation_arg(activation, d);
+        extra_args(line, 2, FORM, d)?;
+        Some(DenseSpec { units: units?, activation: activation? })
+    }
+
+    fn describe(&self) -> String {
+        format!("dense {} {}", self.units, activation_written(self.activation))
+    }
+
+    fn fingerprint(&self) -> String {
+        format!("dense {} {:?}", self.units, self.activation).to_lowercase()
+    }
+
+    fn output(&self, input: &Shape) -> Result<Shape, String> {
+        match input.dims() {
+            [_] => Ok(Shape::flat(self.units)),
+            _ => Err(format!(
+                "`dense` takes plain features; add `flatten` before it to turn the {} values into {} features",
+                input.written(),
+                input.size()
+            )),
+        }
+    }
+
+    fn tensors(&self, input: &Shape) -> Vec<Decl> {
+        vec![Decl::param("weight", vec![self.units, input.size()]), Decl::param("bias", vec![self.units])]
+    }
+
+    fn native(&self, _input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        Some(kynml_cpu::LayerConfig::Dense { units: self.units, act: native_act(self.activation) })
+    }
+
     /// PyTorch's `nn.Linear` initialisation: weight and bias both drawn from
     /// `U(-k, k)` with `k = 1/sqrt(d_in)` (Kaiming-uniform with `a = sqrt(5)`).
-    pub fn init(
-        d_in: usize,
-        d_out: usize,
-        activation: Activation,
-        rng: &mut SplitMix64,
-        device: &DispatchDevice,
-    ) -> Self {
+    fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Dense<Kb> {
+        let (d_in, d_out) = (input.size(), self.units);
         let k = 1.0 / (d_in as f64).sqrt();
         let weight: Vec<f32> = (0..d_in * d_out).map(|_| rng.uniform(-k, k) as f32).collect();
         let bias: Vec<f32> = (0..d_out).map(|_| rng.uniform(-k, k) as f32).collect();
         Dense {
             weight: Param::from_data(TensorData::new(weight, [d_in, d_out]), device),
             bias: Param::from_data(TensorData::new(bias, [d_out]), device),
-            activation,
+            activation: self.activation,
         }
     }
 
+    fn to_torch(&self, name: &str, data: TensorData, torch_shape: &[usize]) -> Vec<f32> {
+        let values = host(data);
+        match (name, torch_shape) {
+            ("weight", &[output, input]) => transpose(&values, input, output),
+            _ => values,
+        }
+    }
+
+    fn from_torch(&self, name: &str, values: &[f32], burn_shape: &[usize]) -> TensorData {
+        match (name, burn_shape) {
+            ("weight", &[input, output]) => TensorData::new(transpose(values, output, input), [input, output]),
+            _ => TensorData::new(values.to_vec(), burn_shape.to_vec()),
+        }
+    }
+
+    fn check(&self, _t: Tensors) -> Result<(), String> {
+        match self.activation {
+            Activation::LeakyRelu(slope) if !slope.is_finite() => {
+                Err(format!("leaky_relu slope {slope} is not finite"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
+        let (weight, bias, d_in) = (t.f32("weight"), t.f32("bias"), input.size());
+        let mut y = Vec::with_capacity(x.len() / d_in.max(1) * self.units);
+        for row in x.chunks_exact(d_in) {
+            for (w_row, b) in weight.chunks_exact(d_in).zip(bias) {
+                let dot: f64 = row.iter().zip(w_row).map(|(a, w)| f64::from(*a) * f64::from(*w)).sum();
+                y.push(self.activation.apply((dot + f64::from(*b)) as f32));
+            }
+        }
+        y
+    }
+
+    /// `Gemm` (transB = 1, the weight kept in PyTorch's `[out, in]` layout), then the activation.
+    fn onnx(&self, g: &mut Graph, p: &str, input: &Shape, t: Tensors, x: String) -> String {
+        let w = g.constant(format!("{p}.weight"), vec![self.units, input.size()], t.f32("weight").to_vec());
+        let b = g.constant(format!("{p}.bias"), vec![self.units], t.f32("bias").to_vec());
+        let y = g.node(format!("{p}.gemm"), "Gemm", &[&x, &w, &b], vec![Attr::Int("transB", 1)]);
+        activate(g, p, y, self.activation)
+    }
+
+    fn torch(&self, input: &Shape) -> Json {
+        let linear = format!("nn.Linear({}, {})", input.size(), self.units);
+        let module = match activation_module(&self.activation) {
+            Some(act) => format!("{linear} then {act}"),
+            None => linear,
+        };
+        let mut f = json!({
+            "in_features": input.size(),
+            "out_features": self.units,
+            "activation": self.activation.name(),
+            "module": module,
+        });
+        if let Activation::LeakyRelu(slope) = self.activation {
+            f["negative_slope"] = json!(slope);
+        }
+        f
+    }
+
+    fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
+        let units = v.get("out_features").and_then(Json::as_u64).ok_or("dense without `out_features`")? as usize;
+        let activation = activation_from_json(v)?;
+        Ok(DenseSpec { units, activation })
+    }
+}
+
+impl LayerModule for Dense<Kb> {
     /// The matrix product runs in `half` when given (inputs and weights cast
     /// down, the product cast back to fp32; autodiff carries the gradient
     /// back through both casts to the fp32 weight). Bias and activation stay
     /// fp32. See [`crate::train::precision`].
-    ///
-    /// # Shapes
-    /// `x: [batch, d_in]` → `[batch, d_out]`
-    pub fn forward(&self, x: Tensor<Kb, 2>, half: Option<FloatDType>) -> Tensor<Kb, 2> {
-        let product = match half {
+    fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
+        let product = match pass.half {
             None => x.matmul(self.weight.val()),
             Some(h) => x.cast(h).matmul(self.weight.val().cast(h)).cast(FloatDType::F32),
         };
         apply_activation(product + self.bias.val().unsqueeze::<2>(), self.activation)
     }
+
+    fn state(&self) -> Vec<(&'static str, TensorData)> {
+        vec![("weight", self.weight.val().into_data()), ("bias", self.bias.val().into_data())]
+    }
+
+    fn restore(mut self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError> {
+        self.weight = restore_param(self.weight, "weight", get, device)?;
+        self.bias = restore_param(self.bias, "bias", get, device)?;
+        Ok(self)
+    }
+
+    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
+        vec![(self.weight.id, "weight", 2), (self.bias.id, "bias", 1)]
+    }
 }
 
+/// `values`, row-major `[rows, cols]`, as `[cols, rows]`.
+fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    (0..cols).flat_map(|c| (0..rows).map(move |r| values[r * cols + c])).collect()
+}
+
+/// Applies `act` on the device (shared with the convolutions).
 pub fn apply_activation(x: Tensor<Kb, 2>, act: Activation) -> Tensor<Kb, 2> {
     match act {
         Activation::Linear => x,
@@ -68,4 +233,55 @@ pub fn apply_activation(x: Tensor<Kb, 2>, act: Activation) -> Tensor<Kb, 2> {
         Activation::Silu => activation::silu(x),
         Activation::LeakyRelu(slope) => activation::leaky_relu(x, slope),
     }
+}
+
+/// As a spec writes it: `relu`, `leaky_relu(0.01)`.
+pub fn activation_written(act: Activation) -> String {
+    match act {
+        Activation::LeakyRelu(slope) => format!("leaky_relu({slope})"),
+        other => other.name().to_string(),
+    }
+}
+
+/// The native engine's activation.
+fn native_act(a: Activation) -> kynml_cpu::Act {
+    use kynml_cpu::Act;
+    match a {
+        Activation::Linear => Act::Linear,
+        Activation::Relu => Act::Relu,
+        Activation::Gelu => Act::Gelu,
+        Activation::Tanh => Act::Tanh,
+        Activation::Sigmoid => Act::Sigmoid,
+        Activation::Silu => Act::Silu,
+        Activation::LeakyRelu(slope) => Act::LeakyRelu(slope as f32),
+    }
+}
+
+/// The PyTorch module of an activation, `None` for linear.
+pub fn activation_module(activation: &Activation) -> Option<String> {
+    Some(match activation {
+        Activation::Linear => return None,
+        Activation::Relu => "nn.ReLU()".to_string(),
+        Activation::Gelu => "nn.GELU()".to_string(),
+        Activation::Tanh => "nn.Tanh()".to_string(),
+        Activation::Sigmoid => "nn.Sigmoid()".to_string(),
+        Activation::Silu => "nn.SiLU()".to_string(),
+        Activation::LeakyRelu(slope) => format!("nn.LeakyReLU({slope})"),
+    })
+}
+
+/// The activation of a sidecar entry (`activation`, and `negative_slope` for leaky_relu).
+pub fn activation_from_json(v: &Json) -> Result<Activation, String> {
+    Ok(match v.get("activation").and_then(Json::as_str).unwrap_or_default() {
+        "linear" => Activation::Linear,
+        "relu" => Activation::Relu,
+        "gelu" => Activation::Gelu,
+        "tanh" => Activation::Tanh,
+        "sigmoid" => Activation::Sigmoid,
+        "silu" => Activation::Silu,
+        "leaky_relu" => Activation::LeakyRelu(
+            v.get("negative_slope").and_then(Json::as_f64).ok_or("leaky_relu without `negative_slope`")?,
+        ),
+        other => return Err(format!("unknown activation `{other}`")),
+    })
 }

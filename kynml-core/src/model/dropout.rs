@@ -14,14 +14,29 @@
 //! ([`dropout_piece`]). A seed gives the same masks on every backend and
 //! engine, and a checkpoint's stream state resumes them exactly.
 
-use burn::module::Module;
+use burn::module::{Module, ParamId};
 use burn::tensor::backend::DeviceOps;
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{Int, Tensor, TensorData};
+use burn::DispatchDevice;
+use serde_json::{json, Value as Json};
 
 use rayon::prelude::*;
 
+use super::kind::{extra_args, missing, probability_arg, Getter, Kind, LayerModule, Pass, Shape, Tensors};
+use super::StateError;
+use crate::export::onnx::Graph;
 use crate::rng::SplitMix64;
+use crate::spec::ast::LayerLine;
+use crate::spec::diagnostic::Diagnostic;
 use kynml_backend::Backend as Kb;
+
+/// The argument of a `dropout P` line.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(transparent)]
+pub struct DropoutSpec {
+    /// Drop probability in [0, 1).
+    pub p: f64,
+}
 
 /// Inverted dropout: in training, zeroes each value with probability `prob` and scales the rest by
 /// `1/(1-prob)`; in evaluation, the identity.
@@ -31,12 +46,90 @@ pub struct Dropout {
     pub prob: f64,
 }
 
+impl Kind for DropoutSpec {
+    const NAMES: &'static [&'static str] = &["dropout"];
+    const FORMS: &'static [&'static str] = &["dropout P"];
+    type Module = Dropout;
+
+    fn parse(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Self> {
+        super::kind::options(line, &[], d)?;
+        let Some(p) = line.args.first() else {
+            missing(line, "probability", "a probability", "dropout P`, as in `dropout 0.2", d);
+            return None;
+        };
+        let p = probability_arg(p, "the probability of `dropout`", d);
+        extra_args(line, 1, "dropout P", d)?;
+        Some(DropoutSpec { p: p? })
+    }
+
+    fn describe(&self) -> String {
+        format!("dropout {}", self.p)
+    }
+
+    fn output(&self, input: &Shape) -> Result<Shape, String> {
+        Ok(input.clone())
+    }
+
+    fn native(&self, _input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        Some(kynml_cpu::LayerConfig::Dropout(self.p))
+    }
+
+    fn init(&self, _input: &Shape, _rng: &mut SplitMix64, _device: &DispatchDevice) -> Dropout {
+        Dropout { prob: self.p }
+    }
+
+    fn check(&self, _t: Tensors) -> Result<(), String> {
+        if !(self.p.is_finite() && (0.0..1.0).contains(&self.p)) {
+            return Err(format!("dropout p {} is outside [0, 1)", self.p));
+        }
+        Ok(())
+    }
+
+    /// The identity at inference.
+    fn reference(&self, _input: &Shape, _t: Tensors, x: &[f32]) -> Vec<f32> {
+        x.to_vec()
+    }
+
+    /// Nothing: the identity at inference.
+    fn onnx(&self, _g: &mut Graph, _p: &str, _input: &Shape, _t: Tensors, x: String) -> String {
+        x
+    }
+
+    fn torch(&self, _input: &Shape) -> Json {
+        json!({"p": self.p, "module": format!("nn.Dropout(p={})", self.p)})
+    }
+
+    fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
+        Ok(DropoutSpec { p: v.get("p").and_then(Json::as_f64).unwrap_or(0.0) })
+    }
+}
+
+impl LayerModule for Dropout {
+    /// The mask is computed on `x`'s device from one draw of the pass's generator.
+    fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
+        self.apply(x, pass.rng())
+    }
+
+    fn state(&self) -> Vec<(&'static str, TensorData)> {
+        Vec::new()
+    }
+
+    fn restore(self, _get: &mut Getter, _device: &DispatchDevice) -> Result<Self, StateError> {
+        Ok(self)
+    }
+
+    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
+        Vec::new()
+    }
+}
+
 impl Dropout {
-    /// The mask is computed on `x`'s device from one draw of `rng`.
+    /// The mask is computed on `x`'s device from one draw of `rng`; `None`
+    /// (evaluation) is the identity.
     ///
     /// # Shapes
     /// `x: [batch, features]` → same
-    pub fn forward(&self, x: Tensor<Kb, 2>, rng: Option<&mut SplitMix64>) -> Tensor<Kb, 2> {
+    pub fn apply(&self, x: Tensor<Kb, 2>, rng: Option<&mut SplitMix64>) -> Tensor<Kb, 2> {
         let Some(rng) = rng else { return x };
         if self.prob == 0.0 {
             return x;

@@ -1,31 +1,50 @@
-//! The model graph: a `model` block's layer list becomes one Burn module at
-//! run time.
+//! The model graph and the layer catalogue.
+//!
+//! Each kind of layer lives in its own file here and implements the two
+//! traits of [`kind`]: its spec arguments, shape inference, Burn module and
+//! export side by side. The catalogue below lists every kind once; from that
+//! list come the spec's layer type ([`LayerSpec`]), the Burn module enum
+//! ([`Layer`]) and the dispatch between them. Adding a layer is one file and
+//! one line here.
 //!
 //! ```ignore
 //! let model = Model::init(&spec.model, seed, &device.autodiff());
-//! let y = model.forward(x, Mode::Train); // [batch, input] -> [batch, out]
+//! let y = model.forward(x, Mode::Train(&mut rng)); // [batch, input] -> [batch, out]
 //! ```
 
-mod dense;
-mod dropout;
-mod norm;
+pub mod batchnorm;
+pub mod conv;
+pub mod dense;
+pub mod dropout;
+pub mod flatten;
+pub mod kind;
+pub mod layernorm;
+pub mod pool;
 mod state;
 mod summary;
 
+pub use batchnorm::BatchNorm;
 pub use dense::Dense;
 pub use dropout::{bernoulli_mask, dropout_piece, Dropout, MaskKey, PIECE as MASK_PIECE};
-pub use norm::{BatchNorm, LayerNorm};
+pub(crate) use kind::Kind;
+pub use kind::{Decl, HostTensor, LayerModule, Pass, Role, Shape, Tensors};
+pub use layernorm::LayerNorm;
 pub use state::StateError;
 pub use summary::{summarize, LayerSummary, ModelSummary};
 
-use burn::module::Module;
-use burn::tensor::{FloatDType, Tensor};
-
-use crate::rng::SplitMix64;
-use crate::spec::types::{Layer as LayerSpec, ModelSpec};
+use burn::module::{Module, ParamId};
 use burn::tensor::backend::Backend;
+use burn::tensor::{FloatDType, Tensor, TensorData};
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
+use serde_json::Value as Json;
+
+use crate::export::onnx::Graph;
+use crate::rng::SplitMix64;
+use crate::spec::ast::LayerLine;
+use crate::spec::diagnostic::Diagnostic;
+use crate::spec::types::ModelSpec;
+use kind::Getter;
 
 /// Dropout and batchnorm behave differently while training. Training
 /// carries the generator that dropout draws its masks from.
@@ -38,17 +57,173 @@ pub enum Mode<'r> {
     Eval,
 }
 
-/// One layer of a `model` block (every line but `input`).
-#[derive(Module, Debug)]
-pub enum Layer<B: Backend> {
-    /// `dense N ACTIVATION`: a fully connected layer and its activation.
-    Dense(Dense<B>),
-    /// `batchnorm`: batch normalisation of the previous layer's output.
-    BatchNorm(BatchNorm<B>),
-    /// `layernorm`: layer normalisation of the previous layer's output.
-    LayerNorm(LayerNorm<B>),
-    /// `dropout P`: dropout with probability P while training.
-    Dropout(Dropout),
+/// The catalogue: `Variant: file::SpecType => BurnModule`, once per kind.
+macro_rules! catalogue {
+    ($($variant:ident: $file:ident::$spec:ident => $module:ty),* $(,)?) => {
+        /// One line of a `model` block after `input`: a layer's kind and arguments.
+        #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+        pub enum LayerSpec {
+            $(
+                #[doc = concat!("See [`", stringify!($file), "`].")]
+                $variant($file::$spec),
+            )*
+        }
+
+        /// One layer of a `model` block as a Burn module.
+        #[derive(Module, Debug)]
+        #[allow(clippy::large_enum_variant)]
+        pub enum Layer<B: Backend> {
+            $(
+                #[doc = concat!("See [`", stringify!($file), "`].")]
+                $variant($module),
+            )*
+        }
+
+        /// Every word that starts a layer line (`input` aside), in catalogue order.
+        pub fn layer_names() -> Vec<&'static str> {
+            let mut out = Vec::new();
+            $( out.extend_from_slice(<$file::$spec as Kind>::NAMES); )*
+            out
+        }
+
+        /// The ways a layer line is written, for help messages.
+        pub fn layer_forms() -> Vec<&'static str> {
+            let mut out = Vec::new();
+            $( out.extend_from_slice(<$file::$spec as Kind>::FORMS); )*
+            out
+        }
+
+        /// The layer a line names, parsed; `None` when no kind has that name.
+        pub(crate) fn parse_layer(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Option<LayerSpec>> {
+            let name = line.name.value.as_str();
+            $(
+                if <$file::$spec as Kind>::NAMES.contains(&name) {
+                    return Some(<$file::$spec as Kind>::parse(line, d).map(LayerSpec::$variant));
+                }
+            )*
+            None
+        }
+
+        impl LayerSpec {
+            /// The word its line starts with (`dense`, `conv2d`).
+            pub fn name(&self) -> &'static str {
+                match self { $(LayerSpec::$variant(s) => s.word(),)* }
+            }
+
+            /// As a person writes it: `dense 64 relu`.
+            pub fn describe(&self) -> String {
+                match self { $(LayerSpec::$variant(s) => s.describe(),)* }
+            }
+
+            /// What a checkpoint records of it.
+            pub fn fingerprint(&self) -> String {
+                match self { $(LayerSpec::$variant(s) => s.fingerprint(),)* }
+            }
+
+            /// Its output shape for `input`, or what it needs.
+            pub fn output(&self, input: &Shape) -> Result<Shape, String> {
+                match self { $(LayerSpec::$variant(s) => s.output(input),)* }
+            }
+
+            /// Its tensors for `input`, in PyTorch's layout.
+            pub fn tensors(&self, input: &Shape) -> Vec<Decl> {
+                match self { $(LayerSpec::$variant(s) => s.tensors(input),)* }
+            }
+
+            /// The native CPU engine's layer, where that engine has it.
+            pub fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+                match self { $(LayerSpec::$variant(s) => s.native(input),)* }
+            }
+
+            /// The Burn module, initialised from `rng`.
+            pub fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Layer<Kb> {
+                match self { $(LayerSpec::$variant(s) => Layer::$variant(s.init(input, rng, device)),)* }
+            }
+
+            /// A checkpoint tensor in PyTorch's layout.
+            pub fn to_torch(&self, name: &str, data: TensorData, shape: &[usize]) -> Vec<f32> {
+                match self { $(LayerSpec::$variant(s) => s.to_torch(name, data, shape),)* }
+            }
+
+            /// PyTorch-layout values in Burn's layout.
+            pub fn from_torch(&self, name: &str, values: &[f32], shape: &[usize]) -> TensorData {
+                match self { $(LayerSpec::$variant(s) => s.from_torch(name, values, shape),)* }
+            }
+
+            /// Checks the values of an exported layer's tensors.
+            pub fn check(&self, t: Tensors) -> Result<(), String> {
+                match self { $(LayerSpec::$variant(s) => s.check(t),)* }
+            }
+
+            /// The reference forward pass on the host.
+            pub fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
+                match self { $(LayerSpec::$variant(s) => s.reference(input, t, x),)* }
+            }
+
+            /// Its ONNX nodes after `x`; returns its output's name.
+            pub(crate) fn onnx(&self, g: &mut Graph, p: &str, input: &Shape, t: Tensors, x: String) -> String {
+                match self { $(LayerSpec::$variant(s) => s.onnx(g, p, input, t, x),)* }
+            }
+
+            /// Its entry in the PyTorch sidecar.
+            pub fn torch(&self, input: &Shape) -> Json {
+                match self { $(LayerSpec::$variant(s) => s.torch(input),)* }
+            }
+
+            /// Reads a sidecar entry of kind `kind`.
+            pub fn from_json(kind: &str, v: &Json) -> Result<LayerSpec, String> {
+                $(
+                    if <$file::$spec as Kind>::NAMES.contains(&kind) {
+                        return <$file::$spec as Kind>::from_json(kind, v).map(LayerSpec::$variant);
+                    }
+                )*
+                Err(format!("unknown layer kind `{kind}`"))
+            }
+        }
+
+        impl Layer<Kb> {
+            fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
+                match self { $(Layer::$variant(m) => m.forward(x, pass),)* }
+            }
+
+            /// Its tensors in Burn's layout, by field name.
+            pub fn state(&self) -> Vec<(&'static str, TensorData)> {
+                match self { $(Layer::$variant(m) => m.state(),)* }
+            }
+
+            /// With every tensor replaced by `get`'s, parameter ids kept.
+            pub fn restore(self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError> {
+                match self { $(Layer::$variant(m) => Ok(Layer::$variant(m.restore(get, device)?)),)* }
+            }
+
+            /// Its trained tensors' ids, field names and ranks.
+            pub fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
+                match self { $(Layer::$variant(m) => m.params(),)* }
+            }
+        }
+    };
+}
+
+catalogue! {
+    Dense: dense::DenseSpec => dense::Dense<B>,
+    Conv: conv::ConvSpec => conv::Conv<B>,
+    Pool: pool::PoolSpec => pool::Pool,
+    Flatten: flatten::FlattenSpec => flatten::Flatten,
+    BatchNorm: batchnorm::BatchNormSpec => batchnorm::BatchNorm<B>,
+    LayerNorm: layernorm::LayerNormSpec => layernorm::LayerNorm<B>,
+    Dropout: dropout::DropoutSpec => dropout::Dropout,
+}
+
+/// The shape after each layer of `spec`, in order; an error names the
+/// layer's index and what it needs.
+pub fn shapes(input: &Shape, layers: &[LayerSpec]) -> Result<Vec<Shape>, (usize, String)> {
+    let mut shape = input.clone();
+    let mut out = Vec::with_capacity(layers.len());
+    for (i, layer) in layers.iter().enumerate() {
+        shape = layer.output(&shape).map_err(|e| (i, e))?;
+        out.push(shape.clone());
+    }
+    Ok(out)
 }
 
 /// The layers of one `model` block, in order.
@@ -66,19 +241,15 @@ impl Model<Kb> {
     /// `seed`, so that the same seed gives the same weights on every device.
     pub fn init(spec: &ModelSpec, seed: u64, device: &DispatchDevice) -> Self {
         let mut rng = SplitMix64::stream(seed, INIT_STREAM);
-        let mut width = spec.input.value;
+        let mut shape = spec.shape.clone();
         let layers = spec
             .layers
             .iter()
-            .map(|layer| match layer.value {
-                LayerSpec::Dense { units, activation } => {
-                    let dense = Dense::init(width, units, activation, &mut rng, device);
-                    width = units;
-                    Layer::Dense(dense)
-                }
-                LayerSpec::BatchNorm => Layer::BatchNorm(BatchNorm::init(width, device)),
-                LayerSpec::LayerNorm => Layer::LayerNorm(LayerNorm::init(width, device)),
-                LayerSpec::Dropout(prob) => Layer::Dropout(Dropout { prob }),
+            .map(|layer| {
+                let module = layer.value.init(&shape, &mut rng, device);
+                // A validated spec's shapes chain; keep the input shape otherwise.
+                shape = layer.value.output(&shape).unwrap_or(shape.clone());
+                module
             })
             .collect();
         Model { layers }
@@ -90,20 +261,12 @@ impl Model<Kb> {
         self.forward_in(x, mode, None)
     }
 
-    /// [`forward`](Self::forward) with the dense layers' products in `half`
-    /// (bf16 or fp16) when given; the rest stays fp32.
+    /// [`forward`](Self::forward) with the products (dense and convolution)
+    /// in `half` (bf16 or fp16) when given; the rest stays fp32.
     pub fn forward_in(&self, mut x: Tensor<Kb, 2>, mut mode: Mode, half: Option<FloatDType>) -> Tensor<Kb, 2> {
+        let mut pass = Pass { mode: &mut mode, half };
         for layer in &self.layers {
-            let training = matches!(mode, Mode::Train(_));
-            x = match layer {
-                Layer::Dense(dense) => dense.forward(x, half),
-                Layer::BatchNorm(norm) => norm.forward(x, training),
-                Layer::LayerNorm(norm) => norm.forward(x),
-                Layer::Dropout(dropout) => match &mut mode {
-                    Mode::Train(rng) => dropout.forward(x, Some(&mut **rng)),
-                    Mode::Eval => dropout.forward(x, None),
-                },
-            };
+            x = layer.forward(x, &mut pass);
         }
         x
     }

@@ -8,12 +8,12 @@
 //! Putting tensors back keeps every parameter's [`ParamId`], because Burn's
 //! optimizers key their state (Adam's moments, say) by those ids.
 
-use burn::module::{Param, ParamId, RunningState};
-use burn::tensor::{Tensor, TensorData};
+use burn::module::ParamId;
+use burn::tensor::TensorData;
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 
-use super::{Layer, Model};
+use super::Model;
 use crate::checkpoint::{NamedTensor, TensorData as Stored};
 
 /// A tensor that [`Model::with_tensors`] could not use.
@@ -51,27 +51,10 @@ impl Model<Kb> {
     pub fn tensors(&self, prefix: &str) -> Vec<NamedTensor> {
         let mut out = Vec::new();
         for (i, layer) in self.layers.iter().enumerate() {
-            let mut put = |field: &str, data: TensorData| {
+            for (field, data) in layer.state() {
                 let shape = data.shape.to_vec();
                 let values = data.convert::<f32>().into_vec::<f32>().unwrap_or_default();
                 out.push(NamedTensor::f32(format!("{prefix}{i}.{field}"), shape, values));
-            };
-            match layer {
-                Layer::Dense(d) => {
-                    put("weight", d.weight.val().into_data());
-                    put("bias", d.bias.val().into_data());
-                }
-                Layer::BatchNorm(n) => {
-                    put("weight", n.gamma.val().into_data());
-                    put("bias", n.beta.val().into_data());
-                    put("running_mean", n.running_mean.value_sync().into_data());
-                    put("running_var", n.running_var.value_sync().into_data());
-                }
-                Layer::LayerNorm(n) => {
-                    put("weight", n.gamma.val().into_data());
-                    put("bias", n.beta.val().into_data());
-                }
-                Layer::Dropout(_) => {}
             }
         }
         out
@@ -82,117 +65,36 @@ impl Model<Kb> {
     pub fn param_names(&self) -> Vec<(ParamId, String)> {
         let mut out = Vec::new();
         for (i, layer) in self.layers.iter().enumerate() {
-            let (a, b) = match layer {
-                Layer::Dense(d) => (d.weight.id, d.bias.id),
-                Layer::BatchNorm(n) => (n.gamma.id, n.beta.id),
-                Layer::LayerNorm(n) => (n.gamma.id, n.beta.id),
-                Layer::Dropout(_) => continue,
-            };
-            out.push((a, format!("{i}.weight")));
-            out.push((b, format!("{i}.bias")));
+            out.extend(layer.params().into_iter().map(|(id, field, _)| (id, format!("{i}.{field}"))));
         }
         out
     }
 
-    /// The trainable parameters' ids with their ranks (dense weights 2, the
-    /// rest 1), in layer order.
+    /// The trainable parameters' ids with their ranks (dense weights 2,
+    /// convolution weights 4, the rest 1), in layer order.
     pub fn param_ranks(&self) -> Vec<(ParamId, usize)> {
-        let mut out = Vec::new();
-        for layer in &self.layers {
-            match layer {
-                Layer::Dense(d) => out.extend([(d.weight.id, 2), (d.bias.id, 1)]),
-                Layer::BatchNorm(n) => out.extend([(n.gamma.id, 1), (n.beta.id, 1)]),
-                Layer::LayerNorm(n) => out.extend([(n.gamma.id, 1), (n.beta.id, 1)]),
-                Layer::Dropout(_) => {}
-            }
-        }
-        out
+        self.layers.iter().flat_map(|l| l.params().into_iter().map(|(id, _, rank)| (id, rank))).collect()
     }
 
     /// This model with every tensor replaced by the one named
     /// `{prefix}{layer}.{field}` in `stored`, on `device`. Parameter ids are
-    /// kept. Nothing is replaced unless every tensor is present with the
-    /// right shape.
+    /// kept. Fails, and gives no model, unless every tensor is present with
+    /// the right shape.
     pub fn with_tensors(
         self,
         stored: &[NamedTensor],
         prefix: &str,
         device: &DispatchDevice,
     ) -> Result<Self, StateError> {
-        // Check everything first, so that an error leaves no half-loaded model.
-        for t in self.tensors_shapes(prefix) {
-            find(stored, &t.0, &t.1)?;
-        }
-        let param = |name: String, old: ParamId, shape: &[usize]| -> Result<Param<Tensor<Kb, 1>>, StateError> {
-            let values = find(stored, &name, shape)?;
-            let mut p = Param::from_data(TensorData::new(values.to_vec(), shape.to_vec()), device);
-            p.id = old;
-            Ok(p)
-        };
-        let running = |name: String, shape: &[usize]| -> Result<RunningState<Tensor<Kb, 1>>, StateError> {
-            let values = find(stored, &name, shape)?;
-            Ok(RunningState::new(Tensor::from_data(TensorData::new(values.to_vec(), shape.to_vec()), device)))
-        };
         let mut layers = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.into_iter().enumerate() {
-            let name = |field: &str| format!("{prefix}{i}.{field}");
-            layers.push(match layer {
-                Layer::Dense(mut d) => {
-                    let [d_in, d_out] = d.weight.dims();
-                    let values = find(stored, &name("weight"), &[d_in, d_out])?;
-                    let mut w = Param::from_data(TensorData::new(values.to_vec(), [d_in, d_out]), device);
-                    w.id = d.weight.id;
-                    d.weight = w;
-                    d.bias = param(name("bias"), d.bias.id, &[d_out])?;
-                    Layer::Dense(d)
-                }
-                Layer::BatchNorm(mut n) => {
-                    let f = [n.gamma.dims()[0]];
-                    n.gamma = param(name("weight"), n.gamma.id, &f)?;
-                    n.beta = param(name("bias"), n.beta.id, &f)?;
-                    n.running_mean = running(name("running_mean"), &f)?;
-                    n.running_var = running(name("running_var"), &f)?;
-                    Layer::BatchNorm(n)
-                }
-                Layer::LayerNorm(mut n) => {
-                    let f = [n.gamma.dims()[0]];
-                    n.gamma = param(name("weight"), n.gamma.id, &f)?;
-                    n.beta = param(name("bias"), n.beta.id, &f)?;
-                    Layer::LayerNorm(n)
-                }
-                dropout @ Layer::Dropout(_) => dropout,
-            });
+            let mut get = |field: &str, shape: &[usize]| -> Result<TensorData, StateError> {
+                let values = find(stored, &format!("{prefix}{i}.{field}"), shape)?;
+                Ok(TensorData::new(values.to_vec(), shape.to_vec()))
+            };
+            layers.push(layer.restore(&mut get, device)?);
         }
         Ok(Model { layers })
-    }
-
-    /// The names and shapes [`tensors`](Self::tensors) would produce,
-    /// without reading anything from the device.
-    fn tensors_shapes(&self, prefix: &str) -> Vec<(String, Vec<usize>)> {
-        let mut out = Vec::new();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let mut put = |field: &str, shape: Vec<usize>| out.push((format!("{prefix}{i}.{field}"), shape));
-            match layer {
-                Layer::Dense(d) => {
-                    let [d_in, d_out] = d.weight.dims();
-                    put("weight", vec![d_in, d_out]);
-                    put("bias", vec![d_out]);
-                }
-                Layer::BatchNorm(n) => {
-                    let f = n.gamma.dims()[0];
-                    for field in ["weight", "bias", "running_mean", "running_var"] {
-                        put(field, vec![f]);
-                    }
-                }
-                Layer::LayerNorm(n) => {
-                    let f = n.gamma.dims()[0];
-                    put("weight", vec![f]);
-                    put("bias", vec![f]);
-                }
-                Layer::Dropout(_) => {}
-            }
-        }
-        out
     }
 }
 

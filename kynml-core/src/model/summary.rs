@@ -1,15 +1,18 @@
 //! The model as a table (layer, output shape, parameters), computed from the
 //! spec alone so that `kynml check` needs no device.
 
-use crate::spec::types::{Activation, Layer, ModelSpec};
+use super::{Role, Shape};
+use crate::spec::types::ModelSpec;
 
 /// One row of the model table: one layer of the `model` block.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LayerSummary {
     /// As a person would write it: `dense 512 gelu`.
     pub layer: String,
-    /// Width of the output; the batch dimension is implied.
+    /// Values per sample of the output; the batch dimension is implied.
     pub output_width: usize,
+    /// The output's shape per sample: `[512]`, `[8, 14, 14]`.
+    pub output_shape: Shape,
     /// Trainable parameters (batchnorm's running statistics are buffers, as
     /// in PyTorch, and are not counted).
     pub params: usize,
@@ -20,8 +23,10 @@ pub struct LayerSummary {
 pub struct ModelSummary {
     /// The model block's name (`DeepNet`).
     pub name: String,
-    /// The number of input features: the `input N` line.
+    /// Values per sample of the input: the `input` line.
     pub input: usize,
+    /// The input's shape per sample.
+    pub input_shape: Shape,
     /// One row per layer, in order; the `input` line has none.
     pub layers: Vec<LayerSummary>,
     /// Trainable parameters of all layers together.
@@ -30,43 +35,30 @@ pub struct ModelSummary {
     pub output_width: usize,
 }
 
-/// The table for `spec`, computed from the spec alone.
+/// The table for `spec`, computed from the spec alone (whose shapes a
+/// validated spec guarantees to chain).
 pub fn summarize(spec: &ModelSpec) -> ModelSummary {
-    let mut width = spec.input.value;
+    let mut shape = spec.shape.clone();
     let layers: Vec<LayerSummary> = spec
         .layers
         .iter()
         .map(|layer| {
-            let (name, params) = match layer.value {
-                Layer::Dense { units, activation } => {
-                    let params = width * units + units;
-                    width = units;
-                    (format!("dense {units} {}", activation_name(activation)), params)
-                }
-                Layer::BatchNorm => ("batchnorm".to_string(), 2 * width),
-                Layer::LayerNorm => ("layernorm".to_string(), 2 * width),
-                Layer::Dropout(p) => (format!("dropout {p}"), 0),
-            };
-            LayerSummary { layer: name, output_width: width, params }
+            let params = layer.value.tensors(&shape).iter().filter(|t| t.role == Role::Param).map(|t| t.len()).sum();
+            shape = layer.value.output(&shape).unwrap_or(shape.clone());
+            LayerSummary {
+                layer: layer.value.describe(),
+                output_width: shape.size(),
+                output_shape: shape.clone(),
+                params,
+            }
         })
         .collect();
     ModelSummary {
         name: spec.name.value.clone(),
         input: spec.input.value,
+        input_shape: spec.shape.clone(),
         total_params: layers.iter().map(|l| l.params).sum(),
-        output_width: width,
+        output_width: shape.size(),
         layers,
-    }
-}
-
-pub fn activation_name(act: Activation) -> String {
-    match act {
-        Activation::Linear => "linear".into(),
-        Activation::Relu => "relu".into(),
-        Activation::Gelu => "gelu".into(),
-        Activation::Tanh => "tanh".into(),
-        Activation::Sigmoid => "sigmoid".into(),
-        Activation::Silu => "silu".into(),
-        Activation::LeakyRelu(slope) => format!("leaky_relu({slope})"),
     }
 }

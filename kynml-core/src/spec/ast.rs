@@ -106,9 +106,11 @@ pub(super) struct Entry {
 }
 
 #[derive(Debug)]
-pub(super) struct LayerLine {
+pub(crate) struct LayerLine {
     pub name: Spanned<String>,
     pub args: Vec<Value>,
+    /// `key=value` options after the arguments: `conv2d 8 3 relu stride=2`.
+    pub options: Vec<(Spanned<String>, Value)>,
     /// The whole line, `dense 64 relu`.
     pub span: Span,
     /// The arguments could not be read (already reported).
@@ -116,13 +118,13 @@ pub(super) struct LayerLine {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Value {
+pub(crate) struct Value {
     pub kind: ValueKind,
     pub span: Span,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum ValueKind {
+pub(crate) enum ValueKind {
     /// The literal as written, `1e-3`.
     Number(String),
     Str(String),
@@ -135,13 +137,13 @@ pub(super) enum ValueKind {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Call {
+pub(crate) struct Call {
     pub name: Spanned<String>,
     pub args: Vec<Arg>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Arg {
+pub(crate) struct Arg {
     /// `Some` for `name=value`, `None` for a positional argument.
     pub name: Option<Spanned<String>>,
     pub value: Value,

@@ -1,13 +1,18 @@
-//! Validation of a `model NAME:` block: `input N` first, then layers.
+//! Validation of a `model NAME:` block: `input N` first, then layers, each
+//! read by its kind in the catalogue ([`crate::model`]), then the shapes
+//! checked from the input through every layer.
+//!
+//! The helpers at the end read the arguments every layer line shares: counts,
+//! an activation, `key=value` options.
 
 use super::args::{self, bind};
+use super::ast::ValueKind;
 use super::ast::{Block, LayerLine, Value};
 use super::diagnostic::Diagnostic;
 use super::suggest;
 use super::types::{Activation, Layer, ModelSpec, Span, Spanned};
 use super::values::{self, Range};
-
-const LAYERS: &[&str] = &["input", "dense", "batchnorm", "layernorm", "dropout"];
+use crate::model::{self, Shape};
 
 const ACTIVATIONS: &[(&str, Activation)] = &[
     ("linear", Activation::Linear),
@@ -35,14 +40,15 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
         return None;
     };
 
+    let names = model::layer_names();
     let mut ok = true;
     // Whether a line could not be read or named an unknown layer: checks on
     // the model's shape would then only repeat that problem.
     let mut unsure = block.damaged;
-    if first.name.value != "input" && LAYERS.contains(&first.name.value.as_str()) && !block.damaged {
+    if first.name.value != "input" && names.contains(&first.name.value.as_str()) && !block.damaged {
         d.push(
             Diagnostic::new(first.span, format!("{name} must start with `input N`"), "expected `input N` before this")
-                .with_help("declare the number of input features first, as in `input 128`"),
+                .with_help("declare the number of input features first, as in `input 128`, or an image's shape, as in `input 1x28x28`"),
         );
         ok = false;
     }
@@ -55,30 +61,29 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
             unsure = true;
             continue;
         }
-        let layer = match line.name.value.as_str() {
-            "input" if index == 0 => {
-                input = width(line, d);
-                continue;
-            }
-            "input" => {
+        if line.name.value == "input" {
+            if index == 0 {
+                input = input_shape(line, d);
+            } else {
                 d.push(
                     Diagnostic::new(line.span, "`input` may only be the first line of a model", "second `input`")
                         .with_help("a model has one input; remove this line"),
                 );
-                None
+                ok = false;
             }
-            "dense" => dense(line, d),
-            "batchnorm" => no_args(line, Layer::BatchNorm, d),
-            "layernorm" => no_args(line, Layer::LayerNorm, d),
-            "dropout" => dropout(line, d),
-            other => {
+            continue;
+        }
+        let layer = match model::parse_layer(line, d) {
+            Some(layer) => layer,
+            None => {
+                let other = line.name.value.as_str();
                 unsure = true;
                 let activation = ACTIVATIONS.iter().any(|(a, _)| *a == other);
-                let help = suggest::help(other, LAYERS.iter().copied()).unwrap_or_else(|| {
+                let help = suggest::help(other, names.iter().copied()).unwrap_or_else(|| {
                     if activation {
                         format!("activations go at the end of a dense line, as in `dense 64 {other}`")
                     } else {
-                        format!("layers are {}", suggest::one_of(LAYERS))
+                        format!("layers are {}", suggest::one_of(&names))
                     }
                 });
                 d.push(
@@ -104,55 +109,63 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     if !ok {
         return None;
     }
-    Some(ModelSpec { name: block.name.clone()?, input: input?, layers })
+    let (input, shape) = input?;
+    // Shapes chain from the input through every layer; the first layer that
+    // cannot take what it is given is reported on its own line.
+    let specs: Vec<Layer> = layers.iter().map(|l| l.value.clone()).collect();
+    if let Err((i, problem)) = model::shapes(&shape, &specs) {
+        let layer = &layers[i];
+        let given = if i == 0 { shape.clone() } else { model::shapes(&shape, &specs[..i]).ok()?.pop()? };
+        d.push(
+            Diagnostic::new(
+                layer.span,
+                format!("`{}` cannot take {}", layer.value.name(), given.described()),
+                "this layer",
+            )
+            .with_help(problem),
+        );
+        return None;
+    }
+    Some(ModelSpec { name: block.name.clone()?, input, shape, layers })
 }
 
-/// `input N`; the span is the whole line, which reads best in messages about
-/// the data's width.
-fn width(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Spanned<usize>> {
+/// `input N` or `input CxHxW` / `input CxL`; the span is the whole line,
+/// which reads best in messages about the data's width.
+fn input_shape(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<(Spanned<usize>, Shape)> {
     let Some(n) = line.args.first() else {
         d.push(
             Diagnostic::new(line.span, "missing width in `input`", "expected the number of input features")
-                .with_help("write `input N`, as in `input 128`"),
+                .with_help("write `input N`, as in `input 128`, or an image's shape, as in `input 1x28x28`"),
         );
         return None;
     };
     extra_args(line, 1, "input N", d)?;
-    let value = values::count(n, "the width of `input`", 1, d)?;
-    Some(Spanned { value, span: line.span })
-}
-
-/// `dense N ACTIVATION`.
-fn dense(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Layer> {
-    let (units, activation) = match line.args.as_slice() {
-        [] => {
-            d.push(
-                Diagnostic::new(line.span, "missing units in `dense`", "expected a number of units")
-                    .with_help("write `dense N ACTIVATION`, as in `dense 64 relu`"),
-            );
-            return None;
+    let dims = match &n.kind {
+        ValueKind::Ident(text) if is_dims(text) => {
+            let dims: Option<Vec<usize>> =
+                text.split('x').map(|p| p.parse::<usize>().ok().filter(|n| *n > 0)).collect();
+            let Some(dims) = dims.filter(|d| d.len() <= 3) else {
+                d.push(
+                    Diagnostic::new(n.span, format!("`{text}` is not a shape KynML takes"), "not a shape")
+                        .with_help("write `CxL` for channels of a sequence or `CxHxW` for an image, each at least 1, as in `1x28x28`"),
+                );
+                return None;
+            };
+            dims
         }
-        [units] => {
-            let units = values::count(units, "the units of `dense`", 1, d)?;
-            let names: Vec<&str> = ACTIVATIONS.iter().map(|(a, _)| *a).collect();
-            d.push(
-                Diagnostic::new(line.span, format!("missing activation in `dense {units}`"), "expected an activation")
-                    .with_help(format!(
-                        "write `dense {units} linear` for no activation, or use {}",
-                        suggest::one_of(&names[1..])
-                    )),
-            );
-            return None;
-        }
-        [units, activation, ..] => (units, activation),
+        _ => vec![values::count(n, "the width of `input`", 1, d)?],
     };
-    let units = values::count(units, "the units of `dense`", 1, d);
-    let activation = self::activation(activation, d);
-    extra_args(line, 2, "dense N ACTIVATION", d)?;
-    Some(Layer::Dense { units: units?, activation: activation? })
+    let shape = Shape(dims);
+    Some((Spanned { value: shape.size(), span: line.span }, shape))
 }
 
-fn activation(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Activation> {
+/// `1x28x28`: whole numbers joined by `x`, as the lexer reads a shape.
+fn is_dims(text: &str) -> bool {
+    text.contains('x') && text.split('x').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// An activation written after a layer's other arguments: `relu`, `leaky_relu(negative_slope=0.1)`.
+pub(crate) fn activation_arg(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Activation> {
     let names: Vec<&str> = ACTIVATIONS.iter().map(|(a, _)| *a).collect();
     let Some(callee) = args::callee(v) else {
         let help = format!("activations are {}", suggest::one_of(&names));
@@ -173,29 +186,9 @@ fn activation(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Activation> {
     Some(activation)
 }
 
-/// `dropout P`.
-fn dropout(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Layer> {
-    let Some(p) = line.args.first() else {
-        d.push(
-            Diagnostic::new(line.span, "missing probability in `dropout`", "expected a probability")
-                .with_help("write `dropout P`, as in `dropout 0.2`"),
-        );
-        return None;
-    };
-    let p = values::float(p, "the probability of `dropout`", Range::Unit, d);
-    extra_args(line, 1, "dropout P", d)?;
-    Some(Layer::Dropout(p?))
-}
-
-fn no_args(line: &LayerLine, layer: Layer, d: &mut Vec<Diagnostic>) -> Option<Layer> {
-    let name = line.name.value.as_str();
-    extra_args(line, 0, name, d)?;
-    Some(layer)
-}
-
 /// Reports arguments past the first `expected`; `form` is how the line
 /// should read.
-fn extra_args(line: &LayerLine, expected: usize, form: &str, d: &mut Vec<Diagnostic>) -> Option<()> {
+pub(crate) fn extra_args(line: &LayerLine, expected: usize, form: &str, d: &mut Vec<Diagnostic>) -> Option<()> {
     let (Some(first), Some(last)) = (line.args.get(expected), line.args.last()) else {
         return Some(());
     };
@@ -205,4 +198,91 @@ fn extra_args(line: &LayerLine, expected: usize, form: &str, d: &mut Vec<Diagnos
             .with_help(format!("write `{form}`")),
     );
     None
+}
+
+/// The activations' names, for help messages.
+pub(crate) fn activation_names() -> Vec<&'static str> {
+    ACTIVATIONS.iter().map(|(a, _)| *a).collect()
+}
+
+/// Reports a missing argument: `missing units in `dense``, with how to write the line.
+pub(crate) fn missing(line: &LayerLine, what: &str, expected: &str, form: &str, d: &mut Vec<Diagnostic>) {
+    d.push(
+        Diagnostic::new(line.span, format!("missing {what} in `{}`", line.name.value), format!("expected {expected}"))
+            .with_help(format!("write `{form}`")),
+    );
+}
+
+/// A whole number of at least `min`; `what` names it in messages: "the channels of `conv2d`".
+pub(crate) fn count_arg(v: &Value, what: &str, min: usize, d: &mut Vec<Diagnostic>) -> Option<usize> {
+    values::count(v, what, min, d)
+}
+
+/// A probability in `[0, 1)`.
+pub(crate) fn probability_arg(v: &Value, what: &str, d: &mut Vec<Diagnostic>) -> Option<f64> {
+    values::float(v, what, Range::Unit, d)
+}
+
+/// The `key=value` options of a layer line, checked against the names a
+/// kind takes.
+pub(crate) struct Options<'a> {
+    line: &'a LayerLine,
+}
+
+/// The options of `line`; an unknown or repeated name is reported (with a
+/// did-you-mean) and gives `None`.
+pub(crate) fn options<'a>(line: &'a LayerLine, allowed: &[&str], d: &mut Vec<Diagnostic>) -> Option<Options<'a>> {
+    let mut ok = true;
+    for (i, (name, _)) in line.options.iter().enumerate() {
+        if !allowed.contains(&name.value.as_str()) {
+            let help = suggest::help(&name.value, allowed.iter().copied()).unwrap_or_else(|| {
+                if allowed.is_empty() {
+                    format!("`{}` takes no options", line.name.value)
+                } else {
+                    format!("`{}` takes {}", line.name.value, suggest::one_of(allowed))
+                }
+            });
+            d.push(
+                Diagnostic::new(
+                    name.span,
+                    format!("unknown option `{}` for `{}`", name.value, line.name.value),
+                    "unknown option",
+                )
+                .with_help(help),
+            );
+            ok = false;
+        } else if line.options[..i].iter().any(|(n, _)| n.value == name.value) {
+            d.push(
+                Diagnostic::new(name.span, format!("`{}` is given twice", name.value), "repeated")
+                    .with_help("keep one of them"),
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(Options { line })
+}
+
+impl Options<'_> {
+    /// The value of option `name`, if written.
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.line.options.iter().find(|(n, _)| n.value == name).map(|(_, v)| v)
+    }
+
+    /// A whole number of at least `min`, `default` when not written.
+    pub fn count(&self, name: &str, default: usize, min: usize, d: &mut Vec<Diagnostic>) -> Option<usize> {
+        match self.get(name) {
+            None => Some(default),
+            Some(v) => values::count(v, &format!("`{name}` of `{}`", self.line.name.value), min, d),
+        }
+    }
+
+    /// Whether option `name` is written as the word `word` (`padding=same`).
+    pub fn is_word(&self, name: &str, word: &str) -> bool {
+        matches!(self.get(name).map(|v| &v.kind), Some(ValueKind::Ident(w)) if w == word)
+    }
+
+    /// The span of option `name`'s value, or of the whole line.
+    pub fn span(&self, name: &str) -> Span {
+        self.get(name).map_or(self.line.span, |v| v.span)
+    }
 }

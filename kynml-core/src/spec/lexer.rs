@@ -131,18 +131,31 @@ impl Lexer<'_> {
         }
     }
 
-    /// `-1`, `0.5`, `.5`, `1e-3`, `2.5E+4`.
+    /// `-1`, `0.5`, `.5`, `1e-3`, `2.5E+4`; and shapes, `1x28x28`, as words.
     fn number(&mut self) {
         let start = self.pos;
         if matches!(self.peek(0), Some('-' | '+')) {
             self.pos += 1;
         }
         self.digits();
-        if self.peek(0) == Some('.') {
+        // `1x28x28`: a shape, read as one word.
+        let unsigned = !matches!(self.text(start, start + 1), "-" | "+");
+        if unsigned && self.peek(0) == Some('x') && self.peek(1).is_some_and(|c| c.is_ascii_digit()) {
+            while self.peek(0) == Some('x') && self.peek(1).is_some_and(|c| c.is_ascii_digit()) {
+                self.pos += 1;
+                self.digits();
+            }
+            if !self.peek(0).is_some_and(|c| is_word_char(c) || c == '.') {
+                let text = self.text(start, self.pos).to_string();
+                self.push(TokenKind::Ident(text), start);
+                return;
+            }
+            // `1x2.5`, `1x2e5`: one bad word, reported below.
+        } else if self.peek(0) == Some('.') {
             self.pos += 1;
             self.digits();
         }
-        if matches!(self.peek(0), Some('e' | 'E')) {
+        if matches!(self.peek(0), Some('e' | 'E')) && !self.text(start, self.pos).contains('x') {
             let sign = usize::from(matches!(self.peek(1), Some('-' | '+')));
             if self.peek(1 + sign).is_some_and(|c| c.is_ascii_digit()) {
                 self.pos += 1 + sign;
@@ -340,7 +353,13 @@ mod tests {
             assert!(diags.is_empty(), "{text}");
             assert_eq!(tokens, vec![num(text)], "{text}");
         }
-        for text in ["100abc", "1.2.3", "1e", "0x10"] {
+        // A shape is one word; `input` reads it, any other key finds a name.
+        for text in ["1x28x28", "3x4", "0x10"] {
+            let (tokens, diags) = kinds(text);
+            assert!(diags.is_empty(), "{text}");
+            assert_eq!(tokens, vec![ident(text)], "{text}");
+        }
+        for text in ["100abc", "1.2.3", "1e", "1x2y", "-1x2", "1x2.5", "1x2e5"] {
             let (tokens, diags) = kinds(text);
             assert_eq!(tokens, vec![TokenKind::Error], "{text}");
             assert_eq!(diags.len(), 1, "{text}");

@@ -38,10 +38,10 @@ pub mod diagnostic;
 pub mod types;
 
 mod args;
-mod ast;
+pub(crate) mod ast;
 mod dataset;
 mod keys;
-mod layers;
+pub(crate) mod layers;
 mod lexer;
 mod optimizer;
 mod outputs;

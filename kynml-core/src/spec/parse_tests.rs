@@ -1,6 +1,7 @@
 //! Whole specs through [`parse_spec`]: the users' spec, every construct,
 //! the defaults, and inputs that must not make the parser panic.
 
+use crate::model::{batchnorm::BatchNormSpec, dense::DenseSpec, dropout::DropoutSpec, layernorm::LayerNormSpec};
 use std::path::PathBuf;
 
 use super::parse_spec;
@@ -122,16 +123,16 @@ fn users_spec_reads_as_written() {
     assert_eq!(m.input.value, 128);
     assert_eq!(&USERS_SPEC[m.input.span.start..m.input.span.end], "input 128");
     let layers: Vec<Layer> = m.layers.iter().map(|l| l.value.clone()).collect();
-    let dense = |units, activation| Layer::Dense { units, activation };
+    let dense = |units, activation| Layer::Dense(DenseSpec { units, activation });
     assert_eq!(
         layers,
         [
             dense(512, Activation::Gelu),
-            Layer::BatchNorm,
-            Layer::Dropout(0.3),
+            Layer::BatchNorm(BatchNormSpec),
+            Layer::Dropout(DropoutSpec { p: 0.3 }),
             dense(256, Activation::Gelu),
-            Layer::BatchNorm,
-            Layer::Dropout(0.2),
+            Layer::BatchNorm(BatchNormSpec),
+            Layer::Dropout(DropoutSpec { p: 0.2 }),
             dense(64, Activation::Relu),
             dense(1, Activation::Linear),
         ]
@@ -336,19 +337,19 @@ fn layers_and_activations() {
          dense 8 tanh\ndense 8 sigmoid\ndense 8 silu\ndropout 0\ndense 1 linear",
     ));
     let layers: Vec<Layer> = spec.model.layers.into_iter().map(|l| l.value).collect();
-    let dense = |activation| Layer::Dense { units: 8, activation };
+    let dense = |activation| Layer::Dense(DenseSpec { units: 8, activation });
     assert_eq!(
         layers,
         [
             dense(Activation::LeakyRelu(0.01)),
-            Layer::LayerNorm,
+            Layer::LayerNorm(LayerNormSpec),
             dense(Activation::LeakyRelu(0.2)),
             dense(Activation::LeakyRelu(0.1)),
             dense(Activation::Tanh),
             dense(Activation::Sigmoid),
             dense(Activation::Silu),
-            Layer::Dropout(0.0),
-            Layer::Dense { units: 1, activation: Activation::Linear },
+            Layer::Dropout(DropoutSpec { p: 0.0 }),
+            Layer::Dense(DenseSpec { units: 1, activation: Activation::Linear }),
         ]
     );
 }

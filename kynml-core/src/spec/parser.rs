@@ -18,7 +18,10 @@ use super::types::{Span, Spanned};
 pub(super) const MAX_DEPTH: usize = 32;
 
 /// Layer names, for hints when a layer line shows up outside a model block.
-const LAYER_NAMES: [&str; 5] = ["input", "dense", "batchnorm", "layernorm", "dropout"];
+/// Whether `word` starts a layer line (`input` included).
+fn is_layer_name(word: &str) -> bool {
+    word == "input" || crate::model::layer_names().contains(&word)
+}
 
 pub(super) fn parse(source: &str, diags: &mut Vec<Diagnostic>) -> Document {
     let mut parser =
@@ -146,7 +149,13 @@ impl<'s> Parser<'s> {
         }
         let name = Spanned { value: key.clone(), span: tokens[0].span };
         if is_model {
-            block.layers.push(LayerLine { name, args: Vec::new(), span: line.span, damaged: true });
+            block.layers.push(LayerLine {
+                name,
+                args: Vec::new(),
+                options: Vec::new(),
+                span: line.span,
+                damaged: true,
+            });
         } else {
             block.entries.push(Entry { key: name, value: Value::error(line.span), line: line.number, damaged: true });
         }
@@ -343,7 +352,7 @@ impl<'s> Parser<'s> {
         let Some(eq) = eq else {
             if !line.lex_failed {
                 let help = match (&first_ident, tokens.len()) {
-                    (Some(word), _) if LAYER_NAMES.contains(&word.value.as_str()) => {
+                    (Some(word), _) if is_layer_name(&word.value) => {
                         "layers belong in a `model NAME:` block".to_string()
                     }
                     (Some(word), 1) => format!("write `{} = VALUE`", word.value),
@@ -405,10 +414,12 @@ impl<'s> Parser<'s> {
     fn layer_line(&mut self, index: usize, line: &Line, diags: &mut Vec<Diagnostic>) {
         let tokens = line.tokens;
         let block = &mut self.document.blocks[index];
-        if let Some(eq) = top_level_eq(tokens) {
+        // `key = value` is a setting in the wrong block; `conv2d 8 3 relu
+        // stride=2` is a layer with an option.
+        if let Some(eq) = top_level_eq(tokens).filter(|eq| *eq <= 1) {
             if !line.lex_failed {
                 let help = match &tokens[0].kind {
-                    TokenKind::Ident(key) if eq == 1 && LAYER_NAMES.contains(&key.as_str()) && tokens.len() > 2 => {
+                    TokenKind::Ident(key) if eq == 1 && is_layer_name(key) && tokens.len() > 2 => {
                         let rest = &self.source[tokens[2].span.start..line.span.end];
                         format!("write `{key} {rest}`")
                     }
@@ -437,7 +448,8 @@ impl<'s> Parser<'s> {
             return;
         };
         let name = Spanned { value: name.clone(), span: tokens[0].span };
-        let mut layer = LayerLine { name, args: Vec::new(), span: line.span, damaged: line.lex_failed };
+        let mut layer =
+            LayerLine { name, args: Vec::new(), options: Vec::new(), span: line.span, damaged: line.lex_failed };
         if !line.lex_failed {
             let mut parser = ValueParser::new(&tokens[1..]);
             while let Some(next) = parser.peek() {
@@ -445,6 +457,30 @@ impl<'s> Parser<'s> {
                     diags.push(
                         Diagnostic::new(next.span, "unexpected `,` in a layer line", "expected a space")
                             .with_help("the parts of a layer are separated by spaces, as in `dense 64 relu`"),
+                    );
+                    layer.damaged = true;
+                    break;
+                }
+                if let (Some(TokenKind::Ident(key)), Some(TokenKind::Eq)) = (parser.peek_kind(0), parser.peek_kind(1)) {
+                    let key = Spanned { value: key.clone(), span: next.span };
+                    parser.next();
+                    parser.next();
+                    match parser.value(0) {
+                        Ok(value) => layer.options.push((key, value)),
+                        Err(d) => {
+                            diags.push(d);
+                            layer.damaged = true;
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                if !layer.options.is_empty() {
+                    diags.push(
+                        Diagnostic::new(next.span, "an argument after `key=value` options", "expected `key=value`")
+                            .with_help(
+                            "write the layer's arguments first and its options last, as in `conv2d 8 3 relu stride=2`",
+                        ),
                     );
                     layer.damaged = true;
                     break;
@@ -710,8 +746,11 @@ fn all_headers() -> String {
 }
 
 fn layer_forms() -> String {
-    "layers are written `input N`, `dense N ACTIVATION`, `batchnorm`, `layernorm` or `dropout P`, one per line"
-        .to_string()
+    let mut forms = vec!["input N".to_string(), "input CxHxW".to_string()];
+    forms.extend(crate::model::layer_forms().iter().map(|f| f.to_string()));
+    let mut quoted: Vec<String> = forms.iter().map(|f| format!("`{f}`")).collect();
+    let last = quoted.pop().unwrap_or_default();
+    format!("layers are written {} or {last}, one per line", quoted.join(", "))
 }
 
 fn is_identifier(text: &str) -> bool {

@@ -83,7 +83,7 @@ where
 }
 
 /// `did you mean `x`?`, or `None`.
-pub(super) fn help<'a, I>(word: &str, candidates: I) -> Option<String>
+pub(crate) fn help<'a, I>(word: &str, candidates: I) -> Option<String>
 where
     I: IntoIterator<Item = &'a str>,
 {
@@ -91,7 +91,7 @@ where
 }
 
 /// `` `a`, `b` or `c` `` for help lines that list what is accepted.
-pub(super) fn one_of(options: &[&str]) -> String {
+pub(crate) fn one_of(options: &[&str]) -> String {
     let quoted: Vec<String> = options.iter().map(|o| format!("`{o}`")).collect();
     match quoted.split_last() {
         None => String::new(),

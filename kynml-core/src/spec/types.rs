@@ -68,29 +68,17 @@ pub struct DatasetSpec {
 pub struct ModelSpec {
     /// The block's name, as in `model NAME:`.
     pub name: Spanned<String>,
-    /// Width declared by the `input N` line.
+    /// Values per sample declared by the `input` line: `N`, or the product
+    /// of a shape's dimensions (`input 1x28x28` is 784).
     pub input: Spanned<usize>,
+    /// The shape the `input` line declares: `[N]`, `[C, L]` or `[C, H, W]`.
+    pub shape: crate::model::Shape,
     /// Every line after `input`, in order.
     pub layers: Vec<Spanned<Layer>>,
 }
 
-/// One line of a `model` block after `input N`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub enum Layer {
-    /// `dense N ACTIVATION`: a fully connected layer, then an activation.
-    Dense {
-        /// Output width N; at least 1.
-        units: usize,
-        /// Applied to the layer's output; `Linear` for none.
-        activation: Activation,
-    },
-    /// `batchnorm`: batch normalization of the previous layer's output.
-    BatchNorm,
-    /// `layernorm`: layer normalization of the previous layer's output.
-    LayerNorm,
-    /// Drop probability in [0, 1).
-    Dropout(f64),
-}
+/// One line of a `model` block after `input`: the layer catalogue's type.
+pub use crate::model::LayerSpec as Layer;
 
 /// The activation written after the width of a `dense` layer.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]

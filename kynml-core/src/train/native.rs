@@ -16,14 +16,14 @@
 
 use burn::DispatchDevice;
 use kynml_backend::{Backend as Kb, Device, DeviceKind};
-use kynml_cpu::{Act, LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, Team};
+use kynml_cpu::{LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, Team};
 
 use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{Batch, Dataset, Labels, Split};
 use crate::evaluate::Outputs;
 use crate::model::{dropout_piece, MaskKey, Model, MASK_PIECE};
 use crate::rng::SplitMix64;
-use crate::spec::types::{Activation, Layer, Loss, Optimizer, Spec};
+use crate::spec::types::{Loss, ModelSpec, Optimizer, Spec};
 use crate::train::engine::{Engine, StepLoss};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{Compute, PrecisionPlan};
@@ -61,40 +61,27 @@ impl EngineKind {
     }
 }
 
-/// The engine for this device and precision: native on the CPU in fp32.
-pub fn engine_for(device: &Device, precision: &PrecisionPlan, choice: EngineChoice) -> EngineKind {
+/// The engine for this device, precision and model: native on the CPU in
+/// fp32 when the native engine has every layer of the model.
+pub fn engine_for(device: &Device, precision: &PrecisionPlan, choice: EngineChoice, model: &ModelSpec) -> EngineKind {
     let cpu = matches!(device.kind, DeviceKind::Cpu { .. });
-    if choice == EngineChoice::Auto && cpu && precision.compute == Compute::Fp32 {
+    if choice == EngineChoice::Auto && cpu && precision.compute == Compute::Fp32 && native_layers(model).is_ok() {
         EngineKind::Native
     } else {
         EngineKind::Burn
     }
 }
 
-/// The model's layers as the native engine builds them.
-fn layers(spec: &Spec) -> Vec<LayerConfig> {
-    spec.model
-        .layers
-        .iter()
-        .map(|l| match l.value {
-            Layer::Dense { units, activation } => LayerConfig::Dense { units, act: act(activation) },
-            Layer::BatchNorm => LayerConfig::BatchNorm,
-            Layer::LayerNorm => LayerConfig::LayerNorm,
-            Layer::Dropout(p) => LayerConfig::Dropout(p),
-        })
-        .collect()
-}
-
-fn act(a: Activation) -> Act {
-    match a {
-        Activation::Linear => Act::Linear,
-        Activation::Relu => Act::Relu,
-        Activation::Gelu => Act::Gelu,
-        Activation::Tanh => Act::Tanh,
-        Activation::Sigmoid => Act::Sigmoid,
-        Activation::Silu => Act::Silu,
-        Activation::LeakyRelu(slope) => Act::LeakyRelu(slope as f32),
+/// The model's layers as the native engine builds them; otherwise the first
+/// layer it lacks, as written.
+pub fn native_layers(model: &ModelSpec) -> Result<Vec<LayerConfig>, String> {
+    let mut shape = model.shape.clone();
+    let mut out = Vec::with_capacity(model.layers.len());
+    for layer in &model.layers {
+        out.push(layer.value.native(&shape).ok_or_else(|| layer.value.name().to_string())?);
+        shape = layer.value.output(&shape).map_err(|_| layer.value.name().to_string())?;
     }
+    Ok(out)
 }
 
 fn loss_config(loss: Loss) -> LossConfig {
@@ -175,7 +162,7 @@ impl NativeEngine {
         optimizer: &AnyOptimizer,
         device: &DispatchDevice,
     ) -> Result<Self, String> {
-        let mut net = Net::new(spec.model.input.value, &layers(spec));
+        let mut net = Net::new(spec.model.input.value, &native_layers(&spec.model)?);
         let stored = model.tensors("");
         let info = net.tensor_info();
         for (t, values) in info.iter().zip(net.tensors_mut()) {

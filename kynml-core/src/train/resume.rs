@@ -158,16 +158,8 @@ impl From<StateError> for ResumeError {
 
 /// The model block in one line: what a checkpoint must match.
 pub fn describe_model(spec: &ModelSpec) -> String {
-    use crate::spec::types::Layer;
-    let mut parts = vec![format!("input {}", spec.input.value)];
-    for layer in &spec.layers {
-        parts.push(match &layer.value {
-            Layer::Dense { units, activation } => format!("dense {units} {activation:?}").to_lowercase(),
-            Layer::BatchNorm => "batchnorm".into(),
-            Layer::LayerNorm => "layernorm".into(),
-            Layer::Dropout(p) => format!("dropout {p}"),
-        });
-    }
+    let mut parts = vec![format!("input {}", spec.shape)];
+    parts.extend(spec.layers.iter().map(|l| l.value.fingerprint()));
     parts.join(", ")
 }
 

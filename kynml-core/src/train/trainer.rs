@@ -183,14 +183,14 @@ fn run<'scope, 'env>(
     let mut best: Option<Model<Kb>> = None;
     let mut order_rng = Rng::stream(t.seed, DATA_STREAM);
     let batch_size = t.batch.value;
-    let has_batchnorm = spec.model.layers.iter().any(|l| l.value == Layer::BatchNorm);
+    let has_batchnorm = spec.model.layers.iter().any(|l| matches!(l.value, Layer::BatchNorm(_)));
     let n_train = data.train.len();
     let workers = spec.dataset.num_workers.value;
     let loader = Loader::new(workers, spec.dataset.prefetch.as_ref().map(|p| p.value))
         .map_err(|e| TrainError::DataWorkers { workers, reason: e.to_string() })?;
     let precision = settings.precision.clone().unwrap_or_else(|| precision::plan(t, device));
     let half = precision.compute.half();
-    let engine_kind = engine_for(device, &precision, settings.engine);
+    let engine_kind = engine_for(device, &precision, settings.engine, &spec.model);
     let mut scaler = precision.scaler.as_ref().map(LossScaler::new);
     let optimizer_name = optimizer.name();
     let mut history = Vec::new();

@@ -1,0 +1,242 @@
+//! `maxpool K`, `avgpool K` (option `stride=S`, default K) and
+//! `global_avgpool`: pooling over the length of a `CxL` input or the height
+//! and width of a `CxHxW` one (PyTorch's `nn.MaxPool1d/2d`, `nn.AvgPool1d/2d`
+//! and `nn.AdaptiveAvgPool1d/2d(1)` followed by `nn.Flatten()`).
+
+use burn::module::{Module, ParamId};
+use burn::tensor::module::{avg_pool2d, max_pool2d};
+use burn::tensor::{Tensor, TensorData};
+use burn::DispatchDevice;
+use kynml_backend::Backend as Kb;
+use serde_json::{json, Value as Json};
+
+use super::kind::{count_arg, extra_args, missing, options, Getter, Kind, LayerModule, Pass, Shape, Tensors};
+use super::StateError;
+use crate::export::onnx::{Attr, Graph};
+use crate::rng::SplitMix64;
+use crate::spec::ast::LayerLine;
+use crate::spec::diagnostic::Diagnostic;
+
+/// Which pooling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum PoolOp {
+    /// `maxpool K`: the largest value of each window.
+    Max,
+    /// `avgpool K`: the mean of each window.
+    Avg,
+    /// `global_avgpool`: the mean of each channel, giving one value per channel.
+    GlobalAvg,
+}
+
+/// The arguments of a pooling line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PoolSpec {
+    /// Which pooling.
+    pub op: PoolOp,
+    /// Window width (and height, on an image); 0 for `global_avgpool`.
+    pub kernel: usize,
+    /// Step between two windows; the kernel by default.
+    pub stride: usize,
+}
+
+/// The pooling's geometry; no parameters.
+#[derive(Module, Debug, Clone)]
+pub struct Pool {
+    /// The window: `[height, width]`, height 1 on a sequence.
+    pub kernel: [usize; 2],
+    /// The step: `[height, width]`.
+    pub stride: [usize; 2],
+    /// The input, `[channels, height, width]` (height 1 on a sequence).
+    pub input: [usize; 3],
+    /// Which pooling.
+    #[module(skip)]
+    pub op: PoolOp,
+}
+
+impl PoolSpec {
+    fn name(&self) -> &'static str {
+        match self.op {
+            PoolOp::Max => "maxpool",
+            PoolOp::Avg => "avgpool",
+            PoolOp::GlobalAvg => "global_avgpool",
+        }
+    }
+
+    /// `[channels, height, width]`, height 1 on a sequence.
+    fn chw(input: &Shape) -> [usize; 3] {
+        match *input.dims() {
+            [c, l] => [c, 1, l],
+            [c, h, w] => [c, h, w],
+            _ => [0, 0, 0],
+        }
+    }
+
+    /// Window and step as `[height, width]`.
+    fn geometry(&self, input: &Shape) -> ([usize; 2], [usize; 2]) {
+        let [_, h, w] = Self::chw(input);
+        match (self.op, input.rank()) {
+            (PoolOp::GlobalAvg, _) => ([h, w], [h.max(1), w.max(1)]),
+            (_, 2) => ([1, self.kernel], [1, self.stride]),
+            _ => ([self.kernel; 2], [self.stride; 2]),
+        }
+    }
+}
+
+impl Kind for PoolSpec {
+    const NAMES: &'static [&'static str] = &["maxpool", "avgpool", "global_avgpool"];
+    const FORMS: &'static [&'static str] = &["maxpool K", "avgpool K", "global_avgpool"];
+    type Module = Pool;
+
+    fn parse(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Self> {
+        let name = line.name.value.as_str();
+        if name == "global_avgpool" {
+            options(line, &[], d)?;
+            extra_args(line, 0, "global_avgpool", d)?;
+            return Some(PoolSpec { op: PoolOp::GlobalAvg, kernel: 0, stride: 0 });
+        }
+        let op = if name == "maxpool" { PoolOp::Max } else { PoolOp::Avg };
+        let opts = options(line, &["stride"], d)?;
+        let Some(kernel) = line.args.first() else {
+            missing(line, "window size", "the window size", &format!("{name} K`, as in `{name} 2"), d);
+            return None;
+        };
+        let kernel = count_arg(kernel, &format!("the window of `{name}`"), 1, d);
+        extra_args(line, 1, &format!("{name} K"), d)?;
+        let kernel = kernel?;
+        let stride = opts.count("stride", kernel, 1, d)?;
+        Some(PoolSpec { op, kernel, stride })
+    }
+
+    fn word(&self) -> &'static str {
+        self.name()
+    }
+
+    fn describe(&self) -> String {
+        match self.op {
+            PoolOp::GlobalAvg => "global_avgpool".into(),
+            _ if self.stride == self.kernel => format!("{} {}", self.name(), self.kernel),
+            _ => format!("{} {} stride={}", self.name(), self.kernel, self.stride),
+        }
+    }
+
+    fn output(&self, input: &Shape) -> Result<Shape, String> {
+        if !matches!(input.rank(), 2 | 3) {
+            return Err(format!(
+                "`{}` pools the positions of each channel: it takes CxL or CxHxW values, as after `conv1d` or `conv2d`",
+                self.name()
+            ));
+        }
+        let [c, h, w] = Self::chw(input);
+        if self.op == PoolOp::GlobalAvg {
+            return Ok(Shape::flat(c));
+        }
+        let (k, s) = self.geometry(input);
+        let size = |n: usize, i: usize| n.checked_sub(k[i]).map(|span| span / s[i] + 1);
+        match (size(h, 0), size(w, 1)) {
+            (Some(_), Some(ow)) if input.rank() == 2 => Ok(Shape(vec![c, ow])),
+            (Some(oh), Some(ow)) => Ok(Shape(vec![c, oh, ow])),
+            _ => Err(format!("its window {} is larger than the {} input", self.kernel, input.written())),
+        }
+    }
+
+    fn init(&self, input: &Shape, _rng: &mut SplitMix64, _device: &DispatchDevice) -> Pool {
+        let (kernel, stride) = self.geometry(input);
+        Pool { kernel, stride, input: Self::chw(input), op: self.op }
+    }
+
+    fn reference(&self, input: &Shape, _t: Tensors, x: &[f32]) -> Vec<f32> {
+        let [c, h, w] = Self::chw(input);
+        let (k, s) = self.geometry(input);
+        let (oh, ow) = ((h - k[0]) / s[0] + 1, (w - k[1]) / s[1] + 1);
+        let mut y = Vec::new();
+        for row in x.chunks_exact(input.size()) {
+            for ch in 0..c {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let window = (0..k[0])
+                            .flat_map(|ky| (0..k[1]).map(move |kx| (oy * s[0] + ky, ox * s[1] + kx)))
+                            .map(|(iy, ix)| f64::from(row[(ch * h + iy) * w + ix]));
+                        let v = match self.op {
+                            PoolOp::Max => window.fold(f64::NEG_INFINITY, f64::max),
+                            _ => window.sum::<f64>() / (k[0] * k[1]) as f64,
+                        };
+                        y.push(v as f32);
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// `Reshape`, `MaxPool` / `AveragePool` / `GlobalAveragePool`, `Flatten`.
+    fn onnx(&self, g: &mut Graph, p: &str, input: &Shape, _t: Tensors, x: String) -> String {
+        let x = g.reshape(p, x, input);
+        let n = input.rank() - 1;
+        let y = match self.op {
+            PoolOp::GlobalAvg => g.node(format!("{p}.pool"), "GlobalAveragePool", &[&x], Vec::new()),
+            op => {
+                let attrs = vec![
+                    Attr::Ints("kernel_shape", vec![self.kernel as i64; n]),
+                    Attr::Ints("strides", vec![self.stride as i64; n]),
+                ];
+                let name = if op == PoolOp::Max { "MaxPool" } else { "AveragePool" };
+                g.node(format!("{p}.pool"), name, &[&x], attrs)
+            }
+        };
+        g.flatten(p, y)
+    }
+
+    fn torch(&self, input: &Shape) -> Json {
+        let d = if input.rank() == 2 { "1d" } else { "2d" };
+        match self.op {
+            PoolOp::GlobalAvg => json!({"module": format!("nn.AdaptiveAvgPool{d}(1) then nn.Flatten()")}),
+            op => {
+                let name = if op == PoolOp::Max { "MaxPool" } else { "AvgPool" };
+                json!({
+                    "kernel_size": self.kernel,
+                    "stride": self.stride,
+                    "module": format!("nn.{name}{d}({}, stride={})", self.kernel, self.stride),
+                })
+            }
+        }
+    }
+
+    fn from_json(kind: &str, v: &Json) -> Result<Self, String> {
+        let size =
+            |key: &str| v.get(key).and_then(Json::as_u64).map(|n| n as usize).ok_or(format!("{kind} without `{key}`"));
+        Ok(match kind {
+            "global_avgpool" => PoolSpec { op: PoolOp::GlobalAvg, kernel: 0, stride: 0 },
+            "maxpool" => PoolSpec { op: PoolOp::Max, kernel: size("kernel_size")?, stride: size("stride")? },
+            _ => PoolSpec { op: PoolOp::Avg, kernel: size("kernel_size")?, stride: size("stride")? },
+        })
+    }
+}
+
+impl LayerModule for Pool {
+    fn forward(&self, x: Tensor<Kb, 2>, _pass: &mut Pass) -> Tensor<Kb, 2> {
+        let [batch, _] = x.dims();
+        let [c, h, w] = self.input;
+        if self.op == PoolOp::GlobalAvg {
+            return x.reshape([batch, c, h * w]).mean_dim(2).reshape([batch, c]);
+        }
+        let x = x.reshape([batch, c, h, w]);
+        let y = match self.op {
+            PoolOp::Max => max_pool2d(x, self.kernel, self.stride, [0, 0], [1, 1], false),
+            _ => avg_pool2d(x, self.kernel, self.stride, [0, 0], true, false),
+        };
+        let [_, _, oh, ow] = y.dims();
+        y.reshape([batch, c * oh * ow])
+    }
+
+    fn state(&self) -> Vec<(&'static str, TensorData)> {
+        Vec::new()
+    }
+
+    fn restore(self, _get: &mut Getter, _device: &DispatchDevice) -> Result<Self, StateError> {
+        Ok(self)
+    }
+
+    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
+        Vec::new()
+    }
+}

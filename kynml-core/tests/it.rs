@@ -581,11 +581,18 @@ fn worst_loss_gap(a: &kynml_core::train::TrainResult, b: &kynml_core::train::Tra
 
 #[test]
 fn bf16_and_fp16_track_fp32_on_every_backend() {
+    let seed = clock_seed();
+    let dense = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
+    let image = " input 1x2x3\n conv2d 6 2 gelu padding=1\n batchnorm\n avgpool 2 stride=1\n conv2d 4 1 relu\n \
+                 flatten\n dense 16 tanh\n dense 1 linear";
+    half_tracks_fp32(seed, dense);
+    half_tracks_fp32(seed + 1, image);
+}
+
+fn half_tracks_fp32(seed: u64, layers: &str) {
     use kynml_core::spec::types::LossScale;
     use kynml_core::train::precision::{Compute, PrecisionPlan};
-    let seed = clock_seed();
     let tmp = tempfile::tempdir().unwrap();
-    let layers = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
     let path = random_regression_spec(tmp.path(), seed, layers);
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let fp32 = run_with(&path, &cpu, None);

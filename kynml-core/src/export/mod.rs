@@ -166,7 +166,9 @@ fn with_weights(model: &Model<Kb>, mut meta: ExportModel) -> ExportModel {
                     _ => {
                         let at = state.iter().position(|(name, _)| *name == d.name);
                         let values = at.map(|at| state.swap_remove(at).1);
-                        TorchTensor::F32(values.map(|v| layer.spec.to_torch(d.name, v, &d.shape)).unwrap_or_default())
+                        TorchTensor::F32(
+                            values.map(|v| layer.spec.burn_to_torch(d.name, v, &d.shape)).unwrap_or_default(),
+                        )
                     }
                 };
                 HostTensor { name: d.name.to_string(), shape: d.shape, data }
@@ -197,7 +199,7 @@ pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
                         found: vec![values.len()],
                     });
                 }
-                Ok(layer.spec.from_torch(name, values, burn_shape))
+                Ok(layer.spec.torch_to_burn(name, values, burn_shape))
             };
             let module = layer.spec.init(shape, &mut rng, device);
             module.restore(&mut get, device).unwrap_or_else(|_| layer.spec.init(shape, &mut rng, device))

@@ -310,11 +310,6 @@ impl Kind for ConvSpec {
             activation: activation_from_json(v)?,
         })
     }
-
-    fn to_torch(&self, _name: &str, data: TensorData, _torch_shape: &[usize]) -> Vec<f32> {
-        // Same values in the same order: only the shape differs for conv1d.
-        super::kind::host(data)
-    }
 }
 
 impl LayerModule for Conv<Kb> {

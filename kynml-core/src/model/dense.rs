@@ -120,7 +120,7 @@ impl Kind for DenseSpec {
         }
     }
 
-    fn to_torch(&self, name: &str, data: TensorData, torch_shape: &[usize]) -> Vec<f32> {
+    fn burn_to_torch(&self, name: &str, data: TensorData, torch_shape: &[usize]) -> Vec<f32> {
         let values = host(data);
         match (name, torch_shape) {
             ("weight", &[output, input]) => transpose(&values, input, output),
@@ -128,7 +128,7 @@ impl Kind for DenseSpec {
         }
     }
 
-    fn from_torch(&self, name: &str, values: &[f32], burn_shape: &[usize]) -> TensorData {
+    fn torch_to_burn(&self, name: &str, values: &[f32], burn_shape: &[usize]) -> TensorData {
         match (name, burn_shape) {
             ("weight", &[input, output]) => TensorData::new(transpose(values, output, input), [input, output]),
             _ => TensorData::new(values.to_vec(), burn_shape.to_vec()),

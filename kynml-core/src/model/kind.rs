@@ -244,13 +244,13 @@ pub(crate) trait Kind: Sized {
 
     /// A checkpoint tensor (Burn's layout) in PyTorch's layout: the identity
     /// but where the two differ.
-    fn to_torch(&self, _name: &str, data: TensorData, torch_shape: &[usize]) -> Vec<f32> {
+    fn burn_to_torch(&self, _name: &str, data: TensorData, torch_shape: &[usize]) -> Vec<f32> {
         let _ = torch_shape;
         data.convert::<f32>().into_vec::<f32>().unwrap_or_default()
     }
 
-    /// The inverse of [`to_torch`](Self::to_torch): `values` in PyTorch's layout to Burn's.
-    fn from_torch(&self, _name: &str, values: &[f32], burn_shape: &[usize]) -> TensorData {
+    /// The inverse of [`burn_to_torch`](Self::burn_to_torch): `values` in PyTorch's layout to Burn's.
+    fn torch_to_burn(&self, _name: &str, values: &[f32], burn_shape: &[usize]) -> TensorData {
         TensorData::new(values.to_vec(), burn_shape.to_vec())
     }
 

@@ -12,6 +12,10 @@
 //! let y = model.forward(x, Mode::Train(&mut rng)); // [batch, input] -> [batch, out]
 //! ```
 
+// Burn's derive gives `Layer` a record enum whose variants differ in size as
+// the layers' modules do; layers are few and built once, so no boxing.
+#![allow(clippy::large_enum_variant)]
+
 pub mod batchnorm;
 pub mod conv;
 pub mod dense;
@@ -71,7 +75,6 @@ macro_rules! catalogue {
 
         /// One layer of a `model` block as a Burn module.
         #[derive(Module, Debug)]
-        #[allow(clippy::large_enum_variant)]
         pub enum Layer<B: Backend> {
             $(
                 #[doc = concat!("See [`", stringify!($file), "`].")]
@@ -141,13 +144,13 @@ macro_rules! catalogue {
             }
 
             /// A checkpoint tensor in PyTorch's layout.
-            pub fn to_torch(&self, name: &str, data: TensorData, shape: &[usize]) -> Vec<f32> {
-                match self { $(LayerSpec::$variant(s) => s.to_torch(name, data, shape),)* }
+            pub fn burn_to_torch(&self, name: &str, data: TensorData, shape: &[usize]) -> Vec<f32> {
+                match self { $(LayerSpec::$variant(s) => s.burn_to_torch(name, data, shape),)* }
             }
 
             /// PyTorch-layout values in Burn's layout.
-            pub fn from_torch(&self, name: &str, values: &[f32], shape: &[usize]) -> TensorData {
-                match self { $(LayerSpec::$variant(s) => s.from_torch(name, values, shape),)* }
+            pub fn torch_to_burn(&self, name: &str, values: &[f32], shape: &[usize]) -> TensorData {
+                match self { $(LayerSpec::$variant(s) => s.torch_to_burn(name, values, shape),)* }
             }
 
             /// Checks the values of an exported layer's tensors.

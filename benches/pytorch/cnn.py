@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""PyTorch eager reference for examples/cnn28/cnn28.kyn, measured the way
+`kynml bench` measures it, so that the two can be compared on one machine.
+
+    python3 benches/pytorch/cnn.py [--steps 50] [--rounds 3] [--batch 64] [--threads N] [--json FILE]
+    kynml bench examples/cnn28/cnn28.kyn --device cpu --synthetic 8192
+
+Model: Conv2d(1,16,3,padding=1) ReLU MaxPool2d(2) Conv2d(16,32,3,padding=1)
+ReLU MaxPool2d(2) Flatten Linear(1568,128) ReLU Linear(128,10); cross-entropy;
+Adam(lr=1e-3); fp32; PyTorch's default init. Data: 8192 seeded rows of
+standard-normal 1x28x28 inputs and 10 random classes, in memory as tensors.
+
+Timing, as `kynml bench`: one warm-up round, then `--rounds` timed rounds of
+`--steps` optimizer steps each (batches taken in order from a per-round
+permutation); each round ends with the loss read back. Reports the median
+round's samples/s, every round, and the process's peak RSS.
+
+Needs torch; says so and exits 2 without it.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+sys.dont_write_bytecode = True
+
+try:
+    import torch
+    from torch import nn
+except ImportError as err:
+    print(f"cnn.py needs torch: {err}; `pip install torch`", file=sys.stderr)
+    sys.exit(2)
+
+
+def model():
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10),
+    )
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--rows", type=int, default=8192)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--json")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(7)
+    x = torch.randn(args.rows, 1, 28, 28)
+    y = torch.randint(0, 10, (args.rows,))
+    net = model()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    rates = []
+    first = None
+    for r in range(args.rounds + 1):
+        order = torch.randperm(args.rows)
+        start = time.perf_counter()
+        for s in range(args.steps):
+            at = (s * args.batch) % (args.rows - args.batch + 1)
+            idx = order[at : at + args.batch]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(net(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+        last = loss.item()
+        seconds = time.perf_counter() - start
+        rate = args.steps * args.batch / seconds
+        if r == 0:
+            first = rate
+            print(f"warm-up round: {rate:.0f} samples/s, train loss {last:.4f}", file=sys.stderr)
+        else:
+            rates.append(rate)
+            print(f"round {r}: {rate:.0f} samples/s, train loss {last:.4f}", file=sys.stderr)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    median = statistics.median(rates)
+    print(f"pytorch {torch.__version__} eager, {args.threads} threads, batch {args.batch}: "
+          f"{median:.0f} samples/s (rounds {', '.join(f'{r:.0f}' for r in rates)}), peak RSS {rss:.0f} MiB")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"samples_per_sec": median, "rounds": rates, "warmup": first, "peak_rss_mib": rss,
+                       "torch": torch.__version__, "threads": args.threads, "batch": args.batch}, f)
+
+
+if __name__ == "__main__":
+    main()

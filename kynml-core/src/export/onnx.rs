@@ -10,7 +10,14 @@
 //!   `0.5 * x * (1 + Erf(x / sqrt(2)))`; SiLU as `x * Sigmoid(x)`;
 //! - batchnorm: `BatchNormalization` (inference, epsilon 1e-5);
 //! - layernorm: `LayerNormalization` (axis -1, epsilon 1e-5);
-//! - dropout: nothing (identity at inference).
+//! - conv1d/conv2d: `Conv` (kernel_shape, strides, pads), then the activation;
+//! - maxpool/avgpool/global_avgpool: `MaxPool`, `AveragePool`, `GlobalAveragePool`;
+//! - flatten and dropout: nothing.
+//!
+//! Values are `[batch, features]` between layers; a layer over a shaped input
+//! (`[C, H, W]`) is `Reshape` to `[batch, C, H, W]`, its nodes, then
+//! `Flatten` (axis 1). Each layer's nodes are written by its own file in
+//! [`crate::model`].
 //!
 //! Outputs: regression gives `prediction` `[batch, out]`; a softmax head gives `logits`
 //! `[batch, classes]` and `probabilities` (`Softmax`, axis -1); a sigmoid head gives `logits`
@@ -19,7 +26,7 @@
 //! `class_names` (JSON arrays; the latter only for classification), `target` and `head`.
 //!
 //! Tensor and node names follow the layer index in the model: `dense0.weight`, `dense0.bias`,
-//! `batchnorm1.scale`, `layernorm2.bias`, `normalizer.mean`, ... All initializers are stored
+//! `batchnorm1.scale`, `layernorm2.bias`, `conv2d3.weight`, `normalizer.mean`, ... All initializers are stored
 //! as little-endian float `raw_data`.
 
 use super::graph::{Activation, ExportModel, Head};

@@ -3,7 +3,7 @@
 //! rebuild the `nn.Sequential` that loads them.
 //!
 //! Module index i is the index of the layer in [`ExportModel::layers`]. Activations are folded
-//! into their dense layer, so they are not modules of their own: the spec
+//! into their dense or convolution layer, so they are not modules of their own: the spec
 //! `dense 512 gelu; batchnorm; dropout; dense 1` gives `0.weight`, `0.bias`, `1.weight` (gamma),
 //! `1.bias` (beta), `1.running_mean`, `1.running_var`, `1.num_batches_tracked`, `3.weight` and
 //! `3.bias`.
@@ -113,53 +113,13 @@ pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
 /// softmax(outputs, dim=-1)) or `sigmoid` (one logit; `p(class_names[1]) = sigmoid(logit)`);
 /// `class_names`), and `tensors` (name, shape and dtype of each state-dict entry).
 ///
-/// Rebuilding in PyTorch: a dense layer is `nn.Linear` followed by its activation, which has no
-/// weights, so wrap the pair in one module to keep the state-dict names:
-///
-/// ```python
-/// import json, torch
-/// from torch import nn
-/// from safetensors.torch import load_file
-///
-/// ACTIVATIONS = {"linear": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh,
-///                "sigmoid": nn.Sigmoid, "silu": nn.SiLU}
-///
-/// class Dense(nn.Linear):
-///     def __init__(self, spec):
-///         super().__init__(spec["in_features"], spec["out_features"])
-///         name = spec["activation"]
-///         self.act = nn.LeakyReLU(spec["negative_slope"]) if name == "leaky_relu" else ACTIVATIONS[name]()
-///     def forward(self, x):
-///         return self.act(super().forward(x))
-///
-/// side = json.load(open("model.json"))
-/// modules = []
-/// for spec in side["layers"]:
-///     if spec["kind"] == "dense":
-///         modules.append(Dense(spec))
-///     elif spec["kind"] == "batchnorm":
-///         modules.append(nn.BatchNorm1d(spec["num_features"], eps=spec["eps"]))
-///     elif spec["kind"] == "layernorm":
-///         modules.append(nn.LayerNorm(spec["normalized_shape"], eps=spec["eps"]))
-///     else:
-///         modules.append(nn.Dropout(spec["p"]))
-/// net = nn.Sequential(*modules)
-/// net.load_state_dict(load_file("model.safetensors"))
-/// net.eval()
-///
-/// def predict(raw_rows):  # float32 tensor [n, input]
-///     x = raw_rows
-///     if side["normalizer"] is not None:
-///         x = (x - torch.tensor(side["normalizer"]["mean"])) / torch.tensor(side["normalizer"]["std"])
-///     out = net(x)
-///     kind = side["head"]["kind"]
-///     if kind == "softmax":
-///         return torch.softmax(out, dim=-1)          # column i is class_names[i]
-///     if kind == "sigmoid":
-///         p = torch.sigmoid(out)
-///         return torch.cat([1 - p, p], dim=-1)       # column i is class_names[i]
-///     return out
-/// ```
+/// Rebuilding in PyTorch: `scripts/rebuild_in_pytorch.py` builds the
+/// `nn.Sequential` from the sidecar and loads the weights (its `rebuild`
+/// function is the part to copy). Each layer is the PyTorch module its
+/// `module` field names, with its activation folded in (so that a dense or
+/// convolution layer owns `i.weight` and `i.bias`); values travel flat
+/// between modules, and a layer with an `input_shape` reshapes them first and
+/// flattens its output, as KynML's layers do.
 pub fn sidecar_json(model: &ExportModel) -> Value {
     let shapes = model.shapes().unwrap_or_default();
     let mut layers = Vec::with_capacity(model.layers.len());

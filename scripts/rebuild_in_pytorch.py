@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Rebuilds a KynML safetensors export as a PyTorch `nn.Sequential` from its
+two files alone, and predicts with it.
+
+    python3 scripts/rebuild_in_pytorch.py model.safetensors model.json rows.csv
+
+rows.csv: raw feature rows, comma-separated, an optional header line. Prints
+one line per row: the predictions (regression) or the class probabilities.
+`rebuild(side, weights)` is the part to copy into a PyTorch program.
+
+Module i of the Sequential owns the state-dict entries "i.*". Between
+modules the values are flat [rows, features]; a layer whose sidecar entry
+has an "input_shape" sees them as [rows, *input_shape] and gives them back
+flat, as KynML's layers do. Needs torch and safetensors.
+"""
+
+import json
+import sys
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+ACTIVATIONS = {"linear": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh,
+               "sigmoid": nn.Sigmoid, "silu": nn.SiLU}
+
+
+def activation(spec):
+    if "activation" not in spec:
+        return nn.Identity()
+    if spec["activation"] == "leaky_relu":
+        return nn.LeakyReLU(spec["negative_slope"])
+    return ACTIVATIONS[spec["activation"]]()
+
+
+def shaped(cls):
+    """`cls` taking flat rows: reshaped to the layer's input shape, its activation applied, flattened back."""
+    class Shaped(cls):
+        def __init__(self, spec, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.input_shape = spec.get("input_shape")
+            self.activation = activation(spec)
+
+        def forward(self, x):
+            if self.input_shape:
+                x = x.reshape(x.shape[0], *self.input_shape)
+            return self.activation(super().forward(x)).flatten(1)
+    return Shaped
+
+
+def module(spec):
+    kind, dims = spec["kind"], len(spec.get("input_shape", [0]))
+    d = "1d" if dims <= 2 else "2d"
+    if kind == "dense":
+        return shaped(nn.Linear)(spec, spec["in_features"], spec["out_features"])
+    if kind in ("conv1d", "conv2d"):
+        cls = nn.Conv1d if kind == "conv1d" else nn.Conv2d
+        return shaped(cls)(spec, spec["in_channels"], spec["out_channels"], spec["kernel_size"],
+                           stride=spec["stride"], padding=spec["padding"])
+    if kind == "batchnorm":
+        return shaped(getattr(nn, f"BatchNorm{d}"))(spec, spec["num_features"], eps=spec["eps"])
+    if kind == "layernorm":
+        return shaped(nn.LayerNorm)(spec, spec["normalized_shape"], eps=spec["eps"])
+    if kind == "maxpool":
+        return shaped(getattr(nn, f"MaxPool{d}"))(spec, spec["kernel_size"], stride=spec["stride"])
+    if kind == "avgpool":
+        return shaped(getattr(nn, f"AvgPool{d}"))(spec, spec["kernel_size"], stride=spec["stride"])
+    if kind == "global_avgpool":
+        return shaped(getattr(nn, f"AdaptiveAvgPool{d}"))(spec, 1)
+    if kind == "flatten":
+        return nn.Flatten()
+    if kind == "dropout":
+        return nn.Dropout(spec["p"])
+    raise ValueError(f"unknown layer kind {kind!r}")
+
+
+def rebuild(side, weights):
+    """The model of a sidecar (format kynml-pytorch) with its weights loaded, in eval mode."""
+    net = nn.Sequential(*[module(spec) for spec in side["layers"]])
+    net.load_state_dict(weights)
+    return net.eval()
+
+
+def predict(side, net, rows):
+    x = rows
+    if side["normalizer"] is not None:
+        x = (x - torch.tensor(side["normalizer"]["mean"])) / torch.tensor(side["normalizer"]["std"])
+    with torch.no_grad():
+        out = net(x)
+    kind = side["head"]["kind"]
+    if kind == "softmax":
+        return torch.softmax(out, dim=-1)  # column i is class_names[i]
+    if kind == "sigmoid":
+        p = torch.sigmoid(out)
+        return torch.cat([1 - p, p], dim=-1)
+    return out
+
+
+def main(argv):
+    if len(argv) != 4:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    weights, sidecar, csv = argv[1:]
+    side = json.load(open(sidecar))
+    lines = [line.strip() for line in open(csv) if line.strip()]
+    try:
+        [float(v) for v in lines[0].split(",")]
+    except ValueError:
+        lines = lines[1:]
+    rows = torch.tensor([[float(v) for v in line.split(",")] for line in lines], dtype=torch.float32)
+    out = predict(side, rebuild(side, load_file(weights)), rows)
+    for row in out.tolist():
+        print(",".join(f"{v:.6f}" for v in row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

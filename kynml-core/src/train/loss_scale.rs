@@ -66,22 +66,24 @@ impl LossScaler {
         // `g * 0` sums to 0 when every element is finite and to NaN otherwise.
         let mut probe: Option<Tensor<Kb, 1>> = None;
         let mut add = |t: Tensor<Kb, 1>| probe = Some(probe.take().map_or(t.clone(), |p| p + t));
+        fn unscale_one<const D: usize>(
+            grads: &mut GradientsParams,
+            id: ParamId,
+            inv: f64,
+            add: &mut impl FnMut(Tensor<Kb, 1>),
+        ) {
+            if let Some(g) = grads.remove::<Kb, D>(id) {
+                let g = g.mul_scalar(inv);
+                add(g.clone().mul_scalar(0.0).sum());
+                grads.register(id, g);
+            }
+        }
         for &(id, rank) in params {
             match rank {
-                2 => {
-                    if let Some(g) = grads.remove::<Kb, 2>(id) {
-                        let g = g.mul_scalar(inv);
-                        add(g.clone().mul_scalar(0.0).sum());
-                        grads.register(id, g);
-                    }
-                }
-                _ => {
-                    if let Some(g) = grads.remove::<Kb, 1>(id) {
-                        let g = g.mul_scalar(inv);
-                        add(g.clone().mul_scalar(0.0).sum());
-                        grads.register(id, g);
-                    }
-                }
+                4 => unscale_one::<4>(grads, id, inv, &mut add),
+                3 => unscale_one::<3>(grads, id, inv, &mut add),
+                2 => unscale_one::<2>(grads, id, inv, &mut add),
+                _ => unscale_one::<1>(grads, id, inv, &mut add),
             }
         }
         probe.is_none_or(|p| p.into_scalar_f64() == 0.0)

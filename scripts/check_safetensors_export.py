@@ -111,95 +111,113 @@ def forward(weights, side, rows):
             raise ExportError("normalizer mean/std do not match the input width")
         x = (x - mean) / std
 
-    # Values travel as [rows, features]; a layer whose sidecar entry has an
-    # `input_shape` sees them as [rows, *input_shape] (PyTorch's layout).
-    for i, layer in enumerate(side["layers"]):
-        kind = layer["kind"]
-        if layer["index"] != i:
-            raise ExportError(f"layer {i} says index {layer['index']}")
-        shape = [int(d) for d in layer.get("input_shape", [width])]
-        if int(np.prod(shape)) != width:
-            raise ExportError(f"layer {i}: input_shape {shape} does not hold {width} values")
-        n_rows = x.shape[0]
-        xs = x.reshape([n_rows] + shape)
-        if kind == "dense":
-            n_in, n_out = int(layer["in_features"]), int(layer["out_features"])
-            if n_in != width:
-                raise ExportError(f"layer {i}: dense takes {n_in} inputs, gets {width}")
-            w = take(f"{i}.weight", [n_out, n_in])
-            b = take(f"{i}.bias", [n_out])
-            x = activation(layer["activation"], layer, x @ w.T + b)
-        elif kind in ("conv1d", "conv2d"):
-            cin, cout = int(layer["in_channels"]), int(layer["out_channels"])
-            k, s, p = int(layer["kernel_size"]), int(layer["stride"]), int(layer["padding"])
-            if shape[0] != cin:
-                raise ExportError(f"layer {i}: {kind} takes {cin} channels, gets {shape[0]}")
-            if kind == "conv1d":
-                w = take(f"{i}.weight", [cout, cin, k])[:, :, None, :]
-                xs = xs[:, :, None, :]
-                kh, sh, ph = 1, 1, 0
+    def run(layers, x, width, prefix, indexed=True):
+        """The layers on x ([rows, width]); tensor names are prefix + "i.field",
+        or prefix + "field" for a single unindexed module (a projection)."""
+        # Values travel as [rows, features]; a layer whose sidecar entry has an
+        # `input_shape` sees them as [rows, *input_shape] (PyTorch's layout).
+        for i, layer in enumerate(layers):
+            kind = layer["kind"]
+            base = f"{prefix}{i}." if indexed else prefix
+            if layer["index"] != i:
+                raise ExportError(f"layer {i} says index {layer['index']}")
+            shape = [int(d) for d in layer.get("input_shape", [width])]
+            if int(np.prod(shape)) != width:
+                raise ExportError(f"layer {i}: input_shape {shape} does not hold {width} values")
+            n_rows = x.shape[0]
+            xs = x.reshape([n_rows] + shape)
+            if kind == "dense":
+                n_in, n_out = int(layer["in_features"]), int(layer["out_features"])
+                if n_in != width:
+                    raise ExportError(f"layer {i}: dense takes {n_in} inputs, gets {width}")
+                w = take(base + "weight", [n_out, n_in])
+                b = take(base + "bias", [n_out])
+                x = activation(layer["activation"], layer, x @ w.T + b)
+            elif kind in ("conv1d", "conv2d"):
+                cin, cout = int(layer["in_channels"]), int(layer["out_channels"])
+                k, s, p = int(layer["kernel_size"]), int(layer["stride"]), int(layer["padding"])
+                if shape[0] != cin:
+                    raise ExportError(f"layer {i}: {kind} takes {cin} channels, gets {shape[0]}")
+                if kind == "conv1d":
+                    w = take(base + "weight", [cout, cin, k])[:, :, None, :]
+                    xs = xs[:, :, None, :]
+                    kh, sh, ph = 1, 1, 0
+                else:
+                    w = take(base + "weight", [cout, cin, k, k])
+                    kh, sh, ph = k, s, p
+                b = take(base + "bias", [cout])
+                padded = np.pad(xs, ((0, 0), (0, 0), (ph, ph), (p, p)))
+                oh = (padded.shape[2] - kh) // sh + 1
+                ow = (padded.shape[3] - k) // s + 1
+                y = np.zeros((n_rows, cout, oh, ow))
+                for ky in range(kh):
+                    for kx in range(k):
+                        patch = padded[:, :, ky : ky + sh * (oh - 1) + 1 : sh, kx : kx + s * (ow - 1) + 1 : s]
+                        y += np.einsum("nchw,oc->nohw", patch, w[:, :, ky, kx])
+                y += b[None, :, None, None]
+                x = activation(layer["activation"], layer, y.reshape(n_rows, -1))
+            elif kind in ("maxpool", "avgpool"):
+                k, s = int(layer["kernel_size"]), int(layer["stride"])
+                if len(shape) == 2:
+                    xs = xs[:, :, None, :]
+                    kh, sh = 1, 1
+                else:
+                    kh, sh = k, s
+                oh = (xs.shape[2] - kh) // sh + 1
+                ow = (xs.shape[3] - k) // s + 1
+                windows = [
+                    xs[:, :, ky : ky + sh * (oh - 1) + 1 : sh, kx : kx + s * (ow - 1) + 1 : s]
+                    for ky in range(kh)
+                    for kx in range(k)
+                ]
+                y = np.max(windows, axis=0) if kind == "maxpool" else np.mean(windows, axis=0)
+                x = y.reshape(n_rows, -1)
+            elif kind == "global_avgpool":
+                x = xs.reshape(n_rows, shape[0], -1).mean(axis=-1)
+            elif kind == "flatten":
+                x = xs.reshape(n_rows, -1)
+            elif kind == "batchnorm":
+                n = int(layer["num_features"])
+                if n != shape[0]:
+                    raise ExportError(f"layer {i}: batchnorm over {n} channels, gets {shape[0]}")
+                gamma = take(base + "weight", [n])
+                beta = take(base + "bias", [n])
+                mean = take(base + "running_mean", [n])
+                var = take(base + "running_var", [n])
+                take(base + "num_batches_tracked", [], np.int64)
+                per = [1, n] + [1] * (len(shape) - 1)
+                y = (xs - mean.reshape(per)) / np.sqrt(var.reshape(per) + float(layer["eps"]))
+                x = (y * gamma.reshape(per) + beta.reshape(per)).reshape(n_rows, -1)
+            elif kind == "layernorm":
+                n = int(layer["normalized_shape"])
+                if n != shape[-1]:
+                    raise ExportError(f"layer {i}: layernorm over {n} features, gets {shape[-1]}")
+                gamma = take(base + "weight", [n])
+                beta = take(base + "bias", [n])
+                mu = xs.mean(axis=-1, keepdims=True)
+                var = ((xs - mu) ** 2).mean(axis=-1, keepdims=True)
+                x = ((xs - mu) / np.sqrt(var + float(layer["eps"])) * gamma + beta).reshape(n_rows, -1)
+            elif kind == "dropout":
+                p = float(layer["p"])
+                if not 0.0 <= p < 1.0:
+                    raise ExportError(f"layer {i}: dropout p {p}")
+            elif kind == "residual":
+                y, _ = run(layer["layers"], x, width, f"{base}block.")
+                projection = layer.get("projection")
+                if projection is not None:
+                    skip, _ = run([projection], x, width, f"{base}projection.", indexed=False)
+                else:
+                    skip = x
+                if skip.shape != y.shape:
+                    raise ExportError(f"layer {i}: residual adds {list(skip.shape)} to {list(y.shape)}")
+                x = y + skip
             else:
-                w = take(f"{i}.weight", [cout, cin, k, k])
-                kh, sh, ph = k, s, p
-            b = take(f"{i}.bias", [cout])
-            padded = np.pad(xs, ((0, 0), (0, 0), (ph, ph), (p, p)))
-            oh = (padded.shape[2] - kh) // sh + 1
-            ow = (padded.shape[3] - k) // s + 1
-            y = np.zeros((n_rows, cout, oh, ow))
-            for ky in range(kh):
-                for kx in range(k):
-                    patch = padded[:, :, ky : ky + sh * (oh - 1) + 1 : sh, kx : kx + s * (ow - 1) + 1 : s]
-                    y += np.einsum("nchw,oc->nohw", patch, w[:, :, ky, kx])
-            y += b[None, :, None, None]
-            x = activation(layer["activation"], layer, y.reshape(n_rows, -1))
-        elif kind in ("maxpool", "avgpool"):
-            k, s = int(layer["kernel_size"]), int(layer["stride"])
-            if len(shape) == 2:
-                xs = xs[:, :, None, :]
-                kh, sh = 1, 1
-            else:
-                kh, sh = k, s
-            oh = (xs.shape[2] - kh) // sh + 1
-            ow = (xs.shape[3] - k) // s + 1
-            windows = [
-                xs[:, :, ky : ky + sh * (oh - 1) + 1 : sh, kx : kx + s * (ow - 1) + 1 : s]
-                for ky in range(kh)
-                for kx in range(k)
-            ]
-            y = np.max(windows, axis=0) if kind == "maxpool" else np.mean(windows, axis=0)
-            x = y.reshape(n_rows, -1)
-        elif kind == "global_avgpool":
-            x = xs.reshape(n_rows, shape[0], -1).mean(axis=-1)
-        elif kind == "flatten":
-            x = xs.reshape(n_rows, -1)
-        elif kind == "batchnorm":
-            n = int(layer["num_features"])
-            if n != shape[0]:
-                raise ExportError(f"layer {i}: batchnorm over {n} channels, gets {shape[0]}")
-            gamma = take(f"{i}.weight", [n])
-            beta = take(f"{i}.bias", [n])
-            mean = take(f"{i}.running_mean", [n])
-            var = take(f"{i}.running_var", [n])
-            take(f"{i}.num_batches_tracked", [], np.int64)
-            per = [1, n] + [1] * (len(shape) - 1)
-            y = (xs - mean.reshape(per)) / np.sqrt(var.reshape(per) + float(layer["eps"]))
-            x = (y * gamma.reshape(per) + beta.reshape(per)).reshape(n_rows, -1)
-        elif kind == "layernorm":
-            n = int(layer["normalized_shape"])
-            if n != shape[-1]:
-                raise ExportError(f"layer {i}: layernorm over {n} features, gets {shape[-1]}")
-            gamma = take(f"{i}.weight", [n])
-            beta = take(f"{i}.bias", [n])
-            mu = xs.mean(axis=-1, keepdims=True)
-            var = ((xs - mu) ** 2).mean(axis=-1, keepdims=True)
-            x = ((xs - mu) / np.sqrt(var + float(layer["eps"])) * gamma + beta).reshape(n_rows, -1)
-        elif kind == "dropout":
-            p = float(layer["p"])
-            if not 0.0 <= p < 1.0:
-                raise ExportError(f"layer {i}: dropout p {p}")
-        else:
-            raise ExportError(f"layer {i}: unknown kind '{kind}'")
-        width = x.shape[1]
+                raise ExportError(f"layer {i}: unknown kind '{kind}'")
+            width = x.shape[1]
+        return x, width
+
+
+    x, width = run(side["layers"], x, width, "")
 
     extra = sorted(set(weights) - used)
     if extra:

@@ -48,6 +48,18 @@ def shaped(cls):
     return Shaped
 
 
+class Residual(nn.Module):
+    """`residual:`: x + block(x), or projection(x) + block(x) where the width changes."""
+    def __init__(self, spec):
+        super().__init__()
+        self.block = nn.Sequential(*[module(s) for s in spec["layers"]])
+        self.projection = module(spec["projection"]) if spec.get("projection") else None
+
+    def forward(self, x):
+        skip = x if self.projection is None else self.projection(x)
+        return self.block(x) + skip
+
+
 def module(spec):
     kind, dims = spec["kind"], len(spec.get("input_shape", [0]))
     d = "1d" if dims <= 2 else "2d"
@@ -71,6 +83,8 @@ def module(spec):
         return nn.Flatten()
     if kind == "dropout":
         return nn.Dropout(spec["p"])
+    if kind == "residual":
+        return Residual(spec)
     raise ValueError(f"unknown layer kind {kind!r}")
 
 

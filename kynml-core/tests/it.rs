@@ -111,7 +111,7 @@ fn wgpu_training_agrees_with_cpu_in_fp32() {
     // computed on each device alike, so both backends drop the same units.
     let dense = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
     // And the image layers, on the same six features seen as one 2x3 image.
-    let image = " input 1x2x3\n conv2d 4 2 relu padding=1\n batchnorm\n maxpool 2\n conv2d 3 1 tanh\n \
+    let image = " input 1x2x3\n conv2d 4 2 relu padding=1\n batchnorm\n maxpool 2\n residual:\n  conv2d 4 1 relu\n conv2d 3 1 tanh\n \
                  global_avgpool\n dense 8 gelu\n dense 1 linear";
     for (name, layers) in [("dense", dense), ("image", image)] {
         wgpu_agrees_with_cpu(&cpu, &wgpu, tmp.path(), seed, name, layers);
@@ -551,6 +551,14 @@ fn exports_predict_like_the_trained_model_in_onnxruntime_numpy_and_kynml() {
     let sequence =
         " input 2x3\n conv1d 4 2 silu padding=1\n batchnorm\n avgpool 2\n conv1d 2 1 linear\n global_avgpool";
     export_round_trip(seed + 5, sequence, "mse", 1);
+    // Residual blocks: one adding its input, one projecting it (16 -> 8).
+    let residual =
+        " dense 16 relu\n residual:\n  dense 16 gelu\n  layernorm\n residual:\n  dense 8 tanh\n  dropout 0.1";
+    export_round_trip(seed + 6, residual, "mse", 1);
+    let image_residual =
+        " input 1x2x3\n conv2d 4 2 relu padding=1\n residual:\n  conv2d 4 3 relu padding=1\n  batchnorm\n \
+                          residual:\n  conv2d 6 1 gelu\n global_avgpool";
+    export_round_trip(seed + 7, image_residual, "cross_entropy", 3);
 }
 
 // ---- mixed precision ----
@@ -1015,6 +1023,11 @@ fn image_layers_match_the_reference_forward() {
         ("3x11", " conv1d 4 3 silu stride=2\n batchnorm\n avgpool 2 stride=1\n conv1d 2 1 linear padding=same\n global_avgpool\n dense 2 linear"),
         ("1x6x6", " conv2d 2 3 leaky_relu(0.1)\n avgpool 2\n global_avgpool\n dense 3 sigmoid"),
         ("2x5x5", " conv2d 3 5 linear padding=2 stride=2\n maxpool 3 stride=1\n flatten\n dense 4 relu"),
+        (
+            "2x4x4",
+            " conv2d 4 3 relu padding=1\n residual:\n  conv2d 4 3 relu padding=1\n  batchnorm\n residual:\n  conv2d 6 1 linear\n \
+             global_avgpool\n residual:\n  dense 3 tanh\n dense 2 linear",
+        ),
     ];
     for (i, (shape, layers)) in cases.into_iter().enumerate() {
         let tmp = tempfile::tempdir().unwrap();

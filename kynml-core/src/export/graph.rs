@@ -204,7 +204,7 @@ impl ExportLayer {
             .map(|d| {
                 let data = match d.role {
                     Role::Count => TorchTensor::I64(vec![0]),
-                    _ if d.name == "running_var" => TorchTensor::F32(vec![1.0; d.len()]),
+                    _ if d.name.ends_with("running_var") => TorchTensor::F32(vec![1.0; d.len()]),
                     _ => TorchTensor::F32(vec![0.0; d.len()]),
                 };
                 HostTensor { name: d.name.to_string(), shape: d.shape, data }

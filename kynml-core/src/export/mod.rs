@@ -167,7 +167,7 @@ fn with_weights(model: &Model<Kb>, mut meta: ExportModel) -> ExportModel {
                         let at = state.iter().position(|(name, _)| *name == d.name);
                         let values = at.map(|at| state.swap_remove(at).1);
                         TorchTensor::F32(
-                            values.map(|v| layer.spec.burn_to_torch(d.name, v, &d.shape)).unwrap_or_default(),
+                            values.map(|v| layer.spec.burn_to_torch(&d.name, v, &d.shape)).unwrap_or_default(),
                         )
                     }
                 };

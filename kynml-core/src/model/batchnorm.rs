@@ -176,12 +176,12 @@ impl LayerModule for BatchNorm<Kb> {
         y.reshape([batch, features])
     }
 
-    fn state(&self) -> Vec<(&'static str, TensorData)> {
+    fn state(&self) -> Vec<(String, TensorData)> {
         vec![
-            ("weight", self.gamma.val().into_data()),
-            ("bias", self.beta.val().into_data()),
-            ("running_mean", self.running_mean.value_sync().into_data()),
-            ("running_var", self.running_var.value_sync().into_data()),
+            ("weight".into(), self.gamma.val().into_data()),
+            ("bias".into(), self.beta.val().into_data()),
+            ("running_mean".into(), self.running_mean.value_sync().into_data()),
+            ("running_var".into(), self.running_var.value_sync().into_data()),
         ]
     }
 
@@ -194,8 +194,8 @@ impl LayerModule for BatchNorm<Kb> {
         Ok(self)
     }
 
-    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
-        vec![(self.gamma.id, "weight", 1), (self.beta.id, "bias", 1)]
+    fn params(&self) -> Vec<(ParamId, String, usize)> {
+        vec![(self.gamma.id, "weight".into(), 1), (self.beta.id, "bias".into(), 1)]
     }
 }
 

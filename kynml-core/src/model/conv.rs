@@ -333,8 +333,8 @@ impl LayerModule for Conv<Kb> {
         apply_activation(y.reshape([batch, out * oh * ow]), self.activation)
     }
 
-    fn state(&self) -> Vec<(&'static str, TensorData)> {
-        vec![("weight", self.weight.val().into_data()), ("bias", self.bias.val().into_data())]
+    fn state(&self) -> Vec<(String, TensorData)> {
+        vec![("weight".into(), self.weight.val().into_data()), ("bias".into(), self.bias.val().into_data())]
     }
 
     fn restore(mut self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError> {
@@ -343,7 +343,7 @@ impl LayerModule for Conv<Kb> {
         Ok(self)
     }
 
-    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
-        vec![(self.weight.id, "weight", 4), (self.bias.id, "bias", 1)]
+    fn params(&self) -> Vec<(ParamId, String, usize)> {
+        vec![(self.weight.id, "weight".into(), 4), (self.bias.id, "bias".into(), 1)]
     }
 }

@@ -202,8 +202,8 @@ impl LayerModule for Dense<Kb> {
         apply_activation(product + self.bias.val().unsqueeze::<2>(), self.activation)
     }
 
-    fn state(&self) -> Vec<(&'static str, TensorData)> {
-        vec![("weight", self.weight.val().into_data()), ("bias", self.bias.val().into_data())]
+    fn state(&self) -> Vec<(String, TensorData)> {
+        vec![("weight".into(), self.weight.val().into_data()), ("bias".into(), self.bias.val().into_data())]
     }
 
     fn restore(mut self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError> {
@@ -212,8 +212,8 @@ impl LayerModule for Dense<Kb> {
         Ok(self)
     }
 
-    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
-        vec![(self.weight.id, "weight", 2), (self.bias.id, "bias", 1)]
+    fn params(&self) -> Vec<(ParamId, String, usize)> {
+        vec![(self.weight.id, "weight".into(), 2), (self.bias.id, "bias".into(), 1)]
     }
 }
 

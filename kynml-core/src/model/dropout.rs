@@ -110,7 +110,7 @@ impl LayerModule for Dropout {
         self.apply(x, pass.rng())
     }
 
-    fn state(&self) -> Vec<(&'static str, TensorData)> {
+    fn state(&self) -> Vec<(String, TensorData)> {
         Vec::new()
     }
 
@@ -118,7 +118,7 @@ impl LayerModule for Dropout {
         Ok(self)
     }
 
-    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
+    fn params(&self) -> Vec<(ParamId, String, usize)> {
         Vec::new()
     }
 }

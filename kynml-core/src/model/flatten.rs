@@ -73,7 +73,7 @@ impl LayerModule for Flatten {
         x
     }
 
-    fn state(&self) -> Vec<(&'static str, TensorData)> {
+    fn state(&self) -> Vec<(String, TensorData)> {
         Vec::new()
     }
 
@@ -81,7 +81,7 @@ impl LayerModule for Flatten {
         Ok(self)
     }
 
-    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
+    fn params(&self) -> Vec<(ParamId, String, usize)> {
         Vec::new()
     }
 }

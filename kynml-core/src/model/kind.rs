@@ -98,8 +98,9 @@ pub enum Role {
 /// One tensor a layer owns, in PyTorch's layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decl {
-    /// The field of the PyTorch module: `weight`, `running_mean`.
-    pub name: &'static str,
+    /// The field of the PyTorch module: `weight`, `running_mean`; nested
+    /// modules' fields carry their path (`block.0.weight`).
+    pub name: String,
     /// The shape in PyTorch's layout (`[out, in]` for a dense weight).
     pub shape: Vec<usize>,
     /// What it is.
@@ -108,18 +109,18 @@ pub struct Decl {
 
 impl Decl {
     /// A trained tensor.
-    pub fn param(name: &'static str, shape: Vec<usize>) -> Self {
-        Decl { name, shape, role: Role::Param }
+    pub fn param(name: impl Into<String>, shape: Vec<usize>) -> Self {
+        Decl { name: name.into(), shape, role: Role::Param }
     }
 
     /// A tracked, untrained tensor.
-    pub fn buffer(name: &'static str, shape: Vec<usize>) -> Self {
-        Decl { name, shape, role: Role::Buffer }
+    pub fn buffer(name: impl Into<String>, shape: Vec<usize>) -> Self {
+        Decl { name: name.into(), shape, role: Role::Buffer }
     }
 
     /// An int64 scalar only exports hold.
-    pub fn count(name: &'static str) -> Self {
-        Decl { name, shape: Vec::new(), role: Role::Count }
+    pub fn count(name: impl Into<String>) -> Self {
+        Decl { name: name.into(), shape: Vec::new(), role: Role::Count }
     }
 
     /// The number of values.
@@ -218,6 +219,11 @@ pub(crate) trait Kind: Sized {
     /// The line as a person writes it: `dense 64 relu`, `conv2d 8 3 relu padding=1`.
     fn describe(&self) -> String;
 
+    /// The layers a block holds, in order; none for a plain layer.
+    fn children(&self) -> &[super::LayerSpec] {
+        &[]
+    }
+
     /// What a checkpoint records of the layer, to refuse resuming a
     /// different model; fixed once released.
     fn fingerprint(&self) -> String {
@@ -286,14 +292,14 @@ pub trait LayerModule: Sized {
 
     /// Its tensors in Burn's layout, named as the [`Decl`]s that are not
     /// [`Role::Count`], in their order.
-    fn state(&self) -> Vec<(&'static str, TensorData)>;
+    fn state(&self) -> Vec<(String, TensorData)>;
 
     /// The module with every tensor replaced by `get`'s; parameter ids kept,
     /// because optimizers key their state by them.
     fn restore(self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError>;
 
     /// Its trained tensors' ids, names and ranks, in [`state`](Self::state)'s order.
-    fn params(&self) -> Vec<(ParamId, &'static str, usize)>;
+    fn params(&self) -> Vec<(ParamId, String, usize)>;
 }
 
 /// `old` replaced by `get`'s tensor `name`, keeping its id.

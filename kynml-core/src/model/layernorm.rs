@@ -137,8 +137,8 @@ impl LayerModule for LayerNorm<Kb> {
         }
     }
 
-    fn state(&self) -> Vec<(&'static str, TensorData)> {
-        vec![("weight", self.gamma.val().into_data()), ("bias", self.beta.val().into_data())]
+    fn state(&self) -> Vec<(String, TensorData)> {
+        vec![("weight".into(), self.gamma.val().into_data()), ("bias".into(), self.beta.val().into_data())]
     }
 
     fn restore(mut self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError> {
@@ -147,7 +147,7 @@ impl LayerModule for LayerNorm<Kb> {
         Ok(self)
     }
 
-    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
-        vec![(self.gamma.id, "weight", 1), (self.beta.id, "bias", 1)]
+    fn params(&self) -> Vec<(ParamId, String, usize)> {
+        vec![(self.gamma.id, "weight".into(), 1), (self.beta.id, "bias".into(), 1)]
     }
 }

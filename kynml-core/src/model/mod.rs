@@ -24,6 +24,7 @@ pub mod flatten;
 pub mod kind;
 pub mod layernorm;
 pub mod pool;
+pub mod residual;
 mod state;
 mod summary;
 
@@ -63,13 +64,19 @@ pub enum Mode<'r> {
 
 /// The catalogue: `Variant: file::SpecType => BurnModule`, once per kind.
 macro_rules! catalogue {
-    ($($variant:ident: $file:ident::$spec:ident => $module:ty),* $(,)?) => {
+    (
+        $($variant:ident: $file:ident::$spec:ident => $module:ty,)*
+        ; $($bvariant:ident: $bfile:ident::$bspec:ident => $bmodule:ty,)*
+    ) => {
         /// One line of a `model` block after `input`: a layer's kind and arguments.
         #[derive(Debug, Clone, PartialEq, serde::Serialize)]
         pub enum LayerSpec {
             $(
                 #[doc = concat!("See [`", stringify!($file), "`].")]
                 $variant($file::$spec),
+            )* $(
+                #[doc = concat!("See [`", stringify!($bfile), "`].")]
+                $bvariant($bfile::$bspec),
             )*
         }
 
@@ -79,20 +86,30 @@ macro_rules! catalogue {
             $(
                 #[doc = concat!("See [`", stringify!($file), "`].")]
                 $variant($module),
+            )* $(
+                #[doc = concat!("See [`", stringify!($bfile), "`].")]
+                $bvariant($bmodule),
             )*
         }
 
         /// Every word that starts a layer line (`input` aside), in catalogue order.
         pub fn layer_names() -> Vec<&'static str> {
             let mut out = Vec::new();
-            $( out.extend_from_slice(<$file::$spec as Kind>::NAMES); )*
+            $( out.extend_from_slice(<$file::$spec as Kind>::NAMES); )* $( out.extend_from_slice(<$bfile::$bspec as Kind>::NAMES); )*
+            out
+        }
+
+        /// The words that open a block of layers (`residual`).
+        pub fn block_names() -> Vec<&'static str> {
+            let mut out = Vec::new();
+            $( out.extend_from_slice(<$bfile::$bspec as Kind>::NAMES); )*
             out
         }
 
         /// The ways a layer line is written, for help messages.
         pub fn layer_forms() -> Vec<&'static str> {
             let mut out = Vec::new();
-            $( out.extend_from_slice(<$file::$spec as Kind>::FORMS); )*
+            $( out.extend_from_slice(<$file::$spec as Kind>::FORMS); )* $( out.extend_from_slice(<$bfile::$bspec as Kind>::FORMS); )*
             out
         }
 
@@ -103,6 +120,10 @@ macro_rules! catalogue {
                 if <$file::$spec as Kind>::NAMES.contains(&name) {
                     return Some(<$file::$spec as Kind>::parse(line, d).map(LayerSpec::$variant));
                 }
+            )* $(
+                if <$bfile::$bspec as Kind>::NAMES.contains(&name) {
+                    return Some(<$bfile::$bspec as Kind>::parse(line, d).map(LayerSpec::$bvariant));
+                }
             )*
             None
         }
@@ -110,67 +131,72 @@ macro_rules! catalogue {
         impl LayerSpec {
             /// The word its line starts with (`dense`, `conv2d`).
             pub fn name(&self) -> &'static str {
-                match self { $(LayerSpec::$variant(s) => s.word(),)* }
+                match self { $(LayerSpec::$variant(s) => s.word(),)* $(LayerSpec::$bvariant(s) => s.word(),)* }
             }
 
             /// As a person writes it: `dense 64 relu`.
             pub fn describe(&self) -> String {
-                match self { $(LayerSpec::$variant(s) => s.describe(),)* }
+                match self { $(LayerSpec::$variant(s) => s.describe(),)* $(LayerSpec::$bvariant(s) => s.describe(),)* }
+            }
+
+            /// The layers a block holds; empty for a plain layer.
+            pub fn children(&self) -> &[LayerSpec] {
+                match self { $(LayerSpec::$variant(s) => s.children(),)* $(LayerSpec::$bvariant(s) => s.children(),)* }
             }
 
             /// What a checkpoint records of it.
             pub fn fingerprint(&self) -> String {
-                match self { $(LayerSpec::$variant(s) => s.fingerprint(),)* }
+                match self { $(LayerSpec::$variant(s) => s.fingerprint(),)* $(LayerSpec::$bvariant(s) => s.fingerprint(),)* }
             }
 
             /// Its output shape for `input`, or what it needs.
             pub fn output(&self, input: &Shape) -> Result<Shape, String> {
-                match self { $(LayerSpec::$variant(s) => s.output(input),)* }
+                match self { $(LayerSpec::$variant(s) => s.output(input),)* $(LayerSpec::$bvariant(s) => s.output(input),)* }
             }
 
             /// Its tensors for `input`, in PyTorch's layout.
             pub fn tensors(&self, input: &Shape) -> Vec<Decl> {
-                match self { $(LayerSpec::$variant(s) => s.tensors(input),)* }
+                match self { $(LayerSpec::$variant(s) => s.tensors(input),)* $(LayerSpec::$bvariant(s) => s.tensors(input),)* }
             }
 
             /// The native CPU engine's layer, where that engine has it.
             pub fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
-                match self { $(LayerSpec::$variant(s) => s.native(input),)* }
+                match self { $(LayerSpec::$variant(s) => s.native(input),)* $(LayerSpec::$bvariant(s) => s.native(input),)* }
             }
 
             /// The Burn module, initialised from `rng`.
             pub fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Layer<Kb> {
-                match self { $(LayerSpec::$variant(s) => Layer::$variant(s.init(input, rng, device)),)* }
+                match self { $(LayerSpec::$variant(s) => Layer::$variant(s.init(input, rng, device)),)* $(LayerSpec::$bvariant(s) => Layer::$bvariant(s.init(input, rng, device)),)* }
             }
 
             /// A checkpoint tensor in PyTorch's layout.
             pub fn burn_to_torch(&self, name: &str, data: TensorData, shape: &[usize]) -> Vec<f32> {
-                match self { $(LayerSpec::$variant(s) => s.burn_to_torch(name, data, shape),)* }
+                match self { $(LayerSpec::$variant(s) => s.burn_to_torch(name, data, shape),)* $(LayerSpec::$bvariant(s) => s.burn_to_torch(name, data, shape),)* }
             }
 
             /// PyTorch-layout values in Burn's layout.
             pub fn torch_to_burn(&self, name: &str, values: &[f32], shape: &[usize]) -> TensorData {
-                match self { $(LayerSpec::$variant(s) => s.torch_to_burn(name, values, shape),)* }
+                match self { $(LayerSpec::$variant(s) => s.torch_to_burn(name, values, shape),)* $(LayerSpec::$bvariant(s) => s.torch_to_burn(name, values, shape),)* }
             }
 
             /// Checks the values of an exported layer's tensors.
             pub fn check(&self, t: Tensors) -> Result<(), String> {
-                match self { $(LayerSpec::$variant(s) => s.check(t),)* }
+                match self { $(LayerSpec::$variant(s) => s.check(t),)* $(LayerSpec::$bvariant(s) => s.check(t),)* }
             }
 
             /// The reference forward pass on the host.
             pub fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
-                match self { $(LayerSpec::$variant(s) => s.reference(input, t, x),)* }
+                match self { $(LayerSpec::$variant(s) => s.reference(input, t, x),)* $(LayerSpec::$bvariant(s) => s.reference(input, t, x),)* }
             }
 
             /// Its ONNX nodes after `x`; returns its output's name.
             pub(crate) fn onnx(&self, g: &mut Graph, p: &str, input: &Shape, t: Tensors, x: String) -> String {
-                match self { $(LayerSpec::$variant(s) => s.onnx(g, p, input, t, x),)* }
+                match self { $(LayerSpec::$variant(s) => s.onnx(g, p, input, t, x),)* $(LayerSpec::$bvariant(s) => s.onnx(g, p, input, t, x),)* }
             }
 
             /// Its entry in the PyTorch sidecar.
             pub fn torch(&self, input: &Shape) -> Json {
-                match self { $(LayerSpec::$variant(s) => s.torch(input),)* }
+                match self { $(LayerSpec::$variant(s) => s.torch(input),)* $(LayerSpec::$bvariant(s) => s.torch(input),)* }
             }
 
             /// Reads a sidecar entry of kind `kind`.
@@ -179,29 +205,74 @@ macro_rules! catalogue {
                     if <$file::$spec as Kind>::NAMES.contains(&kind) {
                         return <$file::$spec as Kind>::from_json(kind, v).map(LayerSpec::$variant);
                     }
+                )* $(
+                    if <$bfile::$bspec as Kind>::NAMES.contains(&kind) {
+                        return <$bfile::$bspec as Kind>::from_json(kind, v).map(LayerSpec::$bvariant);
+                    }
                 )*
                 Err(format!("unknown layer kind `{kind}`"))
             }
         }
 
         impl Layer<Kb> {
-            fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
-                match self { $(Layer::$variant(m) => m.forward(x, pass),)* }
+            pub(crate) fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
+                match self { $(Layer::$variant(m) => m.forward(x, pass),)* $(Layer::$bvariant(m) => m.forward(x, pass),)* }
             }
 
             /// Its tensors in Burn's layout, by field name.
-            pub fn state(&self) -> Vec<(&'static str, TensorData)> {
-                match self { $(Layer::$variant(m) => m.state(),)* }
+            pub fn state(&self) -> Vec<(String, TensorData)> {
+                match self { $(Layer::$variant(m) => m.state(),)* $(Layer::$bvariant(m) => m.state(),)* }
             }
 
             /// With every tensor replaced by `get`'s, parameter ids kept.
             pub fn restore(self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError> {
-                match self { $(Layer::$variant(m) => Ok(Layer::$variant(m.restore(get, device)?)),)* }
+                match self { $(Layer::$variant(m) => Ok(Layer::$variant(m.restore(get, device)?)),)* $(Layer::$bvariant(m) => Ok(Layer::$bvariant(m.restore(get, device)?)),)* }
             }
 
             /// Its trained tensors' ids, field names and ranks.
-            pub fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
-                match self { $(Layer::$variant(m) => m.params(),)* }
+            pub fn params(&self) -> Vec<(ParamId, String, usize)> {
+                match self { $(Layer::$variant(m) => m.params(),)* $(Layer::$bvariant(m) => m.params(),)* }
+            }
+        }
+
+        /// One layer inside a block (`residual:`) as a Burn module: every
+        /// kind but the blocks themselves, which do not nest.
+        #[derive(Module, Debug)]
+        pub enum Inner<B: Backend> {
+            $(
+                #[doc = concat!("See [`", stringify!($file), "`].")]
+                $variant($module),
+            )*
+        }
+
+        impl LayerSpec {
+            /// The Burn module of a layer inside a block; `None` for a block.
+            pub fn init_inner(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Option<Inner<Kb>> {
+                match self {
+                    $(LayerSpec::$variant(s) => Some(Inner::$variant(s.init(input, rng, device))),)*
+                    _ => None,
+                }
+            }
+        }
+
+        impl Inner<Kb> {
+            pub(crate) fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
+                match self { $(Inner::$variant(m) => m.forward(x, pass),)* }
+            }
+
+            /// Its tensors in Burn's layout, by field name.
+            pub fn state(&self) -> Vec<(String, TensorData)> {
+                match self { $(Inner::$variant(m) => m.state(),)* }
+            }
+
+            /// With every tensor replaced by `get`'s, parameter ids kept.
+            pub fn restore(self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError> {
+                match self { $(Inner::$variant(m) => Ok(Inner::$variant(m.restore(get, device)?)),)* }
+            }
+
+            /// Its trained tensors' ids, field names and ranks.
+            pub fn params(&self) -> Vec<(ParamId, String, usize)> {
+                match self { $(Inner::$variant(m) => m.params(),)* }
             }
         }
     };
@@ -215,6 +286,9 @@ catalogue! {
     BatchNorm: batchnorm::BatchNormSpec => batchnorm::BatchNorm<B>,
     LayerNorm: layernorm::LayerNormSpec => layernorm::LayerNorm<B>,
     Dropout: dropout::DropoutSpec => dropout::Dropout,
+    // Blocks: layers that hold layers (which do not nest).
+    ;
+    Residual: residual::ResidualSpec => residual::Residual<B>,
 }
 
 /// The shape after each layer of `spec`, in order; an error names the

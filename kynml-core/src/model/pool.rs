@@ -228,7 +228,7 @@ impl LayerModule for Pool {
         y.reshape([batch, c * oh * ow])
     }
 
-    fn state(&self) -> Vec<(&'static str, TensorData)> {
+    fn state(&self) -> Vec<(String, TensorData)> {
         Vec::new()
     }
 
@@ -236,7 +236,7 @@ impl LayerModule for Pool {
         Ok(self)
     }
 
-    fn params(&self) -> Vec<(ParamId, &'static str, usize)> {
+    fn params(&self) -> Vec<(ParamId, String, usize)> {
         Vec::new()
     }
 }

@@ -1,6 +1,7 @@
 //! The model as a table (layer, output shape, parameters), computed from the
 //! spec alone so that `kynml check` needs no device.
 
+use super::LayerSpec;
 use super::{Role, Shape};
 use crate::spec::types::ModelSpec;
 
@@ -38,27 +39,50 @@ pub struct ModelSummary {
 /// The table for `spec`, computed from the spec alone (whose shapes a
 /// validated spec guarantees to chain).
 pub fn summarize(spec: &ModelSpec) -> ModelSummary {
-    let mut shape = spec.shape.clone();
-    let layers: Vec<LayerSummary> = spec
-        .layers
-        .iter()
-        .map(|layer| {
-            let params = layer.value.tensors(&shape).iter().filter(|t| t.role == Role::Param).map(|t| t.len()).sum();
-            shape = layer.value.output(&shape).unwrap_or(shape.clone());
-            LayerSummary {
-                layer: layer.value.describe(),
-                output_width: shape.size(),
-                output_shape: shape.clone(),
-                params,
-            }
-        })
-        .collect();
+    let mut layers = Vec::new();
+    let output = rows(&spec.shape, spec.layers.iter().map(|l| &l.value), "", &mut layers);
     ModelSummary {
         name: spec.name.value.clone(),
         input: spec.input.value,
         input_shape: spec.shape.clone(),
         total_params: layers.iter().map(|l| l.params).sum(),
-        output_width: shape.size(),
+        output_width: output.size(),
         layers,
     }
+}
+
+/// One row per layer from `input` on, a block's layers indented after its
+/// own row (which counts only its projection's parameters); returns the
+/// last output shape.
+fn rows<'a>(
+    input: &Shape,
+    layers: impl Iterator<Item = &'a LayerSpec>,
+    indent: &str,
+    out: &mut Vec<LayerSummary>,
+) -> Shape {
+    let mut shape = input.clone();
+    for layer in layers {
+        let count = |s: &Shape, l: &LayerSpec| -> usize {
+            l.tensors(s).iter().filter(|t| t.role == Role::Param).map(|t| t.len()).sum()
+        };
+        let total = count(&shape, layer);
+        let next = layer.output(&shape).unwrap_or(shape.clone());
+        let at = out.len();
+        out.push(LayerSummary {
+            layer: format!("{indent}{}", layer.describe()),
+            output_width: next.size(),
+            output_shape: next.clone(),
+            params: total,
+        });
+        if !layer.children().is_empty() {
+            let before = out.len();
+            rows(&shape, layer.children().iter(), &format!("{indent}  "), out);
+            let inner: usize = out[before..].iter().map(|l| l.params).sum();
+            out[at].params = total - inner;
+            let added = if out[at].params > 0 { "projected input" } else { "input" };
+            out[at].layer = format!("{indent}{} (+ {added})", layer.describe());
+        }
+        shape = next;
+    }
+    shape
 }

@@ -113,6 +113,10 @@ pub(crate) struct LayerLine {
     pub options: Vec<(Spanned<String>, Value)>,
     /// The whole line, `dense 64 relu`.
     pub span: Span,
+    /// Characters of indentation before the line's first token.
+    pub indent: usize,
+    /// A `residual:` line: it opens a block of the lines indented below it.
+    pub opens: bool,
     /// The arguments could not be read (already reported).
     pub damaged: bool,
 }

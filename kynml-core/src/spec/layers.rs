@@ -55,10 +55,28 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
 
     let mut input = None;
     let mut layers = Vec::new();
+    // An open `residual:` block: its line, and the layers indented below it so far.
+    let mut group: Option<(&LayerLine, Vec<Spanned<Layer>>)> = None;
     for (index, line) in lines.iter().enumerate() {
+        if let Some((header, _)) = &group {
+            if line.indent <= header.indent {
+                ok &= close_group(group.take(), &mut layers, d);
+            }
+        }
         if line.damaged {
             ok = false;
             unsure = true;
+            continue;
+        }
+        if line.opens {
+            if group.is_some() {
+                d.push(Diagnostic::new(line.span, "a `residual:` block inside another", "nested block").with_help(
+                    "blocks do not nest; indent this one as far as the block above it, after that block's layers",
+                ));
+                ok = false;
+            } else {
+                group = Some((line, Vec::new()));
+            }
             continue;
         }
         if line.name.value == "input" {
@@ -93,11 +111,16 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
                 None
             }
         };
+        let into = match &mut group {
+            Some((_, inner)) => inner,
+            None => &mut layers,
+        };
         match layer {
-            Some(layer) => layers.push(Spanned { value: layer, span: line.span }),
+            Some(layer) => into.push(Spanned { value: layer, span: line.span }),
             None => ok = false,
         }
     }
+    ok &= close_group(group.take(), &mut layers, d);
 
     if !unsure && !lines.iter().any(|l| l.name.value == "dense") {
         d.push(
@@ -127,6 +150,27 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
         return None;
     }
     Some(ModelSpec { name: block.name.clone()?, input, shape, layers })
+}
+
+/// Ends a `residual:` block: its layers become one layer of the model.
+/// False when it has none (reported).
+fn close_group(
+    group: Option<(&LayerLine, Vec<Spanned<Layer>>)>,
+    layers: &mut Vec<Spanned<Layer>>,
+    d: &mut Vec<Diagnostic>,
+) -> bool {
+    let Some((header, inner)) = group else { return true };
+    let Some(last) = inner.last() else {
+        d.push(
+            Diagnostic::new(header.span, format!("`{}` has no layers", header.name.value), "empty block")
+                .with_help("indent the block's layers below it, further than this line"),
+        );
+        return false;
+    };
+    let span = Span { start: header.span.start, end: last.span.end };
+    let spec = model::residual::ResidualSpec { layers: inner.into_iter().map(|l| l.value).collect() };
+    layers.push(Spanned { value: Layer::Residual(spec), span });
+    true
 }
 
 /// `input N` or `input CxHxW` / `input CxL`; the span is the whole line,

@@ -69,6 +69,24 @@ impl<'s> Parser<'s> {
         let span = Span { start: tokens[0].span.start, end: last.span.end };
         self.document.end = span.end;
         let lex_failed = !lex_diags.is_empty();
+        let indent = line.chars().take_while(|c| c.is_whitespace()).count();
+        if self.opens_layer_block(&tokens) {
+            // `residual:` in a model block: a block of layers, not a new block of the spec.
+            diags.extend(lex_diags);
+            if let (State::InBlock(index), TokenKind::Ident(name)) = (&self.state, &tokens[0].kind) {
+                let name = Spanned { value: name.clone(), span: tokens[0].span };
+                self.document.blocks[*index].layers.push(LayerLine {
+                    name,
+                    args: Vec::new(),
+                    options: Vec::new(),
+                    span,
+                    damaged: lex_failed,
+                    indent,
+                    opens: true,
+                });
+            }
+            return;
+        }
         let mut shape = shape(&tokens);
         let names_model = matches!(&tokens[0].kind, TokenKind::Ident(word) if word == BlockKind::Model.keyword());
         if matches!(shape, Shape::HeaderWithoutColon) && names_model && self.in_train_block() {
@@ -79,7 +97,7 @@ impl<'s> Parser<'s> {
         match shape {
             Shape::Header { colon: 1 } if self.colon_setting(&tokens) => {
                 diags.extend(lex_diags);
-                let line = Line { tokens: &tokens, span, number: line_no, lex_failed };
+                let line = Line { tokens: &tokens, indent, span, number: line_no, lex_failed };
                 self.colon_instead_of_equals(&line, diags);
             }
             Shape::Header { colon } => {
@@ -107,7 +125,7 @@ impl<'s> Parser<'s> {
                 State::BeforeFirstBlock { reported: true } | State::Skipping => {}
                 State::InBlock(index) => {
                     diags.extend(lex_diags);
-                    let line = Line { tokens: &tokens, span, number: line_no, lex_failed };
+                    let line = Line { tokens: &tokens, indent, span, number: line_no, lex_failed };
                     if self.document.blocks[index].kind == BlockKind::Model {
                         self.layer_line(index, &line, diags);
                     } else {
@@ -155,10 +173,21 @@ impl<'s> Parser<'s> {
                 options: Vec::new(),
                 span: line.span,
                 damaged: true,
+                indent: line.indent,
+                opens: false,
             });
         } else {
             block.entries.push(Entry { key: name, value: Value::error(line.span), line: line.number, damaged: true });
         }
+    }
+
+    /// `residual:` inside a model block.
+    fn opens_layer_block(&self, tokens: &[Token]) -> bool {
+        let State::InBlock(index) = self.state else { return false };
+        self.document.blocks[index].kind == BlockKind::Model
+            && tokens.len() == 2
+            && tokens[1].kind == TokenKind::Colon
+            && matches!(&tokens[0].kind, TokenKind::Ident(name) if crate::model::block_names().contains(&name.as_str()))
     }
 
     fn in_train_block(&self) -> bool {
@@ -448,8 +477,15 @@ impl<'s> Parser<'s> {
             return;
         };
         let name = Spanned { value: name.clone(), span: tokens[0].span };
-        let mut layer =
-            LayerLine { name, args: Vec::new(), options: Vec::new(), span: line.span, damaged: line.lex_failed };
+        let mut layer = LayerLine {
+            name,
+            args: Vec::new(),
+            options: Vec::new(),
+            span: line.span,
+            damaged: line.lex_failed,
+            indent: line.indent,
+            opens: false,
+        };
         if !line.lex_failed {
             let mut parser = ValueParser::new(&tokens[1..]);
             while let Some(next) = parser.peek() {
@@ -502,6 +538,8 @@ impl<'s> Parser<'s> {
 /// One line's tokens and facts about it.
 struct Line<'t> {
     tokens: &'t [Token],
+    /// Characters of indentation.
+    indent: usize,
     /// From the first token to the last, without indentation or comment.
     span: Span,
     number: usize,

@@ -264,6 +264,9 @@ fn epoch_line(r: &EpochRecord) -> String {
     if let Some(scale) = r.loss_scale {
         metrics.push(format!("loss_scale {scale}  skipped {}", r.skipped_steps));
     }
+    if let Some(norm) = r.grad_norm {
+        metrics.push(format!("grad_norm {norm:.4}"));
+    }
     // A resumed run's earlier epochs come from the checkpoint, without timings.
     let timing = if r.seconds.is_nan() {
         String::new()

@@ -382,6 +382,20 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
             as_requested: false,
         });
     }
+    if let Some(clip) = &t.clip {
+        let rule = match clip.value {
+            crate::spec::types::Clip::Norm(x) => format!("to a global L2 norm of {x} (PyTorch's clip_grad_norm_)"),
+            crate::spec::types::Clip::Value(x) => format!("each value to [-{x}, {x}] (PyTorch's clip_grad_value_)"),
+        };
+        let scaled = if precision.scaler.is_some() { ", after loss scaling is undone" } else { "" };
+        out.push(Applied {
+            setting: "clipping",
+            value: format!(
+                "gradients clipped {rule}{scaled}, before each optimizer step; the pre-clip norm is logged per epoch"
+            ),
+            as_requested: true,
+        });
+    }
     if let Some(ckpt) = &t.checkpoint {
         let c = &ckpt.value;
         out.push(Applied {

@@ -1075,3 +1075,64 @@ fn image_layers_match_the_reference_forward() {
         assert!(worst <= 1e-4, "input {shape} {layers}: {worst} (seed {seed})");
     }
 }
+
+// ---- gradient clipping ----
+
+/// Clipping follows PyTorch's `clip_grad_norm_` and `clip_grad_value_` on
+/// the same gradients, on both engines. One plain SGD step (the batch holds
+/// every training row) moves each weight by `lr` times its gradient, so an
+/// unclipped run gives the gradients, and from them the step a clipped run
+/// must take: `g * min(1, max / (norm + 1e-6))`, or `g` clamped.
+#[test]
+fn gradient_clipping_matches_pytorchs_rules_on_both_engines() {
+    use kynml_core::model::Model;
+    use kynml_core::train::EngineChoice;
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, " dense 8 tanh\n layernorm\n dense 1 linear");
+    let base = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("optimizer = adamw(lr=0.01)", "optimizer = sgd(lr=0.5)")
+        .replace("epochs = 4", "epochs = 1")
+        .replace("batch = 32", "batch = 1024");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let lr = 0.5;
+    for engine in [EngineChoice::Auto, EngineChoice::Burn] {
+        let run = |extra: &str| {
+            std::fs::write(&path, format!("{base} {extra}\n")).unwrap();
+            let file = SpecFile::load(&path).unwrap();
+            let data = file.load_data().unwrap();
+            let settings = TrainSettings { engine, ..TrainSettings::default() };
+            let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+            let start = all_weights(&Model::init(&file.spec.model, file.spec.train.seed, &cpu.inner()));
+            (start, result)
+        };
+        let (w0, plain) = run("");
+        assert_eq!(plain.history[0].grad_norm, None, "no clipping, no norm");
+        let w1 = all_weights(&plain.model);
+        let g: Vec<f64> = w0.iter().zip(&w1).map(|(a, b)| (f64::from(*a) - f64::from(*b)) / lr).collect();
+        let norm = g.iter().map(|v| v * v).sum::<f64>().sqrt();
+
+        let max = norm / 3.0;
+        let (_, clipped) = run(&format!("clip_grad_norm = {max}"));
+        let coef = (max / (norm + 1e-6)).min(1.0);
+        let expected: Vec<f64> = w0.iter().zip(&g).map(|(w, g)| f64::from(*w) - lr * g * coef).collect();
+        check_weights(&expected, &all_weights(&clipped.model), &format!("{engine:?} norm, seed {seed}"));
+        let logged = clipped.history[0].grad_norm.expect("the pre-clip norm is logged");
+        assert!((logged - norm).abs() <= 1e-4 * norm, "{engine:?}: logged norm {logged}, gradients' norm {norm}");
+
+        let mut sorted: Vec<f64> = g.iter().map(|v| v.abs()).collect();
+        sorted.sort_by(f64::total_cmp);
+        let x = sorted[sorted.len() / 2];
+        let (_, clamped) = run(&format!("clip_grad_value = {x}"));
+        let expected: Vec<f64> = w0.iter().zip(&g).map(|(w, g)| f64::from(*w) - lr * g.clamp(-x, x)).collect();
+        check_weights(&expected, &all_weights(&clamped.model), &format!("{engine:?} value, seed {seed}"));
+        eprintln!("{engine:?}: gradient norm {norm:.4e}, clipped to {max:.4e}; values clamped at {x:.4e}");
+    }
+}
+
+fn check_weights(expected: &[f64], got: &[f32], what: &str) {
+    assert_eq!(expected.len(), got.len());
+    let worst = expected.iter().zip(got).map(|(e, g)| (e - f64::from(*g)).abs()).fold(0.0, f64::max);
+    assert!(worst <= 2e-5, "{what}: weights differ from the expected step by {worst}");
+}

@@ -45,6 +45,6 @@ mod team;
 
 pub use loss::{LossConfig, Targets};
 pub use math::Act;
-pub use net::{LayerConfig, MaskSource, Net, NoDropout, TensorInfo, BATCHNORM_MOMENTUM, NORM_EPS};
+pub use net::{Clip, LayerConfig, MaskSource, Net, NoDropout, TensorInfo, BATCHNORM_MOMENTUM, NORM_EPS};
 pub use optim::{OptimConfig, ParamState};
 pub use team::Team;

@@ -167,6 +167,20 @@ pub struct Net {
     /// Two gradient buffers, `rows × widest`, used in turn going backward.
     grad_a: Vec<f32>,
     grad_b: Vec<f32>,
+    /// Gradient clipping before each update, if any.
+    clip: Option<Clip>,
+    /// Sum and count of the pre-clip global gradient norms since the last
+    /// [`take_grad_norm`](Net::take_grad_norm).
+    norms: (f64, usize),
+}
+
+/// Gradient clipping, as PyTorch's `clip_grad_norm_` and `clip_grad_value_`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Clip {
+    /// Scale every gradient by `max / (norm + 1e-6)` when the global L2 norm exceeds `max`.
+    Norm(f64),
+    /// Clamp every gradient value to `[-x, x]`.
+    Value(f64),
 }
 
 impl Net {
@@ -214,7 +228,7 @@ impl Net {
             })
             .collect();
         let team = Team::new(rayon::current_num_threads());
-        Net { input, layers, team, grad_a: Vec::new(), grad_b: Vec::new() }
+        Net { input, layers, team, grad_a: Vec::new(), grad_b: Vec::new(), clip: None, norms: (0.0, 0) }
     }
 
     /// The number of input features.
@@ -340,8 +354,48 @@ impl Net {
         let pred = self.layers.last().map_or(x, Layer::out);
         let loss = loss::loss(loss_config, pred, width, targets, Some(&mut self.grad_a[..rows * width]));
         self.backward(x, rows);
+        self.clip_grads();
         self.update(optimizer, lr);
         loss
+    }
+
+    /// Clips the gradients of every later step with `clip` (`None`: no clipping).
+    pub fn set_clip(&mut self, clip: Option<Clip>) {
+        self.clip = clip;
+    }
+
+    /// The mean pre-clip global L2 norm of the gradients over the steps
+    /// since the last call; `None` without clipping or steps.
+    pub fn take_grad_norm(&mut self) -> Option<f64> {
+        let (sum, n) = std::mem::take(&mut self.norms);
+        (self.clip.is_some() && n > 0).then(|| sum / n as f64)
+    }
+
+    /// Applies the clipping rule to the gradients of the last backward pass,
+    /// noting their global norm first.
+    fn clip_grads(&mut self) {
+        let Some(clip) = self.clip else { return };
+        let grads = || self.layers.iter().filter_map(Layer::params).flat_map(|(a, b)| [a, b]).map(|p| &p.grad);
+        let norm = grads().flat_map(|g| g.iter()).map(|g| f64::from(*g).powi(2)).sum::<f64>().sqrt();
+        self.norms.0 += norm;
+        self.norms.1 += 1;
+        let params = self.layers.iter_mut().filter_map(Layer::params_mut).flat_map(|(a, b)| [a, b]);
+        match clip {
+            Clip::Norm(max) => {
+                let coef = max / (norm + 1e-6);
+                if coef < 1.0 {
+                    for p in params {
+                        p.grad.iter_mut().for_each(|g| *g = (f64::from(*g) * coef) as f32);
+                    }
+                }
+            }
+            Clip::Value(x) => {
+                let x = x as f32;
+                for p in params {
+                    p.grad.iter_mut().for_each(|g| *g = g.clamp(-x, x));
+                }
+            }
+        }
     }
 
     /// The outputs for `x` in evaluation mode (running statistics, no

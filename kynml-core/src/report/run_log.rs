@@ -51,6 +51,9 @@ impl<'a> RunLog<'a> {
         self.tensorboard.scalar("loss/valid", e, r.val_loss as f32)?;
         self.tensorboard.scalar("lr", e, r.lr as f32)?;
         self.tensorboard.scalar("throughput/samples_per_sec", e, r.samples_per_sec as f32)?;
+        if let Some(norm) = r.grad_norm {
+            self.tensorboard.scalar("train/grad_norm", e, norm as f32)?;
+        }
         for (name, value) in &r.metrics {
             self.tensorboard.scalar(&format!("valid/{name}"), e, *value as f32)?;
         }

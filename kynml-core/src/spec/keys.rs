@@ -24,6 +24,8 @@ pub(super) const TRAIN_KEYS: &[&str] = &[
     "precision",
     "loss_scale",
     "compile",
+    "clip_grad_norm",
+    "clip_grad_value",
     "seed",
 ];
 pub(super) const EVALUATE_KEYS: &[&str] = &["metrics"];

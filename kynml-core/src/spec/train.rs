@@ -7,7 +7,8 @@ use super::keys::{settings, Settings};
 use super::optimizer::{default_optimizer, optimizer};
 use super::suggest;
 use super::types::{
-    Checkpoint, DeviceRequest, EarlyStop, Loss, LossScale, Precision, Scheduler, SchedulerKind, Spanned, TrainSpec,
+    Checkpoint, Clip, DeviceRequest, EarlyStop, Loss, LossScale, Precision, Scheduler, SchedulerKind, Spanned,
+    TrainSpec,
 };
 use super::values::{self, Range};
 
@@ -61,6 +62,7 @@ fn train_spec(
         s.with_default("precision", Precision::Fp32, |v| values::choice(v, "`precision`", "precision", PRECISIONS, d));
     let loss_scale = s.with_default("loss_scale", LossScale::Auto, |v| loss_scale(v, d));
     let compile = s.boolean("compile", false, d);
+    let clip = clip(s, d);
     let seed = s.optional("seed", |v| values::unsigned(v, "`seed`", d));
     Some(TrainSpec {
         model: model?,
@@ -76,8 +78,32 @@ fn train_spec(
         precision: precision?,
         loss_scale: loss_scale?,
         compile: compile?,
+        clip: clip?,
         seed: seed?.unwrap_or(42),
     })
+}
+
+/// `clip_grad_norm = x` or `clip_grad_value = x` (x > 0), not both.
+fn clip(s: &Settings, d: &mut Vec<Diagnostic>) -> Option<Option<Spanned<Clip>>> {
+    let read = |key: &str, make: fn(f64) -> Clip, d: &mut Vec<Diagnostic>| {
+        s.optional(key, |v| {
+            values::float(v, &format!("`{key}`"), Range::Positive, d).map(|x| Spanned { value: make(x), span: v.span })
+        })
+    };
+    let norm = read("clip_grad_norm", Clip::Norm, d);
+    let value = read("clip_grad_value", Clip::Value, d);
+    match (norm?, value?) {
+        (Some(_), Some(v)) => {
+            d.push(
+                Diagnostic::new(v.span, "`clip_grad_norm` and `clip_grad_value` are both set", "second clipping rule")
+                    .with_help(
+                        "keep one: `clip_grad_norm` scales all gradients together, `clip_grad_value` clamps each value",
+                    ),
+            );
+            None
+        }
+        (norm, value) => Some(norm.or(value)),
+    }
 }
 
 /// `model = DeepNet` or `data = LargeData`: the name of a block of `kind`.

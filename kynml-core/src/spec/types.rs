@@ -128,8 +128,21 @@ pub struct TrainSpec {
     pub loss_scale: Spanned<LossScale>,
     /// Ask for the fastest compiled execution; default false.
     pub compile: Spanned<bool>,
+    /// Gradient clipping before each optimizer step; `None` clips nothing.
+    pub clip: Option<Spanned<Clip>>,
     /// Default 42.
     pub seed: u64,
+}
+
+/// Gradient clipping, as PyTorch's `clip_grad_norm_` and `clip_grad_value_`,
+/// applied after loss scaling is undone and before the optimizer step.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub enum Clip {
+    /// `clip_grad_norm = x`: when the global L2 norm of all gradients
+    /// exceeds x, every gradient is scaled by `x / (norm + 1e-6)`.
+    Norm(f64),
+    /// `clip_grad_value = x`: every gradient value is clamped to `[-x, x]`.
+    Value(f64),
 }
 
 /// The loss minimized by training; its kind decides whether the task is

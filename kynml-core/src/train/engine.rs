@@ -17,10 +17,10 @@ use kynml_backend::Backend as Kb;
 
 use crate::checkpoint::Checkpoint;
 use crate::data::{Batch, Dataset, Split};
-use crate::evaluate::{self, batch_tensors, Outputs};
+use crate::evaluate::{self, batch_tensors, IntoScalarF64, Outputs};
 use crate::model::{Mode, Model};
 use crate::rng::SplitMix64;
-use crate::spec::types::Loss;
+use crate::spec::types::{Clip, Loss};
 use crate::train::loss;
 use crate::train::loss_scale::LossScaler;
 use crate::train::native::EngineKind;
@@ -49,6 +49,22 @@ pub trait Engine {
 
     /// The loss scaler's state, when the engine scales its loss.
     fn loss_scale(&self) -> Option<ScaleState>;
+
+    /// The mean global L2 norm of the gradients before clipping, over the
+    /// steps since the last call; `None` when the spec clips nothing.
+    fn grad_norm(&mut self) -> Option<f64>;
+}
+
+/// One gradient scaled by the norm rule's `factor` (a one-element tensor) or
+/// clamped by the value rule.
+fn clip_one<const D: usize>(grads: &mut GradientsParams, id: ParamId, clip: Clip, factor: Option<&Tensor<Kb, 1>>) {
+    let Some(g) = grads.remove::<Kb, D>(id) else { return };
+    let g = match (clip, factor) {
+        (Clip::Norm(_), Some(f)) => g * f.clone().reshape([1; D]),
+        (Clip::Value(x), _) => g.clamp(-x, x),
+        (Clip::Norm(_), None) => g,
+    };
+    grads.register(id, g);
 }
 
 /// A step's mean loss, where the engine keeps it: the Burn engine leaves it
@@ -73,6 +89,10 @@ pub struct BurnEngine {
     n_features: usize,
     autodiff: DispatchDevice,
     inner: DispatchDevice,
+    clip: Option<Clip>,
+    /// The pre-clip norms' sum since the last [`Engine::grad_norm`], left on
+    /// the device, and the number of steps in it.
+    norms: (Option<Tensor<Kb, 1>>, usize),
 }
 
 impl BurnEngine {
@@ -89,6 +109,8 @@ impl BurnEngine {
         device: &kynml_backend::Device,
     ) -> Self {
         BurnEngine {
+            clip: None,
+            norms: (None, 0),
             param_ranks: model.param_ranks(),
             model: Some(model),
             optimizer,
@@ -98,6 +120,53 @@ impl BurnEngine {
             n_features,
             autodiff: device.autodiff(),
             inner: device.inner(),
+        }
+    }
+
+    /// Clips every later step's gradients with `clip`.
+    pub fn with_clip(mut self, clip: Option<Clip>) -> Self {
+        self.clip = clip;
+        self
+    }
+
+    /// Applies the clipping rule to `grads` (already unscaled), noting their
+    /// global norm on the device; nothing is read back.
+    fn clip_grads(&mut self, grads: &mut GradientsParams) {
+        let Some(clip) = self.clip else { return };
+        // Sum of squares of every gradient: one device scalar.
+        let mut squares: Option<Tensor<Kb, 1>> = None;
+        for &(id, rank) in &self.param_ranks {
+            let s = match rank {
+                4 => grads.get::<Kb, 4>(id).map(|g| g.square().sum()),
+                3 => grads.get::<Kb, 3>(id).map(|g| g.square().sum()),
+                2 => grads.get::<Kb, 2>(id).map(|g| g.square().sum()),
+                _ => grads.get::<Kb, 1>(id).map(|g| g.square().sum()),
+            };
+            if let Some(s) = s {
+                squares = Some(match squares.take() {
+                    Some(acc) => acc + s,
+                    None => s,
+                });
+            }
+        }
+        let Some(norm) = squares.map(Tensor::sqrt) else { return };
+        self.norms.0 = Some(match self.norms.0.take() {
+            Some(acc) => acc + norm.clone(),
+            None => norm.clone(),
+        });
+        self.norms.1 += 1;
+        // `max / (norm + 1e-6)`, at most 1: PyTorch's clip_grad_norm_.
+        let factor = match clip {
+            Clip::Norm(max) => Some(norm.add_scalar(1e-6).recip().mul_scalar(max).clamp_max(1.0)),
+            Clip::Value(_) => None,
+        };
+        for &(id, rank) in &self.param_ranks {
+            match rank {
+                4 => clip_one::<4>(grads, id, clip, factor.as_ref()),
+                3 => clip_one::<3>(grads, id, clip, factor.as_ref()),
+                2 => clip_one::<2>(grads, id, clip, factor.as_ref()),
+                _ => clip_one::<1>(grads, id, clip, factor.as_ref()),
+            }
         }
     }
 
@@ -120,15 +189,22 @@ impl Engine for BurnEngine {
         // skip the update (and the scaler's growth) if anything overflowed.
         let finite = match self.scaler.as_mut() {
             None => {
-                let grads = GradientsParams::from_grads(loss.backward(), &model);
+                let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+                self.clip_grads(&mut grads);
                 self.model = Some(self.optimizer.step(lr, model, grads));
                 true
             }
             Some(scaler) => {
                 let mut grads = GradientsParams::from_grads(scaler.scale_loss(loss.clone()).backward(), &model);
                 let finite = scaler.unscale(&mut grads, &self.param_ranks);
-                self.model = Some(if finite { self.optimizer.step(lr, model, grads) } else { model });
                 scaler.update(finite);
+                if finite {
+                    // Clipping sees the true gradients, as PyTorch's after GradScaler.unscale_.
+                    self.clip_grads(&mut grads);
+                    self.model = Some(self.optimizer.step(lr, model, grads));
+                } else {
+                    self.model = Some(model);
+                }
                 finite
             }
         };
@@ -149,5 +225,10 @@ impl Engine for BurnEngine {
 
     fn loss_scale(&self) -> Option<ScaleState> {
         self.scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps })
+    }
+
+    fn grad_norm(&mut self) -> Option<f64> {
+        let (sum, n) = std::mem::take(&mut self.norms);
+        Some(sum?.into_scalar_f64() / n as f64).filter(|_| self.clip.is_some() && n > 0)
     }
 }

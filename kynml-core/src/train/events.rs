@@ -28,6 +28,10 @@ pub struct EpochRecord {
     /// Steps skipped because their gradients overflowed (loss scaling).
     #[serde(default)]
     pub skipped_steps: usize,
+    /// The mean global L2 norm of the gradients before clipping, over the
+    /// epoch's steps, when the spec clips them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<f64>,
 }
 
 /// Progress, in the order it happens.

@@ -23,7 +23,7 @@ use crate::data::{Batch, Dataset, Labels, Split};
 use crate::evaluate::Outputs;
 use crate::model::{dropout_piece, MaskKey, Model, MASK_PIECE};
 use crate::rng::SplitMix64;
-use crate::spec::types::{Loss, ModelSpec, Optimizer, Spec};
+use crate::spec::types::{Clip, Loss, ModelSpec, Optimizer, Spec};
 use crate::train::engine::{Engine, StepLoss};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{Compute, PrecisionPlan};
@@ -163,6 +163,10 @@ impl NativeEngine {
         device: &DispatchDevice,
     ) -> Result<Self, String> {
         let mut net = Net::new(spec.model.input.value, &native_layers(&spec.model)?);
+        net.set_clip(spec.train.clip.as_ref().map(|c| match c.value {
+            Clip::Norm(x) => kynml_cpu::Clip::Norm(x),
+            Clip::Value(x) => kynml_cpu::Clip::Value(x),
+        }));
         let stored = model.tensors("");
         let info = net.tensor_info();
         for (t, values) in info.iter().zip(net.tensors_mut()) {
@@ -256,5 +260,9 @@ impl Engine for NativeEngine {
     /// The native engine runs fp32 only, without loss scaling.
     fn loss_scale(&self) -> Option<ScaleState> {
         None
+    }
+
+    fn grad_norm(&mut self) -> Option<f64> {
+        self.net.take_grad_norm()
     }
 }

@@ -279,6 +279,8 @@ mod saved_history {
         loss_scale: Option<f64>,
         #[serde(default)]
         skipped_steps: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grad_norm: Option<f64>,
     }
 
     pub fn serialize<S: Serializer>(history: &[EpochRecord], serializer: S) -> Result<S::Ok, S::Error> {
@@ -292,6 +294,7 @@ mod saved_history {
                 metrics: r.metrics.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
                 loss_scale: r.loss_scale,
                 skipped_steps: r.skipped_steps,
+                grad_norm: r.grad_norm,
             })
             .collect();
         saved.serialize(serializer)
@@ -320,6 +323,7 @@ mod saved_history {
                     seconds: f64::NAN,
                     loss_scale: s.loss_scale,
                     skipped_steps: s.skipped_steps,
+                    grad_norm: s.grad_norm,
                 })
             })
             .collect()
@@ -342,6 +346,7 @@ mod tests {
             seconds: 2.0,
             loss_scale: Some(32768.0),
             skipped_steps: 2,
+            grad_norm: Some(0.1 + 0.7),
         };
         let state = LoopState {
             epoch: 3,

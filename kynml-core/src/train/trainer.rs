@@ -236,7 +236,8 @@ fn run<'scope, 'env>(
             Box::new(NativeEngine::from_burn(spec, &model, &optimizer, &inner_device).map_err(ResumeError::Incomplete)?)
         }
         EngineKind::Burn => {
-            Box::new(BurnEngine::new(model, optimizer, scaler, half, loss_kind, data.n_features(), device))
+            let engine = BurnEngine::new(model, optimizer, scaler, half, loss_kind, data.n_features(), device);
+            Box::new(engine.with_clip(t.clip.as_ref().map(|c| c.value)))
         }
     };
     let last_epoch = if stopped_early { 0 } else { t.epochs.value };
@@ -347,6 +348,7 @@ fn run<'scope, 'env>(
             seconds: epoch_start.elapsed().as_secs_f64(),
             loss_scale: engine.loss_scale().map(|s| s.scale),
             skipped_steps: skipped,
+            grad_norm: engine.grad_norm(),
         };
         on_event(TrainEvent::EpochEnd(&record));
         history.push(record);

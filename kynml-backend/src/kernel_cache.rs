@@ -39,6 +39,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use burn::cubecl::config::autotune::AutotuneLevel;
 use burn::cubecl::config::cache::CacheConfig;
 use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
 
@@ -360,6 +361,43 @@ fn seal_dir(root: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How hard CubeCL searches for the fastest version of each kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TuneLevel {
+    /// CubeCL's minimal search (it has none smaller): the quickest start.
+    Minimal,
+    /// CubeCL's default.
+    Balanced,
+    /// CubeCL's full search.
+    Full,
+}
+
+impl TuneLevel {
+    /// CubeCL's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TuneLevel::Minimal => "minimal",
+            TuneLevel::Balanced => "balanced",
+            TuneLevel::Full => "full",
+        }
+    }
+}
+
+static TUNE: OnceLock<TuneLevel> = OnceLock::new();
+
+/// Sets the autotune level that [`install`] hands to CubeCL, over a
+/// `cubecl.toml` and `CUBECL_AUTOTUNE_LEVEL`; call it before the first
+/// device is selected. The first call counts (CubeCL reads its settings
+/// once per process); returns the level that applies.
+pub fn set_autotune(level: TuneLevel) -> TuneLevel {
+    *TUNE.get_or_init(|| level)
+}
+
+/// The level [`set_autotune`] set, if any.
+pub fn autotune() -> Option<TuneLevel> {
+    TUNE.get().copied()
+}
+
 /// Points CubeCL's autotune and compilation caches at the folder, keeping
 /// every other setting of a `cubecl.toml` and of the `CUBECL_*` variables.
 fn hand_to_cubecl(state: CacheState, notes: &mut Vec<String>) -> CacheState {
@@ -376,6 +414,13 @@ fn hand_to_cubecl(state: CacheState, notes: &mut Vec<String>) -> CacheState {
         notes.push("a cubecl.toml or burn.toml above this folder could not be read; CubeCL's defaults apply".into());
         CubeClRuntimeConfig::default()
     });
+    if let Some(level) = autotune() {
+        config.autotune.level = match level {
+            TuneLevel::Minimal => AutotuneLevel::Minimal,
+            TuneLevel::Balanced => AutotuneLevel::Balanced,
+            TuneLevel::Full => AutotuneLevel::Full,
+        };
+    }
     match &state {
         CacheState::On { root, .. } => {
             config.autotune.cache = CacheConfig::File(root.clone());

@@ -27,7 +27,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     if let Some(b) = args.batch {
         file.spec.train.batch.value = b as usize;
     }
-    let device = crate::devices::pick(file.spec.train.device.value)?;
+    let device = crate::devices::pick_for(&file.spec.train)?;
     let (data, source) = bench_data(&file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     let options = BenchOptions { steps: args.steps as usize, rounds: args.rounds as usize, ..BenchOptions::default() };
@@ -118,7 +118,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     }
     file.spec.train.checkpoint = None;
     file.spec.train.early_stop = None;
-    let device = crate::devices::pick(file.spec.train.device.value)?;
+    let device = crate::devices::pick_for(&file.spec.train)?;
     let data = file.load_data()?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     if !device.has_fusion() {

@@ -15,6 +15,15 @@ pub fn pick(request: kynml_core::spec::types::DeviceRequest) -> Result<kynml_bac
     Ok(device)
 }
 
+/// [`pick`] for a spec's `train:` block: its `autotune` level is handed to
+/// CubeCL first.
+pub fn pick_for(train: &kynml_core::spec::types::TrainSpec) -> Result<kynml_backend::Device, Failure> {
+    if let Some(a) = &train.autotune {
+        kynml_backend::kernel_cache::set_autotune(kynml_core::plan::tune_level(a.value));
+    }
+    pick(train.device.value)
+}
+
 /// Records what a run tuned and compiled in the kernel cache; a failure is a
 /// note (the next run only checks the cache less), not an error.
 pub fn seal_cache() {

@@ -23,7 +23,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     // is written.
     let mut file = SpecFile::load(&args.spec)?;
     file.apply(&Overrides { device: args.device, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
-    let device = crate::devices::pick(file.spec.train.device.value)?;
+    let device = crate::devices::pick_for(&file.spec.train)?;
     let data = file.load_data()?;
     let resume = resume_plan(&file, args.fresh)?;
     if let Some(e) = &file.spec.export {

@@ -268,6 +268,18 @@ pub fn device_choice(request: DeviceRequest) -> DeviceChoice {
     }
 }
 
+/// The CubeCL search level of a spec's `autotune` (`off` runs CubeCL's
+/// minimal search, which is as little as it allows).
+pub fn tune_level(a: crate::spec::types::Autotune) -> kynml_backend::kernel_cache::TuneLevel {
+    use crate::spec::types::Autotune;
+    use kynml_backend::kernel_cache::TuneLevel;
+    match a {
+        Autotune::Off | Autotune::Fast => TuneLevel::Minimal,
+        Autotune::Balanced => TuneLevel::Balanced,
+        Autotune::Full => TuneLevel::Full,
+    }
+}
+
 /// One line of the "what runs" statement: a setting as it will really apply.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Applied {
@@ -380,6 +392,37 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
             setting: "pin_memory",
             value: "not applied (pinned host buffers are not implemented yet)".into(),
             as_requested: false,
+        });
+    }
+    if let Some(a) = &t.autotune {
+        let level = tune_level(a.value);
+        let written = format!("autotune = {}", a.value.name());
+        out.push(match (device.has_fusion(), kynml_backend::kernel_cache::autotune()) {
+            (false, _) => Applied {
+                setting: "autotune",
+                value: format!("no effect ({written}, but the CPU backends tune no kernels)"),
+                as_requested: false,
+            },
+            (true, Some(set)) if set != level => Applied {
+                setting: "autotune",
+                value: format!("{} ({written} came after the level was set for this process)", set.name()),
+                as_requested: false,
+            },
+            (true, None) => Applied {
+                setting: "autotune",
+                value: format!("CubeCL's own setting ({written} was not handed to CubeCL before the device started)"),
+                as_requested: false,
+            },
+            (true, Some(_)) if a.value == crate::spec::types::Autotune::Off => Applied {
+                setting: "autotune",
+                value: "minimal (autotune = off, but CubeCL always tunes kernels it has several versions of; its minimal search is the least it does)".into(),
+                as_requested: false,
+            },
+            (true, Some(_)) => Applied {
+                setting: "autotune",
+                value: format!("{} search for the fastest kernels ({written})", level.name()),
+                as_requested: true,
+            },
         });
     }
     if let Some(clip) = &t.clip {

@@ -24,6 +24,7 @@ pub(super) const TRAIN_KEYS: &[&str] = &[
     "precision",
     "loss_scale",
     "compile",
+    "autotune",
     "clip_grad_norm",
     "clip_grad_value",
     "seed",

@@ -7,8 +7,8 @@ use super::keys::{settings, Settings};
 use super::optimizer::{default_optimizer, optimizer};
 use super::suggest;
 use super::types::{
-    Checkpoint, Clip, DeviceRequest, EarlyStop, Loss, LossScale, Precision, Scheduler, SchedulerKind, Spanned,
-    TrainSpec,
+    Autotune, Checkpoint, Clip, DeviceRequest, EarlyStop, Loss, LossScale, Precision, Scheduler, SchedulerKind,
+    Spanned, TrainSpec,
 };
 use super::values::{self, Range};
 
@@ -20,6 +20,8 @@ const DEVICES: &[(&str, DeviceRequest)] = &[
     ("cuda", DeviceRequest::Cuda(None)),
     ("wgpu", DeviceRequest::Wgpu),
 ];
+const AUTOTUNE: &[(&str, Autotune)] =
+    &[("off", Autotune::Off), ("fast", Autotune::Fast), ("balanced", Autotune::Balanced), ("full", Autotune::Full)];
 const PRECISIONS: &[(&str, Precision)] =
     &[("fp32", Precision::Fp32), ("fp16", Precision::Fp16), ("bf16", Precision::Bf16), ("tf32", Precision::Tf32)];
 
@@ -63,6 +65,9 @@ fn train_spec(
     let loss_scale = s.with_default("loss_scale", LossScale::Auto, |v| loss_scale(v, d));
     let compile = s.boolean("compile", false, d);
     let clip = clip(s, d);
+    let autotune = s.optional("autotune", |v| {
+        values::choice(v, "`autotune`", "autotune level", AUTOTUNE, d).map(|value| Spanned { value, span: v.span })
+    });
     let seed = s.optional("seed", |v| values::unsigned(v, "`seed`", d));
     Some(TrainSpec {
         model: model?,
@@ -79,6 +84,7 @@ fn train_spec(
         loss_scale: loss_scale?,
         compile: compile?,
         clip: clip?,
+        autotune: autotune?,
         seed: seed?.unwrap_or(42),
     })
 }

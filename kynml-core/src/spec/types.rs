@@ -128,10 +128,41 @@ pub struct TrainSpec {
     pub loss_scale: Spanned<LossScale>,
     /// Ask for the fastest compiled execution; default false.
     pub compile: Spanned<bool>,
+    /// How hard the GPU backends search for their fastest kernels; `None`
+    /// when not written (CubeCL's default, balanced).
+    pub autotune: Option<Spanned<Autotune>>,
     /// Gradient clipping before each optimizer step; `None` clips nothing.
     pub clip: Option<Spanned<Clip>>,
     /// Default 42.
     pub seed: u64,
+}
+
+/// `autotune = off | fast | balanced | full`: how hard CubeCL searches for
+/// the fastest version of each kernel on a GPU backend (PyTorch's
+/// `cudnn.benchmark`), trading start-up time for speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Autotune {
+    /// As little as CubeCL allows: it has no setting that skips tuning, so
+    /// this runs its minimal search, and says so.
+    Off,
+    /// CubeCL's minimal search: the quickest start.
+    Fast,
+    /// CubeCL's default.
+    Balanced,
+    /// CubeCL's full search: the slowest start, the fastest kernels it knows.
+    Full,
+}
+
+impl Autotune {
+    /// As the spec writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Autotune::Off => "off",
+            Autotune::Fast => "fast",
+            Autotune::Balanced => "balanced",
+            Autotune::Full => "full",
+        }
+    }
 }
 
 /// Gradient clipping, as PyTorch's `clip_grad_norm_` and `clip_grad_value_`,

@@ -137,7 +137,31 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         result.samples_per_sec,
         run_dir.path.display()
     );
+    if let Some(line) = time_and_memory(&result.history) {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// Where this run's time and memory went, from its epoch records: the share
+/// of epoch time spent waiting for batches, the peak host memory and the
+/// device allocator's pool.
+fn time_and_memory(history: &[EpochRecord]) -> Option<String> {
+    let timed: Vec<&EpochRecord> = history.iter().filter(|r| r.data_wait.is_some() && !r.seconds.is_nan()).collect();
+    if timed.is_empty() {
+        return None;
+    }
+    let wait: f64 = timed.iter().filter_map(|r| r.data_wait).sum();
+    let total: f64 = timed.iter().map(|r| r.seconds).sum();
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let mut parts = vec![format!("waiting for batches {:.0}% of epoch time", 100.0 * wait / total.max(1e-9))];
+    if let Some(rss) = timed.iter().filter_map(|r| r.peak_rss).max() {
+        parts.push(format!("peak host memory {:.0} MiB", mib(rss)));
+    }
+    if let Some(pool) = timed.iter().filter_map(|r| r.device_reserved).max() {
+        parts.push(format!("device memory pool {:.0} MiB", mib(pool)));
+    }
+    Some(format!("time and memory: {}", parts.join("; ")))
 }
 
 /// The spec's `export` block: what was written, or why nothing was.

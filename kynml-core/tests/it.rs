@@ -1136,3 +1136,42 @@ fn check_weights(expected: &[f64], got: &[f32], what: &str) {
     let worst = expected.iter().zip(got).map(|(e, g)| (e - f64::from(*g)).abs()).fold(0.0, f64::max);
     assert!(worst <= 2e-5, "{what}: weights differ from the expected step by {worst}");
 }
+
+// ---- where the time and memory go ----
+
+/// Gradients and temporaries are freed as soon as they are used: on wgpu the
+/// device memory in use, and the allocator's pool, are no larger after the
+/// last epoch than after the second (the first fills the pool). Every epoch
+/// also records its wait for batches (within the epoch's time) and the
+/// host's peak memory; the CPU has no device memory to report.
+#[test]
+fn device_memory_stays_flat_over_epochs_and_each_epoch_records_its_wait() {
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let layers = " dense 64 gelu\n batchnorm\n dropout 0.2\n dense 32 tanh\n layernorm\n dense 1 linear";
+    let path = random_regression_spec(tmp.path(), seed, layers);
+    let spec = std::fs::read_to_string(&path).unwrap().replace("epochs = 4", "epochs = 6");
+    std::fs::write(&path, spec).unwrap();
+    let file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    for device in [&wgpu, &cpu] {
+        let result = train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
+        for r in &result.history {
+            let wait = r.data_wait.expect("each epoch records its wait for batches");
+            assert!(wait >= 0.0 && wait <= r.seconds, "epoch {}: waited {wait} s of {} s", r.epoch, r.seconds);
+            assert!(r.peak_rss.is_some_and(|b| b > 0), "epoch {}: no peak host memory", r.epoch);
+        }
+        let in_use: Vec<u64> = result.history.iter().filter_map(|r| r.device_in_use).collect();
+        let pool: Vec<u64> = result.history.iter().filter_map(|r| r.device_reserved).collect();
+        eprintln!("{}: device memory in use per epoch {in_use:?}, pool {pool:?}", device.describe());
+        if std::ptr::eq(device, &cpu) {
+            assert!(in_use.is_empty() && pool.is_empty(), "the CPU reports no device memory");
+            continue;
+        }
+        assert_eq!(in_use.len(), 6, "wgpu reports its memory every epoch");
+        assert!(in_use[5] <= in_use[1], "device memory in use grew: {in_use:?}");
+        assert!(pool[5] <= pool[1], "the device memory pool grew: {pool:?}");
+    }
+}

@@ -54,6 +54,16 @@ impl<'a> RunLog<'a> {
         if let Some(norm) = r.grad_norm {
             self.tensorboard.scalar("train/grad_norm", e, norm as f32)?;
         }
+        if let (Some(wait), false) = (r.data_wait, r.seconds.is_nan()) {
+            self.tensorboard.scalar("time/data_wait_share", e, (wait / r.seconds.max(1e-9)) as f32)?;
+        }
+        let mib = |b: u64| (b as f64 / (1u64 << 20) as f64) as f32;
+        if let Some(rss) = r.peak_rss {
+            self.tensorboard.scalar("memory/peak_host_mib", e, mib(rss))?;
+        }
+        if let Some(pool) = r.device_reserved {
+            self.tensorboard.scalar("memory/device_reserved_mib", e, mib(pool))?;
+        }
         for (name, value) in &r.metrics {
             self.tensorboard.scalar(&format!("valid/{name}"), e, *value as f32)?;
         }

@@ -32,6 +32,22 @@ pub struct EpochRecord {
     /// epoch's steps, when the spec clips them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_norm: Option<f64>,
+    /// Seconds the step loop spent waiting for its next batch from the
+    /// loader, over the epoch; `None` when read back from a checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_wait: Option<f64>,
+    /// Bytes the device's allocator had reserved at the epoch's end (its
+    /// pool, which only grows: the high-water mark of what the run needed),
+    /// on CUDA and wgpu.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_reserved: Option<u64>,
+    /// Device bytes in use at the epoch's end, on CUDA and wgpu.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_in_use: Option<u64>,
+    /// The process's peak resident memory so far, in bytes, where the
+    /// system tells it (Linux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss: Option<u64>,
 }
 
 /// Progress, in the order it happens.

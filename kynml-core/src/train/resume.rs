@@ -324,6 +324,10 @@ mod saved_history {
                     loss_scale: s.loss_scale,
                     skipped_steps: s.skipped_steps,
                     grad_norm: s.grad_norm,
+                    data_wait: None,
+                    device_reserved: None,
+                    device_in_use: None,
+                    peak_rss: None,
                 })
             })
             .collect()
@@ -347,6 +351,10 @@ mod tests {
             loss_scale: Some(32768.0),
             skipped_steps: 2,
             grad_norm: Some(0.1 + 0.7),
+            data_wait: Some(0.5),
+            device_reserved: Some(1 << 20),
+            device_in_use: Some(1 << 19),
+            peak_rss: Some(1 << 30),
         };
         let state = LoopState {
             epoch: 3,

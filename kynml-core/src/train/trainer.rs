@@ -273,7 +273,12 @@ fn run<'scope, 'env>(
             }
             (seen, skipped, done) = (p.seen, p.skipped, p.steps);
         }
-        for (step, batch) in loader.epoch(scope, data, batches).enumerate() {
+        let mut data_wait = 0.0f64;
+        let mut epoch_batches = loader.epoch(scope, data, batches).enumerate();
+        loop {
+            let waiting = Instant::now();
+            let Some((step, batch)) = epoch_batches.next() else { break };
+            data_wait += waiting.elapsed().as_secs_f64();
             let step = done + step + 1;
             let rows = batch.len();
             let finite = match engine.step(batch, lr, &mut dropout_rng) {
@@ -338,6 +343,7 @@ fn run<'scope, 'env>(
         total_step_secs += step_secs;
 
         let outputs = engine.evaluate(data, Split::Valid);
+        let memory = device.memory();
         let record = EpochRecord {
             epoch,
             lr,
@@ -349,6 +355,10 @@ fn run<'scope, 'env>(
             loss_scale: engine.loss_scale().map(|s| s.scale),
             skipped_steps: skipped,
             grad_norm: engine.grad_norm(),
+            data_wait: Some(data_wait),
+            device_reserved: memory.map(|m| m.reserved),
+            device_in_use: memory.map(|m| m.in_use),
+            peak_rss: crate::bench::peak_rss(),
         };
         on_event(TrainEvent::EpochEnd(&record));
         history.push(record);

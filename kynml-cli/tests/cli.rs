@@ -109,20 +109,22 @@ fn the_users_spec_reports_every_setting_not_applied() {
     assert!(tmp.path().join("checkpoints/deepnet.pt").is_file() && !tmp.path().join("models").exists());
 }
 
-/// `autotune` and clipping say what they do: no effect on the CPU (`!`),
-/// the rule that clips, and the pre-clip norm in every epoch line.
+/// `autotune`, clipping and accumulation say what they do: no effect on the
+/// CPU (`!`), the rule that clips, the rows of an accumulated step, and the
+/// pre-clip norm in every epoch line.
 #[test]
 fn autotune_and_clipping_say_what_applies() {
     let tmp = copy_example("iris");
     let spec = std::fs::read_to_string(tmp.path().join("iris.kyn"))
         .unwrap()
-        .replace("    seed = 7", "    seed = 7\n    autotune = fast\n    clip_grad_norm = 0.5");
+        .replace("    seed = 7", "    seed = 7\n    autotune = fast\n    clip_grad_norm = 0.5\n    accumulate = 2");
     std::fs::write(tmp.path().join("c.kyn"), spec).unwrap();
     let out = kynml(&["train", "c.kyn", "--epochs", "2", "--device", "cpu", "--out", "r"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(t.contains("! autotune") && t.contains("CPU backends tune no kernels"), "{t}");
     assert!(t.contains("clipping") && t.contains("global L2 norm of 0.5"), "{t}");
+    assert!(t.contains("2 batches of 16 per optimizer step (32 rows)"), "{t}");
     assert_eq!(t.lines().filter(|l| l.starts_with("epoch") && l.contains("grad_norm ")).count(), 2, "{t}");
 }
 

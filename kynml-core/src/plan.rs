@@ -394,6 +394,17 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
             as_requested: false,
         });
     }
+    if t.accumulate.value > 1 {
+        let (n, b) = (t.accumulate.value, t.batch.value);
+        out.push(Applied {
+            setting: "accumulate",
+            value: format!(
+                "{n} batches of {b} per optimizer step ({} rows), their gradients weighted by their rows",
+                n * b
+            ),
+            as_requested: true,
+        });
+    }
     if let Some(a) = &t.autotune {
         let level = tune_level(a.value);
         let written = format!("autotune = {}", a.value.name());

@@ -76,11 +76,14 @@ struct Param {
     value: Vec<f32>,
     grad: Vec<f32>,
     state: Option<ParamState>,
+    /// The gradients of the earlier parts of an accumulated step; empty
+    /// between steps.
+    acc: Vec<f32>,
 }
 
 impl Param {
     fn new(len: usize, fill: f32) -> Self {
-        Param { value: vec![fill; len], grad: vec![0.0; len], state: None }
+        Param { value: vec![fill; len], grad: vec![0.0; len], state: None, acc: Vec::new() }
     }
 }
 
@@ -345,6 +348,25 @@ impl Net {
         lr: f64,
         masks: &mut dyn MaskSource,
     ) -> f64 {
+        self.train_part(x, targets, loss_config, optimizer, lr, masks, 1.0, true)
+    }
+
+    /// One part of an accumulated optimizer step: forward and backward on
+    /// `x`, its gradients weighted by `weight` (its share of the step's
+    /// rows) and added to the parts before it; on the `last` part, the
+    /// clipping and the update. Returns the part's mean loss.
+    #[allow(clippy::too_many_arguments)]
+    pub fn train_part(
+        &mut self,
+        x: &[f32],
+        targets: Targets,
+        loss_config: LossConfig,
+        optimizer: &OptimConfig,
+        lr: f64,
+        masks: &mut dyn MaskSource,
+        weight: f64,
+        last: bool,
+    ) -> f64 {
         let rows = self.rows_of(x);
         self.forward(x, rows, Some(masks));
         let width = self.output_width();
@@ -353,9 +375,27 @@ impl Net {
         self.grad_b.resize(rows * widest, 0.0);
         let pred = self.layers.last().map_or(x, Layer::out);
         let loss = loss::loss(loss_config, pred, width, targets, Some(&mut self.grad_a[..rows * width]));
+        if weight != 1.0 {
+            let w = weight as f32;
+            self.grad_a[..rows * width].iter_mut().for_each(|g| *g *= w);
+        }
         self.backward(x, rows);
-        self.clip_grads();
-        self.update(optimizer, lr);
+        let params = self.layers.iter_mut().filter_map(Layer::params_mut).flat_map(|(a, b)| [a, b]);
+        for p in params {
+            match (last, p.acc.is_empty()) {
+                (true, true) => {}
+                (true, false) => {
+                    p.grad.iter_mut().zip(&p.acc).for_each(|(g, a)| *g += a);
+                    p.acc.clear();
+                }
+                (false, true) => p.acc.extend_from_slice(&p.grad),
+                (false, false) => p.acc.iter_mut().zip(&p.grad).for_each(|(a, g)| *a += g),
+            }
+        }
+        if last {
+            self.clip_grads();
+            self.update(optimizer, lr);
+        }
         loss
     }
 

@@ -17,6 +17,7 @@ pub(super) const TRAIN_KEYS: &[&str] = &[
     "optimizer",
     "epochs",
     "batch",
+    "accumulate",
     "device",
     "scheduler",
     "early_stop",

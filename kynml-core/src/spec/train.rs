@@ -56,6 +56,7 @@ fn train_spec(
         .required("epochs", "epochs = 100", d)
         .and_then(|v| values::count(v, "`epochs`", 1, d).map(|value| Spanned { value, span: v.span }));
     let batch = s.count("batch", 32, 1, d);
+    let accumulate = s.count("accumulate", 1, 1, d);
     let device = s.with_default("device", DeviceRequest::Auto, |v| device(v, d));
     let scheduler = s.optional("scheduler", |v| scheduler(v, d));
     let early_stop = s.optional("early_stop", |v| early_stop(v, d));
@@ -76,6 +77,7 @@ fn train_spec(
         optimizer: optimizer?,
         epochs: epochs?,
         batch: batch?,
+        accumulate: accumulate?,
         device: device?,
         scheduler: scheduler?,
         early_stop: early_stop?,

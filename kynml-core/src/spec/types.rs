@@ -114,6 +114,9 @@ pub struct TrainSpec {
     pub epochs: Spanned<usize>,
     /// Rows per batch; at least 1, default 32.
     pub batch: Spanned<usize>,
+    /// Batches whose gradients are accumulated into one optimizer step; at
+    /// least 1, default 1.
+    pub accumulate: Spanned<usize>,
     /// Where to train; default `Auto`.
     pub device: Spanned<DeviceRequest>,
     /// Learning-rate schedule; `None` means a constant learning rate.

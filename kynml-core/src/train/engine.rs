@@ -32,10 +32,12 @@ pub trait Engine {
     /// Which engine this is.
     fn kind(&self) -> EngineKind;
 
-    /// One optimizer step on `batch` at learning rate `lr`, with dropout
-    /// masks keyed by `dropout`. `None` when the step was skipped: its
-    /// gradients overflowed under loss scaling, and nothing was updated.
-    fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64) -> Option<StepLoss>;
+    /// Forward and backward on `batch`, one `part` of an optimizer step at
+    /// learning rate `lr`, with dropout masks keyed by `dropout`; the last
+    /// part updates the weights. Returns the batch's mean loss; `None` when
+    /// the step was skipped: its gradients overflowed under loss scaling,
+    /// and nothing was updated.
+    fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64, part: Part) -> Option<StepLoss>;
 
     /// The model in evaluation mode over a whole split.
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs;
@@ -55,6 +57,27 @@ pub trait Engine {
     fn grad_norm(&mut self) -> Option<f64>;
 }
 
+/// `a + b`, parameter by parameter.
+fn add_grads(mut a: GradientsParams, mut b: GradientsParams, ranks: &[(ParamId, usize)]) -> GradientsParams {
+    fn add<const D: usize>(a: &mut GradientsParams, b: &mut GradientsParams, id: ParamId) {
+        let sum = match (a.remove::<Kb, D>(id), b.remove::<Kb, D>(id)) {
+            (Some(x), Some(y)) => x + y,
+            (Some(x), None) | (None, Some(x)) => x,
+            (None, None) => return,
+        };
+        a.register(id, sum);
+    }
+    for &(id, rank) in ranks {
+        match rank {
+            4 => add::<4>(&mut a, &mut b, id),
+            3 => add::<3>(&mut a, &mut b, id),
+            2 => add::<2>(&mut a, &mut b, id),
+            _ => add::<1>(&mut a, &mut b, id),
+        }
+    }
+    a
+}
+
 /// One gradient scaled by the norm rule's `factor` (a one-element tensor) or
 /// clamped by the value rule.
 fn clip_one<const D: usize>(grads: &mut GradientsParams, id: ParamId, clip: Clip, factor: Option<&Tensor<Kb, 1>>) {
@@ -65,6 +88,20 @@ fn clip_one<const D: usize>(grads: &mut GradientsParams, id: ParamId, clip: Clip
         (Clip::Norm(_), None) => g,
     };
     grads.register(id, g);
+}
+
+/// Where a batch falls in its optimizer step (`accumulate = N`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Part {
+    /// The batch's share of the step's rows: its gradients are weighted by it.
+    pub weight: f64,
+    /// The step's last batch: the weights are updated after it.
+    pub last: bool,
+}
+
+impl Part {
+    /// A whole step in one batch.
+    pub const WHOLE: Part = Part { weight: 1.0, last: true };
 }
 
 /// A step's mean loss, where the engine keeps it: the Burn engine leaves it
@@ -93,6 +130,8 @@ pub struct BurnEngine {
     /// The pre-clip norms' sum since the last [`Engine::grad_norm`], left on
     /// the device, and the number of steps in it.
     norms: (Option<Tensor<Kb, 1>>, usize),
+    /// The gradients of the earlier parts of an accumulated step.
+    pending: Option<GradientsParams>,
 }
 
 impl BurnEngine {
@@ -111,6 +150,7 @@ impl BurnEngine {
         BurnEngine {
             clip: None,
             norms: (None, 0),
+            pending: None,
             param_ranks: model.param_ranks(),
             model: Some(model),
             optimizer,
@@ -180,22 +220,35 @@ impl Engine for BurnEngine {
         EngineKind::Burn
     }
 
-    fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64) -> Option<StepLoss> {
+    fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64, part: Part) -> Option<StepLoss> {
         let model = self.model.take().expect("the model is back after every step");
         let (x, y) = batch_tensors(batch, self.n_features, self.loss, &self.autodiff);
         let pred = model.forward_in(x, Mode::Train(dropout), self.half);
         let loss = loss::compute(self.loss, pred, &y);
-        // With loss scaling: backpropagate the scaled loss, unscale, and
-        // skip the update (and the scaler's growth) if anything overflowed.
+        // A part of an accumulated step weighs in by its share of the rows.
+        let weighted = if part.weight == 1.0 { loss.clone() } else { loss.clone().mul_scalar(part.weight) };
+        let backward = match self.scaler.as_ref() {
+            None => weighted.backward(),
+            Some(scaler) => scaler.scale_loss(weighted).backward(),
+        };
+        let mut grads = GradientsParams::from_grads(backward, &model);
+        if let Some(earlier) = self.pending.take() {
+            grads = add_grads(earlier, grads, &self.param_ranks);
+        }
+        if !part.last {
+            self.pending = Some(grads);
+            self.model = Some(model);
+            return Some(StepLoss::Device(loss.detach()));
+        }
+        // With loss scaling: unscale, and skip the update (and the scaler's
+        // growth) if anything overflowed.
         let finite = match self.scaler.as_mut() {
             None => {
-                let mut grads = GradientsParams::from_grads(loss.backward(), &model);
                 self.clip_grads(&mut grads);
                 self.model = Some(self.optimizer.step(lr, model, grads));
                 true
             }
             Some(scaler) => {
-                let mut grads = GradientsParams::from_grads(scaler.scale_loss(loss.clone()).backward(), &model);
                 let finite = scaler.unscale(&mut grads, &self.param_ranks);
                 scaler.update(finite);
                 if finite {

@@ -24,7 +24,7 @@ use crate::evaluate::Outputs;
 use crate::model::{dropout_piece, MaskKey, Model, MASK_PIECE};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Clip, Loss, ModelSpec, Optimizer, Spec};
-use crate::train::engine::{Engine, StepLoss};
+use crate::train::engine::{Engine, Part, StepLoss};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{Compute, PrecisionPlan};
 use crate::train::resume::{self, LoopState, ScaleState};
@@ -214,10 +214,11 @@ impl Engine for NativeEngine {
         EngineKind::Native
     }
 
-    fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64) -> Option<StepLoss> {
+    fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64, part: Part) -> Option<StepLoss> {
         let targets = targets(&batch.labels, self.loss, &mut self.float_targets);
         let loss = loss_config(self.loss);
-        let mean = self.net.train_step(&batch.features, targets, loss, &self.optimizer, lr, &mut Masks(dropout));
+        let (x, masks) = (&batch.features, &mut Masks(dropout));
+        let mean = self.net.train_part(x, targets, loss, &self.optimizer, lr, masks, part.weight, part.last);
         Some(StepLoss::Host(mean))
     }
 

@@ -19,7 +19,7 @@ use crate::model::Model;
 use crate::rng::SplitMix64 as Rng;
 use crate::spec::types::{Layer, Loss, Metric, Spec};
 use crate::train::early_stop::{EarlyStopper, Verdict};
-use crate::train::engine::{BurnEngine, Engine, StepLoss};
+use crate::train::engine::{BurnEngine, Engine, Part, StepLoss};
 use crate::train::events::{EpochRecord, TrainEvent};
 use crate::train::loss_scale::LossScaler;
 use crate::train::native::{engine_for, EngineChoice, EngineKind, NativeEngine};
@@ -261,6 +261,9 @@ fn run<'scope, 'env>(
             batches.extend(last);
         }
         let steps = batches.len();
+        // Which batches share an optimizer step (`accumulate`), from the
+        // whole epoch's list: a resumed epoch restarts at a step's boundary.
+        let parts = parts_of(&batches.iter().map(Vec::len).collect::<Vec<_>>(), t.accumulate.value);
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
 
         let epoch_start = Instant::now();
@@ -281,20 +284,23 @@ fn run<'scope, 'env>(
             data_wait += waiting.elapsed().as_secs_f64();
             let step = done + step + 1;
             let rows = batch.len();
-            let finite = match engine.step(batch, lr, &mut dropout_rng) {
+            let part = parts.get(step - 1).copied().unwrap_or(Part::WHOLE);
+            let finite = match engine.step(batch, lr, &mut dropout_rng, part) {
                 Some(StepLoss::Host(loss)) => loss_sum.add_host(loss, rows),
                 Some(StepLoss::Device(loss)) => loss_sum.add_device(loss, rows),
                 // A skipped step's loss is not part of the epoch's mean.
                 None => false,
             };
             if finite {
-                steps_taken += 1;
+                steps_taken += u64::from(part.last);
                 seen += rows;
             } else {
                 skipped += 1;
             }
 
-            if settings.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+            // A stop waits for the end of an accumulated step, so that a
+            // checkpoint never holds half of one.
+            if part.last && settings.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
                 // Save this very point: the next run redoes nothing and skips nothing.
                 let here =
                     PartialEpoch { order_rng: order_state, steps: step, loss_sum: loss_sum.read(), seen, skipped };
@@ -503,6 +509,23 @@ pub fn metrics_for(spec: &Spec, loss: Loss) -> Vec<Metric> {
 /// Cut one epoch's shuffled order into batches. A last batch of a single row
 /// is dropped when the model has batchnorm, whose batch statistics need two
 /// rows (PyTorch raises an error there instead).
+/// Where each batch falls in its optimizer step: `n` batches a step, each
+/// weighted by its share of the step's rows (the last step of an epoch may
+/// hold fewer); `n = 1` gives whole steps of weight 1.
+fn parts_of(sizes: &[usize], n: usize) -> Vec<Part> {
+    sizes
+        .chunks(n.max(1))
+        .flat_map(|group| {
+            let rows: usize = group.iter().sum();
+            let len = group.len();
+            group.iter().enumerate().map(move |(i, r)| Part {
+                weight: if len == 1 { 1.0 } else { *r as f64 / rows.max(1) as f64 },
+                last: i + 1 == len,
+            })
+        })
+        .collect()
+}
+
 fn epoch_batches(order: &[usize], batch: usize, has_batchnorm: bool, max_steps: Option<usize>) -> Vec<Vec<usize>> {
     let mut batches: Vec<Vec<usize>> = order.chunks(batch).map(<[usize]>::to_vec).collect();
     if has_batchnorm && batches.len() > 1 && batches.last().is_some_and(|b| b.len() == 1) {

@@ -139,6 +139,12 @@ pub struct TrainArgs {
     /// checkpoint (which the new run's checkpoints then replace).
     #[arg(long)]
     pub fresh: bool,
+    /// Time every step in phases (wait for data, copy, forward, backward,
+    /// optimizer) and each evaluation; writes profile.json and trace.json
+    /// (Perfetto, chrome://tracing) into the run folder. On a GPU it waits
+    /// for the device after each phase, which slows the run.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 #[derive(Args, Debug)]

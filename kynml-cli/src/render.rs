@@ -66,6 +66,35 @@ pub fn model_table(summary: &ModelSummary) -> String {
     )
 }
 
+/// A profiled run's phases: total, mean, p50 and p95 per step, and share.
+pub fn profile_table(profile: &kynml_core::train::profile::Profile) -> String {
+    let ms = |s: f64| format!("{:.3} ms", s * 1e3);
+    let rows: Vec<Vec<String>> = profile
+        .summary()
+        .iter()
+        .map(|p| {
+            vec![
+                p.phase.to_string(),
+                duration(p.total),
+                ms(p.mean),
+                ms(p.p50),
+                ms(p.p95),
+                format!("{:.1}%", 100.0 * p.share),
+            ]
+        })
+        .collect();
+    let how = if profile.synchronised {
+        "each phase waited for the device, which slows the run"
+    } else {
+        "timed as they ran"
+    };
+    format!(
+        "profile of {} steps ({how})\n{}",
+        profile.steps.len(),
+        table(&["phase", "total", "mean", "p50", "p95", "share"], &rows)
+    )
+}
+
 /// Metrics in two columns; `on` names the rows they were measured on.
 pub fn metrics_table(metrics: &BTreeMap<String, f64>, on: &str) -> String {
     let rows: Vec<Vec<String>> = metrics.iter().map(|(k, v)| vec![k.clone(), format!("{v:.4}")]).collect();

@@ -67,6 +67,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         checkpoint_path: file.checkpoint_path(),
         resume_from: resume.map(|(ckpt, _)| ckpt),
         stop: Some(ctrl_c::flag()),
+        profile: args.profile || file.spec.train.profile.value,
         ..TrainSettings::default()
     };
     let result = train(&file.spec, &data, &device, &settings, &mut |event| {
@@ -113,6 +114,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         "device": device.short_name(),
     });
     run_dir.write_json("metrics.json", &summary).context("writing metrics.json")?;
+    if let Some(profile) = &result.profile {
+        run_dir.write_json("profile.json", &profile.to_json()).context("writing profile.json")?;
+        run_dir.write_json("trace.json", &profile.trace()).context("writing trace.json")?;
+    }
 
     println!();
     if let Some(best) = result.best_epoch {
@@ -139,6 +144,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     );
     if let Some(line) = time_and_memory(&result.history) {
         println!("{line}");
+    }
+    if let Some(profile) = &result.profile {
+        println!("\n{}", render::profile_table(profile));
+        println!("phases in profile.json; a timeline in trace.json (open it in ui.perfetto.dev or chrome://tracing)");
     }
     Ok(())
 }

@@ -1251,3 +1251,48 @@ fn a_stop_inside_an_accumulated_step_resumes_bit_identical() {
     let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
     assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed run ends elsewhere");
 }
+
+/// `--profile`: every step's phases (copy, forward, backward, optimizer)
+/// add up to the step's measured wall time within 10%, on the native engine,
+/// on Burn's CPU backend and on wgpu (which waits for the device after each
+/// phase); the Chrome trace reads back with every phase of every step, the
+/// loader's waits on their own track.
+#[test]
+fn profiled_phases_add_up_to_the_step_time_on_every_engine() {
+    use kynml_core::train::EngineChoice;
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, " dense 32 gelu\n batchnorm\n dropout 0.1\n dense 1 linear");
+    let file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    for (name, device, engine) in
+        [("native", &cpu, EngineChoice::Auto), ("flex", &cpu, EngineChoice::Burn), ("wgpu", &wgpu, EngineChoice::Auto)]
+    {
+        let settings = TrainSettings { engine, profile: true, ..TrainSettings::default() };
+        let result = train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap();
+        let profile = result.profile.expect("a profiled run has a profile");
+        let steps: usize = 4 * 192usize.div_ceil(32);
+        assert_eq!(profile.steps.len(), steps, "{name}");
+        assert_eq!(profile.evals.len(), 4, "{name}");
+        let total: f64 = profile.steps.iter().map(|s| s.total).sum();
+        let phases: f64 = profile
+            .steps
+            .iter()
+            .map(|s| s.phases.copy + s.phases.forward + s.phases.backward + s.phases.optimizer)
+            .sum();
+        eprintln!("{name}: phases {phases:.4} s of {total:.4} s of steps");
+        assert!(phases <= total * 1.0001 && phases >= 0.9 * total, "{name}: phases {phases} s, steps {total} s");
+        let trace: serde_json::Value = serde_json::from_str(&profile.trace().to_string()).unwrap();
+        let events = trace["traceEvents"].as_array().unwrap();
+        for phase in kynml_core::train::profile::PHASES {
+            let of: Vec<&serde_json::Value> = events.iter().filter(|e| e["name"] == phase).collect();
+            assert_eq!(of.len(), steps, "{name}: {phase} events");
+            assert!(of.iter().all(|e| e["ph"] == "X" && e["dur"].as_f64().is_some_and(|d| d >= 0.0)), "{name}");
+            let track = if phase == "wait" { 2 } else { 1 };
+            assert!(of.iter().all(|e| e["tid"] == track), "{name}: {phase} on the wrong track");
+        }
+        assert_eq!(events.iter().filter(|e| e["name"] == "evaluate").count(), 4, "{name}");
+    }
+}

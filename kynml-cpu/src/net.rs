@@ -175,6 +175,9 @@ pub struct Net {
     /// Sum and count of the pre-clip global gradient norms since the last
     /// [`take_grad_norm`](Net::take_grad_norm).
     norms: (f64, usize),
+    /// Seconds of the last training step's forward (with the loss),
+    /// backward and update (see [`last_phases`](Net::last_phases)).
+    phases: [f64; 3],
 }
 
 /// Gradient clipping, as PyTorch's `clip_grad_norm_` and `clip_grad_value_`.
@@ -231,7 +234,16 @@ impl Net {
             })
             .collect();
         let team = Team::new(rayon::current_num_threads());
-        Net { input, layers, team, grad_a: Vec::new(), grad_b: Vec::new(), clip: None, norms: (0.0, 0) }
+        Net {
+            input,
+            layers,
+            team,
+            grad_a: Vec::new(),
+            grad_b: Vec::new(),
+            clip: None,
+            norms: (0.0, 0),
+            phases: [0.0; 3],
+        }
     }
 
     /// The number of input features.
@@ -367,6 +379,7 @@ impl Net {
         weight: f64,
         last: bool,
     ) -> f64 {
+        let started = std::time::Instant::now();
         let rows = self.rows_of(x);
         self.forward(x, rows, Some(masks));
         let width = self.output_width();
@@ -375,11 +388,13 @@ impl Net {
         self.grad_b.resize(rows * widest, 0.0);
         let pred = self.layers.last().map_or(x, Layer::out);
         let loss = loss::loss(loss_config, pred, width, targets, Some(&mut self.grad_a[..rows * width]));
+        let forward = started.elapsed();
         if weight != 1.0 {
             let w = weight as f32;
             self.grad_a[..rows * width].iter_mut().for_each(|g| *g *= w);
         }
         self.backward(x, rows);
+        let backward = started.elapsed();
         let params = self.layers.iter_mut().filter_map(Layer::params_mut).flat_map(|(a, b)| [a, b]);
         for p in params {
             match (last, p.acc.is_empty()) {
@@ -396,7 +411,15 @@ impl Net {
             self.clip_grads();
             self.update(optimizer, lr);
         }
+        let end = started.elapsed();
+        self.phases = [forward.as_secs_f64(), (backward - forward).as_secs_f64(), (end - backward).as_secs_f64()];
         loss
+    }
+
+    /// Seconds of the last training step's forward pass (with the loss),
+    /// backward pass, and update (accumulation, clipping, optimizer).
+    pub fn last_phases(&self) -> [f64; 3] {
+        self.phases
     }
 
     /// Clips the gradients of every later step with `clip` (`None`: no clipping).

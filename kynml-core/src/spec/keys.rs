@@ -26,6 +26,7 @@ pub(super) const TRAIN_KEYS: &[&str] = &[
     "loss_scale",
     "compile",
     "autotune",
+    "profile",
     "clip_grad_norm",
     "clip_grad_value",
     "seed",

@@ -66,6 +66,7 @@ fn train_spec(
     let loss_scale = s.with_default("loss_scale", LossScale::Auto, |v| loss_scale(v, d));
     let compile = s.boolean("compile", false, d);
     let clip = clip(s, d);
+    let profile = s.boolean("profile", false, d);
     let autotune = s.optional("autotune", |v| {
         values::choice(v, "`autotune`", "autotune level", AUTOTUNE, d).map(|value| Spanned { value, span: v.span })
     });
@@ -86,6 +87,7 @@ fn train_spec(
         loss_scale: loss_scale?,
         compile: compile?,
         clip: clip?,
+        profile: profile?,
         autotune: autotune?,
         seed: seed?.unwrap_or(42),
     })

@@ -134,6 +134,8 @@ pub struct TrainSpec {
     /// How hard the GPU backends search for their fastest kernels; `None`
     /// when not written (CubeCL's default, balanced).
     pub autotune: Option<Spanned<Autotune>>,
+    /// Time every step in phases (as `kynml train --profile`); default false.
+    pub profile: Spanned<bool>,
     /// Gradient clipping before each optimizer step; `None` clips nothing.
     pub clip: Option<Spanned<Clip>>,
     /// Default 42.

@@ -14,6 +14,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{FloatDType, Tensor};
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
+use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
 use crate::data::{Batch, Dataset, Split};
@@ -25,6 +26,7 @@ use crate::train::loss;
 use crate::train::loss_scale::LossScaler;
 use crate::train::native::EngineKind;
 use crate::train::optimizer::AnyOptimizer;
+use crate::train::profile::StepPhases;
 use crate::train::resume::{self, LoopState, ScaleState};
 
 /// What the training loop needs of an engine.
@@ -55,6 +57,37 @@ pub trait Engine {
     /// The mean global L2 norm of the gradients before clipping, over the
     /// steps since the last call; `None` when the spec clips nothing.
     fn grad_norm(&mut self) -> Option<f64>;
+
+    /// Times every later step in phases when `on` (see [`crate::train::profile`]).
+    fn set_profiling(&mut self, on: bool);
+
+    /// The last step's phases, when profiling.
+    fn last_phases(&self) -> Option<StepPhases>;
+}
+
+/// Laps of a step's phases; with `sync`, each lap first waits for the
+/// device to finish the work queued so far.
+struct Laps<'d> {
+    at: Instant,
+    sync: Option<&'d DispatchDevice>,
+}
+
+impl<'d> Laps<'d> {
+    fn new(sync: Option<&'d DispatchDevice>) -> Self {
+        Laps { at: Instant::now(), sync }
+    }
+
+    /// Seconds since the last lap.
+    fn lap(&mut self) -> f64 {
+        if let Some(device) = self.sync {
+            // A failed wait only makes the timing less exact.
+            let _ = <Kb as burn::tensor::backend::Backend>::sync(device);
+        }
+        let now = Instant::now();
+        let secs = now.duration_since(self.at).as_secs_f64();
+        self.at = now;
+        secs
+    }
 }
 
 /// `a + b`, parameter by parameter.
@@ -132,6 +165,9 @@ pub struct BurnEngine {
     norms: (Option<Tensor<Kb, 1>>, usize),
     /// The gradients of the earlier parts of an accumulated step.
     pending: Option<GradientsParams>,
+    /// Whether steps are timed in phases, and the last step's.
+    profiling: bool,
+    phases: StepPhases,
 }
 
 impl BurnEngine {
@@ -151,6 +187,8 @@ impl BurnEngine {
             clip: None,
             norms: (None, 0),
             pending: None,
+            profiling: false,
+            phases: StepPhases::default(),
             param_ranks: model.param_ranks(),
             model: Some(model),
             optimizer,
@@ -221,10 +259,14 @@ impl Engine for BurnEngine {
     }
 
     fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64, part: Part) -> Option<StepLoss> {
+        let device = self.autodiff.clone();
+        let mut laps = Laps::new(self.profiling.then_some(&device));
         let model = self.model.take().expect("the model is back after every step");
         let (x, y) = batch_tensors(batch, self.n_features, self.loss, &self.autodiff);
+        self.phases.copy = laps.lap();
         let pred = model.forward_in(x, Mode::Train(dropout), self.half);
         let loss = loss::compute(self.loss, pred, &y);
+        self.phases.forward = laps.lap();
         // A part of an accumulated step weighs in by its share of the rows.
         let weighted = if part.weight == 1.0 { loss.clone() } else { loss.clone().mul_scalar(part.weight) };
         let backward = match self.scaler.as_ref() {
@@ -232,12 +274,14 @@ impl Engine for BurnEngine {
             Some(scaler) => scaler.scale_loss(weighted).backward(),
         };
         let mut grads = GradientsParams::from_grads(backward, &model);
+        self.phases.backward = laps.lap();
         if let Some(earlier) = self.pending.take() {
             grads = add_grads(earlier, grads, &self.param_ranks);
         }
         if !part.last {
             self.pending = Some(grads);
             self.model = Some(model);
+            self.phases.optimizer = laps.lap();
             return Some(StepLoss::Device(loss.detach()));
         }
         // With loss scaling: unscale, and skip the update (and the scaler's
@@ -261,6 +305,7 @@ impl Engine for BurnEngine {
                 finite
             }
         };
+        self.phases.optimizer = laps.lap();
         finite.then(|| StepLoss::Device(loss.detach()))
     }
 
@@ -278,6 +323,14 @@ impl Engine for BurnEngine {
 
     fn loss_scale(&self) -> Option<ScaleState> {
         self.scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps })
+    }
+
+    fn set_profiling(&mut self, on: bool) {
+        self.profiling = on;
+    }
+
+    fn last_phases(&self) -> Option<StepPhases> {
+        self.profiling.then_some(self.phases)
     }
 
     fn grad_norm(&mut self) -> Option<f64> {

@@ -16,6 +16,7 @@ pub mod resume;
 pub mod schedule;
 mod trainer;
 
+pub mod profile;
 pub use early_stop::{EarlyStopper, Verdict};
 pub use events::{EpochRecord, TrainEvent};
 pub use native::{EngineChoice, EngineKind};

@@ -27,6 +27,7 @@ use crate::spec::types::{Clip, Loss, ModelSpec, Optimizer, Spec};
 use crate::train::engine::{Engine, Part, StepLoss};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{Compute, PrecisionPlan};
+use crate::train::profile::StepPhases;
 use crate::train::resume::{self, LoopState, ScaleState};
 
 /// Rows per forward pass when evaluating a whole split.
@@ -151,6 +152,8 @@ pub struct NativeEngine {
     template: Model<Kb>,
     /// Scratch for class targets as numbers (bce).
     float_targets: Vec<f32>,
+    /// Whether the loop asks for each step's phases.
+    profiling: bool,
 }
 
 impl NativeEngine {
@@ -192,6 +195,7 @@ impl NativeEngine {
             device: device.clone(),
             template: model.clone(),
             float_targets: Vec::new(),
+            profiling: false,
         })
     }
 
@@ -265,5 +269,15 @@ impl Engine for NativeEngine {
 
     fn grad_norm(&mut self) -> Option<f64> {
         self.net.take_grad_norm()
+    }
+
+    fn set_profiling(&mut self, on: bool) {
+        self.profiling = on;
+    }
+
+    /// The native engine times its passes on every step (a few clock reads).
+    fn last_phases(&self) -> Option<StepPhases> {
+        let [forward, backward, optimizer] = self.net.last_phases();
+        self.profiling.then_some(StepPhases { copy: 0.0, forward, backward, optimizer })
     }
 }

@@ -25,6 +25,7 @@ use crate::train::loss_scale::LossScaler;
 use crate::train::native::{engine_for, EngineChoice, EngineKind, NativeEngine};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{self, PrecisionPlan};
+use crate::train::profile::{EvalTiming, Profile, StepTiming};
 use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, StopState};
 use crate::train::schedule::lr_at;
 use kynml_backend::{Backend as Kb, Device};
@@ -77,6 +78,8 @@ pub struct TrainSettings {
     /// Which engine runs the steps: by default the native one where it
     /// applies (see [`engine_for`]); tests and benches can ask for Burn's.
     pub engine: EngineChoice,
+    /// Time every step in phases, and each evaluation ([`TrainResult::profile`]).
+    pub profile: bool,
 }
 
 /// Why [`train`] did not finish.
@@ -145,6 +148,9 @@ pub struct TrainResult {
     pub precision: PrecisionPlan,
     /// The engine that ran the steps.
     pub engine: EngineKind,
+    /// Each step's phases and each evaluation's time, when
+    /// [`TrainSettings::profile`] asked for them.
+    pub profile: Option<Profile>,
 }
 
 /// Trains the spec's model on `data` on `device`, reporting progress to `on_event`; resumes and
@@ -241,6 +247,11 @@ fn run<'scope, 'env>(
         }
     };
     let last_epoch = if stopped_early { 0 } else { t.epochs.value };
+    engine.set_profiling(settings.profile);
+    let mut profile = settings.profile.then(|| Profile {
+        synchronised: engine.kind() == EngineKind::Burn && device.has_fusion(),
+        ..Profile::default()
+    });
 
     let started = Instant::now();
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
@@ -281,11 +292,24 @@ fn run<'scope, 'env>(
         loop {
             let waiting = Instant::now();
             let Some((step, batch)) = epoch_batches.next() else { break };
-            data_wait += waiting.elapsed().as_secs_f64();
+            let wait = waiting.elapsed().as_secs_f64();
+            data_wait += wait;
             let step = done + step + 1;
             let rows = batch.len();
             let part = parts.get(step - 1).copied().unwrap_or(Part::WHOLE);
-            let finite = match engine.step(batch, lr, &mut dropout_rng, part) {
+            let stepping = Instant::now();
+            let stepped = engine.step(batch, lr, &mut dropout_rng, part);
+            if let (Some(p), Some(phases)) = (profile.as_mut(), engine.last_phases()) {
+                p.steps.push(StepTiming {
+                    epoch,
+                    step,
+                    start: waiting.duration_since(started).as_secs_f64(),
+                    wait,
+                    phases,
+                    total: stepping.elapsed().as_secs_f64(),
+                });
+            }
+            let finite = match stepped {
                 Some(StepLoss::Host(loss)) => loss_sum.add_host(loss, rows),
                 Some(StepLoss::Device(loss)) => loss_sum.add_device(loss, rows),
                 // A skipped step's loss is not part of the epoch's mean.
@@ -348,7 +372,12 @@ fn run<'scope, 'env>(
         total_samples += seen;
         total_step_secs += step_secs;
 
+        let evaluating = Instant::now();
         let outputs = engine.evaluate(data, Split::Valid);
+        if let Some(p) = profile.as_mut() {
+            let start = evaluating.duration_since(started).as_secs_f64();
+            p.evals.push(EvalTiming { epoch, start, seconds: evaluating.elapsed().as_secs_f64() });
+        }
         let memory = device.memory();
         let record = EpochRecord {
             epoch,
@@ -431,6 +460,7 @@ fn run<'scope, 'env>(
         checkpoint_failures,
         precision,
         engine: engine_kind,
+        profile,
     })
 }
 

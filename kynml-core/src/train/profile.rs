@@ -1,0 +1,199 @@
+//! `--profile`: where each training step's time goes.
+//!
+//! With profiling on, every step is timed in phases: the wait for its batch
+//! from the loader, the copy of the batch to the device, the forward pass
+//! (and the loss), the backward pass, and the optimizer (with loss-scale
+//! check and clipping). On a GPU the Burn engine waits for the device after
+//! each phase, so that each phase's time is its own; that waiting costs,
+//! which is why it is not on by default. Each epoch's evaluation is timed
+//! too. The result: a summary per phase ([`Profile::summary`], written as
+//! `profile.json`) and a Chrome trace ([`Profile::trace`], `trace.json`, for
+//! Perfetto or chrome://tracing).
+
+use serde_json::{json, Value};
+
+/// The time of one step's phases, in seconds, as an engine measures them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepPhases {
+    /// The batch copied to the device (0 on the native engine, which reads it in place).
+    pub copy: f64,
+    /// The forward pass and the loss.
+    pub forward: f64,
+    /// The backward pass.
+    pub backward: f64,
+    /// Loss-scale check, clipping and the optimizer's update.
+    pub optimizer: f64,
+}
+
+/// One profiled step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepTiming {
+    /// 1-based.
+    pub epoch: usize,
+    /// 1-based within the epoch.
+    pub step: usize,
+    /// Seconds from the start of training to the start of the wait for this step's batch.
+    pub start: f64,
+    /// Seconds waiting for the batch from the loader.
+    pub wait: f64,
+    /// The engine's phases.
+    pub phases: StepPhases,
+    /// Seconds of the whole step, from the batch in hand to the step's end.
+    pub total: f64,
+}
+
+/// One profiled evaluation of the validation split.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalTiming {
+    /// 1-based.
+    pub epoch: usize,
+    /// Seconds from the start of training.
+    pub start: f64,
+    /// Seconds it took.
+    pub seconds: f64,
+}
+
+/// Every profiled step and evaluation of a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Profile {
+    /// In the order they ran.
+    pub steps: Vec<StepTiming>,
+    /// One per epoch.
+    pub evals: Vec<EvalTiming>,
+    /// Whether the engine waited for the device after each phase (the Burn
+    /// engine does; on the CPU it changes nothing).
+    pub synchronised: bool,
+}
+
+/// One phase over all profiled steps, in seconds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PhaseSummary {
+    /// `wait`, `copy`, `forward`, `backward`, `optimizer` or `other`.
+    pub phase: &'static str,
+    /// Over every step.
+    pub total: f64,
+    /// Per step.
+    pub mean: f64,
+    /// Median step.
+    pub p50: f64,
+    /// 95th percentile step.
+    pub p95: f64,
+    /// Of the wait plus the steps' time.
+    pub share: f64,
+}
+
+/// The phases in step order; `other` is what the step spent outside them.
+pub const PHASES: [&str; 6] = ["wait", "copy", "forward", "backward", "optimizer", "other"];
+
+impl StepTiming {
+    /// The phase's seconds in this step.
+    pub fn phase(&self, name: &str) -> f64 {
+        let p = &self.phases;
+        match name {
+            "wait" => self.wait,
+            "copy" => p.copy,
+            "forward" => p.forward,
+            "backward" => p.backward,
+            "optimizer" => p.optimizer,
+            _ => (self.total - p.copy - p.forward - p.backward - p.optimizer).max(0.0),
+        }
+    }
+}
+
+impl Profile {
+    /// Each phase's total, mean, p50 and p95 over the steps, and its share of
+    /// the time from the first wait to the last step's end (evaluations aside).
+    pub fn summary(&self) -> Vec<PhaseSummary> {
+        let all: f64 = self.steps.iter().map(|s| s.wait + s.total).sum();
+        PHASES
+            .iter()
+            .map(|&phase| {
+                let mut v: Vec<f64> = self.steps.iter().map(|s| s.phase(phase)).collect();
+                v.sort_by(f64::total_cmp);
+                let total: f64 = v.iter().sum();
+                let at = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+                PhaseSummary {
+                    phase,
+                    total,
+                    mean: total / v.len().max(1) as f64,
+                    p50: at(0.5),
+                    p95: at(0.95),
+                    share: total / all.max(1e-12),
+                }
+            })
+            .collect()
+    }
+
+    /// `profile.json`: the phase summary, the evaluations' time, and how it was measured.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "steps": self.steps.len(),
+            "synchronised": self.synchronised,
+            "phases": self.summary(),
+            "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>(),
+        })
+    }
+
+    /// `trace.json` in the Chrome trace event format: one complete event
+    /// (`"ph": "X"`, microseconds) per phase of every step, on the training
+    /// thread (tid 1), the waits on the loader's track (tid 2), and the
+    /// evaluations on their own (tid 3).
+    pub fn trace(&self) -> Value {
+        let us = |s: f64| (s * 1e6).round();
+        let mut events = vec![
+            json!({"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "training step"}}),
+            json!({"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "waiting for the loader"}}),
+            json!({"ph": "M", "pid": 1, "tid": 3, "name": "thread_name", "args": {"name": "evaluation"}}),
+        ];
+        for s in &self.steps {
+            let args = json!({"epoch": s.epoch, "step": s.step});
+            events.push(json!({"name": "wait", "ph": "X", "pid": 1, "tid": 2, "ts": us(s.start), "dur": us(s.wait), "args": args}));
+            let mut at = s.start + s.wait;
+            for phase in &PHASES[1..] {
+                let dur = s.phase(phase);
+                events.push(
+                    json!({"name": phase, "ph": "X", "pid": 1, "tid": 1, "ts": us(at), "dur": us(dur), "args": args}),
+                );
+                at += dur;
+            }
+        }
+        for e in &self.evals {
+            events.push(json!({"name": "evaluate", "ph": "X", "pid": 1, "tid": 3, "ts": us(e.start), "dur": us(e.seconds), "args": {"epoch": e.epoch}}));
+        }
+        json!({"traceEvents": events, "displayTimeUnit": "ms"})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_and_trace_follow_the_steps() {
+        let step = |i: usize, wait: f64| StepTiming {
+            epoch: 1,
+            step: i,
+            start: i as f64,
+            wait,
+            phases: StepPhases { copy: 0.0, forward: 0.2, backward: 0.3, optimizer: 0.1 },
+            total: 0.7,
+        };
+        let p = Profile {
+            steps: (1..=4).map(|i| step(i, 0.1 * i as f64)).collect(),
+            evals: Vec::new(),
+            synchronised: false,
+        };
+        let s = p.summary();
+        let get = |name: &str| s.iter().find(|x| x.phase == name).unwrap().clone();
+        assert!((get("forward").total - 0.8).abs() < 1e-12);
+        assert!((get("other").mean - 0.1).abs() < 1e-12);
+        assert!((get("wait").p50 - 0.3).abs() < 1e-12 && (get("wait").p95 - 0.4).abs() < 1e-12);
+        let shares: f64 = s.iter().map(|x| x.share).sum();
+        assert!((shares - 1.0).abs() < 1e-9, "{shares}");
+        let t = p.trace();
+        let events = t["traceEvents"].as_array().unwrap();
+        // 3 track names, then 1 wait and 5 phases per step.
+        assert_eq!(events.len(), 3 + 4 * 6);
+        assert!(events.iter().filter(|e| e["name"] == "wait").all(|e| e["tid"] == 2));
+    }
+}

@@ -103,6 +103,13 @@ impl Device {
         DispatchDevice::autodiff(self.burn.clone())
     }
 
+    /// This device with automatic differentiation that recomputes cheap
+    /// activations in the backward pass instead of keeping them (Burn's
+    /// balanced checkpointing): less memory, some more compute.
+    pub fn autodiff_checkpointed(&self) -> DispatchDevice {
+        DispatchDevice::autodiff_checkpointed(self.burn.clone(), burn::CheckpointingStrategy::Balanced)
+    }
+
     /// Short name used in file names and reports: `cpu`, `cuda:0`, `wgpu`.
     pub fn short_name(&self) -> String {
         match &self.kind {

@@ -394,6 +394,21 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
             as_requested: false,
         });
     }
+    if t.checkpoint_activations.value {
+        out.push(if native {
+            Applied {
+                setting: "checkpoint activations",
+                value: "not applied (the native CPU engine keeps each layer's activations in buffers reused every step; it does not recompute them)".into(),
+                as_requested: false,
+            }
+        } else {
+            Applied {
+                setting: "checkpoint activations",
+                value: "on: the backward pass recomputes element-wise activations instead of keeping them (Burn's balanced checkpointing)".into(),
+                as_requested: true,
+            }
+        });
+    }
     if t.accumulate.value > 1 {
         let (n, b) = (t.accumulate.value, t.batch.value);
         out.push(Applied {

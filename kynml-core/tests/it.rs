@@ -1296,3 +1296,39 @@ fn profiled_phases_add_up_to_the_step_time_on_every_engine() {
         assert_eq!(events.iter().filter(|e| e["name"] == "evaluate").count(), 4, "{name}");
     }
 }
+
+/// `checkpoint_activations = true` changes what the backward pass keeps, not
+/// what it computes: the same losses on Burn's CPU backend and on wgpu. (The
+/// wgpu allocator's pool, printed with and without, is a coarse measure.)
+#[test]
+fn checkpointed_activations_train_the_same() {
+    use kynml_core::train::EngineChoice;
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let deep = (0..8).map(|_| " dense 256 gelu\n layernorm\n").collect::<String>() + " dense 1 linear";
+    let path = random_regression_spec(tmp.path(), seed, &deep);
+    let base = std::fs::read_to_string(&path).unwrap().replace("batch = 32", "batch = 192");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    for (name, device) in [("flex", &cpu), ("wgpu", &wgpu)] {
+        let run = |checkpoint: bool| {
+            std::fs::write(&path, format!("{base} checkpoint_activations = {checkpoint}\n")).unwrap();
+            let file = SpecFile::load(&path).unwrap();
+            let data = file.load_data().unwrap();
+            let settings = TrainSettings { engine: EngineChoice::Burn, ..TrainSettings::default() };
+            train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
+        };
+        let (plain, checkpointed) = (run(false), run(true));
+        for (a, b) in plain.history.iter().zip(&checkpointed.history) {
+            for (x, y) in [(a.train_loss, b.train_loss), (a.val_loss, b.val_loss)] {
+                assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-3), "{name}, epoch {}: {x} vs {y}", a.epoch);
+            }
+        }
+        let pool = |r: &kynml_core::train::TrainResult| r.history.iter().filter_map(|e| e.device_reserved).max();
+        eprintln!(
+            "{name}: device memory pool without / with checkpointing: {:?} / {:?} bytes",
+            pool(&plain),
+            pool(&checkpointed)
+        );
+    }
+}

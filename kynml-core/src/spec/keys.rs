@@ -27,6 +27,7 @@ pub(super) const TRAIN_KEYS: &[&str] = &[
     "compile",
     "autotune",
     "profile",
+    "checkpoint_activations",
     "clip_grad_norm",
     "clip_grad_value",
     "seed",

@@ -67,6 +67,7 @@ fn train_spec(
     let compile = s.boolean("compile", false, d);
     let clip = clip(s, d);
     let profile = s.boolean("profile", false, d);
+    let checkpoint_activations = s.boolean("checkpoint_activations", false, d);
     let autotune = s.optional("autotune", |v| {
         values::choice(v, "`autotune`", "autotune level", AUTOTUNE, d).map(|value| Spanned { value, span: v.span })
     });
@@ -88,6 +89,7 @@ fn train_spec(
         compile: compile?,
         clip: clip?,
         profile: profile?,
+        checkpoint_activations: checkpoint_activations?,
         autotune: autotune?,
         seed: seed?.unwrap_or(42),
     })

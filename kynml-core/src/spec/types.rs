@@ -136,6 +136,9 @@ pub struct TrainSpec {
     pub autotune: Option<Spanned<Autotune>>,
     /// Time every step in phases (as `kynml train --profile`); default false.
     pub profile: Spanned<bool>,
+    /// Recompute activations in the backward pass instead of keeping them;
+    /// default false.
+    pub checkpoint_activations: Spanned<bool>,
     /// Gradient clipping before each optimizer step; `None` clips nothing.
     pub clip: Option<Spanned<Clip>>,
     /// Default 42.

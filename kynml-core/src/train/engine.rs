@@ -165,6 +165,11 @@ pub struct BurnEngine {
     norms: (Option<Tensor<Kb, 1>>, usize),
     /// The gradients of the earlier parts of an accumulated step.
     pending: Option<GradientsParams>,
+    /// Whether the autodiff device checkpoints activations. Burn's dispatch
+    /// keeps that mark on a model's tensors after `valid()`, and refuses to
+    /// mix them with unmarked ones, so such a model is evaluated on the
+    /// autodiff device and handed out as fresh copies.
+    checkpointed: bool,
     /// Whether steps are timed in phases, and the last step's.
     profiling: bool,
     phases: StepPhases,
@@ -187,6 +192,7 @@ impl BurnEngine {
             clip: None,
             norms: (None, 0),
             pending: None,
+            checkpointed: false,
             profiling: false,
             phases: StepPhases::default(),
             param_ranks: model.param_ranks(),
@@ -199,6 +205,14 @@ impl BurnEngine {
             autodiff: device.autodiff(),
             inner: device.inner(),
         }
+    }
+
+    /// Runs on `autodiff`, an autodiff device of the same device;
+    /// `checkpointed` when it recomputes activations in the backward pass.
+    pub fn on(mut self, autodiff: DispatchDevice, checkpointed: bool) -> Self {
+        self.autodiff = autodiff;
+        self.checkpointed = checkpointed;
+        self
     }
 
     /// Clips every later step's gradients with `clip`.
@@ -310,11 +324,24 @@ impl Engine for BurnEngine {
     }
 
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
+        if self.checkpointed {
+            // In evaluation mode, on the autodiff device: no backward pass follows.
+            return evaluate::run_split(self.current(), data, split, self.loss, &self.autodiff);
+        }
         evaluate::run_split(&self.current().valid(), data, split, self.loss, &self.inner)
     }
 
     fn model(&self) -> Model<Kb> {
-        self.current().valid()
+        let model = self.current().valid();
+        if !self.checkpointed {
+            return model;
+        }
+        let tensors = model.tensors("");
+        // Its own names and shapes: this cannot miss.
+        match model.with_tensors(&tensors, "", &self.inner) {
+            Ok(fresh) => fresh,
+            Err(_) => self.current().valid(),
+        }
     }
 
     fn snapshot(&self, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {

@@ -178,7 +178,9 @@ fn run<'scope, 'env>(
     let loss_kind = t.loss.value;
     let metrics = metrics_for(spec, loss_kind);
     let n_classes = data.class_names().map_or(0, <[String]>::len);
-    let ad_device = device.autodiff();
+    // `checkpoint_activations`: Burn recomputes cheap activations in the
+    // backward pass instead of keeping them.
+    let ad_device = if t.checkpoint_activations.value { device.autodiff_checkpointed() } else { device.autodiff() };
     let inner_device = device.inner();
     let mut dropout_rng = Rng::stream(t.seed, DROPOUT_STREAM);
 
@@ -242,7 +244,8 @@ fn run<'scope, 'env>(
             Box::new(NativeEngine::from_burn(spec, &model, &optimizer, &inner_device).map_err(ResumeError::Incomplete)?)
         }
         EngineKind::Burn => {
-            let engine = BurnEngine::new(model, optimizer, scaler, half, loss_kind, data.n_features(), device);
+            let engine = BurnEngine::new(model, optimizer, scaler, half, loss_kind, data.n_features(), device)
+                .on(ad_device.clone(), t.checkpoint_activations.value);
             Box::new(engine.with_clip(t.clip.as_ref().map(|c| c.value)))
         }
     };

@@ -115,7 +115,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     });
     run_dir.write_json("metrics.json", &summary).context("writing metrics.json")?;
     if let Some(profile) = &result.profile {
-        run_dir.write_json("profile.json", &profile.to_json()).context("writing profile.json")?;
+        let workers = file.spec.dataset.num_workers.value;
+        run_dir.write_json("profile.json", &profile.to_json(workers)).context("writing profile.json")?;
         run_dir.write_json("trace.json", &profile.trace()).context("writing trace.json")?;
     }
 
@@ -147,6 +148,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     }
     if let Some(profile) = &result.profile {
         println!("\n{}", render::profile_table(profile));
+        println!("verdict: {}", profile.verdict(file.spec.dataset.num_workers.value).advice);
         println!("phases in profile.json; a timeline in trace.json (open it in ui.perfetto.dev or chrome://tracing)");
     }
     Ok(())

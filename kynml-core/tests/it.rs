@@ -1332,3 +1332,37 @@ fn checkpointed_activations_train_the_same() {
         );
     }
 }
+
+/// The profile's verdict from measured shares: a wide input feeding a
+/// one-unit model with no data workers waits on its batches (data-bound,
+/// told to raise `num_workers`); a deep model on a few features is
+/// compute-bound.
+#[test]
+fn the_profile_verdict_tells_data_bound_from_compute_bound() {
+    use kynml_core::train::profile::Bound;
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("spec.kyn");
+    let run = |input: usize, layers: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "dataset D:\n source = csv(\"absent.csv\")\n target = \"y\"\nmodel M:\n input {input}\n{layers}\n\
+                 train:\n model = M\n data = D\n loss = mse\n optimizer = sgd(lr=0.001)\n epochs = 2\n batch = 256\n"
+            ),
+        )
+        .unwrap();
+        let file = SpecFile::load(&path).unwrap();
+        let data = kynml_core::data::synthetic_for(&file.spec, 4096, 7).unwrap();
+        let settings = TrainSettings { profile: true, ..TrainSettings::default() };
+        let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+        let verdict = result.profile.unwrap().verdict(0);
+        eprintln!("input {input}: {}", verdict.advice);
+        verdict
+    };
+    let wide = run(4096, " dense 1 linear");
+    assert_eq!(wide.bound, Bound::Data, "{}", wide.advice);
+    assert!(wide.advice.contains("num_workers (0 -> 2)"), "{}", wide.advice);
+    let deep = run(8, " dense 512 gelu\n dense 512 gelu\n dense 512 gelu\n dense 1 linear");
+    assert_eq!(deep.bound, Bound::Compute, "{}", deep.advice);
+}

@@ -82,6 +82,27 @@ pub struct PhaseSummary {
     pub share: f64,
 }
 
+/// What bounds a profiled run, from its measured shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Bound {
+    /// Waiting for batches took a large share of the time.
+    Data,
+    /// The steps themselves took nearly all of it.
+    Compute,
+}
+
+/// The bottleneck, and one concrete step a person can take.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Verdict {
+    /// What bounds the run.
+    pub bound: Bound,
+    /// In words, with the measured share and the step to take.
+    pub advice: String,
+}
+
+/// The share of time waiting for batches above which a run is data-bound.
+pub const DATA_BOUND_SHARE: f64 = 0.3;
+
 /// The phases in step order; `other` is what the step spent outside them.
 pub const PHASES: [&str; 6] = ["wait", "copy", "forward", "backward", "optimizer", "other"];
 
@@ -124,13 +145,53 @@ impl Profile {
             .collect()
     }
 
-    /// `profile.json`: the phase summary, the evaluations' time, and how it was measured.
-    pub fn to_json(&self) -> Value {
+    /// The bottleneck, from the shares: data-bound when waiting for batches
+    /// took more than [`DATA_BOUND_SHARE`] of the time (with `workers` the
+    /// spec's `num_workers`, to say what to raise), else compute-bound, naming
+    /// the largest phase.
+    pub fn verdict(&self, workers: usize) -> Verdict {
+        let summary = self.summary();
+        let share = |name: &str| summary.iter().find(|p| p.phase == name).map_or(0.0, |p| p.share);
+        let wait = share("wait");
+        if wait > DATA_BOUND_SHARE {
+            let more = if workers == 0 { 2 } else { workers * 2 };
+            return Verdict {
+                bound: Bound::Data,
+                advice: format!(
+                    "data loading is {:.0}% of step time: raise num_workers ({workers} -> {more}) or prefetch",
+                    100.0 * wait
+                ),
+            };
+        }
+        let (phase, largest) = summary
+            .iter()
+            .filter(|p| p.phase != "wait")
+            .map(|p| (p.phase, p.share))
+            .fold(("forward", 0.0), |best, p| if p.1 > best.1 { p } else { best });
+        let hint = match phase {
+            "copy" => "the copy to the device leads: a larger batch copies less often per row",
+            "optimizer" => "the optimizer's update leads: a larger batch updates less often per row",
+            _ => "the model's own arithmetic leads: a faster device or precision (bf16/fp16 on a GPU) is what helps",
+        };
+        Verdict {
+            bound: Bound::Compute,
+            advice: format!(
+                "compute-bound: the steps are {:.0}% of step time ({phase} {:.0}%); {hint}",
+                100.0 * (1.0 - wait),
+                100.0 * largest
+            ),
+        }
+    }
+
+    /// `profile.json`: the phase summary, the evaluations' time, how it was
+    /// measured, and the verdict for a spec with `workers` data workers.
+    pub fn to_json(&self, workers: usize) -> Value {
         json!({
             "steps": self.steps.len(),
             "synchronised": self.synchronised,
             "phases": self.summary(),
             "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>(),
+            "verdict": self.verdict(workers),
         })
     }
 

@@ -111,7 +111,7 @@ fn wgpu_training_agrees_with_cpu_in_fp32() {
     // computed on each device alike, so both backends drop the same units.
     let dense = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
     // And the image layers, on the same six features seen as one 2x3 image.
-    let image = " input 1x2x3\n conv2d 4 2 relu padding=1\n batchnorm\n maxpool 2\n residual:\n  conv2d 4 1 relu\n conv2d 3 1 tanh\n \
+    let image = " input 1x2x3\n conv2d 4 2 gelu padding=1\n batchnorm\n maxpool 2\n residual:\n  conv2d 4 1 gelu\n conv2d 3 1 tanh\n \
                  global_avgpool\n dense 8 gelu\n dense 1 linear";
     for (name, layers) in [("dense", dense), ("image", image)] {
         wgpu_agrees_with_cpu(&cpu, &wgpu, tmp.path(), seed, name, layers);
@@ -591,7 +591,7 @@ fn worst_loss_gap(a: &kynml_core::train::TrainResult, b: &kynml_core::train::Tra
 fn bf16_and_fp16_track_fp32_on_every_backend() {
     let seed = clock_seed();
     let dense = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
-    let image = " input 1x2x3\n conv2d 6 2 gelu padding=1\n batchnorm\n avgpool 2 stride=1\n conv2d 4 1 relu\n \
+    let image = " input 1x2x3\n conv2d 6 2 gelu padding=1\n batchnorm\n avgpool 2 stride=1\n conv2d 4 1 tanh\n \
                  flatten\n dense 16 tanh\n dense 1 linear";
     half_tracks_fp32(seed, dense);
     half_tracks_fp32(seed + 1, image);

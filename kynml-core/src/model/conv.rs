@@ -15,7 +15,7 @@ use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 use serde_json::{json, Value as Json};
 
-use super::dense::{activation_from_json, activation_module, activation_written, apply_activation};
+use super::dense::{activation_from_json, activation_written, apply_activation, check_activation, with_activation};
 use super::kind::{
     activation_arg, count_arg, extra_args, missing, options, restore_param, Decl, Getter, Kind, LayerModule, Pass,
     Shape, Tensors,
@@ -76,15 +76,6 @@ impl ConvSpec {
         }
     }
 
-    /// The input as `[channels, height, width]` (height 1 for `conv1d`).
-    fn chw(&self, input: &Shape) -> [usize; 3] {
-        match *input.dims() {
-            [c, l] => [c, 1, l],
-            [c, h, w] => [c, h, w],
-            _ => [0, 0, 0],
-        }
-    }
-
     /// Kernel, stride and padding as `[height, width]`.
     fn geometry(&self) -> ([usize; 2], [usize; 2], [usize; 2]) {
         if self.dims == 1 {
@@ -96,7 +87,7 @@ impl ConvSpec {
 
     /// Output height and width (height 1 for `conv1d`); `None` when the kernel does not fit.
     fn out_hw(&self, input: &Shape) -> Option<[usize; 2]> {
-        let [_, h, w] = self.chw(input);
+        let [_, h, w] = input.chw();
         let (k, s, p) = self.geometry();
         let size = |n: usize, i: usize| (n + 2 * p[i]).checked_sub(k[i]).map(|span| span / s[i] + 1);
         Some([size(h, 0)?, size(w, 1)?])
@@ -104,7 +95,7 @@ impl ConvSpec {
 
     /// The PyTorch layout of the weight.
     fn weight_shape(&self, input: &Shape) -> Vec<usize> {
-        let cin = self.chw(input)[0];
+        let cin = input.chw()[0];
         if self.dims == 1 {
             vec![self.channels, cin, self.kernel]
         } else {
@@ -196,7 +187,7 @@ impl Kind for ConvSpec {
     /// PyTorch's initialisation: weight and bias from `U(-k, k)` with
     /// `k = 1/sqrt(in_channels * kernel area)`.
     fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Conv<Kb> {
-        let chw = self.chw(input);
+        let chw = input.chw();
         let (kernel, stride, padding) = self.geometry();
         let fan_in = chw[0] * kernel[0] * kernel[1];
         let bound = 1.0 / (fan_in as f64).sqrt();
@@ -214,17 +205,12 @@ impl Kind for ConvSpec {
     }
 
     fn check(&self, _t: Tensors) -> Result<(), String> {
-        match self.activation {
-            Activation::LeakyRelu(slope) if !slope.is_finite() => {
-                Err(format!("leaky_relu slope {slope} is not finite"))
-            }
-            _ => Ok(()),
-        }
+        check_activation(self.activation)
     }
 
     fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
         let (weight, bias) = (t.f32("weight"), t.f32("bias"));
-        let [cin, h, w] = self.chw(input);
+        let [cin, h, w] = input.chw();
         let (k, s, p) = self.geometry();
         let [oh, ow] = self.out_hw(input).unwrap_or([0, 0]);
         let out = self.channels * oh * ow;
@@ -273,29 +259,20 @@ impl Kind for ConvSpec {
     }
 
     fn torch(&self, input: &Shape) -> Json {
-        let cin = self.chw(input)[0];
+        let cin = input.chw()[0];
         let module = if self.dims == 1 { "Conv1d" } else { "Conv2d" };
         let conv = format!(
             "nn.{module}({cin}, {}, kernel_size={}, stride={}, padding={})",
             self.channels, self.kernel, self.stride, self.padding
         );
-        let module = match activation_module(&self.activation) {
-            Some(act) => format!("{conv} then {act}"),
-            None => conv,
-        };
-        let mut f = json!({
+        let fields = json!({
             "in_channels": cin,
             "out_channels": self.channels,
             "kernel_size": self.kernel,
             "stride": self.stride,
             "padding": self.padding,
-            "activation": self.activation.name(),
-            "module": module,
         });
-        if let Activation::LeakyRelu(slope) = self.activation {
-            f["negative_slope"] = json!(slope);
-        }
-        f
+        with_activation(fields, conv, self.activation)
     }
 
     fn from_json(kind: &str, v: &Json) -> Result<Self, String> {

@@ -136,12 +136,7 @@ impl Kind for DenseSpec {
     }
 
     fn check(&self, _t: Tensors) -> Result<(), String> {
-        match self.activation {
-            Activation::LeakyRelu(slope) if !slope.is_finite() => {
-                Err(format!("leaky_relu slope {slope} is not finite"))
-            }
-            _ => Ok(()),
-        }
+        check_activation(self.activation)
     }
 
     fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
@@ -165,21 +160,8 @@ impl Kind for DenseSpec {
     }
 
     fn torch(&self, input: &Shape) -> Json {
-        let linear = format!("nn.Linear({}, {})", input.size(), self.units);
-        let module = match activation_module(&self.activation) {
-            Some(act) => format!("{linear} then {act}"),
-            None => linear,
-        };
-        let mut f = json!({
-            "in_features": input.size(),
-            "out_features": self.units,
-            "activation": self.activation.name(),
-            "module": module,
-        });
-        if let Activation::LeakyRelu(slope) = self.activation {
-            f["negative_slope"] = json!(slope);
-        }
-        f
+        let fields = json!({"in_features": input.size(), "out_features": self.units});
+        with_activation(fields, format!("nn.Linear({}, {})", input.size(), self.units), self.activation)
     }
 
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
@@ -257,8 +239,31 @@ fn native_act(a: Activation) -> kynml_cpu::Act {
     }
 }
 
+/// A leaky_relu slope must be finite (shared by every layer with an activation).
+pub fn check_activation(activation: Activation) -> Result<(), String> {
+    match activation {
+        Activation::LeakyRelu(slope) if !slope.is_finite() => Err(format!("leaky_relu slope {slope} is not finite")),
+        _ => Ok(()),
+    }
+}
+
+/// A sidecar entry's `fields` with its activation (`activation`, and
+/// `negative_slope` for leaky_relu) and `module`: `layer`, then the
+/// activation's module.
+pub fn with_activation(mut fields: Json, layer: String, activation: Activation) -> Json {
+    fields["activation"] = json!(activation.name());
+    if let Activation::LeakyRelu(slope) = activation {
+        fields["negative_slope"] = json!(slope);
+    }
+    fields["module"] = json!(match activation_module(&activation) {
+        Some(act) => format!("{layer} then {act}"),
+        None => layer,
+    });
+    fields
+}
+
 /// The PyTorch module of an activation, `None` for linear.
-pub fn activation_module(activation: &Activation) -> Option<String> {
+fn activation_module(activation: &Activation) -> Option<String> {
     Some(match activation {
         Activation::Linear => return None,
         Activation::Relu => "nn.ReLU()".to_string(),

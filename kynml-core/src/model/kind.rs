@@ -58,6 +58,16 @@ impl Shape {
         &self.0
     }
 
+    /// `[channels, height, width]`, height 1 for a `CxL` input (the view
+    /// convolutions and poolings take); zeros for plain features.
+    pub fn chw(&self) -> [usize; 3] {
+        match *self.dims() {
+            [c, l] => [c, 1, l],
+            [c, h, w] => [c, h, w],
+            _ => [0, 0, 0],
+        }
+    }
+
     /// How a spec writes it: `64`, `1x28x28`.
     pub fn written(&self) -> String {
         self.0.iter().map(usize::to_string).collect::<Vec<_>>().join("x")

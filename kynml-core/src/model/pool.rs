@@ -62,18 +62,9 @@ impl PoolSpec {
         }
     }
 
-    /// `[channels, height, width]`, height 1 on a sequence.
-    fn chw(input: &Shape) -> [usize; 3] {
-        match *input.dims() {
-            [c, l] => [c, 1, l],
-            [c, h, w] => [c, h, w],
-            _ => [0, 0, 0],
-        }
-    }
-
     /// Window and step as `[height, width]`.
     fn geometry(&self, input: &Shape) -> ([usize; 2], [usize; 2]) {
-        let [_, h, w] = Self::chw(input);
+        let [_, h, w] = input.chw();
         match (self.op, input.rank()) {
             (PoolOp::GlobalAvg, _) => ([h, w], [h.max(1), w.max(1)]),
             (_, 2) => ([1, self.kernel], [1, self.stride]),
@@ -126,7 +117,7 @@ impl Kind for PoolSpec {
                 self.name()
             ));
         }
-        let [c, h, w] = Self::chw(input);
+        let [c, h, w] = input.chw();
         if self.op == PoolOp::GlobalAvg {
             return Ok(Shape::flat(c));
         }
@@ -141,11 +132,11 @@ impl Kind for PoolSpec {
 
     fn init(&self, input: &Shape, _rng: &mut SplitMix64, _device: &DispatchDevice) -> Pool {
         let (kernel, stride) = self.geometry(input);
-        Pool { kernel, stride, input: Self::chw(input), op: self.op }
+        Pool { kernel, stride, input: input.chw(), op: self.op }
     }
 
     fn reference(&self, input: &Shape, _t: Tensors, x: &[f32]) -> Vec<f32> {
-        let [c, h, w] = Self::chw(input);
+        let [c, h, w] = input.chw();
         let (k, s) = self.geometry(input);
         let (oh, ow) = ((h - k[0]) / s[0] + 1, (w - k[1]) / s[1] + 1);
         let mut y = Vec::new();

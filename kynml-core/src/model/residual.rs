@@ -74,7 +74,8 @@ impl ResidualSpec {
         }
     }
 
-    /// The block's input through `projection`'s tensors (its own names, `projection.` stripped).
+    /// The tensors of `t` under `prefix` (`block.0.`, `projection.`), with
+    /// the prefix stripped: what the inner layer names them.
     fn sub<'t>(t: &Tensors<'t>, prefix: &str) -> Vec<HostTensor> {
         t.0.iter()
             .filter_map(|h| {

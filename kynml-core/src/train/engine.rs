@@ -101,12 +101,7 @@ fn add_grads(mut a: GradientsParams, mut b: GradientsParams, ranks: &[(ParamId, 
         a.register(id, sum);
     }
     for &(id, rank) in ranks {
-        match rank {
-            4 => add::<4>(&mut a, &mut b, id),
-            3 => add::<3>(&mut a, &mut b, id),
-            2 => add::<2>(&mut a, &mut b, id),
-            _ => add::<1>(&mut a, &mut b, id),
-        }
+        by_rank!(rank, add(&mut a, &mut b, id));
     }
     a
 }
@@ -228,12 +223,10 @@ impl BurnEngine {
         // Sum of squares of every gradient: one device scalar.
         let mut squares: Option<Tensor<Kb, 1>> = None;
         for &(id, rank) in &self.param_ranks {
-            let s = match rank {
-                4 => grads.get::<Kb, 4>(id).map(|g| g.square().sum()),
-                3 => grads.get::<Kb, 3>(id).map(|g| g.square().sum()),
-                2 => grads.get::<Kb, 2>(id).map(|g| g.square().sum()),
-                _ => grads.get::<Kb, 1>(id).map(|g| g.square().sum()),
-            };
+            fn square_sum<const D: usize>(grads: &GradientsParams, id: ParamId) -> Option<Tensor<Kb, 1>> {
+                grads.get::<Kb, D>(id).map(|g| g.square().sum())
+            }
+            let s = by_rank!(rank, square_sum(grads, id));
             if let Some(s) = s {
                 squares = Some(match squares.take() {
                     Some(acc) => acc + s,
@@ -253,12 +246,7 @@ impl BurnEngine {
             Clip::Value(_) => None,
         };
         for &(id, rank) in &self.param_ranks {
-            match rank {
-                4 => clip_one::<4>(grads, id, clip, factor.as_ref()),
-                3 => clip_one::<3>(grads, id, clip, factor.as_ref()),
-                2 => clip_one::<2>(grads, id, clip, factor.as_ref()),
-                _ => clip_one::<1>(grads, id, clip, factor.as_ref()),
-            }
+            by_rank!(rank, clip_one(grads, id, clip, factor.as_ref()));
         }
     }
 

@@ -79,12 +79,7 @@ impl LossScaler {
             }
         }
         for &(id, rank) in params {
-            match rank {
-                4 => unscale_one::<4>(grads, id, inv, &mut add),
-                3 => unscale_one::<3>(grads, id, inv, &mut add),
-                2 => unscale_one::<2>(grads, id, inv, &mut add),
-                _ => unscale_one::<1>(grads, id, inv, &mut add),
-            }
+            by_rank!(rank, unscale_one(grads, id, inv, &mut add));
         }
         probe.is_none_or(|p| p.into_scalar_f64() == 0.0)
     }

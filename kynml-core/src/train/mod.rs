@@ -4,6 +4,20 @@
 //! [`Dataset`](crate::data::Dataset) and reports through a callback; it
 //! prints nothing itself.
 
+/// `$f::<D>(args)` for a parameter of rank `$rank`: Burn's tensors carry
+/// their rank in their type, and parameters have ranks 1 to 4 (a
+/// convolution's weight has 4).
+macro_rules! by_rank {
+    ($rank:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match $rank {
+            4 => $f::<4>($($arg),*),
+            3 => $f::<3>($($arg),*),
+            2 => $f::<2>($($arg),*),
+            _ => $f::<1>($($arg),*),
+        }
+    };
+}
+
 mod early_stop;
 pub mod engine;
 mod events;

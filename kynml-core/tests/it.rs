@@ -1336,10 +1336,12 @@ fn checkpointed_activations_train_the_same() {
     }
 }
 
-/// The profile's verdict from measured shares: a wide input feeding a
-/// one-unit model with no data workers waits on its batches (data-bound,
-/// told to raise `num_workers`); a deep model on a few features is
-/// compute-bound.
+/// The profile's verdict from measured shares: a deep model on a few
+/// features is compute-bound; a wide input feeding a one-unit model with no
+/// data workers spends a far larger share waiting for its batches (measured
+/// 27% to 67% of step time on this machine, so either side of the
+/// data-bound line: the verdict's rule itself is tested on fixed timings in
+/// `train::profile`).
 #[test]
 fn the_profile_verdict_tells_data_bound_from_compute_bound() {
     use kynml_core::train::profile::Bound;
@@ -1359,13 +1361,14 @@ fn the_profile_verdict_tells_data_bound_from_compute_bound() {
         let data = kynml_core::data::synthetic_for(&file.spec, 4096, 7).unwrap();
         let settings = TrainSettings { profile: true, ..TrainSettings::default() };
         let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
-        let verdict = result.profile.unwrap().verdict(0);
-        eprintln!("input {input}: {}", verdict.advice);
-        verdict
+        let profile = result.profile.unwrap();
+        let wait = profile.summary().iter().find(|p| p.phase == "wait").map_or(0.0, |p| p.share);
+        let verdict = profile.verdict(0);
+        eprintln!("input {input}: waiting {:.1}%; {}", 100.0 * wait, verdict.advice);
+        (wait, verdict)
     };
-    let wide = run(4096, " dense 1 linear");
-    assert_eq!(wide.bound, Bound::Data, "{}", wide.advice);
-    assert!(wide.advice.contains("num_workers (0 -> 2)"), "{}", wide.advice);
-    let deep = run(8, " dense 512 gelu\n dense 512 gelu\n dense 512 gelu\n dense 1 linear");
+    let (wide_wait, _) = run(4096, " dense 1 linear");
+    let (deep_wait, deep) = run(8, " dense 512 gelu\n dense 512 gelu\n dense 512 gelu\n dense 1 linear");
     assert_eq!(deep.bound, Bound::Compute, "{}", deep.advice);
+    assert!(wide_wait > 10.0 * deep_wait && wide_wait > 0.05, "waits: wide {wide_wait}, deep {deep_wait}");
 }

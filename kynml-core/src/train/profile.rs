@@ -257,4 +257,31 @@ mod tests {
         assert_eq!(events.len(), 3 + 4 * 6);
         assert!(events.iter().filter(|e| e["name"] == "wait").all(|e| e["tid"] == 2));
     }
+
+    #[test]
+    fn the_verdict_follows_the_data_bound_line() {
+        let steps = |wait: f64| Profile {
+            steps: (1..=4)
+                .map(|i| StepTiming {
+                    epoch: 1,
+                    step: i,
+                    start: i as f64,
+                    wait,
+                    phases: StepPhases { copy: 0.0, forward: 0.3, backward: 0.5, optimizer: 0.2 },
+                    total: 1.0,
+                })
+                .collect(),
+            evals: Vec::new(),
+            synchronised: false,
+        };
+        // Waiting 1 s of every 2: data-bound, with the workers to try.
+        let data = steps(1.0).verdict(0);
+        assert_eq!(data.bound, Bound::Data);
+        assert!(data.advice.contains("50%") && data.advice.contains("num_workers (0 -> 2)"), "{}", data.advice);
+        assert!(steps(1.0).verdict(4).advice.contains("num_workers (4 -> 8)"));
+        // Waiting 0.25 s of every 1.25 (20%): compute-bound, backward leading.
+        let compute = steps(0.25).verdict(0);
+        assert_eq!(compute.bound, Bound::Compute);
+        assert!(compute.advice.contains("backward 40%"), "{}", compute.advice);
+    }
 }

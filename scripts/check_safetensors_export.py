@@ -197,6 +197,23 @@ def forward(weights, side, rows):
                 mu = xs.mean(axis=-1, keepdims=True)
                 var = ((xs - mu) ** 2).mean(axis=-1, keepdims=True)
                 x = ((xs - mu) / np.sqrt(var + float(layer["eps"])) * gamma + beta).reshape(n_rows, -1)
+            elif kind == "embedding":
+                # Each listed column holds a category index (0: unseen in
+                # training); it becomes its table's row, in its place.
+                dim, columns = int(layer["embedding_dim"]), layer["columns"]
+                if int(layer["in_features"]) != width:
+                    raise ExportError(f"layer {i}: embedding takes {layer['in_features']} inputs, gets {width}")
+                parts, start = [], 0
+                for k, c in enumerate(columns):
+                    p, n = int(c["position"]), int(c["num_embeddings"])
+                    table = take(f"{base}tables.{k}.weight", [n, dim])
+                    parts.append(x[:, start:p])
+                    index = x[:, p]
+                    known = (index >= 0) & (index < n) & (index == np.floor(index))
+                    parts.append(table[np.where(known, index, 0).astype(np.int64)])
+                    start = p + 1
+                parts.append(x[:, start:])
+                x = np.concatenate(parts, axis=1)
             elif kind == "dropout":
                 p = float(layer["p"])
                 if not 0.0 <= p < 1.0:

@@ -4,7 +4,8 @@ two files alone, and predicts with it.
 
     python3 scripts/rebuild_in_pytorch.py model.safetensors model.json rows.csv
 
-rows.csv: raw feature rows, comma-separated, an optional header line. Prints
+rows.csv: raw feature rows, comma-separated, in the sidecar's feature order,
+an optional header line; categorical columns as text. Prints
 one line per row: the predictions (regression) or the class probabilities.
 `rebuild(side, weights)` is the part to copy into a PyTorch program.
 
@@ -60,6 +61,23 @@ class Residual(nn.Module):
         return self.block(x) + skip
 
 
+class CategoricalEmbedding(nn.Module):
+    """`embedding D`: each listed column (a category index, 0 for one unseen
+    in training) replaced, in its place, by its row of its own nn.Embedding."""
+    def __init__(self, spec):
+        super().__init__()
+        self.positions = [c["position"] for c in spec["columns"]]
+        self.tables = nn.ModuleList(
+            nn.Embedding(c["num_embeddings"], spec["embedding_dim"]) for c in spec["columns"])
+
+    def forward(self, x):
+        parts, start = [], 0
+        for p, table in zip(self.positions, self.tables):
+            parts += [x[:, start:p], table(x[:, p].long())]
+            start = p + 1
+        return torch.cat(parts + [x[:, start:]], dim=1)
+
+
 def module(spec):
     kind, dims = spec["kind"], len(spec.get("input_shape", [0]))
     d = "1d" if dims <= 2 else "2d"
@@ -83,6 +101,8 @@ def module(spec):
         return nn.Flatten()
     if kind == "dropout":
         return nn.Dropout(spec["p"])
+    if kind == "embedding":
+        return CategoricalEmbedding(spec)
     if kind == "residual":
         return Residual(spec)
     raise ValueError(f"unknown layer kind {kind!r}")
@@ -117,11 +137,21 @@ def main(argv):
     weights, sidecar, csv = argv[1:]
     side = json.load(open(sidecar))
     lines = [line.strip() for line in open(csv) if line.strip()]
+    # A categorical column's text becomes its index: 1 + its place in the
+    # vocabulary, 0 for a value training never saw.
+    vocab = {c["position"]: {v: i + 1 for i, v in enumerate(c["values"])} for c in side.get("categories", [])}
+
+    def value(i, cell):
+        return float(vocab[i].get(cell, 0)) if i in vocab else float(cell)
+
     try:
-        [float(v) for v in lines[0].split(",")]
+        [value(i, v) for i, v in enumerate(lines[0].split(","))]
+        if lines[0].split(",") == side["feature_names"]:
+            lines = lines[1:]
     except ValueError:
         lines = lines[1:]
-    rows = torch.tensor([[float(v) for v in line.split(",")] for line in lines], dtype=torch.float32)
+    rows = torch.tensor([[value(i, v) for i, v in enumerate(line.split(","))] for line in lines],
+                        dtype=torch.float32)
     out = predict(side, rebuild(side, load_file(weights)), rows)
     for row in out.tolist():
         print(",".join(f"{v:.6f}" for v in row))

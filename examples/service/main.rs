@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Predictor::load(Path::new(&path), &device)?,
         None => {
             let spec_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iris/iris.kyn");
-            let spec = SpecFile::load(&spec_path)?;
+            let mut spec = SpecFile::load(&spec_path)?;
             let data = spec.load_data()?;
             let result = train(&spec.spec, &data, &device, &TrainSettings::default(), &mut |event| {
                 if let TrainEvent::EpochEnd(r) = event {

@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     for classification in [false, true] {
-        let options = TableOptions { target: "y".into(), classification };
+        let options = TableOptions { target: "y".into(), classification, ..Default::default() };
         if let Ok(table) = parse_csv("fuzz.csv".as_ref(), data, &options) {
             let _ = Dataset::from_table(table, 0.8, true, 1);
         }

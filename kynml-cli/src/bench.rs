@@ -28,7 +28,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         file.spec.train.batch.value = b as usize;
     }
     let device = crate::devices::pick_for(&file.spec.train)?;
-    let (data, source) = bench_data(&file, args.synthetic)?;
+    let (data, source) = bench_data(&mut file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     let options = BenchOptions { steps: args.steps as usize, rounds: args.rounds as usize, ..BenchOptions::default() };
     println!(
@@ -152,11 +152,18 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
 }
 
 /// The spec's data, or synthetic rows shaped for it; and a name for it.
-fn bench_data(file: &SpecFile, synthetic: Option<u64>) -> Result<(Dataset, String), Failure> {
+fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, String), Failure> {
     match synthetic {
         Some(rows) => {
             let data = synthetic_for(&file.spec, rows as usize, file.spec.train.seed)
                 .map_err(|e| Failure::input(format!("error: cannot make synthetic data: {e}")))?;
+            if file.spec.model.bind(&data.info).is_err() {
+                return Err(Failure::input(
+                    "error: synthetic rows are all numbers, and this model embeds categorical columns; \
+                     bench it on its own data (without --synthetic)"
+                        .to_string(),
+                ));
+            }
             // Shaped for the spec, the data can still not fit it (one output for two classes).
             let problems = check_fit(&file.spec, &data, Path::new("the synthetic data"));
             if !problems.is_empty() {

@@ -8,7 +8,7 @@ use crate::failure::Failure;
 use crate::render;
 
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
-    let file = SpecFile::load(&args.spec)?;
+    let mut file = SpecFile::load(&args.spec)?;
     let data = file.load_data()?;
     println!("{}: ok", args.spec.display());
     let classes = match data.class_names() {
@@ -24,6 +24,16 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         data.n_features(),
         data.info.target,
     );
+    for v in &data.info.categories {
+        let unseen = match v.unseen_in_validation {
+            0 => String::new(),
+            n => format!("; {n} validation rows hold a value training never saw (index 0)"),
+        };
+        println!("categorical `{}`: {} values in the training rows{unseen}", v.column, v.values.len());
+    }
+    if !data.info.categories.is_empty() {
+        println!();
+    }
     println!("{}", render::model_table(&summarize(&file.spec.model)));
     Ok(())
 }

@@ -18,8 +18,9 @@ fn load(model: &std::path::Path, device: DeviceRequest) -> Result<Predictor, Fai
 pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
-    let rows = read_model_rows(&args.input, &m.feature_names, &m.target, false)
+    let rows = read_model_rows(&args.input, &m.feature_names, &m.categories, &m.target, false)
         .map_err(|e| Failure::input(format!("error: {e}")))?;
+    note_unseen(&rows);
     let p = predictor.predict(&rows.features).map_err(|e| Failure::run(format!("error: {e}")))?;
     let text = predictions_csv(&p, &m.target, m.head.class_names());
     write_atomic(&args.output, text.as_bytes())
@@ -31,12 +32,24 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
-    let rows = read_model_rows(&args.input, &m.feature_names, &m.target, true)
+    let rows = read_model_rows(&args.input, &m.feature_names, &m.categories, &m.target, true)
         .map_err(|e| Failure::input(format!("error: {e}")))?;
+    note_unseen(&rows);
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
     println!("{} rows of {}", rows.rows, args.input.display());
     println!("{}", render::metrics_table(&metrics, "value"));
     Ok(())
+}
+
+/// Says, per categorical column, how many rows hold a value the model never
+/// saw in training (they are predicted as its unseen category).
+fn note_unseen(rows: &kynml_core::data::ModelRows) {
+    for (column, n) in &rows.unseen {
+        eprintln!(
+            "note: {n} of {} rows hold a `{column}` the model never saw in training; they use its unseen category",
+            rows.rows
+        );
+    }
 }
 
 /// Regression: one column per output, named after the target. Classes: the

@@ -19,7 +19,7 @@
 //! use kynml_core::predict::Predictor;
 //! use kynml_core::train::{train, TrainEvent, TrainSettings};
 //!
-//! let spec = SpecFile::load("../examples/iris/iris.kyn".as_ref())?;
+//! let mut spec = SpecFile::load("../examples/iris/iris.kyn".as_ref())?;
 //! let data = spec.load_data()?;
 //! let device = kynml_backend::select(kynml_backend::DeviceChoice::Cpu)?;
 //!

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::{read_csv, DataError, Dataset, TableOptions};
-use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec};
+use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec, Unbound};
 use crate::spec::{self, Diagnostic, SpecError};
 use crate::train::precision::Compute;
 use crate::train::resume::{self, LoopState, ResumeError};
@@ -144,12 +144,20 @@ impl SpecFile {
     }
 
     /// Read the data the spec names and check it fits the model: the input
-    /// width, the output width, and the kind of target the loss needs.
-    pub fn load_data(&self) -> Result<Dataset, LoadError> {
+    /// width, the output width, and the kind of target the loss needs. The
+    /// model is bound to the data ([`ModelSpec::bind`]): its `embedding`
+    /// learns the categorical columns' sizes.
+    ///
+    /// [`ModelSpec::bind`]: crate::spec::types::ModelSpec::bind
+    pub fn load_data(&mut self) -> Result<Dataset, LoadError> {
         let d = &self.spec.dataset;
         let loss = self.spec.train.loss.value;
         let path = self.data_path();
-        let options = TableOptions { target: d.target.value.clone(), classification: loss.is_classification() };
+        let options = TableOptions {
+            target: d.target.value.clone(),
+            classification: loss.is_classification(),
+            categorical: d.categorical.iter().map(|c| c.value.clone()).collect(),
+        };
         let table = match read_csv(&path, &options) {
             // A regression loss on class labels is a spec mistake more often
             // than a data one: point at the loss.
@@ -168,14 +176,52 @@ impl SpecFile {
                 .with_help("for class labels use `loss = cross_entropy` (or `bce` for two classes)");
                 return Err(self.located(vec![problem]));
             }
+            Err(DataError::MissingCategorical { name, suggestion, .. }) => {
+                let span = d.categorical.iter().find(|c| c.value == name).map_or(d.source.span, |c| c.span);
+                let mut problem =
+                    Diagnostic::new(span, format!("`{}` has no column `{name}`", path.display()), "no such column");
+                if let Some(s) = suggestion {
+                    problem = problem.with_help(format!("did you mean `{s}`?"));
+                }
+                return Err(self.located(vec![problem]));
+            }
             other => other?,
         };
         let data = Dataset::from_table(table, d.split.value, d.normalize, self.spec.train.seed)?;
+        if let Err(why) = self.spec.model.bind(&data.info) {
+            return Err(self.located(vec![self.unbound(why)]));
+        }
         let problems = check_fit(&self.spec, &data, &path);
         if problems.is_empty() {
             Ok(data)
         } else {
             Err(self.located(problems))
+        }
+    }
+
+    /// The located message for a model that does not fit the data's categorical columns.
+    fn unbound(&self, why: Unbound) -> Diagnostic {
+        let (model, data) = (&self.spec.model, &self.spec.dataset);
+        match why {
+            Unbound::NoCategories => Diagnostic::new(
+                model.layers.first().map_or(model.input.span, |l| l.span),
+                "`embedding` embeds categorical columns, but the dataset declares none",
+                "nothing to embed",
+            )
+            .with_help(format!(
+                "name the columns that hold categories in dataset `{}`: `categorical = [\"city\"]`",
+                data.name.value
+            )),
+            Unbound::NoEmbedding => Diagnostic::new(
+                data.categorical.first().map_or(data.name.span, |c| c.span),
+                format!(
+                    "categorical columns need an `embedding` layer, but model `{}` starts with `{}`",
+                    model.name.value,
+                    model.layers.first().map_or("input", |l| l.value.name())
+                ),
+                "not embedded",
+            )
+            .with_help("add a line such as `embedding 8` right after `input`: each category becomes 8 learned values"),
         }
     }
 

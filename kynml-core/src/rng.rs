@@ -56,6 +56,14 @@ impl SplitMix64 {
         low + (high - low) * self.next_f64()
     }
 
+    /// A draw from the standard normal distribution N(0, 1) (Box-Muller, two
+    /// uniform draws per value).
+    pub fn normal(&mut self) -> f64 {
+        // 1 - u is in (0, 1], so its logarithm is finite.
+        let (u, v) = (1.0 - self.next_f64(), self.next_f64());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
     /// The state to save; [`SplitMix64::new`] with it continues the stream
     /// where it was left.
     pub fn state(&self) -> u64 {

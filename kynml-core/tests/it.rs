@@ -12,7 +12,7 @@ fn example(rel: &str) -> PathBuf {
 }
 
 fn train_example(rel: &str) -> std::collections::BTreeMap<String, f64> {
-    let file = SpecFile::load(&example(rel)).unwrap();
+    let mut file = SpecFile::load(&example(rel)).unwrap();
     let data = file.load_data().unwrap();
     let device = select(DeviceChoice::Cpu).unwrap();
     train(&file.spec, &data, &device, &TrainSettings::default(), &mut |_| {}).unwrap().final_metrics
@@ -32,7 +32,7 @@ fn shapes_cnn_example_classifies_images() {
 
 #[test]
 fn diabetes_rmse_is_well_below_the_target_spread() {
-    let file = SpecFile::load(&example("diabetes/diabetes.kyn")).unwrap();
+    let mut file = SpecFile::load(&example("diabetes/diabetes.kyn")).unwrap();
     let data = file.load_data().unwrap();
     let kynml_core::data::Labels::Values(y) = &data.valid.labels else { panic!("regression") };
     let mean = y.iter().map(|&v| v as f64).sum::<f64>() / y.len() as f64;
@@ -41,6 +41,14 @@ fn diabetes_rmse_is_well_below_the_target_spread() {
     // A constant predictor scores rmse = std; a useful model is clearly below.
     assert!(metrics["rmse"] < 0.85 * std, "rmse {} vs std {std}: {metrics:?}", metrics["rmse"]);
     assert!(metrics["r2"] > 0.25, "{metrics:?}");
+}
+
+#[test]
+fn rentals_example_learns_from_its_categorical_columns() {
+    // The demand is mostly the city's, the weekday's and the weather's:
+    // the temperature and humidity alone explain little of it.
+    let metrics = train_example("rentals/rentals.kyn");
+    assert!(metrics["r2"] > 0.9 && metrics["mae"] < 25.0, "{metrics:?}");
 }
 
 #[test]
@@ -156,7 +164,7 @@ fn wgpu_agrees_with_cpu(cpu: &Device, wgpu: &Device, dir: &Path, seed: u64, name
 fn same_seed_same_result_on_the_cpu() {
     let tmp = tempfile::tempdir().unwrap();
     let path = random_regression_spec(tmp.path(), 11, " dense 16 relu\n dropout 0.2\n dense 1 linear");
-    let file = SpecFile::load(&path).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let run = || train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
@@ -490,7 +498,7 @@ fn export_round_trip(seed: u64, layers: &str, loss: &str, outputs: usize) {
         let spec = std::fs::read_to_string(&path).unwrap().replace("loss = mse", &format!("loss = {loss}"));
         std::fs::write(&path, spec).unwrap();
     }
-    let file = SpecFile::load(&path).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
@@ -568,7 +576,7 @@ fn run_with(
     device: &kynml_backend::Device,
     plan: Option<kynml_core::train::precision::PrecisionPlan>,
 ) -> kynml_core::train::TrainResult {
-    let file = SpecFile::load(path).unwrap();
+    let mut file = SpecFile::load(path).unwrap();
     let data = file.load_data().unwrap();
     let settings = TrainSettings { precision: plan, ..TrainSettings::default() };
     train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
@@ -771,7 +779,7 @@ fn overflowing_steps_are_skipped_without_advancing_the_optimizer_and_the_scale_b
     let spec = std::fs::read_to_string(&path).unwrap()
         + " checkpoint = checkpoint(every_n=1, path=\"s.ckpt\")\n loss_scale = dynamic(init=1e12, backoff=0.001, interval=5)\n";
     std::fs::write(&path, spec).unwrap();
-    let file = SpecFile::load(&path).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let LossScale::Dynamic { init, .. } = file.spec.train.loss_scale.value else { panic!("parsed") };
@@ -854,7 +862,7 @@ fn malformed_csvs_are_refused_with_located_messages() {
         let [name, target, kind] = line.split_whitespace().collect::<Vec<_>>()[..] else {
             panic!("bad case line {line}")
         };
-        let options = TableOptions { target: target.into(), classification: kind == "class" };
+        let options = TableOptions { target: target.into(), classification: kind == "class", ..Default::default() };
         let path = dir.join(format!("{name}.csv"));
         let outcome = read_csv(&path, &options).and_then(|table| Dataset::from_table(table, 0.8, true, 1));
         let Err(error) = outcome else { panic!("{name}.csv was accepted") };
@@ -901,7 +909,7 @@ fn fuzz_corpora_replay_without_panics() {
                 }
                 "csv" => {
                     for classification in [false, true] {
-                        let options = TableOptions { target: "y".into(), classification };
+                        let options = TableOptions { target: "y".into(), classification, ..Default::default() };
                         if let Ok(table) = parse_csv(path, &data, &options) {
                             let _ = Dataset::from_table(table, 0.8, true, 1);
                         }
@@ -981,7 +989,7 @@ fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
     for (layers, loss, optimizer, classes) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let path = random_spec(tmp.path(), seed, layers, loss, optimizer, classes);
-        let file = SpecFile::load(&path).unwrap();
+        let mut file = SpecFile::load(&path).unwrap();
         let data = file.load_data().unwrap();
         let run = |engine| {
             let settings = TrainSettings { engine, ..TrainSettings::default() };
@@ -1060,6 +1068,7 @@ fn image_layers_match_the_reference_forward() {
             target: "y".into(),
             class_names: None,
             normalizer: None,
+            categories: Vec::new(),
             train_fraction: 0.8,
             seed: 0,
             train_rows: n,
@@ -1100,7 +1109,7 @@ fn gradient_clipping_matches_pytorchs_rules_on_both_engines() {
     for engine in [EngineChoice::Auto, EngineChoice::Burn] {
         let run = |extra: &str| {
             std::fs::write(&path, format!("{base} {extra}\n")).unwrap();
-            let file = SpecFile::load(&path).unwrap();
+            let mut file = SpecFile::load(&path).unwrap();
             let data = file.load_data().unwrap();
             let settings = TrainSettings { engine, ..TrainSettings::default() };
             let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
@@ -1154,7 +1163,7 @@ fn device_memory_stays_flat_over_epochs_and_each_epoch_records_its_wait() {
     let path = random_regression_spec(tmp.path(), seed, layers);
     let spec = std::fs::read_to_string(&path).unwrap().replace("epochs = 4", "epochs = 6");
     std::fs::write(&path, spec).unwrap();
-    let file = SpecFile::load(&path).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
     let data = file.load_data().unwrap();
     for device in [&wgpu, &cpu] {
         let result = train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
@@ -1194,7 +1203,7 @@ fn accumulated_batches_train_like_one_big_batch_on_both_engines() {
     for engine in [EngineChoice::Auto, EngineChoice::Burn] {
         let run = |batch: &str| {
             std::fs::write(&path, base.replace("batch = 32", batch)).unwrap();
-            let file = SpecFile::load(&path).unwrap();
+            let mut file = SpecFile::load(&path).unwrap();
             let data = file.load_data().unwrap();
             assert_eq!(data.train.len(), 192);
             let settings = TrainSettings { engine, ..TrainSettings::default() };
@@ -1263,7 +1272,7 @@ fn profiled_phases_add_up_to_the_step_time_on_every_engine() {
     let seed = clock_seed();
     let tmp = tempfile::tempdir().unwrap();
     let path = random_regression_spec(tmp.path(), seed, " dense 32 gelu\n batchnorm\n dropout 0.1\n dense 1 linear");
-    let file = SpecFile::load(&path).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
@@ -1316,7 +1325,7 @@ fn checkpointed_activations_train_the_same() {
     for (name, device) in [("flex", &cpu), ("wgpu", &wgpu)] {
         let run = |checkpoint: bool| {
             std::fs::write(&path, format!("{base} checkpoint_activations = {checkpoint}\n")).unwrap();
-            let file = SpecFile::load(&path).unwrap();
+            let mut file = SpecFile::load(&path).unwrap();
             let data = file.load_data().unwrap();
             let settings = TrainSettings { engine: EngineChoice::Burn, ..TrainSettings::default() };
             train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
@@ -1371,4 +1380,168 @@ fn the_profile_verdict_tells_data_bound_from_compute_bound() {
     let (deep_wait, deep) = run(8, " dense 512 gelu\n dense 512 gelu\n dense 512 gelu\n dense 1 linear");
     assert_eq!(deep.bound, Bound::Compute, "{}", deep.advice);
     assert!(wide_wait > 10.0 * deep_wait && wide_wait > 0.05, "waits: wide {wide_wait}, deep {deep_wait}");
+}
+
+// ---- categorical columns ----
+
+/// A CSV with two numeric and two categorical columns (`color`, 5 values;
+/// `shop`, 12), whose target is mostly the categories' own effects, and a
+/// spec that embeds them (`embedding 3`).
+fn categorical_spec(dir: &Path, seed: u64, extra_train: &str) -> PathBuf {
+    let mut rng = kynml_core::rng::SplitMix64::new(seed);
+    let colors = ["red", "green", "blue", "cyan", "black"];
+    let color_effect: Vec<f64> = colors.iter().map(|_| rng.uniform(-2.0, 2.0)).collect();
+    let shop_effect: Vec<f64> = (0..12).map(|_| rng.uniform(-1.5, 1.5)).collect();
+    let mut csv = String::from("x,color,shop,z,y\n");
+    for _ in 0..320 {
+        let (c, s) = (rng.below(5) as usize, rng.below(12) as usize);
+        let (x, z) = (rng.uniform(-2.0, 2.0), rng.uniform(0.0, 10.0));
+        let y = color_effect[c] + shop_effect[s] * x.signum() + 0.5 * x + 0.05 * z + 0.05 * rng.uniform(-1.0, 1.0);
+        csv += &format!("{x:.5},{},shop {s},{z:.4},{y:.5}\n", colors[c]);
+    }
+    std::fs::write(dir.join("data.csv"), csv).unwrap();
+    let spec = format!(
+        "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n categorical = [color, \"shop\"]\n normalize = true\n\
+         model M:\n input 4\n embedding 3\n dense 16 tanh\n dense 1 linear\n\
+         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 8\n batch = 32\n seed = {seed}\n{extra_train}"
+    );
+    let path = dir.join("spec.kyn");
+    std::fs::write(&path, spec).unwrap();
+    path
+}
+
+#[test]
+fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies() {
+    use kynml_core::data::read_model_rows;
+    use kynml_core::export::{self, Format};
+    use kynml_core::model::{Layer, Mode};
+    use kynml_core::predict::Predictor;
+    use kynml_core::spec::types::LossScale;
+    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    let seed = clock_seed();
+    eprintln!("seed {seed}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let path = categorical_spec(dir, seed, "");
+    let mut file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let vocab = &data.info.categories;
+    assert_eq!(vocab.iter().map(|v| (v.column.as_str(), v.position)).collect::<Vec<_>>(), [("color", 1), ("shop", 2)]);
+    // The normalizer leaves the category indices alone.
+    let norm = data.info.normalizer.as_ref().unwrap();
+    assert_eq!((norm.mean[1], norm.std[1], norm.mean[2], norm.std[2]), (0.0, 1.0, 0.0, 1.0));
+
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let (first, last) = (&result.history[0], result.history.last().unwrap());
+    eprintln!("cpu: val_loss {} -> {}", first.val_loss, last.val_loss);
+    assert!(
+        last.val_loss < 0.5 * first.val_loss,
+        "did not learn: {} -> {} (seed {seed})",
+        first.val_loss,
+        last.val_loss
+    );
+    // No training row holds the unseen index, so its rows stay zeros.
+    let Layer::Embedding(e) = &result.model.layers[0] else { panic!("the first layer is the embedding") };
+    for table in &e.tables {
+        let values: Vec<f32> = table.val().into_data().convert::<f32>().into_vec().unwrap();
+        assert!(values[..3].iter().all(|v| *v == 0.0), "{:?}", &values[..3]);
+        assert!(values[3..].iter().all(|v| v.is_finite() && *v != 0.0));
+    }
+
+    // wgpu in fp32, and bf16 on the CPU, track the CPU's fp32 run.
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let on_wgpu = train(&file.spec, &data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let gap = worst_loss_gap(&result, &on_wgpu);
+    eprintln!("wgpu fp32: worst relative loss gap to cpu {gap:.2e}");
+    assert!(gap <= 2e-3, "wgpu: {gap} (seed {seed})");
+    let bf16 = run_with(&path, &cpu, Some(PrecisionPlan::forced(Compute::Bf16, LossScale::None)));
+    let gap = worst_loss_gap(&result, &bf16);
+    eprintln!("cpu bf16: worst relative loss gap to fp32 {gap:.2e}");
+    assert!(gap <= 5e-2 && gap > 0.0, "cpu bf16: {gap} (seed {seed})");
+
+    // Fresh raw rows, every index of each vocabulary (0: unseen) among them.
+    let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
+    let mut rng = kynml_core::rng::SplitMix64::new(seed ^ 0x5eed);
+    let n = 48;
+    let raw: Vec<f32> = (0..n)
+        .flat_map(|r| {
+            let x = rng.uniform(-3.0, 3.0) as f32;
+            let z = rng.uniform(-1.0, 11.0) as f32;
+            [x, (r % vocab[0].size()) as f32, (r % vocab[1].size()) as f32, z]
+        })
+        .collect();
+    let mut normalised = raw.clone();
+    norm.apply(&mut normalised);
+    let x = burn::tensor::Tensor::<kynml_backend::Backend, 2>::from_data(
+        burn::tensor::TensorData::new(normalised, [n, 4]),
+        &cpu.inner(),
+    );
+    let in_memory: Vec<f32> = result.model.forward(x, Mode::Eval).into_data().convert::<f32>().into_vec().unwrap();
+    export::write(&exported, Format::Onnx, &dir.join("m.onnx")).unwrap();
+    export::write(&exported, Format::Safetensors, &dir.join("m.safetensors")).unwrap();
+    export::write(&exported, Format::Burn, &dir.join("b.mpk")).unwrap();
+    let reference = exported.forward(&raw).unwrap();
+    let mut predictor = None;
+    for loaded in ["m.safetensors", "b.mpk"] {
+        let p = Predictor::load(&dir.join(loaded), &cpu).unwrap();
+        assert_eq!(p.model.categories, data.info.categories, "{loaded} keeps the vocabularies");
+        let out = p.predict(&raw).unwrap().outputs;
+        for (what, other) in [("in-memory model", &in_memory), ("host reference", &reference)] {
+            let worst = out.iter().zip(other).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-4, "{loaded} vs the {what}: {worst} (seed {seed})");
+        }
+        predictor = Some(p);
+    }
+    let predictor = predictor.unwrap();
+    let inputs = dir.join("inputs.json");
+    std::fs::write(&inputs, tensors_json(&[("features", 4, &raw)])).unwrap();
+    let expected = dir.join("expected.json");
+    std::fs::write(&expected, tensors_json(&[("prediction", 1, &in_memory)])).unwrap();
+    python("check_onnx.py", &[&dir.join("m.onnx"), &inputs, &expected]);
+    python("check_safetensors_export.py", &[&dir.join("m.safetensors"), &dir.join("m.json"), &inputs, &expected]);
+
+    // New rows read by name, in another column order, one with a shop the
+    // model never saw: it takes index 0 and is counted.
+    let rows_csv = dir.join("new.csv");
+    std::fs::write(&rows_csv, "shop,z,color,x\nshop 3,4.5,blue,0.5\nshop 99,4.5,blue,0.5\n").unwrap();
+    let m = &predictor.model;
+    let rows = read_model_rows(&rows_csv, &m.feature_names, &m.categories, &m.target, false).unwrap();
+    assert_eq!(rows.unseen, [("shop".to_string(), 1)]);
+    let blue = vocab[0].index("blue").unwrap() as f32;
+    let shop3 = vocab[1].index("shop 3").unwrap() as f32;
+    assert_eq!(rows.features, [0.5, blue, shop3, 4.5, 0.5, blue, 0.0, 4.5]);
+}
+
+#[test]
+fn categorical_columns_and_the_embedding_must_match() {
+    let data = "a,city,y\n1,Oslo,2\n2,Lima,3\n3,Oslo,4\n4,Rome,5\n5,Lima,6\n";
+    let check_on = |data: &str, dataset_extra: &str, layers: &str| {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("d.csv"), data).unwrap();
+        let spec = format!(
+            "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\n{dataset_extra}\nmodel M:\n input 2\n{layers}\n dense 1 linear\n\
+             train:\n model = M\n data = D\n loss = mse\n epochs = 1\n"
+        );
+        let path = tmp.path().join("s.kyn");
+        std::fs::write(&path, &spec).unwrap();
+        match SpecFile::load(&path).unwrap().load_data() {
+            Err(kynml_core::plan::LoadError::Spec { error, source_text, .. }) => {
+                kynml_core::spec::render("s.kyn", &source_text, &error.diagnostics)
+            }
+            Err(other) => other.to_string(),
+            Ok(_) => "ok".into(),
+        }
+    };
+    let check = |dataset_extra: &str, layers: &str| check_on(data, dataset_extra, layers);
+    // Text in a column not declared categorical: the message says how.
+    let text = check("", "");
+    assert!(text.contains("d.csv:2") && text.contains("categorical = [\"city\"]"), "{text}");
+    let text = check(" categorical = [city]", "");
+    assert!(text.contains("need an `embedding` layer") && text.contains("categorical = [city]"), "{text}");
+    let text = check_on("a,b,y\n1,2,3\n4,5,6\n7,8,9\n", "", " embedding 2");
+    assert!(text.contains("the dataset declares none") && text.contains("embedding 2"), "{text}");
+    let text = check(" categorical = [ctiy]", " embedding 2");
+    assert!(text.contains("no column `ctiy`") && text.contains("did you mean `city`"), "{text}");
+    assert_eq!(check(" categorical = [\"city\"]", " embedding 2"), "ok");
 }

@@ -10,7 +10,7 @@
 //! ```no_run
 //! # use std::path::Path;
 //! # use kynml_core::data::{read_csv, TableOptions};
-//! let opts = TableOptions { target: "species".into(), classification: true };
+//! let opts = TableOptions { target: "species".into(), classification: true, ..Default::default() };
 //! let table = read_csv(Path::new("examples/iris/iris.csv"), &opts)?;
 //! assert_eq!(table.n_features(), 4);
 //! # Ok::<(), kynml_core::data::DataError>(())
@@ -21,16 +21,19 @@ use std::path::{Path, PathBuf};
 use csv::ByteRecord;
 
 use crate::data::error::DataError;
+use crate::data::vocab::Vocabulary;
 use crate::spec::suggest;
 
 /// What to read from the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TableOptions {
     /// The column to predict.
     pub target: String,
     /// Class labels rather than numbers: the target may then hold strings or
     /// integers, which become class indices.
     pub classification: bool,
+    /// Feature columns that hold categories (any text) rather than numbers.
+    pub categorical: Vec<String>,
 }
 
 /// What the model learns to predict, one entry per row.
@@ -85,6 +88,22 @@ pub struct Table {
     pub features: Vec<f32>,
     /// The target of every data row, in file order.
     pub targets: Targets,
+    /// The cells of the categorical features, in feature order; their
+    /// entries in `features` are 0 until a [`Vocabulary`] gives them indices.
+    ///
+    /// [`Vocabulary`]: crate::data::Vocabulary
+    pub categorical: Vec<CategoryCells>,
+}
+
+/// The cells of one categorical column, trimmed, one per data row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CategoryCells {
+    /// The column's name.
+    pub name: String,
+    /// Its position among the features (0-based).
+    pub position: usize,
+    /// One cell per data row, in file order.
+    pub cells: Vec<String>,
 }
 
 impl Table {
@@ -135,6 +154,21 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
     if header.len() == 1 {
         return Err(DataError::NoFeatures { path: path.into(), target: opts.target.clone() });
     }
+    // Categorical columns in file order, each with its feature position.
+    let mut categorical: Vec<(usize, CategoryCells)> = Vec::new();
+    for name in &opts.categorical {
+        let col = header.iter().position(|h| h == name).ok_or_else(|| DataError::MissingCategorical {
+            path: path.into(),
+            name: name.clone(),
+            suggestion: suggest::did_you_mean(name, header.iter().map(String::as_str)).map(str::to_owned),
+        })?;
+        if col == target_col {
+            return Err(DataError::CategoricalTarget { path: path.into(), name: name.clone() });
+        }
+        let position = if col < target_col { col } else { col - 1 };
+        categorical.push((col, CategoryCells { name: name.clone(), position, cells: Vec::new() }));
+    }
+    categorical.sort_by_key(|(col, _)| *col);
 
     let mut features = Vec::new();
     let mut values = Vec::new();
@@ -144,7 +178,10 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
         for (col, raw) in record.iter().enumerate() {
             let cell = cell_text(raw, path, line)?;
             let at = Cell { path, line, col, name: &header[col], text: cell };
-            if col != target_col {
+            if let Some((_, c)) = categorical.iter_mut().find(|(c, _)| *c == col) {
+                c.cells.push(cell.to_owned());
+                features.push(0.0);
+            } else if col != target_col {
                 features.push(at.number()?);
             } else if opts.classification {
                 labels.push(at.label()?);
@@ -160,7 +197,8 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
     }
     let mut feature_names = header;
     let target_name = feature_names.remove(target_col);
-    Ok(Table { path: path.into(), feature_names, target_name, features, targets })
+    let categorical = categorical.into_iter().map(|(_, c)| c).collect();
+    Ok(Table { path: path.into(), feature_names, target_name, features, targets, categorical })
 }
 
 /// Rows for a trained model, read by column name: features in the model's
@@ -178,15 +216,21 @@ pub struct ModelRows {
     pub targets: Option<Vec<(usize, String)>>,
     /// 1-based position of the target column (0 when there is none).
     pub target_column: usize,
+    /// For each categorical column, the rows whose value the model never
+    /// saw in training (they were given the reserved index): `(column, rows)`.
+    pub unseen: Vec<(String, usize)>,
 }
 
 /// Reads `path` for a model trained on `feature_names` to predict `target`.
 /// Every feature column must be present (in any order), no other column
 /// may be, except `target`, which must be there when `need_target` is set.
+/// The columns of `categories` hold text, turned into the vocabulary's
+/// indices (a value it lacks becomes [`Vocabulary::UNSEEN`] and is counted).
 /// Errors are located like [`read_csv`]'s.
 pub fn read_model_rows(
     path: &Path,
     feature_names: &[String],
+    categories: &[Vocabulary],
     target: &str,
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
@@ -234,11 +278,21 @@ pub fn read_model_rows(
     }
 
     let (mut features, mut targets, mut rows) = (Vec::new(), Vec::new(), 0);
+    let vocab: Vec<Option<&Vocabulary>> =
+        (0..columns.len()).map(|p| categories.iter().find(|v| v.position == p)).collect();
+    let mut unseen = vec![0usize; columns.len()];
     while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
         check_width(&record, header.len(), path, line)?;
-        for &col in &columns {
+        for (p, &col) in columns.iter().enumerate() {
             let text = cell_text(&record[col], path, line)?;
-            features.push(Cell { path, line, col, name: &header[col], text }.number()?);
+            match vocab[p] {
+                Some(v) => {
+                    let index = v.index_or_unseen(text);
+                    unseen[p] += usize::from(index == Vocabulary::UNSEEN);
+                    features.push(index as f32);
+                }
+                None => features.push(Cell { path, line, col, name: &header[col], text }.number()?),
+            }
         }
         if let Some(col) = target_col {
             targets.push((line, cell_text(&record[col], path, line)?.to_owned()));
@@ -249,7 +303,13 @@ pub fn read_model_rows(
         return Err(DataError::Empty { path: path.into() });
     }
     let target_column = target_col.map_or(0, |c| c + 1);
-    Ok(ModelRows { path: path.into(), features, rows, targets: target_col.map(|_| targets), target_column })
+    let unseen = vocab
+        .iter()
+        .zip(unseen)
+        .filter_map(|(v, n)| v.map(|v| (v.column.clone(), n)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    Ok(ModelRows { path: path.into(), features, rows, targets: target_col.map(|_| targets), target_column, unseen })
 }
 
 /// Reads the next record that is not a blank line from `reader`, which reads
@@ -336,6 +396,18 @@ struct Cell<'a> {
     text: &'a str,
 }
 
+/// For a word where a number should be, the spec line that reads the
+/// column as categories; empty for a cell that looks like a mistyped number.
+fn category_hint(column: &str, text: &str) -> String {
+    let word = text.chars().next().is_some_and(char::is_alphabetic)
+        && !["nan", "inf", "infinity"].contains(&text.to_ascii_lowercase().trim_start_matches(['+', '-']));
+    if word {
+        format!("; if `{column}` holds categories, declare it in the dataset block: `categorical = [\"{column}\"]`")
+    } else {
+        String::new()
+    }
+}
+
 impl Cell<'_> {
     fn number(&self) -> Result<f32, DataError> {
         match self.text.parse::<f32>() {
@@ -354,6 +426,7 @@ impl Cell<'_> {
                 column: self.col + 1,
                 column_name: self.name.into(),
                 value: shown(self.text),
+                hint: category_hint(self.name, self.text),
             }),
         }
     }
@@ -407,11 +480,11 @@ mod tests {
     }
 
     fn classes(target: &str) -> TableOptions {
-        TableOptions { target: target.into(), classification: true }
+        TableOptions { target: target.into(), classification: true, ..Default::default() }
     }
 
     fn regression(target: &str) -> TableOptions {
-        TableOptions { target: target.into(), classification: false }
+        TableOptions { target: target.into(), ..Default::default() }
     }
 
     /// Writes `bytes` to `data.csv` in a fresh temporary folder.
@@ -579,7 +652,14 @@ mod tests {
         let err = read_csv(&path, &regression("y")).unwrap_err();
         let DataError::NotNumeric { row, column, column_name, value, .. } = &err else { panic!("{err:?}") };
         assert_eq!((*row, *column, column_name.as_str(), value.as_str()), (3, 3, "age", "abc"));
-        assert_eq!(err.to_string(), format!("{}:3: column 3 (`age`) is not a number: found \"abc\"", path.display()));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}:3: column 3 (`age`) is not a number: found \"abc\"; if `age` holds categories, declare it in the \
+                 dataset block: `categorical = [\"age\"]`",
+                path.display()
+            )
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! ```no_run
 //! # use std::path::Path;
 //! # use kynml_core::data::{read_csv, Batch, Dataset, Split, TableOptions};
-//! let opts = TableOptions { target: "species".into(), classification: true };
+//! let opts = TableOptions { target: "species".into(), classification: true, ..Default::default() };
 //! let table = read_csv(Path::new("examples/iris/iris.csv"), &opts)?;
 //! let data = Dataset::from_table(table, 0.8, true, 0)?;
 //! let mut batch = Batch::default();
@@ -21,6 +21,7 @@ use crate::data::error::DataError;
 use crate::data::info::DataInfo;
 use crate::data::normalize::Normalizer;
 use crate::data::split::split_indices;
+use crate::data::vocab::Vocabulary;
 
 /// Which part of the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,9 +150,14 @@ impl Dataset {
             .map_err(|err| DataError::from_split(table.path.clone(), err))?;
         let mut train = take_rows(&table, train_rows);
         let mut valid = take_rows(&table, valid_rows);
+        let categories = index_categories(&table, &mut train, &mut valid);
 
         let normalizer = normalize.then(|| {
-            let normalizer = Normalizer::fit(&train.features, table.n_features());
+            let mut normalizer = Normalizer::fit(&train.features, table.n_features());
+            // Category indices are names, not quantities: left as they are.
+            for v in &categories {
+                (normalizer.mean[v.position], normalizer.std[v.position]) = (0.0, 1.0);
+            }
             normalizer.apply(&mut train.features);
             normalizer.apply(&mut valid.features);
             normalizer
@@ -162,6 +168,7 @@ impl Dataset {
             target: table.target_name,
             class_names: table.targets.class_names().map(<[String]>::to_vec),
             normalizer,
+            categories,
             train_fraction,
             seed,
             train_rows: train.len(),
@@ -210,6 +217,26 @@ impl Dataset {
     }
 }
 
+/// The vocabulary of each categorical column of `table`, from the training
+/// rows alone, with the indices written into both parts' features.
+fn index_categories(table: &Table, train: &mut SplitData, valid: &mut SplitData) -> Vec<Vocabulary> {
+    let width = table.n_features();
+    let mut out = Vec::with_capacity(table.categorical.len());
+    for c in &table.categorical {
+        let mut v = Vocabulary::fit(&c.name, c.position, train.rows.iter().map(|&r| c.cells[r].as_str()));
+        for (p, &r) in train.rows.iter().enumerate() {
+            train.features[p * width + c.position] = v.index_or_unseen(&c.cells[r]) as f32;
+        }
+        for (p, &r) in valid.rows.iter().enumerate() {
+            let index = v.index_or_unseen(&c.cells[r]);
+            v.unseen_in_validation += usize::from(index == Vocabulary::UNSEEN);
+            valid.features[p * width + c.position] = index as f32;
+        }
+        out.push(v);
+    }
+    out
+}
+
 fn take_rows(table: &Table, rows: Vec<usize>) -> SplitData {
     let mut features = Vec::with_capacity(rows.len() * table.n_features());
     for &r in &rows {
@@ -246,6 +273,7 @@ mod tests {
             target_name: "y".into(),
             features,
             targets,
+            categorical: Vec::new(),
         }
     }
 
@@ -355,7 +383,7 @@ mod tests {
     #[test]
     fn iris_end_to_end_and_info_round_trips() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/iris/iris.csv");
-        let opts = TableOptions { target: "species".into(), classification: true };
+        let opts = TableOptions { target: "species".into(), classification: true, ..Default::default() };
         let data = Dataset::from_table(read_csv(&path, &opts).unwrap(), 0.8, true, 0).unwrap();
         assert_eq!((data.train.len(), data.valid.len()), (120, 30));
         assert_eq!(data.n_features(), 4);

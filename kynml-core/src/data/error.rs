@@ -90,7 +90,7 @@ pub enum DataError {
 
     /// A cell that should hold a number and does not parse as one.
     #[error(
-        "{}:{row}: column {column} (`{column_name}`) is not a number: found {value:?}",
+        "{}:{row}: column {column} (`{column_name}`) is not a number: found {value:?}{hint}",
         path.display()
     )]
     NotNumeric {
@@ -104,6 +104,8 @@ pub enum DataError {
         column_name: String,
         /// The cell's text, trimmed.
         value: String,
+        /// A sentence on what to do, starting with `; `, or empty.
+        hint: String,
     },
 
     /// A cell that reads as NaN or infinity, or overflows an f32.
@@ -170,6 +172,33 @@ pub enum DataError {
     BadFraction {
         /// The fraction that was given.
         fraction: f64,
+    },
+
+    /// A column the spec declares categorical is not in the file.
+    #[error(
+        "{}:1: no column `{name}`, which the dataset declares categorical{}",
+        path.display(),
+        suggestion.as_ref().map_or(String::new(), |s| format!("; did you mean `{s}`?"))
+    )]
+    MissingCategorical {
+        /// The data file.
+        path: PathBuf,
+        /// The column the spec names.
+        name: String,
+        /// A column of the file whose name is close enough to be a typo.
+        suggestion: Option<String>,
+    },
+
+    /// The target is declared categorical.
+    #[error(
+        "{}: `{name}` is the target and cannot also be a categorical feature; a class target is read as labels already (use `loss = cross_entropy`)",
+        path.display()
+    )]
+    CategoricalTarget {
+        /// The data file.
+        path: PathBuf,
+        /// The target column.
+        name: String,
     },
 
     /// A column the model was trained on is not in the file.

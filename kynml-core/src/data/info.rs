@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use crate::data::normalize::Normalizer;
+use crate::data::vocab::Vocabulary;
 
 /// What a run saves about its data: columns, classes, normalizer and split.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -22,6 +23,10 @@ pub struct DataInfo {
     /// Applied to the features before the model sees them, when the spec
     /// asked for `normalize = true`.
     pub normalizer: Option<Normalizer>,
+    /// The categorical features' vocabularies, in feature order; runs from
+    /// before categorical columns have none.
+    #[serde(default)]
+    pub categories: Vec<Vocabulary>,
     /// Fraction of rows asked for training (the spec's `split`), in [0, 1].
     pub train_fraction: f64,
     /// Seed the rows were shuffled with before splitting.

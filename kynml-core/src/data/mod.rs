@@ -11,7 +11,7 @@
 //! ```no_run
 //! # use std::path::Path;
 //! # use kynml_core::data::{read_csv, Batch, Dataset, Split, TableOptions};
-//! let opts = TableOptions { target: "progression".into(), classification: false };
+//! let opts = TableOptions { target: "progression".into(), ..Default::default() };
 //! let table = read_csv(Path::new("examples/diabetes/diabetes.csv"), &opts)?;
 //! let data = Dataset::from_table(table, 0.8, true, 0)?;
 //! let mut batch = Batch::default();
@@ -31,8 +31,9 @@ mod normalize;
 mod prefetch;
 mod split;
 mod synthetic;
+mod vocab;
 
-pub use csv_table::{parse_csv, read_csv, read_model_rows, ModelRows, Table, TableOptions, Targets};
+pub use csv_table::{parse_csv, read_csv, read_model_rows, CategoryCells, ModelRows, Table, TableOptions, Targets};
 pub use dataset::{Batch, Dataset, Labels, Split, SplitData};
 pub use error::DataError;
 pub use info::DataInfo;
@@ -41,3 +42,4 @@ pub use prefetch::{BatchFeed, Loader};
 
 pub use split::{split_indices, SplitError, MIN_ROWS};
 pub use synthetic::synthetic_for;
+pub use vocab::Vocabulary;

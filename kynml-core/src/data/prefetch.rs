@@ -120,6 +120,7 @@ mod tests {
             target_name: "y".into(),
             features,
             targets,
+            categorical: Vec::new(),
         };
         Dataset::from_table(table, 0.8, false, 3).unwrap()
     }

@@ -59,6 +59,7 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
         target_name: spec.dataset.target.value.clone(),
         features,
         targets,
+        categorical: Vec::new(),
     };
     Dataset::from_table(table, spec.dataset.split.value, spec.dataset.normalize, seed)
 }

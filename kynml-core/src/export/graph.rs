@@ -29,6 +29,9 @@ pub struct ExportModel {
     pub target: String,
     /// Applied before the first layer: x' = (x - mean) / std (std is never 0). None = raw features.
     pub normalizer: Option<(Vec<f32>, Vec<f32>)>,
+    /// The categorical features' vocabularies: such a feature holds the
+    /// index of its category (0 for one unseen in training).
+    pub categories: Vec<crate::data::Vocabulary>,
     /// The layers, applied in order.
     pub layers: Vec<ExportLayer>,
     /// What the last layer's outputs mean.
@@ -303,6 +306,16 @@ impl ExportModel {
         if self.shape.size() != self.input {
             return Err(format!("the input shape {} does not hold {} values", self.shape, self.input));
         }
+        for v in &self.categories {
+            if self.feature_names.get(v.position) != Some(&v.column) {
+                return Err(format!("categorical column `{}` is not feature {}", v.column, v.position + 1));
+            }
+            if let Some((mean, std)) = &self.normalizer {
+                if (mean[v.position], std[v.position]) != (0.0, 1.0) {
+                    return Err(format!("the normalizer would change categorical column `{}`", v.column));
+                }
+            }
+        }
         let shapes = self.shapes()?;
         for (i, layer) in self.layers.iter().enumerate() {
             layer.validate(&shapes[i]).map_err(|e| format!("layer {i} ({}): {e}", layer.kind()))?;
@@ -463,6 +476,7 @@ mod tests {
             feature_names: vec!["a".to_string(), "b".to_string()],
             target: "y".to_string(),
             normalizer: None,
+            categories: Vec::new(),
             layers,
             head,
         }

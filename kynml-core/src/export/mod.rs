@@ -144,6 +144,7 @@ pub fn from_model(model: &Model<Kb>, spec: &ModelSpec, info: &DataInfo, loss: Lo
         feature_names: info.feature_names.clone(),
         target: info.target.clone(),
         normalizer: info.normalizer.as_ref().map(|n| (n.mean.clone(), n.std.clone())),
+        categories: info.categories.clone(),
         layers: spec.layers.iter().map(|l| ExportLayer { spec: l.value.clone(), tensors: Vec::new() }).collect(),
         head,
     };
@@ -367,6 +368,13 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
             serde_json::from_value(field(n, "std")?).map_err(|_| "normalizer `std` is not a list of numbers")?,
         )),
     };
+    // Older sidecars have no `categories`: every feature is a number.
+    let categories = match v.get("categories") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(c) => {
+            serde_json::from_value(c.clone()).map_err(|_| "`categories` is not a list of {column, position, values}")?
+        }
+    };
     Ok(ExportModel {
         name: v.get("name").and_then(Value::as_str).unwrap_or("model").to_string(),
         input,
@@ -374,6 +382,7 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
         feature_names: strings(field(v, "feature_names")?, "feature_names")?,
         target: v.get("target").and_then(Value::as_str).unwrap_or_default().to_string(),
         normalizer,
+        categories,
         layers,
         head,
     })

@@ -122,6 +122,12 @@ impl Graph {
         name
     }
 
+    /// Adds an int64 initializer (`[]` dims for a scalar); returns its name.
+    pub(crate) fn ints(&mut self, name: String, dims: Vec<usize>, data: Vec<i64>) -> String {
+        self.initializers.push(Initializer { name: name.clone(), dims, data: Values::I64(data) });
+        name
+    }
+
     /// `x` (`[batch, shape.size()]`) as `[batch, ...shape]`; returns the new tensor's name.
     pub(crate) fn reshape(&mut self, p: &str, x: String, shape: &Shape) -> String {
         let mut dims = vec![-1i64];
@@ -462,6 +468,7 @@ mod tests {
             feature_names: vec!["a".into(), "b".into(), "c".into()],
             target: "y".to_string(),
             normalizer: normalizer.then(|| (vec![0.0, 1.0, 2.0], vec![1.0, 2.0, 3.0])),
+            categories: Vec::new(),
             layers,
             head,
         }

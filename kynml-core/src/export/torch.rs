@@ -104,7 +104,10 @@ pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
 ///
 /// Fields: `format` ([`SIDECAR_FORMAT`]), `format_version`, `name`, `input` (feature count),
 /// `output` (output units), `feature_names`, `target`, `normalizer` (`{"mean": [...], "std":
-/// [...]}` or null: apply `x = (x - mean) / std` to raw rows first), `layers` (one object per
+/// [...]}` or null: apply `x = (x - mean) / std` to raw rows first), `categories` (one
+/// `{column, position, values}` per categorical feature: such a feature holds `1 + i` for
+/// `values[i]` and 0 for a value not in `values`, before the normalizer, which leaves it as
+/// it is), `layers` (one object per
 /// module, in order, with `index`, `kind` and `module`, the PyTorch module(s) it stands for;
 /// dense: `in_features`, `out_features`, `activation` (`linear`, `relu`, `gelu` (exact),
 /// `tanh`, `sigmoid`, `silu`, `leaky_relu`) and for leaky_relu `negative_slope`; batchnorm:
@@ -169,6 +172,7 @@ pub fn sidecar_json(model: &ExportModel) -> Value {
         "feature_names": model.feature_names,
         "target": model.target,
         "normalizer": normalizer,
+        "categories": model.categories,
         "layers": layers,
         "head": head,
         "tensors": tensors,
@@ -189,6 +193,7 @@ mod tests {
             feature_names: vec!["a".into(), "b".into(), "c".into()],
             target: "label".to_string(),
             normalizer: Some((vec![0.0, 1.0, 2.0], vec![1.0, 0.5, 4.0])),
+            categories: Vec::new(),
             layers: vec![
                 ExportLayer::dense(3, 4, (0..12).map(|i| i as f32).collect(), vec![0.1; 4], Activation::Gelu),
                 ExportLayer::batchnorm(vec![1.0; 4], vec![0.0; 4], vec![0.5; 4], vec![2.0; 4], 42),

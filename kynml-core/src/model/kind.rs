@@ -214,6 +214,9 @@ pub(crate) trait Kind: Sized {
     const NAMES: &'static [&'static str];
     /// How its lines are written, for help messages.
     const FORMS: &'static [&'static str];
+    /// Whether it reads the input's columns (`embedding`), and so must be
+    /// the model's first layer.
+    const FIRST: bool = false;
     /// The Burn module it builds.
     type Module: LayerModule;
 

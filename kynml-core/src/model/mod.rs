@@ -20,6 +20,7 @@ pub mod batchnorm;
 pub mod conv;
 pub mod dense;
 pub mod dropout;
+pub mod embedding;
 pub mod flatten;
 pub mod kind;
 pub mod layernorm;
@@ -137,6 +138,11 @@ macro_rules! catalogue {
             /// As a person writes it: `dense 64 relu`.
             pub fn describe(&self) -> String {
                 match self { $(LayerSpec::$variant(s) => s.describe(),)* $(LayerSpec::$bvariant(s) => s.describe(),)* }
+            }
+
+            /// Whether it reads the input's columns and must come first.
+            pub fn first_only(&self) -> bool {
+                match self { $(LayerSpec::$variant(_) => <$file::$spec as Kind>::FIRST,)* $(LayerSpec::$bvariant(_) => <$bfile::$bspec as Kind>::FIRST,)* }
             }
 
             /// The layers a block holds; empty for a plain layer.
@@ -283,6 +289,7 @@ catalogue! {
     Conv: conv::ConvSpec => conv::Conv<B>,
     Pool: pool::PoolSpec => pool::Pool,
     Flatten: flatten::FlattenSpec => flatten::Flatten,
+    Embedding: embedding::EmbeddingSpec => embedding::Embedding<B>,
     BatchNorm: batchnorm::BatchNormSpec => batchnorm::BatchNorm<B>,
     LayerNorm: layernorm::LayerNormSpec => layernorm::LayerNorm<B>,
     Dropout: dropout::DropoutSpec => dropout::Dropout,

@@ -17,6 +17,7 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
     let s = settings(block, d);
     let source = s.required("source", "source = csv(\"data/train.csv\")", d).and_then(|v| source(v, d));
     let target = s.required("target", "target = \"label\"", d).and_then(|v| values::string(v, "`target`", d));
+    let categorical = s.optional("categorical", |v| columns(v, target.as_ref(), d)).map(Option::unwrap_or_default);
     let split = s.float("split", 0.8, Range::OpenUnit, d);
     let normalize = s.boolean("normalize", false, d);
     let num_workers = s.count("num_workers", 0, 0, d);
@@ -27,12 +28,62 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
         name: block.name.clone()?,
         source: source?,
         target: target?,
+        categorical: categorical?,
         split: split?,
         normalize: normalize?.value,
         num_workers: num_workers?,
         pin_memory: pin_memory?,
         prefetch: prefetch?,
     })
+}
+
+/// `categorical = ["city", "color"]`: column names, as strings or bare words.
+fn columns(v: &Value, target: Option<&Spanned<String>>, d: &mut Vec<Diagnostic>) -> Option<Vec<Spanned<String>>> {
+    let items = match &v.kind {
+        ValueKind::List(items) => items.as_slice(),
+        ValueKind::Str(_) | ValueKind::Ident(_) => std::slice::from_ref(v),
+        ValueKind::Error => return None,
+        _ => {
+            values::mismatch_with_help(
+                v,
+                "a list of column names",
+                "`categorical`",
+                "write `categorical = [\"city\", \"color\"]`",
+                d,
+            );
+            return None;
+        }
+    };
+    let mut out: Vec<Spanned<String>> = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for item in items {
+        let name = match &item.kind {
+            ValueKind::Ident(name) => Spanned { value: name.clone(), span: item.span },
+            _ => match values::string(item, "a column of `categorical`", d) {
+                Some(name) => name,
+                None => {
+                    ok = false;
+                    continue;
+                }
+            },
+        };
+        if out.iter().any(|c| c.value == name.value) {
+            d.push(
+                Diagnostic::new(item.span, format!("column `{}` is listed twice", name.value), "listed again")
+                    .with_help("remove one of them"),
+            );
+            ok = false;
+        } else if target.is_some_and(|t| t.value == name.value) {
+            d.push(
+                Diagnostic::new(item.span, format!("`{}` is the target, not a feature", name.value), "the target")
+                    .with_help("a class target is read as labels already: use `loss = cross_entropy`"),
+            );
+            ok = false;
+        } else {
+            out.push(name);
+        }
+    }
+    ok.then_some(out)
 }
 
 /// `csv("data/train.csv")` or `csv(path="...")`; the span is the path's.

@@ -9,7 +9,7 @@ use super::types::Spanned;
 use super::values::{self, Range};
 
 pub(super) const DATASET_KEYS: &[&str] =
-    &["source", "target", "split", "normalize", "num_workers", "pin_memory", "prefetch"];
+    &["source", "target", "categorical", "split", "normalize", "num_workers", "pin_memory", "prefetch"];
 pub(super) const TRAIN_KEYS: &[&str] = &[
     "model",
     "data",

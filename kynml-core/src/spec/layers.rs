@@ -133,6 +133,21 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
         return None;
     }
     let (input, shape) = input?;
+    // A layer that reads the input's columns must be the first.
+    for (i, layer) in layers.iter().enumerate() {
+        let inside = layer.value.children().iter().find(|c| c.first_only());
+        if let Some(what) = inside.or((i > 0 && layer.value.first_only()).then_some(&layer.value)) {
+            d.push(
+                Diagnostic::new(
+                    layer.span,
+                    format!("`{}` reads the input's columns, so it must come right after `input`", what.name()),
+                    "not the first layer",
+                )
+                .with_help(format!("move the `{}` line up, under `input`", what.name())),
+            );
+            return None;
+        }
+    }
     // Shapes chain from the input through every layer; the first layer that
     // cannot take what it is given is reported on its own line.
     let specs: Vec<Layer> = layers.iter().map(|l| l.value.clone()).collect();

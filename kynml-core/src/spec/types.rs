@@ -51,6 +51,8 @@ pub struct DatasetSpec {
     pub source: Spanned<PathBuf>,
     /// The column to predict, as written in `target = "..."`; never empty.
     pub target: Spanned<String>,
+    /// Feature columns holding categories, as written in `categorical = [...]`; none by default.
+    pub categorical: Vec<Spanned<String>>,
     /// Fraction of rows used for training. Default 0.8.
     pub split: Spanned<f64>,
     /// Default false.
@@ -75,6 +77,34 @@ pub struct ModelSpec {
     pub shape: crate::model::Shape,
     /// Every line after `input`, in order.
     pub layers: Vec<Spanned<Layer>>,
+}
+
+impl ModelSpec {
+    /// Fills in what the layers learn from the data: the categorical
+    /// columns an `embedding` layer embeds, from `info`'s vocabularies.
+    pub fn bind(&mut self, info: &crate::data::DataInfo) -> Result<(), Unbound> {
+        use crate::model::embedding::Column;
+        let columns: Vec<Column> =
+            (info.categories.iter()).map(|v| Column { position: v.position, categories: v.size() }).collect();
+        match self.layers.first_mut().map(|l| &mut l.value) {
+            Some(Layer::Embedding(_)) if columns.is_empty() => Err(Unbound::NoCategories),
+            Some(Layer::Embedding(e)) => {
+                e.columns = columns;
+                Ok(())
+            }
+            _ if !columns.is_empty() => Err(Unbound::NoEmbedding),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why a model does not fit its data's categorical columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unbound {
+    /// The model starts with `embedding`, but the data has no categorical column.
+    NoCategories,
+    /// The data has categorical columns, and the model no `embedding` to read them.
+    NoEmbedding,
 }
 
 /// One line of a `model` block after `input`: the layer catalogue's type.

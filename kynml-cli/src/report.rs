@@ -1,4 +1,6 @@
-//! `kynml report RUN_DIR...`: finished runs side by side.
+//! `kynml report RUN_DIR...`: finished runs side by side: their results,
+//! then where their time and memory went (each epoch's records, and the
+//! phases of the runs trained with `--profile`), with each profile's verdict.
 
 use std::path::Path;
 
@@ -23,7 +25,78 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
     let header =
         ["run", "spec", "model", "device", "precision", "epochs", "val_loss", "best metric", "time", "samples/s"];
     println!("{}", render::table(&header, &rows));
+
+    let mut costs = Vec::new();
+    let mut phases = Vec::new();
+    let mut verdicts = Vec::new();
+    for dir in &args.runs {
+        let name = run_name(dir);
+        costs.push(cost_row(&name, &dir.join("metrics.jsonl")).map_err(Failure::input)?);
+        match read_profile(&dir.join("profile.json")).map_err(Failure::input)? {
+            Some((row, verdict)) => {
+                phases.push(std::iter::once(name.clone()).chain(row).collect());
+                verdicts.push(format!("  {name}: {verdict}"));
+            }
+            None => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
+        }
+    }
+    let header = ["run", "waiting for batches", "skipped fp16 steps", "peak device pool", "peak host memory"];
+    println!("\ntime and memory\n{}", render::table(&header, &costs));
+    if !phases.is_empty() {
+        let header = ["run", "steps", "wait", "copy", "forward", "backward", "optimizer", "other", "mean step"];
+        println!("\nwhere the step time goes (profiled runs, share of step time)\n{}", render::table(&header, &phases));
+    }
+    println!("\nverdicts\n{}", verdicts.join("\n"));
     Ok(())
+}
+
+fn run_name(dir: &Path) -> String {
+    dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// Over a run's epochs: the share of epoch time spent waiting for batches,
+/// the steps fp16 skipped, the largest device pool and host memory.
+fn cost_row(name: &str, path: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {}: {e}", path.display()))?;
+    let (mut wait, mut seconds, mut skipped, mut pool, mut rss) = (0.0, 0.0, 0u64, None::<u64>, None::<u64>);
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let r: Value = serde_json::from_str(line)
+            .map_err(|e| format!("error: {}:{}:{}: not valid JSON: {e}", path.display(), i + 1, e.column()))?;
+        wait += r["data_wait"].as_f64().unwrap_or(0.0);
+        seconds += r["seconds"].as_f64().unwrap_or(0.0);
+        skipped += r["skipped_steps"].as_u64().unwrap_or(0);
+        pool = pool.max(r["device_reserved"].as_u64());
+        rss = rss.max(r["peak_rss"].as_u64());
+    }
+    let mib = |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20)));
+    let share = if seconds > 0.0 { format!("{:.0}%", 100.0 * wait / seconds) } else { "?".into() };
+    Ok(vec![name.to_string(), share, skipped.to_string(), mib(pool), mib(rss)])
+}
+
+/// A `profile.json`'s phase shares and mean step time, and its verdict;
+/// `None` when the run was not profiled.
+fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("error: cannot read {}: {e}", path.display())),
+    };
+    let p: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("error: {}:{}:{}: not valid JSON: {e}", path.display(), e.line(), e.column()))?;
+    let phases = p["phases"].as_array().ok_or_else(|| format!("error: {}: no `phases`", path.display()))?;
+    let share = |name: &str| {
+        phases
+            .iter()
+            .find(|x| x["phase"] == name)
+            .and_then(|x| x["share"].as_f64())
+            .map_or("?".into(), |s| format!("{:.1}%", 100.0 * s))
+    };
+    let mean: f64 = phases.iter().filter(|x| x["phase"] != "wait").filter_map(|x| x["mean"].as_f64()).sum();
+    let mut row = vec![p["steps"].as_u64().map_or("?".into(), |n| n.to_string())];
+    row.extend(["wait", "copy", "forward", "backward", "optimizer", "other"].map(share));
+    row.push(format!("{:.3} ms", mean * 1e3));
+    let verdict = p["verdict"]["advice"].as_str().unwrap_or("no verdict recorded").to_string();
+    Ok(Some((row, verdict)))
 }
 
 fn read_run(dir: &Path) -> Result<Vec<String>, String> {
@@ -41,7 +114,7 @@ fn read_run(dir: &Path) -> Result<Vec<String>, String> {
     };
     let stopped = if m["stopped_early"].as_bool() == Some(true) { " (early stop)" } else { "" };
     Ok(vec![
-        dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()),
+        run_name(dir),
         str_of("spec"),
         str_of("model"),
         str_of("device"),

@@ -88,6 +88,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     progress.finish();
     // What this run tuned and compiled is kept for the next, interrupted or not.
     crate::devices::seal_cache();
+    if let Some(profile) = result.as_ref().ok().and_then(|r| r.profile.as_ref()) {
+        log.profile(profile);
+    }
     log.finish().with_context(|| format!("writing metrics to {}", run_dir.path.display()))?;
     let result = result.map_err(|e| match e {
         TrainError::Interrupted { epoch, step, checkpoint } => Failure::interrupted(match checkpoint {

@@ -187,7 +187,7 @@ fn tensorboard_event_files_read_back_with_tensorboards_own_reader() {
     // scripts/test.sh installs the `tensorboard` Python package; the reader
     // is theirs, not ours, so this checks the file format independently.
     let tmp = copy_example("iris");
-    let out = kynml(&["train", "iris.kyn", "--epochs", "3", "--device", "cpu", "--out", "tb"], tmp.path());
+    let out = kynml(&["train", "iris.kyn", "--epochs", "3", "--device", "cpu", "--out", "tb", "--profile"], tmp.path());
     assert!(out.status.success(), "{}", text(&out));
     let script = examples().join("../scripts/read_tensorboard.py");
     let read = Command::new("python3").arg(script).arg(tmp.path().join("tb")).output().unwrap();
@@ -206,6 +206,12 @@ fn tensorboard_event_files_read_back_with_tensorboards_own_reader() {
         assert_eq!(scalars["valid/accuracy"][i][1].as_f64().unwrap() as f32, acc);
     }
     assert!(scalars["step/train_loss"].as_array().is_some_and(|a| !a.is_empty()), "{scalars}");
+    // A profiled run adds each epoch's phase shares, which add up to 1.
+    for epoch in 0..3 {
+        let phases = ["wait", "copy", "forward", "backward", "optimizer", "other"];
+        let total: f64 = phases.iter().map(|p| scalars[format!("profile/{p}_share")][epoch][1].as_f64().unwrap()).sum();
+        assert!((total - 1.0).abs() < 1e-4, "epoch {}: shares add up to {total}: {scalars}", epoch + 1);
+    }
 }
 
 #[test]
@@ -228,10 +234,25 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     let out = kynml(&["report", "a", "b"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
+    let results = t.split("time and memory").next().unwrap_or_default();
     let rows: Vec<&str> =
-        t.lines().filter(|l| l.trim_start().starts_with("a ") || l.trim_start().starts_with("b ")).collect();
+        results.lines().filter(|l| l.trim_start().starts_with("a ") || l.trim_start().starts_with("b ")).collect();
     assert_eq!(rows.len(), 2, "{t}");
     assert!(rows[0].contains("IrisNet") && rows[0].contains("accuracy") && rows[1].contains(" 4 "), "{t}");
+    assert!(t.contains("b: not profiled (train with --profile"), "{t}");
+    // A profiled run adds its phases and its verdict.
+    let out = kynml(&["train", "iris.kyn", "--epochs", "2", "--device", "cpu", "--out", "c", "--profile"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kynml(&["report", "a", "c"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let phases = t.split("where the step time goes").nth(1).unwrap_or_default();
+    let row = phases.lines().find(|l| l.trim_start().starts_with("c ")).unwrap_or_else(|| panic!("{t}"));
+    let shares: f64 =
+        (row.split_whitespace()).filter_map(|w| w.strip_suffix('%').and_then(|v| v.parse::<f64>().ok())).sum();
+    assert!((shares - 100.0).abs() < 0.5, "the six shares add up to {shares}: {row}");
+    assert!(t.contains("c: compute-bound") || t.contains("c: data loading is"), "{t}");
+    assert!(t.contains("a: not profiled") && !phases.contains("\n  a "), "{t}");
     let out = kynml(&["report", "a", "iris.kyn"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not a finished run folder"), "{}", text(&out));

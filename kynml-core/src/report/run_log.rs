@@ -8,6 +8,7 @@ use std::io;
 use crate::report::curves::{self, Curves};
 use crate::report::tensorboard::EventWriter;
 use crate::run_dir::RunDir;
+use crate::train::profile::Profile;
 use crate::train::{EpochRecord, TrainEvent};
 
 /// Writes a run's `metrics.jsonl` and TensorBoard scalars as training events arrive.
@@ -68,6 +69,24 @@ impl<'a> RunLog<'a> {
             self.tensorboard.scalar(&format!("valid/{name}"), e, *value as f32)?;
         }
         self.tensorboard.flush()
+    }
+
+    /// A profiled run's phase shares, per epoch, as TensorBoard scalars
+    /// `profile/<phase>_share` (the shares of `profile.json`, epoch by epoch).
+    pub fn profile(&mut self, profile: &Profile) {
+        let mut epochs: Vec<usize> = profile.steps.iter().map(|s| s.epoch).collect();
+        epochs.dedup();
+        for epoch in epochs {
+            let steps = profile.steps.iter().filter(|s| s.epoch == epoch).cloned().collect();
+            let one = Profile { steps, evals: Vec::new(), synchronised: profile.synchronised };
+            for p in one.summary() {
+                if let Err(e) =
+                    self.tensorboard.scalar(&format!("profile/{}_share", p.phase), epoch as i64, p.share as f32)
+                {
+                    self.error.get_or_insert(e);
+                }
+            }
+        }
     }
 
     /// Flush what is buffered and return the first error met on the way.

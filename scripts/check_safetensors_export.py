@@ -104,6 +104,8 @@ def forward(weights, side, rows):
         raise ExportError(f"{len(side['feature_names'])} feature names for {width} features")
 
     x = rows.astype(np.float64)
+    # A text model's input is token ids; 0 is padding.
+    mask = (rows != 0).astype(np.float64) if side.get("input_layout") == "tokens" else None
     if side["normalizer"] is not None:
         mean = np.asarray(side["normalizer"]["mean"], dtype=np.float32).astype(np.float64)
         std = np.asarray(side["normalizer"]["std"], dtype=np.float32).astype(np.float64)
@@ -172,6 +174,12 @@ def forward(weights, side, rows):
                 ]
                 y = np.max(windows, axis=0) if kind == "maxpool" else np.mean(windows, axis=0)
                 x = y.reshape(n_rows, -1)
+            elif kind == "global_avgpool" and layer.get("over") == "positions":
+                # A text's positions [rows, L, D]: the mean over its tokens, padding left out.
+                if mask is None:
+                    raise ExportError(f"layer {i}: pools a text's positions, but the input is not a text")
+                count = np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
+                x = (xs * mask[:, :, None]).sum(axis=1) / count
             elif kind == "global_avgpool":
                 x = xs.reshape(n_rows, shape[0], -1).mean(axis=-1)
             elif kind == "flatten":
@@ -197,6 +205,14 @@ def forward(weights, side, rows):
                 mu = xs.mean(axis=-1, keepdims=True)
                 var = ((xs - mu) ** 2).mean(axis=-1, keepdims=True)
                 x = ((xs - mu) / np.sqrt(var + float(layer["eps"])) * gamma + beta).reshape(n_rows, -1)
+            elif kind == "embedding" and "num_embeddings" in layer:
+                # A text's token ids (0: padding, 1: unseen) become their table rows.
+                n, dim = int(layer["num_embeddings"]), int(layer["embedding_dim"])
+                table = take(base + "weight", [n, dim])
+                ids = x.astype(np.int64)
+                if ids.min() < 0 or ids.max() >= n:
+                    raise ExportError(f"layer {i}: token ids outside 0..{n}")
+                x = table[ids].reshape(n_rows, -1)
             elif kind == "embedding":
                 # Each listed column holds a category index (0: unseen in
                 # training); it becomes its table's row, in its place.

@@ -5,7 +5,8 @@ two files alone, and predicts with it.
     python3 scripts/rebuild_in_pytorch.py model.safetensors model.json rows.csv
 
 rows.csv: raw feature rows, comma-separated, in the sidecar's feature order,
-an optional header line; categorical columns as text. Prints
+an optional header line; categorical columns as text. For a text model, one
+text per line. Prints
 one line per row: the predictions (regression) or the class probabilities.
 `rebuild(side, weights)` is the part to copy into a PyTorch program.
 
@@ -78,6 +79,39 @@ class CategoricalEmbedding(nn.Module):
         return torch.cat(parts + [x[:, start:]], dim=1)
 
 
+class Text(nn.Module):
+    """A text model: the token ids' padding mask (id 0) is handed to the
+    layers that need it before the layers run."""
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = layers
+
+    def forward(self, x):
+        mask = (x != 0).float()
+        for m in self.layers.modules():
+            if hasattr(m, "mask"):
+                m.mask = mask
+        return self.layers(x)
+
+
+class MaskedMean(nn.Module):
+    """`global_avgpool` on a text's positions: the mean over its tokens."""
+    def __init__(self, spec):
+        super().__init__()
+        self.input_shape = spec["input_shape"]
+        self.mask = None
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], *self.input_shape)
+        return (x * self.mask[:, :, None]).sum(1) / self.mask.sum(1, keepdim=True).clamp(min=1)
+
+
+class Tokens(nn.Embedding):
+    """`embedding D` on token ids: [rows, L] ids to [rows, L * D] values."""
+    def forward(self, x):
+        return super().forward(x.long()).flatten(1)
+
+
 def module(spec):
     kind, dims = spec["kind"], len(spec.get("input_shape", [0]))
     d = "1d" if dims <= 2 else "2d"
@@ -95,12 +129,16 @@ def module(spec):
         return shaped(getattr(nn, f"MaxPool{d}"))(spec, spec["kernel_size"], stride=spec["stride"])
     if kind == "avgpool":
         return shaped(getattr(nn, f"AvgPool{d}"))(spec, spec["kernel_size"], stride=spec["stride"])
+    if kind == "global_avgpool" and spec.get("over") == "positions":
+        return MaskedMean(spec)
     if kind == "global_avgpool":
         return shaped(getattr(nn, f"AdaptiveAvgPool{d}"))(spec, 1)
     if kind == "flatten":
         return nn.Flatten()
     if kind == "dropout":
         return nn.Dropout(spec["p"])
+    if kind == "embedding" and "num_embeddings" in spec:
+        return Tokens(spec["num_embeddings"], spec["embedding_dim"], padding_idx=spec["padding_idx"])
     if kind == "embedding":
         return CategoricalEmbedding(spec)
     if kind == "residual":
@@ -112,6 +150,8 @@ def rebuild(side, weights):
     """The model of a sidecar (format kynml-pytorch) with its weights loaded, in eval mode."""
     net = nn.Sequential(*[module(spec) for spec in side["layers"]])
     net.load_state_dict(weights)
+    if side.get("input_layout") == "tokens":
+        net = Text(net)
     return net.eval()
 
 
@@ -140,6 +180,19 @@ def main(argv):
     # A categorical column's text becomes its index: 1 + its place in the
     # vocabulary, 0 for a value training never saw.
     vocab = {c["position"]: {v: i + 1 for i, v in enumerate(c["values"])} for c in side.get("categories", [])}
+    text = side.get("tokens")
+    if text:
+        # One text per line (a header line "text" is skipped): split at
+        # whitespace, ids 2.. for the vocabulary, 1 unseen, 0 padding.
+        ids = {t: i + 2 for i, t in enumerate(text["tokens"])}
+        if lines and lines[0] == text["column"]:
+            lines = lines[1:]
+        rows = [[ids.get(t, 1) for t in line.split()][: text["length"]] for line in lines]
+        rows = torch.tensor([r + [0] * (text["length"] - len(r)) for r in rows], dtype=torch.float32)
+        out = predict(side, rebuild(side, load_file(weights)), rows)
+        for row in out.tolist():
+            print(",".join(f"{v:.6f}" for v in row))
+        return 0
 
     def value(i, cell):
         return float(vocab[i].get(cell, 0)) if i in vocab else float(cell)

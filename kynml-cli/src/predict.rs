@@ -18,9 +18,9 @@ fn load(model: &std::path::Path, device: DeviceRequest) -> Result<Predictor, Fai
 pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
-    let rows = read_model_rows(&args.input, &m.feature_names, &m.categories, &m.target, false)
+    let rows = read_model_rows(&args.input, &m.feature_names, &m.categories, m.tokens.as_ref(), &m.target, false)
         .map_err(|e| Failure::input(format!("error: {e}")))?;
-    note_unseen(&rows);
+    note_unseen(&rows, m.tokens.is_some());
     let p = predictor.predict(&rows.features).map_err(|e| Failure::run(format!("error: {e}")))?;
     let text = predictions_csv(&p, &m.target, m.head.class_names());
     write_atomic(&args.output, text.as_bytes())
@@ -32,9 +32,9 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
-    let rows = read_model_rows(&args.input, &m.feature_names, &m.categories, &m.target, true)
+    let rows = read_model_rows(&args.input, &m.feature_names, &m.categories, m.tokens.as_ref(), &m.target, true)
         .map_err(|e| Failure::input(format!("error: {e}")))?;
-    note_unseen(&rows);
+    note_unseen(&rows, m.tokens.is_some());
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
     println!("{} rows of {}", rows.rows, args.input.display());
     println!("{}", render::metrics_table(&metrics, "value"));
@@ -43,8 +43,12 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
 
 /// Says, per categorical column, how many rows hold a value the model never
 /// saw in training (they are predicted as its unseen category).
-fn note_unseen(rows: &kynml_core::data::ModelRows) {
+fn note_unseen(rows: &kynml_core::data::ModelRows, text: bool) {
     for (column, n) in &rows.unseen {
+        if text {
+            eprintln!("note: {n} tokens of `{column}` are not in the model's vocabulary; they use its unseen token");
+            continue;
+        }
         eprintln!(
             "note: {n} of {} rows hold a `{column}` the model never saw in training; they use its unseen category",
             rows.rows

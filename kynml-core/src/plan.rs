@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::data::{read_csv, DataError, Dataset, TableOptions};
+use crate::data::{read_csv, DataError, Dataset, TableOptions, TextOptions};
 use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec, Unbound};
 use crate::spec::{self, Diagnostic, SpecError};
 use crate::train::precision::Compute;
@@ -157,6 +157,16 @@ impl SpecFile {
             target: d.target.value.clone(),
             classification: loss.is_classification(),
             categorical: d.categorical.iter().map(|c| c.value.clone()).collect(),
+            tokens: match (&d.tokens, self.spec.model.shape.is_tokens()) {
+                (Some(column), true) => Some(TextOptions {
+                    column: column.value.clone(),
+                    length: self.spec.model.input.value,
+                    vocab_limit: d.vocab.as_ref().map(|v| v.value),
+                }),
+                (None, true) => return Err(self.located(vec![self.unbound(Unbound::NoText)])),
+                (Some(_), false) => return Err(self.located(vec![self.unbound(Unbound::NotText)])),
+                (None, false) => None,
+            },
         };
         let table = match read_csv(&path, &options) {
             // A regression loss on class labels is a spec mistake more often
@@ -177,7 +187,8 @@ impl SpecFile {
                 return Err(self.located(vec![problem]));
             }
             Err(DataError::MissingCategorical { name, suggestion, .. }) => {
-                let span = d.categorical.iter().find(|c| c.value == name).map_or(d.source.span, |c| c.span);
+                let text = d.tokens.iter().filter(|t| t.value == name);
+                let span = d.categorical.iter().chain(text).find(|c| c.value == name).map_or(d.source.span, |c| c.span);
                 let mut problem =
                     Diagnostic::new(span, format!("`{}` has no column `{name}`", path.display()), "no such column");
                 if let Some(s) = suggestion {
@@ -222,6 +233,24 @@ impl SpecFile {
                 "not embedded",
             )
             .with_help("add a line such as `embedding 8` right after `input`: each category becomes 8 learned values"),
+            Unbound::NoText => Diagnostic::new(
+                model.input.span,
+                format!("`input {}` reads a text, but dataset `{}` names no text column", model.shape, data.name.value),
+                "a text input",
+            )
+            .with_help("name the column that holds the texts: `tokens = \"review\"`"),
+            Unbound::NotText => Diagnostic::new(
+                data.tokens.as_ref().map_or(data.name.span, |t| t.span),
+                format!(
+                    "dataset `{}` names a text, but model `{}` does not read one",
+                    data.name.value, model.name.value
+                ),
+                "a text column",
+            )
+            .with_help(format!(
+                "declare the tokens per text: `input seq 64`, then `embedding 32` (model `{}` has `input {}`)",
+                model.name.value, model.shape
+            )),
         }
     }
 

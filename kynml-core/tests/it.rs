@@ -52,6 +52,12 @@ fn rentals_example_learns_from_its_categorical_columns() {
 }
 
 #[test]
+fn reviews_example_reads_the_sentiment_of_texts() {
+    let metrics = train_example("reviews/reviews.kyn");
+    assert!(metrics["accuracy"] >= 0.8, "{metrics:?}");
+}
+
+#[test]
 fn wine_classifies_well() {
     let metrics = train_example("wine/wine.kyn");
     assert!(metrics["accuracy"] >= 0.9, "{metrics:?}");
@@ -1069,6 +1075,7 @@ fn image_layers_match_the_reference_forward() {
             class_names: None,
             normalizer: None,
             categories: Vec::new(),
+            tokens: None,
             train_fraction: 0.8,
             seed: 0,
             train_rows: n,
@@ -1506,7 +1513,7 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
     let rows_csv = dir.join("new.csv");
     std::fs::write(&rows_csv, "shop,z,color,x\nshop 3,4.5,blue,0.5\nshop 99,4.5,blue,0.5\n").unwrap();
     let m = &predictor.model;
-    let rows = read_model_rows(&rows_csv, &m.feature_names, &m.categories, &m.target, false).unwrap();
+    let rows = read_model_rows(&rows_csv, &m.feature_names, &m.categories, None, &m.target, false).unwrap();
     assert_eq!(rows.unseen, [("shop".to_string(), 1)]);
     let blue = vocab[0].index("blue").unwrap() as f32;
     let shop3 = vocab[1].index("shop 3").unwrap() as f32;
@@ -1544,4 +1551,159 @@ fn categorical_columns_and_the_embedding_must_match() {
     let text = check(" categorical = [ctiy]", " embedding 2");
     assert!(text.contains("no column `ctiy`") && text.contains("did you mean `city`"), "{text}");
     assert_eq!(check(" categorical = [\"city\"]", " embedding 2"), "ok");
+}
+
+// ---- texts ----
+
+/// Texts of 1 to 12 words from a 30-word vocabulary, some words carrying a
+/// class; and a spec that reads them as 16 tokens (`input seq 16`).
+fn text_spec(dir: &Path, seed: u64, layers: &str) -> PathBuf {
+    let mut rng = kynml_core::rng::SplitMix64::new(seed);
+    let words: Vec<String> = (0..30).map(|i| format!("w{i}")).collect();
+    let mut csv = String::from("label,text\n");
+    for _ in 0..360 {
+        let n = 1 + rng.below(12) as usize;
+        let text: Vec<&str> = (0..n).map(|_| words[rng.below(30) as usize].as_str()).collect();
+        // The class: whether the words w0..w9 outnumber w10..w19.
+        let score: i32 = text
+            .iter()
+            .map(|w| match w[1..].parse::<i32>().unwrap() {
+                0..=9 => 1,
+                10..=19 => -1,
+                _ => 0,
+            })
+            .sum();
+        csv += &format!("{},{}\n", if score > 0 { "up" } else { "down" }, text.join(" "));
+    }
+    std::fs::write(dir.join("texts.csv"), csv).unwrap();
+    let spec = format!(
+        "dataset T:\n source = csv(\"texts.csv\")\n target = \"label\"\n tokens = \"text\"\n\
+         model M:\n input seq 16\n{layers}\n dense 2 linear\n\
+         train:\n model = M\n data = T\n loss = cross_entropy\n optimizer = adam(lr=0.01)\n epochs = 6\n batch = 32\n seed = {seed}\n"
+    );
+    let path = dir.join("text.kyn");
+    std::fs::write(&path, spec).unwrap();
+    path
+}
+
+#[test]
+fn text_models_train_on_every_backend_and_export_with_their_tokens() {
+    use kynml_core::data::read_model_rows;
+    use kynml_core::export::{self, Format};
+    use kynml_core::model::Mode;
+    use kynml_core::predict::Predictor;
+    use kynml_core::spec::types::LossScale;
+    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    let seed = clock_seed();
+    eprintln!("seed {seed}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let path = text_spec(dir, seed, " embedding 8\n global_avgpool\n dense 8 tanh");
+    let mut file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let tokens = data.info.tokens.clone().unwrap();
+    assert_eq!((tokens.length, tokens.size()), (16, 32), "30 words, padding and unseen");
+    assert_eq!(data.n_features(), 16);
+
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let (first, last) = (&result.history[0], result.history.last().unwrap());
+    eprintln!("cpu: val_loss {} -> {}, accuracy {:?}", first.val_loss, last.val_loss, last.metrics.get("accuracy"));
+    assert!(
+        last.val_loss < 0.8 * first.val_loss,
+        "did not learn: {} -> {} (seed {seed})",
+        first.val_loss,
+        last.val_loss
+    );
+
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let on_wgpu = train(&file.spec, &data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let gap = worst_loss_gap(&result, &on_wgpu);
+    eprintln!("wgpu fp32: worst relative loss gap to cpu {gap:.2e}");
+    assert!(gap <= 2e-3, "wgpu: {gap} (seed {seed})");
+    let bf16 = run_with(&path, &cpu, Some(PrecisionPlan::forced(Compute::Bf16, LossScale::None)));
+    let gap = worst_loss_gap(&result, &bf16);
+    eprintln!("cpu bf16: worst relative loss gap to fp32 {gap:.2e}");
+    assert!(gap <= 5e-2 && gap > 0.0, "cpu bf16: {gap} (seed {seed})");
+
+    // Fresh rows of ids: texts of 0 to 16 tokens, unseen ones among them.
+    let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
+    let mut rng = kynml_core::rng::SplitMix64::new(seed ^ 0x7e57);
+    let n = 40;
+    let raw: Vec<f32> = (0..n)
+        .flat_map(|r| {
+            let len = r % 17;
+            (0..16).map(|i| if i < len { 1 + rng.below(31) } else { 0 } as f32).collect::<Vec<_>>()
+        })
+        .collect();
+    let x = burn::tensor::Tensor::<kynml_backend::Backend, 2>::from_data(
+        burn::tensor::TensorData::new(raw.clone(), [n, 16]),
+        &cpu.inner(),
+    );
+    let in_memory: Vec<f32> = result.model.forward(x, Mode::Eval).into_data().convert::<f32>().into_vec().unwrap();
+    export::write(&exported, Format::Onnx, &dir.join("m.onnx")).unwrap();
+    export::write(&exported, Format::Safetensors, &dir.join("m.safetensors")).unwrap();
+    export::write(&exported, Format::Burn, &dir.join("b.mpk")).unwrap();
+    let reference = exported.forward(&raw).unwrap();
+    let mut predictor = None;
+    for loaded in ["m.safetensors", "b.mpk"] {
+        let p = Predictor::load(&dir.join(loaded), &cpu).unwrap();
+        assert_eq!(p.model.tokens.as_ref(), Some(&tokens), "{loaded} keeps the tokens");
+        let out = p.predict(&raw).unwrap();
+        for (what, other) in [("in-memory model", &in_memory), ("host reference", &reference)] {
+            let worst = out.outputs.iter().zip(other).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-4, "{loaded} vs the {what}: {worst} (seed {seed})");
+        }
+        predictor = Some((p, out));
+    }
+    let (predictor, p) = predictor.unwrap();
+    let inputs = dir.join("inputs.json");
+    std::fs::write(&inputs, tensors_json(&[("features", 16, &raw)])).unwrap();
+    let expected = dir.join("expected.json");
+    let probs = p.probabilities.unwrap();
+    std::fs::write(&expected, tensors_json(&[("logits", 2, &p.outputs), ("probabilities", 2, &probs)])).unwrap();
+    python("check_onnx.py", &[&dir.join("m.onnx"), &inputs, &expected]);
+    python("check_safetensors_export.py", &[&dir.join("m.safetensors"), &dir.join("m.json"), &inputs, &expected]);
+
+    // New texts read by name: cut at 16 tokens, padded, unseen words counted.
+    let rows_csv = dir.join("new.csv");
+    let long: Vec<&str> = std::iter::repeat_n("w3", 20).collect();
+    std::fs::write(&rows_csv, format!("text\nw1 nope w2\n{}\n", long.join(" "))).unwrap();
+    let m = &predictor.model;
+    let rows =
+        read_model_rows(&rows_csv, &m.feature_names, &m.categories, m.tokens.as_ref(), &m.target, false).unwrap();
+    assert_eq!(rows.unseen, [("text".to_string(), 1)]);
+    let id = |w: &str| 2.0 + tokens.tokens.iter().position(|t| t == w).unwrap() as f32;
+    let mut first = vec![id("w1"), 1.0, id("w2")];
+    first.resize(16, 0.0);
+    assert_eq!(&rows.features[..16], &first[..]);
+    assert!(rows.features[16..].iter().all(|v| *v == id("w3")));
+}
+
+#[test]
+fn a_text_model_and_its_data_must_match() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = text_spec(tmp.path(), 1, " embedding 8\n global_avgpool");
+    let load = |spec: &str| {
+        std::fs::write(&path, spec).unwrap();
+        match SpecFile::load(&path).and_then(|mut f| f.load_data().map(|_| ())) {
+            Err(kynml_core::plan::LoadError::Spec { error, source_text, .. }) => {
+                kynml_core::spec::render("s.kyn", &source_text, &error.diagnostics)
+            }
+            Err(other) => other.to_string(),
+            Ok(()) => "ok".into(),
+        }
+    };
+    let spec = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(load(&spec), "ok");
+    let t = load(&spec.replace(" tokens = \"text\"\n", ""));
+    assert!(t.contains("names no text column") && t.contains("tokens = \"review\""), "{t}");
+    let t = load(&spec.replace("input seq 16", "input 16").replace(" embedding 8\n global_avgpool\n", ""));
+    assert!(t.contains("does not read one") && t.contains("input seq 64"), "{t}");
+    let t = load(&spec.replace(" embedding 8\n global_avgpool\n", " dense 4 relu\n"));
+    assert!(t.contains("go through `embedding D` first"), "{t}");
+    let t = load(&spec.replace(" global_avgpool\n", ""));
+    assert!(t.contains("`dense` cannot take 16x8 values"), "{t}");
+    let t = load(&spec.replace("tokens = \"text\"", "tokens = \"txt\""));
+    assert!(t.contains("no column `txt`") && t.contains("did you mean `text`"), "{t}");
 }

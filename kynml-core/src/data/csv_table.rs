@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use csv::ByteRecord;
 
 use crate::data::error::DataError;
-use crate::data::vocab::Vocabulary;
+use crate::data::vocab::{TokenVocabulary, Vocabulary};
 use crate::spec::suggest;
 
 /// What to read from the file.
@@ -34,6 +34,29 @@ pub struct TableOptions {
     pub classification: bool,
     /// Feature columns that hold categories (any text) rather than numbers.
     pub categorical: Vec<String>,
+    /// The column holding a text: the only feature, which becomes
+    /// `length` token positions.
+    pub tokens: Option<TextOptions>,
+}
+
+/// How to read the text of a text model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextOptions {
+    /// The column.
+    pub column: String,
+    /// Tokens per text.
+    pub length: usize,
+    /// Keep the most frequent tokens only, when given.
+    pub vocab_limit: Option<usize>,
+}
+
+/// The texts of a text model's column, one per data row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextCells {
+    /// How it was read.
+    pub options: TextOptions,
+    /// One cell per data row, in file order.
+    pub cells: Vec<String>,
 }
 
 /// What the model learns to predict, one entry per row.
@@ -93,6 +116,11 @@ pub struct Table {
     ///
     /// [`Vocabulary`]: crate::data::Vocabulary
     pub categorical: Vec<CategoryCells>,
+    /// The text of a text model, whose token positions are all the
+    /// features (0 until a [`TokenVocabulary`] gives them indices).
+    ///
+    /// [`TokenVocabulary`]: crate::data::TokenVocabulary
+    pub text: Option<TextCells>,
 }
 
 /// The cells of one categorical column, trimmed, one per data row.
@@ -160,6 +188,7 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
         let col = header.iter().position(|h| h == name).ok_or_else(|| DataError::MissingCategorical {
             path: path.into(),
             name: name.clone(),
+            what: "categorical",
             suggestion: suggest::did_you_mean(name, header.iter().map(String::as_str)).map(str::to_owned),
         })?;
         if col == target_col {
@@ -169,6 +198,27 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
         categorical.push((col, CategoryCells { name: name.clone(), position, cells: Vec::new() }));
     }
     categorical.sort_by_key(|(col, _)| *col);
+    let mut text = match &opts.tokens {
+        None => None,
+        Some(options) => {
+            let name = &options.column;
+            let col = header.iter().position(|h| h == name).ok_or_else(|| DataError::MissingCategorical {
+                path: path.into(),
+                name: name.clone(),
+                what: "the text",
+                suggestion: suggest::did_you_mean(name, header.iter().map(String::as_str)).map(str::to_owned),
+            })?;
+            if let Some((other, n)) = header.iter().enumerate().find(|(c, _)| *c != col && *c != target_col) {
+                return Err(DataError::BesideText {
+                    path: path.into(),
+                    column: other + 1,
+                    name: n.clone(),
+                    text: name.clone(),
+                });
+            }
+            Some((col, TextCells { options: options.clone(), cells: Vec::new() }))
+        }
+    };
 
     let mut features = Vec::new();
     let mut values = Vec::new();
@@ -178,7 +228,10 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
         for (col, raw) in record.iter().enumerate() {
             let cell = cell_text(raw, path, line)?;
             let at = Cell { path, line, col, name: &header[col], text: cell };
-            if let Some((_, c)) = categorical.iter_mut().find(|(c, _)| *c == col) {
+            if let Some((_, t)) = text.as_mut().filter(|(c, _)| *c == col) {
+                t.cells.push(cell.to_owned());
+                features.extend(std::iter::repeat_n(0.0, t.options.length));
+            } else if let Some((_, c)) = categorical.iter_mut().find(|(c, _)| *c == col) {
                 c.cells.push(cell.to_owned());
                 features.push(0.0);
             } else if col != target_col {
@@ -198,7 +251,11 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
     let mut feature_names = header;
     let target_name = feature_names.remove(target_col);
     let categorical = categorical.into_iter().map(|(_, c)| c).collect();
-    Ok(Table { path: path.into(), feature_names, target_name, features, targets, categorical })
+    let text = text.map(|(_, t)| {
+        feature_names = (0..t.options.length).map(|i| format!("{}[{i}]", t.options.column)).collect();
+        t
+    });
+    Ok(Table { path: path.into(), feature_names, target_name, features, targets, categorical, text })
 }
 
 /// Rows for a trained model, read by column name: features in the model's
@@ -217,7 +274,8 @@ pub struct ModelRows {
     /// 1-based position of the target column (0 when there is none).
     pub target_column: usize,
     /// For each categorical column, the rows whose value the model never
-    /// saw in training (they were given the reserved index): `(column, rows)`.
+    /// saw in training (they were given the reserved index): `(column, rows)`;
+    /// for a text, the tokens it never saw.
     pub unseen: Vec<(String, usize)>,
 }
 
@@ -231,9 +289,19 @@ pub fn read_model_rows(
     path: &Path,
     feature_names: &[String],
     categories: &[Vocabulary],
+    tokens: Option<&TokenVocabulary>,
     target: &str,
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
+    // A text model reads one column, its text.
+    let text_column;
+    let feature_names = match tokens {
+        Some(t) => {
+            text_column = [t.column.clone()];
+            &text_column[..]
+        }
+        None => feature_names,
+    };
     let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
     let mut record = ByteRecord::new();
@@ -281,10 +349,17 @@ pub fn read_model_rows(
     let vocab: Vec<Option<&Vocabulary>> =
         (0..columns.len()).map(|p| categories.iter().find(|v| v.position == p)).collect();
     let mut unseen = vec![0usize; columns.len()];
+    let token_index = tokens.map(TokenVocabulary::index);
     while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
         check_width(&record, header.len(), path, line)?;
         for (p, &col) in columns.iter().enumerate() {
             let text = cell_text(&record[col], path, line)?;
+            if let (Some(t), Some(index)) = (tokens, &token_index) {
+                let at = features.len();
+                features.resize(at + t.length, 0.0);
+                unseen[p] += t.encode_with(index, text, &mut features[at..]);
+                continue;
+            }
             match vocab[p] {
                 Some(v) => {
                     let index = v.index_or_unseen(text);
@@ -303,12 +378,11 @@ pub fn read_model_rows(
         return Err(DataError::Empty { path: path.into() });
     }
     let target_column = target_col.map_or(0, |c| c + 1);
-    let unseen = vocab
-        .iter()
-        .zip(unseen)
-        .filter_map(|(v, n)| v.map(|v| (v.column.clone(), n)))
-        .filter(|(_, n)| *n > 0)
-        .collect();
+    let unseen = match tokens {
+        Some(t) => vec![(t.column.clone(), unseen[0])],
+        None => vocab.iter().zip(unseen).filter_map(|(v, n)| v.map(|v| (v.column.clone(), n))).collect(),
+    };
+    let unseen = unseen.into_iter().filter(|(_, n)| *n > 0).collect();
     Ok(ModelRows { path: path.into(), features, rows, targets: target_col.map(|_| targets), target_column, unseen })
 }
 

@@ -21,7 +21,7 @@ use crate::data::error::DataError;
 use crate::data::info::DataInfo;
 use crate::data::normalize::Normalizer;
 use crate::data::split::split_indices;
-use crate::data::vocab::Vocabulary;
+use crate::data::vocab::{TokenVocabulary, Vocabulary};
 
 /// Which part of the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,12 +151,14 @@ impl Dataset {
         let mut train = take_rows(&table, train_rows);
         let mut valid = take_rows(&table, valid_rows);
         let categories = index_categories(&table, &mut train, &mut valid);
+        let tokens = index_tokens(&table, &mut train, &mut valid);
 
         let normalizer = normalize.then(|| {
             let mut normalizer = Normalizer::fit(&train.features, table.n_features());
-            // Category indices are names, not quantities: left as they are.
-            for v in &categories {
-                (normalizer.mean[v.position], normalizer.std[v.position]) = (0.0, 1.0);
+            // Category and token indices are names, not quantities: left as they are.
+            let names = categories.iter().map(|v| v.position..v.position + 1);
+            for p in names.chain(tokens.iter().map(|t| 0..t.length)).flatten() {
+                (normalizer.mean[p], normalizer.std[p]) = (0.0, 1.0);
             }
             normalizer.apply(&mut train.features);
             normalizer.apply(&mut valid.features);
@@ -169,6 +171,7 @@ impl Dataset {
             class_names: table.targets.class_names().map(<[String]>::to_vec),
             normalizer,
             categories,
+            tokens,
             train_fraction,
             seed,
             train_rows: train.len(),
@@ -237,6 +240,26 @@ fn index_categories(table: &Table, train: &mut SplitData, valid: &mut SplitData)
     out
 }
 
+/// The vocabulary of a text model's text, from the training rows alone,
+/// with each row's token indices written into both parts' features.
+fn index_tokens(table: &Table, train: &mut SplitData, valid: &mut SplitData) -> Option<TokenVocabulary> {
+    let text = table.text.as_ref()?;
+    let o = &text.options;
+    let mut v =
+        TokenVocabulary::fit(&o.column, o.length, train.rows.iter().map(|&r| text.cells[r].as_str()), o.vocab_limit);
+    let index = v.index();
+    for (p, &r) in train.rows.iter().enumerate() {
+        v.encode_with(&index, &text.cells[r], &mut train.features[p * o.length..(p + 1) * o.length]);
+    }
+    let mut unseen = 0;
+    for (p, &r) in valid.rows.iter().enumerate() {
+        unseen += v.encode_with(&index, &text.cells[r], &mut valid.features[p * o.length..(p + 1) * o.length]);
+    }
+    drop(index);
+    v.unseen_in_validation = unseen;
+    Some(v)
+}
+
 fn take_rows(table: &Table, rows: Vec<usize>) -> SplitData {
     let mut features = Vec::with_capacity(rows.len() * table.n_features());
     for &r in &rows {
@@ -274,6 +297,7 @@ mod tests {
             features,
             targets,
             categorical: Vec::new(),
+            text: None,
         }
     }
 

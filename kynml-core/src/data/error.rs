@@ -174,9 +174,9 @@ pub enum DataError {
         fraction: f64,
     },
 
-    /// A column the spec declares categorical is not in the file.
+    /// A column the spec declares categorical (or as the text) is not in the file.
     #[error(
-        "{}:1: no column `{name}`, which the dataset declares categorical{}",
+        "{}:1: no column `{name}`, which the dataset declares {what}{}",
         path.display(),
         suggestion.as_ref().map_or(String::new(), |s| format!("; did you mean `{s}`?"))
     )]
@@ -185,8 +185,27 @@ pub enum DataError {
         path: PathBuf,
         /// The column the spec names.
         name: String,
+        /// `categorical` or `the text`.
+        what: &'static str,
         /// A column of the file whose name is close enough to be a typo.
         suggestion: Option<String>,
+    },
+
+    /// A feature column beside the text column of a text model.
+    #[error(
+        "{}:1: column {column} (`{name}`) is a feature beside the text `{text}`; a model of `input seq` reads \
+         only its text (and the target): remove the column, or write a text of it",
+        path.display()
+    )]
+    BesideText {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based position.
+        column: usize,
+        /// The column's name.
+        name: String,
+        /// The text column.
+        text: String,
     },
 
     /// The target is declared categorical.

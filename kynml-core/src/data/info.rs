@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use crate::data::normalize::Normalizer;
-use crate::data::vocab::Vocabulary;
+use crate::data::vocab::{TokenVocabulary, Vocabulary};
 
 /// What a run saves about its data: columns, classes, normalizer and split.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -27,6 +27,10 @@ pub struct DataInfo {
     /// before categorical columns have none.
     #[serde(default)]
     pub categories: Vec<Vocabulary>,
+    /// A text model's tokens: the features are the token positions of this
+    /// text column. `None` for other models.
+    #[serde(default)]
+    pub tokens: Option<TokenVocabulary>,
     /// Fraction of rows asked for training (the spec's `split`), in [0, 1].
     pub train_fraction: f64,
     /// Seed the rows were shuffled with before splitting.

@@ -33,7 +33,10 @@ mod split;
 mod synthetic;
 mod vocab;
 
-pub use csv_table::{parse_csv, read_csv, read_model_rows, CategoryCells, ModelRows, Table, TableOptions, Targets};
+pub use csv_table::{
+    parse_csv, read_csv, read_model_rows, CategoryCells, ModelRows, Table, TableOptions, Targets, TextCells,
+    TextOptions,
+};
 pub use dataset::{Batch, Dataset, Labels, Split, SplitData};
 pub use error::DataError;
 pub use info::DataInfo;
@@ -42,4 +45,4 @@ pub use prefetch::{BatchFeed, Loader};
 
 pub use split::{split_indices, SplitError, MIN_ROWS};
 pub use synthetic::synthetic_for;
-pub use vocab::Vocabulary;
+pub use vocab::{TokenVocabulary, Vocabulary};

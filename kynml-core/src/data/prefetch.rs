@@ -121,6 +121,7 @@ mod tests {
             features,
             targets,
             categorical: Vec::new(),
+            text: None,
         };
         Dataset::from_table(table, 0.8, false, 3).unwrap()
     }

@@ -60,6 +60,7 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
         features,
         targets,
         categorical: Vec::new(),
+        text: None,
     };
     Dataset::from_table(table, spec.dataset.split.value, spec.dataset.normalize, seed)
 }

@@ -77,3 +77,109 @@ mod tests {
         assert_eq!(Vocabulary::fit("city", 0, ["Lima", "Paris", "", "Oslo"]), v);
     }
 }
+
+/// The tokens of a text column, learned from the training rows: a text is
+/// split at whitespace, each token becomes its index, and the sequence is cut
+/// or padded to the model's length.
+///
+/// Index 0 is padding, 1 a token the training rows never held (or one past
+/// the vocabulary's size limit); known tokens take 2.., the most frequent
+/// first (ties in byte order).
+///
+/// ```
+/// # use kynml_core::data::TokenVocabulary;
+/// let v = TokenVocabulary::fit("review", 4, ["good film", "bad film", "film"], None);
+/// assert_eq!(v.tokens, ["film", "bad", "good"]);
+/// let mut ids = [0.0; 4];
+/// assert_eq!(v.encode("good new film", &mut ids), 1); // one unseen token
+/// assert_eq!(ids, [4.0, 1.0, 2.0, 0.0]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TokenVocabulary {
+    /// The text column's name.
+    pub column: String,
+    /// Tokens per text: longer texts are cut, shorter ones padded.
+    pub length: usize,
+    /// Known tokens; `tokens[i]` has index `i + 2`.
+    pub tokens: Vec<String>,
+    /// Tokens of the validation rows the training rows never held.
+    #[serde(default)]
+    pub unseen_in_validation: usize,
+}
+
+impl TokenVocabulary {
+    /// The index of padding.
+    pub const PAD: u32 = 0;
+    /// The index of a token the vocabulary does not hold.
+    pub const UNSEEN: u32 = 1;
+
+    /// The vocabulary of `texts` (the training rows' cells), keeping the
+    /// `limit` most frequent tokens when given.
+    pub fn fit<'a>(
+        column: &str,
+        length: usize,
+        texts: impl IntoIterator<Item = &'a str>,
+        limit: Option<usize>,
+    ) -> Self {
+        let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for text in texts {
+            for token in text.split_whitespace() {
+                *counts.entry(token).or_default() += 1;
+            }
+        }
+        let mut by_count: Vec<(&str, usize)> = counts.into_iter().collect();
+        by_count.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        by_count.truncate(limit.unwrap_or(usize::MAX));
+        let tokens = by_count.into_iter().map(|(t, _)| t.to_owned()).collect();
+        TokenVocabulary { column: column.to_owned(), length, tokens, unseen_in_validation: 0 }
+    }
+
+    /// The number of indices: padding, unseen, then the known tokens.
+    pub fn size(&self) -> usize {
+        self.tokens.len() + 2
+    }
+
+    /// Writes the indices of `text`'s first `out.len()` tokens into `out`,
+    /// padding the rest; returns how many of them the vocabulary lacks.
+    pub fn encode(&self, text: &str, out: &mut [f32]) -> usize {
+        self.encode_with(&self.index(), text, out)
+    }
+
+    /// The lookup table [`encode_with`](Self::encode_with) takes.
+    pub fn index(&self) -> std::collections::HashMap<&str, u32> {
+        self.tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i as u32 + 2)).collect()
+    }
+
+    /// [`encode`](Self::encode) with a lookup table built once.
+    pub fn encode_with(&self, index: &std::collections::HashMap<&str, u32>, text: &str, out: &mut [f32]) -> usize {
+        out.fill(Self::PAD as f32);
+        let mut unseen = 0;
+        for (slot, token) in out.iter_mut().zip(text.split_whitespace()) {
+            let id = index.get(token).copied().unwrap_or(Self::UNSEEN);
+            unseen += usize::from(id == Self::UNSEEN);
+            *slot = id as f32;
+        }
+        unseen
+    }
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::*;
+
+    #[test]
+    fn frequent_tokens_first_and_the_limit_keeps_the_most_frequent() {
+        let texts = ["b a c", "a b", "a", "d"];
+        let v = TokenVocabulary::fit("t", 3, texts, None);
+        assert_eq!(v.tokens, ["a", "b", "c", "d"]);
+        assert_eq!(v.size(), 6);
+        let capped = TokenVocabulary::fit("t", 3, texts, Some(2));
+        assert_eq!(capped.tokens, ["a", "b"]);
+        let mut ids = [9.0; 3];
+        // Cut at 3 tokens; `c` is past the limit, so unseen.
+        assert_eq!(capped.encode("c  b\ta a", &mut ids), 1);
+        assert_eq!(ids, [1.0, 3.0, 2.0]);
+        assert_eq!(capped.encode("", &mut ids), 0);
+        assert_eq!(ids, [0.0; 3]);
+    }
+}

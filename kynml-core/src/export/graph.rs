@@ -32,6 +32,9 @@ pub struct ExportModel {
     /// The categorical features' vocabularies: such a feature holds the
     /// index of its category (0 for one unseen in training).
     pub categories: Vec<crate::data::Vocabulary>,
+    /// A text model's tokens: the input is the token ids of this column's
+    /// text ([`Shape::tokens`]). `None` for other models.
+    pub tokens: Option<crate::data::TokenVocabulary>,
     /// The layers, applied in order.
     pub layers: Vec<ExportLayer>,
     /// What the last layer's outputs mean.
@@ -148,7 +151,7 @@ impl ExportLayer {
 
     /// Its tensors, by name.
     pub fn view(&self) -> Tensors<'_> {
-        Tensors(&self.tensors)
+        Tensors::new(&self.tensors)
     }
 
     /// A dense layer: `weight` row-major `[output, input]` (PyTorch's `nn.Linear` layout).
@@ -306,6 +309,11 @@ impl ExportModel {
         if self.shape.size() != self.input {
             return Err(format!("the input shape {} does not hold {} values", self.shape, self.input));
         }
+        match (&self.tokens, self.shape.is_tokens()) {
+            (Some(t), true) if t.length == self.input => {}
+            (None, false) => {}
+            _ => return Err("a text model needs its tokens, and only a text model has them".into()),
+        }
         for v in &self.categories {
             if self.feature_names.get(v.position) != Some(&v.column) {
                 return Err(format!("categorical column `{}` is not feature {}", v.column, v.position + 1));
@@ -365,9 +373,13 @@ impl ExportModel {
                 }
             }
         }
+        // The padding of a text input: token id 0 (ids are never normalised).
+        let mask: Option<Vec<f32>> =
+            self.shape.is_tokens().then(|| rows.iter().map(|&id| if id == 0.0 { 0.0 } else { 1.0 }).collect());
         let shapes = self.shapes()?;
         for (layer, shape) in self.layers.iter().zip(&shapes) {
-            x = layer.spec.reference(shape, layer.view(), &x);
+            let t = Tensors { all: &layer.tensors, mask: mask.as_deref() };
+            x = layer.spec.reference(shape, t, &x);
         }
         Ok(x)
     }
@@ -477,6 +489,7 @@ mod tests {
             target: "y".to_string(),
             normalizer: None,
             categories: Vec::new(),
+            tokens: None,
             layers,
             head,
         }

@@ -145,6 +145,7 @@ pub fn from_model(model: &Model<Kb>, spec: &ModelSpec, info: &DataInfo, loss: Lo
         target: info.target.clone(),
         normalizer: info.normalizer.as_ref().map(|n| (n.mean.clone(), n.std.clone())),
         categories: info.categories.clone(),
+        tokens: info.tokens.clone(),
         layers: spec.layers.iter().map(|l| ExportLayer { spec: l.value.clone(), tensors: Vec::new() }).collect(),
         head,
     };
@@ -340,9 +341,12 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
     }
     let input = size(v, "input")?;
     // Older sidecars have no `input_shape`: plain features.
-    let shape = match v.get("input_shape") {
-        None | Some(Value::Null) => Shape::flat(input),
-        Some(s) => Shape(serde_json::from_value(s.clone()).map_err(|_| "`input_shape` is not a list of sizes")?),
+    let shape = match (v.get("input_shape"), v.get("input_layout").and_then(Value::as_str)) {
+        (_, Some("tokens")) => Shape::tokens(input),
+        (None | Some(Value::Null), _) => Shape::flat(input),
+        (Some(s), _) => {
+            Shape::new(serde_json::from_value(s.clone()).map_err(|_| "`input_shape` is not a list of sizes")?)
+        }
     };
     let mut layers = Vec::new();
     let mut current = shape.clone();
@@ -375,6 +379,10 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
             serde_json::from_value(c.clone()).map_err(|_| "`categories` is not a list of {column, position, values}")?
         }
     };
+    let tokens = match v.get("tokens") {
+        None | Some(Value::Null) => None,
+        Some(t) => Some(serde_json::from_value(t.clone()).map_err(|_| "`tokens` is not {column, length, tokens}")?),
+    };
     Ok(ExportModel {
         name: v.get("name").and_then(Value::as_str).unwrap_or("model").to_string(),
         input,
@@ -383,6 +391,7 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
         target: v.get("target").and_then(Value::as_str).unwrap_or_default().to_string(),
         normalizer,
         categories,
+        tokens,
         layers,
         head,
     })

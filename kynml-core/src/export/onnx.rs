@@ -103,6 +103,9 @@ enum Values {
 /// with their widths.
 #[derive(Default)]
 pub(crate) struct Graph {
+    /// `[batch, length]` float, 1 for a token and 0 for padding, where the
+    /// model reads text.
+    pub(crate) mask: Option<String>,
     nodes: Vec<Node>,
     initializers: Vec<Initializer>,
     outputs: Vec<(String, usize)>,
@@ -166,6 +169,13 @@ impl Graph {
 fn build_graph(model: &ExportModel) -> Graph {
     let mut g = Graph::default();
     let mut x = INPUT_NAME.to_string();
+    if model.shape.is_tokens() {
+        // Token id 0 is padding: mask = float(features != 0).
+        let zero = g.scalar("zero", 0.0);
+        let pad = g.node("mask.padding".to_string(), "Equal", &[&x, &zero], Vec::new());
+        let keep = g.node("mask.tokens".to_string(), "Not", &[&pad], Vec::new());
+        g.mask = Some(g.node("mask".to_string(), "Cast", &[&keep], vec![Attr::Int("to", 1)]));
+    }
     if let Some((mean, std)) = &model.normalizer {
         let m = g.constant("normalizer.mean".to_string(), vec![model.input], mean.clone());
         let s = g.constant("normalizer.std".to_string(), vec![model.input], std.clone());
@@ -469,6 +479,7 @@ mod tests {
             target: "y".to_string(),
             normalizer: normalizer.then(|| (vec![0.0, 1.0, 2.0], vec![1.0, 2.0, 3.0])),
             categories: Vec::new(),
+            tokens: None,
             layers,
             head,
         }

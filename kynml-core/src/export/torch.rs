@@ -107,7 +107,10 @@ pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
 /// [...]}` or null: apply `x = (x - mean) / std` to raw rows first), `categories` (one
 /// `{column, position, values}` per categorical feature: such a feature holds `1 + i` for
 /// `values[i]` and 0 for a value not in `values`, before the normalizer, which leaves it as
-/// it is), `layers` (one object per
+/// it is), `input_layout` (`tokens` for a text model, whose input is the token ids of `tokens`:
+/// `{column, length, tokens}`, where token `tokens[i]` has id `i + 2`, 0 is padding and 1 a
+/// token not in `tokens`; a text is split at whitespace and cut or padded to `length`; else
+/// `values`), `layers` (one object per
 /// module, in order, with `index`, `kind` and `module`, the PyTorch module(s) it stands for;
 /// dense: `in_features`, `out_features`, `activation` (`linear`, `relu`, `gelu` (exact),
 /// `tanh`, `sigmoid`, `silu`, `leaky_relu`) and for leaky_relu `negative_slope`; batchnorm:
@@ -173,6 +176,8 @@ pub fn sidecar_json(model: &ExportModel) -> Value {
         "target": model.target,
         "normalizer": normalizer,
         "categories": model.categories,
+        "input_layout": if model.shape.is_tokens() { "tokens" } else { "values" },
+        "tokens": model.tokens,
         "layers": layers,
         "head": head,
         "tensors": tensors,
@@ -194,6 +199,7 @@ mod tests {
             target: "label".to_string(),
             normalizer: Some((vec![0.0, 1.0, 2.0], vec![1.0, 0.5, 4.0])),
             categories: Vec::new(),
+            tokens: None,
             layers: vec![
                 ExportLayer::dense(3, 4, (0..12).map(|i| i as f32).collect(), vec![0.1; 4], Activation::Gelu),
                 ExportLayer::batchnorm(vec![1.0; 4], vec![0.0; 4], vec![0.5; 4], vec![2.0; 4], 42),

@@ -58,6 +58,9 @@ impl Kind for BatchNormSpec {
     }
 
     fn output(&self, input: &Shape) -> Result<Shape, String> {
+        if input.is_sequence() {
+            return Err("`batchnorm` normalises features or channels; on a text's positions use `layernorm`".into());
+        }
         Ok(input.clone())
     }
 

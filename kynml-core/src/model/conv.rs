@@ -161,6 +161,9 @@ impl Kind for ConvSpec {
 
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         let needs = if self.dims == 1 { "CxL (channels x length)" } else { "CxHxW (channels x height x width)" };
+        if input.is_sequence() {
+            return Err(format!("`{}` takes channels first; a text's positions are not channels", self.name()));
+        }
         if input.rank() != self.dims + 1 {
             return Err(format!(
                 "`{}` takes {needs} values; declare the input's shape, as in `input {}`",
@@ -169,8 +172,8 @@ impl Kind for ConvSpec {
             ));
         }
         match self.out_hw(input) {
-            Some([_, ow]) if self.dims == 1 => Ok(Shape(vec![self.channels, ow])),
-            Some([oh, ow]) => Ok(Shape(vec![self.channels, oh, ow])),
+            Some([_, ow]) if self.dims == 1 => Ok(Shape::new(vec![self.channels, ow])),
+            Some([oh, ow]) => Ok(Shape::new(vec![self.channels, oh, ow])),
             None => Err(format!(
                 "its kernel {} is larger than the {} input plus padding {}; use a smaller kernel or more padding",
                 self.kernel,

@@ -90,6 +90,12 @@ impl Kind for DenseSpec {
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         match input.dims() {
             [_] => Ok(Shape::flat(self.units)),
+            _ if input.is_sequence() => Err(format!(
+                "`dense` takes plain features; add `global_avgpool` before it for the mean over the text's tokens \
+                 ({} values), or `flatten` for all {} values",
+                input.dims()[1],
+                input.size()
+            )),
             _ => Err(format!(
                 "`dense` takes plain features; add `flatten` before it to turn the {} values into {} features",
                 input.written(),

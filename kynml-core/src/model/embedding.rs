@@ -10,6 +10,11 @@
 //! fills [`EmbeddingSpec::columns`] in, and until then the layer's output is
 //! taken to be its input.
 //!
+//! On a text (`input seq L`), `embedding D` turns each token id into D
+//! learned values (one `nn.Embedding(tokens, D, padding_idx=0)`): the L ids
+//! become `[L, D]`, with padding's positions at zeros, and the layers after
+//! it are told which positions are padding.
+//!
 //! [`ModelSpec::bind`]: crate::spec::types::ModelSpec::bind
 
 use burn::module::{Module, Param, ParamId};
@@ -35,6 +40,9 @@ pub struct EmbeddingSpec {
     pub dim: usize,
     /// The categorical columns, in feature order; empty until bound to the data.
     pub columns: Vec<Column>,
+    /// On a text (`input seq L`): the tokens' indices (padding, unseen, then
+    /// the vocabulary); 0 until bound to the data.
+    pub tokens: usize,
 }
 
 /// One embedded column.
@@ -46,14 +54,19 @@ pub struct Column {
     pub categories: usize,
 }
 
-/// One table per categorical column; the other columns are copied.
+/// One table per categorical column; the other columns are copied. On a
+/// text, one table for every token position.
 #[derive(Module, Debug)]
 pub struct Embedding<B: Backend> {
-    /// `[categories, dim]` per column, in [`positions`](Self::positions)' order.
+    /// `[categories, dim]` per column, in [`positions`](Self::positions)'
+    /// order; on a text, the one `[tokens, dim]` table.
     pub tables: Vec<Param<Tensor<B, 2>>>,
     /// Where each table's column is among the input's features.
     #[module(skip)]
     pub positions: Vec<usize>,
+    /// Whether the input is a text's token ids.
+    #[module(skip)]
+    pub text: bool,
 }
 
 const FORM: &str = "embedding D";
@@ -97,7 +110,7 @@ impl Kind for EmbeddingSpec {
         };
         let dim = count_arg(dim, "the size of `embedding`", 1, d);
         extra_args(line, 1, FORM, d)?;
-        Some(EmbeddingSpec { dim: dim?, columns: Vec::new() })
+        Some(EmbeddingSpec { dim: dim?, columns: Vec::new(), tokens: 0 })
     }
 
     fn describe(&self) -> String {
@@ -105,6 +118,9 @@ impl Kind for EmbeddingSpec {
     }
 
     fn output(&self, input: &Shape) -> Result<Shape, String> {
+        if input.is_tokens() {
+            return Ok(Shape::sequence(input.size(), self.dim));
+        }
         let [width] = *input.dims() else {
             return Err(format!(
                 "`embedding` reads the categorical columns of plain features, not {} values",
@@ -117,7 +133,10 @@ impl Kind for EmbeddingSpec {
         Ok(Shape::flat(width + self.columns.len() * (self.dim - 1)))
     }
 
-    fn tensors(&self, _input: &Shape) -> Vec<Decl> {
+    fn tensors(&self, input: &Shape) -> Vec<Decl> {
+        if input.is_tokens() {
+            return vec![Decl::param("weight", vec![self.tokens, self.dim])];
+        }
         (self.columns.iter().enumerate())
             .map(|(k, c)| Decl::param(format!("tables.{k}.weight"), vec![c.categories, self.dim]))
             .collect()
@@ -128,7 +147,17 @@ impl Kind for EmbeddingSpec {
     /// PyTorch's `padding_idx` row does): no training row holds that index,
     /// so the row stays zeros, and a category unseen in training adds
     /// nothing rather than a random vector.
-    fn init(&self, _input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Embedding<Kb> {
+    ///
+    /// On a text, the rows of padding and of an unseen token start at
+    /// zeros; padding's gets no gradient (its positions are multiplied by
+    /// the mask), so it stays there, as with PyTorch's `padding_idx`.
+    fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Embedding<Kb> {
+        if input.is_tokens() {
+            let values: Vec<f32> =
+                (0..self.tokens * self.dim).map(|i| if i < 2 * self.dim { 0.0 } else { rng.normal() as f32 }).collect();
+            let table = Param::from_data(TensorData::new(values, [self.tokens, self.dim]), device);
+            return Embedding { tables: vec![table], positions: Vec::new(), text: true };
+        }
         let tables = (self.columns.iter())
             .map(|c| {
                 let values: Vec<f32> = (0..c.categories * self.dim)
@@ -137,10 +166,13 @@ impl Kind for EmbeddingSpec {
                 Param::from_data(TensorData::new(values, [c.categories, self.dim]), device)
             })
             .collect();
-        Embedding { tables, positions: self.columns.iter().map(|c| c.position).collect() }
+        Embedding { tables, positions: self.columns.iter().map(|c| c.position).collect(), text: false }
     }
 
     fn check(&self, t: Tensors) -> Result<(), String> {
+        if t.f32("weight").iter().any(|v| !v.is_finite()) {
+            return Err("the token table holds a value that is not finite".into());
+        }
         for k in 0..self.columns.len() {
             if t.f32(&format!("tables.{k}.weight")).iter().any(|v| !v.is_finite()) {
                 return Err(format!("table {k} holds a value that is not finite"));
@@ -151,6 +183,14 @@ impl Kind for EmbeddingSpec {
 
     fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
         let width = input.size();
+        if input.is_tokens() {
+            let table = t.f32("weight");
+            let rows = x.iter().flat_map(|&id| {
+                let i = category(id, self.tokens);
+                &table[i * self.dim..(i + 1) * self.dim]
+            });
+            return rows.copied().collect();
+        }
         let tables: Vec<&[f32]> = (0..self.columns.len()).map(|k| t.f32(&format!("tables.{k}.weight"))).collect();
         let pieces = self.pieces(width);
         let mut y = Vec::with_capacity(x.len() / width.max(1) * self.output(input).map_or(0, |s| s.size()));
@@ -172,6 +212,12 @@ impl Kind for EmbeddingSpec {
     /// categorical one, its index `Cast` to int64 and a `Gather` of its table's
     /// rows. Then one `Concat`.
     fn onnx(&self, g: &mut Graph, p: &str, input: &Shape, t: Tensors, x: String) -> String {
+        if input.is_tokens() {
+            let ids = g.node(format!("{p}.ids"), "Cast", &[&x], vec![Attr::Int("to", 7)]);
+            let table = g.constant(format!("{p}.weight"), vec![self.tokens, self.dim], t.f32("weight").to_vec());
+            let rows = g.node(format!("{p}.rows"), "Gather", &[&table, &ids], vec![Attr::Int("axis", 0)]);
+            return g.flatten(p, rows);
+        }
         let mut parts = Vec::new();
         for (i, piece) in self.pieces(input.size()).into_iter().enumerate() {
             parts.push(match piece {
@@ -196,6 +242,18 @@ impl Kind for EmbeddingSpec {
     }
 
     fn torch(&self, input: &Shape) -> Json {
+        if input.is_tokens() {
+            return json!({
+                "embedding_dim": self.dim,
+                "num_embeddings": self.tokens,
+                "padding_idx": 0,
+                "module": format!(
+                    "nn.Embedding({}, {}, padding_idx=0) on the token ids (0 padding, 1 unseen, then the \
+                     vocabulary of the sidecar's `tokens`)",
+                    self.tokens, self.dim
+                ),
+            });
+        }
         let columns: Vec<Json> =
             (self.columns.iter()).map(|c| json!({"position": c.position, "num_embeddings": c.categories})).collect();
         let listed: Vec<String> = self.columns.iter().map(|c| format!("({}, {})", c.position, c.categories)).collect();
@@ -217,6 +275,9 @@ impl Kind for EmbeddingSpec {
 
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
         let dim = v.get("embedding_dim").and_then(Json::as_u64).ok_or("embedding without `embedding_dim`")? as usize;
+        if let Some(tokens) = v.get("num_embeddings").and_then(Json::as_u64) {
+            return Ok(EmbeddingSpec { dim, columns: Vec::new(), tokens: tokens as usize });
+        }
         let columns = (v.get("columns").and_then(Json::as_array).ok_or("embedding without `columns`")?.iter())
             .map(|c| {
                 let field = |name: &str| c.get(name).and_then(Json::as_u64).map(|n| n as usize);
@@ -229,7 +290,7 @@ impl Kind for EmbeddingSpec {
         if dim == 0 || columns.windows(2).any(|w| w[0].position >= w[1].position) {
             return Err("embedding columns must be in increasing positions, with a size of at least 1".into());
         }
-        Ok(EmbeddingSpec { dim, columns })
+        Ok(EmbeddingSpec { dim, columns, tokens: 0 })
     }
 }
 
@@ -244,8 +305,20 @@ fn category(value: f32, categories: usize) -> usize {
 }
 
 impl LayerModule for Embedding<Kb> {
-    fn forward(&self, x: Tensor<Kb, 2>, _pass: &mut Pass) -> Tensor<Kb, 2> {
+    fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
         let [batch, width] = x.dims();
+        if self.text {
+            // Ids are whole numbers >= 0: 1 for a token, 0 for padding. (A
+            // comparison would give a tensor off the autodiff graph.)
+            let mask = x.clone().clamp_max(1.0);
+            let dim = self.tables[0].dims()[1];
+            let ids = x.int().reshape([batch * width]);
+            let rows = self.tables[0].val().select(0, ids).reshape([batch, width, dim]);
+            // Padding's positions give zeros, and its row no gradient.
+            let y = rows * mask.clone().unsqueeze_dim::<3>(2);
+            pass.mask = Some(mask);
+            return y.reshape([batch, width * dim]);
+        }
         let mut parts = Vec::new();
         for piece in pieces(&self.positions, width) {
             parts.push(match piece {
@@ -261,18 +334,30 @@ impl LayerModule for Embedding<Kb> {
     }
 
     fn state(&self) -> Vec<(String, TensorData)> {
-        (self.tables.iter().enumerate()).map(|(k, t)| (format!("tables.{k}.weight"), t.val().into_data())).collect()
+        (self.tables.iter().enumerate()).map(|(k, t)| (self.name(k), t.val().into_data())).collect()
     }
 
     fn restore(mut self, get: &mut Getter, device: &DispatchDevice) -> Result<Self, StateError> {
-        self.tables = (self.tables.into_iter().enumerate())
-            .map(|(k, t)| restore_param(t, &format!("tables.{k}.weight"), get, device))
+        let names: Vec<String> = (0..self.tables.len()).map(|k| self.name(k)).collect();
+        self.tables = (self.tables.into_iter().zip(&names))
+            .map(|(t, name)| restore_param(t, name, get, device))
             .collect::<Result<_, _>>()?;
         Ok(self)
     }
 
     fn params(&self) -> Vec<(ParamId, String, usize)> {
-        (self.tables.iter().enumerate()).map(|(k, t)| (t.id, format!("tables.{k}.weight"), 2)).collect()
+        (self.tables.iter().enumerate()).map(|(k, t)| (t.id, self.name(k), 2)).collect()
+    }
+}
+
+impl Embedding<Kb> {
+    /// The field name of table `k`: `weight` on a text, else `tables.{k}.weight`.
+    fn name(&self, k: usize) -> String {
+        if self.text {
+            "weight".into()
+        } else {
+            format!("tables.{k}.weight")
+        }
     }
 }
 
@@ -289,7 +374,7 @@ mod tests {
 
     #[test]
     fn the_reference_swaps_each_index_for_its_row() {
-        let spec = EmbeddingSpec { dim: 2, columns: vec![Column { position: 1, categories: 3 }] };
+        let spec = EmbeddingSpec { dim: 2, columns: vec![Column { position: 1, categories: 3 }], tokens: 0 };
         let input = Shape::flat(3);
         assert_eq!(spec.output(&input), Ok(Shape::flat(4)));
         let table = crate::model::HostTensor {
@@ -297,7 +382,7 @@ mod tests {
             shape: vec![3, 2],
             data: crate::export::torch::TorchTensor::F32(vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.5]),
         };
-        let t = Tensors(std::slice::from_ref(&table));
+        let t = Tensors::new(std::slice::from_ref(&table));
         // Index 2, then an index out of range: the unseen row.
         let y = spec.reference(&input, t, &[7.0, 2.0, 9.0, -1.0, 5.0, 3.0]);
         assert_eq!(y, [7.0, 2.0, 2.5, 9.0, -1.0, 0.0, 0.5, 3.0]);

@@ -32,30 +32,81 @@ use crate::spec::ast::LayerLine;
 use crate::spec::diagnostic::Diagnostic;
 
 /// The shape of one sample between two layers, without the batch
-/// dimension: `[features]`, `[channels, length]` or `[channels, height, width]`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(transparent)]
-pub struct Shape(pub Vec<usize>);
+/// dimension: `[features]`, `[channels, length]` or `[channels, height,
+/// width]`; or, for text, `[length]` token ids and `[positions, features]`
+/// after their embedding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    dims: Vec<usize>,
+    layout: Layout,
+}
+
+/// What a shape's dimensions mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Numbers: plain features, or channels first (`[C, L]`, `[C, H, W]`).
+    Values,
+    /// `[L]`: the token ids of a text (0 where it is padded).
+    Tokens,
+    /// `[L, D]`: D values at each of L positions of a text.
+    Sequence,
+}
+
+impl serde::Serialize for Shape {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.dims.serialize(s)
+    }
+}
 
 impl Shape {
+    /// Numbers of these dimensions: `[n]`, `[c, l]` or `[c, h, w]`.
+    pub fn new(dims: Vec<usize>) -> Self {
+        Shape { dims, layout: Layout::Values }
+    }
+
     /// `[n]`: plain features.
     pub fn flat(n: usize) -> Self {
-        Shape(vec![n])
+        Shape::new(vec![n])
+    }
+
+    /// `[length]` token ids.
+    pub fn tokens(length: usize) -> Self {
+        Shape { dims: vec![length], layout: Layout::Tokens }
+    }
+
+    /// `[length, features]`: a text's positions, each with its values.
+    pub fn sequence(length: usize, features: usize) -> Self {
+        Shape { dims: vec![length, features], layout: Layout::Sequence }
+    }
+
+    /// What the dimensions mean.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Whether these are token ids.
+    pub fn is_tokens(&self) -> bool {
+        self.layout == Layout::Tokens
+    }
+
+    /// Whether this is a text's positions with their values.
+    pub fn is_sequence(&self) -> bool {
+        self.layout == Layout::Sequence
     }
 
     /// The number of values per sample: the product of the dimensions.
     pub fn size(&self) -> usize {
-        self.0.iter().product()
+        self.dims.iter().product()
     }
 
     /// The number of dimensions (1 for plain features).
     pub fn rank(&self) -> usize {
-        self.0.len()
+        self.dims.len()
     }
 
     /// The dimensions.
     pub fn dims(&self) -> &[usize] {
-        &self.0
+        &self.dims
     }
 
     /// `[channels, height, width]`, height 1 for a `CxL` input (the view
@@ -68,19 +119,25 @@ impl Shape {
         }
     }
 
-    /// How a spec writes it: `64`, `1x28x28`.
+    /// How a spec writes it: `64`, `1x28x28`, `seq 64`.
     pub fn written(&self) -> String {
-        self.0.iter().map(usize::to_string).collect::<Vec<_>>().join("x")
+        let dims = self.dims.iter().map(usize::to_string).collect::<Vec<_>>().join("x");
+        match self.layout {
+            Layout::Tokens => format!("seq {dims}"),
+            _ => dims,
+        }
     }
 
     /// How a message names it: `64 features`, `a 1x28x28 image`, `a 8x32 sequence of channels`.
     pub fn described(&self) -> String {
-        match self.0.as_slice() {
-            [n] => format!("{n} features"),
-            [1, l] => format!("1x{l} values (1 channel of length {l})"),
-            [c, l] => format!("{c}x{l} values ({c} channels of length {l})"),
-            [1, h, w] => format!("1x{h}x{w} values (1 channel of {h}x{w})"),
-            [c, h, w] => format!("{c}x{h}x{w} values ({c} channels of {h}x{w})"),
+        match (self.layout, self.dims.as_slice()) {
+            (Layout::Tokens, [l]) => format!("the {l} token ids of a text"),
+            (Layout::Sequence, [l, d]) => format!("{l}x{d} values ({d} at each of {l} positions of a text)"),
+            (_, [n]) => format!("{n} features"),
+            (_, [1, l]) => format!("1x{l} values (1 channel of length {l})"),
+            (_, [c, l]) => format!("{c}x{l} values ({c} channels of length {l})"),
+            (_, [1, h, w]) => format!("1x{h}x{w} values (1 channel of {h}x{w})"),
+            (_, [c, h, w]) => format!("{c}x{h}x{w} values ({c} channels of {h}x{w})"),
             _ => self.written(),
         }
     }
@@ -155,15 +212,32 @@ pub struct HostTensor {
     pub data: TorchTensor,
 }
 
-/// An exported layer's tensors, looked up by name.
+/// An exported layer's tensors, looked up by name, and which positions of
+/// the input text are padding, where the model reads text.
 #[derive(Debug, Clone, Copy)]
-pub struct Tensors<'a>(pub &'a [HostTensor]);
+pub struct Tensors<'a> {
+    /// The layer's tensors.
+    pub all: &'a [HostTensor],
+    /// `[rows, length]`: 1 for a token of the input text, 0 for padding;
+    /// `None` where the input is not text.
+    pub mask: Option<&'a [f32]>,
+}
 
 impl<'a> Tensors<'a> {
+    /// `all`, for a model whose input is not text.
+    pub fn new(all: &'a [HostTensor]) -> Self {
+        Tensors { all, mask: None }
+    }
+
+    /// Other tensors (a block's layer's), with the same mask.
+    pub fn with(&self, all: &'a [HostTensor]) -> Self {
+        Tensors { all, mask: self.mask }
+    }
+
     /// The f32 values of the tensor `name`; empty when there is none (a
     /// validated model has every declared tensor).
     pub fn f32(&self, name: &str) -> &'a [f32] {
-        match self.0.iter().find(|t| t.name == name).map(|t| &t.data) {
+        match self.all.iter().find(|t| t.name == name).map(|t| &t.data) {
             Some(TorchTensor::F32(v)) => v,
             _ => &[],
         }
@@ -171,7 +245,7 @@ impl<'a> Tensors<'a> {
 
     /// The int64 scalar `name`, 0 when there is none.
     pub fn count(&self, name: &str) -> i64 {
-        match self.0.iter().find(|t| t.name == name).map(|t| &t.data) {
+        match self.all.iter().find(|t| t.name == name).map(|t| &t.data) {
             Some(TorchTensor::I64(v)) => v.first().copied().unwrap_or(0),
             _ => 0,
         }
@@ -186,6 +260,9 @@ pub struct Pass<'a, 'r> {
     /// The element type of the products (dense and convolution) under mixed
     /// precision; `None` for fp32.
     pub half: Option<FloatDType>,
+    /// `[batch, length]`, where the model reads text: 1 for a token, 0 for
+    /// padding; set by the layer that embeds the tokens.
+    pub mask: Option<Tensor<Kb, 2>>,
 }
 
 impl Pass<'_, '_> {

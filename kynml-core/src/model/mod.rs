@@ -33,7 +33,7 @@ pub use batchnorm::BatchNorm;
 pub use dense::Dense;
 pub use dropout::{bernoulli_mask, dropout_piece, Dropout, MaskKey, PIECE as MASK_PIECE};
 pub(crate) use kind::Kind;
-pub use kind::{Decl, HostTensor, LayerModule, Pass, Role, Shape, Tensors};
+pub use kind::{Decl, HostTensor, LayerModule, Layout, Pass, Role, Shape, Tensors};
 pub use layernorm::LayerNorm;
 pub use state::StateError;
 pub use summary::{summarize, LayerSummary, ModelSummary};
@@ -304,6 +304,9 @@ pub fn shapes(input: &Shape, layers: &[LayerSpec]) -> Result<Vec<Shape>, (usize,
     let mut shape = input.clone();
     let mut out = Vec::with_capacity(layers.len());
     for (i, layer) in layers.iter().enumerate() {
+        if shape.is_tokens() && !layer.first_only() {
+            return Err((i, "a text's token ids go through `embedding D` first, as in `embedding 32`".into()));
+        }
         shape = layer.output(&shape).map_err(|e| (i, e))?;
         out.push(shape.clone());
     }
@@ -348,7 +351,7 @@ impl Model<Kb> {
     /// [`forward`](Self::forward) with the products (dense and convolution)
     /// in `half` (bf16 or fp16) when given; the rest stays fp32.
     pub fn forward_in(&self, mut x: Tensor<Kb, 2>, mut mode: Mode, half: Option<FloatDType>) -> Tensor<Kb, 2> {
-        let mut pass = Pass { mode: &mut mode, half };
+        let mut pass = Pass { mode: &mut mode, half, mask: None };
         for layer in &self.layers {
             x = layer.forward(x, &mut pass);
         }

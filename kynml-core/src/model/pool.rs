@@ -51,6 +51,10 @@ pub struct Pool {
     /// Which pooling.
     #[module(skip)]
     pub op: PoolOp,
+    /// `global_avgpool` on a text's positions (`input` is then `[L, D, 1]`):
+    /// the mean over the positions that are not padding.
+    #[module(skip)]
+    pub sequence: bool,
 }
 
 impl PoolSpec {
@@ -111,6 +115,15 @@ impl Kind for PoolSpec {
     }
 
     fn output(&self, input: &Shape) -> Result<Shape, String> {
+        if input.is_sequence() {
+            return match self.op {
+                PoolOp::GlobalAvg => Ok(Shape::flat(input.dims()[1])),
+                _ => Err(format!(
+                    "`{}` pools the positions of channels; on a text, `global_avgpool` takes the mean over its positions",
+                    self.name()
+                )),
+            };
+        }
         if !matches!(input.rank(), 2 | 3) {
             return Err(format!(
                 "`{}` pools the positions of each channel: it takes CxL or CxHxW values, as after `conv1d` or `conv2d`",
@@ -124,18 +137,35 @@ impl Kind for PoolSpec {
         let (k, s) = self.geometry(input);
         let size = |n: usize, i: usize| n.checked_sub(k[i]).map(|span| span / s[i] + 1);
         match (size(h, 0), size(w, 1)) {
-            (Some(_), Some(ow)) if input.rank() == 2 => Ok(Shape(vec![c, ow])),
-            (Some(oh), Some(ow)) => Ok(Shape(vec![c, oh, ow])),
+            (Some(_), Some(ow)) if input.rank() == 2 => Ok(Shape::new(vec![c, ow])),
+            (Some(oh), Some(ow)) => Ok(Shape::new(vec![c, oh, ow])),
             _ => Err(format!("its window {} is larger than the {} input", self.kernel, input.written())),
         }
     }
 
     fn init(&self, input: &Shape, _rng: &mut SplitMix64, _device: &DispatchDevice) -> Pool {
+        if input.is_sequence() {
+            let [l, d] = [input.dims()[0], input.dims()[1]];
+            return Pool { kernel: [0, 0], stride: [0, 0], input: [l, d, 1], op: self.op, sequence: true };
+        }
         let (kernel, stride) = self.geometry(input);
-        Pool { kernel, stride, input: input.chw(), op: self.op }
+        Pool { kernel, stride, input: input.chw(), op: self.op, sequence: false }
     }
 
-    fn reference(&self, input: &Shape, _t: Tensors, x: &[f32]) -> Vec<f32> {
+    fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
+        if input.is_sequence() {
+            let [l, d] = [input.dims()[0], input.dims()[1]];
+            let mut y = Vec::with_capacity(x.len() / l);
+            for (r, row) in x.chunks_exact(l * d).enumerate() {
+                let mask = |i: usize| t.mask.map_or(1.0, |m| f64::from(m[r * l + i]));
+                let count = (0..l).map(mask).sum::<f64>().max(1.0);
+                for j in 0..d {
+                    let sum: f64 = (0..l).map(|i| mask(i) * f64::from(row[i * d + j])).sum();
+                    y.push((sum / count) as f32);
+                }
+            }
+            return y;
+        }
         let [c, h, w] = input.chw();
         let (k, s) = self.geometry(input);
         let (oh, ow) = ((h - k[0]) / s[0] + 1, (w - k[1]) / s[1] + 1);
@@ -162,6 +192,19 @@ impl Kind for PoolSpec {
     /// `Reshape`, `MaxPool` / `AveragePool` / `GlobalAveragePool`, `Flatten`.
     fn onnx(&self, g: &mut Graph, p: &str, input: &Shape, _t: Tensors, x: String) -> String {
         let x = g.reshape(p, x, input);
+        if input.is_sequence() {
+            // sum(x * mask) over the positions / max(count, 1)
+            let mask = g.mask.clone().unwrap_or_default();
+            let axis1 = g.ints(format!("{p}.axis1"), vec![1], vec![1]);
+            let axis2 = g.ints(format!("{p}.axis2"), vec![1], vec![2]);
+            let m = g.node(format!("{p}.mask"), "Unsqueeze", &[&mask, &axis2], Vec::new());
+            let kept = g.node(format!("{p}.kept"), "Mul", &[&x, &m], Vec::new());
+            let sum = g.node(format!("{p}.sum"), "ReduceSum", &[&kept, &axis1], vec![Attr::Int("keepdims", 0)]);
+            let count = g.node(format!("{p}.count"), "ReduceSum", &[&mask, &axis1], vec![Attr::Int("keepdims", 1)]);
+            let one = g.scalar("one", 1.0);
+            let count = g.node(format!("{p}.count1"), "Max", &[&count, &one], Vec::new());
+            return g.node(format!("{p}.mean"), "Div", &[&sum, &count], Vec::new());
+        }
         let n = input.rank() - 1;
         let y = match self.op {
             PoolOp::GlobalAvg => g.node(format!("{p}.pool"), "GlobalAveragePool", &[&x], Vec::new()),
@@ -178,6 +221,14 @@ impl Kind for PoolSpec {
     }
 
     fn torch(&self, input: &Shape) -> Json {
+        if input.is_sequence() {
+            return json!({
+                "over": "positions",
+                "module": "the mean over a text's positions that are not padding: \
+                           (x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1), \
+                           mask = (token_ids != 0)",
+            });
+        }
         let d = if input.rank() == 2 { "1d" } else { "2d" };
         match self.op {
             PoolOp::GlobalAvg => json!({"module": format!("nn.AdaptiveAvgPool{d}(1) then nn.Flatten()")}),
@@ -204,9 +255,15 @@ impl Kind for PoolSpec {
 }
 
 impl LayerModule for Pool {
-    fn forward(&self, x: Tensor<Kb, 2>, _pass: &mut Pass) -> Tensor<Kb, 2> {
+    fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
         let [batch, _] = x.dims();
         let [c, h, w] = self.input;
+        if self.sequence {
+            let (l, d) = (c, h);
+            let mask = pass.mask.clone().unwrap_or_else(|| Tensor::ones([batch, l], &x.device()));
+            let sum = (x.reshape([batch, l, d]) * mask.clone().unsqueeze_dim::<3>(2)).sum_dim(1).reshape([batch, d]);
+            return sum / mask.sum_dim(1).clamp_min(1.0);
+        }
         if self.op == PoolOp::GlobalAvg {
             return x.reshape([batch, c, h * w]).mean_dim(2).reshape([batch, c]);
         }

@@ -77,7 +77,8 @@ impl ResidualSpec {
     /// The tensors of `t` under `prefix` (`block.0.`, `projection.`), with
     /// the prefix stripped: what the inner layer names them.
     fn sub<'t>(t: &Tensors<'t>, prefix: &str) -> Vec<HostTensor> {
-        t.0.iter()
+        t.all
+            .iter()
             .filter_map(|h| {
                 h.name.strip_prefix(prefix).map(|rest| HostTensor {
                     name: rest.to_string(),
@@ -186,7 +187,7 @@ impl Kind for ResidualSpec {
 
     fn check(&self, t: Tensors) -> Result<(), String> {
         for (j, layer) in self.layers.iter().enumerate() {
-            layer.check(Tensors(&Self::sub(&t, &format!("block.{j}."))))?;
+            layer.check(t.with(&Self::sub(&t, &format!("block.{j}."))))?;
         }
         Ok(())
     }
@@ -195,11 +196,11 @@ impl Kind for ResidualSpec {
         let mut y = x.to_vec();
         let mut shape = input.clone();
         for (j, layer) in self.layers.iter().enumerate() {
-            y = layer.reference(&shape, Tensors(&Self::sub(&t, &format!("block.{j}."))), &y);
+            y = layer.reference(&shape, t.with(&Self::sub(&t, &format!("block.{j}."))), &y);
             shape = layer.output(&shape).unwrap_or(shape.clone());
         }
         let skip = match self.projection(input, &shape) {
-            Ok(Some(p)) => p.reference(input, Tensors(&Self::sub(&t, "projection.")), x),
+            Ok(Some(p)) => p.reference(input, t.with(&Self::sub(&t, "projection.")), x),
             _ => x.to_vec(),
         };
         y.iter().zip(&skip).map(|(a, b)| (f64::from(*a) + f64::from(*b)) as f32).collect()
@@ -211,13 +212,13 @@ impl Kind for ResidualSpec {
         let mut shape = input.clone();
         for (j, layer) in self.layers.iter().enumerate() {
             let tensors = Self::sub(&t, &format!("block.{j}."));
-            y = layer.onnx(g, &format!("{p}.block{j}.{}", layer.name()), &shape, Tensors(&tensors), y);
+            y = layer.onnx(g, &format!("{p}.block{j}.{}", layer.name()), &shape, t.with(&tensors), y);
             shape = layer.output(&shape).unwrap_or(shape.clone());
         }
         let skip = match self.projection(input, &shape) {
             Ok(Some(proj)) => {
                 let tensors = Self::sub(&t, "projection.");
-                proj.onnx(g, &format!("{p}.projection"), input, Tensors(&tensors), x)
+                proj.onnx(g, &format!("{p}.projection"), input, t.with(&tensors), x)
             }
             _ => x,
         };

@@ -18,6 +18,20 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
     let source = s.required("source", "source = csv(\"data/train.csv\")", d).and_then(|v| source(v, d));
     let target = s.required("target", "target = \"label\"", d).and_then(|v| values::string(v, "`target`", d));
     let categorical = s.optional("categorical", |v| columns(v, target.as_ref(), d)).map(Option::unwrap_or_default);
+    let tokens = s.optional("tokens", |v| values::string(v, "`tokens`", d));
+    let vocab = s.optional("vocab", |v| values::count(v, "`vocab`", 1, d).map(|value| Spanned { value, span: v.span }));
+    if let (Some(Some(t)), Some(c)) = (&tokens, categorical.as_ref().and_then(|c| c.first())) {
+        d.push(
+            Diagnostic::new(c.span, format!("categorical columns beside the text `{}`", t.value), "not with `tokens`")
+                .with_help("a text model (`tokens = ...`, `input seq L`) reads only its text"),
+        );
+    }
+    if let (Some(None), Some(Some(v))) = (&tokens, &vocab) {
+        d.push(
+            Diagnostic::new(v.span, "`vocab` limits the tokens of a text, but no `tokens` column is named", "no text")
+                .with_help("name the text column: `tokens = \"review\"`"),
+        );
+    }
     let split = s.float("split", 0.8, Range::OpenUnit, d);
     let normalize = s.boolean("normalize", false, d);
     let num_workers = s.count("num_workers", 0, 0, d);
@@ -29,6 +43,8 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
         source: source?,
         target: target?,
         categorical: categorical?,
+        tokens: tokens?,
+        vocab: vocab?,
         split: split?,
         normalize: normalize?.value,
         num_workers: num_workers?,

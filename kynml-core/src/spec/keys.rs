@@ -8,8 +8,18 @@ use super::suggest;
 use super::types::Spanned;
 use super::values::{self, Range};
 
-pub(super) const DATASET_KEYS: &[&str] =
-    &["source", "target", "categorical", "split", "normalize", "num_workers", "pin_memory", "prefetch"];
+pub(super) const DATASET_KEYS: &[&str] = &[
+    "source",
+    "target",
+    "categorical",
+    "tokens",
+    "vocab",
+    "split",
+    "normalize",
+    "num_workers",
+    "pin_memory",
+    "prefetch",
+];
 pub(super) const TRAIN_KEYS: &[&str] = &[
     "model",
     "data",

@@ -188,7 +188,7 @@ fn close_group(
     true
 }
 
-/// `input N` or `input CxHxW` / `input CxL`; the span is the whole line,
+/// `input N`, `input CxHxW` / `input CxL`, or `input seq L`; the span is the whole line,
 /// which reads best in messages about the data's width.
 fn input_shape(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<(Spanned<usize>, Shape)> {
     let Some(n) = line.args.first() else {
@@ -198,6 +198,18 @@ fn input_shape(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<(Spanned<usi
         );
         return None;
     };
+    if matches!(&n.kind, ValueKind::Ident(word) if word == "seq") {
+        let Some(length) = line.args.get(1) else {
+            d.push(
+                Diagnostic::new(line.span, "missing length in `input seq`", "expected the tokens per text")
+                    .with_help("write `input seq L`, as in `input seq 64`: texts are cut or padded to L tokens"),
+            );
+            return None;
+        };
+        let length = values::count(length, "the length of `input seq`", 1, d)?;
+        extra_args(line, 2, "input seq L", d)?;
+        return Some((Spanned { value: length, span: line.span }, Shape::tokens(length)));
+    }
     extra_args(line, 1, "input N", d)?;
     let dims = match &n.kind {
         ValueKind::Ident(text) if is_dims(text) => {
@@ -214,7 +226,7 @@ fn input_shape(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<(Spanned<usi
         }
         _ => vec![values::count(n, "the width of `input`", 1, d)?],
     };
-    let shape = Shape(dims);
+    let shape = Shape::new(dims);
     Some((Spanned { value: shape.size(), span: line.span }, shape))
 }
 

@@ -53,6 +53,10 @@ pub struct DatasetSpec {
     pub target: Spanned<String>,
     /// Feature columns holding categories, as written in `categorical = [...]`; none by default.
     pub categorical: Vec<Spanned<String>>,
+    /// The column holding a text, for a model of `input seq L`; `None` when not written.
+    pub tokens: Option<Spanned<String>>,
+    /// The most tokens a text's vocabulary keeps (the most frequent); `None` for all.
+    pub vocab: Option<Spanned<usize>>,
     /// Fraction of rows used for training. Default 0.8.
     pub split: Spanned<f64>,
     /// Default false.
@@ -86,6 +90,16 @@ impl ModelSpec {
         use crate::model::embedding::Column;
         let columns: Vec<Column> =
             (info.categories.iter()).map(|v| Column { position: v.position, categories: v.size() }).collect();
+        let text = self.shape.is_tokens();
+        match (self.layers.first_mut().map(|l| &mut l.value), &info.tokens) {
+            (Some(Layer::Embedding(e)), Some(tokens)) if text => {
+                e.tokens = tokens.size();
+                return Ok(());
+            }
+            (_, None) if text => return Err(Unbound::NoText),
+            (_, Some(_)) if !text => return Err(Unbound::NotText),
+            _ => {}
+        }
         match self.layers.first_mut().map(|l| &mut l.value) {
             Some(Layer::Embedding(_)) if columns.is_empty() => Err(Unbound::NoCategories),
             Some(Layer::Embedding(e)) => {
@@ -105,6 +119,10 @@ pub enum Unbound {
     NoCategories,
     /// The data has categorical columns, and the model no `embedding` to read them.
     NoEmbedding,
+    /// The model reads a text (`input seq L`), and the dataset names none.
+    NoText,
+    /// The dataset names a text, and the model does not read one.
+    NotText,
 }
 
 /// One line of a `model` block after `input`: the layer catalogue's type.

@@ -205,6 +205,47 @@ def forward(weights, side, rows):
                 mu = xs.mean(axis=-1, keepdims=True)
                 var = ((xs - mu) ** 2).mean(axis=-1, keepdims=True)
                 x = ((xs - mu) / np.sqrt(var + float(layer["eps"])) * gamma + beta).reshape(n_rows, -1)
+            elif kind == "positional":
+                x = x + take(base + "weight", shape).reshape(-1)
+            elif kind in ("attention", "transformer"):
+                # A text's positions [rows, L, D], attending to its tokens only.
+                L, D = shape
+                heads = int(layer["num_heads"] if kind == "attention" else layer["nhead"])
+                pre = base if kind == "attention" else base + "self_attn."
+
+                def attend(v):
+                    w_in = take(pre + "in_proj_weight", [3 * D, D])
+                    b_in = take(pre + "in_proj_bias", [3 * D])
+                    w_out = take(pre + "out_proj.weight", [D, D])
+                    b_out = take(pre + "out_proj.bias", [D])
+                    dh = D // heads
+                    qkv = v @ w_in.T + b_in
+                    split = lambda a: a.reshape(n_rows, L, heads, dh).transpose(0, 2, 1, 3)
+                    q, k, val = (split(qkv[..., j * D:(j + 1) * D]) for j in range(3))
+                    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(dh)
+                    if mask is not None:
+                        scores = scores + ((mask - 1.0) * 1e9)[:, None, None, :]
+                    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+                    weights = scores / scores.sum(axis=-1, keepdims=True)
+                    mixed = (weights @ val).transpose(0, 2, 1, 3).reshape(n_rows, L, D)
+                    return mixed @ w_out.T + b_out
+
+                def norm(v, name):
+                    gamma, beta = take(base + name + ".weight", [D]), take(base + name + ".bias", [D])
+                    mu = v.mean(axis=-1, keepdims=True)
+                    var = ((v - mu) ** 2).mean(axis=-1, keepdims=True)
+                    return (v - mu) / np.sqrt(var + 1e-5) * gamma + beta
+
+                if kind == "attention":
+                    y = attend(xs)
+                else:
+                    F = int(layer["dim_feedforward"])
+                    h = xs + attend(norm(xs, "norm1"))
+                    f = norm(h, "norm2") @ take(base + "linear1.weight", [F, D]).T + take(base + "linear1.bias", [F])
+                    f = activation("gelu", layer, f)
+                    f = f @ take(base + "linear2.weight", [D, F]).T + take(base + "linear2.bias", [D])
+                    y = h + f
+                x = y.reshape(n_rows, -1)
             elif kind == "embedding" and "num_embeddings" in layer:
                 # A text's token ids (0: padding, 1: unseen) become their table rows.
                 n, dim = int(layer["num_embeddings"]), int(layer["embedding_dim"])

@@ -112,6 +112,43 @@ class Tokens(nn.Embedding):
         return super().forward(x.long()).flatten(1)
 
 
+class Positions(nn.Module):
+    """`positional`: one learned vector per position, added."""
+    def __init__(self, spec):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(*spec["input_shape"]))
+
+    def forward(self, x):
+        return x + self.weight.flatten()
+
+
+class SelfAttention(nn.MultiheadAttention):
+    """`attention heads=H`: self-attention over a text's positions, its
+    padding (`mask` 0) left out of every position's keys."""
+    def __init__(self, spec):
+        super().__init__(spec["embed_dim"], spec["num_heads"], batch_first=True)
+        self.input_shape = spec["input_shape"]
+        self.mask = None
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], *self.input_shape)
+        y = super().forward(x, x, x, key_padding_mask=self.mask == 0, need_weights=False)[0]
+        return y.flatten(1)
+
+
+class Encoder(nn.TransformerEncoderLayer):
+    """`transformer heads=H ff=F`: a pre-norm encoder block with gelu and no dropout."""
+    def __init__(self, spec):
+        super().__init__(spec["d_model"], spec["nhead"], spec["dim_feedforward"], dropout=0.0,
+                         activation="gelu", batch_first=True, norm_first=True)
+        self.input_shape = spec["input_shape"]
+        self.mask = None
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], *self.input_shape)
+        return super().forward(x, src_key_padding_mask=self.mask == 0).flatten(1)
+
+
 def module(spec):
     kind, dims = spec["kind"], len(spec.get("input_shape", [0]))
     d = "1d" if dims <= 2 else "2d"
@@ -137,6 +174,12 @@ def module(spec):
         return nn.Flatten()
     if kind == "dropout":
         return nn.Dropout(spec["p"])
+    if kind == "positional":
+        return Positions(spec)
+    if kind == "attention":
+        return SelfAttention(spec)
+    if kind == "transformer":
+        return Encoder(spec)
     if kind == "embedding" and "num_embeddings" in spec:
         return Tokens(spec["num_embeddings"], spec["embedding_dim"], padding_idx=spec["padding_idx"])
     if kind == "embedding":

@@ -234,6 +234,20 @@ impl<'a> Tensors<'a> {
         Tensors { all, mask: self.mask }
     }
 
+    /// The tensors under `prefix` (`block.0.`, `norm1.`), with the prefix
+    /// stripped: what a part of the layer names them.
+    pub fn under(&self, prefix: &str) -> Vec<HostTensor> {
+        (self.all.iter())
+            .filter_map(|h| {
+                h.name.strip_prefix(prefix).map(|rest| HostTensor {
+                    name: rest.to_string(),
+                    shape: h.shape.clone(),
+                    data: h.data.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// The f32 values of the tensor `name`; empty when there is none (a
     /// validated model has every declared tensor).
     pub fn f32(&self, name: &str) -> &'a [f32] {

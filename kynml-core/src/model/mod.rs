@@ -16,6 +16,7 @@
 // the layers' modules do; layers are few and built once, so no boxing.
 #![allow(clippy::large_enum_variant)]
 
+pub mod attention;
 pub mod batchnorm;
 pub mod conv;
 pub mod dense;
@@ -25,9 +26,11 @@ pub mod flatten;
 pub mod kind;
 pub mod layernorm;
 pub mod pool;
+pub mod positional;
 pub mod residual;
 mod state;
 mod summary;
+pub mod transformer;
 
 pub use batchnorm::BatchNorm;
 pub use dense::Dense;
@@ -290,6 +293,9 @@ catalogue! {
     Pool: pool::PoolSpec => pool::Pool,
     Flatten: flatten::FlattenSpec => flatten::Flatten,
     Embedding: embedding::EmbeddingSpec => embedding::Embedding<B>,
+    Positional: positional::PositionalSpec => positional::Positional<B>,
+    Attention: attention::AttentionSpec => attention::Attention<B>,
+    Transformer: transformer::TransformerSpec => transformer::Transformer<B>,
     BatchNorm: batchnorm::BatchNormSpec => batchnorm::BatchNorm<B>,
     LayerNorm: layernorm::LayerNormSpec => layernorm::LayerNorm<B>,
     Dropout: dropout::DropoutSpec => dropout::Dropout,

@@ -22,7 +22,7 @@ use serde_json::{json, Value as Json};
 
 use super::conv::ConvSpec;
 use super::dense::DenseSpec;
-use super::kind::{Decl, Getter, HostTensor, Kind, LayerModule, Pass, Shape, Tensors};
+use super::kind::{Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors};
 use super::{Inner, LayerSpec, StateError};
 use crate::export::onnx::Graph;
 use crate::rng::SplitMix64;
@@ -72,21 +72,6 @@ impl ResidualSpec {
                 output.written()
             )),
         }
-    }
-
-    /// The tensors of `t` under `prefix` (`block.0.`, `projection.`), with
-    /// the prefix stripped: what the inner layer names them.
-    fn sub<'t>(t: &Tensors<'t>, prefix: &str) -> Vec<HostTensor> {
-        t.all
-            .iter()
-            .filter_map(|h| {
-                h.name.strip_prefix(prefix).map(|rest| HostTensor {
-                    name: rest.to_string(),
-                    shape: h.shape.clone(),
-                    data: h.data.clone(),
-                })
-            })
-            .collect()
     }
 
     /// Which inner layer (or the projection, told by the rank of its
@@ -187,7 +172,7 @@ impl Kind for ResidualSpec {
 
     fn check(&self, t: Tensors) -> Result<(), String> {
         for (j, layer) in self.layers.iter().enumerate() {
-            layer.check(t.with(&Self::sub(&t, &format!("block.{j}."))))?;
+            layer.check(t.with(&t.under(&format!("block.{j}."))))?;
         }
         Ok(())
     }
@@ -196,11 +181,11 @@ impl Kind for ResidualSpec {
         let mut y = x.to_vec();
         let mut shape = input.clone();
         for (j, layer) in self.layers.iter().enumerate() {
-            y = layer.reference(&shape, t.with(&Self::sub(&t, &format!("block.{j}."))), &y);
+            y = layer.reference(&shape, t.with(&t.under(&format!("block.{j}."))), &y);
             shape = layer.output(&shape).unwrap_or(shape.clone());
         }
         let skip = match self.projection(input, &shape) {
-            Ok(Some(p)) => p.reference(input, t.with(&Self::sub(&t, "projection.")), x),
+            Ok(Some(p)) => p.reference(input, t.with(&t.under("projection.")), x),
             _ => x.to_vec(),
         };
         y.iter().zip(&skip).map(|(a, b)| (f64::from(*a) + f64::from(*b)) as f32).collect()
@@ -211,13 +196,13 @@ impl Kind for ResidualSpec {
         let mut y = x.clone();
         let mut shape = input.clone();
         for (j, layer) in self.layers.iter().enumerate() {
-            let tensors = Self::sub(&t, &format!("block.{j}."));
+            let tensors = t.under(&format!("block.{j}."));
             y = layer.onnx(g, &format!("{p}.block{j}.{}", layer.name()), &shape, t.with(&tensors), y);
             shape = layer.output(&shape).unwrap_or(shape.clone());
         }
         let skip = match self.projection(input, &shape) {
             Ok(Some(proj)) => {
-                let tensors = Self::sub(&t, "projection.");
+                let tensors = t.under("projection.");
                 proj.onnx(g, &format!("{p}.projection"), input, t.with(&tensors), x)
             }
             _ => x,

@@ -159,7 +159,7 @@ fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, S
                 .map_err(|e| Failure::input(format!("error: cannot make synthetic data: {e}")))?;
             if file.spec.model.bind(&data.info).is_err() {
                 return Err(Failure::input(
-                    "error: synthetic rows are all numbers, and this model embeds categorical columns; \
+                    "error: synthetic rows are numbers or texts, and this model embeds categorical columns; \
                      bench it on its own data (without --synthetic)"
                         .to_string(),
                 ));

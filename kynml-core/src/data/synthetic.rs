@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::data::{DataError, Dataset, Table, Targets};
+use crate::data::{DataError, Dataset, Table, Targets, TextCells, TextOptions};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Layer, Loss, Spec};
 
@@ -30,6 +30,9 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
         Loss::Bce => 2,
         _ => 0,
     };
+    if spec.model.shape.is_tokens() {
+        return synthetic_texts(spec, rows, seed, classes);
+    }
     let mut rng = SplitMix64::new(seed);
     let mut normal = || {
         let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
@@ -65,6 +68,48 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
     Dataset::from_table(table, spec.dataset.split.value, spec.dataset.normalize, seed)
 }
 
+/// Words in synthetic texts.
+const WORDS: u64 = 1000;
+
+/// `rows` texts for a text model (`input seq L`): between L/2 and L words
+/// of a 1000-word vocabulary, and a target from the mean of each word's
+/// fixed random score (a class per output, or the number).
+fn synthetic_texts(spec: &Spec, rows: usize, seed: u64, classes: usize) -> Result<Dataset, DataError> {
+    let length = spec.model.input.value;
+    let mut rng = SplitMix64::new(seed);
+    let scores: Vec<f64> = (0..WORDS * classes.max(1) as u64).map(|_| rng.normal()).collect();
+    let mut cells = Vec::with_capacity(rows);
+    let mut values = Vec::with_capacity(rows);
+    for _ in 0..rows {
+        let n = length.div_ceil(2) + rng.below(length as u64 / 2 + 1) as usize;
+        let words: Vec<u64> = (0..n).map(|_| rng.below(WORDS)).collect();
+        let score = |k: usize| words.iter().map(|&w| scores[k * WORDS as usize + w as usize]).sum::<f64>() / n as f64;
+        values.push(if classes == 0 {
+            score(0) as f32
+        } else {
+            (0..classes).max_by(|&a, &b| score(a).total_cmp(&score(b))).unwrap_or(0) as f32
+        });
+        cells.push(words.iter().map(|w| format!("w{w}")).collect::<Vec<_>>().join(" "));
+    }
+    let targets = if classes == 0 {
+        Targets::Regression(values)
+    } else {
+        let indices = values.iter().map(|&v| v as u32).collect();
+        Targets::Classes { indices, names: (0..classes).map(|k| k.to_string()).collect() }
+    };
+    let options = TextOptions { column: "text".into(), length, vocab_limit: None };
+    let table = Table {
+        path: PathBuf::from(format!("synthetic({rows} texts, seed {seed})")),
+        feature_names: (0..length).map(|i| format!("text[{i}]")).collect(),
+        target_name: spec.dataset.target.value.clone(),
+        features: vec![0.0; rows * length],
+        targets,
+        categorical: Vec::new(),
+        text: Some(TextCells { options, cells }),
+    };
+    Dataset::from_table(table, spec.dataset.split.value, false, seed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +143,18 @@ mod tests {
         assert_eq!((r.n_features(), r.class_names()), (3, None));
         let b = synthetic_for(&spec("    input 3\n    dense 1 linear\n", "bce"), 100, 1).unwrap();
         assert_eq!(b.class_names().map(<[String]>::len), Some(2));
+    }
+
+    #[test]
+    fn texts_for_a_text_model() {
+        let s = spec("    input seq 10\n    embedding 4\n    global_avgpool\n    dense 3 linear\n", "cross_entropy");
+        let t = synthetic_for(&s, 300, 2).unwrap();
+        let tokens = t.info.tokens.as_ref().expect("a vocabulary");
+        assert_eq!((t.n_features(), tokens.length), (10, 10));
+        // Texts of 5 to 10 words: the first five positions always hold a word.
+        for row in t.train.features.chunks(10) {
+            assert!(row[..5].iter().all(|&id| id >= 2.0), "{row:?}");
+        }
+        assert_eq!(t.class_names().map(<[String]>::len), Some(3));
     }
 }

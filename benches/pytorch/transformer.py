@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""PyTorch eager reference for examples/transformer/transformer.kyn,
+measured the way `kynml bench` measures it, so that the two can be compared
+on one machine.
+
+    python3 benches/pytorch/transformer.py [--steps 20] [--rounds 3] [--batch 64] [--threads N] [--json FILE]
+    kynml bench examples/transformer/transformer.kyn --device cpu --synthetic 8192 --steps 20
+
+Model: Embedding(1002, 128, padding_idx=0), learned positions (64 x 128),
+2 x TransformerEncoderLayer(128, 4, 512, dropout=0.0, activation="gelu",
+batch_first=True, norm_first=True) with the padding mask, LayerNorm(128),
+the mean over the tokens, Linear(128, 2); cross-entropy; Adam(lr=1e-3);
+fp32; PyTorch's default init. Data: 8192 seeded texts of 32 to 64 token
+ids (0 pads the rest) and 2 random classes, in memory as tensors.
+
+Timing, as `kynml bench`: one warm-up round, then `--rounds` timed rounds of
+`--steps` optimizer steps each (batches taken in order from a per-round
+permutation); each round ends with the loss read back. Reports the median
+round's samples/s, every round, and the process's peak RSS.
+
+Needs torch; says so and exits 2 without it.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+sys.dont_write_bytecode = True
+
+try:
+    import torch
+    from torch import nn
+except ImportError as err:
+    print(f"transformer.py needs torch: {err}; `pip install torch`", file=sys.stderr)
+    sys.exit(2)
+
+L, D, HEADS, FF, VOCAB = 64, 128, 4, 512, 1002
+
+
+class TextEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, D, padding_idx=0)
+        self.positions = nn.Parameter(torch.randn(L, D))
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(D, HEADS, FF, dropout=0.0, activation="gelu", batch_first=True,
+                                       norm_first=True) for _ in range(2))
+        self.norm = nn.LayerNorm(D)
+        self.head = nn.Linear(D, 2)
+
+    def forward(self, ids):
+        mask = (ids != 0).float()
+        x = self.embedding(ids) * mask[:, :, None] + self.positions
+        for block in self.blocks:
+            x = block(x, src_key_padding_mask=mask == 0)
+        x = self.norm(x)
+        x = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+        return self.head(x)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--rows", type=int, default=8192)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--json")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(7)
+    lengths = torch.randint(L // 2, L + 1, (args.rows,))
+    ids = torch.randint(2, VOCAB, (args.rows, L))
+    ids[torch.arange(L)[None, :] >= lengths[:, None]] = 0
+    y = torch.randint(0, 2, (args.rows,))
+    net = TextEncoder()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    rates = []
+    first = None
+    for r in range(args.rounds + 1):
+        order = torch.randperm(args.rows)
+        start = time.perf_counter()
+        for s in range(args.steps):
+            at = (s * args.batch) % (args.rows - args.batch + 1)
+            idx = order[at : at + args.batch]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(net(ids[idx]), y[idx])
+            loss.backward()
+            opt.step()
+        last = loss.item()
+        seconds = time.perf_counter() - start
+        rate = args.steps * args.batch / seconds
+        if r == 0:
+            first = rate
+            print(f"warm-up round: {rate:.0f} samples/s, train loss {last:.4f}", file=sys.stderr)
+        else:
+            rates.append(rate)
+            print(f"round {r}: {rate:.0f} samples/s, train loss {last:.4f}", file=sys.stderr)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    median = statistics.median(rates)
+    print(f"pytorch {torch.__version__} eager, {args.threads} threads, batch {args.batch}: "
+          f"{median:.0f} samples/s (rounds {', '.join(f'{r:.0f}' for r in rates)}), peak RSS {rss:.0f} MiB")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"samples_per_sec": median, "rounds": rates, "warmup": first, "peak_rss_mib": rss,
+                       "torch": torch.__version__, "threads": args.threads, "batch": args.batch}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -132,7 +132,8 @@ class SelfAttention(nn.MultiheadAttention):
 
     def forward(self, x):
         x = x.reshape(x.shape[0], *self.input_shape)
-        y = super().forward(x, x, x, key_padding_mask=self.mask == 0, need_weights=False)[0]
+        # Added -1e9 as KynML adds it (a text of padding only stays finite).
+        y = super().forward(x, x, x, key_padding_mask=(self.mask - 1) * 1e9, need_weights=False)[0]
         return y.flatten(1)
 
 
@@ -146,7 +147,7 @@ class Encoder(nn.TransformerEncoderLayer):
 
     def forward(self, x):
         x = x.reshape(x.shape[0], *self.input_shape)
-        return super().forward(x, src_key_padding_mask=self.mask == 0).flatten(1)
+        return super().forward(x, src_key_padding_mask=(self.mask - 1) * 1e9).flatten(1)
 
 
 def module(spec):
@@ -219,11 +220,14 @@ def main(argv):
         return 2
     weights, sidecar, csv = argv[1:]
     side = json.load(open(sidecar))
+    text = side.get("tokens")
+    # Blank lines are skipped, as KynML's CSV reader skips them. (A text of
+    # padding only, written `""`, gives NaN in PyTorch's eval fast path where
+    # KynML gives the model's output for an empty text.)
     lines = [line.strip() for line in open(csv) if line.strip()]
     # A categorical column's text becomes its index: 1 + its place in the
     # vocabulary, 0 for a value training never saw.
     vocab = {c["position"]: {v: i + 1 for i, v in enumerate(c["values"])} for c in side.get("categories", [])}
-    text = side.get("tokens")
     if text:
         # One text per line (a header line "text" is skipped): split at
         # whitespace, ids 2.. for the vocabulary, 1 unseen, 0 padding.
@@ -238,7 +242,7 @@ def main(argv):
         return 0
 
     def value(i, cell):
-        return float(vocab[i].get(cell, 0)) if i in vocab else float(cell)
+        return float(vocab[i].get(cell.strip(), 0)) if i in vocab else float(cell)
 
     try:
         [value(i, v) for i, v in enumerate(lines[0].split(","))]

@@ -239,7 +239,8 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
             } else if opts.classification {
                 labels.push(at.label()?);
             } else {
-                values.push(at.number()?);
+                let hint = "; it is the target: for class labels use a classification loss (`loss = cross_entropy`)";
+                values.push(at.number().map_err(|e| e.with_hint(hint.into()))?);
             }
         }
     }
@@ -366,7 +367,12 @@ pub fn read_model_rows(
                     unseen[p] += usize::from(index == Vocabulary::UNSEEN);
                     features.push(index as f32);
                 }
-                None => features.push(Cell { path, line, col, name: &header[col], text }.number()?),
+                // The model was trained on numbers here: no categorical hint.
+                None => features.push(
+                    Cell { path, line, col, name: &header[col], text }
+                        .number()
+                        .map_err(|e| e.with_hint(String::new()))?,
+                ),
             }
         }
         if let Some(col) = target_col {

@@ -277,6 +277,18 @@ pub enum DataError {
 }
 
 impl DataError {
+    /// A not-a-number error with its hint replaced by `hint` (`; ...` or
+    /// empty): the categorical hint fits a feature column of training data
+    /// only.
+    pub(crate) fn with_hint(self, hint: String) -> Self {
+        match self {
+            DataError::NotNumeric { path, row, column, column_name, value, .. } => {
+                DataError::NotNumeric { path, row, column, column_name, value, hint }
+            }
+            other => other,
+        }
+    }
+
     /// Attaches the data file to a [`SplitError`], which knows only counts.
     pub(crate) fn from_split(path: PathBuf, err: SplitError) -> Self {
         match err {

@@ -324,6 +324,16 @@ impl ExportModel {
                 }
             }
         }
+        // The first layer's tables must be the vocabularies' sizes, or an
+        // index could fall outside them.
+        if let Some(LayerSpec::Embedding(e)) = self.layers.first().map(|l| &l.spec) {
+            let sizes: Vec<(usize, usize)> = e.columns.iter().map(|c| (c.position, c.categories)).collect();
+            let vocab: Vec<(usize, usize)> = self.categories.iter().map(|v| (v.position, v.size())).collect();
+            let tokens = self.tokens.as_ref().map_or(0, |t| t.size());
+            if sizes != vocab || e.tokens != tokens {
+                return Err("the embedding's tables do not match the vocabularies saved with the model".into());
+            }
+        }
         let shapes = self.shapes()?;
         for (i, layer) in self.layers.iter().enumerate() {
             layer.validate(&shapes[i]).map_err(|e| format!("layer {i} ({}): {e}", layer.kind()))?;

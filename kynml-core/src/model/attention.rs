@@ -307,7 +307,8 @@ impl Attention<Kb> {
             None => a.matmul(c),
             Some(t) => a.cast(t).matmul(c.cast(t)).cast(FloatDType::F32),
         };
-        let mut scores = mul(q, k.swap_dims(2, 3)) / (dh as f64).sqrt();
+        // Scaled before the product, which in fp16 could otherwise overflow.
+        let mut scores = mul(q / (dh as f64).sqrt(), k.swap_dims(2, 3));
         if let Some(mask) = mask {
             scores = scores + (mask - 1.0).mul_scalar(-MASKED).reshape([b, 1, 1, l]);
         }

@@ -117,6 +117,13 @@ impl Kind for EmbeddingSpec {
         format!("embedding {}", self.dim)
     }
 
+    /// With the sizes bound from the data, so that a checkpoint taken on
+    /// other vocabularies is refused before training, not half loaded.
+    fn fingerprint(&self) -> String {
+        let columns: Vec<String> = self.columns.iter().map(|c| format!("{}:{}", c.position, c.categories)).collect();
+        format!("embedding {} [{}] tokens {}", self.dim, columns.join(","), self.tokens)
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         if input.is_tokens() {
             return Ok(Shape::sequence(input.size(), self.dim));

@@ -20,6 +20,14 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
     let categorical = s.optional("categorical", |v| columns(v, target.as_ref(), d)).map(Option::unwrap_or_default);
     let tokens = s.optional("tokens", |v| values::string(v, "`tokens`", d));
     let vocab = s.optional("vocab", |v| values::count(v, "`vocab`", 1, d).map(|value| Spanned { value, span: v.span }));
+    if let (Some(Some(t)), Some(target)) = (&tokens, &target) {
+        if t.value == target.value {
+            d.push(
+                Diagnostic::new(t.span, format!("`{}` is the target, not the text to read", t.value), "the target")
+                    .with_help("name the column that holds the texts"),
+            );
+        }
+    }
     if let (Some(Some(t)), Some(c)) = (&tokens, categorical.as_ref().and_then(|c| c.first())) {
         d.push(
             Diagnostic::new(c.span, format!("categorical columns beside the text `{}`", t.value), "not with `tokens`")

@@ -396,7 +396,7 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
         (None, c) => Applied {
             setting: "precision",
             value: format!(
-                "{} mixed precision: dense products in {}, the rest and the master weights fp32; {}",
+                "{} mixed precision: the products (dense, convolution, attention) in {}, the rest and the master weights fp32; {}",
                 c.name(),
                 c.name(),
                 match precision.scaler {

@@ -1318,6 +1318,23 @@ fn profiled_phases_add_up_to_the_step_time_on_every_engine() {
             assert!(of.iter().all(|e| e["tid"] == track), "{name}: {phase} on the wrong track");
         }
         assert_eq!(events.iter().filter(|e| e["name"] == "evaluate").count(), 4, "{name}");
+        // Without workers the training thread gathers each batch: no loader tracks.
+        assert_eq!(events.iter().filter(|e| e["name"] == "prepare batch").count(), 0, "{name}");
+    }
+    // With two workers, every batch is on the track of the worker that gathered it.
+    file.spec.dataset.num_workers.value = 2;
+    let settings = TrainSettings { profile: true, ..TrainSettings::default() };
+    let profile = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap().profile.unwrap();
+    let trace: serde_json::Value = serde_json::from_str(&profile.trace().to_string()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let prepared: Vec<&serde_json::Value> = events.iter().filter(|e| e["name"] == "prepare batch").collect();
+    assert_eq!(prepared.len(), profile.steps.len());
+    let loader = kynml_core::train::profile::LOADER_TID as u64;
+    assert!(prepared.iter().all(|e| e["tid"].as_u64().is_some_and(|t| t == loader || t == loader + 1)), "{prepared:?}");
+    for t in [loader, loader + 1] {
+        let named = events.iter().any(|e| e["ph"] == "M" && e["tid"] == t && e["args"]["name"].is_string());
+        let used = prepared.iter().any(|e| e["tid"] == t);
+        assert_eq!(named, used, "worker track {t}");
     }
 }
 

@@ -116,6 +116,20 @@ pub struct Batch {
     pub features: Vec<f32>,
     /// The targets of the batch's rows, in the same order.
     pub labels: Labels,
+    /// Which loader worker gathered it, and when; `None` when the training
+    /// thread did.
+    pub prepared: Option<Prepared>,
+}
+
+/// When and where a loader worker prepared a batch (for the profile's trace).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prepared {
+    /// The worker's index, `0..num_workers`.
+    pub worker: usize,
+    /// When it started gathering the batch.
+    pub start: std::time::Instant,
+    /// When the batch was ready.
+    pub end: std::time::Instant,
 }
 
 impl Batch {
@@ -381,7 +395,7 @@ mod tests {
     #[test]
     fn gather_switches_label_kind() {
         let data = Dataset::from_table(table(10, false), 0.8, false, 1).unwrap();
-        let mut batch = Batch { features: vec![], labels: Labels::Classes(vec![7]) };
+        let mut batch = Batch { features: vec![], labels: Labels::Classes(vec![7]), prepared: None };
         data.gather(Split::Train, &[0], &mut batch);
         let Labels::Values(y) = &data.train.labels else { panic!() };
         assert_eq!(batch.labels, Labels::Values(vec![y[0]]));

@@ -37,7 +37,7 @@ pub use csv_table::{
     parse_csv, read_csv, read_model_rows, CategoryCells, ModelRows, Table, TableOptions, Targets, TextCells,
     TextOptions,
 };
-pub use dataset::{Batch, Dataset, Labels, Split, SplitData};
+pub use dataset::{Batch, Dataset, Labels, Prepared, Split, SplitData};
 pub use error::DataError;
 pub use info::DataInfo;
 pub use normalize::Normalizer;

@@ -14,10 +14,11 @@
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::Scope;
+use std::time::Instant;
 
 use rayon::prelude::*;
 
-use crate::data::{Batch, Dataset, Split};
+use crate::data::{Batch, Dataset, Prepared, Split};
 
 /// How batches are prepared for a whole run.
 #[derive(Debug, Clone)]
@@ -59,8 +60,11 @@ impl Loader {
                     chunk
                         .par_iter()
                         .map(|rows| {
+                            let start = Instant::now();
                             let mut batch = Batch::default();
                             data.gather(Split::Train, rows, &mut batch);
+                            let worker = rayon::current_thread_index().unwrap_or(0);
+                            batch.prepared = Some(Prepared { worker, start, end: Instant::now() });
                             batch
                         })
                         .collect()

@@ -40,7 +40,14 @@ pub struct StepTiming {
     pub phases: StepPhases,
     /// Seconds of the whole step, from the batch in hand to the step's end.
     pub total: f64,
+    /// The loader worker that gathered the batch, and when (seconds from
+    /// the start of training, and how long); `None` when the training
+    /// thread gathered it (inside the wait).
+    pub prepared: Option<(usize, f64, f64)>,
 }
+
+/// The trace's first thread id for loader workers: worker `w` is `LOADER_TID + w`.
+pub const LOADER_TID: usize = 10;
 
 /// One profiled evaluation of the validation split.
 #[derive(Debug, Clone, PartialEq)]
@@ -197,8 +204,9 @@ impl Profile {
 
     /// `trace.json` in the Chrome trace event format: one complete event
     /// (`"ph": "X"`, microseconds) per phase of every step, on the training
-    /// thread (tid 1), the waits on the loader's track (tid 2), and the
-    /// evaluations on their own (tid 3).
+    /// thread (tid 1), the waits on the loader's track (tid 2), the
+    /// evaluations on their own (tid 3), and each batch a loader worker
+    /// gathered on that worker's track (tid [`LOADER_TID`] + worker).
     pub fn trace(&self) -> Value {
         let us = |s: f64| (s * 1e6).round();
         let mut events = vec![
@@ -216,6 +224,21 @@ impl Profile {
                     json!({"name": phase, "ph": "X", "pid": 1, "tid": 1, "ts": us(at), "dur": us(dur), "args": args}),
                 );
                 at += dur;
+            }
+        }
+        let mut workers: Vec<usize> = self.steps.iter().filter_map(|s| s.prepared.map(|p| p.0)).collect();
+        workers.sort_unstable();
+        workers.dedup();
+        for w in workers {
+            let name = format!("loader worker {w}");
+            events.push(
+                json!({"ph": "M", "pid": 1, "tid": LOADER_TID + w, "name": "thread_name", "args": {"name": name}}),
+            );
+        }
+        for s in &self.steps {
+            if let Some((w, start, dur)) = s.prepared {
+                let args = json!({"epoch": s.epoch, "step": s.step});
+                events.push(json!({"name": "prepare batch", "ph": "X", "pid": 1, "tid": LOADER_TID + w, "ts": us(start), "dur": us(dur), "args": args}));
             }
         }
         for e in &self.evals {
@@ -238,6 +261,7 @@ mod tests {
             wait,
             phases: StepPhases { copy: 0.0, forward: 0.2, backward: 0.3, optimizer: 0.1 },
             total: 0.7,
+            prepared: (i % 2 == 0).then_some((i % 4 / 2, i as f64 - 0.5, 0.25)),
         };
         let p = Profile {
             steps: (1..=4).map(|i| step(i, 0.1 * i as f64)).collect(),
@@ -253,9 +277,14 @@ mod tests {
         assert!((shares - 1.0).abs() < 1e-9, "{shares}");
         let t = p.trace();
         let events = t["traceEvents"].as_array().unwrap();
-        // 3 track names, then 1 wait and 5 phases per step.
-        assert_eq!(events.len(), 3 + 4 * 6);
+        // 3 track names and 2 workers' names, then 1 wait and 5 phases per
+        // step, and the 2 batches the workers prepared (steps 2 and 4).
+        assert_eq!(events.len(), 5 + 4 * 6 + 2);
         assert!(events.iter().filter(|e| e["name"] == "wait").all(|e| e["tid"] == 2));
+        let prepared: Vec<&Value> = events.iter().filter(|e| e["name"] == "prepare batch").collect();
+        let tids: Vec<u64> = prepared.iter().filter_map(|e| e["tid"].as_u64()).collect();
+        assert_eq!(tids, [LOADER_TID as u64 + 1, LOADER_TID as u64]);
+        assert_eq!(prepared[0]["ts"], 1_500_000.0);
     }
 
     #[test]
@@ -269,6 +298,7 @@ mod tests {
                     wait,
                     phases: StepPhases { copy: 0.0, forward: 0.3, backward: 0.5, optimizer: 0.2 },
                     total: 1.0,
+                    prepared: None,
                 })
                 .collect(),
             evals: Vec::new(),

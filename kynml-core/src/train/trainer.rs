@@ -300,6 +300,10 @@ fn run<'scope, 'env>(
             let step = done + step + 1;
             let rows = batch.len();
             let part = parts.get(step - 1).copied().unwrap_or(Part::WHOLE);
+            let prepared = batch.prepared.map(|p| {
+                let since = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
+                (p.worker, since(p.start), p.end.saturating_duration_since(p.start).as_secs_f64())
+            });
             let stepping = Instant::now();
             let stepped = engine.step(batch, lr, &mut dropout_rng, part);
             if let (Some(p), Some(phases)) = (profile.as_mut(), engine.last_phases()) {
@@ -310,6 +314,7 @@ fn run<'scope, 'env>(
                     wait,
                     phases,
                     total: stepping.elapsed().as_secs_f64(),
+                    prepared,
                 });
             }
             let finite = match stepped {

@@ -261,7 +261,7 @@ mod tests {
             wait,
             phases: StepPhases { copy: 0.0, forward: 0.2, backward: 0.3, optimizer: 0.1 },
             total: 0.7,
-            prepared: (i % 2 == 0).then_some((i % 4 / 2, i as f64 - 0.5, 0.25)),
+            prepared: i.is_multiple_of(2).then_some((i % 4 / 2, i as f64 - 0.5, 0.25)),
         };
         let p = Profile {
             steps: (1..=4).map(|i| step(i, 0.1 * i as f64)).collect(),

@@ -253,6 +253,28 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     assert!((shares - 100.0).abs() < 0.5, "the six shares add up to {shares}: {row}");
     assert!(t.contains("c: compute-bound") || t.contains("c: data loading is"), "{t}");
     assert!(t.contains("a: not profiled") && !phases.contains("\n  a "), "{t}");
+    // A profiled run that checkpoints puts each hand-off and each write in its trace.
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    let spec = spec.replace(
+        "train:\n",
+        "train:\n    checkpoint = checkpoint(every_n=1, path=\"ck/iris.ckpt\", async_save=true)\n",
+    );
+    std::fs::write(tmp.path().join("ck.kyn"), spec).unwrap();
+    let out = kynml(&["train", "ck.kyn", "--epochs", "3", "--device", "cpu", "--out", "d", "--profile"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("d/trace.json")).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    for (name, tid) in [("checkpoint hand-off", 4), ("write checkpoint", 5)] {
+        let of: Vec<_> = events.iter().filter(|e| e["name"] == name).collect();
+        assert_eq!(of.len(), 3, "{name}: {trace}");
+        assert!(of.iter().all(|e| e["tid"] == tid && e["dur"].as_f64().is_some_and(|d| d >= 0.0)), "{name}");
+    }
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("d/profile.json")).unwrap()).unwrap();
+    let checkpoints = profile["checkpoints"].as_array().unwrap();
+    assert_eq!(checkpoints.len(), 3, "{profile}");
+    assert!(checkpoints.iter().all(|c| c["write_seconds"].as_f64().is_some_and(|s| s > 0.0)), "{profile}");
     let out = kynml(&["report", "a", "iris.kyn"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not a finished run folder"), "{}", text(&out));

@@ -36,6 +36,8 @@ enum Message {
 /// how that write went).
 pub struct CheckpointWriter {
     messages: SyncSender<Message>,
+    /// When each finished write began and ended, in order (for the profile).
+    writes: std::sync::Arc<Mutex<Vec<(std::time::Instant, std::time::Instant)>>>,
     /// The result of the last save, once its write finishes.
     in_flight: Mutex<Option<Receiver<WriteResult>>>,
     thread: Option<JoinHandle<()>>,
@@ -59,11 +61,13 @@ impl CheckpointWriter {
     pub fn spawn_with_keep(keep: usize) -> Self {
         // One message slot: a save is only sent once the previous one is done.
         let (messages, inbox) = mpsc::sync_channel(1);
+        let writes = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let log = writes.clone();
         let thread = std::thread::Builder::new()
             .name("kynml-checkpoint-writer".into())
-            .spawn(move || run(inbox, keep.max(1)))
+            .spawn(move || run(inbox, keep.max(1), &log))
             .expect("cannot start the checkpoint writer thread");
-        CheckpointWriter { messages, in_flight: Mutex::new(None), thread: Some(thread) }
+        CheckpointWriter { messages, writes, in_flight: Mutex::new(None), thread: Some(thread) }
     }
 
     /// Hands `ckpt` to the writer thread, which encodes it and writes it to
@@ -95,6 +99,12 @@ impl CheckpointWriter {
     /// succeeded or no write was pending. Each error is returned once.
     pub fn flush(&self) -> Result<(), CheckpointError> {
         wait(self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).take())
+    }
+
+    /// When each finished write (encoding and writing the file) began and
+    /// ended, in the order they ran.
+    pub fn writes(&self) -> Vec<(std::time::Instant, std::time::Instant)> {
+        self.writes.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The result of the write in flight if it has finished, without
@@ -156,14 +166,18 @@ fn wait(in_flight: Option<Receiver<WriteResult>>) -> WriteResult {
     }
 }
 
-fn run(inbox: Receiver<Message>, keep: usize) {
+type WriteLog = Mutex<Vec<(std::time::Instant, std::time::Instant)>>;
+
+fn run(inbox: Receiver<Message>, keep: usize, log: &WriteLog) {
     while let Ok(message) = inbox.recv() {
         match message {
             Message::Save { path, checkpoint, model_hash, done } => {
+                let start = std::time::Instant::now();
                 let result = try_encode(&checkpoint, &model_hash).and_then(|bytes| {
                     drop(checkpoint);
                     write_atomic(&path, &bytes, keep)
                 });
+                log.lock().unwrap_or_else(PoisonError::into_inner).push((start, std::time::Instant::now()));
                 // Nobody waits for it once the writer is being dropped.
                 let _ = done.send(result);
             }

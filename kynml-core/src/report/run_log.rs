@@ -78,7 +78,7 @@ impl<'a> RunLog<'a> {
         epochs.dedup();
         for epoch in epochs {
             let steps = profile.steps.iter().filter(|s| s.epoch == epoch).cloned().collect();
-            let one = Profile { steps, evals: Vec::new(), synchronised: profile.synchronised };
+            let one = Profile { steps, synchronised: profile.synchronised, ..Profile::default() };
             for p in one.summary() {
                 if let Err(e) =
                     self.tensorboard.scalar(&format!("profile/{}_share", p.phase), epoch as i64, p.share as f32)

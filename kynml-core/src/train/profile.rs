@@ -70,6 +70,23 @@ pub struct Profile {
     /// Whether the engine waited for the device after each phase (the Burn
     /// engine does; on the CPU it changes nothing).
     pub synchronised: bool,
+    /// One per checkpoint taken.
+    pub checkpoints: Vec<CheckpointTiming>,
+}
+
+/// One checkpoint: the training thread's hand-off (the snapshot copied to
+/// the host and passed to the writer, or written, with `async_save = false`),
+/// and the writer's encoding and writing of the file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointTiming {
+    /// 1-based.
+    pub epoch: usize,
+    /// Seconds from the start of training to the hand-off.
+    pub start: f64,
+    /// Seconds the training thread spent on it.
+    pub handoff: f64,
+    /// The writer's work: seconds from the start of training, and how long.
+    pub write: Option<(f64, f64)>,
 }
 
 /// One phase over all profiled steps, in seconds.
@@ -198,6 +215,11 @@ impl Profile {
             "synchronised": self.synchronised,
             "phases": self.summary(),
             "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>(),
+            "checkpoints": self.checkpoints.iter().map(|c| json!({
+                "epoch": c.epoch,
+                "handoff_seconds": c.handoff,
+                "write_seconds": c.write.map(|w| w.1),
+            })).collect::<Vec<_>>(),
             "verdict": self.verdict(workers),
         })
     }
@@ -205,7 +227,8 @@ impl Profile {
     /// `trace.json` in the Chrome trace event format: one complete event
     /// (`"ph": "X"`, microseconds) per phase of every step, on the training
     /// thread (tid 1), the waits on the loader's track (tid 2), the
-    /// evaluations on their own (tid 3), and each batch a loader worker
+    /// evaluations on their own (tid 3), the checkpoint hand-offs (tid 4)
+    /// and the writer's writes (tid 5), and each batch a loader worker
     /// gathered on that worker's track (tid [`LOADER_TID`] + worker).
     pub fn trace(&self) -> Value {
         let us = |s: f64| (s * 1e6).round();
@@ -241,6 +264,21 @@ impl Profile {
                 events.push(json!({"name": "prepare batch", "ph": "X", "pid": 1, "tid": LOADER_TID + w, "ts": us(start), "dur": us(dur), "args": args}));
             }
         }
+        if !self.checkpoints.is_empty() {
+            events.push(
+                json!({"ph": "M", "pid": 1, "tid": 4, "name": "thread_name", "args": {"name": "checkpoint hand-off"}}),
+            );
+            events.push(
+                json!({"ph": "M", "pid": 1, "tid": 5, "name": "thread_name", "args": {"name": "checkpoint writer"}}),
+            );
+        }
+        for c in &self.checkpoints {
+            let args = json!({"epoch": c.epoch});
+            events.push(json!({"name": "checkpoint hand-off", "ph": "X", "pid": 1, "tid": 4, "ts": us(c.start), "dur": us(c.handoff), "args": args}));
+            if let Some((start, dur)) = c.write {
+                events.push(json!({"name": "write checkpoint", "ph": "X", "pid": 1, "tid": 5, "ts": us(start), "dur": us(dur), "args": args}));
+            }
+        }
         for e in &self.evals {
             events.push(json!({"name": "evaluate", "ph": "X", "pid": 1, "tid": 3, "ts": us(e.start), "dur": us(e.seconds), "args": {"epoch": e.epoch}}));
         }
@@ -267,6 +305,7 @@ mod tests {
             steps: (1..=4).map(|i| step(i, 0.1 * i as f64)).collect(),
             evals: Vec::new(),
             synchronised: false,
+            checkpoints: Vec::new(),
         };
         let s = p.summary();
         let get = |name: &str| s.iter().find(|x| x.phase == name).unwrap().clone();
@@ -303,6 +342,7 @@ mod tests {
                 .collect(),
             evals: Vec::new(),
             synchronised: false,
+            checkpoints: Vec::new(),
         };
         // Waiting 1 s of every 2: data-bound, with the workers to try.
         let data = steps(1.0).verdict(0);

@@ -25,7 +25,7 @@ use crate::train::loss_scale::LossScaler;
 use crate::train::native::{engine_for, EngineChoice, EngineKind, NativeEngine};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{self, PrecisionPlan};
-use crate::train::profile::{EvalTiming, Profile, StepTiming};
+use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
 use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, StopState};
 use crate::train::schedule::lr_at;
 use kynml_backend::{Backend as Kb, Device};
@@ -438,6 +438,15 @@ fn run<'scope, 'env>(
                     checkpoint_failures += 1;
                     on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
                 }
+                if let Some(p) = profile.as_mut() {
+                    let start = waited.saturating_duration_since(started).as_secs_f64();
+                    p.checkpoints.push(CheckpointTiming {
+                        epoch,
+                        start,
+                        handoff: waited.elapsed().as_secs_f64(),
+                        write: None,
+                    });
+                }
                 on_event(TrainEvent::CheckpointSaved { epoch, path, seconds: waited.elapsed().as_secs_f64() });
             }
         }
@@ -449,6 +458,15 @@ fn run<'scope, 'env>(
     if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::flush) {
         checkpoint_failures += 1;
         on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+    }
+    // The writer's writes, one per checkpoint of this run, in order.
+    if let (Some(p), Some(writer)) = (profile.as_mut(), &writer) {
+        let since = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
+        let writes = writer.writes();
+        let ours = writes.iter().rev().take(p.checkpoints.len()).rev();
+        for (c, (start, end)) in p.checkpoints.iter_mut().zip(ours) {
+            c.write = Some((since(*start), end.saturating_duration_since(*start).as_secs_f64()));
+        }
     }
 
     let last = || engine.model();

@@ -110,7 +110,7 @@ impl SplitData {
 
 /// A batch buffer, filled by [`Dataset::gather`]. Keep one per loop and
 /// refill it: after the first step it does not allocate.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Batch {
     /// `len × n_features`, row-major.
     pub features: Vec<f32>,
@@ -119,6 +119,14 @@ pub struct Batch {
     /// Which loader worker gathered it, and when; `None` when the training
     /// thread did.
     pub prepared: Option<Prepared>,
+}
+
+/// Two batches are equal when they hold the same rows and targets, whoever
+/// gathered them and when.
+impl PartialEq for Batch {
+    fn eq(&self, other: &Self) -> bool {
+        self.features == other.features && self.labels == other.labels
+    }
 }
 
 /// When and where a loader worker prepared a batch (for the profile's trace).

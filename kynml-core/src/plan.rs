@@ -120,7 +120,9 @@ impl SpecFile {
     /// The checkpoint this spec resumes from: `None` when the spec does not
     /// checkpoint or nothing is at its path yet. A file there that is not a
     /// whole checkpoint of this model and optimizer is an error, found here
-    /// before anything runs.
+    /// before anything runs. Call it after [`load_data`](Self::load_data):
+    /// a model that embeds categories or tokens is only whole once bound to
+    /// its data.
     pub fn find_checkpoint(&self) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {
         let Some(path) = self.checkpoint_path() else { return Ok(None) };
         let Some(ckpt) = checkpoint::load(&path)? else { return Ok(None) };

@@ -43,6 +43,10 @@ pub struct EmbeddingSpec {
     /// On a text (`input seq L`): the tokens' indices (padding, unseen, then
     /// the vocabulary); 0 until bound to the data.
     pub tokens: usize,
+    /// A hash of the vocabularies' values, bound with them (0 until then):
+    /// a checkpoint taken on other values of the same sizes is refused.
+    #[serde(skip)]
+    pub vocabulary: u64,
 }
 
 /// One embedded column.
@@ -110,7 +114,7 @@ impl Kind for EmbeddingSpec {
         };
         let dim = count_arg(dim, "the size of `embedding`", 1, d);
         extra_args(line, 1, FORM, d)?;
-        Some(EmbeddingSpec { dim: dim?, columns: Vec::new(), tokens: 0 })
+        Some(EmbeddingSpec { dim: dim?, columns: Vec::new(), tokens: 0, vocabulary: 0 })
     }
 
     fn describe(&self) -> String {
@@ -121,7 +125,13 @@ impl Kind for EmbeddingSpec {
     /// other vocabularies is refused before training, not half loaded.
     fn fingerprint(&self) -> String {
         let columns: Vec<String> = self.columns.iter().map(|c| format!("{}:{}", c.position, c.categories)).collect();
-        format!("embedding {} [{}] tokens {}", self.dim, columns.join(","), self.tokens)
+        format!(
+            "embedding {} [{}] tokens {} vocabulary {:016x}",
+            self.dim,
+            columns.join(","),
+            self.tokens,
+            self.vocabulary
+        )
     }
 
     fn output(&self, input: &Shape) -> Result<Shape, String> {
@@ -283,7 +293,7 @@ impl Kind for EmbeddingSpec {
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
         let dim = v.get("embedding_dim").and_then(Json::as_u64).ok_or("embedding without `embedding_dim`")? as usize;
         if let Some(tokens) = v.get("num_embeddings").and_then(Json::as_u64) {
-            return Ok(EmbeddingSpec { dim, columns: Vec::new(), tokens: tokens as usize });
+            return Ok(EmbeddingSpec { dim, columns: Vec::new(), tokens: tokens as usize, vocabulary: 0 });
         }
         let columns = (v.get("columns").and_then(Json::as_array).ok_or("embedding without `columns`")?.iter())
             .map(|c| {
@@ -297,7 +307,7 @@ impl Kind for EmbeddingSpec {
         if dim == 0 || columns.windows(2).any(|w| w[0].position >= w[1].position) {
             return Err("embedding columns must be in increasing positions, with a size of at least 1".into());
         }
-        Ok(EmbeddingSpec { dim, columns, tokens: 0 })
+        Ok(EmbeddingSpec { dim, columns, tokens: 0, vocabulary: 0 })
     }
 }
 
@@ -381,7 +391,8 @@ mod tests {
 
     #[test]
     fn the_reference_swaps_each_index_for_its_row() {
-        let spec = EmbeddingSpec { dim: 2, columns: vec![Column { position: 1, categories: 3 }], tokens: 0 };
+        let spec =
+            EmbeddingSpec { dim: 2, columns: vec![Column { position: 1, categories: 3 }], tokens: 0, vocabulary: 0 };
         let input = Shape::flat(3);
         assert_eq!(spec.output(&input), Ok(Shape::flat(4)));
         let table = crate::model::HostTensor {

@@ -91,9 +91,16 @@ impl ModelSpec {
         let columns: Vec<Column> =
             (info.categories.iter()).map(|v| Column { position: v.position, categories: v.size() }).collect();
         let text = self.shape.is_tokens();
+        // FNV-1a over every value, each ended by a 0 byte.
+        let hash = |values: &mut dyn Iterator<Item = &str>| {
+            values.fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+                v.bytes().chain([0]).fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+            })
+        };
         match (self.layers.first_mut().map(|l| &mut l.value), &info.tokens) {
             (Some(Layer::Embedding(e)), Some(tokens)) if text => {
                 e.tokens = tokens.size();
+                e.vocabulary = hash(&mut tokens.tokens.iter().map(String::as_str));
                 return Ok(());
             }
             (_, None) if text => return Err(Unbound::NoText),
@@ -104,6 +111,7 @@ impl ModelSpec {
             Some(Layer::Embedding(_)) if columns.is_empty() => Err(Unbound::NoCategories),
             Some(Layer::Embedding(e)) => {
                 e.columns = columns;
+                e.vocabulary = hash(&mut info.categories.iter().flat_map(|v| v.values.iter().map(String::as_str)));
                 Ok(())
             }
             _ if !columns.is_empty() => Err(Unbound::NoEmbedding),

@@ -1442,14 +1442,93 @@ fn categorical_spec(dir: &Path, seed: u64, extra_train: &str) -> PathBuf {
     path
 }
 
+/// `result` on the same spec and data, trained again on wgpu in fp32 and
+/// on the CPU in bf16: each tracks the CPU's fp32 losses within its
+/// precision, and bf16 really ran (not identical).
+fn tracks_cpu_fp32(
+    file: &SpecFile,
+    data: &kynml_core::data::Dataset,
+    path: &Path,
+    result: &kynml_core::train::TrainResult,
+    seed: u64,
+) {
+    use kynml_core::spec::types::LossScale;
+    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let on_wgpu = train(&file.spec, data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let gap = worst_loss_gap(result, &on_wgpu);
+    eprintln!("wgpu fp32: worst relative loss gap to cpu {gap:.2e}");
+    assert!(gap <= 2e-3, "wgpu: {gap} (seed {seed})");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let bf16 = run_with(path, &cpu, Some(PrecisionPlan::forced(Compute::Bf16, LossScale::None)));
+    let gap = worst_loss_gap(result, &bf16);
+    eprintln!("cpu bf16: worst relative loss gap to fp32 {gap:.2e}");
+    assert!(gap <= 5e-2 && gap > 0.0, "cpu bf16: {gap} (seed {seed})");
+}
+
+/// `exported` (of `result`'s model) written in every format into `dir`:
+/// each loaded export predicts the raw rows `raw` as the in-memory model
+/// (fed them normalised as in training) and the host reference do, and
+/// onnxruntime and a numpy forward pass from the safetensors file agree.
+/// Returns the loaded safetensors and Burn exports.
+fn exports_agree(
+    result: &kynml_core::train::TrainResult,
+    exported: &kynml_core::export::ExportModel,
+    data: &kynml_core::data::Dataset,
+    raw: &[f32],
+    dir: &Path,
+    seed: u64,
+) -> Vec<kynml_core::predict::Predictor> {
+    use kynml_core::export::{self, Format};
+    use kynml_core::model::Mode;
+    use kynml_core::predict::Predictor;
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let width = data.n_features();
+    let n = raw.len() / width;
+    let mut normalised = raw.to_vec();
+    if let Some(norm) = &data.info.normalizer {
+        norm.apply(&mut normalised);
+    }
+    let x = burn::tensor::Tensor::<kynml_backend::Backend, 2>::from_data(
+        burn::tensor::TensorData::new(normalised, [n, width]),
+        &cpu.inner(),
+    );
+    let in_memory: Vec<f32> = result.model.forward(x, Mode::Eval).into_data().convert::<f32>().into_vec().unwrap();
+    export::write(exported, Format::Onnx, &dir.join("m.onnx")).unwrap();
+    export::write(exported, Format::Safetensors, &dir.join("m.safetensors")).unwrap();
+    export::write(exported, Format::Burn, &dir.join("b.mpk")).unwrap();
+    let reference = exported.forward(raw).unwrap();
+    let mut predictors = Vec::new();
+    let mut last = None;
+    for loaded in ["m.safetensors", "b.mpk"] {
+        let p = Predictor::load(&dir.join(loaded), &cpu).unwrap();
+        let out = p.predict(raw).unwrap();
+        for (what, other) in [("in-memory model", &in_memory), ("host reference", &reference)] {
+            let worst = out.outputs.iter().zip(other).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-4, "{loaded} vs the {what}: {worst} (seed {seed})");
+        }
+        predictors.push(p);
+        last = Some(out);
+    }
+    let p = last.unwrap();
+    let inputs = dir.join("inputs.json");
+    std::fs::write(&inputs, tensors_json(&[("features", width, raw)])).unwrap();
+    let expected = dir.join("expected.json");
+    let json = match &p.probabilities {
+        None => tensors_json(&[("prediction", p.width, &p.outputs)]),
+        Some(probs) => tensors_json(&[("logits", p.width, &p.outputs), ("probabilities", probs.len() / n, probs)]),
+    };
+    std::fs::write(&expected, json).unwrap();
+    python("check_onnx.py", &[&dir.join("m.onnx"), &inputs, &expected]);
+    python("check_safetensors_export.py", &[&dir.join("m.safetensors"), &dir.join("m.json"), &inputs, &expected]);
+    predictors
+}
+
 #[test]
 fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies() {
     use kynml_core::data::read_model_rows;
-    use kynml_core::export::{self, Format};
-    use kynml_core::model::{Layer, Mode};
-    use kynml_core::predict::Predictor;
-    use kynml_core::spec::types::LossScale;
-    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    use kynml_core::export;
+    use kynml_core::model::Layer;
     let seed = clock_seed();
     eprintln!("seed {seed}");
     let tmp = tempfile::tempdir().unwrap();
@@ -1481,16 +1560,7 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
         assert!(values[3..].iter().all(|v| v.is_finite() && *v != 0.0));
     }
 
-    // wgpu in fp32, and bf16 on the CPU, track the CPU's fp32 run.
-    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
-    let on_wgpu = train(&file.spec, &data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
-    let gap = worst_loss_gap(&result, &on_wgpu);
-    eprintln!("wgpu fp32: worst relative loss gap to cpu {gap:.2e}");
-    assert!(gap <= 2e-3, "wgpu: {gap} (seed {seed})");
-    let bf16 = run_with(&path, &cpu, Some(PrecisionPlan::forced(Compute::Bf16, LossScale::None)));
-    let gap = worst_loss_gap(&result, &bf16);
-    eprintln!("cpu bf16: worst relative loss gap to fp32 {gap:.2e}");
-    assert!(gap <= 5e-2 && gap > 0.0, "cpu bf16: {gap} (seed {seed})");
+    tracks_cpu_fp32(&file, &data, &path, &result, seed);
 
     // Fresh raw rows, every index of each vocabulary (0: unseen) among them.
     let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
@@ -1503,35 +1573,11 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
             [x, (r % vocab[0].size()) as f32, (r % vocab[1].size()) as f32, z]
         })
         .collect();
-    let mut normalised = raw.clone();
-    norm.apply(&mut normalised);
-    let x = burn::tensor::Tensor::<kynml_backend::Backend, 2>::from_data(
-        burn::tensor::TensorData::new(normalised, [n, 4]),
-        &cpu.inner(),
-    );
-    let in_memory: Vec<f32> = result.model.forward(x, Mode::Eval).into_data().convert::<f32>().into_vec().unwrap();
-    export::write(&exported, Format::Onnx, &dir.join("m.onnx")).unwrap();
-    export::write(&exported, Format::Safetensors, &dir.join("m.safetensors")).unwrap();
-    export::write(&exported, Format::Burn, &dir.join("b.mpk")).unwrap();
-    let reference = exported.forward(&raw).unwrap();
-    let mut predictor = None;
-    for loaded in ["m.safetensors", "b.mpk"] {
-        let p = Predictor::load(&dir.join(loaded), &cpu).unwrap();
-        assert_eq!(p.model.categories, data.info.categories, "{loaded} keeps the vocabularies");
-        let out = p.predict(&raw).unwrap().outputs;
-        for (what, other) in [("in-memory model", &in_memory), ("host reference", &reference)] {
-            let worst = out.iter().zip(other).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            assert!(worst <= 1e-4, "{loaded} vs the {what}: {worst} (seed {seed})");
-        }
-        predictor = Some(p);
+    let predictors = exports_agree(&result, &exported, &data, &raw, dir, seed);
+    for p in &predictors {
+        assert_eq!(p.model.categories, data.info.categories, "the loaded export keeps the vocabularies");
     }
-    let predictor = predictor.unwrap();
-    let inputs = dir.join("inputs.json");
-    std::fs::write(&inputs, tensors_json(&[("features", 4, &raw)])).unwrap();
-    let expected = dir.join("expected.json");
-    std::fs::write(&expected, tensors_json(&[("prediction", 1, &in_memory)])).unwrap();
-    python("check_onnx.py", &[&dir.join("m.onnx"), &inputs, &expected]);
-    python("check_safetensors_export.py", &[&dir.join("m.safetensors"), &dir.join("m.json"), &inputs, &expected]);
+    let predictor = &predictors[0];
 
     // New rows read by name, in another column order, one with a shop the
     // model never saw: it takes index 0 and is counted.
@@ -1647,11 +1693,7 @@ fn text_models_train_on_every_backend_and_export_with_their_tokens() {
 
 fn text_round_trip(seed: u64, layers: &str, learned: f64) {
     use kynml_core::data::read_model_rows;
-    use kynml_core::export::{self, Format};
-    use kynml_core::model::Mode;
-    use kynml_core::predict::Predictor;
-    use kynml_core::spec::types::LossScale;
-    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    use kynml_core::export;
     eprintln!("{layers}: seed {seed}");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -1673,15 +1715,7 @@ fn text_round_trip(seed: u64, layers: &str, learned: f64) {
         last.val_loss
     );
 
-    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
-    let on_wgpu = train(&file.spec, &data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
-    let gap = worst_loss_gap(&result, &on_wgpu);
-    eprintln!("wgpu fp32: worst relative loss gap to cpu {gap:.2e}");
-    assert!(gap <= 2e-3, "wgpu: {gap} (seed {seed})");
-    let bf16 = run_with(&path, &cpu, Some(PrecisionPlan::forced(Compute::Bf16, LossScale::None)));
-    let gap = worst_loss_gap(&result, &bf16);
-    eprintln!("cpu bf16: worst relative loss gap to fp32 {gap:.2e}");
-    assert!(gap <= 5e-2 && gap > 0.0, "cpu bf16: {gap} (seed {seed})");
+    tracks_cpu_fp32(&file, &data, &path, &result, seed);
 
     // Fresh rows of ids: texts of 0 to 16 tokens, unseen ones among them.
     let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
@@ -1693,34 +1727,11 @@ fn text_round_trip(seed: u64, layers: &str, learned: f64) {
             (0..16).map(|i| if i < len { 1 + rng.below(31) } else { 0 } as f32).collect::<Vec<_>>()
         })
         .collect();
-    let x = burn::tensor::Tensor::<kynml_backend::Backend, 2>::from_data(
-        burn::tensor::TensorData::new(raw.clone(), [n, 16]),
-        &cpu.inner(),
-    );
-    let in_memory: Vec<f32> = result.model.forward(x, Mode::Eval).into_data().convert::<f32>().into_vec().unwrap();
-    export::write(&exported, Format::Onnx, &dir.join("m.onnx")).unwrap();
-    export::write(&exported, Format::Safetensors, &dir.join("m.safetensors")).unwrap();
-    export::write(&exported, Format::Burn, &dir.join("b.mpk")).unwrap();
-    let reference = exported.forward(&raw).unwrap();
-    let mut predictor = None;
-    for loaded in ["m.safetensors", "b.mpk"] {
-        let p = Predictor::load(&dir.join(loaded), &cpu).unwrap();
-        assert_eq!(p.model.tokens.as_ref(), Some(&tokens), "{loaded} keeps the tokens");
-        let out = p.predict(&raw).unwrap();
-        for (what, other) in [("in-memory model", &in_memory), ("host reference", &reference)] {
-            let worst = out.outputs.iter().zip(other).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            assert!(worst <= 1e-4, "{loaded} vs the {what}: {worst} (seed {seed})");
-        }
-        predictor = Some((p, out));
+    let predictors = exports_agree(&result, &exported, &data, &raw, dir, seed);
+    for p in &predictors {
+        assert_eq!(p.model.tokens.as_ref(), Some(&tokens), "the loaded export keeps the tokens");
     }
-    let (predictor, p) = predictor.unwrap();
-    let inputs = dir.join("inputs.json");
-    std::fs::write(&inputs, tensors_json(&[("features", 16, &raw)])).unwrap();
-    let expected = dir.join("expected.json");
-    let probs = p.probabilities.unwrap();
-    std::fs::write(&expected, tensors_json(&[("logits", 2, &p.outputs), ("probabilities", 2, &probs)])).unwrap();
-    python("check_onnx.py", &[&dir.join("m.onnx"), &inputs, &expected]);
-    python("check_safetensors_export.py", &[&dir.join("m.safetensors"), &dir.join("m.json"), &inputs, &expected]);
+    let predictor = &predictors[0];
 
     // New texts read by name: cut at 16 tokens, padded, unseen words counted.
     let rows_csv = dir.join("new.csv");

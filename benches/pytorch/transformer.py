@@ -21,15 +21,12 @@ round's samples/s, every round, and the process's peak RSS.
 Needs torch; says so and exits 2 without it.
 """
 
-import argparse
-import json
 import os
-import resource
-import statistics
 import sys
-import time
 
 sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rounds  # noqa: E402
 
 try:
     import torch
@@ -63,14 +60,7 @@ class TextEncoder(nn.Module):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--rows", type=int, default=8192)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--json")
-    args = p.parse_args()
+    args = rounds.arguments(__doc__.split("\n\n")[0], steps=20)
     torch.set_num_threads(args.threads)
     torch.manual_seed(7)
     lengths = torch.randint(L // 2, L + 1, (args.rows,))
@@ -80,35 +70,15 @@ def main():
     net = TextEncoder()
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
-    rates = []
-    first = None
-    for r in range(args.rounds + 1):
-        order = torch.randperm(args.rows)
-        start = time.perf_counter()
-        for s in range(args.steps):
-            at = (s * args.batch) % (args.rows - args.batch + 1)
-            idx = order[at : at + args.batch]
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(net(ids[idx]), y[idx])
-            loss.backward()
-            opt.step()
-        last = loss.item()
-        seconds = time.perf_counter() - start
-        rate = args.steps * args.batch / seconds
-        if r == 0:
-            first = rate
-            print(f"warm-up round: {rate:.0f} samples/s, train loss {last:.4f}", file=sys.stderr)
-        else:
-            rates.append(rate)
-            print(f"round {r}: {rate:.0f} samples/s, train loss {last:.4f}", file=sys.stderr)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    median = statistics.median(rates)
-    print(f"pytorch {torch.__version__} eager, {args.threads} threads, batch {args.batch}: "
-          f"{median:.0f} samples/s (rounds {', '.join(f'{r:.0f}' for r in rates)}), peak RSS {rss:.0f} MiB")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"samples_per_sec": median, "rounds": rates, "warmup": first, "peak_rss_mib": rss,
-                       "torch": torch.__version__, "threads": args.threads, "batch": args.batch}, f)
+
+    def step(idx):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(ids[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        return loss
+
+    rounds.measure(torch, args, step)
 
 
 if __name__ == "__main__":

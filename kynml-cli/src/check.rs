@@ -24,14 +24,11 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         data.n_features(),
         data.info.target,
     );
-    for v in &data.info.categories {
-        let unseen = match v.unseen_in_validation {
-            0 => String::new(),
-            n => format!("; {n} validation rows hold a value training never saw (index 0)"),
-        };
-        println!("categorical `{}`: {} values in the training rows{unseen}", v.column, v.values.len());
+    let vocabularies = render::vocabularies(&data.info);
+    for line in &vocabularies {
+        println!("{line}");
     }
-    if !data.info.categories.is_empty() {
+    if !vocabularies.is_empty() {
         println!();
     }
     println!("{}", render::model_table(&summarize(&file.spec.model)));

@@ -151,3 +151,33 @@ mod tests {
         assert_eq!(t, "  a     bb\n  ---   --\n  xyz    1");
     }
 }
+
+/// What the data's categorical columns and text hold, one line each
+/// (`categorical: city (8 values), ...`, `text: ...`); none for plain numbers.
+pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
+    let mut out = Vec::new();
+    if !info.categories.is_empty() {
+        let each: Vec<String> = (info.categories.iter())
+            .map(|v| match v.unseen_in_validation {
+                0 => format!("{} ({} values)", v.column, v.values.len()),
+                n => {
+                    format!("{} ({} values; {n} validation rows hold one training never saw)", v.column, v.values.len())
+                }
+            })
+            .collect();
+        out.push(format!("categorical: {}", each.join(", ")));
+    }
+    if let Some(t) = &info.tokens {
+        let unseen = match t.unseen_in_validation {
+            0 => String::new(),
+            n => format!("; {n} validation tokens are not in it"),
+        };
+        out.push(format!(
+            "text: `{}`, {} tokens per row, a vocabulary of {} tokens{unseen}",
+            t.column,
+            t.length,
+            t.tokens.len()
+        ));
+    }
+    out
+}

@@ -52,16 +52,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         data.n_features(),
         data.class_names().map_or(String::new(), |c| format!(", {} classes", c.len()))
     );
-    if !data.info.categories.is_empty() {
-        let each: Vec<String> = (data.info.categories.iter())
-            .map(|v| match v.unseen_in_validation {
-                0 => format!("{} ({} values)", v.column, v.values.len()),
-                n => {
-                    format!("{} ({} values; {n} validation rows hold one training never saw)", v.column, v.values.len())
-                }
-            })
-            .collect();
-        println!("categorical: {}", each.join(", "));
+    for line in render::vocabularies(&data.info) {
+        println!("{line}");
     }
 
     let run_dir = match &args.out {

@@ -50,6 +50,22 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
 }
 
 #[test]
+fn check_says_what_the_categorical_columns_and_the_text_hold() {
+    let tmp = copy_example("rentals");
+    let out = kynml(&["check", "rentals.kyn"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("categorical: city (8 values), weekday (7 values), weather (4 values)"), "{t}");
+    assert!(t.contains("embedding 4") && t.contains("[batch, 14]"), "{t}");
+    let tmp = copy_example("reviews");
+    let out = kynml(&["check", "reviews.kyn"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("text: `text`, 32 tokens per row, a vocabulary of 45 tokens"), "{t}");
+    assert!(t.contains("[batch, 32, 16]"), "{t}");
+}
+
+#[test]
 fn train_writes_a_complete_run_folder_and_says_what_runs() {
     let tmp = copy_example("iris");
     let out = kynml(&["train", "iris.kyn", "--epochs", "3", "--device", "cpu", "--out", "run1"], tmp.path());

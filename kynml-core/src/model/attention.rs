@@ -15,6 +15,7 @@ use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 use serde_json::{json, Value as Json};
 
+use super::dense::transpose;
 use super::kind::{extra_args, host, options, restore_param, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors};
 use super::StateError;
 use crate::export::onnx::{Attr, Graph};
@@ -157,11 +158,6 @@ pub(crate) fn init(d: usize, heads: usize, rng: &mut SplitMix64, device: &Dispat
         out_bias: Param::from_data(TensorData::new(vec![0.0f32; d], [d]), device),
         heads,
     }
-}
-
-/// `values`, row-major `[rows, cols]`, as `[cols, rows]`.
-fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    (0..cols).flat_map(|c| (0..rows).map(move |r| values[r * cols + c])).collect()
 }
 
 /// A weight in PyTorch's layout (the two matrices transposed back).

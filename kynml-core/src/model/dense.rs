@@ -205,8 +205,8 @@ impl LayerModule for Dense<Kb> {
     }
 }
 
-/// `values`, row-major `[rows, cols]`, as `[cols, rows]`.
-fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+/// `values`, row-major `[rows, cols]`, as `[cols, rows]` (shared with the attention's projections).
+pub(crate) fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     (0..cols).flat_map(|c| (0..rows).map(move |r| values[r * cols + c])).collect()
 }
 

@@ -125,33 +125,6 @@ pub fn thousands(n: usize) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(215_425), "215,425");
-        assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(0), "0");
-    }
-
-    #[test]
-    fn durations_read_naturally() {
-        assert_eq!(duration(0.4234), "0.42s");
-        assert_eq!(duration(12.34), "12.3s");
-        assert_eq!(duration(245.0), "4m 05s");
-        assert_eq!(duration(3720.0), "1h 02m");
-    }
-
-    #[test]
-    fn table_aligns_columns() {
-        let t = table(&["a", "bb"], &[vec!["xyz".into(), "1".into()]]);
-        assert_eq!(t, "  a     bb\n  ---   --\n  xyz    1");
-    }
-}
-
 /// What the data's categorical columns and text hold, one line each
 /// (`categorical: city (8 values), ...`, `text: ...`); none for plain numbers.
 pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
@@ -180,4 +153,31 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(215_425), "215,425");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(0), "0");
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(0.4234), "0.42s");
+        assert_eq!(duration(12.34), "12.3s");
+        assert_eq!(duration(245.0), "4m 05s");
+        assert_eq!(duration(3720.0), "1h 02m");
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let t = table(&["a", "bb"], &[vec!["xyz".into(), "1".into()]]);
+        assert_eq!(t, "  a     bb\n  ---   --\n  xyz    1");
+    }
 }

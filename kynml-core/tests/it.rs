@@ -103,7 +103,12 @@ fn random_regression_spec(dir: &Path, seed: u64, model: &str) -> PathBuf {
     path
 }
 
+/// A fresh seed per run (the clock), or `KYNML_TEST_SEED` to replay the
+/// seed a failing run printed.
 fn clock_seed() -> u64 {
+    if let Some(seed) = std::env::var("KYNML_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
+        return seed;
+    }
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
@@ -1435,7 +1440,7 @@ fn categorical_spec(dir: &Path, seed: u64, extra_train: &str) -> PathBuf {
     let spec = format!(
         "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n categorical = [color, \"shop\"]\n normalize = true\n\
          model M:\n input 4\n embedding 3\n dense 16 tanh\n dense 1 linear\n\
-         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 8\n batch = 32\n seed = {seed}\n{extra_train}"
+         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 20\n batch = 32\n seed = {seed}\n{extra_train}"
     );
     let path = dir.join("spec.kyn");
     std::fs::write(&path, spec).unwrap();
@@ -1445,6 +1450,15 @@ fn categorical_spec(dir: &Path, seed: u64, extra_train: &str) -> PathBuf {
 /// `result` on the same spec and data, trained again on wgpu in fp32 and
 /// on the CPU in bf16: each tracks the CPU's fp32 losses within its
 /// precision, and bf16 really ran (not identical).
+///
+/// Adam divides each gradient by its own running size, so a weight whose
+/// gradient is near zero moves by a full step either way on rounding alone:
+/// over six epochs a transformer's losses on wgpu drifted 4.7e-3 from the
+/// CPU's (first epoch 5.7e-5) where plain SGD on the same model and data
+/// stayed within 3.7e-7 (bf16 on the CPU: 4.6e-2 against fp32 under Adam).
+/// So the forward and backward passes are held to their precision under
+/// SGD, and the spec's own optimizer to a looser bound. `file`'s model
+/// starts with an `embedding`: training it unbound must be refused.
 fn tracks_cpu_fp32(
     file: &SpecFile,
     data: &kynml_core::data::Dataset,
@@ -1454,16 +1468,54 @@ fn tracks_cpu_fp32(
 ) {
     use kynml_core::spec::types::LossScale;
     use kynml_core::train::precision::{Compute, PrecisionPlan};
-    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let (cpu, wgpu) = (
+        select(DeviceChoice::Cpu).unwrap(),
+        select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh"),
+    );
+    let losses = |a: &kynml_core::train::TrainResult, b: &kynml_core::train::TrainResult| {
+        let rows: Vec<String> = a
+            .history
+            .iter()
+            .zip(&b.history)
+            .map(|(a, b)| {
+                format!("{:.7}/{:.7} against {:.7}/{:.7}", a.train_loss, a.val_loss, b.train_loss, b.val_loss)
+            })
+            .collect();
+        rows.join("\n")
+    };
+
+    let source = std::fs::read_to_string(path).unwrap();
+    let with_sgd: String = source
+        .lines()
+        .map(|line| if line.trim_start().starts_with("optimizer =") { " optimizer = sgd(lr=0.05)" } else { line })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert_ne!(with_sgd, source, "the spec names an optimizer");
+    let sgd_path = path.with_file_name("sgd.kyn");
+    std::fs::write(&sgd_path, with_sgd).unwrap();
+    let mut sgd = SpecFile::load(&sgd_path).unwrap();
+    let unbound = train(&sgd.spec, data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap_err();
+    assert!(unbound.to_string().contains("not bound"), "{unbound}");
+    sgd.spec.model.bind(&data.info).unwrap();
+    let on_cpu = train(&sgd.spec, data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let on_wgpu = train(&sgd.spec, data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let gap = worst_loss_gap(&on_cpu, &on_wgpu);
+    eprintln!("wgpu fp32, sgd: worst relative loss gap to cpu {gap:.2e}");
+    assert!(gap <= 1e-5, "wgpu with sgd: {gap} (seed {seed})\n{}", losses(&on_cpu, &on_wgpu));
+
     let on_wgpu = train(&file.spec, data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
     let gap = worst_loss_gap(result, &on_wgpu);
     eprintln!("wgpu fp32: worst relative loss gap to cpu {gap:.2e}");
-    assert!(gap <= 2e-3, "wgpu: {gap} (seed {seed})");
-    let cpu = select(DeviceChoice::Cpu).unwrap();
-    let bf16 = run_with(path, &cpu, Some(PrecisionPlan::forced(Compute::Bf16, LossScale::None)));
-    let gap = worst_loss_gap(result, &bf16);
+    assert!(gap <= 3e-2, "wgpu: {gap} (seed {seed})\n{}", losses(result, &on_wgpu));
+    // bf16 rounds each product to 8 bits: within a few percent under SGD,
+    // and Adam's drift on top of that.
+    let bf16 = Some(PrecisionPlan::forced(Compute::Bf16, LossScale::None));
+    let gap = worst_loss_gap(&on_cpu, &run_with(&sgd_path, &cpu, bf16.clone()));
+    eprintln!("cpu bf16, sgd: worst relative loss gap to fp32 {gap:.2e}");
+    assert!(gap <= 3e-2 && gap > 0.0, "cpu bf16 with sgd: {gap} (seed {seed})");
+    let gap = worst_loss_gap(result, &run_with(path, &cpu, bf16));
     eprintln!("cpu bf16: worst relative loss gap to fp32 {gap:.2e}");
-    assert!(gap <= 5e-2 && gap > 0.0, "cpu bf16: {gap} (seed {seed})");
+    assert!(gap <= 0.15 && gap > 0.0, "cpu bf16: {gap} (seed {seed})");
 }
 
 /// `exported` (of `result`'s model) written in every format into `dir`:

@@ -117,6 +117,15 @@ pub enum TrainError {
         /// write failed.
         checkpoint: Option<PathBuf>,
     },
+    /// The model's `embedding` was not sized from this dataset's vocabularies.
+    #[error(
+        "model `{model}` is not bound to this dataset's categories or tokens: call `ModelSpec::bind` with the \
+         dataset's `info` first (`SpecFile::load_data` does)"
+    )]
+    NotBound {
+        /// The model block's name.
+        model: String,
+    },
 }
 
 /// What a finished run leaves behind.
@@ -174,6 +183,10 @@ fn run<'scope, 'env>(
     settings: &TrainSettings,
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<TrainResult, TrainError> {
+    let mut bound = spec.model.clone();
+    if bound.bind(&data.info).is_err() || bound != spec.model {
+        return Err(TrainError::NotBound { model: spec.model.name.value.clone() });
+    }
     let t = &spec.train;
     let loss_kind = t.loss.value;
     let metrics = metrics_for(spec, loss_kind);

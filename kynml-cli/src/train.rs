@@ -124,6 +124,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         let workers = file.spec.dataset.num_workers.value;
         run_dir.write_json("profile.json", &profile.to_json(workers)).context("writing profile.json")?;
         run_dir.write_json("trace.json", &profile.trace()).context("writing trace.json")?;
+        let verdict = profile.verdict(workers).advice;
+        let figure = kynml_core::report::profile_chart::ProfileFigure { title: &title, profile, verdict: &verdict };
+        kynml_core::report::profile_chart::draw(&figure, &run_dir.path)
+            .context("drawing profile.svg and profile.png")?;
     }
 
     println!();

@@ -291,6 +291,14 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     let checkpoints = profile["checkpoints"].as_array().unwrap();
     assert_eq!(checkpoints.len(), 3, "{profile}");
     assert!(checkpoints.iter().all(|c| c["write_seconds"].as_f64().is_some_and(|s| s > 0.0)), "{profile}");
+    // The breakdown drawn: its title, the phases and each epoch's bar.
+    let svg = std::fs::read_to_string(tmp.path().join("d/profile.svg")).unwrap();
+    for part in ["Where the step time goes", "waiting for the batch", "epoch 3"] {
+        assert!(svg.contains(part), "profile.svg lacks {part:?}");
+    }
+    assert!(svg.contains("compute-bound") || svg.contains("data loading is"), "profile.svg has no verdict");
+    let png = std::fs::read(tmp.path().join("d/profile.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "profile.png is a PNG");
     let out = kynml(&["report", "a", "iris.kyn"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not a finished run folder"), "{}", text(&out));

@@ -103,6 +103,26 @@ fn random_regression_spec(dir: &Path, seed: u64, model: &str) -> PathBuf {
     path
 }
 
+/// Runs the test `name` again in a process of its own and checks that it
+/// passed; true there, false in that process (where the test goes on). For
+/// tests that read the device's memory: CubeCL shares its allocator's streams
+/// between threads, so tests running beside one another see each other's
+/// tensors (a run in the full suite saw the pool grow between epochs).
+fn in_own_process(name: &str) -> bool {
+    if std::env::var_os("KYNML_OWN_PROCESS").is_some() {
+        return false;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("KYNML_OWN_PROCESS", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(out.status.success() && text.contains("1 passed"), "{name} in its own process failed");
+    true
+}
+
 /// A fresh seed per run (the clock), or `KYNML_TEST_SEED` to replay the
 /// seed a failing run printed.
 fn clock_seed() -> u64 {
@@ -1175,6 +1195,9 @@ fn check_weights(expected: &[f64], got: &[f32], what: &str) {
 /// host's peak memory; the CPU has no device memory to report.
 #[test]
 fn device_memory_stays_flat_over_epochs_and_each_epoch_records_its_wait() {
+    if in_own_process("device_memory_stays_flat_over_epochs_and_each_epoch_records_its_wait") {
+        return;
+    }
     let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let seed = clock_seed();
@@ -1440,7 +1463,7 @@ fn categorical_spec(dir: &Path, seed: u64, extra_train: &str) -> PathBuf {
     let spec = format!(
         "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n categorical = [color, \"shop\"]\n normalize = true\n\
          model M:\n input 4\n embedding 3\n dense 16 tanh\n dense 1 linear\n\
-         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 20\n batch = 32\n seed = {seed}\n{extra_train}"
+         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 8\n batch = 32\n seed = {seed}\n{extra_train}"
     );
     let path = dir.join("spec.kyn");
     std::fs::write(&path, spec).unwrap();
@@ -1596,10 +1619,16 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
 
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
-    let (first, last) = (&result.history[0], result.history.last().unwrap());
-    eprintln!("cpu: val_loss {} -> {}", first.val_loss, last.val_loss);
+    // Whether it learns, from a longer run: after 8 epochs the validation
+    // loss was above 0.6 of the first epoch's for 2 seeds in 16, after 20
+    // at most 0.36. The other checks keep 8 epochs (see `tracks_cpu_fp32`).
+    let mut longer = file.spec.clone();
+    longer.train.epochs.value = 20;
+    let history = train(&longer, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap().history;
+    let (first, last) = (&history[0], history.last().unwrap());
+    eprintln!("cpu: val_loss {} -> {} in 20 epochs", first.val_loss, last.val_loss);
     assert!(
-        last.val_loss < 0.7 * first.val_loss,
+        last.val_loss < 0.6 * first.val_loss,
         "did not learn: {} -> {} (seed {seed})",
         first.val_loss,
         last.val_loss
@@ -1735,15 +1764,15 @@ fn text_spec(dir: &Path, seed: u64, layers: &str) -> PathBuf {
 #[test]
 fn text_models_train_on_every_backend_and_export_with_their_tokens() {
     let seed = clock_seed();
-    text_round_trip(seed, " embedding 8\n global_avgpool\n dense 8 tanh", 0.8);
+    text_round_trip(seed, " embedding 8\n global_avgpool\n dense 8 tanh");
     // Attention over the tokens, alone and in pre-norm blocks (one in a
     // `residual:` block written out, one `transformer`).
-    text_round_trip(seed + 1, " embedding 8\n attention heads=2\n global_avgpool", 0.9);
+    text_round_trip(seed + 1, " embedding 8\n attention heads=2\n global_avgpool");
     let blocks = " embedding 8\n positional\n residual:\n  layernorm\n  attention heads=4\n transformer heads=2 ff=16\n layernorm\n global_avgpool";
-    text_round_trip(seed + 2, blocks, 0.95);
+    text_round_trip(seed + 2, blocks);
 }
 
-fn text_round_trip(seed: u64, layers: &str, learned: f64) {
+fn text_round_trip(seed: u64, layers: &str) {
     use kynml_core::data::read_model_rows;
     use kynml_core::export;
     eprintln!("{layers}: seed {seed}");
@@ -1758,14 +1787,20 @@ fn text_round_trip(seed: u64, layers: &str, learned: f64) {
 
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
-    let (first, last) = (&result.history[0], result.history.last().unwrap());
-    eprintln!("cpu: val_loss {} -> {}, accuracy {:?}", first.val_loss, last.val_loss, last.metrics.get("accuracy"));
-    assert!(
-        last.val_loss < learned * first.val_loss,
-        "did not learn: {} -> {} (seed {seed})",
-        first.val_loss,
-        last.val_loss
-    );
+    // Whether it learns: the training loss of a 10-epoch run against the
+    // entropy of the training labels (what predicting their frequencies
+    // scores). 360 rows hold 72 for validation, too few for a steady
+    // validation loss; over 24 seeds the training loss ended at most at
+    // 0.43 of that entropy after 10 epochs (0.87 after 6).
+    let kynml_core::data::Labels::Classes(classes) = &data.train.labels else { panic!("a classifier") };
+    let up = classes.iter().filter(|&&c| c == 1).count() as f64 / classes.len() as f64;
+    let entropy = -(up * up.ln() + (1.0 - up) * (1.0 - up).ln());
+    let mut longer = file.spec.clone();
+    longer.train.epochs.value = 10;
+    let history = train(&longer, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap().history;
+    let last = history.last().unwrap();
+    eprintln!("cpu: train_loss {} after 10 epochs, labels' entropy {entropy}", last.train_loss);
+    assert!(last.train_loss < 0.7 * entropy, "did not learn: {} (seed {seed})", last.train_loss);
 
     tracks_cpu_fp32(&file, &data, &path, &result, seed);
 

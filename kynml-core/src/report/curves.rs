@@ -75,11 +75,14 @@ pub enum PlotError {
     /// `epochs` is empty.
     #[error("no epochs to draw")]
     NoEpochs,
+    /// A profile to draw has no profiled step.
+    #[error("no profiled steps to draw")]
+    NoSteps,
     /// The embedded DejaVu Sans font could not be registered with `plotters`.
     #[error("the embedded plotting font could not be loaded")]
     Font,
     /// `plotters` failed or panicked while drawing, or PNG encoding failed; holds the message.
-    #[error("drawing the training curves failed: {0}")]
+    #[error("drawing the figure failed: {0}")]
     Draw(String),
     /// A file could not be written.
     #[error("cannot write {}: {source}", path.display())]
@@ -142,19 +145,19 @@ pub fn render_png(curves: &Curves) -> Result<Vec<u8>, PlotError> {
     })
 }
 
-const SUPERSAMPLE: u32 = 2;
+pub(super) const SUPERSAMPLE: u32 = 2;
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
+pub(super) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
     std::fs::write(path, bytes).map_err(|source| PlotError::Write { path: path.to_path_buf(), source })
 }
 
-fn draw_err(e: impl std::fmt::Display) -> PlotError {
+pub(super) fn draw_err(e: impl std::fmt::Display) -> PlotError {
     PlotError::Draw(e.to_string())
 }
 
 /// Runs `f`, turning a panic (of plotters, on input it did not expect) into an
 /// error: a failed figure must not take a training run down with it.
-fn guarded<T>(f: impl FnOnce() -> Result<T, PlotError>) -> Result<T, PlotError> {
+pub(super) fn guarded<T>(f: impl FnOnce() -> Result<T, PlotError>) -> Result<T, PlotError> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
         let msg = payload
             .downcast_ref::<&str>()
@@ -166,7 +169,7 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, PlotError>) -> Result<T, PlotError> 
 }
 
 /// Registers the embedded font as plotters' `sans-serif` family (once).
-fn register_font() -> Result<(), PlotError> {
+pub(super) fn register_font() -> Result<(), PlotError> {
     static DONE: OnceLock<bool> = OnceLock::new();
     let ok = *DONE.get_or_init(|| plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok());
     if ok {
@@ -179,32 +182,32 @@ fn register_font() -> Result<(), PlotError> {
 // ---------------------------------------------------------------------------
 // Look
 
-const WIDTH: f64 = 1600.0;
-const TITLE_H: f64 = 84.0;
+pub(super) const WIDTH: f64 = 1600.0;
+pub(super) const TITLE_H: f64 = 84.0;
 const ROW_H: f64 = 470.0;
 const STRIP_H: f64 = 330.0;
-const CAPTION_H: f64 = 34.0;
-const MARGIN: f64 = 12.0;
+pub(super) const CAPTION_H: f64 = 34.0;
+pub(super) const MARGIN: f64 = 12.0;
 const X_LABEL_AREA: f64 = 54.0;
 const Y_LABEL_AREA: f64 = 84.0;
 const RIGHT_LABEL_AREA: f64 = 74.0;
 
-const TITLE_SIZE: f64 = 28.0;
-const SUBTITLE_SIZE: f64 = 17.0;
-const CAPTION_SIZE: f64 = 21.0;
-const DESC_SIZE: f64 = 17.0;
-const TICK_SIZE: f64 = 15.0;
-const LEGEND_SIZE: f64 = 15.0;
+pub(super) const TITLE_SIZE: f64 = 28.0;
+pub(super) const SUBTITLE_SIZE: f64 = 17.0;
+pub(super) const CAPTION_SIZE: f64 = 21.0;
+pub(super) const DESC_SIZE: f64 = 17.0;
+pub(super) const TICK_SIZE: f64 = 15.0;
+pub(super) const LEGEND_SIZE: f64 = 15.0;
 
 const LINE_W: f64 = 2.2;
 const MARKER_R: f64 = 3.4;
 /// At most this many epochs, every point gets a marker.
 const MARKERS_UP_TO: usize = 20;
 
-const TEXT: RGBColor = RGBColor(0x22, 0x22, 0x22);
-const MUTED: RGBColor = RGBColor(0x55, 0x55, 0x55);
-const AXIS: RGBColor = RGBColor(0x66, 0x66, 0x66);
-const GRID: RGBColor = RGBColor(0xe3, 0xe3, 0xe3);
+pub(super) const TEXT: RGBColor = RGBColor(0x22, 0x22, 0x22);
+pub(super) const MUTED: RGBColor = RGBColor(0x55, 0x55, 0x55);
+pub(super) const AXIS: RGBColor = RGBColor(0x66, 0x66, 0x66);
+pub(super) const GRID: RGBColor = RGBColor(0xe3, 0xe3, 0xe3);
 const TRAIN: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 const VAL: RGBColor = RGBColor(0xff, 0x7f, 0x0e);
 const BEST: RGBColor = RGBColor(0xd6, 0x27, 0x28);
@@ -227,20 +230,20 @@ const PALETTE: [RGBColor; 10] = [
 ];
 
 /// Sizes are given for a 1600-pixel-wide figure and multiplied by `s`.
-struct Style {
-    s: f64,
+pub(super) struct Style {
+    pub(super) s: f64,
     /// Drawing into pixels (PNG) rather than SVG.
-    bitmap: bool,
+    pub(super) bitmap: bool,
 }
 
 impl Style {
-    fn px(&self, v: f64) -> i32 {
+    pub(super) fn px(&self, v: f64) -> i32 {
         (v * self.s).round() as i32
     }
-    fn upx(&self, v: f64) -> u32 {
+    pub(super) fn upx(&self, v: f64) -> u32 {
         (v * self.s).round().max(1.0) as u32
     }
-    fn font(&self, size: f64, color: RGBColor) -> TextStyle<'static> {
+    pub(super) fn font(&self, size: f64, color: RGBColor) -> TextStyle<'static> {
         TextStyle {
             font: ("sans-serif", size * self.s).into_font(),
             color: color.to_backend_color(),
@@ -1270,7 +1273,7 @@ fn place_legend(
 // PNG output
 
 /// Averages `f` x `f` blocks of an RGB image.
-fn downsample(src: &[u8], w: usize, h: usize, f: usize) -> Vec<u8> {
+pub(super) fn downsample(src: &[u8], w: usize, h: usize, f: usize) -> Vec<u8> {
     let (ow, oh) = (w / f, h / f);
     let mut out = vec![0u8; ow * oh * 3];
     let n = (f * f) as u32;
@@ -1293,7 +1296,7 @@ fn downsample(src: &[u8], w: usize, h: usize, f: usize) -> Vec<u8> {
 
 /// Encodes an 8-bit RGB image as PNG (zlib through flate2, `Up` or `Sub`
 /// filter per row, whichever looks smaller).
-fn encode_png(rgb: &[u8], w: u32, h: u32) -> std::io::Result<Vec<u8>> {
+pub(super) fn encode_png(rgb: &[u8], w: u32, h: u32) -> std::io::Result<Vec<u8>> {
     let stride = w as usize * 3;
     let mut raw = Vec::with_capacity((stride + 1) * h as usize);
     let mut prev = vec![0u8; stride];

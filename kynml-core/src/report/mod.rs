@@ -3,6 +3,7 @@
 //! as training goes.
 
 pub mod curves;
+pub mod profile_chart;
 mod run_log;
 pub mod tensorboard;
 

@@ -131,6 +131,35 @@ impl Device {
         Some(DeviceMemory { in_use: usage.bytes_in_use + usage.bytes_padding, reserved: usage.bytes_reserved })
     }
 
+    /// The most bytes one tensor may take on this device: CubeCL's largest
+    /// allocation (on wgpu, the adapter's largest storage buffer); `None` on
+    /// the CPU, which has no such limit of its own.
+    pub fn max_allocation(&self) -> Option<u64> {
+        use burn::cubecl::Runtime;
+        let props = match &self.burn {
+            DispatchDevice::Cuda(d) => burn::cubecl::cuda::CudaRuntime::client(d).properties().memory.clone(),
+            DispatchDevice::Vulkan(d) => burn::backend::wgpu::WgpuRuntime::client(d).properties().memory.clone(),
+            _ => return None,
+        };
+        Some(props.max_page_size)
+    }
+
+    /// The memory a run may fill, in bytes: a CUDA device's total memory,
+    /// or on the CPU the host's available memory (`MemAvailable`); `None`
+    /// where the device does not say (wgpu has no way to ask).
+    pub fn memory_capacity(&self) -> Option<u64> {
+        match &self.kind {
+            DeviceKind::Cuda(gpu) => Some(gpu.memory_bytes),
+            DeviceKind::Wgpu(_) => None,
+            DeviceKind::Cpu { .. } => {
+                let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+                let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+                Some(kib * 1024)
+            }
+        }
+    }
+
     /// The folder name of this device's model in the kernel cache, e.g.
     /// `cuda-NVIDIA_H100_80GB_HBM3-sm90`; `None` for the CPU, which runs no
     /// CubeCL kernels.

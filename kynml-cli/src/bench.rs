@@ -30,6 +30,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let device = crate::devices::pick_for(&file.spec.train)?;
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    println!("{}", render::memory(&file.check_memory(&device)?, &device));
     let options = BenchOptions { steps: args.steps as usize, rounds: args.rounds as usize, ..BenchOptions::default() };
     println!(
         "bench: {} on {source}, batch {}, {} steps in each of 1 warm-up and {} timed rounds\n",
@@ -121,6 +122,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     let device = crate::devices::pick_for(&file.spec.train)?;
     let data = file.load_data()?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    file.check_memory(&device)?;
     if !device.has_fusion() {
         println!("nothing to warm up: {} has no kernels to tune or compile", device.describe());
         return Ok(());

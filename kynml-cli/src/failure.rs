@@ -32,6 +32,12 @@ impl From<LoadError> for Failure {
             LoadError::Spec { path, source_text, error } => {
                 Failure::input(spec::render(&path.display().to_string(), &source_text, &error.diagnostics))
             }
+            LoadError::DoesNotFit { path, source_text, error } => Failure::input(spec::render_with(
+                &path.display().to_string(),
+                &source_text,
+                &error.diagnostics,
+                "the run does not fit the device; nothing was trained or written",
+            )),
             other => Failure::input(format!("error: {other}")),
         }
     }

@@ -17,6 +17,12 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Output piped into a program that stops reading (`| head`) ends the
+    // process quietly, as other command-line tools do, not with a panic.
+    // SAFETY: setting a signal's disposition to the default, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     quiet_headless_vulkan();
     let cli = args::Cli::parse();
     // Before any device is chosen: the kernel cache of the GPU picked is

@@ -125,6 +125,27 @@ pub fn thousands(n: usize) -> String {
     out
 }
 
+/// The run's memory estimate, in one line: `memory: about 1.2 GiB (...)`.
+pub fn memory(e: &kynml_core::train::memory::MemoryEstimate, device: &kynml_backend::Device) -> String {
+    use kynml_core::train::memory::bytes;
+    let of = match device.memory_capacity() {
+        Some(c) if matches!(device.kind, kynml_backend::DeviceKind::Cpu { .. }) => {
+            format!(" of {} available", bytes(c))
+        }
+        Some(c) => format!(" of {}", bytes(c)),
+        None => String::new(),
+    };
+    format!(
+        "memory: about {}{of} (weights {}, gradients {}, optimizer state {}, activations of a batch of {}: {})",
+        bytes(e.total()),
+        bytes(e.weights),
+        bytes(e.gradients),
+        bytes(e.optimizer),
+        e.batch,
+        bytes(e.activations)
+    )
+}
+
 /// What the data's categorical columns and text hold, one line each
 /// (`categorical: city (8 values), ...`, `text: ...`); none for plain numbers.
 pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {

@@ -55,6 +55,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     for line in render::vocabularies(&data.info) {
         println!("{line}");
     }
+    let memory = file.check_memory(&device)?;
+    println!("{}", render::memory(&memory, &device));
 
     let run_dir = match &args.out {
         Some(path) => RunDir::create_exact(path),

@@ -875,3 +875,45 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+// ---- memory ----
+
+/// A model or batch the device cannot hold is found before anything is
+/// allocated or written: on wgpu a tensor larger than the adapter allocates
+/// at once (the layer or the `batch` line is pointed at, with a batch that
+/// fits), on the CPU a total larger than the host's available memory; exit
+/// code 2 and no run folder. A run that fits prints its estimate.
+#[test]
+fn a_run_too_large_for_the_device_is_refused_before_it_starts() {
+    let tmp = copy_example("iris");
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    let wide = spec.replacen("dense 32 relu", "dense 40000 relu", 2);
+    std::fs::write(tmp.path().join("wide.kyn"), &wide).unwrap();
+    let out = kynml(&["train", "wide.kyn", "--device", "wgpu", "--epochs", "1", "--out", "w"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("needs one 6.0 GiB tensor (weight [40000, 40000])") && t.contains("allocates at most"), "{t}");
+    assert!(t.contains("wide.kyn:11:5") && t.contains("does not fit the device"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+
+    let batch = spec.replace("batch = 16", "batch = 40000000");
+    std::fs::write(tmp.path().join("batch.kyn"), batch).unwrap();
+    let out = kynml(&["train", "batch.kyn", "--device", "wgpu", "--epochs", "1", "--out", "b"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("a batch of 40000000 needs one") && t.contains("or fewer fits: `batch = "), "{t}");
+
+    let huge = spec.replacen("dense 32 relu", "dense 200000 relu", 2);
+    std::fs::write(tmp.path().join("huge.kyn"), huge).unwrap();
+    let out = kynml(&["train", "huge.kyn", "--device", "cpu", "--epochs", "1", "--out", "h"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("training needs about") && t.contains("available") && t.contains("use a smaller model"), "{t}");
+    for dir in ["w", "b", "h"] {
+        assert!(!tmp.path().join(dir).exists(), "{dir} was created");
+    }
+
+    let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "1", "--out", "fits"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("memory: about "), "{}", text(&out));
+}

@@ -8,6 +8,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::data::{read_csv, DataError, Dataset, TableOptions, TextOptions};
 use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec, Unbound};
 use crate::spec::{self, Diagnostic, SpecError};
+use crate::train::memory::MemoryEstimate;
 use crate::train::precision::Compute;
 use crate::train::resume::{self, LoopState, ResumeError};
 use crate::train::AnyOptimizer;
@@ -69,6 +70,17 @@ pub enum LoadError {
     /// The data file could not be read, or its contents are unusable.
     #[error(transparent)]
     Data(#[from] DataError),
+    /// The model or batch would not fit in the device's memory; located in
+    /// the spec like [`LoadError::Spec`].
+    #[error("{path}: {error}")]
+    DoesNotFit {
+        /// The spec file.
+        path: PathBuf,
+        /// The spec's text.
+        source_text: String,
+        /// What does not fit, located.
+        error: SpecError,
+    },
 }
 
 impl SpecFile {
@@ -212,6 +224,76 @@ impl SpecFile {
         }
     }
 
+    /// The run's memory, estimated from the spec ([`memory::estimate`]) at
+    /// the precision that will run on `device`, and checked against what the
+    /// device can hold: a tensor larger than the device allocates at once,
+    /// or a total larger than its memory (a CUDA device's, the host's
+    /// available memory on the CPU; wgpu cannot say), is a located error
+    /// before anything is allocated, with a batch that would fit where the
+    /// batch is what does not.
+    ///
+    /// [`memory::estimate`]: crate::train::memory::estimate
+    pub fn check_memory(&self, device: &Device) -> Result<MemoryEstimate, LoadError> {
+        use crate::train::memory::bytes;
+        let compute = crate::train::precision::plan(&self.spec.train, device).compute;
+        let e = crate::train::memory::estimate(&self.spec, compute);
+        let (model, train) = (&self.spec.model, &self.spec.train);
+        let on = device.short_name();
+        if let Some(max) = device.max_allocation().filter(|&max| e.largest.bytes > max) {
+            let problem = match e.largest.layer {
+                Some(i) => Diagnostic::new(
+                    model.layers[i].span,
+                    format!(
+                        "this layer needs one {} tensor ({}), and {on} allocates at most {} at once",
+                        bytes(e.largest.bytes),
+                        e.largest.what,
+                        bytes(max)
+                    ),
+                    "too large for this device",
+                )
+                .with_help("use a narrower layer, or train on the CPU (`--device cpu`)"),
+                None => {
+                    let rows = (max / (e.largest.bytes / e.batch.max(1) as u64).max(1)).max(1);
+                    Diagnostic::new(
+                        train.batch.span,
+                        format!(
+                            "a batch of {} needs one {} tensor ({}), and {on} allocates at most {} at once",
+                            e.batch,
+                            bytes(e.largest.bytes),
+                            e.largest.what,
+                            bytes(max)
+                        ),
+                        "too large for this device",
+                    )
+                    .with_help(format!("a batch of {rows} or fewer fits: `batch = {rows}`"))
+                }
+            };
+            return Err(self.does_not_fit(problem));
+        }
+        if let Some(capacity) = device.memory_capacity().filter(|&c| e.total() > c) {
+            let what = format!(
+                "training needs about {} (weights {}, gradients {}, optimizer state {}, activations of a batch of {}: {}), \
+                 and {on} has {}{}",
+                bytes(e.total()),
+                bytes(e.weights),
+                bytes(e.gradients),
+                bytes(e.optimizer),
+                e.batch,
+                bytes(e.activations),
+                bytes(capacity),
+                if matches!(device.kind, DeviceKind::Cpu { .. }) { " available" } else { "" }
+            );
+            let problem = match e.batch_that_fits(capacity) {
+                Some(rows) => Diagnostic::new(train.batch.span, what, "too large a batch for this device")
+                    .with_help(format!("a batch of {rows} or fewer fits: `batch = {rows}`")),
+                None => Diagnostic::new(model.name.span, what, "too large a model for this device")
+                    .with_help("the weights, gradients and optimizer state alone do not fit: use a smaller model"),
+            };
+            return Err(self.does_not_fit(problem));
+        }
+        Ok(e)
+    }
+
     /// The located message for a model that does not fit the data's categorical columns.
     fn unbound(&self, why: Unbound) -> Diagnostic {
         let (model, data) = (&self.spec.model, &self.spec.dataset);
@@ -253,6 +335,14 @@ impl SpecFile {
                 "declare the tokens per text: `input seq 64`, then `embedding 32` (model `{}` has `input {}`)",
                 model.name.value, model.shape
             )),
+        }
+    }
+
+    fn does_not_fit(&self, problem: Diagnostic) -> LoadError {
+        LoadError::DoesNotFit {
+            path: self.path.clone(),
+            source_text: self.source.clone(),
+            error: SpecError { diagnostics: vec![problem] },
         }
     }
 

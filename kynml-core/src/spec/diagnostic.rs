@@ -49,15 +49,20 @@ pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
 /// Renders every diagnostic, then a closing summary line. Plain text, no
 /// colors, so that it reads the same in a terminal, a log and a snapshot file.
 pub fn render(file_name: &str, source: &str, diagnostics: &[Diagnostic]) -> String {
+    let n = diagnostics.len();
+    let noun = if n == 1 { "problem" } else { "problems" };
+    render_with(file_name, source, diagnostics, &format!("could not read spec: {n} {noun} found"))
+}
+
+/// Renders every diagnostic, then `error: {summary}` (when there is any).
+pub fn render_with(file_name: &str, source: &str, diagnostics: &[Diagnostic], summary: &str) -> String {
     let mut out = String::new();
     for diagnostic in diagnostics {
         render_one(&mut out, file_name, source, diagnostic);
         out.push('\n');
     }
     if !diagnostics.is_empty() {
-        let n = diagnostics.len();
-        let noun = if n == 1 { "problem" } else { "problems" };
-        out.push_str(&format!("error: could not read spec: {n} {noun} found\n"));
+        out.push_str(&format!("error: {summary}\n"));
     }
     out
 }

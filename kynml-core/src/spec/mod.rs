@@ -56,7 +56,7 @@ mod parse_tests;
 #[cfg(test)]
 mod snapshot_tests;
 
-pub use self::diagnostic::{line_col, render, Diagnostic};
+pub use self::diagnostic::{line_col, render, render_with, Diagnostic};
 
 use self::types::{Span, Spec};
 

@@ -23,6 +23,7 @@ pub mod engine;
 mod events;
 pub mod loss;
 pub mod loss_scale;
+pub mod memory;
 pub mod native;
 mod optimizer;
 pub mod precision;

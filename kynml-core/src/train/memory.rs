@@ -1,0 +1,221 @@
+//! How much memory a run needs, estimated from the spec before anything is
+//! allocated, so that a model or batch too large for the device is an error
+//! before training rather than a failed allocation inside it.
+//!
+//! The estimate, in bytes (fp32 storage; activations at the compute
+//! precision's width):
+//! - **weights** and **gradients**: 4 bytes per parameter each;
+//! - **optimizer state**: Adam and AdamW keep two values per parameter, SGD
+//!   and RMSprop one per running average they keep (momentum, square mean,
+//!   centred mean);
+//! - **activations** of one batch: the input and every layer's output (kept
+//!   for the backward pass), twice the widest output (the gradients flowing
+//!   back through it), and for attention each head's scores and weights
+//!   (`2 x heads x L x L` per row).
+//!
+//! It is a lower bound on what the allocator reserves (it leaves out the
+//! allocator's rounding and the kernels' scratch space), meant to find what
+//! cannot fit, not to predict a peak to the byte.
+
+use crate::model::{LayerSpec, Role, Shape};
+use crate::spec::types::{Optimizer, Spec};
+use crate::train::precision::Compute;
+
+/// One run's memory, estimated from its spec.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MemoryEstimate {
+    /// The parameters, in fp32.
+    pub weights: u64,
+    /// One gradient per parameter.
+    pub gradients: u64,
+    /// The optimizer's running averages.
+    pub optimizer: u64,
+    /// What one batch adds: `batch x per_row`.
+    pub activations: u64,
+    /// Rows per batch.
+    pub batch: usize,
+    /// Activation bytes per row.
+    pub per_row: u64,
+    /// The largest single tensor of the run.
+    pub largest: Largest,
+}
+
+/// The largest single tensor a run allocates.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Largest {
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The index of the model block's line that owns it (a block's own line
+    /// for its inner layers); `None` for a batch's activations.
+    pub layer: Option<usize>,
+    /// In words: `weight [40000, 40000]`, `the output of a batch [256, 4096]`.
+    pub what: String,
+}
+
+impl MemoryEstimate {
+    /// Everything together.
+    pub fn total(&self) -> u64 {
+        self.fixed() + self.activations
+    }
+
+    /// What does not depend on the batch: weights, gradients, optimizer state.
+    pub fn fixed(&self) -> u64 {
+        self.weights + self.gradients + self.optimizer
+    }
+
+    /// The largest batch whose estimate fits in `capacity` bytes, if any does.
+    pub fn batch_that_fits(&self, capacity: u64) -> Option<usize> {
+        let room = capacity.checked_sub(self.fixed())?;
+        let rows = room / self.per_row.max(1);
+        (rows >= 1).then(|| usize::try_from(rows).unwrap_or(usize::MAX))
+    }
+}
+
+/// Optimizer values kept per parameter.
+fn state_per_param(o: &Optimizer) -> u64 {
+    match *o {
+        Optimizer::AdamW { .. } | Optimizer::Adam { .. } => 2,
+        Optimizer::Sgd { momentum, .. } => u64::from(momentum > 0.0),
+        Optimizer::RmsProp { momentum, centered, .. } => 1 + u64::from(momentum > 0.0) + u64::from(centered),
+    }
+}
+
+/// The estimate for `spec`'s model, batch and optimizer at `compute`.
+pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
+    let act_bytes: u64 = match compute {
+        Compute::Bf16 | Compute::Fp16 => 2,
+        _ => 4,
+    };
+    let batch = spec.train.batch.value;
+    let mut params = 0u64;
+    let mut largest = Largest { bytes: 0, layer: None, what: String::new() };
+    let mut kept = spec.model.shape.size() as u64;
+    let mut widest = kept;
+    let mut scores = 0u64;
+    let mut shape = spec.model.shape.clone();
+    for (index, layer) in spec.model.layers.iter().enumerate() {
+        // A block's tensors hold its inner layers'.
+        for t in layer.value.tensors(&shape).iter().filter(|t| t.role == Role::Param) {
+            let bytes = 4 * t.len() as u64;
+            params += t.len() as u64;
+            if bytes > largest.bytes {
+                largest = Largest { bytes, layer: Some(index), what: format!("{} {:?}", t.name, t.shape) };
+            }
+        }
+        let mut visit = |layer: &LayerSpec, input: &Shape| {
+            let heads = match layer {
+                LayerSpec::Attention(a) => a.heads,
+                LayerSpec::Transformer(t) => t.heads,
+                _ => 0,
+            };
+            if heads > 0 && input.is_sequence() {
+                let l = input.dims()[0] as u64;
+                scores += 2 * heads as u64 * l * l;
+            }
+            let out = layer.output(input).unwrap_or_else(|_| input.clone());
+            kept += out.size() as u64;
+            widest = widest.max(out.size() as u64);
+            out
+        };
+        let next = visit(&layer.value, &shape);
+        let mut inner = shape.clone();
+        for child in layer.value.children() {
+            inner = visit(child, &inner);
+        }
+        shape = next;
+    }
+    let per_row = act_bytes * (kept + 2 * widest + scores);
+    let batch_bytes = batch as u64 * act_bytes * widest;
+    if batch_bytes > largest.bytes {
+        largest =
+            Largest { bytes: batch_bytes, layer: None, what: format!("a batch's widest output [{batch}, {widest}]") };
+    }
+    MemoryEstimate {
+        weights: 4 * params,
+        gradients: 4 * params,
+        optimizer: 4 * params * state_per_param(&spec.train.optimizer.value),
+        activations: batch as u64 * per_row,
+        batch,
+        per_row,
+        largest,
+    }
+}
+
+/// Bytes as a person reads them: `512 B`, `3.4 MiB`, `1.2 GiB`.
+pub fn bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= (1u64 << 30) as f64 {
+        format!("{:.1} GiB", n / (1u64 << 30) as f64)
+    } else if n >= (1u64 << 20) as f64 {
+        format!("{:.1} MiB", n / (1u64 << 20) as f64)
+    } else if n >= 1024.0 {
+        format!("{:.1} KiB", n / 1024.0)
+    } else {
+        format!("{n:.0} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(model: &str, train: &str) -> Spec {
+        let tokens = if model.contains("seq") { " tokens = \"t\"\n" } else { "" };
+        let text = format!(
+            "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\n{tokens}model M:\n{model}\ntrain:\n model = M\n data = D\n loss = mse\n epochs = 1\n{train}"
+        );
+        crate::spec::parse_spec(&text).unwrap()
+    }
+
+    #[test]
+    fn dense_layers_count_weights_gradients_state_and_activations() {
+        // 10 -> 20 -> 1: 10*20 + 20 + 20 + 1 = 241 parameters.
+        let s = spec(" input 10\n dense 20 relu\n dense 1 linear", " optimizer = adamw(lr=0.01)\n batch = 8\n");
+        let e = estimate(&s, Compute::Fp32);
+        assert_eq!((e.weights, e.gradients, e.optimizer), (4 * 241, 4 * 241, 8 * 241));
+        // Kept: input 10 + outputs 20 + 1; twice the widest (20).
+        assert_eq!(e.per_row, 4 * (10 + 21 + 40));
+        assert_eq!(e.activations, 8 * e.per_row);
+        assert_eq!(e.total(), e.fixed() + e.activations);
+        assert_eq!((e.largest.bytes, e.largest.layer), (4 * 200, Some(0)));
+        assert!(e.largest.what.contains("weight"), "{}", e.largest.what);
+        // bf16 halves the activations, not the fp32 weights; plain SGD keeps no state.
+        let half = estimate(&s, Compute::Bf16);
+        assert_eq!((half.weights, half.per_row), (e.weights, e.per_row / 2));
+        let sgd = spec(" input 10\n dense 20 relu\n dense 1 linear", " optimizer = sgd(lr=0.1)\n batch = 8\n");
+        assert_eq!(estimate(&sgd, Compute::Fp32).optimizer, 0);
+    }
+
+    #[test]
+    fn blocks_attention_and_the_batch_that_fits() {
+        let s = spec(
+            " input seq 16\n embedding 8\n residual:\n  layernorm\n  attention heads=2\n global_avgpool\n dense 1 linear",
+            " optimizer = adam(lr=0.01)\n batch = 4\n",
+        );
+        let mut s = s;
+        s.model.layers[0].value = match s.model.layers[0].value.clone() {
+            LayerSpec::Embedding(mut e) => {
+                e.tokens = 30;
+                LayerSpec::Embedding(e)
+            }
+            other => other,
+        };
+        let e = estimate(&s, Compute::Fp32);
+        // Parameters: embedding 30*8, layernorm 16, attention 3*8*8+24+8*8+8, dense 9.
+        let params = 240 + 16 + 192 + 24 + 64 + 8 + 9;
+        assert_eq!(e.weights, 4 * params);
+        // Scores: 2 x 2 heads x 16 x 16 per row.
+        let kept = 16 + 128 + 128 + 128 + 128 + 8 + 1;
+        assert_eq!(e.per_row, 4 * (kept + 2 * 128 + 2 * 2 * 256));
+        let fits = e.batch_that_fits(e.fixed() + 10 * e.per_row + 3).unwrap();
+        assert_eq!(fits, 10);
+        assert_eq!(e.batch_that_fits(e.fixed() / 2), None);
+    }
+
+    #[test]
+    fn bytes_read_as_a_person_reads_them() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(3 << 20), "3.0 MiB");
+        assert_eq!(bytes(6_400_000_000), "6.0 GiB");
+    }
+}

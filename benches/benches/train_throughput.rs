@@ -10,6 +10,10 @@
 //!   2 and 4 workers.
 //! - `wide`: the compute-bound wide MLP in fp32, tf32, bf16 and fp16, on a
 //!   CUDA GPU only (samples/s, step time, start-up, TFLOP/s).
+//! - `profiling`: what timing costs on the CPU engine (DeepNet): the
+//!   bookkeeping every run does without `--profile` (the wait for each batch,
+//!   the epoch's time, the peak host memory), measured per step against the
+//!   step itself; and the epoch time with `--profile` against without.
 //! - `checkpoint`: a 6.3M-parameter model (75 MB checkpoints with Adam's
 //!   moments) saved every epoch, synchronously and in the background: how
 //!   long the loop waits per save, and how long the steps take while a
@@ -58,6 +62,9 @@ fn main() {
     }
     if run("checkpoint") {
         checkpoint();
+    }
+    if run("profiling") {
+        profiling();
     }
     if run("wide") {
         wide();
@@ -241,6 +248,63 @@ fn prefetch() {
     for (workers, sps) in &rows {
         report!("  {workers:>7} {sps:>12.0} {:>7.2}x", sps / rows[0].1);
     }
+}
+
+/// What timing costs on the CPU's native engine, for DeepNet. Without
+/// `--profile` the loop reads the clock three times a step (around the
+/// wait for the batch, and at the step's start) and the process's peak
+/// memory once an epoch: those exact calls are timed over many repeats and
+/// set against the measured step. With `--profile`, the engine also reads
+/// the clock around each phase: epochs with and without are compared.
+fn profiling() {
+    use std::hint::black_box;
+    let file = deepnet_spec();
+    let data = synthetic_for(&file.spec, ROWS, 0).expect("synthetic DeepNet data");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let epoch = |profile: bool| {
+        let mut spec = file.spec.clone();
+        spec.train.epochs.value = 4;
+        let settings = TrainSettings { profile, ..TrainSettings::default() };
+        let result = train(&spec, &data, &cpu, &settings, &mut |_| {}).expect("training runs");
+        // The median of the epochs after the first (allocator warm-up).
+        let mut secs: Vec<f64> = result.history[1..].iter().map(|r| r.seconds).collect();
+        median(&mut secs)
+    };
+    eprintln!("bench profiling: DeepNet on the CPU, without and with --profile...");
+    let (mut plain, mut profiled) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        plain.push(epoch(false));
+        profiled.push(epoch(true));
+    }
+    let (plain, profiled) = (median(&mut plain), median(&mut profiled));
+    let steps = (data.train.len()).div_ceil(file.spec.train.batch.value) as f64;
+
+    const REPEATS: u32 = 1_000_000;
+    let started = Instant::now();
+    for _ in 0..REPEATS {
+        let waiting = black_box(Instant::now());
+        black_box(waiting.elapsed().as_secs_f64());
+        black_box(Instant::now());
+    }
+    let per_step = started.elapsed().as_secs_f64() / f64::from(REPEATS);
+    let started = Instant::now();
+    for _ in 0..1000 {
+        black_box(bench::peak_rss());
+    }
+    let per_epoch = started.elapsed().as_secs_f64() / 1000.0;
+    let overhead = (steps * per_step + per_epoch) / plain;
+
+    report!("\nWhat timing costs (DeepNet, CPU native engine, {steps:.0} steps an epoch)");
+    report!("  {:<44} {:>9.1} ms", "epoch without --profile (median, 3 runs)", 1e3 * plain);
+    report!("  {:<44} {:>9.1} ns", "clock reads of one step without --profile", 1e9 * per_step);
+    report!("  {:<44} {:>9.1} us", "peak host memory read once an epoch", 1e6 * per_epoch);
+    report!("  {:<44} {:>11.4}%", "bookkeeping share of the epoch", 100.0 * overhead);
+    report!(
+        "  {:<44} {:>9.1} ms ({:+.1}%)",
+        "epoch with --profile (median, 3 runs)",
+        1e3 * profiled,
+        100.0 * (profiled / plain - 1.0)
+    );
 }
 
 /// Step times around checkpoint saves of a large model.

@@ -161,7 +161,18 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     if let Some(profile) = &result.profile {
         println!("\n{}", render::profile_table(profile));
         println!("verdict: {}", profile.verdict(file.spec.dataset.num_workers.value).advice);
-        println!("phases in profile.json; a timeline in trace.json (open it in ui.perfetto.dev or chrome://tracing)");
+        if let Some(peak) = profile.peak_in_use() {
+            use kynml_core::train::memory::bytes;
+            println!(
+                "device memory: at most {} in use at the ends of the steps' phases (estimated before the run: {})",
+                bytes(peak),
+                bytes(memory.total())
+            );
+        }
+        println!(
+            "phases in profile.json; a timeline in trace.json (open it in ui.perfetto.dev or chrome://tracing); \
+             a chart in profile.svg and profile.png"
+        );
     }
     Ok(())
 }

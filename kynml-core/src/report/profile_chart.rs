@@ -479,7 +479,7 @@ mod tests {
             step,
             start: 0.0,
             wait: 0.001,
-            phases: StepPhases { copy: 0.0005, forward, backward: 0.004, optimizer: 0.002 },
+            phases: StepPhases { copy: 0.0005, forward, backward: 0.004, optimizer: 0.002, in_use: 0 },
             total: 0.0005 + forward + 0.004 + 0.002 + 0.0005,
             prepared: None,
         }

@@ -168,6 +168,8 @@ pub struct BurnEngine {
     /// Whether steps are timed in phases, and the last step's.
     profiling: bool,
     phases: StepPhases,
+    /// The device, for its memory readings when profiling.
+    device: kynml_backend::Device,
 }
 
 impl BurnEngine {
@@ -198,6 +200,7 @@ impl BurnEngine {
             loss,
             n_features,
             autodiff: device.autodiff(),
+            device: device.clone(),
             inner: device.inner(),
         }
     }
@@ -255,6 +258,18 @@ impl BurnEngine {
     }
 }
 
+impl BurnEngine {
+    /// When profiling, keeps the most device memory in use read so far in
+    /// this step (the phase just ended was waited for).
+    fn note_memory(&mut self) {
+        if self.profiling {
+            if let Some(m) = self.device.memory() {
+                self.phases.in_use = self.phases.in_use.max(m.in_use);
+            }
+        }
+    }
+}
+
 impl Engine for BurnEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Burn
@@ -265,10 +280,13 @@ impl Engine for BurnEngine {
         let mut laps = Laps::new(self.profiling.then_some(&device));
         let model = self.model.take().expect("the model is back after every step");
         let (x, y) = batch_tensors(batch, self.n_features, self.loss, &self.autodiff);
+        self.phases.in_use = 0;
         self.phases.copy = laps.lap();
+        self.note_memory();
         let pred = model.forward_in(x, Mode::Train(dropout), self.half);
         let loss = loss::compute(self.loss, pred, &y);
         self.phases.forward = laps.lap();
+        self.note_memory();
         // A part of an accumulated step weighs in by its share of the rows.
         let weighted = if part.weight == 1.0 { loss.clone() } else { loss.clone().mul_scalar(part.weight) };
         let backward = match self.scaler.as_ref() {
@@ -277,6 +295,7 @@ impl Engine for BurnEngine {
         };
         let mut grads = GradientsParams::from_grads(backward, &model);
         self.phases.backward = laps.lap();
+        self.note_memory();
         if let Some(earlier) = self.pending.take() {
             grads = add_grads(earlier, grads, &self.param_ranks);
         }
@@ -308,6 +327,7 @@ impl Engine for BurnEngine {
             }
         };
         self.phases.optimizer = laps.lap();
+        self.note_memory();
         finite.then(|| StepLoss::Device(loss.detach()))
     }
 

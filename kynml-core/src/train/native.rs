@@ -278,6 +278,6 @@ impl Engine for NativeEngine {
     /// The native engine times its passes on every step (a few clock reads).
     fn last_phases(&self) -> Option<StepPhases> {
         let [forward, backward, optimizer] = self.net.last_phases();
-        self.profiling.then_some(StepPhases { copy: 0.0, forward, backward, optimizer })
+        self.profiling.then_some(StepPhases { copy: 0.0, forward, backward, optimizer, in_use: 0 })
     }
 }

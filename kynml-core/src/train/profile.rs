@@ -23,6 +23,9 @@ pub struct StepPhases {
     pub backward: f64,
     /// Loss-scale check, clipping and the optimizer's update.
     pub optimizer: f64,
+    /// The most device memory in use (bytes) read at the ends of the
+    /// phases; 0 where the device does not say (the CPU).
+    pub in_use: u64,
 }
 
 /// One profiled step.
@@ -207,12 +210,19 @@ impl Profile {
         }
     }
 
+    /// The most device memory in use read at any phase's end (bytes);
+    /// `None` where the device does not say.
+    pub fn peak_in_use(&self) -> Option<u64> {
+        self.steps.iter().map(|s| s.phases.in_use).max().filter(|&m| m > 0)
+    }
+
     /// `profile.json`: the phase summary, the evaluations' time, how it was
     /// measured, and the verdict for a spec with `workers` data workers.
     pub fn to_json(&self, workers: usize) -> Value {
         json!({
             "steps": self.steps.len(),
             "synchronised": self.synchronised,
+            "peak_device_in_use": self.peak_in_use(),
             "phases": self.summary(),
             "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>(),
             "checkpoints": self.checkpoints.iter().map(|c| json!({
@@ -297,7 +307,7 @@ mod tests {
             step: i,
             start: i as f64,
             wait,
-            phases: StepPhases { copy: 0.0, forward: 0.2, backward: 0.3, optimizer: 0.1 },
+            phases: StepPhases { copy: 0.0, forward: 0.2, backward: 0.3, optimizer: 0.1, in_use: 0 },
             total: 0.7,
             prepared: i.is_multiple_of(2).then_some((i % 4 / 2, i as f64 - 0.5, 0.25)),
         };
@@ -335,7 +345,7 @@ mod tests {
                     step: i,
                     start: i as f64,
                     wait,
-                    phases: StepPhases { copy: 0.0, forward: 0.3, backward: 0.5, optimizer: 0.2 },
+                    phases: StepPhases { copy: 0.0, forward: 0.3, backward: 0.5, optimizer: 0.2, in_use: 0 },
                     total: 1.0,
                     prepared: None,
                 })

@@ -32,5 +32,10 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         println!();
     }
     println!("{}", render::model_table(&summarize(&file.spec.model)));
+    let t = &file.spec.train;
+    let compute = kynml_core::train::precision::Compute::of(t.precision.value);
+    let estimate = kynml_core::train::memory::estimate(&file.spec, compute);
+    println!("\n{}", render::memory_line(&estimate, &format!(" in {}", compute.name())));
+    println!("(`kynml train` checks it against the device it picks, before allocating anything)");
     Ok(())
 }

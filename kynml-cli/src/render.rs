@@ -135,6 +135,12 @@ pub fn memory(e: &kynml_core::train::memory::MemoryEstimate, device: &kynml_back
         Some(c) => format!(" of {}", bytes(c)),
         None => String::new(),
     };
+    memory_line(e, &of)
+}
+
+/// The memory estimate's line, `of` said after the total (`" of 80.0 GiB"`).
+pub fn memory_line(e: &kynml_core::train::memory::MemoryEstimate, of: &str) -> String {
+    use kynml_core::train::memory::bytes;
     format!(
         "memory: about {}{of} (weights {}, gradients {}, optimizer state {}, activations of a batch of {}: {})",
         bytes(e.total()),

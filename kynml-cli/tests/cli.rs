@@ -47,6 +47,8 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     let t = text(&out);
     assert!(t.contains("215,425"), "{t}");
     assert!(t.contains("dense 512 gelu") && t.contains("[batch, 512]") && t.contains("66,048"), "{t}");
+    // 215,425 fp32 parameters, their gradients, and AdamW's two moments.
+    assert!(t.contains("weights 841.5 KiB, gradients 841.5 KiB, optimizer state 1.6 MiB"), "{t}");
 }
 
 #[test]

@@ -61,7 +61,9 @@ impl Compute {
         }
     }
 
-    fn of(p: Precision) -> Self {
+    /// The products a spec's `precision` asks for, before any device says
+    /// what it runs.
+    pub fn of(p: Precision) -> Self {
         match p {
             Precision::Fp32 => Compute::Fp32,
             Precision::Bf16 => Compute::Bf16,

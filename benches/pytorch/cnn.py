@@ -10,10 +10,7 @@ ReLU MaxPool2d(2) Flatten Linear(1568,128) ReLU Linear(128,10); cross-entropy;
 Adam(lr=1e-3); fp32; PyTorch's default init. Data: 8192 seeded rows of
 standard-normal 1x28x28 inputs and 10 random classes, in memory as tensors.
 
-Timing, as `kynml bench`: one warm-up round, then `--rounds` timed rounds of
-`--steps` optimizer steps each (batches taken in order from a per-round
-permutation); each round ends with the loss read back. Reports the median
-round's samples/s, every round, and the process's peak RSS.
+Timing, as `kynml bench`: see rounds.py.
 
 Needs torch; says so and exits 2 without it.
 """
@@ -47,18 +44,7 @@ def main():
     torch.manual_seed(7)
     x = torch.randn(args.rows, 1, 28, 28)
     y = torch.randint(0, 10, (args.rows,))
-    net = model()
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step(idx):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(x[idx]), y[idx])
-        loss.backward()
-        opt.step()
-        return loss
-
-    rounds.measure(torch, args, step)
+    rounds.measure(torch, args, rounds.adam_step(torch, model(), x, y))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,22 @@ def arguments(description, steps):
     return p.parse_args()
 
 
+def adam_step(torch, net, x, y):
+    """One optimizer step on rows `idx` of `x`, `y`: cross-entropy, Adam(lr=1e-3),
+    gradients set to None between steps; returns the step as `step(idx) -> loss`."""
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(idx):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
 def measure(torch, args, step):
     """Times `step(indices)`, one optimizer step on those rows returning its
     loss tensor, as described above; prints and (with --json) writes the figures."""

@@ -13,10 +13,7 @@ the mean over the tokens, Linear(128, 2); cross-entropy; Adam(lr=1e-3);
 fp32; PyTorch's default init. Data: 8192 seeded texts of 32 to 64 token
 ids (0 pads the rest) and 2 random classes, in memory as tensors.
 
-Timing, as `kynml bench`: one warm-up round, then `--rounds` timed rounds of
-`--steps` optimizer steps each (batches taken in order from a per-round
-permutation); each round ends with the loss read back. Reports the median
-round's samples/s, every round, and the process's peak RSS.
+Timing, as `kynml bench`: see rounds.py.
 
 Needs torch; says so and exits 2 without it.
 """
@@ -67,18 +64,7 @@ def main():
     ids = torch.randint(2, VOCAB, (args.rows, L))
     ids[torch.arange(L)[None, :] >= lengths[:, None]] = 0
     y = torch.randint(0, 2, (args.rows,))
-    net = TextEncoder()
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step(idx):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(ids[idx]), y[idx])
-        loss.backward()
-        opt.step()
-        return loss
-
-    rounds.measure(torch, args, step)
+    rounds.measure(torch, args, rounds.adam_step(torch, TextEncoder(), ids, y))
 
 
 if __name__ == "__main__":

@@ -151,12 +151,7 @@ impl Device {
         match &self.kind {
             DeviceKind::Cuda(gpu) => Some(gpu.memory_bytes),
             DeviceKind::Wgpu(_) => None,
-            DeviceKind::Cpu { .. } => {
-                let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-                let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-                Some(kib * 1024)
-            }
+            DeviceKind::Cpu { .. } => proc_bytes("/proc/meminfo", "MemAvailable"),
         }
     }
 
@@ -289,6 +284,15 @@ fn wgpu_device(adapter: WgpuAdapter) -> Device {
     Device { kind: DeviceKind::Wgpu(adapter), burn: DispatchDevice::Vulkan(wgpu) }
 }
 
+/// A `Key:  N kB` line of a Linux `/proc` file (`/proc/meminfo`,
+/// `/proc/self/status`), in bytes; `None` elsewhere or when absent.
+pub fn proc_bytes(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().find(|l| l.strip_prefix(key).is_some_and(|rest| rest.starts_with(':')))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +315,15 @@ mod tests {
             (Err(DeviceError::CudaUnavailable { .. }), _) => {}
             (other, probe) => panic!("inconsistent: {other:?} with probe {probe:?}"),
         }
+    }
+
+    #[test]
+    fn proc_lines_are_read_in_bytes_by_their_whole_key() {
+        let total = proc_bytes("/proc/meminfo", "MemTotal").expect("Linux");
+        let available = proc_bytes("/proc/meminfo", "MemAvailable").expect("Linux");
+        assert!(available > 0 && available <= total && total.is_multiple_of(1024));
+        assert_eq!(proc_bytes("/proc/meminfo", "MemAvail"), None, "a prefix of a key is no key");
+        assert_eq!(proc_bytes("/no/such/file", "MemTotal"), None);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod kernel_cache;
 mod wgpu_probe;
 
 pub use cuda::{probe_cuda, CudaGpu, CudaProbe};
-pub use device::{select, Device, DeviceChoice, DeviceError, DeviceKind, DeviceMemory};
+pub use device::{proc_bytes, select, Device, DeviceChoice, DeviceError, DeviceKind, DeviceMemory};
 pub use wgpu_probe::{probe_wgpu, WgpuAdapter, WgpuAdapterKind};
 
 /// The one Burn backend KynML trains on: Burn's runtime dispatch over CUDA,

@@ -140,16 +140,7 @@ pub fn memory(e: &kynml_core::train::memory::MemoryEstimate, device: &kynml_back
 
 /// The memory estimate's line, `of` said after the total (`" of 80.0 GiB"`).
 pub fn memory_line(e: &kynml_core::train::memory::MemoryEstimate, of: &str) -> String {
-    use kynml_core::train::memory::bytes;
-    format!(
-        "memory: about {}{of} (weights {}, gradients {}, optimizer state {}, activations of a batch of {}: {})",
-        bytes(e.total()),
-        bytes(e.weights),
-        bytes(e.gradients),
-        bytes(e.optimizer),
-        e.batch,
-        bytes(e.activations)
-    )
+    format!("memory: about {}{of} ({})", kynml_core::train::memory::bytes(e.total()), e.breakdown())
 }
 
 /// What the data's categorical columns and text hold, one line each

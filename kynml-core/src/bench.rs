@@ -157,10 +157,7 @@ pub fn run(
 
 /// The process's peak resident set (`VmHWM`), on Linux.
 pub fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    kynml_backend::proc_bytes("/proc/self/status", "VmHWM")
 }
 
 #[cfg(test)]

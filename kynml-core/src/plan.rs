@@ -272,14 +272,9 @@ impl SpecFile {
         }
         if let Some(capacity) = device.memory_capacity().filter(|&c| e.total() > c) {
             let what = format!(
-                "training needs about {} (weights {}, gradients {}, optimizer state {}, activations of a batch of {}: {}), \
-                 and {on} has {}{}",
+                "training needs about {} ({}), and {on} has {}{}",
                 bytes(e.total()),
-                bytes(e.weights),
-                bytes(e.gradients),
-                bytes(e.optimizer),
-                e.batch,
-                bytes(e.activations),
+                e.breakdown(),
                 bytes(capacity),
                 if matches!(device.kind, DeviceKind::Cpu { .. }) { " available" } else { "" }
             );

@@ -183,14 +183,18 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
         return Err(DataError::NoFeatures { path: path.into(), target: opts.target.clone() });
     }
     // Categorical columns in file order, each with its feature position.
-    let mut categorical: Vec<(usize, CategoryCells)> = Vec::new();
-    for name in &opts.categorical {
-        let col = header.iter().position(|h| h == name).ok_or_else(|| DataError::MissingCategorical {
+    // The header's column `name`, or an error naming `what` it was to hold.
+    let column = |name: &String, what: &'static str| {
+        header.iter().position(|h| h == name).ok_or_else(|| DataError::MissingCategorical {
             path: path.into(),
             name: name.clone(),
-            what: "categorical",
+            what,
             suggestion: suggest::did_you_mean(name, header.iter().map(String::as_str)).map(str::to_owned),
-        })?;
+        })
+    };
+    let mut categorical: Vec<(usize, CategoryCells)> = Vec::new();
+    for name in &opts.categorical {
+        let col = column(name, "categorical")?;
         if col == target_col {
             return Err(DataError::CategoricalTarget { path: path.into(), name: name.clone() });
         }
@@ -202,12 +206,7 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
         None => None,
         Some(options) => {
             let name = &options.column;
-            let col = header.iter().position(|h| h == name).ok_or_else(|| DataError::MissingCategorical {
-                path: path.into(),
-                name: name.clone(),
-                what: "the text",
-                suggestion: suggest::did_you_mean(name, header.iter().map(String::as_str)).map(str::to_owned),
-            })?;
+            let col = column(name, "the text")?;
             if let Some((other, n)) = header.iter().enumerate().find(|(c, _)| *c != col && *c != target_col) {
                 return Err(DataError::BesideText {
                     path: path.into(),

@@ -109,49 +109,63 @@ pub fn draw_png(curves: &Curves, path: &Path) -> Result<(), PlotError> {
 
 /// The SVG document of the curves, for callers that write files themselves.
 pub fn render_svg(curves: &Curves) -> Result<String, PlotError> {
-    guarded(|| {
-        // The SVG names its font, but the layout (legend sizes) is measured
-        // with the embedded one.
-        register_font()?;
-        let fig = Figure::new(curves)?;
-        let (w, h) = fig.size();
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
-            fig.draw(&root, &Style { s: 1.0, bitmap: false }).map_err(PlotError::Draw)?;
-            root.present().map_err(draw_err)?;
-        }
-        Ok(svg)
-    })
+    guarded(|| svg_of(|| Figure::new(curves)))
 }
 
 /// The PNG image of the curves, for callers that write files themselves.
 pub fn render_png(curves: &Curves) -> Result<Vec<u8>, PlotError> {
-    guarded(|| {
-        register_font()?;
-        let fig = Figure::new(curves)?;
-        let (w, h) = fig.size();
-        // Drawn at twice the size, then averaged down 2x2: plotters' bitmap
-        // lines are not anti-aliased, this makes them (and the text) smooth.
-        let (bw, bh) = (w * SUPERSAMPLE, h * SUPERSAMPLE);
-        let mut big = vec![0u8; bw as usize * bh as usize * 3];
-        {
-            let root = BitMapBackend::with_buffer(&mut big, (bw, bh)).into_drawing_area();
-            fig.draw(&root, &Style { s: f64::from(SUPERSAMPLE), bitmap: true }).map_err(PlotError::Draw)?;
-            root.present().map_err(draw_err)?;
-        }
-        let small = downsample(&big, bw as usize, bh as usize, SUPERSAMPLE as usize);
-        encode_png(&small, w, h).map_err(|e| PlotError::Draw(format!("PNG encoding: {e}")))
-    })
+    guarded(|| png_of(|| Figure::new(curves)))
 }
 
-pub(super) const SUPERSAMPLE: u32 = 2;
+/// A figure laid out once and drawn into either format.
+pub(super) trait Drawing {
+    /// Its size in pixels, the same in SVG and PNG.
+    fn size(&self) -> (u32, u32);
+    /// Draws it on `root` with `st`'s sizes.
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, st: &Style) -> Result<(), String>;
+}
+
+/// The SVG document of the figure `make` lays out (after the embedded font
+/// is registered: the SVG names its font, but the layout, legend sizes for
+/// one, is measured with the embedded one).
+pub(super) fn svg_of<D: Drawing>(make: impl FnOnce() -> Result<D, PlotError>) -> Result<String, PlotError> {
+    register_font()?;
+    let fig = make()?;
+    let (w, h) = fig.size();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
+        fig.draw(&root, &Style { s: 1.0, bitmap: false }).map_err(PlotError::Draw)?;
+        root.present().map_err(draw_err)?;
+    }
+    Ok(svg)
+}
+
+/// The PNG image of the figure `make` lays out.
+pub(super) fn png_of<D: Drawing>(make: impl FnOnce() -> Result<D, PlotError>) -> Result<Vec<u8>, PlotError> {
+    register_font()?;
+    let fig = make()?;
+    let (w, h) = fig.size();
+    // Drawn at twice the size, then averaged down 2x2: plotters' bitmap
+    // lines are not anti-aliased, this makes them (and the text) smooth.
+    let (bw, bh) = (w * SUPERSAMPLE, h * SUPERSAMPLE);
+    let mut big = vec![0u8; bw as usize * bh as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut big, (bw, bh)).into_drawing_area();
+        fig.draw(&root, &Style { s: f64::from(SUPERSAMPLE), bitmap: true }).map_err(PlotError::Draw)?;
+        root.present().map_err(draw_err)?;
+    }
+    let small = downsample(&big, bw as usize, bh as usize, SUPERSAMPLE as usize);
+    encode_png(&small, w, h).map_err(|e| PlotError::Draw(format!("PNG encoding: {e}")))
+}
+
+const SUPERSAMPLE: u32 = 2;
 
 pub(super) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
     std::fs::write(path, bytes).map_err(|source| PlotError::Write { path: path.to_path_buf(), source })
 }
 
-pub(super) fn draw_err(e: impl std::fmt::Display) -> PlotError {
+fn draw_err(e: impl std::fmt::Display) -> PlotError {
     PlotError::Draw(e.to_string())
 }
 
@@ -169,7 +183,7 @@ pub(super) fn guarded<T>(f: impl FnOnce() -> Result<T, PlotError>) -> Result<T, 
 }
 
 /// Registers the embedded font as plotters' `sans-serif` family (once).
-pub(super) fn register_font() -> Result<(), PlotError> {
+fn register_font() -> Result<(), PlotError> {
     static DONE: OnceLock<bool> = OnceLock::new();
     let ok = *DONE.get_or_init(|| plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok());
     if ok {
@@ -183,7 +197,7 @@ pub(super) fn register_font() -> Result<(), PlotError> {
 // Look
 
 pub(super) const WIDTH: f64 = 1600.0;
-pub(super) const TITLE_H: f64 = 84.0;
+const TITLE_H: f64 = 84.0;
 const ROW_H: f64 = 470.0;
 const STRIP_H: f64 = 330.0;
 pub(super) const CAPTION_H: f64 = 34.0;
@@ -331,8 +345,9 @@ impl Figure {
         let wide = self.panels.iter().any(|p| p.wide);
         ((self.panels.len() - usize::from(wide)) / 2, wide)
     }
+}
 
-    /// The size in pixels of the SVG and the PNG.
+impl Drawing for Figure {
     fn size(&self) -> (u32, u32) {
         let (rows, wide) = self.rows();
         let h = TITLE_H + rows as f64 * ROW_H + if wide { STRIP_H } else { 0.0 };
@@ -1273,7 +1288,7 @@ fn place_legend(
 // PNG output
 
 /// Averages `f` x `f` blocks of an RGB image.
-pub(super) fn downsample(src: &[u8], w: usize, h: usize, f: usize) -> Vec<u8> {
+fn downsample(src: &[u8], w: usize, h: usize, f: usize) -> Vec<u8> {
     let (ow, oh) = (w / f, h / f);
     let mut out = vec![0u8; ow * oh * 3];
     let n = (f * f) as u32;
@@ -1296,7 +1311,7 @@ pub(super) fn downsample(src: &[u8], w: usize, h: usize, f: usize) -> Vec<u8> {
 
 /// Encodes an 8-bit RGB image as PNG (zlib through flate2, `Up` or `Sub`
 /// filter per row, whichever looks smaller).
-pub(super) fn encode_png(rgb: &[u8], w: u32, h: u32) -> std::io::Result<Vec<u8>> {
+fn encode_png(rgb: &[u8], w: u32, h: u32) -> std::io::Result<Vec<u8>> {
     let stride = w as usize * 3;
     let mut raw = Vec::with_capacity((stride + 1) * h as usize);
     let mut prev = vec![0u8; stride];

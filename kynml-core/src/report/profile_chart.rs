@@ -25,8 +25,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::curves::{
-    draw_err, encode_png, guarded, register_font, write_file, PlotError, Style, AXIS, CAPTION_H, CAPTION_SIZE,
-    DESC_SIZE, GRID, LEGEND_SIZE, MARGIN, MUTED, SUBTITLE_SIZE, SUPERSAMPLE, TEXT, TICK_SIZE, TITLE_SIZE, WIDTH,
+    guarded, png_of, svg_of, write_file, Drawing, PlotError, Style, AXIS, CAPTION_H, CAPTION_SIZE, DESC_SIZE, GRID,
+    LEGEND_SIZE, MARGIN, MUTED, SUBTITLE_SIZE, TEXT, TICK_SIZE, TITLE_SIZE, WIDTH,
 };
 use crate::train::profile::{Profile, PHASES};
 
@@ -54,36 +54,12 @@ pub fn draw(figure: &ProfileFigure, dir: &Path) -> Result<(), PlotError> {
 
 /// The SVG document of the profile.
 pub fn render_svg(figure: &ProfileFigure) -> Result<String, PlotError> {
-    guarded(|| {
-        register_font()?;
-        let chart = Chart::new(figure)?;
-        let (w, h) = chart.size();
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
-            chart.draw(&root, &Style { s: 1.0, bitmap: false }).map_err(PlotError::Draw)?;
-            root.present().map_err(draw_err)?;
-        }
-        Ok(svg)
-    })
+    guarded(|| svg_of(|| Chart::new(figure)))
 }
 
 /// The PNG image of the profile.
 pub fn render_png(figure: &ProfileFigure) -> Result<Vec<u8>, PlotError> {
-    guarded(|| {
-        register_font()?;
-        let chart = Chart::new(figure)?;
-        let (w, h) = chart.size();
-        let (bw, bh) = (w * SUPERSAMPLE, h * SUPERSAMPLE);
-        let mut big = vec![0u8; bw as usize * bh as usize * 3];
-        {
-            let root = BitMapBackend::with_buffer(&mut big, (bw, bh)).into_drawing_area();
-            chart.draw(&root, &Style { s: f64::from(SUPERSAMPLE), bitmap: true }).map_err(PlotError::Draw)?;
-            root.present().map_err(draw_err)?;
-        }
-        let small = super::curves::downsample(&big, bw as usize, bh as usize, SUPERSAMPLE as usize);
-        encode_png(&small, w, h).map_err(|e| PlotError::Draw(format!("PNG encoding: {e}")))
-    })
+    guarded(|| png_of(|| Chart::new(figure)))
 }
 
 // ---------------------------------------------------------------------------
@@ -237,28 +213,6 @@ impl Chart {
 
     fn bars_h(&self) -> f64 {
         CAPTION_H + self.rows.len() as f64 * ROW_H + 2.0 * MARGIN + 54.0
-    }
-
-    fn size(&self) -> (u32, u32) {
-        (WIDTH as u32, (TITLE_H + LEGEND_H + self.bars_h() + STEPS_H).round() as u32)
-    }
-
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, st: &Style) -> Result<(), String> {
-        let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-        root.fill(&WHITE).map_err(e)?;
-        let (head, body) = root.split_vertically(st.px(TITLE_H));
-        let (w, _) = head.dim_in_pixel();
-        let center = |size: f64, color: RGBColor| st.font(size, color).pos(Pos::new(HPos::Center, VPos::Top));
-        head.draw_text(&self.title, &center(TITLE_SIZE, TEXT), (w as i32 / 2, st.px(14.0))).map_err(e)?;
-        head.draw_text(&self.subtitle, &center(SUBTITLE_SIZE, MUTED), (w as i32 / 2, st.px(52.0))).map_err(e)?;
-        head.draw_text(&self.verdict, &center(SUBTITLE_SIZE, TEXT), (w as i32 / 2, st.px(80.0))).map_err(e)?;
-
-        let (legend, body) = body.split_vertically(st.px(LEGEND_H));
-        self.draw_legend(&legend, st).map_err(e)?;
-        let (bars, steps) = body.split_vertically(st.px(self.bars_h()));
-        self.draw_bars(&bars, st).map_err(e)?;
-        self.draw_steps(&steps, st).map_err(e)?;
-        Ok(())
     }
 
     /// The phases, their colours and shares, in one centred line.
@@ -433,6 +387,30 @@ impl Chart {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+impl Drawing for Chart {
+    fn size(&self) -> (u32, u32) {
+        (WIDTH as u32, (TITLE_H + LEGEND_H + self.bars_h() + STEPS_H).round() as u32)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, st: &Style) -> Result<(), String> {
+        let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+        root.fill(&WHITE).map_err(e)?;
+        let (head, body) = root.split_vertically(st.px(TITLE_H));
+        let (w, _) = head.dim_in_pixel();
+        let center = |size: f64, color: RGBColor| st.font(size, color).pos(Pos::new(HPos::Center, VPos::Top));
+        head.draw_text(&self.title, &center(TITLE_SIZE, TEXT), (w as i32 / 2, st.px(14.0))).map_err(e)?;
+        head.draw_text(&self.subtitle, &center(SUBTITLE_SIZE, MUTED), (w as i32 / 2, st.px(52.0))).map_err(e)?;
+        head.draw_text(&self.verdict, &center(SUBTITLE_SIZE, TEXT), (w as i32 / 2, st.px(80.0))).map_err(e)?;
+
+        let (legend, body) = body.split_vertically(st.px(LEGEND_H));
+        self.draw_legend(&legend, st).map_err(e)?;
+        let (bars, steps) = body.split_vertically(st.px(self.bars_h()));
+        self.draw_bars(&bars, st).map_err(e)?;
+        self.draw_steps(&steps, st).map_err(e)?;
         Ok(())
     }
 }

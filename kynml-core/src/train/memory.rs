@@ -66,6 +66,19 @@ impl MemoryEstimate {
         self.weights + self.gradients + self.optimizer
     }
 
+    /// Its parts in words: `weights 1.0 MiB, gradients 1.0 MiB, optimizer
+    /// state 2.0 MiB, activations of a batch of 16: 128.4 KiB`.
+    pub fn breakdown(&self) -> String {
+        format!(
+            "weights {}, gradients {}, optimizer state {}, activations of a batch of {}: {}",
+            bytes(self.weights),
+            bytes(self.gradients),
+            bytes(self.optimizer),
+            self.batch,
+            bytes(self.activations)
+        )
+    }
+
     /// The largest batch whose estimate fits in `capacity` bytes, if any does.
     pub fn batch_that_fits(&self, capacity: u64) -> Option<usize> {
         let room = capacity.checked_sub(self.fixed())?;
@@ -195,6 +208,10 @@ mod tests {
         assert_eq!(e.per_row, 4 * (10 + 21 + 40));
         assert_eq!(e.activations, 8 * e.per_row);
         assert_eq!(e.total(), e.fixed() + e.activations);
+        assert_eq!(
+            e.breakdown(),
+            "weights 964 B, gradients 964 B, optimizer state 1.9 KiB, activations of a batch of 8: 2.2 KiB"
+        );
         assert_eq!((e.largest.bytes, e.largest.layer), (4 * 200, Some(0)));
         assert!(e.largest.what.contains("weight"), "{}", e.largest.what);
         // bf16 halves the activations, not the fp32 weights; plain SGD keeps no state.

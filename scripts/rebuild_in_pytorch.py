@@ -138,9 +138,9 @@ class SelfAttention(nn.MultiheadAttention):
 
 
 class Encoder(nn.TransformerEncoderLayer):
-    """`transformer heads=H ff=F`: a pre-norm encoder block with gelu and no dropout."""
+    """`transformer heads=H ff=F [dropout=P]`: a pre-norm encoder block with gelu."""
     def __init__(self, spec):
-        super().__init__(spec["d_model"], spec["nhead"], spec["dim_feedforward"], dropout=0.0,
+        super().__init__(spec["d_model"], spec["nhead"], spec["dim_feedforward"], dropout=spec.get("dropout", 0.0),
                          activation="gelu", batch_first=True, norm_first=True)
         self.input_shape = spec["input_shape"]
         self.mask = None

@@ -15,6 +15,7 @@ use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 use serde_json::{json, Value as Json};
 
+use super::dropout::Dropout;
 use super::dense::transpose;
 use super::kind::{extra_args, host, options, restore_param, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors};
 use super::StateError;
@@ -281,14 +282,12 @@ pub(crate) fn onnx(g: &mut Graph, p: &str, input: &Shape, heads: usize, t: Tenso
 }
 
 impl Attention<Kb> {
-    /// `x: [batch, L, D]` → `[batch, L, D]`; `mask` `[batch, L]` (1 token, 0
-    /// padding); the products in `half` when given.
-    pub(crate) fn attend(
-        &self,
-        x: Tensor<Kb, 3>,
-        mask: Option<Tensor<Kb, 2>>,
-        half: Option<FloatDType>,
-    ) -> Tensor<Kb, 3> {
+    /// `x: [batch, L, D]` → `[batch, L, D]`, reading the pass's padding
+    /// mask (`[batch, L]`, 1 token, 0 padding) and mixed precision; in
+    /// training, `dropout` drops attention weights as PyTorch's
+    /// `nn.MultiheadAttention(dropout=P)` does.
+    pub(crate) fn attend(&self, x: Tensor<Kb, 3>, pass: &mut Pass, dropout: &Dropout) -> Tensor<Kb, 3> {
+        let (mask, half) = (pass.mask.clone(), pass.half);
         let [b, l, d] = x.dims();
         let (h, dh) = (self.heads, d / self.heads);
         let product = |a: Tensor<Kb, 3>, w: Tensor<Kb, 2>| match half {
@@ -308,7 +307,8 @@ impl Attention<Kb> {
         if let Some(mask) = mask {
             scores = scores + (mask - 1.0).mul_scalar(-MASKED).reshape([b, 1, 1, l]);
         }
-        let mixed = mul(softmax(scores, 3), v).swap_dims(1, 2).reshape([b, l, d]);
+        let weights = dropout.apply(softmax(scores, 3).reshape([b * h * l, l]), pass.rng()).reshape([b, h, l, l]);
+        let mixed = mul(weights, v).swap_dims(1, 2).reshape([b, l, d]);
         product(mixed, self.out_weight.val()) + self.out_bias.val().unsqueeze::<3>()
     }
 
@@ -349,7 +349,7 @@ impl LayerModule for Attention<Kb> {
     fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
         let [batch, size] = x.dims();
         let d = self.out_bias.dims()[0];
-        let y = self.attend(x.reshape([batch, size / d, d]), pass.mask.clone(), pass.half);
+        let y = self.attend(x.reshape([batch, size / d, d]), pass, &Dropout { prob: 0.0 });
         y.reshape([batch, size])
     }
 

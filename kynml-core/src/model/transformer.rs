@@ -1,15 +1,19 @@
-//! `transformer heads=H ff=F`: a pre-norm transformer encoder block over a
-//! text's positions, PyTorch's `nn.TransformerEncoderLayer(D, H, F,
-//! dropout=0.0, activation="gelu", batch_first=True, norm_first=True)`:
+//! `transformer heads=H ff=F [dropout=P]`: a pre-norm transformer encoder
+//! block over a sequence's positions, PyTorch's
+//! `nn.TransformerEncoderLayer(D, H, F, dropout=P, activation="gelu",
+//! batch_first=True, norm_first=True)`:
 //!
 //! ```text
-//! x = x + attention(layernorm1(x))             # padding's positions masked
-//! x = x + linear2(gelu(linear1(layernorm2(x))))
+//! x = x + drop(attention(layernorm1(x)))       # padding's positions masked,
+//!                                              # attention weights dropped
+//! x = x + drop(linear2(drop(gelu(linear1(layernorm2(x))))))
 //! ```
 //!
 //! `[L, D]` in and out. Its parts are the layers of [`super::attention`],
-//! [`super::layernorm`] and [`super::dense`]; for dropout, put a `dropout P`
-//! line after the block.
+//! [`super::layernorm`], [`super::dense`] and [`super::dropout`]: the four
+//! dropouts PyTorch's block applies in training, in its order, each mask one
+//! draw of the run's stream; none at evaluation, and none drawn at all when
+//! P is 0 (the default).
 
 use burn::module::{Module, ParamId};
 use burn::tensor::{Tensor, TensorData};
@@ -19,6 +23,7 @@ use serde_json::{json, Value as Json};
 
 use super::attention::{self, Attention};
 use super::dense::{Dense, DenseSpec};
+use super::dropout::Dropout;
 use super::kind::{extra_args, options, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors};
 use super::layernorm::{LayerNorm, LayerNormSpec};
 use super::StateError;
@@ -29,12 +34,14 @@ use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::Activation;
 
 /// The arguments of a `transformer` line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct TransformerSpec {
     /// Attention heads; the positions' width divides into them.
     pub heads: usize,
     /// The width of the feed-forward layer inside.
     pub ff: usize,
+    /// The drop probability of the block's dropouts in training, in [0, 1).
+    pub dropout: f64,
 }
 
 /// The block's parts, named as PyTorch names them.
@@ -50,9 +57,12 @@ pub struct Transformer<B: burn::tensor::backend::Backend> {
     pub norm1: LayerNorm<B>,
     /// Before the feed-forward layers.
     pub norm2: LayerNorm<B>,
+    /// The training-time dropout of the attention weights and of the
+    /// feed-forward layer, and of each branch before it is added.
+    pub dropout: Dropout,
 }
 
-const FORM: &str = "transformer heads=H ff=F";
+const FORM: &str = "transformer heads=H ff=F [dropout=P]";
 
 impl TransformerSpec {
     fn linear1(&self) -> DenseSpec {
@@ -76,15 +86,24 @@ impl Kind for TransformerSpec {
     type Module = Transformer<Kb>;
 
     fn parse(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Self> {
-        let opts = options(line, &["heads", "ff"], d)?;
+        let opts = options(line, &["heads", "ff", "dropout"], d)?;
         let heads = opts.count("heads", 1, 1, d);
         let ff = opts.count("ff", 0, 1, d);
+        let dropout = opts.probability("dropout", 0.0, d);
         extra_args(line, 0, FORM, d)?;
-        Some(TransformerSpec { heads: heads?, ff: ff? })
+        Some(TransformerSpec { heads: heads?, ff: ff?, dropout: dropout? })
     }
 
     fn describe(&self) -> String {
-        format!("transformer heads={} ff={}", self.heads, self.ff)
+        let dropout = if self.dropout > 0.0 { format!(" dropout={}", self.dropout) } else { String::new() };
+        format!("transformer heads={} ff={}{dropout}", self.heads, self.ff)
+    }
+
+    fn check(&self, _t: Tensors) -> Result<(), String> {
+        if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
+            return Err(format!("transformer dropout {} is outside [0, 1)", self.dropout));
+        }
+        Ok(())
     }
 
     fn output(&self, input: &Shape) -> Result<Shape, String> {
@@ -119,6 +138,7 @@ impl Kind for TransformerSpec {
             linear2: self.linear2(d).init(&Shape::flat(self.ff), rng, device),
             norm1: LayerNormSpec.init(input, rng, device),
             norm2: LayerNormSpec.init(input, rng, device),
+            dropout: Dropout { prob: self.dropout },
         }
     }
 
@@ -166,17 +186,19 @@ impl Kind for TransformerSpec {
             "nhead": self.heads,
             "dim_feedforward": self.ff,
             "module": format!(
-                "nn.TransformerEncoderLayer({d}, {}, {}, dropout=0.0, activation='gelu', batch_first=True, \
+                "nn.TransformerEncoderLayer({d}, {}, {}, dropout={}, activation='gelu', batch_first=True, \
                  norm_first=True), called with src_key_padding_mask=(token_ids == 0)",
-                self.heads, self.ff
+                self.heads, self.ff, self.dropout
             ),
+            "dropout": self.dropout,
         })
     }
 
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
         let size =
             |k: &str| v.get(k).and_then(Json::as_u64).map(|n| n as usize).ok_or(format!("transformer without `{k}`"));
-        Ok(TransformerSpec { heads: size("nhead")?, ff: size("dim_feedforward")? })
+        let dropout = v.get("dropout").and_then(Json::as_f64).unwrap_or(0.0);
+        Ok(TransformerSpec { heads: size("nhead")?, ff: size("dim_feedforward")?, dropout })
     }
 }
 
@@ -186,10 +208,12 @@ impl LayerModule for Transformer<Kb> {
         let d = self.norm1.gamma.dims()[0];
         let l = size / d;
         let a = self.norm1.forward(x.clone(), pass).reshape([batch, l, d]);
-        let h = x + self.self_attn.attend(a, pass.mask.clone(), pass.half).reshape([batch, size]);
+        let a = self.self_attn.attend(a, pass, &self.dropout).reshape([batch, size]);
+        let h = x + self.dropout.apply(a, pass.rng());
         let f = self.norm2.forward(h.clone(), pass).reshape([batch * l, d]);
-        let f = self.linear2.forward(self.linear1.forward(f, pass), pass);
-        h + f.reshape([batch, size])
+        let f = self.dropout.apply(self.linear1.forward(f, pass), pass.rng());
+        let f = self.linear2.forward(f, pass).reshape([batch, size]);
+        h + self.dropout.apply(f, pass.rng())
     }
 
     fn state(&self) -> Vec<(String, TensorData)> {
@@ -223,5 +247,58 @@ impl LayerModule for Transformer<Kb> {
             out.extend(part.into_iter().map(|(id, n, r)| (id, format!("{name}.{n}"), r)));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Mode;
+
+    /// A block over `[2 texts, 4 positions, 4 values]` and its input, from `seed`.
+    fn make(dropout: f64, seed: u64) -> (Transformer<Kb>, Tensor<Kb, 2>) {
+        let device = kynml_backend::Device::cpu().inner();
+        let spec = TransformerSpec { heads: 2, ff: 8, dropout };
+        let block = spec.init(&Shape::sequence(4, 4), &mut SplitMix64::new(seed), &device);
+        let mut rng = SplitMix64::new(seed ^ 1);
+        let x: Vec<f32> = (0..32).map(|_| rng.next_u64() as f32 / u64::MAX as f32 - 0.5).collect();
+        (block, Tensor::from_data(TensorData::new(x, [2, 16]), &device))
+    }
+
+    fn run(block: &Transformer<Kb>, x: Tensor<Kb, 2>, rng: Option<&mut SplitMix64>) -> Vec<f32> {
+        let mut mode = match rng {
+            Some(rng) => Mode::Train(rng),
+            None => Mode::Eval,
+        };
+        let mut pass = Pass { mode: &mut mode, half: None, mask: None };
+        block.forward(x, &mut pass).into_data().to_vec().unwrap()
+    }
+
+    #[test]
+    fn without_dropout_training_is_evaluation_and_draws_nothing() {
+        let (block, x) = make(0.0, 3);
+        let mut rng = SplitMix64::new(7);
+        assert_eq!(run(&block, x.clone(), Some(&mut rng)), run(&block, x, None));
+        assert_eq!(rng, SplitMix64::new(7));
+    }
+
+    #[test]
+    fn dropout_draws_pytorchs_four_masks_and_drops_only_the_branches() {
+        let (block, x) = make(0.3, 4);
+        let eval = run(&block, x.clone(), None);
+        let mut rng = SplitMix64::new(7);
+        let train = run(&block, x.clone(), Some(&mut rng));
+        let mut four = SplitMix64::new(7);
+        (0..4).for_each(|_| {
+            four.next_u64();
+        });
+        assert_eq!(rng, four, "attention weights, the attention branch, the hidden values, the feed-forward branch");
+        assert_ne!(train, eval);
+        assert_eq!(train, run(&block, x.clone(), Some(&mut SplitMix64::new(7))), "the masks are the stream's");
+        // Nearly every value dropped: both branches vanish and the block
+        // passes its input through, the residual path never dropped.
+        let (all_dropped, x) = make(0.999_999_9, 4);
+        let input: Vec<f32> = x.clone().into_data().to_vec().unwrap();
+        assert_eq!(run(&all_dropped, x, Some(&mut SplitMix64::new(7))), input);
     }
 }

@@ -347,6 +347,14 @@ impl Options<'_> {
         }
     }
 
+    /// A probability in `[0, 1)`, `default` when not written.
+    pub fn probability(&self, name: &str, default: f64, d: &mut Vec<Diagnostic>) -> Option<f64> {
+        match self.get(name) {
+            None => Some(default),
+            Some(v) => probability_arg(v, &format!("`{name}` of `{}`", self.line.name.value), d),
+        }
+    }
+
     /// Whether option `name` is written as the word `word` (`padding=same`).
     pub fn is_word(&self, name: &str, word: &str) -> bool {
         matches!(self.get(name).map(|v| &v.kind), Some(ValueKind::Ident(w)) if w == word)

@@ -112,6 +112,12 @@ def forward(weights, side, rows):
         if mean.shape != (width,) or std.shape != (width,):
             raise ExportError("normalizer mean/std do not match the input width")
         x = (x - mean) / std
+    if side.get("input_layout") == "sequence":
+        # NaN (null in a tensors file) is a sequence's padding: a position is
+        # present where its first value is a number; padding reads as 0.
+        length, channels = int(side["sequence"]["length"]), len(side["sequence"]["columns"])
+        mask = (~np.isnan(x.reshape(-1, length, channels)[:, :, 0])).astype(np.float64)
+        x = np.where(np.isnan(x), 0.0, x)
 
     def run(layers, x, width, prefix, indexed=True):
         """The layers on x ([rows, width]); tensor names are prefix + "i.field",
@@ -129,12 +135,13 @@ def forward(weights, side, rows):
             n_rows = x.shape[0]
             xs = x.reshape([n_rows] + shape)
             if kind == "dense":
+                # On a sequence ([L, D]), each position alike, as nn.Linear.
                 n_in, n_out = int(layer["in_features"]), int(layer["out_features"])
-                if n_in != width:
-                    raise ExportError(f"layer {i}: dense takes {n_in} inputs, gets {width}")
+                if n_in != shape[-1]:
+                    raise ExportError(f"layer {i}: dense takes {n_in} inputs, gets {shape[-1]}")
                 w = take(base + "weight", [n_out, n_in])
                 b = take(base + "bias", [n_out])
-                x = activation(layer["activation"], layer, x @ w.T + b)
+                x = activation(layer["activation"], layer, xs @ w.T + b).reshape(n_rows, -1)
             elif kind in ("conv1d", "conv2d"):
                 cin, cout = int(layer["in_channels"]), int(layer["out_channels"])
                 k, s, p = int(layer["kernel_size"]), int(layer["stride"]), int(layer["padding"])

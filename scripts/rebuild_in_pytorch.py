@@ -6,7 +6,8 @@ two files alone, and predicts with it.
 
 rows.csv: raw feature rows, comma-separated, in the sidecar's feature order,
 an optional header line; categorical columns as text. For a text model, one
-text per line. Prints
+text per line. For a sequence model, a header naming its sequence columns,
+each cell numbers separated by spaces. Prints
 one line per row: the predictions (regression) or the class probabilities.
 `rebuild(side, weights)` is the part to copy into a PyTorch program.
 
@@ -190,12 +191,32 @@ def module(spec):
     raise ValueError(f"unknown layer kind {kind!r}")
 
 
+class Sequence(nn.Module):
+    """A sequence model: its input is `length` positions of `channels` values,
+    NaN where a sequence is padded (after the normalizer). A position is
+    present where its first value is a number; that mask is handed to the
+    layers that read it, and padding reads as 0."""
+    def __init__(self, net, length, channels):
+        super().__init__()
+        self.net, self.length, self.channels = net, length, channels
+
+    def forward(self, x):
+        first = x.reshape(x.shape[0], self.length, self.channels)[:, :, 0]
+        mask = (~torch.isnan(first)).float()
+        for m in self.net.modules():
+            if hasattr(m, "mask"):
+                m.mask = mask
+        return self.net(torch.nan_to_num(x, nan=0.0))
+
+
 def rebuild(side, weights):
     """The model of a sidecar (format kynml-pytorch) with its weights loaded, in eval mode."""
     net = nn.Sequential(*[module(spec) for spec in side["layers"]])
     net.load_state_dict(weights)
     if side.get("input_layout") == "tokens":
         net = Text(net)
+    if side.get("input_layout") == "sequence":
+        net = Sequence(net, side["sequence"]["length"], len(side["sequence"]["columns"]))
     return net.eval()
 
 
@@ -237,6 +258,26 @@ def main(argv):
         rows = [[ids.get(t, 1) for t in line.split()][: text["length"]] for line in lines]
         rows = torch.tensor([r + [0] * (text["length"] - len(r)) for r in rows], dtype=torch.float32)
         out = predict(side, rebuild(side, load_file(weights)), rows)
+        for row in out.tolist():
+            print(",".join(f"{v:.6f}" for v in row))
+        return 0
+
+    seq = side.get("sequence")
+    if seq:
+        # The sequence columns by name, each cell numbers separated by
+        # spaces (or commas or semicolons), cut or NaN-padded to `length`.
+        import csv as csvmod
+        import re
+        length, names = seq["length"], seq["columns"]
+        rows = []
+        for record in csvmod.DictReader(open(csv)):
+            values = [[float(v) for v in re.split(r"[\s,;]+", record[n].strip()) if v] for n in names]
+            row = [float("nan")] * (length * len(names))
+            for c, vs in enumerate(values):
+                for p, v in enumerate(vs[:length]):
+                    row[p * len(names) + c] = v
+            rows.append(row)
+        out = predict(side, rebuild(side, load_file(weights)), torch.tensor(rows, dtype=torch.float32))
         for row in out.tolist():
             print(",".join(f"{v:.6f}" for v in row))
         return 0

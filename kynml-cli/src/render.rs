@@ -170,6 +170,19 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
             t.tokens.len()
         ));
     }
+    if let Some(s) = &info.sequence {
+        let cut = match s.cut {
+            0 => format!("; the longest holds {}", s.longest),
+            n => format!("; {n} rows were longer and cut (the longest held {})", s.longest),
+        };
+        out.push(format!(
+            "sequence: `{}`, {} positions of {} value{} per row, shorter rows padded{cut}",
+            s.columns.join("`, `"),
+            s.length,
+            s.channels(),
+            if s.channels() == 1 { "" } else { "s" }
+        ));
+    }
     out
 }
 

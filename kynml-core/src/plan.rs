@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::data::{read_csv, DataError, Dataset, TableOptions, TextOptions};
+use crate::data::{read_csv, DataError, Dataset, SequenceColumns, TableOptions, TextOptions};
 use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec, Unbound};
 use crate::spec::{self, Diagnostic, SpecError};
 use crate::train::memory::MemoryEstimate;
@@ -181,6 +181,7 @@ impl SpecFile {
                 (Some(_), false) => return Err(self.located(vec![self.unbound(Unbound::NotText)])),
                 (None, false) => None,
             },
+            sequence: self.sequence_columns()?,
         };
         let table = match read_csv(&path, &options) {
             // A regression loss on class labels is a spec mistake more often
@@ -202,7 +203,13 @@ impl SpecFile {
             }
             Err(DataError::MissingCategorical { name, suggestion, .. }) => {
                 let text = d.tokens.iter().filter(|t| t.value == name);
-                let span = d.categorical.iter().chain(text).find(|c| c.value == name).map_or(d.source.span, |c| c.span);
+                let span = d
+                    .categorical
+                    .iter()
+                    .chain(text)
+                    .chain(&d.sequence)
+                    .find(|c| c.value == name)
+                    .map_or(d.source.span, |c| c.span);
                 let mut problem =
                     Diagnostic::new(span, format!("`{}` has no column `{name}`", path.display()), "no such column");
                 if let Some(s) = suggestion {
@@ -287,6 +294,55 @@ impl SpecFile {
             return Err(self.does_not_fit(problem));
         }
         Ok(e)
+    }
+
+    /// How to read a sequence model's columns: the dataset's `sequence`
+    /// columns, one per value of a position of the model's `input seq LxC`;
+    /// a located error where one names them and the other does not read
+    /// them, or their counts differ.
+    fn sequence_columns(&self) -> Result<Option<SequenceColumns>, LoadError> {
+        let (model, data) = (&self.spec.model, &self.spec.dataset);
+        let columns: Vec<String> = data.sequence.iter().map(|c| c.value.clone()).collect();
+        let problem = match (columns.len(), model.shape.is_sequence()) {
+            (0, false) => return Ok(None),
+            (n, true) if n == model.shape.dims()[1] => {
+                return Ok(Some(SequenceColumns::new(columns, model.shape.dims()[0])));
+            }
+            (0, true) => Diagnostic::new(
+                model.input.span,
+                format!(
+                    "`input {}` reads sequences of numbers, but dataset `{}` names no sequence column",
+                    model.shape, data.name.value
+                ),
+                "a sequence input",
+            )
+            .with_help("name the columns that hold the sequences: `sequence = \"signal\"` or `sequence = [\"x\", \"y\"]`"),
+            (n, true) => Diagnostic::new(
+                model.input.span,
+                format!(
+                    "`input {}` takes {} values per position, but dataset `{}` names {n} sequence column{}",
+                    model.shape,
+                    model.shape.dims()[1],
+                    data.name.value,
+                    if n == 1 { "" } else { "s" }
+                ),
+                "values per position",
+            )
+            .with_help(format!("each position takes one value from each sequence column: `input seq {}x{n}`", model.shape.dims()[0])),
+            (n, false) => Diagnostic::new(
+                data.sequence[0].span,
+                format!(
+                    "dataset `{}` names sequence columns, but model `{}` does not read a sequence",
+                    data.name.value, model.name.value
+                ),
+                "sequence columns",
+            )
+            .with_help(format!(
+                "declare the positions per sequence and the values of each: `input seq 64x{n}` (model `{}` has `input {}`)",
+                model.name.value, model.shape
+            )),
+        };
+        Err(self.located(vec![problem]))
     }
 
     /// The located message for a model that does not fit the data's categorical columns.
@@ -464,7 +520,7 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
     if let (DeviceKind::Cpu { .. }, Compute::Fp32, Err(layer)) =
         (&device.kind, precision.compute, crate::train::native::native_layers(&spec.model))
     {
-        value += &format!(" (the native CPU engine has no `{layer}` layer yet)");
+        value += &format!(" (the native CPU engine has {layer} yet)");
     }
     let mut out = vec![Applied { setting: "device", value, as_requested: true }];
     out.push(match (&precision.fallback, precision.compute) {

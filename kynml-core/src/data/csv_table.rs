@@ -37,6 +37,93 @@ pub struct TableOptions {
     /// The column holding a text: the only feature, which becomes
     /// `length` token positions.
     pub tokens: Option<TextOptions>,
+    /// The columns holding sequences of numbers: the only features, which
+    /// become `length` positions of one value per column.
+    pub sequence: Option<SequenceColumns>,
+}
+
+/// A sequence model's columns: each cell holds numbers separated by spaces
+/// (or commas or semicolons), one per position; the row's columns give the
+/// values of each position in order. Rows are cut or padded to `length`
+/// positions, padding NaN (the model reads it as absent).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SequenceColumns {
+    /// The columns, in the order of each position's values.
+    pub columns: Vec<String>,
+    /// Positions per row.
+    pub length: usize,
+    /// Rows whose sequences were longer than `length` and cut, when read
+    /// for training.
+    #[serde(default)]
+    pub cut: usize,
+    /// The most positions any row held, when read for training.
+    #[serde(default)]
+    pub longest: usize,
+}
+
+impl SequenceColumns {
+    /// How a sequence model's reader is set up: nothing read yet.
+    pub fn new(columns: Vec<String>, length: usize) -> Self {
+        SequenceColumns { columns, length, cut: 0, longest: 0 }
+    }
+
+    /// Values per position.
+    pub fn channels(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// The values of one row's sequence cells (`cells[c]` of column `c`),
+    /// position by position, cut or NaN-padded to `length`, appended to
+    /// `out`; returns how many positions the row held. `at(c)` locates
+    /// column `c`'s cell for errors.
+    fn read_row<'h>(
+        &self,
+        cells: &[&str],
+        at: impl Fn(usize) -> (usize, &'h str, usize),
+        path: &Path,
+        out: &mut Vec<f32>,
+    ) -> Result<usize, DataError> {
+        let start = out.len();
+        out.resize(start + self.length * self.channels(), f32::NAN);
+        let mut held = None;
+        for (c, cell) in cells.iter().enumerate() {
+            let (line, name, column) = at(c);
+            let mut n = 0;
+            for (i, item) in cell.split(|ch: char| ch.is_whitespace() || ch == ',' || ch == ';').enumerate() {
+                if item.is_empty() {
+                    continue;
+                }
+                let value =
+                    item.parse::<f32>().ok().filter(|v| v.is_finite()).ok_or_else(|| DataError::SequenceValue {
+                        path: path.into(),
+                        row: line,
+                        column,
+                        column_name: name.into(),
+                        position: i + 1,
+                        value: shown(item),
+                    })?;
+                if n < self.length {
+                    out[start + n * self.channels() + c] = value;
+                }
+                n += 1;
+            }
+            match held {
+                None => held = Some((n, c)),
+                Some((m, first)) if m != n => {
+                    return Err(DataError::SequenceLengths {
+                        path: path.into(),
+                        row: line,
+                        first: self.columns[first].clone(),
+                        first_len: m,
+                        other: self.columns[c].clone(),
+                        other_len: n,
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(held.map_or(0, |(n, _)| n))
+    }
 }
 
 /// How to read the text of a text model.
@@ -121,6 +208,9 @@ pub struct Table {
     ///
     /// [`TokenVocabulary`]: crate::data::TokenVocabulary
     pub text: Option<TextCells>,
+    /// A sequence model's columns, with the rows it cut and the longest
+    /// sequence seen; its positions are all the features.
+    pub sequence: Option<SequenceColumns>,
 }
 
 /// The cells of one categorical column, trimmed, one per data row.
@@ -218,15 +308,39 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
             Some((col, TextCells { options: options.clone(), cells: Vec::new() }))
         }
     };
+    let mut sequence = match &opts.sequence {
+        None => None,
+        Some(s) => {
+            let cols = s.columns.iter().map(|name| column(name, "a sequence")).collect::<Result<Vec<_>, _>>()?;
+            if let Some((other, n)) = header.iter().enumerate().find(|(c, _)| !cols.contains(c) && *c != target_col) {
+                return Err(DataError::BesideSequence {
+                    path: path.into(),
+                    column: other + 1,
+                    name: n.clone(),
+                    sequence: s.columns.join("`, `"),
+                });
+            }
+            Some((cols, SequenceColumns::new(s.columns.clone(), s.length)))
+        }
+    };
 
     let mut features = Vec::new();
     let mut values = Vec::new();
     let mut labels = Vec::new();
     while let Some(line) = next_record(&mut reader, bytes, &mut record, path)? {
         check_width(&record, header.len(), path, line)?;
+        if let Some((cols, s)) = &mut sequence {
+            let cells = cols.iter().map(|&col| cell_text(&record[col], path, line)).collect::<Result<Vec<_>, _>>()?;
+            let held = s.read_row(&cells, |c| (line, header[cols[c]].as_str(), cols[c] + 1), path, &mut features)?;
+            s.cut += usize::from(held > s.length);
+            s.longest = s.longest.max(held);
+        }
         for (col, raw) in record.iter().enumerate() {
             let cell = cell_text(raw, path, line)?;
             let at = Cell { path, line, col, name: &header[col], text: cell };
+            if sequence.as_ref().is_some_and(|(cols, _)| cols.contains(&col)) {
+                continue;
+            }
             if let Some((_, t)) = text.as_mut().filter(|(c, _)| *c == col) {
                 t.cells.push(cell.to_owned());
                 features.extend(std::iter::repeat_n(0.0, t.options.length));
@@ -255,7 +369,16 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
         feature_names = (0..t.options.length).map(|i| format!("{}[{i}]", t.options.column)).collect();
         t
     });
-    Ok(Table { path: path.into(), feature_names, target_name, features, targets, categorical, text })
+    let sequence = sequence.map(|(_, s)| {
+        feature_names = sequence_names(&s);
+        s
+    });
+    Ok(Table { path: path.into(), feature_names, target_name, features, targets, categorical, text, sequence })
+}
+
+/// The features of a sequence model: `signal[0]`, or `x[0]`, `y[0]`, `x[1]`...
+pub fn sequence_names(s: &SequenceColumns) -> Vec<String> {
+    (0..s.length).flat_map(|p| s.columns.iter().map(move |c| format!("{c}[{p}]"))).collect()
 }
 
 /// Rows for a trained model, read by column name: features in the model's
@@ -290,17 +413,19 @@ pub fn read_model_rows(
     feature_names: &[String],
     categories: &[Vocabulary],
     tokens: Option<&TokenVocabulary>,
+    sequence: Option<&SequenceColumns>,
     target: &str,
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
-    // A text model reads one column, its text.
+    // A text model reads one column, its text; a sequence model its sequence columns.
     let text_column;
-    let feature_names = match tokens {
-        Some(t) => {
-            text_column = [t.column.clone()];
+    let feature_names = match (tokens, sequence) {
+        (Some(t), _) => {
+            text_column = vec![t.column.clone()];
             &text_column[..]
         }
-        None => feature_names,
+        (None, Some(s)) => &s.columns[..],
+        (None, None) => feature_names,
     };
     let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
@@ -352,7 +477,14 @@ pub fn read_model_rows(
     let token_index = tokens.map(TokenVocabulary::index);
     while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
         check_width(&record, header.len(), path, line)?;
-        for (p, &col) in columns.iter().enumerate() {
+        if let Some(s) = sequence {
+            let cells =
+                columns.iter().map(|&col| cell_text(&record[col], path, line)).collect::<Result<Vec<_>, _>>()?;
+            s.read_row(&cells, |c| (line, header[columns[c]].as_str(), columns[c] + 1), path, &mut features)?;
+        }
+        // A sequence's cells are read above, whole.
+        let plain = if sequence.is_some() { &[][..] } else { &columns[..] };
+        for (p, &col) in plain.iter().enumerate() {
             let text = cell_text(&record[col], path, line)?;
             if let (Some(t), Some(index)) = (tokens, &token_index) {
                 let at = features.len();

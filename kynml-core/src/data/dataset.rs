@@ -176,7 +176,10 @@ impl Dataset {
         let tokens = index_tokens(&table, &mut train, &mut valid);
 
         let normalizer = normalize.then(|| {
-            let mut normalizer = Normalizer::fit(&train.features, table.n_features());
+            let mut normalizer = match &table.sequence {
+                Some(s) => Normalizer::fit_sequence(&train.features, s.length, s.channels()),
+                None => Normalizer::fit(&train.features, table.n_features()),
+            };
             // Category and token indices are names, not quantities: left as they are.
             let names = categories.iter().map(|v| v.position..v.position + 1);
             for p in names.chain(tokens.iter().map(|t| 0..t.length)).flatten() {
@@ -194,6 +197,7 @@ impl Dataset {
             normalizer,
             categories,
             tokens,
+            sequence: table.sequence,
             train_fraction,
             seed,
             train_rows: train.len(),
@@ -320,6 +324,7 @@ mod tests {
             targets,
             categorical: Vec::new(),
             text: None,
+            sequence: None,
         }
     }
 

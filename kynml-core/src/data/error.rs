@@ -191,6 +191,65 @@ pub enum DataError {
         suggestion: Option<String>,
     },
 
+    /// A feature column beside the sequence columns of a sequence model.
+    #[error(
+        "{}:1: column {column} (`{name}`) is a feature beside the sequence `{sequence}`; a model of `input seq LxC` \
+         reads only its sequence columns (and the target): remove the column, or add it to `sequence`",
+        path.display()
+    )]
+    BesideSequence {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based position.
+        column: usize,
+        /// The column's name.
+        name: String,
+        /// The sequence columns, joined for the message.
+        sequence: String,
+    },
+
+    /// A value of a sequence cell that is not a finite number.
+    #[error(
+        "{}:{row}: column {column} (`{column_name}`) holds a sequence of numbers separated by spaces, but its \
+         value {position} is {value:?}",
+        path.display()
+    )]
+    SequenceValue {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+        /// 1-based position in the file.
+        column: usize,
+        /// The column's name in the header.
+        column_name: String,
+        /// 1-based position of the value in the cell.
+        position: usize,
+        /// The value's text.
+        value: String,
+    },
+
+    /// Two sequence columns of one row of different lengths.
+    #[error(
+        "{}:{row}: `{first}` holds {first_len} values and `{other}` {other_len}; each position of a sequence \
+         takes one value from every sequence column",
+        path.display()
+    )]
+    SequenceLengths {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+        /// The first sequence column.
+        first: String,
+        /// Its number of values.
+        first_len: usize,
+        /// The column that differs.
+        other: String,
+        /// Its number of values.
+        other_len: usize,
+    },
+
     /// A feature column beside the text column of a text model.
     #[error(
         "{}:1: column {column} (`{name}`) is a feature beside the text `{text}`; a model of `input seq` reads \

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use crate::data::csv_table::SequenceColumns;
 use crate::data::normalize::Normalizer;
 use crate::data::vocab::{TokenVocabulary, Vocabulary};
 
@@ -31,6 +32,10 @@ pub struct DataInfo {
     /// text column. `None` for other models.
     #[serde(default)]
     pub tokens: Option<TokenVocabulary>,
+    /// A sequence model's columns: the features are `length` positions of
+    /// one value from each. `None` for other models.
+    #[serde(default)]
+    pub sequence: Option<SequenceColumns>,
     /// Fraction of rows asked for training (the spec's `split`), in [0, 1].
     pub train_fraction: f64,
     /// Seed the rows were shuffled with before splitting.

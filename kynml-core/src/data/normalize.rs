@@ -72,6 +72,27 @@ impl Normalizer {
         Normalizer { mean: mean.iter().map(|&m| m as f32).collect(), std }
     }
 
+    /// Fits on a sequence model's `features`: rows of `length` positions
+    /// of `channels` values each, NaN where a sequence is padded. Each value
+    /// of a position gets the mean and spread of its column over every
+    /// position present, so a value is standardized alike wherever it
+    /// falls; padding stays NaN under [`apply`](Self::apply).
+    ///
+    /// # Panics
+    /// If `length * channels` is 0 or does not divide `features.len()`.
+    pub fn fit_sequence(features: &[f32], length: usize, channels: usize) -> Normalizer {
+        check_shape(features, length * channels);
+        let fitted: Vec<Normalizer> = (0..channels)
+            .map(|c| {
+                let present: Vec<f32> =
+                    features.iter().skip(c).step_by(channels).copied().filter(|v| !v.is_nan()).collect();
+                Normalizer::fit(&present, 1)
+            })
+            .collect();
+        let each = |f: fn(&Normalizer) -> f32| -> Vec<f32> { (0..length).flat_map(|_| fitted.iter().map(f)).collect() };
+        Normalizer { mean: each(|n| n.mean[0]), std: each(|n| n.std[0]) }
+    }
+
     /// The number of features it was fitted on.
     pub fn n_features(&self) -> usize {
         self.mean.len()

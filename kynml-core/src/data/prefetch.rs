@@ -126,6 +126,7 @@ mod tests {
             targets,
             categorical: Vec::new(),
             text: None,
+            sequence: None,
         };
         Dataset::from_table(table, 0.8, false, 3).unwrap()
     }

@@ -64,6 +64,7 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
         targets,
         categorical: Vec::new(),
         text: None,
+        sequence: None,
     };
     Dataset::from_table(table, spec.dataset.split.value, spec.dataset.normalize, seed)
 }
@@ -106,6 +107,7 @@ fn synthetic_texts(spec: &Spec, rows: usize, seed: u64, classes: usize) -> Resul
         targets,
         categorical: Vec::new(),
         text: Some(TextCells { options, cells }),
+        sequence: None,
     };
     Dataset::from_table(table, spec.dataset.split.value, false, seed)
 }

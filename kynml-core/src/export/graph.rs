@@ -35,6 +35,10 @@ pub struct ExportModel {
     /// A text model's tokens: the input is the token ids of this column's
     /// text ([`Shape::tokens`]). `None` for other models.
     pub tokens: Option<crate::data::TokenVocabulary>,
+    /// A sequence model's columns: the input is `length` positions of one
+    /// value from each ([`Shape::sequence`]), NaN where a sequence is
+    /// padded. `None` for other models.
+    pub sequence: Option<crate::data::SequenceColumns>,
     /// The layers, applied in order.
     pub layers: Vec<ExportLayer>,
     /// What the last layer's outputs mean.
@@ -314,6 +318,11 @@ impl ExportModel {
             (None, false) => {}
             _ => return Err("a text model needs its tokens, and only a text model has them".into()),
         }
+        match (&self.sequence, self.shape.is_sequence()) {
+            (Some(s), true) if self.shape.dims() == [s.length, s.channels()] => {}
+            (None, false) => {}
+            _ => return Err("a sequence model needs its sequence columns, and only a sequence model has them".into()),
+        }
         for v in &self.categories {
             if self.feature_names.get(v.position) != Some(&v.column) {
                 return Err(format!("categorical column `{}` is not feature {}", v.column, v.position + 1));
@@ -383,9 +392,14 @@ impl ExportModel {
                 }
             }
         }
-        // The padding of a text input: token id 0 (ids are never normalised).
-        let mask: Option<Vec<f32>> =
+        // The padding of a text input: token id 0 (ids are never normalised);
+        // of a sequence, NaN (at every value of a position), then read as 0.
+        let mut mask: Option<Vec<f32>> =
             self.shape.is_tokens().then(|| rows.iter().map(|&id| if id == 0.0 { 0.0 } else { 1.0 }).collect());
+        if let Some(s) = &self.sequence {
+            mask = Some(x.iter().step_by(s.channels()).map(|v| if v.is_nan() { 0.0 } else { 1.0 }).collect());
+            x.iter_mut().filter(|v| v.is_nan()).for_each(|v| *v = 0.0);
+        }
         let shapes = self.shapes()?;
         for (layer, shape) in self.layers.iter().zip(&shapes) {
             let t = Tensors { all: &layer.tensors, mask: mask.as_deref() };
@@ -500,6 +514,7 @@ mod tests {
             normalizer: None,
             categories: Vec::new(),
             tokens: None,
+            sequence: None,
             layers,
             head,
         }

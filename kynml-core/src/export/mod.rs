@@ -146,6 +146,7 @@ pub fn from_model(model: &Model<Kb>, spec: &ModelSpec, info: &DataInfo, loss: Lo
         normalizer: info.normalizer.as_ref().map(|n| (n.mean.clone(), n.std.clone())),
         categories: info.categories.clone(),
         tokens: info.tokens.clone(),
+        sequence: info.sequence.clone(),
         layers: spec.layers.iter().map(|l| ExportLayer { spec: l.value.clone(), tensors: Vec::new() }).collect(),
         head,
     };
@@ -207,7 +208,7 @@ pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
             module.restore(&mut get, device).unwrap_or_else(|_| layer.spec.init(shape, &mut rng, device))
         })
         .collect();
-    Model { layers }
+    Model { layers, sequence: crate::model::sequence_channels(&e.shape) }
 }
 
 /// Checks, before anything is trained or written, that exporting as
@@ -341,8 +342,16 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
     }
     let input = size(v, "input")?;
     // Older sidecars have no `input_shape`: plain features.
+    let sequence: Option<crate::data::SequenceColumns> = match v.get("sequence") {
+        None | Some(Value::Null) => None,
+        Some(s) => Some(serde_json::from_value(s.clone()).map_err(|_| "`sequence` is not {columns, length}")?),
+    };
     let shape = match (v.get("input_shape"), v.get("input_layout").and_then(Value::as_str)) {
         (_, Some("tokens")) => Shape::tokens(input),
+        (_, Some("sequence")) => {
+            let s = sequence.as_ref().ok_or("a sequence input without its `sequence` columns")?;
+            Shape::sequence(s.length, s.channels())
+        }
         (None | Some(Value::Null), _) => Shape::flat(input),
         (Some(s), _) => {
             Shape::new(serde_json::from_value(s.clone()).map_err(|_| "`input_shape` is not a list of sizes")?)
@@ -392,6 +401,7 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
         normalizer,
         categories,
         tokens,
+        sequence,
         layers,
         head,
     })

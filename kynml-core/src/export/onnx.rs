@@ -182,6 +182,21 @@ fn build_graph(model: &ExportModel) -> Graph {
         let centered = g.node("normalizer.centered".to_string(), "Sub", &[&x, &m], Vec::new());
         x = g.node("normalizer.scaled".to_string(), "Div", &[&centered, &s], Vec::new());
     }
+    if let Some(s) = &model.sequence {
+        // A sequence's padding is NaN: a position is present where its
+        // first value is a number, and padding reads as 0.
+        let (l, c) = (s.length as i64, s.channels() as i64);
+        let shape = g.ints("mask.positions_shape".to_string(), vec![3], vec![-1, l, c]);
+        let positions = g.node("mask.positions".to_string(), "Reshape", &[&x, &shape], Vec::new());
+        let first = g.ints("mask.first".to_string(), vec![], vec![0]);
+        let firsts = g.node("mask.firsts".to_string(), "Gather", &[&positions, &first], vec![Attr::Int("axis", 2)]);
+        let absent = g.node("mask.absent".to_string(), "IsNaN", &[&firsts], Vec::new());
+        let present = g.node("mask.present".to_string(), "Not", &[&absent], Vec::new());
+        g.mask = Some(g.node("mask".to_string(), "Cast", &[&present], vec![Attr::Int("to", 1)]));
+        let zero = g.scalar("zero", 0.0);
+        let padding = g.node("sequence.padding".to_string(), "IsNaN", &[&x], Vec::new());
+        x = g.node("sequence.read".to_string(), "Where", &[&padding, &zero, &x], Vec::new());
+    }
     let shapes = model.shapes().unwrap_or_default();
     for (i, (layer, shape)) in model.layers.iter().zip(&shapes).enumerate() {
         let p = format!("{}{i}", layer.kind());
@@ -480,6 +495,7 @@ mod tests {
             normalizer: normalizer.then(|| (vec![0.0, 1.0, 2.0], vec![1.0, 2.0, 3.0])),
             categories: Vec::new(),
             tokens: None,
+            sequence: None,
             layers,
             head,
         }

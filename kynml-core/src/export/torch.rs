@@ -109,8 +109,12 @@ pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
 /// `values[i]` and 0 for a value not in `values`, before the normalizer, which leaves it as
 /// it is), `input_layout` (`tokens` for a text model, whose input is the token ids of `tokens`:
 /// `{column, length, tokens}`, where token `tokens[i]` has id `i + 2`, 0 is padding and 1 a
-/// token not in `tokens`; a text is split at whitespace and cut or padded to `length`; else
-/// `values`), `layers` (one object per
+/// token not in `tokens`; a text is split at whitespace and cut or padded to `length`;
+/// `sequence` for a sequence model, whose input is `length` positions of one value from each
+/// of the `sequence` columns `{columns, length}` (position-major: `x[p * C + c]`), NaN where
+/// a sequence is shorter: after the normalizer, a position whose values are NaN is padding
+/// (the mask `(x[:, :, 0] == x[:, :, 0])`), and its values read as 0; else `values`),
+/// `layers` (one object per
 /// module, in order, with `index`, `kind` and `module`, the PyTorch module(s) it stands for;
 /// dense: `in_features`, `out_features`, `activation` (`linear`, `relu`, `gelu` (exact),
 /// `tanh`, `sigmoid`, `silu`, `leaky_relu`) and for leaky_relu `negative_slope`; batchnorm:
@@ -176,8 +180,13 @@ pub fn sidecar_json(model: &ExportModel) -> Value {
         "target": model.target,
         "normalizer": normalizer,
         "categories": model.categories,
-        "input_layout": if model.shape.is_tokens() { "tokens" } else { "values" },
+        "input_layout": match model.shape.layout() {
+            crate::model::Layout::Tokens => "tokens",
+            crate::model::Layout::Sequence => "sequence",
+            crate::model::Layout::Values => "values",
+        },
         "tokens": model.tokens,
+        "sequence": model.sequence.as_ref().map(|s| json!({"columns": s.columns, "length": s.length})),
         "layers": layers,
         "head": head,
         "tensors": tensors,
@@ -200,6 +209,7 @@ mod tests {
             normalizer: Some((vec![0.0, 1.0, 2.0], vec![1.0, 0.5, 4.0])),
             categories: Vec::new(),
             tokens: None,
+            sequence: None,
             layers: vec![
                 ExportLayer::dense(3, 4, (0..12).map(|i| i as f32).collect(), vec![0.1; 4], Activation::Gelu),
                 ExportLayer::batchnorm(vec![1.0; 4], vec![0.0; 4], vec![0.5; 4], vec![2.0; 4], 42),

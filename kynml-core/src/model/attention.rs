@@ -15,8 +15,8 @@ use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 use serde_json::{json, Value as Json};
 
-use super::dropout::Dropout;
 use super::dense::transpose;
+use super::dropout::Dropout;
 use super::kind::{extra_args, host, options, restore_param, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors};
 use super::StateError;
 use crate::export::onnx::{Attr, Graph};

@@ -1,5 +1,7 @@
 //! `dense N ACTIVATION`: a fully connected layer followed by its activation
-//! (PyTorch's `nn.Linear`, then the activation).
+//! (PyTorch's `nn.Linear`, then the activation). On a sequence's positions
+//! (`[L, D]`) it maps each position alike, `[L, D]` to `[L, N]`, as
+//! `nn.Linear` maps the last dimension.
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::activation;
@@ -90,12 +92,7 @@ impl Kind for DenseSpec {
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         match input.dims() {
             [_] => Ok(Shape::flat(self.units)),
-            _ if input.is_sequence() => Err(format!(
-                "`dense` takes plain features; add `global_avgpool` before it for the mean over the text's tokens \
-                 ({} values), or `flatten` for all {} values",
-                input.dims()[1],
-                input.size()
-            )),
+            [l, _] if input.is_sequence() => Ok(Shape::sequence(*l, self.units)),
             _ => Err(format!(
                 "`dense` takes plain features; add `flatten` before it to turn the {} values into {} features",
                 input.written(),
@@ -105,17 +102,18 @@ impl Kind for DenseSpec {
     }
 
     fn tensors(&self, input: &Shape) -> Vec<Decl> {
-        vec![Decl::param("weight", vec![self.units, input.size()]), Decl::param("bias", vec![self.units])]
+        vec![Decl::param("weight", vec![self.units, d_in(input)]), Decl::param("bias", vec![self.units])]
     }
 
-    fn native(&self, _input: &Shape) -> Option<kynml_cpu::LayerConfig> {
-        Some(kynml_cpu::LayerConfig::Dense { units: self.units, act: native_act(self.activation) })
+    fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        (input.rank() == 1)
+            .then_some(kynml_cpu::LayerConfig::Dense { units: self.units, act: native_act(self.activation) })
     }
 
     /// PyTorch's `nn.Linear` initialisation: weight and bias both drawn from
     /// `U(-k, k)` with `k = 1/sqrt(d_in)` (Kaiming-uniform with `a = sqrt(5)`).
     fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Dense<Kb> {
-        let (d_in, d_out) = (input.size(), self.units);
+        let (d_in, d_out) = (d_in(input), self.units);
         let k = 1.0 / (d_in as f64).sqrt();
         let weight: Vec<f32> = (0..d_in * d_out).map(|_| rng.uniform(-k, k) as f32).collect();
         let bias: Vec<f32> = (0..d_out).map(|_| rng.uniform(-k, k) as f32).collect();
@@ -146,7 +144,7 @@ impl Kind for DenseSpec {
     }
 
     fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
-        let (weight, bias, d_in) = (t.f32("weight"), t.f32("bias"), input.size());
+        let (weight, bias, d_in) = (t.f32("weight"), t.f32("bias"), d_in(input));
         let mut y = Vec::with_capacity(x.len() / d_in.max(1) * self.units);
         for row in x.chunks_exact(d_in) {
             for (w_row, b) in weight.chunks_exact(d_in).zip(bias) {
@@ -157,17 +155,33 @@ impl Kind for DenseSpec {
         y
     }
 
-    /// `Gemm` (transB = 1, the weight kept in PyTorch's `[out, in]` layout), then the activation.
+    /// `Gemm` (transB = 1, the weight kept in PyTorch's `[out, in]` layout), then the activation;
+    /// on a sequence, over its positions as rows.
     fn onnx(&self, g: &mut Graph, p: &str, input: &Shape, t: Tensors, x: String) -> String {
-        let w = g.constant(format!("{p}.weight"), vec![self.units, input.size()], t.f32("weight").to_vec());
+        let d = d_in(input);
+        let w = g.constant(format!("{p}.weight"), vec![self.units, d], t.f32("weight").to_vec());
         let b = g.constant(format!("{p}.bias"), vec![self.units], t.f32("bias").to_vec());
+        let x = match input.is_sequence() {
+            true => {
+                let rows = g.ints(format!("{p}.rows_shape"), vec![2], vec![-1, d as i64]);
+                g.node(format!("{p}.rows"), "Reshape", &[&x, &rows], Vec::new())
+            }
+            false => x,
+        };
         let y = g.node(format!("{p}.gemm"), "Gemm", &[&x, &w, &b], vec![Attr::Int("transB", 1)]);
-        activate(g, p, y, self.activation)
+        let y = activate(g, p, y, self.activation);
+        match input.is_sequence() {
+            true => {
+                let back = g.ints(format!("{p}.back_shape"), vec![2], vec![-1, (input.dims()[0] * self.units) as i64]);
+                g.node(format!("{p}.positions"), "Reshape", &[&y, &back], Vec::new())
+            }
+            false => y,
+        }
     }
 
     fn torch(&self, input: &Shape) -> Json {
-        let fields = json!({"in_features": input.size(), "out_features": self.units});
-        with_activation(fields, format!("nn.Linear({}, {})", input.size(), self.units), self.activation)
+        let fields = json!({"in_features": d_in(input), "out_features": self.units});
+        with_activation(fields, format!("nn.Linear({}, {})", d_in(input), self.units), self.activation)
     }
 
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
@@ -183,11 +197,20 @@ impl LayerModule for Dense<Kb> {
     /// back through both casts to the fp32 weight). Bias and activation stay
     /// fp32. See [`crate::train::precision`].
     fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
+        let [batch, width] = x.dims();
+        let [d, units] = self.weight.dims();
+        // A sequence's positions are rows of their own.
+        let x = if width == d { x } else { x.reshape([batch * (width / d), d]) };
         let product = match pass.half {
             None => x.matmul(self.weight.val()),
             Some(h) => x.cast(h).matmul(self.weight.val().cast(h)).cast(FloatDType::F32),
         };
-        apply_activation(product + self.bias.val().unsqueeze::<2>(), self.activation)
+        let y = apply_activation(product + self.bias.val().unsqueeze::<2>(), self.activation);
+        if width == d {
+            y
+        } else {
+            y.reshape([batch, (width / d) * units])
+        }
     }
 
     fn state(&self) -> Vec<(String, TensorData)> {
@@ -202,6 +225,16 @@ impl LayerModule for Dense<Kb> {
 
     fn params(&self) -> Vec<(ParamId, String, usize)> {
         vec![(self.weight.id, "weight".into(), 2), (self.bias.id, "bias".into(), 1)]
+    }
+}
+
+/// The width each row of the product has: a position's values on a
+/// sequence, else every value.
+fn d_in(input: &Shape) -> usize {
+    if input.is_sequence() {
+        input.dims()[1]
+    } else {
+        input.size()
     }
 }
 

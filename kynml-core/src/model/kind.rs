@@ -123,7 +123,7 @@ impl Shape {
     pub fn written(&self) -> String {
         let dims = self.dims.iter().map(usize::to_string).collect::<Vec<_>>().join("x");
         match self.layout {
-            Layout::Tokens => format!("seq {dims}"),
+            Layout::Tokens | Layout::Sequence => format!("seq {dims}"),
             _ => dims,
         }
     }
@@ -132,7 +132,7 @@ impl Shape {
     pub fn described(&self) -> String {
         match (self.layout, self.dims.as_slice()) {
             (Layout::Tokens, [l]) => format!("the {l} token ids of a text"),
-            (Layout::Sequence, [l, d]) => format!("{l}x{d} values ({d} at each of {l} positions of a text)"),
+            (Layout::Sequence, [l, d]) => format!("{l}x{d} values ({d} at each of {l} positions of a sequence)"),
             (_, [n]) => format!("{n} features"),
             (_, [1, l]) => format!("1x{l} values (1 channel of length {l})"),
             (_, [c, l]) => format!("{c}x{l} values ({c} channels of length {l})"),

@@ -319,11 +319,23 @@ pub fn shapes(input: &Shape, layers: &[LayerSpec]) -> Result<Vec<Shape>, (usize,
     Ok(out)
 }
 
+/// C for a sequence of C values per position (`input seq LxC`), else 0.
+pub fn sequence_channels(input: &Shape) -> usize {
+    if input.is_sequence() {
+        input.dims()[1]
+    } else {
+        0
+    }
+}
+
 /// The layers of one `model` block, in order.
 #[derive(Module, Debug)]
 pub struct Model<B: Backend> {
     /// In the block's order; the index is the layer's number in tensor names (`0.weight`).
     pub layers: Vec<Layer<B>>,
+    /// C for an `input seq LxC` model, whose rows are L positions of C
+    /// values with NaN where a sequence is padded; 0 for other inputs.
+    pub sequence: usize,
 }
 
 /// Stream id for weight initialisation draws (see [`Rng::stream`]).
@@ -345,7 +357,7 @@ impl Model<Kb> {
                 module
             })
             .collect();
-        Model { layers }
+        Model { layers, sequence: sequence_channels(&spec.shape) }
     }
 
     /// # Shapes
@@ -358,6 +370,23 @@ impl Model<Kb> {
     /// in `half` (bf16 or fp16) when given; the rest stays fp32.
     pub fn forward_in(&self, mut x: Tensor<Kb, 2>, mut mode: Mode, half: Option<FloatDType>) -> Tensor<Kb, 2> {
         let mut pass = Pass { mode: &mut mode, half, mask: None };
+        let [batch, width] = x.dims();
+        if let Some(l) = width.checked_div(self.sequence) {
+            // A sequence's padding is NaN: 0 to the layers, and 0 in the
+            // mask that attention and pooling read (1 where a position is).
+            let c = self.sequence;
+            let padding = x.clone().is_nan();
+            // A boolean tensor carries no gradient tape: its float is made
+            // off the tape and handed to it as a constant, as dropout's mask.
+            let present = padding.clone().bool_not().float();
+            let present = match x.device() {
+                DispatchDevice::Autodiff(_) => Tensor::from_inner(present),
+                _ => present,
+            }
+            .reshape([batch, l, c]);
+            pass.mask = Some(present.slice([0..batch, 0..l, 0..1]).reshape([batch, l]));
+            x = x.mask_fill(padding, 0.0);
+        }
         for layer in &self.layers {
             x = layer.forward(x, &mut pass);
         }

@@ -94,7 +94,7 @@ impl Model<Kb> {
             };
             layers.push(layer.restore(&mut get, device)?);
         }
-        Ok(Model { layers })
+        Ok(Model { layers, sequence: self.sequence })
     }
 }
 

@@ -17,7 +17,10 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
     let s = settings(block, d);
     let source = s.required("source", "source = csv(\"data/train.csv\")", d).and_then(|v| source(v, d));
     let target = s.required("target", "target = \"label\"", d).and_then(|v| values::string(v, "`target`", d));
-    let categorical = s.optional("categorical", |v| columns(v, target.as_ref(), d)).map(Option::unwrap_or_default);
+    let categorical =
+        s.optional("categorical", |v| columns(v, "categorical", target.as_ref(), d)).map(Option::unwrap_or_default);
+    let sequence =
+        s.optional("sequence", |v| columns(v, "sequence", target.as_ref(), d)).map(Option::unwrap_or_default);
     let tokens = s.optional("tokens", |v| values::string(v, "`tokens`", d));
     let vocab = s.optional("vocab", |v| values::count(v, "`vocab`", 1, d).map(|value| Spanned { value, span: v.span }));
     if let (Some(Some(t)), Some(target)) = (&tokens, &target) {
@@ -33,6 +36,19 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
             Diagnostic::new(c.span, format!("categorical columns beside the text `{}`", t.value), "not with `tokens`")
                 .with_help("a text model (`tokens = ...`, `input seq L`) reads only its text"),
         );
+    }
+    if let (Some(seq), Some(other)) = (sequence.as_ref().and_then(|s| s.first()), &categorical) {
+        let beside = match (&tokens, other.first()) {
+            (Some(Some(t)), _) => Some((t.span, format!("a text (`tokens = \"{}\"`)", t.value))),
+            (_, Some(c)) => Some((c.span, format!("categorical columns (`{}`)", c.value))),
+            _ => None,
+        };
+        if let Some((span, what)) = beside {
+            d.push(
+                Diagnostic::new(span, format!("{what} beside the sequence `{}`", seq.value), "not with `sequence`")
+                    .with_help("a sequence model (`sequence = ...`, `input seq LxC`) reads only its sequence columns"),
+            );
+        }
     }
     if let (Some(None), Some(Some(v))) = (&tokens, &vocab) {
         d.push(
@@ -53,6 +69,7 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
         categorical: categorical?,
         tokens: tokens?,
         vocab: vocab?,
+        sequence: sequence?,
         split: split?,
         normalize: normalize?.value,
         num_workers: num_workers?,
@@ -61,18 +78,25 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
     })
 }
 
-/// `categorical = ["city", "color"]`: column names, as strings or bare words.
-fn columns(v: &Value, target: Option<&Spanned<String>>, d: &mut Vec<Diagnostic>) -> Option<Vec<Spanned<String>>> {
+/// `categorical = ["city", "color"]`, `sequence = ["x", "y"]`: column
+/// names, as strings or bare words, under `key`.
+fn columns(
+    v: &Value,
+    key: &str,
+    target: Option<&Spanned<String>>,
+    d: &mut Vec<Diagnostic>,
+) -> Option<Vec<Spanned<String>>> {
     let items = match &v.kind {
         ValueKind::List(items) => items.as_slice(),
         ValueKind::Str(_) | ValueKind::Ident(_) => std::slice::from_ref(v),
         ValueKind::Error => return None,
         _ => {
+            let example = if key == "sequence" { "[\"x\", \"y\"]" } else { "[\"city\", \"color\"]" };
             values::mismatch_with_help(
                 v,
                 "a list of column names",
-                "`categorical`",
-                "write `categorical = [\"city\", \"color\"]`",
+                &format!("`{key}`"),
+                &format!("write `{key} = {example}`"),
                 d,
             );
             return None;
@@ -83,7 +107,7 @@ fn columns(v: &Value, target: Option<&Spanned<String>>, d: &mut Vec<Diagnostic>)
     for item in items {
         let name = match &item.kind {
             ValueKind::Ident(name) => Spanned { value: name.clone(), span: item.span },
-            _ => match values::string(item, "a column of `categorical`", d) {
+            _ => match values::string(item, &format!("a column of `{key}`"), d) {
                 Some(name) => name,
                 None => {
                     ok = false;
@@ -100,7 +124,11 @@ fn columns(v: &Value, target: Option<&Spanned<String>>, d: &mut Vec<Diagnostic>)
         } else if target.is_some_and(|t| t.value == name.value) {
             d.push(
                 Diagnostic::new(item.span, format!("`{}` is the target, not a feature", name.value), "the target")
-                    .with_help("a class target is read as labels already: use `loss = cross_entropy`"),
+                    .with_help(if key == "categorical" {
+                        "a class target is read as labels already: use `loss = cross_entropy`"
+                    } else {
+                        "name the columns that hold the sequences to read"
+                    }),
             );
             ok = false;
         } else {

@@ -14,6 +14,7 @@ pub(super) const DATASET_KEYS: &[&str] = &[
     "categorical",
     "tokens",
     "vocab",
+    "sequence",
     "split",
     "normalize",
     "num_workers",

@@ -188,7 +188,8 @@ fn close_group(
     true
 }
 
-/// `input N`, `input CxHxW` / `input CxL`, or `input seq L`; the span is the whole line,
+/// `input N`, `input CxHxW` / `input CxL`, `input seq L` (token ids) or
+/// `input seq LxC` (C numbers at each of L positions); the span is the whole line,
 /// which reads best in messages about the data's width.
 fn input_shape(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<(Spanned<usize>, Shape)> {
     let Some(n) = line.args.first() else {
@@ -206,6 +207,19 @@ fn input_shape(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<(Spanned<usi
             );
             return None;
         };
+        if let ValueKind::Ident(text) = &length.kind {
+            let dims: Vec<Option<usize>> =
+                text.split('x').map(|p| p.parse::<usize>().ok().filter(|n| *n > 0)).collect();
+            let &[Some(l), Some(c)] = dims.as_slice() else {
+                d.push(
+                    Diagnostic::new(length.span, format!("`{text}` is not a sequence's shape"), "not LxC")
+                        .with_help("write `input seq LxC` for C numbers at each of L positions, as in `input seq 64x3`, or `input seq L` for a text's L tokens"),
+                );
+                return None;
+            };
+            extra_args(line, 2, "input seq LxC", d)?;
+            return Some((Spanned { value: l * c, span: line.span }, Shape::sequence(l, c)));
+        }
         let length = values::count(length, "the length of `input seq`", 1, d)?;
         extra_args(line, 2, "input seq L", d)?;
         return Some((Spanned { value: length, span: line.span }, Shape::tokens(length)));

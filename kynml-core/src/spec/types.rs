@@ -57,6 +57,9 @@ pub struct DatasetSpec {
     pub tokens: Option<Spanned<String>>,
     /// The most tokens a text's vocabulary keeps (the most frequent); `None` for all.
     pub vocab: Option<Spanned<usize>>,
+    /// The columns holding sequences of numbers, one value per position
+    /// each, for a model of `input seq LxC` (C of them); none by default.
+    pub sequence: Vec<Spanned<String>>,
     /// Fraction of rows used for training. Default 0.8.
     pub split: Spanned<f64>,
     /// Default false.

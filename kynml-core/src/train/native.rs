@@ -73,14 +73,19 @@ pub fn engine_for(device: &Device, precision: &PrecisionPlan, choice: EngineChoi
     }
 }
 
-/// The model's layers as the native engine builds them; otherwise the first
-/// layer it lacks, as written.
+/// The model's layers as the native engine builds them; otherwise what it
+/// lacks: "no `attention` layer" (the first layer it lacks, as written), or
+/// "no sequence input".
 pub fn native_layers(model: &ModelSpec) -> Result<Vec<LayerConfig>, String> {
+    if model.shape.is_sequence() {
+        return Err("no sequence input".into());
+    }
     let mut shape = model.shape.clone();
     let mut out = Vec::with_capacity(model.layers.len());
     for layer in &model.layers {
-        out.push(layer.value.native(&shape).ok_or_else(|| layer.value.name().to_string())?);
-        shape = layer.value.output(&shape).map_err(|_| layer.value.name().to_string())?;
+        let lacks = || format!("no `{}` layer", layer.value.name());
+        out.push(layer.value.native(&shape).ok_or_else(lacks)?);
+        shape = layer.value.output(&shape).map_err(|_| lacks())?;
     }
     Ok(out)
 }

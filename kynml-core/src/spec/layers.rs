@@ -151,7 +151,26 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     // Shapes chain from the input through every layer; the first layer that
     // cannot take what it is given is reported on its own line.
     let specs: Vec<Layer> = layers.iter().map(|l| l.value.clone()).collect();
-    if let Err((i, problem)) = model::shapes(&shape, &specs) {
+    let shapes = model::shapes(&shape, &specs);
+    // The outputs are plain values: a model may not end on positions or channels.
+    if let (Ok(shapes), Some(layer)) = (&shapes, layers.last()) {
+        if let Some(last) = shapes.last().filter(|s| s.rank() > 1) {
+            let what =
+                if last.is_sequence() { "for the mean over the positions" } else { "for the mean of each channel" };
+            d.push(
+                Diagnostic::new(
+                    layer.span,
+                    format!("the model ends on {}, not on one value per output", last.described()),
+                    "the last layer",
+                )
+                .with_help(format!(
+                    "the outputs must be plain features: add `global_avgpool` before the last layer {what}, or `flatten`"
+                )),
+            );
+            return None;
+        }
+    }
+    if let Err((i, problem)) = shapes {
         let layer = &layers[i];
         let given = if i == 0 { shape.clone() } else { model::shapes(&shape, &specs[..i]).ok()?.pop()? };
         d.push(

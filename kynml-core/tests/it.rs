@@ -2067,3 +2067,80 @@ fn a_sequence_model_and_its_data_must_match() {
     let t = load(&spec, Some("x,label,y,z\n1 2,a,3 4,5\n"));
     assert!(t.contains("column 4 (`z`) is a feature beside the sequence `x`, `y`"), "{t}");
 }
+
+// ---- strategies ----
+
+/// Keeps epoch 1 as the best and stops after epoch 3, whatever the losses.
+#[derive(Debug, Clone, Default)]
+struct KeepFirstStopAtThree {
+    best: Option<usize>,
+}
+
+impl kynml_core::train::EarlyStopping for KeepFirstStopAtThree {
+    fn observe(&mut self, epoch: usize, _val_loss: f64) -> kynml_core::train::Verdict {
+        use kynml_core::train::Verdict;
+        match epoch {
+            1 => {
+                self.best = Some(1);
+                Verdict::Improved
+            }
+            3.. => Verdict::Stop,
+            _ => Verdict::Wait,
+        }
+    }
+    fn best_epoch(&self) -> Option<usize> {
+        self.best
+    }
+    fn state(&self) -> kynml_core::train::resume::StopState {
+        kynml_core::train::resume::StopState { best: 0.0, best_epoch: self.best, bad_epochs: 0 }
+    }
+    fn restore(&mut self, saved: &kynml_core::train::resume::StopState) {
+        self.best = saved.best_epoch;
+    }
+    fn boxed(&self) -> Box<dyn kynml_core::train::EarlyStopping> {
+        Box::new(self.clone())
+    }
+}
+
+/// Checkpoints after epoch 2 only.
+#[derive(Debug)]
+struct OnlyAfterTwo;
+
+impl kynml_core::train::Checkpointing for OnlyAfterTwo {
+    fn due(&self, epoch: usize, _last: usize, _stopping: bool) -> bool {
+        epoch == 2
+    }
+}
+
+#[test]
+fn a_program_hands_the_loop_its_own_stop_and_checkpoint_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), 5, " dense 8 relu\n dense 1 linear");
+    let source = std::fs::read_to_string(&path).unwrap();
+    let with_checkpoints =
+        source.replace(" epochs = 4\n", " epochs = 6\n checkpoint = checkpoint(every_n=1, path=\"ckpt/m.ckpt\")\n");
+    std::fs::write(&path, with_checkpoints).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let settings = TrainSettings {
+        checkpoint_path: file.checkpoint_path(),
+        early_stopping: Some(Box::new(KeepFirstStopAtThree::default())),
+        checkpointing: Some(std::sync::Arc::new(OnlyAfterTwo)),
+        ..TrainSettings::default()
+    };
+    let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+    assert_eq!((result.history.len(), result.stopped_early, result.best_epoch), (3, true, Some(1)));
+    // The run returns epoch 1's weights: those of a one-epoch run.
+    let mut one = file.spec.clone();
+    one.train.epochs.value = 1;
+    one.train.checkpoint = None;
+    let first = train(&one, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let weights = |r: &kynml_core::train::TrainResult| -> Vec<Vec<f32>> {
+        r.model.layers.iter().flat_map(|l| l.state()).map(|(_, t)| t.to_vec::<f32>().unwrap()).collect()
+    };
+    assert_eq!(weights(&result), weights(&first));
+    // The only checkpoint written is epoch 2's, the stop after epoch 3 not.
+    let (_, state) = file.find_checkpoint().unwrap().expect("a checkpoint");
+    assert_eq!(state.epoch, 2);
+}

@@ -18,7 +18,6 @@ macro_rules! by_rank {
     };
 }
 
-mod early_stop;
 pub mod engine;
 mod events;
 pub mod loss;
@@ -29,11 +28,12 @@ mod optimizer;
 pub mod precision;
 pub mod resume;
 pub mod schedule;
+pub mod strategy;
 mod trainer;
 
 pub mod profile;
-pub use early_stop::{EarlyStopper, Verdict};
 pub use events::{EpochRecord, TrainEvent};
 pub use native::{EngineChoice, EngineKind};
 pub use optimizer::AnyOptimizer;
+pub use strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
 pub use trainer::{metrics_for, train, Task, TrainError, TrainResult, TrainSettings};

@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::{Checkpoint, CheckpointError, NamedTensor};
 use crate::model::{Model, StateError};
 use crate::spec::types::ModelSpec;
-use crate::train::early_stop::EarlyStopper;
 use crate::train::events::EpochRecord;
 use crate::train::optimizer::AnyOptimizer;
 use burn::DispatchDevice;
@@ -101,20 +100,6 @@ pub struct StopState {
     pub best_epoch: Option<usize>,
     /// Epochs in a row without improvement.
     pub bad_epochs: usize,
-}
-
-impl StopState {
-    /// The progress of `stopper`, to save.
-    pub fn of(stopper: &EarlyStopper) -> Self {
-        StopState { best: stopper.best, best_epoch: stopper.best_epoch, bad_epochs: stopper.bad_epochs }
-    }
-
-    /// Puts this progress into `stopper`, which keeps its own patience and threshold.
-    pub fn apply(&self, stopper: &mut EarlyStopper) {
-        stopper.best = self.best;
-        stopper.best_epoch = self.best_epoch;
-        stopper.bad_epochs = self.bad_epochs;
-    }
 }
 
 /// Why a checkpoint cannot be resumed from.

@@ -18,7 +18,6 @@ use crate::evaluate::{self, IntoScalarF64};
 use crate::model::Model;
 use crate::rng::SplitMix64 as Rng;
 use crate::spec::types::{Layer, Loss, Metric, Spec};
-use crate::train::early_stop::{EarlyStopper, Verdict};
 use crate::train::engine::{BurnEngine, Engine, Part, StepLoss};
 use crate::train::events::{EpochRecord, TrainEvent};
 use crate::train::loss_scale::LossScaler;
@@ -26,8 +25,9 @@ use crate::train::native::{engine_for, EngineChoice, EngineKind, NativeEngine};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{self, PrecisionPlan};
 use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
-use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, StopState};
+use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError};
 use crate::train::schedule::lr_at;
+use crate::train::strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
 use kynml_backend::{Backend as Kb, Device};
 
 /// Stream ids for [`Rng::stream`]: data order and dropout never share draws
@@ -80,6 +80,14 @@ pub struct TrainSettings {
     pub engine: EngineChoice,
     /// Time every step in phases, and each evaluation ([`TrainResult::profile`]).
     pub profile: bool,
+    /// Decides when to stop instead of the spec's `early_stop` (which builds
+    /// an [`EarlyStopper`]); with it, the run returns its best epoch's
+    /// weights, as with the spec's rule.
+    pub early_stopping: Option<Box<dyn EarlyStopping>>,
+    /// Decides when the spec's `checkpoint` writes, instead of every
+    /// `every_n` epochs and at the end ([`EveryEpochs`]); the spec still
+    /// names the path.
+    pub checkpointing: Option<std::sync::Arc<dyn Checkpointing>>,
 }
 
 /// Why [`train`] did not finish.
@@ -199,7 +207,10 @@ fn run<'scope, 'env>(
 
     let mut model = Model::init(&spec.model, t.seed, &ad_device);
     let mut optimizer = AnyOptimizer::new(&t.optimizer.value);
-    let mut stopper = t.early_stop.as_ref().map(|e| EarlyStopper::new(&e.value));
+    let mut stopper: Option<Box<dyn EarlyStopping>> = settings
+        .early_stopping
+        .clone()
+        .or_else(|| t.early_stop.as_ref().map(|e| Box::new(EarlyStopper::new(&e.value)) as Box<dyn EarlyStopping>));
     // The best epoch's weights, without autodiff, when early stopping is on.
     let mut best: Option<Model<Kb>> = None;
     let mut order_rng = Rng::stream(t.seed, DATA_STREAM);
@@ -222,6 +233,8 @@ fn run<'scope, 'env>(
     let mut steps_taken = 0u64;
 
     let checkpoint = t.checkpoint.as_ref().map(|c| &c.value);
+    let checkpointing: Option<std::sync::Arc<dyn Checkpointing>> = checkpoint
+        .map(|c| settings.checkpointing.clone().unwrap_or_else(|| std::sync::Arc::new(EveryEpochs { n: c.every_n })));
     let checkpoint_path = settings.checkpoint_path.clone().or_else(|| checkpoint.map(|c| c.path.clone()));
     let model_hash = resume::model_hash(&spec.model);
     let writer = checkpoint.map(|c| CheckpointWriter::spawn_with_keep(c.keep));
@@ -239,7 +252,7 @@ fn run<'scope, 'env>(
         order_rng = Rng::new(s.order_rng);
         dropout_rng = Rng::new(s.dropout_rng);
         if let Some(stopper) = stopper.as_mut() {
-            s.early_stop.as_ref().inspect(|saved| saved.apply(stopper));
+            s.early_stop.as_ref().inspect(|saved| stopper.restore(saved));
             best = restored.best;
         }
         if let (Some(config), Some(saved)) = (&precision.scaler, &s.loss_scale) {
@@ -352,7 +365,7 @@ fn run<'scope, 'env>(
                 let mut saved = None;
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                     let mut state = loop_state(epoch - 1, steps_taken, optimizer_name, &order_rng, &dropout_rng);
-                    state.early_stop = stopper.as_ref().map(StopState::of);
+                    state.early_stop = stopper.as_ref().map(|s| s.state());
                     state.loss_scale = engine.loss_scale();
                     state.history = history.clone();
                     state.model = resume::describe_model(&spec.model);
@@ -424,18 +437,20 @@ fn run<'scope, 'env>(
                 Verdict::Improved => best = Some(engine.model()),
                 Verdict::Wait => {}
                 Verdict::Stop => {
-                    on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch.unwrap_or(epoch) });
+                    on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch().unwrap_or(epoch) });
                     stopped_early = true;
                 }
             }
         }
 
-        // Checkpoint every `every_n` epochs and at the end, after early
-        // stopping has had its say, so that a resume starts the next epoch.
-        if let (Some(c), Some(writer), Some(path)) = (checkpoint, &writer, &checkpoint_path) {
-            if epoch % c.every_n == 0 || epoch == last_epoch || stopped_early {
+        // Checkpoint when the rule says (every `every_n` epochs and at the
+        // end), after early stopping has had its say, so that a resume
+        // starts the next epoch.
+        if let (Some(c), Some(rule), Some(writer), Some(path)) = (checkpoint, &checkpointing, &writer, &checkpoint_path)
+        {
+            if rule.due(epoch, last_epoch, stopped_early) {
                 let mut state = loop_state(epoch, steps_taken, optimizer_name, &order_rng, &dropout_rng);
-                state.early_stop = stopper.as_ref().map(StopState::of);
+                state.early_stop = stopper.as_ref().map(|s| s.state());
                 state.stopped_early = stopped_early;
                 state.loss_scale = engine.loss_scale();
                 state.history = history.clone();
@@ -491,7 +506,7 @@ fn run<'scope, 'env>(
         model: final_model,
         history,
         final_metrics,
-        best_epoch: stopper.and_then(|s| s.best_epoch),
+        best_epoch: stopper.and_then(|s| s.best_epoch()),
         stopped_early,
         seconds: started.elapsed().as_secs_f64(),
         samples_per_sec: total_samples as f64 / total_step_secs.max(1e-9),

@@ -3,7 +3,7 @@
 (lower-case words separated by spaces) and its sentiment, `positive` or
 `negative`.
 
-    python3 examples/reviews/generate.py [--rows 1600] [--seed 3] [--out examples/reviews/reviews.csv]
+    python3 examples/reviews/generate.py [--rows 4000] [--seed 3] [--out examples/reviews/reviews.csv]
 
 A review mixes neutral words with a few words of opinion; its sentiment is
 the balance of the opinions, where "not" before an opinion word turns it
@@ -46,7 +46,7 @@ def review(rng):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=1600)
+    p.add_argument("--rows", type=int, default=4000)
     p.add_argument("--seed", type=int, default=3)
     p.add_argument("--out", default=os.path.join(here, "reviews.csv"))
     a = p.parse_args()

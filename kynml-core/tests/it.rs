@@ -58,11 +58,13 @@ fn reviews_example_reads_the_sentiment_of_texts() {
 }
 
 #[test]
-fn reviews_transformer_example_trains_on_texts_in_order() {
-    // Above chance (the classes are balanced), though below the mean of
-    // words on this small file (its comment says why).
-    let metrics = train_example("reviews/reviews_transformer.kyn");
-    assert!(metrics["accuracy"] >= 0.65, "{metrics:?}");
+fn reviews_transformer_example_reads_word_order_better_than_the_mean_of_words() {
+    // A "not" turns the opinion after it around: the mean of words cannot
+    // tell which; the transformers can. Seed 5 gave 0.924 against 0.869.
+    let words = train_example("reviews/reviews.kyn");
+    let transformer = train_example("reviews/reviews_transformer.kyn");
+    assert!(transformer["accuracy"] >= 0.9, "{transformer:?}");
+    assert!(transformer["accuracy"] >= words["accuracy"] + 0.03, "{transformer:?} against {words:?}");
 }
 
 #[test]

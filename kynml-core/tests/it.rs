@@ -994,9 +994,11 @@ fn random_spec(dir: &Path, seed: u64, layers: &str, loss: &str, optimizer: &str,
         csv.push('\n');
     }
     std::fs::write(dir.join("data.csv"), csv).unwrap();
+    // `layers` may declare the six features' shape itself (`input 1x2x3`).
+    let input = if layers.trim_start().starts_with("input") { "" } else { " input 6\n" };
     let spec = format!(
         "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n normalize = true\n\
-         model M:\n input 6\n{layers}\n\
+         model M:\n{input}{layers}\n\
          train:\n model = M\n data = D\n loss = {loss}\n optimizer = {optimizer}\n epochs = 4\n batch = 32\n seed = {seed}\n\
          scheduler = cosine(t_max=4)\n"
     );
@@ -1033,6 +1035,21 @@ fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
         ),
         (" dense 16 relu\n layernorm\n dense 1 linear", "bce", "sgd(lr=0.1, momentum=0.5, dampening=0.1)", 2),
         (" dense 16 gelu\n dense 1 linear", "mse", "rmsprop(lr=0.005)", 0),
+        // Convolutions with padding and stride, max pooling (overlapping
+        // windows too), on images and on channels of a length.
+        (
+            " input 1x2x3\n conv2d 4 2 relu padding=1\n maxpool 2 stride=1\n conv2d 3 1 tanh\n flatten\n dense 1 linear",
+            "mse",
+            "adamw(lr=0.01)",
+            0,
+        ),
+        (
+            " input 2x3\n conv1d 4 2 gelu padding=1\n maxpool 2\n flatten\n dense 3 linear",
+            "cross_entropy",
+            "sgd(lr=0.05, momentum=0.9)",
+            3,
+        ),
+        (" input 1x2x3\n conv2d 5 2 silu stride=2 padding=1\n flatten\n dense 1 linear", "mse", "adam(lr=0.01)", 0),
     ];
     for (layers, loss, optimizer, classes) in cases {
         let tmp = tempfile::tempdir().unwrap();

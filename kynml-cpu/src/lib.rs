@@ -1,7 +1,10 @@
-//! KynML's native CPU training engine for dense networks.
+//! KynML's native CPU training engine for dense and convolutional networks.
 //!
 //! A `model` block of the `.kyn` language is a stack of dense layers (each
-//! followed by its activation), batch and layer normalisation and dropout.
+//! followed by its activation), batch and layer normalisation and dropout,
+//! or of convolutions and max pooling over channels before them. A
+//! convolution is one matrix product over the whole batch: the input's
+//! patches (im2col) times the weights.
 //! On the CPU, this crate trains such a stack with its forward and backward
 //! passes written out by hand, in the style of llm.c: every buffer is
 //! allocated once and reused, the matrix products go to the `gemm` crate on
@@ -36,6 +39,7 @@
 
 #![warn(missing_docs)]
 
+mod conv;
 mod gemm;
 pub mod loss;
 pub mod math;
@@ -43,6 +47,7 @@ mod net;
 pub mod optim;
 mod team;
 
+pub use conv::Window;
 pub use loss::{LossConfig, Targets};
 pub use math::Act;
 pub use net::{Clip, LayerConfig, MaskSource, Net, NoDropout, TensorInfo, BATCHNORM_MOMENTUM, NORM_EPS};

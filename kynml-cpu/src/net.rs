@@ -5,6 +5,7 @@
 //! allocates nothing after the first. Row-major everywhere: an activation
 //! is `rows × width`, a dense weight `d_in × d_out` (Burn's layout).
 
+use crate::conv::{self, Window};
 use crate::gemm::matmul;
 use crate::loss::{self, LossConfig, Targets};
 use crate::math::{self, Act};
@@ -38,6 +39,21 @@ pub enum LayerConfig {
     LayerNorm,
     /// Inverted dropout with this drop probability in `[0, 1)`.
     Dropout(f64),
+    /// A convolution of `channels` outputs over the window (the input's
+    /// `[channels, height, width]` in it, height 1 for a 1-D input), then
+    /// its activation; weight `[out, in, kernel height, kernel width]`.
+    Conv {
+        /// The input, kernel, stride and padding.
+        window: Window,
+        /// Output channels.
+        channels: usize,
+        /// Applied to the convolution plus bias.
+        act: Act,
+    },
+    /// The largest value of each window, per channel (no padding).
+    MaxPool(Window),
+    /// Channels-first values taken as plain features: the values as they are.
+    Flatten,
 }
 
 /// Where dropout masks come from. The Burn engine draws the same masks from
@@ -128,32 +144,73 @@ enum Layer {
         mask: Vec<f32>,
         out: Vec<f32>,
     },
+    Conv {
+        window: Window,
+        channels: usize,
+        act: Act,
+        /// `[out, in · kh · kw]`.
+        weight: Param,
+        bias: Param,
+        /// The input's patches, one row per output position (see [`conv::im2col`]).
+        cols: Vec<f32>,
+        /// `[rows · positions, channels]`: the product, and in the backward
+        /// pass the output gradient in that layout.
+        zt: Vec<f32>,
+        /// The patches' gradient.
+        dcols: Vec<f32>,
+        /// Convolution plus bias, channels first (`rows × channels · positions`).
+        z: Vec<f32>,
+        out: Vec<f32>,
+    },
+    MaxPool {
+        window: Window,
+        /// The input index of each output's maximum.
+        arg: Vec<u32>,
+        out: Vec<f32>,
+    },
+    Flatten {
+        out: Vec<f32>,
+    },
 }
 
 impl Layer {
     fn out(&self) -> &[f32] {
         match self {
-            Layer::Dense { act: Act::Linear, z, .. } => z,
+            Layer::Dense { act: Act::Linear, z, .. } | Layer::Conv { act: Act::Linear, z, .. } => z,
             Layer::Dense { out, .. }
             | Layer::BatchNorm { out, .. }
             | Layer::LayerNorm { out, .. }
-            | Layer::Dropout { out, .. } => out,
+            | Layer::Dropout { out, .. }
+            | Layer::Conv { out, .. }
+            | Layer::MaxPool { out, .. }
+            | Layer::Flatten { out } => out,
         }
     }
 
     fn params_mut(&mut self) -> Option<(&mut Param, &mut Param)> {
         match self {
-            Layer::Dense { weight, bias, .. } => Some((weight, bias)),
+            Layer::Dense { weight, bias, .. } | Layer::Conv { weight, bias, .. } => Some((weight, bias)),
             Layer::BatchNorm { gamma, beta, .. } | Layer::LayerNorm { gamma, beta, .. } => Some((gamma, beta)),
-            Layer::Dropout { .. } => None,
+            Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } => None,
         }
     }
 
     fn params(&self) -> Option<(&Param, &Param)> {
         match self {
-            Layer::Dense { weight, bias, .. } => Some((weight, bias)),
+            Layer::Dense { weight, bias, .. } | Layer::Conv { weight, bias, .. } => Some((weight, bias)),
             Layer::BatchNorm { gamma, beta, .. } | Layer::LayerNorm { gamma, beta, .. } => Some((gamma, beta)),
-            Layer::Dropout { .. } => None,
+            Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } => None,
+        }
+    }
+
+    /// Values per output row; `None` for a layer that keeps its input's width.
+    fn width(&self) -> Option<usize> {
+        match self {
+            Layer::Dense { d_out, .. } => Some(*d_out),
+            Layer::BatchNorm { width, .. } | Layer::LayerNorm { width, .. } => Some(*width),
+            Layer::Conv { window, channels, .. } => Some(channels * window.positions()),
+            Layer::MaxPool { window, .. } => Some(window.input[0] * window.positions()),
+            Layer::Dropout { .. } | Layer::Flatten { .. } => None,
         }
     }
 }
@@ -231,6 +288,26 @@ impl Net {
                     out: Vec::new(),
                 },
                 LayerConfig::Dropout(prob) => Layer::Dropout { prob, mask: Vec::new(), out: Vec::new() },
+                LayerConfig::Conv { window, channels, act } => {
+                    width = channels * window.positions();
+                    Layer::Conv {
+                        window,
+                        channels,
+                        act,
+                        weight: Param::new(channels * window.patch(), 0.0),
+                        bias: Param::new(channels, 0.0),
+                        cols: Vec::new(),
+                        zt: Vec::new(),
+                        dcols: Vec::new(),
+                        z: Vec::new(),
+                        out: Vec::new(),
+                    }
+                }
+                LayerConfig::MaxPool(window) => {
+                    width = window.input[0] * window.positions();
+                    Layer::MaxPool { window, arg: Vec::new(), out: Vec::new() }
+                }
+                LayerConfig::Flatten => Layer::Flatten { out: Vec::new() },
             })
             .collect();
         let team = Team::new(rayon::current_num_threads());
@@ -253,15 +330,7 @@ impl Net {
 
     /// The number of outputs per row.
     pub fn output_width(&self) -> usize {
-        self.layers
-            .iter()
-            .rev()
-            .find_map(|l| match l {
-                Layer::Dense { d_out, .. } => Some(*d_out),
-                Layer::BatchNorm { width, .. } | Layer::LayerNorm { width, .. } => Some(*width),
-                Layer::Dropout { .. } => None,
-            })
-            .unwrap_or(self.input)
+        self.layers.iter().rev().find_map(Layer::width).unwrap_or(self.input)
     }
 
     /// Every tensor's name and shape, in the order of [`tensors`](Self::tensors):
@@ -288,7 +357,11 @@ impl Net {
                     put("weight", vec![*width], true);
                     put("bias", vec![*width], true);
                 }
-                Layer::Dropout { .. } => {}
+                Layer::Conv { window, channels, .. } => {
+                    put("weight", vec![*channels, window.input[0], window.kernel[0], window.kernel[1]], true);
+                    put("bias", vec![*channels], true);
+                }
+                Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } => {}
             }
         }
         out
@@ -315,7 +388,9 @@ impl Net {
         let mut out: Vec<&mut [f32]> = Vec::new();
         for layer in &mut self.layers {
             match layer {
-                Layer::Dense { weight, bias, .. } | Layer::LayerNorm { gamma: weight, beta: bias, .. } => {
+                Layer::Dense { weight, bias, .. }
+                | Layer::Conv { weight, bias, .. }
+                | Layer::LayerNorm { gamma: weight, beta: bias, .. } => {
                     out.push(&mut weight.value);
                     out.push(&mut bias.value);
                 }
@@ -325,7 +400,7 @@ impl Net {
                     out.push(running_mean);
                     out.push(running_var);
                 }
-                Layer::Dropout { .. } => {}
+                Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } => {}
             }
         }
         out
@@ -480,15 +555,25 @@ impl Net {
         x.len() / self.input
     }
 
-    fn widest(&self) -> usize {
-        self.layers
+    /// The values a forward pass keeps per row, over every layer's buffers
+    /// (a convolution's patches the most): what a batch of rows costs.
+    pub fn values_per_row(&self) -> usize {
+        let own: usize = self
+            .layers
             .iter()
             .map(|l| match l {
-                Layer::Dense { d_out, .. } => *d_out,
-                Layer::BatchNorm { width, .. } | Layer::LayerNorm { width, .. } => *width,
-                Layer::Dropout { .. } => 0,
+                Layer::Conv { window, channels, .. } => window.positions() * (window.patch() + 3 * channels),
+                Layer::Dense { d_out, .. } => 2 * d_out,
+                Layer::BatchNorm { width, .. } | Layer::LayerNorm { width, .. } => 2 * width,
+                Layer::MaxPool { window, .. } => 2 * window.input[0] * window.positions(),
+                Layer::Dropout { .. } | Layer::Flatten { .. } => 0,
             })
-            .fold(self.input, usize::max)
+            .sum();
+        own + self.input + 2 * self.widest()
+    }
+
+    fn widest(&self) -> usize {
+        self.layers.iter().map(|l| l.width().unwrap_or(0)).fold(self.input, usize::max)
     }
 
     /// Forward in training mode when `masks` is given, else evaluation mode.
@@ -563,6 +648,31 @@ impl Net {
                         }
                         _ => out.copy_from_slice(input),
                     }
+                }
+                Layer::Conv { window, channels, act, weight, bias, cols, zt, z, out, .. } => {
+                    // The patches times the weights, for the whole batch at once.
+                    let (positions, patch, c) = (window.positions(), window.patch(), *channels);
+                    cols.resize(rows * positions * patch, 0.0);
+                    conv::im2col(team, window, input, rows, cols);
+                    zt.resize(rows * positions * c, 0.0);
+                    matmul((rows * positions, c, patch), cols, false, &weight.value, true, zt, false, team);
+                    z.resize(rows * positions * c, 0.0);
+                    conv::to_channels_first(team, zt, rows, positions, &bias.value, z);
+                    if *act != Act::Linear {
+                        out.resize(z.len(), 0.0);
+                        let act = *act;
+                        par_zip(team, z, out, |z, out| math::forward(act, z, out));
+                    }
+                }
+                Layer::MaxPool { window, arg, out } => {
+                    let width = window.input[0] * window.positions();
+                    out.resize(rows * width, 0.0);
+                    arg.resize(rows * width, 0);
+                    conv::maxpool(team, window, input, rows, out, arg);
+                }
+                Layer::Flatten { out } => {
+                    out.clear();
+                    out.extend_from_slice(input);
                 }
             }
         }
@@ -655,6 +765,35 @@ impl Net {
                         });
                     }
                 }
+                Layer::Conv { window, channels, act, weight, bias, cols, zt, dcols, z, out } => {
+                    let (positions, patch, c) = (window.positions(), window.patch(), *channels);
+                    let gz = &mut g[..rows * c * positions];
+                    if *act != Act::Linear {
+                        let act = *act;
+                        par_zip3(team, z, out, gz, |z, out, g| math::backward(act, z, out, g));
+                    }
+                    // In the product's layout: dW = dzᵀ · patches, db = Σ dz,
+                    // dpatches = dz · W, then back onto the input.
+                    conv::to_positions_first(team, gz, rows, c, zt);
+                    let m = rows * positions;
+                    matmul((c, patch, m), zt, true, cols, false, &mut weight.grad, false, team);
+                    column_sums(&zt[..m * c], c, &mut bias.grad);
+                    if need_input_grad {
+                        dcols.resize(m * patch, 0.0);
+                        matmul((m, patch, c), zt, false, &weight.value, false, dcols, false, team);
+                        conv::col2im(team, window, dcols, rows, &mut spare[..rows * window.input_size()]);
+                        std::mem::swap(&mut g, &mut spare);
+                    }
+                }
+                Layer::MaxPool { window, arg, .. } => {
+                    if need_input_grad {
+                        let width = window.input[0] * window.positions();
+                        let size = window.input_size();
+                        conv::maxpool_back(team, window, &g[..rows * width], arg, rows, &mut spare[..rows * size]);
+                        std::mem::swap(&mut g, &mut spare);
+                    }
+                }
+                Layer::Flatten { .. } => {}
             }
         }
         self.grad_a = g;

@@ -109,6 +109,17 @@ impl Kind for ConvSpec {
     const FORMS: &'static [&'static str] = &["conv1d C K ACTIVATION", "conv2d C K ACTIVATION"];
     type Module = Conv<Kb>;
 
+    /// Its patches times its weights, on the native engine's products.
+    fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        let (kernel, stride, padding) = self.geometry();
+        let window = kynml_cpu::Window { input: input.chw(), kernel, stride, padding };
+        (input.layout() == super::Layout::Values && input.rank() >= 2).then(|| kynml_cpu::LayerConfig::Conv {
+            window,
+            channels: self.channels,
+            act: super::dense::native_act(self.activation),
+        })
+    }
+
     fn parse(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Self> {
         let name = line.name.value.as_str();
         let dims = if name == "conv1d" { 1 } else { 2 };

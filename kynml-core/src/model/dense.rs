@@ -264,8 +264,8 @@ pub fn activation_written(act: Activation) -> String {
     }
 }
 
-/// The native engine's activation.
-fn native_act(a: Activation) -> kynml_cpu::Act {
+/// The native engine's activation (shared with the convolutions).
+pub(crate) fn native_act(a: Activation) -> kynml_cpu::Act {
     use kynml_cpu::Act;
     match a {
         Activation::Linear => Act::Linear,

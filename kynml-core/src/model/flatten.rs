@@ -46,6 +46,11 @@ impl Kind for FlattenSpec {
         Ok(Shape::flat(input.size()))
     }
 
+    /// Channels first are already the features' order.
+    fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        (input.layout() == super::Layout::Values).then_some(kynml_cpu::LayerConfig::Flatten)
+    }
+
     fn init(&self, input: &Shape, _rng: &mut SplitMix64, _device: &DispatchDevice) -> Flatten {
         Flatten { features: input.size() }
     }

@@ -82,6 +82,15 @@ impl Kind for PoolSpec {
     const FORMS: &'static [&'static str] = &["maxpool K", "avgpool K", "global_avgpool"];
     type Module = Pool;
 
+    /// `maxpool` on channels; the averages run on Burn.
+    fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        if self.op != PoolOp::Max || input.layout() != super::Layout::Values || input.rank() < 2 {
+            return None;
+        }
+        let (kernel, stride) = self.geometry(input);
+        Some(kynml_cpu::LayerConfig::MaxPool(kynml_cpu::Window { input: input.chw(), kernel, stride, padding: [0, 0] }))
+    }
+
     fn parse(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Self> {
         let name = line.name.value.as_str();
         if name == "global_avgpool" {

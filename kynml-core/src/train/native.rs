@@ -30,8 +30,11 @@ use crate::train::precision::{Compute, PrecisionPlan};
 use crate::train::profile::StepPhases;
 use crate::train::resume::{self, LoopState, ScaleState};
 
-/// Rows per forward pass when evaluating a whole split.
+/// Rows per forward pass when evaluating a whole split, at most.
 const EVAL_CHUNK: usize = 4096;
+/// The buffers of one evaluation pass, at most (values): 32 MiB of f32, so
+/// that a convolution's patches of a whole split do not take gigabytes.
+const EVAL_VALUES: usize = 8 << 20;
 
 /// Which engine a run asks for (tests and benches compare them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,7 +59,7 @@ impl EngineKind {
     /// What runs the steps, for a person.
     pub fn describe(self, device: &Device) -> String {
         match self {
-            EngineKind::Native => "KynML's native CPU engine (dense kernels over gemm)".into(),
+            EngineKind::Native => "KynML's native CPU engine (dense and convolution kernels over gemm)".into(),
             EngineKind::Burn => device.backend_name().into(),
         }
     }
@@ -238,7 +241,8 @@ impl Engine for NativeEngine {
         let indices: Vec<usize> = (0..n).collect();
         let (mut values, mut out, mut batch) = (Vec::with_capacity(n * width), Vec::new(), Batch::default());
         let mut loss_sum = 0.0;
-        for chunk in indices.chunks(EVAL_CHUNK) {
+        let rows = (EVAL_VALUES / self.net.values_per_row().max(1)).clamp(1, EVAL_CHUNK);
+        for chunk in indices.chunks(rows) {
             data.gather(split, chunk, &mut batch);
             self.net.predict(&batch.features, &mut out);
             let targets = targets(&batch.labels, self.loss, &mut self.float_targets);

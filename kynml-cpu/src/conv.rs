@@ -1,0 +1,333 @@
+//! Windows over channels-first rows: the patches of a convolution (im2col,
+//! so that the convolution is one matrix product over the whole batch) and
+//! max pooling, forward and backward. A row is one sample's `[channels,
+//! height, width]` values (height 1 for a 1-D input), as Burn lays them out.
+
+use crate::team::{piece, Parts, Team};
+
+/// A window sliding over `[channels, height, width]` rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// The input's `[channels, height, width]`.
+    pub input: [usize; 3],
+    /// `[height, width]` of the window.
+    pub kernel: [usize; 2],
+    /// `[height, width]` of the step between windows.
+    pub stride: [usize; 2],
+    /// Zeros added on each side, `[height, width]`.
+    pub padding: [usize; 2],
+}
+
+impl Window {
+    /// Output `[height, width]`: `(n + 2p - k) / s + 1` on each side.
+    ///
+    /// # Panics
+    /// If the window does not fit its padded input (the spec's shape checks
+    /// rule that out).
+    pub fn out_hw(&self) -> [usize; 2] {
+        let [_, h, w] = self.input;
+        let size = |n: usize, i: usize| (n + 2 * self.padding[i] - self.kernel[i]) / self.stride[i] + 1;
+        [size(h, 0), size(w, 1)]
+    }
+
+    /// Output positions per channel.
+    pub fn positions(&self) -> usize {
+        let [oh, ow] = self.out_hw();
+        oh * ow
+    }
+
+    /// Values per patch: `channels × kernel height × kernel width`.
+    pub fn patch(&self) -> usize {
+        self.input[0] * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Values per input row.
+    pub fn input_size(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    /// The input index under output position `(oy, ox)`, window offset
+    /// `(ky, kx)`, channel `c`; `None` over padding.
+    #[inline]
+    fn at(&self, c: usize, oy: usize, ox: usize, ky: usize, kx: usize) -> Option<usize> {
+        let [_, h, w] = self.input;
+        let y = (oy * self.stride[0] + ky).checked_sub(self.padding[0]).filter(|&y| y < h)?;
+        let x = (ox * self.stride[1] + kx).checked_sub(self.padding[1]).filter(|&x| x < w)?;
+        Some((c * h + y) * w + x)
+    }
+}
+
+/// Rows per parallel piece: about one piece per thread.
+fn rows_per_piece(team: &Team, rows: usize) -> usize {
+    rows.div_ceil(team.threads()).max(1)
+}
+
+/// The patches of `x` (`rows` rows): one patch per output position, row by
+/// row, `cols[(n·P + p)·K + (c·kh + ky)·kw + kx]`, zeros over the padding.
+pub(crate) fn im2col(team: &Team, win: &Window, x: &[f32], rows: usize, cols: &mut [f32]) {
+    let (size, positions, patch) = (win.input_size(), win.positions(), win.patch());
+    let [_, ow] = win.out_hw();
+    let [kh, kw] = win.kernel;
+    let per = rows_per_piece(team, rows);
+    let cols = Parts::new(&mut cols[..rows * positions * patch]);
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            let x = &x[n * size..(n + 1) * size];
+            // SAFETY: each row's patches are its own range.
+            let out = unsafe { cols.part(n * positions * patch..(n + 1) * positions * patch) };
+            for (p, patch_out) in out.chunks_exact_mut(patch).enumerate() {
+                let (oy, ox) = (p / ow, p % ow);
+                for c in 0..win.input[0] {
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            patch_out[(c * kh + ky) * kw + kx] = win.at(c, oy, ox, ky, kx).map_or(0.0, |j| x[j]);
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The gradient of `x` from the gradients of its patches (`dcols`, laid
+/// out as [`im2col`] lays out the patches): each patch value's gradient is
+/// added to the input value it was taken from. Overwrites `dx`.
+pub(crate) fn col2im(team: &Team, win: &Window, dcols: &[f32], rows: usize, dx: &mut [f32]) {
+    let (size, positions, patch) = (win.input_size(), win.positions(), win.patch());
+    let [_, ow] = win.out_hw();
+    let [kh, kw] = win.kernel;
+    let per = rows_per_piece(team, rows);
+    let dx = Parts::new(&mut dx[..rows * size]);
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            // SAFETY: each row's gradient is its own range.
+            let dx = unsafe { dx.part(n * size..(n + 1) * size) };
+            dx.fill(0.0);
+            let dcols = &dcols[n * positions * patch..(n + 1) * positions * patch];
+            for (p, g) in dcols.chunks_exact(patch).enumerate() {
+                let (oy, ox) = (p / ow, p % ow);
+                for c in 0..win.input[0] {
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            if let Some(j) = win.at(c, oy, ox, ky, kx) {
+                                dx[j] += g[(c * kh + ky) * kw + kx];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Max pooling of `x` (`rows` rows, no padding): `out` per channel and
+/// output position, and in `arg` the input index each maximum came from
+/// (the first, on a tie).
+pub(crate) fn maxpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &mut [f32], arg: &mut [u32]) {
+    let (size, positions) = (win.input_size(), win.positions());
+    let channels = win.input[0];
+    let width = channels * positions;
+    let [_, ow] = win.out_hw();
+    let per = rows_per_piece(team, rows);
+    let (out, arg) = (Parts::new(&mut out[..rows * width]), Parts::new(&mut arg[..rows * width]));
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            let x = &x[n * size..(n + 1) * size];
+            // SAFETY: each row's outputs are its own range.
+            let (out, arg) = unsafe { (out.part(n * width..(n + 1) * width), arg.part(n * width..(n + 1) * width)) };
+            for c in 0..channels {
+                for p in 0..positions {
+                    let (oy, ox) = (p / ow, p % ow);
+                    let (mut best, mut at) = (f32::NEG_INFINITY, u32::MAX);
+                    for ky in 0..win.kernel[0] {
+                        for kx in 0..win.kernel[1] {
+                            if let Some(j) = win.at(c, oy, ox, ky, kx) {
+                                // NaN wins, as in PyTorch: it propagates.
+                                if x[j] > best || at == u32::MAX || x[j].is_nan() && !best.is_nan() {
+                                    (best, at) = (x[j], j as u32);
+                                }
+                            }
+                        }
+                    }
+                    out[c * positions + p] = best;
+                    arg[c * positions + p] = at;
+                }
+            }
+        }
+    });
+}
+
+/// The gradient of max pooling's input: each output's gradient goes to the
+/// input value that was its maximum. Overwrites `dx`.
+pub(crate) fn maxpool_back(team: &Team, win: &Window, g: &[f32], arg: &[u32], rows: usize, dx: &mut [f32]) {
+    let (size, width) = (win.input_size(), win.input[0] * win.positions());
+    let per = rows_per_piece(team, rows);
+    let dx = Parts::new(&mut dx[..rows * size]);
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            // SAFETY: each row's gradient is its own range.
+            let dx = unsafe { dx.part(n * size..(n + 1) * size) };
+            dx.fill(0.0);
+            for (&g, &j) in g[n * width..(n + 1) * width].iter().zip(&arg[n * width..(n + 1) * width]) {
+                dx[j as usize] += g;
+            }
+        }
+    });
+}
+
+/// `[rows × positions, channels]` (one row per output position) as
+/// `[rows, channels × positions]` (channels first), plus `bias` per channel.
+pub(crate) fn to_channels_first(team: &Team, zt: &[f32], rows: usize, positions: usize, bias: &[f32], z: &mut [f32]) {
+    let channels = bias.len();
+    let width = channels * positions;
+    let per = rows_per_piece(team, rows);
+    let z = Parts::new(&mut z[..rows * width]);
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            // SAFETY: each row is its own range.
+            let z = unsafe { z.part(n * width..(n + 1) * width) };
+            let zt = &zt[n * width..(n + 1) * width];
+            for (p, v) in zt.chunks_exact(channels).enumerate() {
+                for (c, (&v, &b)) in v.iter().zip(bias).enumerate() {
+                    z[c * positions + p] = v + b;
+                }
+            }
+        }
+    });
+}
+
+/// The reverse of [`to_channels_first`] (without the bias): `[rows,
+/// channels × positions]` as `[rows × positions, channels]`.
+pub(crate) fn to_positions_first(team: &Team, z: &[f32], rows: usize, channels: usize, zt: &mut [f32]) {
+    let width = z.len() / rows.max(1);
+    let positions = width / channels.max(1);
+    let per = rows_per_piece(team, rows);
+    let zt = Parts::new(&mut zt[..rows * width]);
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            // SAFETY: each row is its own range.
+            let zt = unsafe { zt.part(n * width..(n + 1) * width) };
+            let z = &z[n * width..(n + 1) * width];
+            for c in 0..channels {
+                for p in 0..positions {
+                    zt[p * channels + c] = z[c * positions + p];
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A direct convolution of one row, for checking the patches' product.
+    fn direct(win: &Window, x: &[f32], w: &[f32], cout: usize) -> Vec<f32> {
+        let positions = win.positions();
+        let [_, ow] = win.out_hw();
+        let mut out = vec![0.0; cout * positions];
+        for o in 0..cout {
+            for p in 0..positions {
+                let mut s = 0.0;
+                for c in 0..win.input[0] {
+                    for ky in 0..win.kernel[0] {
+                        for kx in 0..win.kernel[1] {
+                            if let Some(j) = win.at(c, p / ow, p % ow, ky, kx) {
+                                s += x[j] * w[((o * win.input[0] + c) * win.kernel[0] + ky) * win.kernel[1] + kx];
+                            }
+                        }
+                    }
+                }
+                out[o * positions + p] = s;
+            }
+        }
+        out
+    }
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| (((i + seed) * 37 % 101) as f32 - 50.0) / 25.0).collect()
+    }
+
+    #[test]
+    fn patches_times_the_weights_is_the_convolution() {
+        let team = Team::new(2);
+        let win = Window { input: [2, 5, 6], kernel: [3, 2], stride: [2, 1], padding: [1, 0] };
+        let (rows, cout) = (3, 4);
+        let x = values(rows * win.input_size(), 1);
+        let w = values(cout * win.patch(), 2);
+        let mut cols = vec![0.0; rows * win.positions() * win.patch()];
+        im2col(&team, &win, &x, rows, &mut cols);
+        for n in 0..rows {
+            let want = direct(&win, &x[n * win.input_size()..(n + 1) * win.input_size()], &w, cout);
+            for o in 0..cout {
+                for p in 0..win.positions() {
+                    let patch = &cols[(n * win.positions() + p) * win.patch()..][..win.patch()];
+                    let got: f32 = patch.iter().zip(&w[o * win.patch()..]).map(|(a, b)| a * b).sum();
+                    assert!((got - want[o * win.positions() + p]).abs() < 1e-5);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn col2im_is_the_transpose_of_im2col() {
+        // <im2col(x), g> = <x, col2im(g)> for any x and g.
+        let team = Team::new(2);
+        let win = Window { input: [3, 4, 7], kernel: [2, 3], stride: [1, 2], padding: [1, 1] };
+        let rows = 2;
+        let x = values(rows * win.input_size(), 3);
+        let g = values(rows * win.positions() * win.patch(), 4);
+        let mut cols = vec![0.0; g.len()];
+        im2col(&team, &win, &x, rows, &mut cols);
+        let mut dx = vec![1.0; x.len()];
+        col2im(&team, &win, &g, rows, &mut dx);
+        let a: f64 = cols.iter().zip(&g).map(|(a, b)| f64::from(a * b)).sum();
+        let b: f64 = x.iter().zip(&dx).map(|(a, b)| f64::from(a * b)).sum();
+        assert!((a - b).abs() < 1e-3 * a.abs().max(1.0), "{a} vs {b}");
+    }
+
+    #[test]
+    fn max_pooling_takes_each_windows_largest_and_sends_its_gradient_back_there() {
+        let team = Team::new(2);
+        let win = Window { input: [2, 4, 5], kernel: [2, 2], stride: [2, 2], padding: [0, 0] };
+        let rows = 2;
+        let x = values(rows * win.input_size(), 5);
+        let width = win.input[0] * win.positions();
+        let (mut out, mut arg) = (vec![0.0; rows * width], vec![0u32; rows * width]);
+        maxpool(&team, &win, &x, rows, &mut out, &mut arg);
+        let [_, ow] = win.out_hw();
+        for n in 0..rows {
+            let x = &x[n * win.input_size()..][..win.input_size()];
+            for c in 0..2 {
+                for p in 0..win.positions() {
+                    let (oy, ox) = (p / ow, p % ow);
+                    let window =
+                        [(0, 0), (0, 1), (1, 0), (1, 1)].map(|(dy, dx)| x[(c * 4 + oy * 2 + dy) * 5 + ox * 2 + dx]);
+                    let max = window.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    assert_eq!(out[n * width + c * win.positions() + p], max);
+                }
+            }
+        }
+        let g = values(rows * width, 6);
+        let mut dx = vec![9.0; x.len()];
+        maxpool_back(&team, &win, &g, &arg, rows, &mut dx);
+        let total: f32 = dx.iter().sum();
+        assert!((total - g.iter().sum::<f32>()).abs() < 1e-4);
+        for (i, &j) in arg.iter().enumerate() {
+            assert_eq!(dx[(i / width) * win.input_size() + j as usize], g[i]);
+        }
+    }
+
+    #[test]
+    fn channels_and_positions_swap_back_and_forth() {
+        let team = Team::new(2);
+        let (rows, positions, channels) = (3, 5, 4);
+        let zt = values(rows * positions * channels, 7);
+        let mut z = vec![0.0; zt.len()];
+        to_channels_first(&team, &zt, rows, positions, &[0.0; 4], &mut z);
+        let mut back = vec![0.0; zt.len()];
+        to_positions_first(&team, &z, rows, channels, &mut back);
+        assert_eq!(back, zt);
+        assert_eq!(z[2 * positions + 1], zt[channels + 2]);
+    }
+}

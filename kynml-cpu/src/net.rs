@@ -39,6 +39,13 @@ pub enum LayerConfig {
     LayerNorm,
     /// Inverted dropout with this drop probability in `[0, 1)`.
     Dropout(f64),
+    /// Batch normalisation per channel of channels-first rows, over the
+    /// batch and the channel's `positions` values (PyTorch's
+    /// `BatchNorm1d`/`BatchNorm2d` after a convolution).
+    ChannelBatchNorm {
+        /// Values per channel.
+        positions: usize,
+    },
     /// A convolution of `channels` outputs over the window (the input's
     /// `[channels, height, width]` in it, height 1 for a 1-D input), then
     /// its activation; weight `[out, in, kernel height, kernel width]`.
@@ -52,6 +59,11 @@ pub enum LayerConfig {
     },
     /// The largest value of each window, per channel (no padding).
     MaxPool(Window),
+    /// The mean of each channel's `positions` values.
+    GlobalAvgPool {
+        /// Values per channel.
+        positions: usize,
+    },
     /// Channels-first values taken as plain features: the values as they are.
     Flatten,
 }
@@ -119,15 +131,23 @@ enum Layer {
         out: Vec<f32>,
     },
     BatchNorm {
+        /// Features, or channels of channels-first rows.
         width: usize,
+        /// Values per channel: 1 for plain features.
+        positions: usize,
         gamma: Param,
         beta: Param,
         running_mean: Vec<f32>,
         running_var: Vec<f32>,
+        /// Normalised, one row per position (as the input for plain features).
         x_hat: Vec<f32>,
         /// `1 / sqrt(var + eps)` per feature, of the last training batch.
         inv_std: Vec<f32>,
         out: Vec<f32>,
+        /// Channels-first rows as one row per position, and the output in
+        /// that layout (unused for plain features).
+        t: Vec<f32>,
+        yt: Vec<f32>,
     },
     LayerNorm {
         width: usize,
@@ -171,6 +191,11 @@ enum Layer {
     Flatten {
         out: Vec<f32>,
     },
+    GlobalAvgPool {
+        channels: usize,
+        positions: usize,
+        out: Vec<f32>,
+    },
 }
 
 impl Layer {
@@ -183,6 +208,7 @@ impl Layer {
             | Layer::Dropout { out, .. }
             | Layer::Conv { out, .. }
             | Layer::MaxPool { out, .. }
+            | Layer::GlobalAvgPool { out, .. }
             | Layer::Flatten { out } => out,
         }
     }
@@ -191,7 +217,7 @@ impl Layer {
         match self {
             Layer::Dense { weight, bias, .. } | Layer::Conv { weight, bias, .. } => Some((weight, bias)),
             Layer::BatchNorm { gamma, beta, .. } | Layer::LayerNorm { gamma, beta, .. } => Some((gamma, beta)),
-            Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } => None,
+            Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } | Layer::GlobalAvgPool { .. } => None,
         }
     }
 
@@ -199,7 +225,7 @@ impl Layer {
         match self {
             Layer::Dense { weight, bias, .. } | Layer::Conv { weight, bias, .. } => Some((weight, bias)),
             Layer::BatchNorm { gamma, beta, .. } | Layer::LayerNorm { gamma, beta, .. } => Some((gamma, beta)),
-            Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } => None,
+            Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } | Layer::GlobalAvgPool { .. } => None,
         }
     }
 
@@ -207,9 +233,11 @@ impl Layer {
     fn width(&self) -> Option<usize> {
         match self {
             Layer::Dense { d_out, .. } => Some(*d_out),
-            Layer::BatchNorm { width, .. } | Layer::LayerNorm { width, .. } => Some(*width),
+            Layer::BatchNorm { width, positions, .. } => Some(width * positions),
+            Layer::LayerNorm { width, .. } => Some(*width),
             Layer::Conv { window, channels, .. } => Some(channels * window.positions()),
             Layer::MaxPool { window, .. } => Some(window.input[0] * window.positions()),
+            Layer::GlobalAvgPool { channels, .. } => Some(*channels),
             Layer::Dropout { .. } | Layer::Flatten { .. } => None,
         }
     }
@@ -269,16 +297,26 @@ impl Net {
                         out: Vec::new(),
                     }
                 }
-                LayerConfig::BatchNorm => Layer::BatchNorm {
-                    width,
-                    gamma: Param::new(width, 1.0),
-                    beta: Param::new(width, 0.0),
-                    running_mean: vec![0.0; width],
-                    running_var: vec![1.0; width],
-                    x_hat: Vec::new(),
-                    inv_std: vec![0.0; width],
-                    out: Vec::new(),
-                },
+                LayerConfig::BatchNorm | LayerConfig::ChannelBatchNorm { .. } => {
+                    let positions = match config {
+                        LayerConfig::ChannelBatchNorm { positions } => positions.max(1),
+                        _ => 1,
+                    };
+                    let c = width / positions;
+                    Layer::BatchNorm {
+                        width: c,
+                        positions,
+                        gamma: Param::new(c, 1.0),
+                        beta: Param::new(c, 0.0),
+                        running_mean: vec![0.0; c],
+                        running_var: vec![1.0; c],
+                        x_hat: Vec::new(),
+                        inv_std: vec![0.0; c],
+                        out: Vec::new(),
+                        t: Vec::new(),
+                        yt: Vec::new(),
+                    }
+                }
                 LayerConfig::LayerNorm => Layer::LayerNorm {
                     width,
                     gamma: Param::new(width, 1.0),
@@ -308,6 +346,11 @@ impl Net {
                     Layer::MaxPool { window, arg: Vec::new(), out: Vec::new() }
                 }
                 LayerConfig::Flatten => Layer::Flatten { out: Vec::new() },
+                LayerConfig::GlobalAvgPool { positions } => {
+                    let positions = positions.max(1);
+                    width /= positions;
+                    Layer::GlobalAvgPool { channels: width, positions, out: Vec::new() }
+                }
             })
             .collect();
         let team = Team::new(rayon::current_num_threads());
@@ -361,7 +404,8 @@ impl Net {
                     put("weight", vec![*channels, window.input[0], window.kernel[0], window.kernel[1]], true);
                     put("bias", vec![*channels], true);
                 }
-                Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } => {}
+                Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } | Layer::GlobalAvgPool { .. } => {
+                }
             }
         }
         out
@@ -400,7 +444,8 @@ impl Net {
                     out.push(running_mean);
                     out.push(running_var);
                 }
-                Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } => {}
+                Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } | Layer::GlobalAvgPool { .. } => {
+                }
             }
         }
         out
@@ -564,8 +609,10 @@ impl Net {
             .map(|l| match l {
                 Layer::Conv { window, channels, .. } => window.positions() * (window.patch() + 3 * channels),
                 Layer::Dense { d_out, .. } => 2 * d_out,
-                Layer::BatchNorm { width, .. } | Layer::LayerNorm { width, .. } => 2 * width,
+                Layer::BatchNorm { width, positions, .. } => 4 * width * positions,
+                Layer::LayerNorm { width, .. } => 2 * width,
                 Layer::MaxPool { window, .. } => 2 * window.input[0] * window.positions(),
+                Layer::GlobalAvgPool { channels, .. } => *channels,
                 Layer::Dropout { .. } | Layer::Flatten { .. } => 0,
             })
             .sum();
@@ -596,24 +643,50 @@ impl Net {
                         par_zip(team, z, out, |z, out| math::forward(act, z, out));
                     }
                 }
-                Layer::BatchNorm { width, gamma, beta, running_mean, running_var, x_hat, inv_std, out } => {
-                    let w = *width;
-                    x_hat.resize(rows * w, 0.0);
-                    out.resize(rows * w, 0.0);
+                Layer::BatchNorm {
+                    width,
+                    positions,
+                    gamma,
+                    beta,
+                    running_mean,
+                    running_var,
+                    x_hat,
+                    inv_std,
+                    out,
+                    t,
+                    yt,
+                } => {
+                    // Per channel, a channels-first row is `positions` rows of
+                    // one value per channel: normalised in that layout.
+                    let (w, p) = (*width, *positions);
+                    let n = rows * p;
+                    let (src, dst) = if p == 1 {
+                        (input, &mut *out)
+                    } else {
+                        t.resize(n * w, 0.0);
+                        conv::to_positions_first(team, input, rows, w, t);
+                        (&t[..], &mut *yt)
+                    };
+                    x_hat.resize(n * w, 0.0);
+                    dst.resize(n * w, 0.0);
                     if masks.is_some() {
-                        let (mean, var) = column_moments(input, w);
-                        let unbiased = if rows > 1 { rows as f64 / (rows as f64 - 1.0) } else { 1.0 };
+                        let (mean, var) = column_moments(src, w);
+                        let unbiased = if n > 1 { n as f64 / (n as f64 - 1.0) } else { 1.0 };
                         for j in 0..w {
                             inv_std[j] = (1.0 / (var[j] + EPS).sqrt()) as f32;
                             running_mean[j] = running_mean[j] * (1.0 - MOMENTUM) + mean[j] as f32 * MOMENTUM;
                             running_var[j] = running_var[j] * (1.0 - MOMENTUM) + (var[j] * unbiased) as f32 * MOMENTUM;
                         }
                         let mean: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
-                        normalize_columns(team, input, &mean, inv_std, &gamma.value, &beta.value, x_hat, out);
+                        normalize_columns(team, src, &mean, inv_std, &gamma.value, &beta.value, x_hat, dst);
                     } else {
                         let inv: Vec<f32> =
                             running_var.iter().map(|&v| (1.0 / (v as f64 + EPS).sqrt()) as f32).collect();
-                        normalize_columns(team, input, running_mean, &inv, &gamma.value, &beta.value, x_hat, out);
+                        normalize_columns(team, src, running_mean, &inv, &gamma.value, &beta.value, x_hat, dst);
+                    }
+                    if p > 1 {
+                        out.resize(n * w, 0.0);
+                        conv::to_channels_first(team, yt, rows, p, &vec![0.0; w], out);
                     }
                 }
                 Layer::LayerNorm { width, gamma, beta, x_hat, inv_std, out } => {
@@ -674,6 +747,13 @@ impl Net {
                     out.clear();
                     out.extend_from_slice(input);
                 }
+                Layer::GlobalAvgPool { channels, positions, out } => {
+                    let (c, p) = (*channels, *positions);
+                    out.resize(rows * c, 0.0);
+                    for (o, x) in out.iter_mut().zip(input.chunks_exact(p)) {
+                        *o = (x.iter().map(|&v| f64::from(v)).sum::<f64>() / p as f64) as f32;
+                    }
+                }
             }
         }
     }
@@ -714,14 +794,21 @@ impl Net {
                         std::mem::swap(&mut g, &mut spare);
                     }
                 }
-                Layer::BatchNorm { width, gamma, beta, x_hat, inv_std, .. } => {
-                    let w = *width;
-                    let gy = &mut g[..rows * w];
+                Layer::BatchNorm { width, positions, gamma, beta, x_hat, inv_std, t, .. } => {
+                    let (w, p) = (*width, *positions);
+                    let n_rows = rows * p;
+                    let gy = if p == 1 {
+                        &mut g[..rows * w]
+                    } else {
+                        t.resize(n_rows * w, 0.0);
+                        conv::to_positions_first(team, &g[..rows * w * p], rows, w, t);
+                        &mut t[..]
+                    };
                     // dgamma = Σ dy·x̂, dbeta = Σ dy (over the batch, per feature);
                     // dx = γ/σ · (dy - mean(dy) - x̂ · mean(dy·x̂)).
                     let (sum_dy, sum_dy_xhat) = scale_shift_grads(gy, x_hat, gamma, beta);
                     if need_input_grad {
-                        let n = rows as f64;
+                        let n = n_rows as f64;
                         let scale: Vec<f32> = (0..w).map(|j| gamma.value[j] * inv_std[j]).collect();
                         let mean_dy: Vec<f32> = sum_dy.iter().map(|&s| (s / n) as f32).collect();
                         let mean_dy_xhat: Vec<f32> = sum_dy_xhat.iter().map(|&s| (s / n) as f32).collect();
@@ -733,6 +820,9 @@ impl Net {
                                 }
                             }
                         });
+                        if p > 1 {
+                            conv::to_channels_first(team, t, rows, p, &vec![0.0; w], &mut g[..rows * w * p]);
+                        }
                     }
                 }
                 Layer::LayerNorm { width, gamma, beta, x_hat, inv_std, .. } => {
@@ -794,6 +884,16 @@ impl Net {
                     }
                 }
                 Layer::Flatten { .. } => {}
+                Layer::GlobalAvgPool { channels, positions, .. } => {
+                    if need_input_grad {
+                        let (c, p) = (*channels, *positions);
+                        let scale = 1.0 / p as f32;
+                        for (dx, &g) in spare[..rows * c * p].chunks_exact_mut(p).zip(&g[..rows * c]) {
+                            dx.fill(g * scale);
+                        }
+                        std::mem::swap(&mut g, &mut spare);
+                    }
+                }
             }
         }
         self.grad_a = g;

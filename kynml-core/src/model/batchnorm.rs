@@ -76,7 +76,13 @@ impl Kind for BatchNormSpec {
     }
 
     fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
-        (input.rank() == 1).then_some(kynml_cpu::LayerConfig::BatchNorm)
+        match input.rank() {
+            1 => Some(kynml_cpu::LayerConfig::BatchNorm),
+            _ if input.layout() == super::Layout::Values => {
+                Some(kynml_cpu::LayerConfig::ChannelBatchNorm { positions: input.size() / channels(input).max(1) })
+            }
+            _ => None,
+        }
     }
 
     /// Initialised as PyTorch does: scale 1, shift 0, running mean 0 and variance 1.

@@ -82,13 +82,25 @@ impl Kind for PoolSpec {
     const FORMS: &'static [&'static str] = &["maxpool K", "avgpool K", "global_avgpool"];
     type Module = Pool;
 
-    /// `maxpool` on channels; the averages run on Burn.
+    /// `maxpool` and `global_avgpool` on channels; `avgpool` and the mean
+    /// over a sequence's positions run on Burn.
     fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
-        if self.op != PoolOp::Max || input.layout() != super::Layout::Values || input.rank() < 2 {
+        if input.layout() != super::Layout::Values || input.rank() < 2 {
             return None;
         }
         let (kernel, stride) = self.geometry(input);
-        Some(kynml_cpu::LayerConfig::MaxPool(kynml_cpu::Window { input: input.chw(), kernel, stride, padding: [0, 0] }))
+        match self.op {
+            PoolOp::Max => Some(kynml_cpu::LayerConfig::MaxPool(kynml_cpu::Window {
+                input: input.chw(),
+                kernel,
+                stride,
+                padding: [0, 0],
+            })),
+            PoolOp::GlobalAvg => {
+                Some(kynml_cpu::LayerConfig::GlobalAvgPool { positions: input.size() / input.dims()[0].max(1) })
+            }
+            PoolOp::Avg => None,
+        }
     }
 
     fn parse(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<Self> {

@@ -283,7 +283,9 @@ fn states_to_native<O: NativeState>(
             let state = match shape.len() {
                 1 => O::to_native(record.into_state::<1>(), device),
                 2 => O::to_native(record.into_state::<2>(), device),
-                r => return Err(format!("parameter `{name}` has rank {r}; the native engine takes 1 or 2")),
+                3 => O::to_native(record.into_state::<3>(), device),
+                4 => O::to_native(record.into_state::<4>(), device),
+                r => return Err(format!("parameter `{name}` has rank {r}; the native engine takes 1 to 4")),
             };
             let len: usize = shape.iter().product();
             if !state_fits(&state, len) {
@@ -317,9 +319,12 @@ fn states_from_native<O: NativeState>(
     records.clear();
     for (((id, _), shape), state) in params.iter().zip(shapes).zip(states) {
         let Some(state) = state else { continue };
+        // Ranks 1 to 4, as parameters have (a convolution's weight has 4).
         let record = match shape.len() {
             1 => AdaptorRecord::from_state::<1>(O::from_native::<1>(state, shape, device)),
-            _ => AdaptorRecord::from_state::<2>(O::from_native::<2>(state, shape, device)),
+            2 => AdaptorRecord::from_state::<2>(O::from_native::<2>(state, shape, device)),
+            3 => AdaptorRecord::from_state::<3>(O::from_native::<3>(state, shape, device)),
+            _ => AdaptorRecord::from_state::<4>(O::from_native::<4>(state, shape, device)),
         };
         records.insert(*id, record);
     }

@@ -2,7 +2,6 @@
 
 use std::io::Write;
 
-use kynml_core::data::read_model_rows;
 use kynml_core::predict::{Predictions, Predictor};
 use kynml_core::spec::types::DeviceRequest;
 
@@ -18,16 +17,7 @@ fn load(model: &std::path::Path, device: DeviceRequest) -> Result<Predictor, Fai
 pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
-    let rows = read_model_rows(
-        &args.input,
-        &m.feature_names,
-        &m.categories,
-        m.tokens.as_ref(),
-        m.sequence.as_ref(),
-        &m.target,
-        false,
-    )
-    .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let rows = m.read_rows(&args.input, false).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let p = predictor.predict(&rows.features).map_err(|e| Failure::run(format!("error: {e}")))?;
     let text = predictions_csv(&p, &m.target, m.head.class_names());
@@ -40,16 +30,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
-    let rows = read_model_rows(
-        &args.input,
-        &m.feature_names,
-        &m.categories,
-        m.tokens.as_ref(),
-        m.sequence.as_ref(),
-        &m.target,
-        true,
-    )
-    .map_err(|e| Failure::input(format!("error: {e}")))?;
+    let rows = m.read_rows(&args.input, true).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
     println!("{} rows of {}", rows.rows, args.input.display());

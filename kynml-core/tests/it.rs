@@ -1578,6 +1578,18 @@ fn tracks_cpu_fp32(
     result: &kynml_core::train::TrainResult,
     seed: u64,
 ) {
+    tracks_cpu_fp32_within(file, data, path, result, seed, 1e-5);
+}
+
+/// [`tracks_cpu_fp32`] with wgpu held to `sgd_bound` under SGD.
+fn tracks_cpu_fp32_within(
+    file: &SpecFile,
+    data: &kynml_core::data::Dataset,
+    path: &Path,
+    result: &kynml_core::train::TrainResult,
+    seed: u64,
+    sgd_bound: f64,
+) {
     use kynml_core::spec::types::LossScale;
     use kynml_core::train::precision::{Compute, PrecisionPlan};
     let (cpu, wgpu) = (
@@ -1615,7 +1627,7 @@ fn tracks_cpu_fp32(
     let on_wgpu = train(&sgd.spec, data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
     let gap = worst_loss_gap(&on_cpu, &on_wgpu);
     eprintln!("wgpu fp32, sgd: worst relative loss gap to cpu {gap:.2e}");
-    assert!(gap <= 1e-5, "wgpu with sgd: {gap} (seed {seed})\n{}", losses(&on_cpu, &on_wgpu));
+    assert!(gap <= sgd_bound, "wgpu with sgd: {gap} (seed {seed})\n{}", losses(&on_cpu, &on_wgpu));
 
     let on_wgpu = train(&file.spec, data, &wgpu, &TrainSettings::default(), &mut |_| {}).unwrap();
     let gap = worst_loss_gap(result, &on_wgpu);
@@ -1692,7 +1704,6 @@ fn exports_agree(
 
 #[test]
 fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies() {
-    use kynml_core::data::read_model_rows;
     use kynml_core::export;
     use kynml_core::model::Layer;
     let seed = clock_seed();
@@ -1756,7 +1767,7 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
     let rows_csv = dir.join("new.csv");
     std::fs::write(&rows_csv, "shop,z,color,x\nshop 3,4.5,blue,0.5\nshop 99,4.5,blue,0.5\n").unwrap();
     let m = &predictor.model;
-    let rows = read_model_rows(&rows_csv, &m.feature_names, &m.categories, None, None, &m.target, false).unwrap();
+    let rows = m.read_rows(&rows_csv, false).unwrap();
     assert_eq!(rows.unseen, [("shop".to_string(), 1)]);
     let blue = vocab[0].index("blue").unwrap() as f32;
     let shop3 = vocab[1].index("shop 3").unwrap() as f32;
@@ -1864,7 +1875,6 @@ fn text_models_train_on_every_backend_and_export_with_their_tokens() {
 }
 
 fn text_round_trip(seed: u64, layers: &str) {
-    use kynml_core::data::read_model_rows;
     use kynml_core::export;
     eprintln!("{layers}: seed {seed}");
     let tmp = tempfile::tempdir().unwrap();
@@ -1916,8 +1926,7 @@ fn text_round_trip(seed: u64, layers: &str) {
     let long: Vec<&str> = std::iter::repeat_n("w3", 20).collect();
     std::fs::write(&rows_csv, format!("text\nw1 nope w2\n{}\n", long.join(" "))).unwrap();
     let m = &predictor.model;
-    let rows =
-        read_model_rows(&rows_csv, &m.feature_names, &m.categories, m.tokens.as_ref(), None, &m.target, false).unwrap();
+    let rows = m.read_rows(&rows_csv, false).unwrap();
     assert_eq!(rows.unseen, [("text".to_string(), 1)]);
     let id = |w: &str| 2.0 + tokens.tokens.iter().position(|t| t == w).unwrap() as f32;
     let mut first = vec![id("w1"), 1.0, id("w2")];
@@ -2005,7 +2014,6 @@ fn sequence_models_train_on_every_backend_and_export_with_their_padding() {
 }
 
 fn sequence_round_trip(seed: u64, layers: &str) {
-    use kynml_core::data::read_model_rows;
     use kynml_core::export;
     eprintln!("{layers}: seed {seed}");
     let tmp = tempfile::tempdir().unwrap();
@@ -2046,7 +2054,10 @@ fn sequence_round_trip(seed: u64, layers: &str) {
     eprintln!("cpu: val_loss {} after 12 epochs, {} after 1", last.val_loss, first.val_loss);
     assert!(last.val_loss < 0.6 * first.val_loss, "did not learn: {} (seed {seed})", last.val_loss);
 
-    tracks_cpu_fp32(&file, &data, &path, &result, seed);
+    // Standardized numbers rather than embeddings: under SGD wgpu drifted
+    // 2.9e-7 to 3.7e-6 from the CPU over 6 epochs (seeds 21 to 23), and one
+    // clock seed past 1e-5; a mask or formula that differs gives 1e-2.
+    tracks_cpu_fp32_within(&file, &data, &path, &result, seed, 1e-4);
 
     // Fresh rows: 0 to 16 positions, NaN beyond.
     let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
@@ -2065,8 +2076,7 @@ fn sequence_round_trip(seed: u64, layers: &str) {
     let long: Vec<String> = (0..15).map(|i| i.to_string()).collect();
     std::fs::write(&rows_csv, format!("y,x\n\"4;5\",\"1, 2\"\n{},{}\n", long.join(" "), long.join(" "))).unwrap();
     let m = &predictors[0].model;
-    let new = read_model_rows(&rows_csv, &m.feature_names, &m.categories, None, m.sequence.as_ref(), &m.target, false)
-        .unwrap();
+    let new = m.read_rows(&rows_csv, false).unwrap();
     let mut first = vec![1.0, 4.0, 2.0, 5.0];
     first.resize(24, f32::NAN);
     assert_eq!(format!("{:?}", &new.features[..24]), format!("{first:?}"));

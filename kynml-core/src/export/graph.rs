@@ -266,6 +266,26 @@ fn check_tensor(d: &Decl, t: &HostTensor) -> Result<(), String> {
 }
 
 impl ExportModel {
+    /// The rows of CSV file `path` as this model reads them: its features
+    /// by name (categories as their indices, a text as token ids, sequences
+    /// cut or padded), and the target when the file has it (`need_target`:
+    /// it must). See [`read_model_rows`](crate::data::read_model_rows).
+    pub fn read_rows(
+        &self,
+        path: &std::path::Path,
+        need_target: bool,
+    ) -> Result<crate::data::ModelRows, crate::data::DataError> {
+        crate::data::read_model_rows(
+            path,
+            &self.feature_names,
+            &self.categories,
+            self.tokens.as_ref(),
+            self.sequence.as_ref(),
+            &self.target,
+            need_target,
+        )
+    }
+
     /// The shape each layer takes, then the output's: `layers.len() + 1`
     /// shapes. Fails at the first layer that cannot take its input.
     pub fn shapes(&self) -> Result<Vec<Shape>, String> {

@@ -1062,6 +1062,8 @@ fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
             3,
         ),
         (" input 1x2x3\n conv2d 5 2 silu stride=2 padding=1\n flatten\n dense 1 linear", "mse", "adam(lr=0.01)", 0),
+        (" input 1x2x3\n conv2d 4 2 relu padding=1\n avgpool 2 stride=1\n flatten\n dense 1 linear", "mse", "adamw(lr=0.01)", 0),
+        (" input 2x3\n conv1d 4 1 tanh\n avgpool 2\n flatten\n dense 1 linear", "mse", "sgd(lr=0.05)", 0),
         // Batchnorm per channel, after 2-D and 1-D convolutions. (Not
         // straight after a linear convolution: batchnorm cancels that
         // convolution's bias, whose gradient is then rounding noise, and

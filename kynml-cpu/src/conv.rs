@@ -157,6 +157,65 @@ pub(crate) fn maxpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &m
     });
 }
 
+/// Average pooling of `x` (`rows` rows, no padding): the mean of each
+/// window, per channel.
+pub(crate) fn avgpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &mut [f32]) {
+    let (size, positions) = (win.input_size(), win.positions());
+    let channels = win.input[0];
+    let width = channels * positions;
+    let [_, ow] = win.out_hw();
+    let count = (win.kernel[0] * win.kernel[1]) as f32;
+    let per = rows_per_piece(team, rows);
+    let out = Parts::new(&mut out[..rows * width]);
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            let x = &x[n * size..(n + 1) * size];
+            // SAFETY: each row's outputs are its own range.
+            let out = unsafe { out.part(n * width..(n + 1) * width) };
+            for c in 0..channels {
+                for p in 0..positions {
+                    let (oy, ox) = (p / ow, p % ow);
+                    let mut sum = 0.0f32;
+                    for ky in 0..win.kernel[0] {
+                        for kx in 0..win.kernel[1] {
+                            sum += win.at(c, oy, ox, ky, kx).map_or(0.0, |j| x[j]);
+                        }
+                    }
+                    out[c * positions + p] = sum / count;
+                }
+            }
+        }
+    });
+}
+
+/// The gradient of average pooling's input: each output's gradient shared
+/// evenly by its window. Overwrites `dx`.
+pub(crate) fn avgpool_back(team: &Team, win: &Window, g: &[f32], rows: usize, dx: &mut [f32]) {
+    let (size, positions) = (win.input_size(), win.positions());
+    let width = win.input[0] * positions;
+    let [_, ow] = win.out_hw();
+    let share = 1.0 / (win.kernel[0] * win.kernel[1]) as f32;
+    let per = rows_per_piece(team, rows);
+    let dx = Parts::new(&mut dx[..rows * size]);
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            // SAFETY: each row's gradient is its own range.
+            let dx = unsafe { dx.part(n * size..(n + 1) * size) };
+            dx.fill(0.0);
+            for (k, &g) in g[n * width..(n + 1) * width].iter().enumerate() {
+                let (c, p) = (k / positions, k % positions);
+                for ky in 0..win.kernel[0] {
+                    for kx in 0..win.kernel[1] {
+                        if let Some(j) = win.at(c, p / ow, p % ow, ky, kx) {
+                            dx[j] += g * share;
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// The gradient of max pooling's input: each output's gradient goes to the
 /// input value that was its maximum. Overwrites `dx`.
 pub(crate) fn maxpool_back(team: &Team, win: &Window, g: &[f32], arg: &[u32], rows: usize, dx: &mut [f32]) {
@@ -316,6 +375,36 @@ mod tests {
         for (i, &j) in arg.iter().enumerate() {
             assert_eq!(dx[(i / width) * win.input_size() + j as usize], g[i]);
         }
+    }
+
+    #[test]
+    fn average_pooling_is_the_windows_mean_and_shares_its_gradient() {
+        let team = Team::new(2);
+        let win = Window { input: [2, 3, 4], kernel: [2, 2], stride: [1, 2], padding: [0, 0] };
+        let rows = 2;
+        let x = values(rows * win.input_size(), 8);
+        let width = win.input[0] * win.positions();
+        let mut out = vec![0.0; rows * width];
+        avgpool(&team, &win, &x, rows, &mut out);
+        let [_, ow] = win.out_hw();
+        let k = |n: usize, c: usize, y: usize, xx: usize| x[n * win.input_size() + (c * 3 + y) * 4 + xx];
+        for n in 0..rows {
+            for c in 0..2 {
+                for p in 0..win.positions() {
+                    let (oy, ox) = (p / ow, 2 * (p % ow));
+                    let mean =
+                        (k(n, c, oy, ox) + k(n, c, oy, ox + 1) + k(n, c, oy + 1, ox) + k(n, c, oy + 1, ox + 1)) / 4.0;
+                    assert!((out[n * width + c * win.positions() + p] - mean).abs() < 1e-6);
+                }
+            }
+        }
+        // The adjoint: <avgpool(x), g> = <x, avgpool_back(g)>.
+        let g = values(rows * width, 9);
+        let mut dx = vec![3.0; x.len()];
+        avgpool_back(&team, &win, &g, rows, &mut dx);
+        let a: f64 = out.iter().zip(&g).map(|(a, b)| f64::from(a * b)).sum();
+        let b: f64 = x.iter().zip(&dx).map(|(a, b)| f64::from(a * b)).sum();
+        assert!((a - b).abs() < 1e-4 * a.abs().max(1.0), "{a} vs {b}");
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub enum LayerConfig {
     },
     /// The largest value of each window, per channel (no padding).
     MaxPool(Window),
+    /// The mean of each window, per channel (no padding).
+    AvgPool(Window),
     /// The mean of each channel's `positions` values.
     GlobalAvgPool {
         /// Values per channel.
@@ -188,6 +190,10 @@ enum Layer {
         arg: Vec<u32>,
         out: Vec<f32>,
     },
+    AvgPool {
+        window: Window,
+        out: Vec<f32>,
+    },
     Flatten {
         out: Vec<f32>,
     },
@@ -208,6 +214,7 @@ impl Layer {
             | Layer::Dropout { out, .. }
             | Layer::Conv { out, .. }
             | Layer::MaxPool { out, .. }
+            | Layer::AvgPool { out, .. }
             | Layer::GlobalAvgPool { out, .. }
             | Layer::Flatten { out } => out,
         }
@@ -217,7 +224,11 @@ impl Layer {
         match self {
             Layer::Dense { weight, bias, .. } | Layer::Conv { weight, bias, .. } => Some((weight, bias)),
             Layer::BatchNorm { gamma, beta, .. } | Layer::LayerNorm { gamma, beta, .. } => Some((gamma, beta)),
-            Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } | Layer::GlobalAvgPool { .. } => None,
+            Layer::Dropout { .. }
+            | Layer::MaxPool { .. }
+            | Layer::AvgPool { .. }
+            | Layer::Flatten { .. }
+            | Layer::GlobalAvgPool { .. } => None,
         }
     }
 
@@ -225,7 +236,11 @@ impl Layer {
         match self {
             Layer::Dense { weight, bias, .. } | Layer::Conv { weight, bias, .. } => Some((weight, bias)),
             Layer::BatchNorm { gamma, beta, .. } | Layer::LayerNorm { gamma, beta, .. } => Some((gamma, beta)),
-            Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } | Layer::GlobalAvgPool { .. } => None,
+            Layer::Dropout { .. }
+            | Layer::MaxPool { .. }
+            | Layer::AvgPool { .. }
+            | Layer::Flatten { .. }
+            | Layer::GlobalAvgPool { .. } => None,
         }
     }
 
@@ -236,7 +251,7 @@ impl Layer {
             Layer::BatchNorm { width, positions, .. } => Some(width * positions),
             Layer::LayerNorm { width, .. } => Some(*width),
             Layer::Conv { window, channels, .. } => Some(channels * window.positions()),
-            Layer::MaxPool { window, .. } => Some(window.input[0] * window.positions()),
+            Layer::MaxPool { window, .. } | Layer::AvgPool { window, .. } => Some(window.input[0] * window.positions()),
             Layer::GlobalAvgPool { channels, .. } => Some(*channels),
             Layer::Dropout { .. } | Layer::Flatten { .. } => None,
         }
@@ -345,6 +360,10 @@ impl Net {
                     width = window.input[0] * window.positions();
                     Layer::MaxPool { window, arg: Vec::new(), out: Vec::new() }
                 }
+                LayerConfig::AvgPool(window) => {
+                    width = window.input[0] * window.positions();
+                    Layer::AvgPool { window, out: Vec::new() }
+                }
                 LayerConfig::Flatten => Layer::Flatten { out: Vec::new() },
                 LayerConfig::GlobalAvgPool { positions } => {
                     let positions = positions.max(1);
@@ -404,8 +423,11 @@ impl Net {
                     put("weight", vec![*channels, window.input[0], window.kernel[0], window.kernel[1]], true);
                     put("bias", vec![*channels], true);
                 }
-                Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } | Layer::GlobalAvgPool { .. } => {
-                }
+                Layer::Dropout { .. }
+                | Layer::MaxPool { .. }
+                | Layer::AvgPool { .. }
+                | Layer::Flatten { .. }
+                | Layer::GlobalAvgPool { .. } => {}
             }
         }
         out
@@ -444,8 +466,11 @@ impl Net {
                     out.push(running_mean);
                     out.push(running_var);
                 }
-                Layer::Dropout { .. } | Layer::MaxPool { .. } | Layer::Flatten { .. } | Layer::GlobalAvgPool { .. } => {
-                }
+                Layer::Dropout { .. }
+                | Layer::MaxPool { .. }
+                | Layer::AvgPool { .. }
+                | Layer::Flatten { .. }
+                | Layer::GlobalAvgPool { .. } => {}
             }
         }
         out
@@ -612,6 +637,7 @@ impl Net {
                 Layer::BatchNorm { width, positions, .. } => 4 * width * positions,
                 Layer::LayerNorm { width, .. } => 2 * width,
                 Layer::MaxPool { window, .. } => 2 * window.input[0] * window.positions(),
+                Layer::AvgPool { window, .. } => window.input[0] * window.positions(),
                 Layer::GlobalAvgPool { channels, .. } => *channels,
                 Layer::Dropout { .. } | Layer::Flatten { .. } => 0,
             })
@@ -746,6 +772,10 @@ impl Net {
                 Layer::Flatten { out } => {
                     out.clear();
                     out.extend_from_slice(input);
+                }
+                Layer::AvgPool { window, out } => {
+                    out.resize(rows * window.input[0] * window.positions(), 0.0);
+                    conv::avgpool(team, window, input, rows, out);
                 }
                 Layer::GlobalAvgPool { channels, positions, out } => {
                     let (c, p) = (*channels, *positions);
@@ -884,6 +914,14 @@ impl Net {
                     }
                 }
                 Layer::Flatten { .. } => {}
+                Layer::AvgPool { window, .. } => {
+                    if need_input_grad {
+                        let width = window.input[0] * window.positions();
+                        let size = window.input_size();
+                        conv::avgpool_back(team, window, &g[..rows * width], rows, &mut spare[..rows * size]);
+                        std::mem::swap(&mut g, &mut spare);
+                    }
+                }
                 Layer::GlobalAvgPool { channels, positions, .. } => {
                     if need_input_grad {
                         let (c, p) = (*channels, *positions);

@@ -82,8 +82,8 @@ impl Kind for PoolSpec {
     const FORMS: &'static [&'static str] = &["maxpool K", "avgpool K", "global_avgpool"];
     type Module = Pool;
 
-    /// `maxpool` and `global_avgpool` on channels; `avgpool` and the mean
-    /// over a sequence's positions run on Burn.
+    /// Every pooling on channels; the mean over a sequence's positions
+    /// runs on Burn.
     fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
         if input.layout() != super::Layout::Values || input.rank() < 2 {
             return None;
@@ -96,10 +96,15 @@ impl Kind for PoolSpec {
                 stride,
                 padding: [0, 0],
             })),
+            PoolOp::Avg => Some(kynml_cpu::LayerConfig::AvgPool(kynml_cpu::Window {
+                input: input.chw(),
+                kernel,
+                stride,
+                padding: [0, 0],
+            })),
             PoolOp::GlobalAvg => {
                 Some(kynml_cpu::LayerConfig::GlobalAvgPool { positions: input.size() / input.dims()[0].max(1) })
             }
-            PoolOp::Avg => None,
         }
     }
 

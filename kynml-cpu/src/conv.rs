@@ -57,31 +57,33 @@ impl Window {
     }
 }
 
-/// Rows per parallel piece: about one piece per thread.
-fn rows_per_piece(team: &Team, rows: usize) -> usize {
-    rows.div_ceil(team.threads()).max(1)
+/// `f(n, row)` for every row `n` of `out` (`rows` rows of `width`), the
+/// rows spread over the team in about one piece per thread.
+fn per_row<T: Send>(team: &Team, rows: usize, width: usize, out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
+    let per = rows.div_ceil(team.threads()).max(1);
+    let out = Parts::new(&mut out[..rows * width]);
+    team.run(rows.div_ceil(per), &|i| {
+        for n in piece(i, per, rows) {
+            // SAFETY: each row is its own range.
+            f(n, unsafe { out.part(n * width..(n + 1) * width) });
+        }
+    });
 }
 
 /// The patches of `x` (`rows` rows): one patch per output position, row by
 /// row, `cols[(n·P + p)·K + (c·kh + ky)·kw + kx]`, zeros over the padding.
 pub(crate) fn im2col(team: &Team, win: &Window, x: &[f32], rows: usize, cols: &mut [f32]) {
-    let (size, positions, patch) = (win.input_size(), win.positions(), win.patch());
+    let (size, patch) = (win.input_size(), win.patch());
     let [_, ow] = win.out_hw();
     let [kh, kw] = win.kernel;
-    let per = rows_per_piece(team, rows);
-    let cols = Parts::new(&mut cols[..rows * positions * patch]);
-    team.run(rows.div_ceil(per), &|i| {
-        for n in piece(i, per, rows) {
-            let x = &x[n * size..(n + 1) * size];
-            // SAFETY: each row's patches are its own range.
-            let out = unsafe { cols.part(n * positions * patch..(n + 1) * positions * patch) };
-            for (p, patch_out) in out.chunks_exact_mut(patch).enumerate() {
-                let (oy, ox) = (p / ow, p % ow);
-                for c in 0..win.input[0] {
-                    for ky in 0..kh {
-                        for kx in 0..kw {
-                            patch_out[(c * kh + ky) * kw + kx] = win.at(c, oy, ox, ky, kx).map_or(0.0, |j| x[j]);
-                        }
+    per_row(team, rows, win.positions() * patch, cols, |n, out| {
+        let x = &x[n * size..(n + 1) * size];
+        for (p, patch_out) in out.chunks_exact_mut(patch).enumerate() {
+            let (oy, ox) = (p / ow, p % ow);
+            for c in 0..win.input[0] {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        patch_out[(c * kh + ky) * kw + kx] = win.at(c, oy, ox, ky, kx).map_or(0.0, |j| x[j]);
                     }
                 }
             }
@@ -93,125 +95,65 @@ pub(crate) fn im2col(team: &Team, win: &Window, x: &[f32], rows: usize, cols: &m
 /// out as [`im2col`] lays out the patches): each patch value's gradient is
 /// added to the input value it was taken from. Overwrites `dx`.
 pub(crate) fn col2im(team: &Team, win: &Window, dcols: &[f32], rows: usize, dx: &mut [f32]) {
-    let (size, positions, patch) = (win.input_size(), win.positions(), win.patch());
+    let (positions, patch) = (win.positions(), win.patch());
     let [_, ow] = win.out_hw();
     let [kh, kw] = win.kernel;
-    let per = rows_per_piece(team, rows);
-    let dx = Parts::new(&mut dx[..rows * size]);
-    team.run(rows.div_ceil(per), &|i| {
-        for n in piece(i, per, rows) {
-            // SAFETY: each row's gradient is its own range.
-            let dx = unsafe { dx.part(n * size..(n + 1) * size) };
-            dx.fill(0.0);
-            let dcols = &dcols[n * positions * patch..(n + 1) * positions * patch];
-            for (p, g) in dcols.chunks_exact(patch).enumerate() {
-                let (oy, ox) = (p / ow, p % ow);
-                for c in 0..win.input[0] {
-                    for ky in 0..kh {
-                        for kx in 0..kw {
-                            if let Some(j) = win.at(c, oy, ox, ky, kx) {
-                                dx[j] += g[(c * kh + ky) * kw + kx];
-                            }
+    per_row(team, rows, win.input_size(), dx, |n, dx| {
+        dx.fill(0.0);
+        let dcols = &dcols[n * positions * patch..(n + 1) * positions * patch];
+        for (p, g) in dcols.chunks_exact(patch).enumerate() {
+            let (oy, ox) = (p / ow, p % ow);
+            for c in 0..win.input[0] {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        if let Some(j) = win.at(c, oy, ox, ky, kx) {
+                            dx[j] += g[(c * kh + ky) * kw + kx];
                         }
                     }
                 }
             }
         }
     });
+}
+
+impl Window {
+    /// The input indices of output `k` (`channel · positions + position`)'s
+    /// window, padding left out.
+    fn of(&self, k: usize) -> impl Iterator<Item = usize> + '_ {
+        let positions = self.positions();
+        let [_, ow] = self.out_hw();
+        let (c, p) = (k / positions, k % positions);
+        (0..self.kernel[0])
+            .flat_map(move |ky| (0..self.kernel[1]).map(move |kx| (ky, kx)))
+            .filter_map(move |(ky, kx)| self.at(c, p / ow, p % ow, ky, kx))
+    }
+
+    /// Outputs per row of a pooling: every channel's positions.
+    fn pooled(&self) -> usize {
+        self.input[0] * self.positions()
+    }
 }
 
 /// Max pooling of `x` (`rows` rows, no padding): `out` per channel and
 /// output position, and in `arg` the input index each maximum came from
-/// (the first, on a tie).
+/// (the first, on a tie; a NaN wins, as in PyTorch).
 pub(crate) fn maxpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &mut [f32], arg: &mut [u32]) {
-    let (size, positions) = (win.input_size(), win.positions());
-    let channels = win.input[0];
-    let width = channels * positions;
-    let [_, ow] = win.out_hw();
-    let per = rows_per_piece(team, rows);
-    let (out, arg) = (Parts::new(&mut out[..rows * width]), Parts::new(&mut arg[..rows * width]));
-    team.run(rows.div_ceil(per), &|i| {
-        for n in piece(i, per, rows) {
-            let x = &x[n * size..(n + 1) * size];
-            // SAFETY: each row's outputs are its own range.
-            let (out, arg) = unsafe { (out.part(n * width..(n + 1) * width), arg.part(n * width..(n + 1) * width)) };
-            for c in 0..channels {
-                for p in 0..positions {
-                    let (oy, ox) = (p / ow, p % ow);
-                    let (mut best, mut at) = (f32::NEG_INFINITY, u32::MAX);
-                    for ky in 0..win.kernel[0] {
-                        for kx in 0..win.kernel[1] {
-                            if let Some(j) = win.at(c, oy, ox, ky, kx) {
-                                // NaN wins, as in PyTorch: it propagates.
-                                if x[j] > best || at == u32::MAX || x[j].is_nan() && !best.is_nan() {
-                                    (best, at) = (x[j], j as u32);
-                                }
-                            }
-                        }
-                    }
-                    out[c * positions + p] = best;
-                    arg[c * positions + p] = at;
+    let (size, width) = (win.input_size(), win.pooled());
+    per_row(team, rows, width, arg, |n, arg| {
+        let x = &x[n * size..(n + 1) * size];
+        for (k, a) in arg.iter_mut().enumerate() {
+            let (mut best, mut at) = (f32::NEG_INFINITY, u32::MAX);
+            for j in win.of(k) {
+                if x[j] > best || at == u32::MAX || x[j].is_nan() && !best.is_nan() {
+                    (best, at) = (x[j], j as u32);
                 }
             }
+            *a = at;
         }
     });
-}
-
-/// Average pooling of `x` (`rows` rows, no padding): the mean of each
-/// window, per channel.
-pub(crate) fn avgpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &mut [f32]) {
-    let (size, positions) = (win.input_size(), win.positions());
-    let channels = win.input[0];
-    let width = channels * positions;
-    let [_, ow] = win.out_hw();
-    let count = (win.kernel[0] * win.kernel[1]) as f32;
-    let per = rows_per_piece(team, rows);
-    let out = Parts::new(&mut out[..rows * width]);
-    team.run(rows.div_ceil(per), &|i| {
-        for n in piece(i, per, rows) {
-            let x = &x[n * size..(n + 1) * size];
-            // SAFETY: each row's outputs are its own range.
-            let out = unsafe { out.part(n * width..(n + 1) * width) };
-            for c in 0..channels {
-                for p in 0..positions {
-                    let (oy, ox) = (p / ow, p % ow);
-                    let mut sum = 0.0f32;
-                    for ky in 0..win.kernel[0] {
-                        for kx in 0..win.kernel[1] {
-                            sum += win.at(c, oy, ox, ky, kx).map_or(0.0, |j| x[j]);
-                        }
-                    }
-                    out[c * positions + p] = sum / count;
-                }
-            }
-        }
-    });
-}
-
-/// The gradient of average pooling's input: each output's gradient shared
-/// evenly by its window. Overwrites `dx`.
-pub(crate) fn avgpool_back(team: &Team, win: &Window, g: &[f32], rows: usize, dx: &mut [f32]) {
-    let (size, positions) = (win.input_size(), win.positions());
-    let width = win.input[0] * positions;
-    let [_, ow] = win.out_hw();
-    let share = 1.0 / (win.kernel[0] * win.kernel[1]) as f32;
-    let per = rows_per_piece(team, rows);
-    let dx = Parts::new(&mut dx[..rows * size]);
-    team.run(rows.div_ceil(per), &|i| {
-        for n in piece(i, per, rows) {
-            // SAFETY: each row's gradient is its own range.
-            let dx = unsafe { dx.part(n * size..(n + 1) * size) };
-            dx.fill(0.0);
-            for (k, &g) in g[n * width..(n + 1) * width].iter().enumerate() {
-                let (c, p) = (k / positions, k % positions);
-                for ky in 0..win.kernel[0] {
-                    for kx in 0..win.kernel[1] {
-                        if let Some(j) = win.at(c, p / ow, p % ow, ky, kx) {
-                            dx[j] += g * share;
-                        }
-                    }
-                }
-            }
+    per_row(team, rows, width, out, |n, out| {
+        for (o, &j) in out.iter_mut().zip(&arg[n * width..(n + 1) * width]) {
+            *o = x[n * size + j as usize];
         }
     });
 }
@@ -219,37 +161,58 @@ pub(crate) fn avgpool_back(team: &Team, win: &Window, g: &[f32], rows: usize, dx
 /// The gradient of max pooling's input: each output's gradient goes to the
 /// input value that was its maximum. Overwrites `dx`.
 pub(crate) fn maxpool_back(team: &Team, win: &Window, g: &[f32], arg: &[u32], rows: usize, dx: &mut [f32]) {
-    let (size, width) = (win.input_size(), win.input[0] * win.positions());
-    let per = rows_per_piece(team, rows);
-    let dx = Parts::new(&mut dx[..rows * size]);
-    team.run(rows.div_ceil(per), &|i| {
-        for n in piece(i, per, rows) {
-            // SAFETY: each row's gradient is its own range.
-            let dx = unsafe { dx.part(n * size..(n + 1) * size) };
-            dx.fill(0.0);
-            for (&g, &j) in g[n * width..(n + 1) * width].iter().zip(&arg[n * width..(n + 1) * width]) {
-                dx[j as usize] += g;
-            }
+    let width = win.pooled();
+    per_row(team, rows, win.input_size(), dx, |n, dx| {
+        dx.fill(0.0);
+        for (&g, &j) in g[n * width..(n + 1) * width].iter().zip(&arg[n * width..(n + 1) * width]) {
+            dx[j as usize] += g;
+        }
+    });
+}
+
+/// Average pooling of `x` (`rows` rows, no padding): the mean of each
+/// window, per channel.
+pub(crate) fn avgpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &mut [f32]) {
+    let size = win.input_size();
+    let count = (win.kernel[0] * win.kernel[1]) as f32;
+    per_row(team, rows, win.pooled(), out, |n, out| {
+        let x = &x[n * size..(n + 1) * size];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = win.of(k).map(|j| x[j]).sum::<f32>() / count;
+        }
+    });
+}
+
+/// The gradient of average pooling's input: each output's gradient shared
+/// evenly by its window. Overwrites `dx`.
+pub(crate) fn avgpool_back(team: &Team, win: &Window, g: &[f32], rows: usize, dx: &mut [f32]) {
+    let width = win.pooled();
+    let share = 1.0 / (win.kernel[0] * win.kernel[1]) as f32;
+    per_row(team, rows, win.input_size(), dx, |n, dx| {
+        dx.fill(0.0);
+        for (k, &g) in g[n * width..(n + 1) * width].iter().enumerate() {
+            win.of(k).for_each(|j| dx[j] += g * share);
         }
     });
 }
 
 /// `[rows × positions, channels]` (one row per output position) as
-/// `[rows, channels × positions]` (channels first), plus `bias` per channel.
-pub(crate) fn to_channels_first(team: &Team, zt: &[f32], rows: usize, positions: usize, bias: &[f32], z: &mut [f32]) {
-    let channels = bias.len();
+/// `[rows, channels × positions]` (channels first), plus `bias` per
+/// channel when given.
+pub(crate) fn to_channels_first(
+    team: &Team,
+    zt: &[f32],
+    rows: usize,
+    positions: usize,
+    channels: usize,
+    bias: Option<&[f32]>,
+    z: &mut [f32],
+) {
     let width = channels * positions;
-    let per = rows_per_piece(team, rows);
-    let z = Parts::new(&mut z[..rows * width]);
-    team.run(rows.div_ceil(per), &|i| {
-        for n in piece(i, per, rows) {
-            // SAFETY: each row is its own range.
-            let z = unsafe { z.part(n * width..(n + 1) * width) };
-            let zt = &zt[n * width..(n + 1) * width];
-            for (p, v) in zt.chunks_exact(channels).enumerate() {
-                for (c, (&v, &b)) in v.iter().zip(bias).enumerate() {
-                    z[c * positions + p] = v + b;
-                }
+    per_row(team, rows, width, z, |n, z| {
+        for (p, v) in zt[n * width..(n + 1) * width].chunks_exact(channels).enumerate() {
+            for (c, &v) in v.iter().enumerate() {
+                z[c * positions + p] = v + bias.map_or(0.0, |b| b[c]);
             }
         }
     });
@@ -260,17 +223,11 @@ pub(crate) fn to_channels_first(team: &Team, zt: &[f32], rows: usize, positions:
 pub(crate) fn to_positions_first(team: &Team, z: &[f32], rows: usize, channels: usize, zt: &mut [f32]) {
     let width = z.len() / rows.max(1);
     let positions = width / channels.max(1);
-    let per = rows_per_piece(team, rows);
-    let zt = Parts::new(&mut zt[..rows * width]);
-    team.run(rows.div_ceil(per), &|i| {
-        for n in piece(i, per, rows) {
-            // SAFETY: each row is its own range.
-            let zt = unsafe { zt.part(n * width..(n + 1) * width) };
-            let z = &z[n * width..(n + 1) * width];
-            for c in 0..channels {
-                for p in 0..positions {
-                    zt[p * channels + c] = z[c * positions + p];
-                }
+    per_row(team, rows, width, zt, |n, zt| {
+        let z = &z[n * width..(n + 1) * width];
+        for c in 0..channels {
+            for p in 0..positions {
+                zt[p * channels + c] = z[c * positions + p];
             }
         }
     });
@@ -413,7 +370,7 @@ mod tests {
         let (rows, positions, channels) = (3, 5, 4);
         let zt = values(rows * positions * channels, 7);
         let mut z = vec![0.0; zt.len()];
-        to_channels_first(&team, &zt, rows, positions, &[0.0; 4], &mut z);
+        to_channels_first(&team, &zt, rows, positions, channels, None, &mut z);
         let mut back = vec![0.0; zt.len()];
         to_positions_first(&team, &z, rows, channels, &mut back);
         assert_eq!(back, zt);

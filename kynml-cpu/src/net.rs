@@ -712,7 +712,7 @@ impl Net {
                     }
                     if p > 1 {
                         out.resize(n * w, 0.0);
-                        conv::to_channels_first(team, yt, rows, p, &vec![0.0; w], out);
+                        conv::to_channels_first(team, yt, rows, p, w, None, out);
                     }
                 }
                 Layer::LayerNorm { width, gamma, beta, x_hat, inv_std, out } => {
@@ -756,7 +756,7 @@ impl Net {
                     zt.resize(rows * positions * c, 0.0);
                     matmul((rows * positions, c, patch), cols, false, &weight.value, true, zt, false, team);
                     z.resize(rows * positions * c, 0.0);
-                    conv::to_channels_first(team, zt, rows, positions, &bias.value, z);
+                    conv::to_channels_first(team, zt, rows, positions, c, Some(&bias.value), z);
                     if *act != Act::Linear {
                         out.resize(z.len(), 0.0);
                         let act = *act;
@@ -851,7 +851,7 @@ impl Net {
                             }
                         });
                         if p > 1 {
-                            conv::to_channels_first(team, t, rows, p, &vec![0.0; w], &mut g[..rows * w * p]);
+                            conv::to_channels_first(team, t, rows, p, w, None, &mut g[..rows * w * p]);
                         }
                     }
                 }

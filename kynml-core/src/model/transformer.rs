@@ -74,12 +74,6 @@ impl TransformerSpec {
     }
 }
 
-/// `x` (`[batch, L * D]`) as rows of D: `[batch * L, D]`, in ONNX.
-fn rows_of(g: &mut Graph, p: &str, x: String, d: usize) -> String {
-    let shape = g.ints(format!("{p}.rows_shape"), vec![2], vec![-1, d as i64]);
-    g.node(format!("{p}.rows"), "Reshape", &[&x, &shape], Vec::new())
-}
-
 impl Kind for TransformerSpec {
     const NAMES: &'static [&'static str] = &["transformer"];
     const FORMS: &'static [&'static str] = &[FORM];
@@ -158,8 +152,8 @@ impl Kind for TransformerSpec {
         let a = attention::reference(input, self.heads, t, "self_attn.", &a);
         let h: Vec<f32> = x.iter().zip(&a).map(|(x, a)| x + a).collect();
         let f = LayerNormSpec.reference(input, t.with(&norm2), &h);
-        let f = self.linear1().reference(&Shape::flat(d), t.with(&linear1), &f);
-        let f = self.linear2(d).reference(&Shape::flat(self.ff), t.with(&linear2), &f);
+        let f = self.linear1().reference(input, t.with(&linear1), &f);
+        let f = self.linear2(d).reference(&Shape::sequence(input.dims()[0], self.ff), t.with(&linear2), &f);
         h.iter().zip(&f).map(|(h, f)| h + f).collect()
     }
 
@@ -170,12 +164,10 @@ impl Kind for TransformerSpec {
         let a = LayerNormSpec.onnx(g, &format!("{p}.norm1"), input, t.with(&norm1), x.clone());
         let a = attention::onnx(g, &format!("{p}.self_attn"), input, self.heads, t, "self_attn.", a);
         let h = g.node(format!("{p}.attended"), "Add", &[&x, &a], Vec::new());
+        // The linear layers map each position alike (see `dense`).
         let f = LayerNormSpec.onnx(g, &format!("{p}.norm2"), input, t.with(&norm2), h.clone());
-        let f = rows_of(g, p, f, d);
-        let f = self.linear1().onnx(g, &format!("{p}.linear1"), &Shape::flat(d), t.with(&linear1), f);
-        let f = self.linear2(d).onnx(g, &format!("{p}.linear2"), &Shape::flat(self.ff), t.with(&linear2), f);
-        let back = g.ints(format!("{p}.back_shape"), vec![2], vec![-1, (l * d) as i64]);
-        let f = g.node(format!("{p}.fed"), "Reshape", &[&f, &back], Vec::new());
+        let f = self.linear1().onnx(g, &format!("{p}.linear1"), input, t.with(&linear1), f);
+        let f = self.linear2(d).onnx(g, &format!("{p}.linear2"), &Shape::sequence(l, self.ff), t.with(&linear2), f);
         g.node(p.to_string(), "Add", &[&h, &f], Vec::new())
     }
 
@@ -210,9 +202,10 @@ impl LayerModule for Transformer<Kb> {
         let a = self.norm1.forward(x.clone(), pass).reshape([batch, l, d]);
         let a = self.self_attn.attend(a, pass, &self.dropout).reshape([batch, size]);
         let h = x + self.dropout.apply(a, pass.rng());
-        let f = self.norm2.forward(h.clone(), pass).reshape([batch * l, d]);
+        // The linear layers map each position alike (see `dense`).
+        let f = self.norm2.forward(h.clone(), pass);
         let f = self.dropout.apply(self.linear1.forward(f, pass), pass.rng());
-        let f = self.linear2.forward(f, pass).reshape([batch, size]);
+        let f = self.linear2.forward(f, pass);
         h + self.dropout.apply(f, pass.rng())
     }
 

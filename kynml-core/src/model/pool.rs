@@ -89,19 +89,10 @@ impl Kind for PoolSpec {
             return None;
         }
         let (kernel, stride) = self.geometry(input);
+        let window = kynml_cpu::Window { input: input.chw(), kernel, stride, padding: [0, 0] };
         match self.op {
-            PoolOp::Max => Some(kynml_cpu::LayerConfig::MaxPool(kynml_cpu::Window {
-                input: input.chw(),
-                kernel,
-                stride,
-                padding: [0, 0],
-            })),
-            PoolOp::Avg => Some(kynml_cpu::LayerConfig::AvgPool(kynml_cpu::Window {
-                input: input.chw(),
-                kernel,
-                stride,
-                padding: [0, 0],
-            })),
+            PoolOp::Max => Some(kynml_cpu::LayerConfig::MaxPool(window)),
+            PoolOp::Avg => Some(kynml_cpu::LayerConfig::AvgPool(window)),
             PoolOp::GlobalAvg => {
                 Some(kynml_cpu::LayerConfig::GlobalAvgPool { positions: input.size() / input.dims()[0].max(1) })
             }

@@ -1870,6 +1870,64 @@ fn text_spec(dir: &Path, seed: u64, layers: &str) -> PathBuf {
     path
 }
 
+/// The native CPU engine against Burn's CPU backend on text models: token
+/// embedding with padding, learned positions, the transformer block with its
+/// four dropouts, plain attention, dense and layernorm on each position and
+/// the masked mean. The same masks must be drawn in the same order for the
+/// runs to agree.
+#[test]
+fn the_native_engine_trains_text_models_as_burn_does() {
+    use kynml_core::train::{EngineChoice, EngineKind};
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let seed = clock_seed();
+    let cases = [
+        " embedding 8\n positional\n transformer heads=2 ff=16 dropout=0.1\n layernorm\n global_avgpool",
+        " embedding 8\n attention heads=4\n dense 6 gelu\n layernorm\n global_avgpool\n dropout 0.2",
+    ];
+    for layers in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = text_spec(tmp.path(), seed, layers);
+        let mut file = SpecFile::load(&path).unwrap();
+        file.spec.train.epochs.value = 3;
+        let data = file.load_data().unwrap();
+        let run = |engine| {
+            let settings = TrainSettings { engine, ..TrainSettings::default() };
+            train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap()
+        };
+        let (native, burn) = (run(EngineChoice::Auto), run(EngineChoice::Burn));
+        assert_eq!((native.engine, burn.engine), (EngineKind::Native, EngineKind::Burn));
+        let gap = worst_loss_gap(&burn, &native);
+        // Tensor by tensor, relative to the largest weight. The keys' bias
+        // (the middle third of `in_proj_bias`) is left out: adding it moves
+        // every score of a query by the same amount, which the softmax
+        // cancels, so its true gradient is 0 and what each engine computes
+        // is rounding noise, which Adam scales up to full steps (measured:
+        // 3e-3 apart after 3 epochs, every other tensor within 3e-7).
+        let tensors = |r: &kynml_core::train::TrainResult| r.model.tensors("");
+        let (tn, tb) = (tensors(&native), tensors(&burn));
+        let mut scale = 0.0f32;
+        let mut pairs = Vec::new();
+        for (a, b) in tn.iter().zip(&tb) {
+            use kynml_core::checkpoint::TensorData::F32;
+            let (F32(x), F32(y)) = (&a.data, &b.data) else { panic!("{}: not f32", a.name) };
+            let keys = if a.name.ends_with("in_proj_bias") { x.len() / 3..2 * x.len() / 3 } else { 0..0 };
+            for (i, (p, q)) in x.iter().zip(y).enumerate().filter(|(i, _)| !keys.contains(i)) {
+                scale = scale.max(q.abs());
+                pairs.push((a.name.clone(), i, (p - q).abs()));
+            }
+        }
+        let (name, at, worst) =
+            pairs.into_iter().fold((String::new(), 0, 0.0f32), |m, p| if p.2 > m.2 { p } else { m });
+        let weight_gap = worst / scale;
+        eprintln!(
+            "native vs burn, {layers:?}: worst relative loss gap {gap:.2e}, weights {weight_gap:.2e} ({name}[{at}]) (seed {seed})"
+        );
+        // As for the plain stacks above: fp32 both, summed in other orders.
+        assert!(gap <= 1e-4, "{layers:?}: loss gap {gap} (seed {seed})");
+        assert!(weight_gap <= 1e-4, "{layers:?}: weight gap {weight_gap} (seed {seed})");
+    }
+}
+
 #[test]
 fn text_models_train_on_every_backend_and_export_with_their_tokens() {
     let seed = clock_seed();

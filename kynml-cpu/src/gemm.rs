@@ -76,6 +76,102 @@ pub(crate) fn matmul(
     });
 }
 
+/// Where a matrix lies inside a slice: element `(i, j)` at
+/// `offset + i * row + j * col`. A head's queries inside the
+/// attention's `[positions, 3 · width]` projections, or a transpose, are
+/// views of this kind, taken without a copy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View {
+    pub offset: usize,
+    pub row: usize,
+    pub col: usize,
+}
+
+impl View {
+    /// Row-major rows of `width`, from `offset`.
+    pub fn rows(offset: usize, width: usize) -> Self {
+        View { offset, row: width, col: 1 }
+    }
+
+    /// This view transposed.
+    pub fn t(self) -> Self {
+        View { offset: self.offset, row: self.col, col: self.row }
+    }
+
+    /// One past the last index of an `m × n` matrix in this view.
+    fn end(&self, m: usize, n: usize) -> usize {
+        if m == 0 || n == 0 {
+            return self.offset;
+        }
+        self.offset + (m - 1) * self.row + (n - 1) * self.col + 1
+    }
+}
+
+/// `c = scale · a · b`, or `c += scale · a · b` when `accumulate`, on this
+/// thread: `a` is `m × k`, `b` is `k × n` and `c` is `m × n`, each a
+/// [`View`] into its slice. For the many small products of attention, which
+/// run one per piece of a team's job.
+///
+/// # Safety
+/// `c` must be valid for writes of `c_len` elements, and no other thread
+/// may read or write the elements of `c` that the view covers while this
+/// runs.
+///
+/// # Panics
+/// If a view reaches past its slice.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn product_at(
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    av: View,
+    b: &[f32],
+    bv: View,
+    c: *mut f32,
+    c_len: usize,
+    cv: View,
+    accumulate: bool,
+    scale: f32,
+) {
+    assert!(
+        av.end(m, k) <= a.len() && bv.end(k, n) <= b.len() && cv.end(m, n) <= c_len,
+        "product_at: a view reaches past its slice"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                for j in 0..n {
+                    *c.add(cv.offset + i * cv.row + j * cv.col) = 0.0;
+                }
+            }
+        }
+        return;
+    }
+    gemm::gemm(
+        m,
+        n,
+        k,
+        c.add(cv.offset),
+        cv.col as isize,
+        cv.row as isize,
+        accumulate,
+        a.as_ptr().add(av.offset),
+        av.col as isize,
+        av.row as isize,
+        b.as_ptr().add(bv.offset),
+        bv.col as isize,
+        bv.row as isize,
+        1.0,
+        scale,
+        false,
+        false,
+        false,
+        Parallelism::None,
+    );
+}
+
 /// One product's operands as raw parts, so that threads can each compute a block of `c`.
 #[derive(Clone, Copy)]
 struct Product {
@@ -153,6 +249,29 @@ mod tests {
         for (m, n, k) in [(67, 45, 129), (45, 67, 129), (300, 20, 64), (20, 300, 64)] {
             check(m, n, k);
         }
+    }
+
+    #[test]
+    fn strided_views_match_a_naive_product() {
+        // a: 5 × 3 inside rows of 7 from offset 2; b: 3 × 4 read transposed
+        // from a 4 × 3 block; c: 5 × 4 inside rows of 9 from offset 1.
+        let (m, n, k) = (5, 4, 3);
+        let a: Vec<f32> = (0..40).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+        let b: Vec<f32> = (0..12).map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0).collect();
+        let (av, bv, cv) = (View::rows(2, 7), View::rows(0, 3).t(), View::rows(1, 9));
+        let mut c = vec![7.0f32; 50];
+        let len = c.len();
+        // SAFETY: c is this thread's own.
+        unsafe { product_at((m, n, k), &a, av, &b, bv, c.as_mut_ptr(), len, cv, false, 0.5) };
+        for i in 0..m {
+            for j in 0..n {
+                let want: f32 = (0..k).map(|p| a[2 + i * 7 + p] * b[j * 3 + p]).sum::<f32>() * 0.5;
+                assert!((c[1 + i * 9 + j] - want).abs() < 1e-5, "({i}, {j}): {} vs {want}", c[1 + i * 9 + j]);
+            }
+        }
+        // What lies outside the view is untouched.
+        assert_eq!(c[0], 7.0);
+        assert_eq!(c[1 + 4], 7.0);
     }
 
     fn check(m: usize, n: usize, k: usize) {

@@ -22,7 +22,7 @@
 //! ```
 //! use kynml_cpu::{Act, LayerConfig, LossConfig, Net, OptimConfig, Targets};
 //!
-//! let layers = [LayerConfig::Dense { units: 8, act: Act::Tanh }, LayerConfig::Dense { units: 1, act: Act::Linear }];
+//! let layers = [LayerConfig::Dense { units: 8, act: Act::Tanh, positions: 1 }, LayerConfig::Dense { units: 1, act: Act::Linear, positions: 1 }];
 //! let mut net = Net::new(2, &layers);
 //! // Initial weights come from the caller (KynML draws them with PyTorch's bounds).
 //! for (i, t) in net.tensors_mut().into_iter().enumerate() {
@@ -41,10 +41,12 @@
 
 mod conv;
 mod gemm;
+mod linear;
 pub mod loss;
 pub mod math;
 mod net;
 pub mod optim;
+mod seq;
 mod team;
 
 pub use conv::Window;

@@ -79,6 +79,11 @@ impl Kind for AttentionSpec {
         decls(width(input), "")
     }
 
+    fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        let (length, dim) = (input.dims()[0], width(input));
+        Some(kynml_cpu::LayerConfig::Attention { length, dim, heads: self.heads })
+    }
+
     fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Attention<Kb> {
         init(width(input), self.heads, rng, device)
     }

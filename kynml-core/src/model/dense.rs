@@ -105,9 +105,15 @@ impl Kind for DenseSpec {
         vec![Decl::param("weight", vec![self.units, d_in(input)]), Decl::param("bias", vec![self.units])]
     }
 
+    /// On plain features, or at each position of a sequence.
     fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
-        (input.rank() == 1)
-            .then_some(kynml_cpu::LayerConfig::Dense { units: self.units, act: native_act(self.activation) })
+        let positions = match input.layout() {
+            super::Layout::Values if input.rank() == 1 => 1,
+            super::Layout::Sequence => input.dims()[0],
+            _ => return None,
+        };
+        let act = native_act(self.activation);
+        Some(kynml_cpu::LayerConfig::Dense { units: self.units, act, positions })
     }
 
     /// PyTorch's `nn.Linear` initialisation: weight and bias both drawn from

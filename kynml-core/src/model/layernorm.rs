@@ -61,8 +61,13 @@ impl Kind for LayerNormSpec {
         vec![Decl::param("weight", vec![f]), Decl::param("bias", vec![f])]
     }
 
+    /// On plain features, or on each position of a text.
     fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
-        (input.rank() == 1).then_some(kynml_cpu::LayerConfig::LayerNorm)
+        match input.layout() {
+            super::Layout::Values if input.rank() == 1 => Some(kynml_cpu::LayerConfig::LayerNorm { positions: 1 }),
+            super::Layout::Sequence => Some(kynml_cpu::LayerConfig::LayerNorm { positions: input.dims()[0] }),
+            _ => None,
+        }
     }
 
     /// Initialised as PyTorch does: scale 1, shift 0.

@@ -85,6 +85,10 @@ impl Kind for PoolSpec {
     /// Every pooling on channels; the mean over a sequence's positions
     /// runs on Burn.
     fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        if input.is_sequence() && self.op == PoolOp::GlobalAvg {
+            let (length, dim) = (input.dims()[0], input.dims()[1]);
+            return Some(kynml_cpu::LayerConfig::SequenceMean { length, dim });
+        }
         if input.layout() != super::Layout::Values || input.rank() < 2 {
             return None;
         }

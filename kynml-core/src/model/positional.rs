@@ -55,6 +55,10 @@ impl Kind for PositionalSpec {
         vec![Decl::param("weight", input.dims().to_vec())]
     }
 
+    fn native(&self, _input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        Some(kynml_cpu::LayerConfig::Positional)
+    }
+
     fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Positional<Kb> {
         let values: Vec<f32> = (0..input.size()).map(|_| rng.normal() as f32).collect();
         Positional { weight: Param::from_data(TensorData::new(values, [1, input.size()]), device) }

@@ -123,6 +123,12 @@ impl Kind for TransformerSpec {
         out
     }
 
+    fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        let (length, dim) = (input.dims()[0], attention::width(input));
+        let (heads, ff, dropout) = (self.heads, self.ff, self.dropout);
+        Some(kynml_cpu::LayerConfig::Transformer { length, dim, heads, ff, dropout })
+    }
+
     /// PyTorch's order: the attention, the two linear layers, the norms.
     fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Transformer<Kb> {
         let d = attention::width(input);

@@ -59,7 +59,9 @@ impl EngineKind {
     /// What runs the steps, for a person.
     pub fn describe(self, device: &Device) -> String {
         match self {
-            EngineKind::Native => "KynML's native CPU engine (dense and convolution kernels over gemm)".into(),
+            EngineKind::Native => {
+                "KynML's native CPU engine (dense, convolution and attention kernels over gemm)".into()
+            }
             EngineKind::Burn => device.backend_name().into(),
         }
     }

@@ -1081,6 +1081,21 @@ fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
             0,
         ),
         (" input 2x3\n conv1d 3 2 tanh\n batchnorm\n global_avgpool\n dense 2 linear", "cross_entropy", "adam(lr=0.01)", 2),
+        // Residual blocks: one that narrows through a projection (a linear
+        // layer), with batchnorm and dropout inside; one that keeps the width.
+        (
+            " dense 12 tanh\n residual:\n  dense 12 relu\n  batchnorm\n  dropout 0.2\n  dense 8 linear\n residual:\n  dense 8 gelu\n dense 1 linear",
+            "mse",
+            "adam(lr=0.01)",
+            0,
+        ),
+        // ... and a 1x1 convolution as the projection, on channels.
+        (
+            " input 2x3\n residual:\n  conv1d 4 3 relu padding=1\n flatten\n dense 2 linear",
+            "cross_entropy",
+            "sgd(lr=0.05, momentum=0.9)",
+            2,
+        ),
     ];
     for (layers, loss, optimizer, classes) in cases {
         let tmp = tempfile::tempdir().unwrap();
@@ -1870,23 +1885,31 @@ fn text_spec(dir: &Path, seed: u64, layers: &str) -> PathBuf {
     path
 }
 
-/// The native CPU engine against Burn's CPU backend on text models: token
-/// embedding with padding, learned positions, the transformer block with its
-/// four dropouts, plain attention, dense and layernorm on each position and
-/// the masked mean. The same masks must be drawn in the same order for the
-/// runs to agree.
+/// The native CPU engine against Burn's CPU backend on texts, sequences of
+/// numbers and categorical columns: token embedding with padding, learned
+/// positions, the transformer block with its four dropouts, plain attention
+/// (in a residual block), dense and layernorm on each position and the
+/// masked mean; a sequence's NaN padding; the categorical columns' tables. The same masks must be drawn in the same order for the runs to
+/// agree.
 #[test]
-fn the_native_engine_trains_text_models_as_burn_does() {
+fn the_native_engine_trains_text_and_sequence_models_as_burn_does() {
     use kynml_core::train::{EngineChoice, EngineKind};
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let seed = clock_seed();
-    let cases = [
-        " embedding 8\n positional\n transformer heads=2 ff=16 dropout=0.1\n layernorm\n global_avgpool",
-        " embedding 8\n attention heads=4\n dense 6 gelu\n layernorm\n global_avgpool\n dropout 0.2",
+    let text = |dir: &Path, layers: &str| text_spec(dir, seed, layers);
+    let sequence = |dir: &Path, layers: &str| sequence_spec(dir, seed, layers).0;
+    // The categorical model is written whole by its helper.
+    let categorical = |dir: &Path, _: &str| categorical_spec(dir, seed, "");
+    let cases: [(&dyn Fn(&Path, &str) -> PathBuf, &str); 5] = [
+        (&categorical, " embedding 3 (of two categorical columns)\n dense 16 tanh"),
+        (&text, " embedding 8\n positional\n transformer heads=2 ff=16 dropout=0.1\n layernorm\n global_avgpool"),
+        (&text, " embedding 8\n attention heads=4\n dense 6 gelu\n layernorm\n global_avgpool\n dropout 0.2"),
+        (&text, " embedding 8\n residual:\n  layernorm\n  attention heads=2\n global_avgpool"),
+        (&sequence, " dense 8 tanh\n positional\n transformer heads=2 ff=12 dropout=0.1\n global_avgpool"),
     ];
-    for layers in cases {
+    for (spec, layers) in cases {
         let tmp = tempfile::tempdir().unwrap();
-        let path = text_spec(tmp.path(), seed, layers);
+        let path = spec(tmp.path(), layers);
         let mut file = SpecFile::load(&path).unwrap();
         file.spec.train.epochs.value = 3;
         let data = file.load_data().unwrap();

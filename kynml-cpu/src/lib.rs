@@ -1,10 +1,12 @@
-//! KynML's native CPU training engine for dense and convolutional networks.
+//! KynML's native CPU training engine.
 //!
-//! A `model` block of the `.kyn` language is a stack of dense layers (each
-//! followed by its activation), batch and layer normalisation and dropout,
-//! or of convolutions and max pooling over channels before them. A
-//! convolution is one matrix product over the whole batch: the input's
-//! patches (im2col) times the weights.
+//! A `model` block of the `.kyn` language is a stack of layers: dense
+//! layers (each followed by its activation), batch and layer normalisation,
+//! dropout, embedding tables for categorical columns, residual blocks,
+//! convolutions and pooling over channels, and over a text's positions token
+//! embedding, learned positions, multi-head attention and the transformer
+//! block. A convolution is one matrix product over the whole batch: the
+//! input's patches (im2col) times the weights.
 //! On the CPU, this crate trains such a stack with its forward and backward
 //! passes written out by hand, in the style of llm.c: every buffer is
 //! allocated once and reused, the matrix products go to the `gemm` crate on
@@ -47,6 +49,7 @@ pub mod math;
 mod net;
 pub mod optim;
 mod seq;
+mod tables;
 mod team;
 
 pub use conv::Window;

@@ -12,6 +12,7 @@ use crate::loss::{self, LossConfig, Targets};
 use crate::math::{self, Act};
 use crate::optim::{self, OptimConfig, ParamState};
 use crate::seq::{again, Attention, Block, Mean, Positional, Tokens};
+use crate::tables::Tables;
 use crate::team::{piece, Parts, Team};
 
 /// Normalisation's epsilon (batchnorm and layernorm) and batchnorm's
@@ -26,7 +27,7 @@ const MOMENTUM: f32 = BATCHNORM_MOMENTUM as f32;
 const PARALLEL_MIN: usize = 16 * 1024;
 
 /// One line of a `model` block after `input N`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum LayerConfig {
     /// A fully connected layer of `units` outputs, then its activation; on
     /// a sequence, the same map at each of its `positions` (1 for plain
@@ -88,6 +89,16 @@ pub enum LayerConfig {
         /// Values per position.
         dim: usize,
     },
+    /// Each categorical column's index (a whole number among the plain
+    /// features) swapped for its row of the column's table (`[categories,
+    /// dim]`), the other features copied; an index outside its table reads
+    /// row 0.
+    Categorical {
+        /// Values per category.
+        dim: usize,
+        /// `(position among the features, categories)` per column, by position.
+        columns: Vec<(usize, usize)>,
+    },
     /// One learned vector per position added to the row (`[1, L · D]`).
     Positional,
     /// Multi-head self-attention over `length` positions of `dim` values
@@ -121,6 +132,14 @@ pub enum LayerConfig {
         length: usize,
         /// Values per position.
         dim: usize,
+    },
+    /// These layers, their output added to the block's input (`y = x +
+    /// f(x)`), through `projection` where the layers change the width.
+    Residual {
+        /// The layers, in order.
+        layers: Vec<LayerConfig>,
+        /// The layer that maps the input to the layers' output width, if needed.
+        projection: Option<Box<LayerConfig>>,
     },
 }
 
@@ -242,10 +261,29 @@ enum Layer {
         out: Vec<f32>,
     },
     Tokens(Tokens),
+    Categorical(Tables),
     Positional(Positional),
     Attention(Box<Attention>),
     Transformer(Box<Block>),
     SequenceMean(Mean),
+    Residual(Box<Residual>),
+}
+
+/// A residual block: its layers, the projection of its input where they
+/// change the width, and the buffers its backward pass works in.
+#[derive(Debug, Clone)]
+struct Residual {
+    block: Vec<Layer>,
+    projection: Option<Layer>,
+    /// Values per row of the input and of the output.
+    input: usize,
+    width: usize,
+    out: Vec<f32>,
+    /// The block's gradient buffers (as the network's), and the projection's.
+    g: Vec<f32>,
+    spare: Vec<f32>,
+    skip: Vec<f32>,
+    skip_spare: Vec<f32>,
 }
 
 /// What a layer's forward pass reads besides its input.
@@ -258,8 +296,8 @@ struct Pass<'a> {
 }
 
 impl Layer {
-    fn new(config: LayerConfig, width: &mut usize) -> Layer {
-        match config {
+    fn new(config: &LayerConfig, width: &mut usize) -> Layer {
+        match *config {
             LayerConfig::Dense { units, act, positions } => {
                 let positions = positions.max(1);
                 let d_in = *width / positions;
@@ -268,7 +306,7 @@ impl Layer {
             }
             LayerConfig::BatchNorm | LayerConfig::ChannelBatchNorm { .. } => {
                 let positions = match config {
-                    LayerConfig::ChannelBatchNorm { positions } => positions.max(1),
+                    LayerConfig::ChannelBatchNorm { positions } => (*positions).max(1),
                     _ => 1,
                 };
                 let c = *width / positions;
@@ -322,6 +360,11 @@ impl Layer {
                 *width *= dim;
                 Layer::Tokens(Tokens::new(tokens, length, dim))
             }
+            LayerConfig::Categorical { dim, ref columns } => {
+                let tables = Tables::new(*width, dim, columns);
+                *width = tables.width();
+                Layer::Categorical(tables)
+            }
             LayerConfig::Positional => Layer::Positional(Positional::new(*width)),
             LayerConfig::Attention { length, dim, heads } => {
                 Layer::Attention(Box::new(Attention::new(length, dim, heads, 0.0)))
@@ -333,6 +376,22 @@ impl Layer {
                 *width = dim;
                 Layer::SequenceMean(Mean { length, dim, out: Vec::new() })
             }
+            LayerConfig::Residual { ref layers, ref projection } => {
+                let input = *width;
+                let block = layers.iter().map(|c| Layer::new(c, width)).collect();
+                let projection = projection.as_deref().map(|c| Layer::new(c, &mut input.clone()));
+                Layer::Residual(Box::new(Residual {
+                    block,
+                    projection,
+                    input,
+                    width: *width,
+                    out: Vec::new(),
+                    g: Vec::new(),
+                    spare: Vec::new(),
+                    skip: Vec::new(),
+                    skip_spare: Vec::new(),
+                }))
+            }
         }
     }
 
@@ -343,8 +402,10 @@ impl Layer {
             Layer::Norm(n) => &n.out,
             Layer::Attention(a) => a.out(),
             Layer::Transformer(b) => &b.out,
+            Layer::Residual(r) => &r.out,
             Layer::Tokens(Tokens { out, .. })
             | Layer::Positional(Positional { out, .. })
+            | Layer::Categorical(Tables { out, .. })
             | Layer::SequenceMean(Mean { out, .. })
             | Layer::BatchNorm { out, .. }
             | Layer::Dropout { out, .. }
@@ -364,9 +425,11 @@ impl Layer {
             Layer::BatchNorm { gamma, beta, .. } => vec![gamma, beta],
             Layer::Norm(n) => vec![&n.gamma, &n.beta],
             Layer::Tokens(t) => vec![&t.table],
+            Layer::Categorical(t) => t.tables.iter().collect(),
             Layer::Positional(p) => vec![&p.weight],
             Layer::Attention(a) => a.params().to_vec(),
             Layer::Transformer(b) => b.params(),
+            Layer::Residual(r) => r.block.iter().chain(&r.projection).flat_map(Layer::params).collect(),
             Layer::Dropout { .. }
             | Layer::MaxPool { .. }
             | Layer::AvgPool { .. }
@@ -383,9 +446,11 @@ impl Layer {
             Layer::BatchNorm { gamma, beta, .. } => vec![gamma, beta],
             Layer::Norm(n) => vec![&mut n.gamma, &mut n.beta],
             Layer::Tokens(t) => vec![&mut t.table],
+            Layer::Categorical(t) => t.tables.iter_mut().collect(),
             Layer::Positional(p) => vec![&mut p.weight],
             Layer::Attention(a) => a.params_mut().into_iter().collect(),
             Layer::Transformer(b) => b.params_mut(),
+            Layer::Residual(r) => r.block.iter_mut().chain(&mut r.projection).flat_map(Layer::params_mut).collect(),
             Layer::Dropout { .. }
             | Layer::MaxPool { .. }
             | Layer::AvgPool { .. }
@@ -430,6 +495,9 @@ impl Layer {
                 param("bias", vec![*channels]),
             ],
             Layer::Tokens(t) => vec![param("weight", vec![t.table.value.len() / t.dim, t.dim])],
+            Layer::Categorical(t) => (t.tables.iter().enumerate())
+                .map(|(k, p)| param(&format!("tables.{k}.weight"), vec![p.value.len() / t.dim, t.dim]))
+                .collect(),
             Layer::Positional(p) => vec![param("weight", vec![1, p.weight.value.len()])],
             Layer::Attention(a) => attention("", a),
             Layer::Transformer(b) => {
@@ -438,6 +506,17 @@ impl Layer {
                 out.extend(linear("linear2.", &b.linear2));
                 out.extend(norm("norm1.", &b.norm1));
                 out.extend(norm("norm2.", &b.norm2));
+                out
+            }
+            // PyTorch's names for `block = nn.Sequential(...)` and `projection`.
+            Layer::Residual(r) => {
+                let mut out = Vec::new();
+                for (j, layer) in r.block.iter().enumerate() {
+                    out.extend(layer.info().into_iter().map(|(n, s, t)| (format!("block.{j}.{n}"), s, t)));
+                }
+                if let Some(layer) = &r.projection {
+                    out.extend(layer.info().into_iter().map(|(n, s, t)| (format!("projection.{n}"), s, t)));
+                }
                 out
             }
             Layer::Dropout { .. }
@@ -458,7 +537,9 @@ impl Layer {
             Layer::MaxPool { window, .. } | Layer::AvgPool { window, .. } => Some(window.input[0] * window.positions()),
             Layer::GlobalAvgPool { channels, .. } => Some(*channels),
             Layer::Tokens(t) => Some(t.length * t.dim),
+            Layer::Categorical(t) => Some(t.width()),
             Layer::SequenceMean(m) => Some(m.dim),
+            Layer::Residual(r) => Some(r.width),
             Layer::Dropout { .. }
             | Layer::Flatten { .. }
             | Layer::Norm(_)
@@ -479,10 +560,15 @@ impl Layer {
             Layer::AvgPool { window, .. } => window.input[0] * window.positions(),
             Layer::GlobalAvgPool { channels, .. } => *channels,
             Layer::Tokens(t) => input * t.dim,
+            Layer::Categorical(t) => t.width(),
             Layer::Positional(_) => input,
             Layer::Attention(a) => a.values_per_row(),
             Layer::Transformer(b) => b.values_per_row(),
             Layer::SequenceMean(m) => m.dim,
+            Layer::Residual(r) => {
+                let inner: usize = r.block.iter().chain(&r.projection).map(|l| l.values_per_row(r.input)).sum();
+                inner + r.width + 4 * r.widest()
+            }
             Layer::Dropout { .. } | Layer::Flatten { .. } => 0,
         }
     }
@@ -585,10 +671,12 @@ impl Layer {
                 }
             }
             Layer::Tokens(t) => t.forward(team, input),
+            Layer::Categorical(t) => t.forward(input),
             Layer::Positional(p) => p.forward(team, input),
             Layer::Attention(a) => a.forward(team, input, pass.present, masks),
             Layer::Transformer(b) => b.forward(team, input, pass.present, masks),
             Layer::SequenceMean(m) => m.forward(input, pass.present),
+            Layer::Residual(r) => r.forward(pass, input, masks),
         }
     }
 
@@ -695,6 +783,7 @@ impl Layer {
                 }
             }
             Layer::Tokens(t) => t.backward(input, &g[..input.len() * t.dim]),
+            Layer::Categorical(t) => t.backward(input, &g[..rows * t.width()]),
             Layer::Positional(p) => p.backward(team, &g[..input.len()]),
             Layer::Attention(a) => {
                 let n = input.len();
@@ -711,6 +800,84 @@ impl Layer {
                     std::mem::swap(g, spare);
                 }
             }
+            Layer::Residual(r) => r.backward(pass, input, g, input_grad),
+        }
+    }
+
+    /// Every tensor's values in [`info`](Self::info)'s order: the
+    /// parameters, then batchnorm's running statistics.
+    fn values(&self) -> Vec<&[f32]> {
+        match self {
+            Layer::BatchNorm { gamma, beta, running_mean, running_var, .. } => {
+                vec![&gamma.value, &beta.value, running_mean, running_var]
+            }
+            Layer::Residual(r) => r.block.iter().chain(&r.projection).flat_map(Layer::values).collect(),
+            _ => self.params().into_iter().map(|p| &p.value[..]).collect(),
+        }
+    }
+
+    /// [`values`](Self::values), writable.
+    fn values_mut(&mut self) -> Vec<&mut [f32]> {
+        match self {
+            Layer::BatchNorm { gamma, beta, running_mean, running_var, .. } => {
+                vec![&mut gamma.value, &mut beta.value, running_mean, running_var]
+            }
+            Layer::Residual(r) => r.block.iter_mut().chain(&mut r.projection).flat_map(Layer::values_mut).collect(),
+            _ => self.params_mut().into_iter().map(|p| &mut p.value[..]).collect(),
+        }
+    }
+}
+
+impl Residual {
+    /// Values per row of the widest of the block's input and layers.
+    fn widest(&self) -> usize {
+        self.block.iter().chain(&self.projection).filter_map(Layer::width).fold(self.input, usize::max)
+    }
+
+    fn forward(&mut self, pass: &Pass, x: &[f32], mut masks: Option<&mut dyn MaskSource>) {
+        for i in 0..self.block.len() {
+            let (before, rest) = self.block.split_at_mut(i);
+            let input = before.last().map_or(x, Layer::out);
+            rest[0].forward(pass, input, again(&mut masks));
+        }
+        if let Some(p) = &mut self.projection {
+            p.forward(pass, x, again(&mut masks));
+        }
+        let y = self.block.last().map_or(x, Layer::out);
+        let skip = self.projection.as_ref().map_or(x, Layer::out);
+        self.out.resize(y.len(), 0.0);
+        par_zip3(pass.team, y, skip, &mut self.out, |y, s, o| {
+            o.iter_mut().zip(y.iter().zip(s)).for_each(|(o, (y, s))| *o = y + s)
+        });
+    }
+
+    /// The parameters' gradients from the output gradient in `g`; with
+    /// `input_grad`, the input gradient (the block's plus the skip's) left in `g`.
+    fn backward(&mut self, pass: &Pass, x: &[f32], g: &mut [f32], input_grad: bool) {
+        let (n_out, n_in) = (self.out.len(), x.len());
+        let size = pass.rows * self.widest();
+        for buffer in [&mut self.g, &mut self.spare, &mut self.skip, &mut self.skip_spare] {
+            buffer.resize(size, 0.0);
+        }
+        self.g[..n_out].copy_from_slice(&g[..n_out]);
+        for i in (0..self.block.len()).rev() {
+            let (before, rest) = self.block.split_at_mut(i);
+            let input = before.last().map_or(x, Layer::out);
+            rest[0].backward(pass, input, &mut self.g, &mut self.spare, i > 0 || input_grad);
+        }
+        if let Some(p) = &mut self.projection {
+            self.skip[..n_out].copy_from_slice(&g[..n_out]);
+            p.backward(pass, x, &mut self.skip, &mut self.skip_spare, input_grad);
+            if input_grad {
+                // Both paths' gradients at the input.
+                g[..n_in].copy_from_slice(&self.skip[..n_in]);
+            }
+        }
+        if input_grad {
+            // Without a projection, `g` is already the skip's gradient.
+            par_zip_mut(pass.team, &mut g[..n_in], &self.g[..n_in], 1, |g, b| {
+                g.iter_mut().zip(b).for_each(|(g, b)| *g += b)
+            });
         }
     }
 }
@@ -727,10 +894,15 @@ pub struct Net {
     /// Two gradient buffers, `rows × widest`, used in turn going backward.
     grad_a: Vec<f32>,
     grad_b: Vec<f32>,
-    /// The padding mask of the last batch of texts (`rows × L`: 1 where a
-    /// token is, 0 where the text is padded); empty unless the first layer
-    /// is [`LayerConfig::Tokens`].
+    /// The padding mask of the last batch of texts or sequences (`rows ×
+    /// L`: 1 where a position is, 0 where the row is padded); empty unless
+    /// the first layer is [`LayerConfig::Tokens`] or the input is a sequence.
     present: Vec<f32>,
+    /// Values per position when the input is a sequence of numbers padded
+    /// with NaN (see [`read_sequences`](Net::read_sequences)); 0 otherwise.
+    channels: usize,
+    /// That input with its padding as 0, which the layers read.
+    clean: Vec<f32>,
     /// Gradient clipping before each update, if any.
     clip: Option<Clip>,
     /// Sum and count of the pre-clip global gradient norms since the last
@@ -757,7 +929,7 @@ impl Net {
     /// weights with [`tensors_mut`](Self::tensors_mut).
     pub fn new(input: usize, layers: &[LayerConfig]) -> Self {
         let mut width = input;
-        let layers = layers.iter().map(|&config| Layer::new(config, &mut width)).collect();
+        let layers = layers.iter().map(|config| Layer::new(config, &mut width)).collect();
         let team = Team::new(rayon::current_num_threads());
         Net {
             input,
@@ -766,10 +938,20 @@ impl Net {
             grad_a: Vec::new(),
             grad_b: Vec::new(),
             present: Vec::new(),
+            channels: 0,
+            clean: Vec::new(),
             clip: None,
             norms: (0.0, 0),
             phases: [0.0; 3],
         }
+    }
+
+    /// Reads each input row as a sequence of numbers, `channels` at each
+    /// position, padded at the end with NaN, as the Burn model reads it: a
+    /// position is padding when its first value is NaN (the mask attention
+    /// and the mean read), and every NaN reads as 0.
+    pub fn read_sequences(&mut self, channels: usize) {
+        self.channels = channels;
     }
 
     /// The number of input features.
@@ -798,32 +980,12 @@ impl Net {
 
     /// Every tensor's values, in [`tensor_info`](Self::tensor_info)'s order.
     pub fn tensors(&self) -> Vec<&[f32]> {
-        let mut out: Vec<&[f32]> = Vec::new();
-        for layer in &self.layers {
-            out.extend(layer.params().into_iter().map(|p| &p.value[..]));
-            if let Layer::BatchNorm { running_mean, running_var, .. } = layer {
-                out.push(running_mean);
-                out.push(running_var);
-            }
-        }
-        out
+        self.layers.iter().flat_map(Layer::values).collect()
     }
 
     /// Every tensor's values, writable, in [`tensor_info`](Self::tensor_info)'s order.
     pub fn tensors_mut(&mut self) -> Vec<&mut [f32]> {
-        let mut out: Vec<&mut [f32]> = Vec::new();
-        for layer in &mut self.layers {
-            match layer {
-                Layer::BatchNorm { gamma, beta, running_mean, running_var, .. } => {
-                    out.push(&mut gamma.value);
-                    out.push(&mut beta.value);
-                    out.push(running_mean);
-                    out.push(running_var);
-                }
-                _ => out.extend(layer.params_mut().into_iter().map(|p| &mut p.value[..])),
-            }
-        }
-        out
+        self.layers.iter_mut().flat_map(Layer::values_mut).collect()
     }
 
     /// The optimizer state of every trainable tensor, in
@@ -997,6 +1159,13 @@ impl Net {
             self.present.clear();
             self.present.extend(x.iter().map(|&v| v.min(1.0)));
         }
+        if self.channels > 0 {
+            self.present.clear();
+            self.present.extend(x.chunks_exact(self.channels).map(|p| if p[0].is_nan() { 0.0 } else { 1.0 }));
+            self.clean.clear();
+            self.clean.extend(x.iter().map(|&v| if v.is_nan() { 0.0 } else { v }));
+        }
+        let x = if self.channels > 0 { &self.clean[..] } else { x };
         let pass = Pass { team: &self.team, rows, present: (!self.present.is_empty()).then_some(&self.present[..]) };
         for i in 0..self.layers.len() {
             let (before, rest) = self.layers.split_at_mut(i);
@@ -1010,6 +1179,7 @@ impl Net {
     fn backward(&mut self, x: &[f32], rows: usize) {
         // Input gradients are wanted only where a layer below has parameters.
         let first_param = self.layers.iter().position(|l| !l.params().is_empty()).unwrap_or(usize::MAX);
+        let x = if self.channels > 0 { &self.clean[..] } else { x };
         let pass = Pass { team: &self.team, rows, present: (!self.present.is_empty()).then_some(&self.present[..]) };
         let mut g = std::mem::take(&mut self.grad_a);
         let mut spare = std::mem::take(&mut self.grad_b);
@@ -1303,7 +1473,13 @@ mod tests {
             LayerConfig::Tokens { tokens, dim },
             LayerConfig::Positional,
             LayerConfig::Transformer { length, dim, heads: 2, ff: 12, dropout: 0.25 },
-            LayerConfig::Attention { length, dim, heads: 4 },
+            LayerConfig::Residual {
+                layers: vec![
+                    LayerConfig::LayerNorm { positions: length },
+                    LayerConfig::Attention { length, dim, heads: 4 },
+                ],
+                projection: None,
+            },
             LayerConfig::LayerNorm { positions: length },
             LayerConfig::Dense { units: 6, act: Act::Tanh, positions: length },
             LayerConfig::SequenceMean { length, dim: 6 },
@@ -1326,6 +1502,39 @@ mod tests {
         let mut longer = Vec::new();
         net.predict(&[4.0, 4.0, 2.0, 0.0, 0.0], &mut longer);
         assert!(out[2..4].iter().zip(&longer).all(|(a, b)| (a - b).abs() < 1e-6), "{out:?} vs {longer:?}");
+    }
+
+    /// Through the tables of two categorical columns among plain features,
+    /// and a residual block with a projection.
+    #[test]
+    fn categorical_and_residual_gradients_match_central_differences() {
+        let layers = [
+            LayerConfig::Categorical { dim: 2, columns: vec![(1, 3), (3, 4)] },
+            LayerConfig::Dense { units: 4, act: Act::Tanh, positions: 1 },
+            // A residual block that narrows 4 to 3 through a projection.
+            LayerConfig::Residual {
+                layers: vec![
+                    LayerConfig::Dense { units: 3, act: Act::Gelu, positions: 1 },
+                    LayerConfig::Dense { units: 3, act: Act::Linear, positions: 1 },
+                ],
+                projection: Some(Box::new(LayerConfig::Dense { units: 3, act: Act::Linear, positions: 1 })),
+            },
+            LayerConfig::Dense { units: 2, act: Act::Linear, positions: 1 },
+        ];
+        let mut net = Net::new(4, &layers);
+        assert_eq!(net.tensor_info()[1].name, "0.tables.1.weight");
+        assert_eq!(net.tensor_info()[1].shape, [4, 2]);
+        for (i, t) in net.tensors_mut().into_iter().enumerate() {
+            t.iter_mut().enumerate().for_each(|(j, v)| *v += pseudo(100 * i + j) * 1.5);
+        }
+        let x = [0.5, 2.0, -1.0, 3.0, 1.5, 1.0, 0.2, 0.0, -0.7, 2.0, 0.9, 1.0];
+        let y: Vec<f32> = (0..3 * 2).map(|i| pseudo(i + 2000)).collect();
+        check_gradients(&mut net, &x, &y, "categorical", 1e-2);
+        // Each index picks its row: 2 in the first column, 3 in the second.
+        net.predict(&x[..4], &mut Vec::new());
+        let Layer::Categorical(t) = &net.layers[0] else { panic!("the tables") };
+        let (t0, t1) = (&t.tables[0].value, &t.tables[1].value);
+        assert_eq!(t.out[..6], [0.5, t0[4], t0[5], -1.0, t1[6], t1[7]]);
     }
 
     #[test]

@@ -168,9 +168,12 @@ impl Kind for EmbeddingSpec {
     /// On a text, the rows of padding and of an unseen token start at
     /// zeros; padding's gets no gradient (its positions are multiplied by
     /// the mask), so it stays there, as with PyTorch's `padding_idx`.
-    /// A text's tokens; the tables of categorical columns run on Burn.
     fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
-        input.is_tokens().then_some(kynml_cpu::LayerConfig::Tokens { tokens: self.tokens, dim: self.dim })
+        if input.is_tokens() {
+            return Some(kynml_cpu::LayerConfig::Tokens { tokens: self.tokens, dim: self.dim });
+        }
+        let columns = self.columns.iter().map(|c| (c.position, c.categories)).collect();
+        Some(kynml_cpu::LayerConfig::Categorical { dim: self.dim, columns })
     }
 
     fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Embedding<Kb> {

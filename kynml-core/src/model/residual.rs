@@ -142,6 +142,21 @@ impl Kind for ResidualSpec {
         out
     }
 
+    /// Where the native engine has every layer of the block and its projection.
+    fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
+        let mut shape = input.clone();
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            layers.push(layer.native(&shape)?);
+            shape = layer.output(&shape).ok()?;
+        }
+        let projection = match self.projection(input, &shape).ok()? {
+            Some(p) => Some(Box::new(p.native(input)?)),
+            None => None,
+        };
+        Some(kynml_cpu::LayerConfig::Residual { layers, projection })
+    }
+
     fn init(&self, input: &Shape, rng: &mut SplitMix64, device: &DispatchDevice) -> Residual<Kb> {
         let mut shape = input.clone();
         let mut block = Vec::with_capacity(self.layers.len());

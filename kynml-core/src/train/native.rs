@@ -79,12 +79,8 @@ pub fn engine_for(device: &Device, precision: &PrecisionPlan, choice: EngineChoi
 }
 
 /// The model's layers as the native engine builds them; otherwise what it
-/// lacks: "no `attention` layer" (the first layer it lacks, as written), or
-/// "no sequence input".
+/// lacks: "no `residual` layer" (the first layer it lacks, as written).
 pub fn native_layers(model: &ModelSpec) -> Result<Vec<LayerConfig>, String> {
-    if model.shape.is_sequence() {
-        return Err("no sequence input".into());
-    }
     let mut shape = model.shape.clone();
     let mut out = Vec::with_capacity(model.layers.len());
     for layer in &model.layers {
@@ -176,6 +172,10 @@ impl NativeEngine {
         device: &DispatchDevice,
     ) -> Result<Self, String> {
         let mut net = Net::new(spec.model.input.value, &native_layers(&spec.model)?);
+        if spec.model.shape.is_sequence() {
+            // `input seq LxC`: NaN-padded rows of C values per position.
+            net.read_sequences(spec.model.shape.dims()[1]);
+        }
         net.set_clip(spec.train.clip.as_ref().map(|c| match c.value {
             Clip::Norm(x) => kynml_cpu::Clip::Norm(x),
             Clip::Value(x) => kynml_cpu::Clip::Value(x),

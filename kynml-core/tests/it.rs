@@ -1900,7 +1900,8 @@ fn the_native_engine_trains_text_and_sequence_models_as_burn_does() {
     let sequence = |dir: &Path, layers: &str| sequence_spec(dir, seed, layers).0;
     // The categorical model is written whole by its helper.
     let categorical = |dir: &Path, _: &str| categorical_spec(dir, seed, "");
-    let cases: [(&dyn Fn(&Path, &str) -> PathBuf, &str); 5] = [
+    type Writer<'a> = &'a dyn Fn(&Path, &str) -> PathBuf;
+    let cases: [(Writer, &str); 5] = [
         (&categorical, " embedding 3 (of two categorical columns)\n dense 16 tanh"),
         (&text, " embedding 8\n positional\n transformer heads=2 ff=16 dropout=0.1\n layernorm\n global_avgpool"),
         (&text, " embedding 8\n attention heads=4\n dense 6 gelu\n layernorm\n global_avgpool\n dropout 0.2"),

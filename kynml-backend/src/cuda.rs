@@ -17,6 +17,9 @@ pub struct CudaGpu {
     pub compute_capability: (u32, u32),
     /// Total device memory, in bytes.
     pub memory_bytes: u64,
+    /// The PCI bus id (`0000:3b:00.0`), by which NVML finds the same GPU
+    /// whatever order it counts devices in; empty if the driver did not say.
+    pub pci_bus_id: String,
 }
 
 /// What the driver said.
@@ -61,6 +64,8 @@ unsafe fn probe_driver() -> Result<Vec<CudaGpu>, String> {
         lib.get(b"cuDeviceGetAttribute\0").map_err(|_| symbol("cuDeviceGetAttribute"))?;
     let cu_mem: libloading::Symbol<unsafe extern "C" fn(*mut usize, c_int) -> CuResult> =
         lib.get(b"cuDeviceTotalMem_v2\0").map_err(|_| symbol("cuDeviceTotalMem_v2"))?;
+    let cu_bus: Option<libloading::Symbol<unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult>> =
+        lib.get(b"cuDeviceGetPCIBusId\0").ok();
 
     let status = cu_init(0);
     if status != 0 {
@@ -87,11 +92,19 @@ unsafe fn probe_driver() -> Result<Vec<CudaGpu>, String> {
         cu_attr(&mut minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
         let mut memory: usize = 0;
         cu_mem(&mut memory, dev);
+        let mut bus = [0 as c_char; 64];
+        let pci_bus_id = match &cu_bus {
+            Some(f) if f(bus.as_mut_ptr(), bus.len() as c_int, dev) == 0 => {
+                std::ffi::CStr::from_ptr(bus.as_ptr()).to_string_lossy().into_owned()
+            }
+            _ => String::new(),
+        };
         gpus.push(CudaGpu {
             index: index as usize,
             name,
             compute_capability: (major as u32, minor as u32),
             memory_bytes: memory as u64,
+            pci_bus_id,
         });
     }
     Ok(gpus)

@@ -523,6 +523,20 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
         value += &format!(" (the native CPU engine has {layer} yet)");
     }
     let mut out = vec![Applied { setting: "device", value, as_requested: true }];
+    if let DeviceKind::Cuda(gpu) = &device.kind {
+        // Nothing asked for it: without NVML this is a note, not a refusal.
+        let value = crate::train::gpu_monitor::check(gpu).map_or_else(
+            |why| why,
+            |()| {
+                format!(
+                    "NVML: the GPU's busy share and memory every {} ms (metrics.jsonl `gpu_busy`, \
+                     `gpu_memory_peak`; the profile's verdict and trace)",
+                    crate::train::gpu_monitor::PERIOD.as_millis()
+                )
+            },
+        );
+        out.push(Applied { setting: "gpu monitor", value, as_requested: true });
+    }
     out.push(match (&precision.fallback, precision.compute) {
         (Some(why), Compute::Tf32) => Applied {
             setting: "precision",

@@ -48,6 +48,14 @@ pub struct EpochRecord {
     /// system tells it (Linux).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss: Option<u64>,
+    /// On CUDA with NVML: the mean percent of the epoch's samples in which
+    /// the GPU ran a kernel (see [`gpu_monitor`](crate::train::gpu_monitor)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_busy: Option<f64>,
+    /// On CUDA with NVML: the most device memory in use (every process's)
+    /// in the epoch's samples, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_peak: Option<u64>,
 }
 
 /// Progress, in the order it happens.

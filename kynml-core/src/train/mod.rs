@@ -20,6 +20,7 @@ macro_rules! by_rank {
 
 pub mod engine;
 mod events;
+pub mod gpu_monitor;
 pub mod loss;
 pub mod loss_scale;
 pub mod memory;

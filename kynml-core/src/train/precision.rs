@@ -203,6 +203,7 @@ mod tests {
             name: "test GPU".into(),
             compute_capability: (major, 0),
             memory_bytes: 1 << 34,
+            pci_bus_id: String::new(),
         }))
     }
 

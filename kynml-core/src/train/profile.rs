@@ -12,6 +12,8 @@
 
 use serde_json::{json, Value};
 
+use super::gpu_monitor::GpuSample;
+
 /// The time of one step's phases, in seconds, as an engine measures them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepPhases {
@@ -75,6 +77,9 @@ pub struct Profile {
     pub synchronised: bool,
     /// One per checkpoint taken.
     pub checkpoints: Vec<CheckpointTiming>,
+    /// On CUDA with NVML: the GPU's busy share and memory, sampled through
+    /// the run (see [`gpu_monitor`](super::gpu_monitor)).
+    pub gpu: Vec<GpuSample>,
 }
 
 /// One checkpoint: the training thread's hand-off (the snapshot copied to
@@ -116,6 +121,9 @@ pub enum Bound {
     Data,
     /// The steps themselves took nearly all of it.
     Compute,
+    /// The steps took nearly all of it, yet the GPU sat idle for much of
+    /// them (NVML's busy share): the host's launches set the pace.
+    Launch,
 }
 
 /// The bottleneck, and one concrete step a person can take.
@@ -129,6 +137,9 @@ pub struct Verdict {
 
 /// The share of time waiting for batches above which a run is data-bound.
 pub const DATA_BOUND_SHARE: f64 = 0.3;
+/// The GPU busy percent below which a compute-bound run's steps leave the
+/// GPU waiting on the host: kernel launches and the work between them.
+pub const GPU_IDLE_BUSY: f64 = 60.0;
 
 /// The phases in step order; `other` is what the step spent outside them.
 pub const PHASES: [&str; 6] = ["wait", "copy", "forward", "backward", "optimizer", "other"];
@@ -195,6 +206,16 @@ impl Profile {
             .filter(|p| p.phase != "wait")
             .map(|p| (p.phase, p.share))
             .fold(("forward", 0.0), |best, p| if p.1 > best.1 { p } else { best });
+        if let Some(gpu) = super::gpu_monitor::summarize(&self.gpu).filter(|g| g.busy < GPU_IDLE_BUSY) {
+            return Verdict {
+                bound: Bound::Launch,
+                advice: format!(
+                    "GPU busy {:.0}%: the step is launch-bound (the GPU waits between kernels); a larger batch \
+                     would use the GPU better",
+                    gpu.busy
+                ),
+            };
+        }
         let hint = match phase {
             "copy" => "the copy to the device leads: a larger batch copies less often per row",
             "optimizer" => "the optimizer's update leads: a larger batch updates less often per row",
@@ -223,6 +244,7 @@ impl Profile {
             "steps": self.steps.len(),
             "synchronised": self.synchronised,
             "peak_device_in_use": self.peak_in_use(),
+            "gpu": super::gpu_monitor::summarize(&self.gpu),
             "phases": self.summary(),
             "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>(),
             "checkpoints": self.checkpoints.iter().map(|c| json!({
@@ -292,6 +314,11 @@ impl Profile {
         for e in &self.evals {
             events.push(json!({"name": "evaluate", "ph": "X", "pid": 1, "tid": 3, "ts": us(e.start), "dur": us(e.seconds), "args": {"epoch": e.epoch}}));
         }
+        // NVML's samples as counters, which Perfetto draws as tracks of their own.
+        for g in &self.gpu {
+            events.push(json!({"name": "GPU busy %", "ph": "C", "pid": 1, "ts": us(g.t), "args": {"busy": g.busy}}));
+            events.push(json!({"name": "GPU memory (MiB)", "ph": "C", "pid": 1, "ts": us(g.t), "args": {"used": g.memory >> 20}}));
+        }
         json!({"traceEvents": events, "displayTimeUnit": "ms"})
     }
 }
@@ -316,6 +343,7 @@ mod tests {
             evals: Vec::new(),
             synchronised: false,
             checkpoints: Vec::new(),
+            gpu: Vec::new(),
         };
         let s = p.summary();
         let get = |name: &str| s.iter().find(|x| x.phase == name).unwrap().clone();
@@ -353,6 +381,7 @@ mod tests {
             evals: Vec::new(),
             synchronised: false,
             checkpoints: Vec::new(),
+            gpu: Vec::new(),
         };
         // Waiting 1 s of every 2: data-bound, with the workers to try.
         let data = steps(1.0).verdict(0);
@@ -363,5 +392,18 @@ mod tests {
         let compute = steps(0.25).verdict(0);
         assert_eq!(compute.bound, Bound::Compute);
         assert!(compute.advice.contains("backward 40%"), "{}", compute.advice);
+        // The same steps on a GPU that NVML saw busy 31% of the time: the
+        // host's launches set the pace. Busy 80%: compute-bound as before.
+        let sample = |busy: u32| GpuSample { t: 0.0, busy, memory: 1 << 30 };
+        let launch = Profile { gpu: vec![sample(20), sample(42)], ..steps(0.25) }.verdict(0);
+        assert_eq!(launch.bound, Bound::Launch);
+        assert!(launch.advice.contains("GPU busy 31%") && launch.advice.contains("larger batch"), "{}", launch.advice);
+        assert_eq!(Profile { gpu: vec![sample(80)], ..steps(0.25) }.verdict(0).bound, Bound::Compute);
+        // Waiting for data still comes first.
+        assert_eq!(Profile { gpu: vec![sample(5)], ..steps(1.0) }.verdict(0).bound, Bound::Data);
+        // The samples are counters in the trace.
+        let trace = Profile { gpu: vec![sample(20)], ..steps(0.25) }.trace();
+        let counters = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "C").count();
+        assert_eq!(counters, 2);
     }
 }

@@ -313,6 +313,8 @@ mod saved_history {
                     device_reserved: None,
                     device_in_use: None,
                     peak_rss: None,
+                    gpu_busy: None,
+                    gpu_memory_peak: None,
                 })
             })
             .collect()
@@ -340,6 +342,8 @@ mod tests {
             device_reserved: Some(1 << 20),
             device_in_use: Some(1 << 19),
             peak_rss: Some(1 << 30),
+            gpu_busy: Some(61.5),
+            gpu_memory_peak: Some(1 << 33),
         };
         let state = LoopState {
             epoch: 3,

@@ -283,6 +283,12 @@ fn run<'scope, 'env>(
     });
 
     let started = Instant::now();
+    // On CUDA, the GPU's busy share and memory from NVML; without NVML
+    // "what runs" has said so, and training goes on unsampled.
+    let mut gpu_monitor = match &device.kind {
+        kynml_backend::DeviceKind::Cuda(gpu) => super::gpu_monitor::GpuMonitor::start(gpu, started).ok(),
+        _ => None,
+    };
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
     for epoch in first_epoch..=last_epoch {
         let lr = lr_at(t.optimizer.value.lr(), t.scheduler.as_ref().map(|s| &s.value), epoch - 1);
@@ -413,6 +419,7 @@ fn run<'scope, 'env>(
             p.evals.push(EvalTiming { epoch, start, seconds: evaluating.elapsed().as_secs_f64() });
         }
         let memory = device.memory();
+        let gpu = gpu_monitor.as_mut().and_then(|m| super::gpu_monitor::summarize(&m.take()));
         let record = EpochRecord {
             epoch,
             lr,
@@ -428,6 +435,8 @@ fn run<'scope, 'env>(
             device_reserved: memory.map(|m| m.reserved),
             device_in_use: memory.map(|m| m.in_use),
             peak_rss: crate::bench::peak_rss(),
+            gpu_busy: gpu.map(|g| g.busy),
+            gpu_memory_peak: gpu.map(|g| g.peak_memory),
         };
         on_event(TrainEvent::EpochEnd(&record));
         history.push(record);
@@ -481,6 +490,9 @@ fn run<'scope, 'env>(
         if stopped_early {
             break;
         }
+    }
+    if let (Some(p), Some(m)) = (profile.as_mut(), gpu_monitor.take()) {
+        p.gpu = m.finish();
     }
     // Training ends when the last write is on disk.
     if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::flush) {

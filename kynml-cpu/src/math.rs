@@ -410,6 +410,39 @@ fn backward_kernel<const FUSED: bool>(act: Act, z: &[f32], out: &[f32], g: &mut 
     }
 }
 
+/// Softmax of each row of `width` in `rows`, in place: `e^(x - max)` over
+/// the row's sum, in sixteen lanes (attention's weights).
+pub(crate) fn softmax_rows(rows: &mut [f32], width: usize) {
+    match isa() {
+        Isa::Baseline => softmax_kernel::<false>(rows, width),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` has just seen the CPU support the function's features.
+        Isa::Avx2 => unsafe { x86::softmax_avx2(rows, width) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx512 => unsafe { x86::softmax_avx512(rows, width) },
+    }
+}
+
+#[inline(always)]
+fn softmax_kernel<const FUSED: bool>(rows: &mut [f32], width: usize) {
+    const LANES: usize = 16;
+    for row in rows.chunks_exact_mut(width.max(1)) {
+        let mut top = [f32::NEG_INFINITY; LANES];
+        for c in row.chunks(LANES) {
+            top.iter_mut().zip(c).for_each(|(t, &v)| *t = if v > *t { v } else { *t });
+        }
+        let top = top.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        row.iter_mut().for_each(|v| *v = exp_with::<FUSED>(*v - top));
+        let mut sum = [0.0f32; LANES];
+        for c in row.chunks(LANES) {
+            sum.iter_mut().zip(c).for_each(|(s, &v)| *s += v);
+        }
+        let inv = 1.0 / sum.iter().sum::<f32>();
+        row.iter_mut().for_each(|v| *v *= inv);
+    }
+}
+
 /// The widest build of the slice functions a CPU can run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Isa {
@@ -442,7 +475,17 @@ fn isa() -> Isa {
 /// shared ones, inlined, so only the vector width and the fusing differ.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{backward_kernel, forward_kernel, Act};
+    use super::{backward_kernel, forward_kernel, softmax_kernel, Act};
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn softmax_avx2(rows: &mut [f32], width: usize) {
+        softmax_kernel::<true>(rows, width)
+    }
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn softmax_avx512(rows: &mut [f32], width: usize) {
+        softmax_kernel::<true>(rows, width)
+    }
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn forward_avx2(act: Act, z: &[f32], out: &mut [f32]) {
@@ -842,6 +885,30 @@ mod tests {
                 assert!((fd - d).abs() < 1e-7, "{act:?} at {x}: {d} vs finite difference {fd}");
             }
         }
+    }
+
+    #[test]
+    fn softmax_rows_match_f64_with_masked_and_large_scores() {
+        let width = 37;
+        let mut rows: Vec<f32> = (0..3 * width).map(|i| ((i * 7919 % 211) as f32 - 105.0) / 9.0).collect();
+        // Padding's keys (a score plus -1e9) and a row of large scores.
+        rows[3] += -1e9;
+        rows[width + 5] += -1e9;
+        rows[2 * width..].iter_mut().for_each(|v| *v += 80.0);
+        let want: Vec<f64> = rows
+            .chunks(width)
+            .flat_map(|r| {
+                let top = r.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = r.iter().map(|&v| (v as f64 - top).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                e.into_iter().map(move |v| v / sum)
+            })
+            .collect();
+        softmax_rows(&mut rows, width);
+        for (i, (got, want)) in rows.iter().zip(&want).enumerate() {
+            assert!((*got as f64 - want).abs() <= 2e-7 + 2e-6 * want, "{i}: {got} vs {want}");
+        }
+        assert_eq!((rows[3], rows[width + 5]), (0.0, 0.0), "padding gets no weight");
     }
 
     #[test]

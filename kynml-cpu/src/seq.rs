@@ -296,15 +296,12 @@ impl Attention {
                     scale,
                 );
                 let scores = std::slice::from_raw_parts_mut(probs.ptr().add(s), l * l);
-                for row in scores.chunks_exact_mut(l) {
-                    if let Some(p) = present {
-                        row.iter_mut()
-                            .zip(&p[b * l..(b + 1) * l])
-                            .filter(|(_, &m)| m == 0.0)
-                            .for_each(|(v, _)| *v += MASKED);
+                if let Some(p) = present.map(|p| &p[b * l..(b + 1) * l]).filter(|p| p.contains(&0.0)) {
+                    for row in scores.chunks_exact_mut(l) {
+                        row.iter_mut().zip(p).filter(|(_, &m)| m == 0.0).for_each(|(v, _)| *v += MASKED);
                     }
-                    softmax(row);
                 }
+                math::softmax_rows(scores, l);
             }
         });
         self.drew = false;
@@ -430,18 +427,6 @@ impl Attention {
         });
         self.in_proj.backward(team, x, &mut self.dqkv, dx);
     }
-}
-
-/// Softmax of one row in place, after its largest value is taken off.
-fn softmax(row: &mut [f32]) {
-    let top = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f32;
-    for v in row.iter_mut() {
-        *v = math::exp(*v - top);
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    row.iter_mut().for_each(|v| *v *= inv);
 }
 
 /// The pre-norm transformer encoder block, PyTorch's

@@ -510,8 +510,15 @@ fn run<'scope, 'env>(
     }
 
     let last = || engine.model();
-    let final_model = if stopper.is_some() { best.unwrap_or_else(last) } else { last() };
-    let outputs = evaluate::run_split(&final_model, data, Split::Valid, loss_kind, &inner_device);
+    let (final_model, outputs) = match (stopper.is_some(), best) {
+        // The engine's own weights: it evaluates them (the native engine
+        // with its kernels, far faster than Burn's CPU backend).
+        (false, _) | (true, None) => (last(), engine.evaluate(data, Split::Valid)),
+        (true, Some(best)) => {
+            let outputs = evaluate::run_split(&best, data, Split::Valid, loss_kind, &inner_device);
+            (best, outputs)
+        }
+    };
     let mut final_metrics = evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes);
     final_metrics.insert("val_loss".into(), outputs.loss);
     Ok(TrainResult {

@@ -3,13 +3,16 @@
 on the same config, precision by precision, one process each, then a table.
 
     python3 benches/compare_gpu.py                              # wide and deepnet, every precision
+    python3 benches/compare_gpu.py --config all                 # and the CNN and the transformer
     python3 benches/compare_gpu.py --config wide --precisions bf16 fp16 --json /tmp/gpu.json
     python3 benches/compare_gpu.py --kynml ./kynml --no-pytorch  # KynML alone (a machine with only the binary)
 
 KynML rows: `kynml bench examples/CONFIG/CONFIG.kyn --device cuda --precision P
 --synthetic ROWS --steps S --rounds R --json ...`. PyTorch rows: gpu.py with
 the same config, precision, steps and rounds, eager, plus bf16 with fused
-AdamW and bf16 with torch.compile. Both engines time their rounds the same way
+AdamW and bf16 with torch.compile. For `cnn28` and `transformer` (batch 64,
+Adam) the PyTorch rows are benches/pytorch/cnn.py and transformer.py, eager,
+with `--device` and `--precision`. Both engines time their rounds the same way
 (see gpu.py and `kynml bench --help`); "start-up" is from the process's start
 to the end of its warm-up round. The kernel cache (`--cache`) is KynML's: run
 the script twice to see a warm start.
@@ -29,7 +32,9 @@ sys.dont_write_bytecode = True
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-ROWS = {"wide": 4096 * 20, "deepnet": 256 * 200}
+ROWS = {"wide": 4096 * 20, "deepnet": 256 * 200, "cnn28": 8192, "transformer": 8192}
+# The configs whose PyTorch reference is a script of their own (batch 64, Adam).
+SCRIPTS = {"cnn28": "cnn.py", "transformer": "transformer.py"}
 
 
 def default_kynml():
@@ -42,7 +47,8 @@ def parse_args():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kynml", default=default_kynml(), help="the kynml binary (default: %(default)s)")
     p.add_argument("--python", default=sys.executable, help="the Python with torch (default: this one)")
-    p.add_argument("--config", choices=["wide", "deepnet", "both"], default="both")
+    p.add_argument("--config", choices=["wide", "deepnet", "cnn28", "transformer", "both", "all"], default="both",
+                   help="both: wide and deepnet; all: the four")
     p.add_argument("--precisions", nargs="+", default=["fp32", "tf32", "bf16", "fp16"])
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--rounds", type=int, default=3)
@@ -78,7 +84,8 @@ def main():
         print(f"compare_gpu.py: no kynml binary at {args.kynml} (cargo build --release -p kynml-cli, or --kynml)",
               file=sys.stderr)
         return 2
-    configs = ["wide", "deepnet"] if args.config == "both" else [args.config]
+    configs = {"both": ["wide", "deepnet"], "all": ["wide", "deepnet", "cnn28", "transformer"]}.get(
+        args.config, [args.config])
     rows, kynml_failed = [], False
     for config in configs:
         spec = os.path.join(REPO, "examples", config, f"{config}.kyn")
@@ -92,6 +99,14 @@ def main():
             rows.append({**r, "config": config, "engine": "kynml " + r.get("engine", ""), "asked": precision})
         if args.no_pytorch:
             continue
+        if config in SCRIPTS:
+            for precision in args.precisions:
+                cmd = [args.python, os.path.join(HERE, "pytorch", SCRIPTS[config]), "--device", args.device,
+                       "--precision", precision, "--steps", str(args.steps), "--rounds", str(args.rounds),
+                       "--rows", str(ROWS[config])]
+                r = run_json(cmd + ["--json"])
+                rows.append({**r, "config": config, "engine": "pytorch", "asked": precision})
+            continue
         variants = [(p, []) for p in args.precisions] + [("bf16", ["--fused"]), ("bf16", ["--compile"])]
         for precision, extra in variants:
             cmd = [args.python, os.path.join(HERE, "pytorch", "gpu.py"), "--config", config,
@@ -101,16 +116,16 @@ def main():
             rows.append({**r, "config": config, "engine": "pytorch " + " ".join(x.strip("-") for x in extra),
                          "asked": precision})
 
-    print(f"\n{'config':<8} {'engine':<16} {'asked':<6} {'ran':<6} {'samples/s':>12} {'ms/step':>9} "
+    print(f"\n{'config':<11} {'engine':<16} {'asked':<6} {'ran':<6} {'samples/s':>12} {'ms/step':>9} "
           f"{'start-up s':>10} {'device MiB':>10}")
     for r in rows:
         if "error" in r:
-            print(f"{r['config']:<8} {r['engine'].strip():<16} {r['asked']:<6} failed: {r['error']}")
+            print(f"{r['config']:<11} {r['engine'].strip():<16} {r['asked']:<6} failed: {r['error']}")
             continue
         mem = (r.get("peak_device_memory") or {}).get("in_use") if r["engine"].startswith("kynml") \
             else r.get("peak_device_allocated_bytes")
         startup = r.get("process_startup_secs") or r.get("startup_secs") or float("nan")
-        print(f"{r['config']:<8} {r['engine'].strip():<16} {r['asked']:<6} {r.get('precision', '?'):<6} "
+        print(f"{r['config']:<11} {r['engine'].strip():<16} {r['asked']:<6} {r.get('precision', '?'):<6} "
               f"{r['samples_per_sec']:>12.0f} {r['step_ms']:>9.3f} {startup:>10.1f} "
               f"{(mem or 0) / 2**20:>10.0f}")
     if args.json:

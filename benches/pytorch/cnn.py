@@ -44,7 +44,7 @@ def main():
     torch.manual_seed(7)
     x = torch.randn(args.rows, 1, 28, 28)
     y = torch.randint(0, 10, (args.rows,))
-    rounds.measure(torch, args, rounds.adam_step(torch, model(), x, y))
+    rounds.measure(torch, args, rounds.adam_step(torch, model(), x, y, args))
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def main():
     ids = torch.randint(2, VOCAB, (args.rows, L))
     ids[torch.arange(L)[None, :] >= lengths[:, None]] = 0
     y = torch.randint(0, 2, (args.rows,))
-    rounds.measure(torch, args, rounds.adam_step(torch, TextEncoder(), ids, y))
+    rounds.measure(torch, args, rounds.adam_step(torch, TextEncoder(), ids, y, args))
 
 
 if __name__ == "__main__":

@@ -566,7 +566,13 @@ impl Layer {
             Layer::Transformer(b) => b.values_per_row(),
             Layer::SequenceMean(m) => m.dim,
             Layer::Residual(r) => {
-                let inner: usize = r.block.iter().chain(&r.projection).map(|l| l.values_per_row(r.input)).sum();
+                // Each inner layer sized by the width that reaches it.
+                let mut width = r.input;
+                let mut inner = r.projection.as_ref().map_or(0, |p| p.values_per_row(r.input));
+                for layer in &r.block {
+                    inner += layer.values_per_row(width);
+                    width = layer.width().unwrap_or(width);
+                }
                 inner + r.width + 4 * r.widest()
             }
             Layer::Dropout { .. } | Layer::Flatten { .. } => 0,

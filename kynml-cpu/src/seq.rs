@@ -23,20 +23,23 @@ use crate::team::{Parts, Team};
 /// softmax weight is 0.
 const MASKED: f32 = -1e9;
 
-/// A buffer that a job's pieces write at once, each its own elements.
+/// A buffer that a job's pieces write at once, each its own elements. It
+/// holds the buffer's mutable borrow, so the buffer cannot be resized or
+/// read elsewhere while the job may write it.
 #[derive(Clone, Copy)]
-struct Shared {
+struct Shared<'a> {
     ptr: *mut f32,
     len: usize,
+    _buffer: std::marker::PhantomData<&'a mut [f32]>,
 }
 
 // SAFETY: shared only inside one team job whose pieces write disjoint elements.
-unsafe impl Sync for Shared {}
-unsafe impl Send for Shared {}
+unsafe impl Sync for Shared<'_> {}
+unsafe impl Send for Shared<'_> {}
 
-impl Shared {
-    fn new(v: &mut [f32]) -> Self {
-        Shared { ptr: v.as_mut_ptr(), len: v.len() }
+impl<'a> Shared<'a> {
+    fn new(v: &'a mut [f32]) -> Self {
+        Shared { ptr: v.as_mut_ptr(), len: v.len(), _buffer: std::marker::PhantomData }
     }
 
     // Methods rather than fields inside a job's closure, which then takes
@@ -80,9 +83,9 @@ impl Tokens {
     }
 
     fn id(&self, v: f32) -> usize {
-        let id = v as usize;
-        assert!(v >= 0.0 && (id + 1) * self.dim <= self.table.value.len(), "token id {v} is outside the table");
-        id
+        let rows = self.table.value.len() / self.dim.max(1);
+        assert!(v >= 0.0 && v < rows as f32, "token id {v} is outside the table of {rows}");
+        v as usize
     }
 
     pub fn forward(&mut self, team: &Team, ids: &[f32]) {

@@ -206,12 +206,15 @@ impl Profile {
             .filter(|p| p.phase != "wait")
             .map(|p| (p.phase, p.share))
             .fold(("forward", 0.0), |best, p| if p.1 > best.1 { p } else { best });
-        if let Some(gpu) = super::gpu_monitor::summarize(&self.gpu).filter(|g| g.busy < GPU_IDLE_BUSY) {
+        if let Some(gpu) = super::gpu_monitor::summarize(&self.gpu_in_steps()).filter(|g| g.busy < GPU_IDLE_BUSY) {
+            // A profiled run waits for the device after each phase, which
+            // idles it a little more than an unprofiled run would.
+            let synced = if self.synchronised { " (read while profiling, whose waits add a little idle)" } else { "" };
             return Verdict {
                 bound: Bound::Launch,
                 advice: format!(
-                    "GPU busy {:.0}%: the step is launch-bound (the GPU waits between kernels); a larger batch \
-                     would use the GPU better",
+                    "GPU busy {:.0}% during the steps{synced}: the step is launch-bound (the GPU waits between \
+                     kernels); a larger batch would use the GPU better",
                     gpu.busy
                 ),
             };
@@ -229,6 +232,18 @@ impl Profile {
                 100.0 * largest
             ),
         }
+    }
+
+    /// The GPU samples taken during the steps' phases (not while waiting
+    /// for a batch, evaluating or checkpointing); all of them where the
+    /// steps were not timed.
+    fn gpu_in_steps(&self) -> Vec<GpuSample> {
+        if self.steps.is_empty() {
+            return self.gpu.clone();
+        }
+        let spans: Vec<(f64, f64)> =
+            self.steps.iter().map(|s| (s.start + s.wait, s.start + s.wait + s.total)).collect();
+        self.gpu.iter().filter(|g| spans.iter().any(|&(a, b)| g.t >= a && g.t <= b)).copied().collect()
     }
 
     /// The most device memory in use read at any phase's end (bytes);
@@ -394,8 +409,12 @@ mod tests {
         assert!(compute.advice.contains("backward 40%"), "{}", compute.advice);
         // The same steps on a GPU that NVML saw busy 31% of the time: the
         // host's launches set the pace. Busy 80%: compute-bound as before.
-        let sample = |busy: u32| GpuSample { t: 0.0, busy, memory: 1 << 30 };
-        let launch = Profile { gpu: vec![sample(20), sample(42)], ..steps(0.25) }.verdict(0);
+        // Samples inside steps 1 and 2 (from 1.25 to 2.25, then 2.25 to
+        // 3.25); one while step 1 waited for its batch (idle, and not the
+        // step's) is left out.
+        let at = |t: f64, busy: u32| GpuSample { t, busy, memory: 1 << 30 };
+        let sample = |busy: u32| at(1.5, busy);
+        let launch = Profile { gpu: vec![at(1.5, 20), at(1.1, 0), at(2.6, 42)], ..steps(0.25) }.verdict(0);
         assert_eq!(launch.bound, Bound::Launch);
         assert!(launch.advice.contains("GPU busy 31%") && launch.advice.contains("larger batch"), "{}", launch.advice);
         assert_eq!(Profile { gpu: vec![sample(80)], ..steps(0.25) }.verdict(0).bound, Bound::Compute);

@@ -412,6 +412,8 @@ fn run<'scope, 'env>(
         total_samples += seen;
         total_step_secs += step_secs;
 
+        // The GPU's samples of the epoch's steps, before the evaluation's.
+        let gpu = gpu_monitor.as_mut().and_then(|m| super::gpu_monitor::summarize(&m.take()));
         let evaluating = Instant::now();
         let outputs = engine.evaluate(data, Split::Valid);
         if let Some(p) = profile.as_mut() {
@@ -419,7 +421,6 @@ fn run<'scope, 'env>(
             p.evals.push(EvalTiming { epoch, start, seconds: evaluating.elapsed().as_secs_f64() });
         }
         let memory = device.memory();
-        let gpu = gpu_monitor.as_mut().and_then(|m| super::gpu_monitor::summarize(&m.take()));
         let record = EpochRecord {
             epoch,
             lr,

@@ -2282,6 +2282,10 @@ fn a_program_hands_the_loop_its_own_stop_and_checkpoint_rules() {
         r.model.layers.iter().flat_map(|l| l.state()).map(|(_, t)| t.to_vec::<f32>().unwrap()).collect()
     };
     assert_eq!(weights(&result), weights(&first));
+    // Its final metrics are those weights', evaluated by the engine that
+    // trained them (the native one here): exactly epoch 1's validation loss.
+    assert_eq!(result.final_metrics["val_loss"], result.history[0].val_loss);
+    assert_eq!(result.final_metrics["val_loss"], first.final_metrics["val_loss"]);
     // The only checkpoint written is epoch 2's, the stop after epoch 3 not.
     let (_, state) = file.find_checkpoint().unwrap().expect("a checkpoint");
     assert_eq!(state.epoch, 2);

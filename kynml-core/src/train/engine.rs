@@ -44,6 +44,20 @@ pub trait Engine {
     /// The model in evaluation mode over a whole split.
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs;
 
+    /// `model`'s outputs and loss on a split (early stopping's best
+    /// weights), as [`evaluate`](Self::evaluate) gives them; by default
+    /// through Burn on `device`.
+    fn evaluate_model(
+        &mut self,
+        model: &Model<Kb>,
+        data: &Dataset,
+        split: Split,
+        loss: crate::spec::types::Loss,
+        device: &DispatchDevice,
+    ) -> Outputs {
+        crate::evaluate::run_split(model, data, split, loss, device)
+    }
+
     /// The weights as they stand, as a Burn model without autodiff.
     fn model(&self) -> Model<Kb>;
 

@@ -144,9 +144,53 @@ fn targets<'a>(labels: &'a Labels, loss: Loss, scratch: &'a mut Vec<f32>) -> Tar
     }
 }
 
+/// A native network of these layers holding `model`'s tensors.
+fn network(input: usize, layers: &[LayerConfig], channels: usize, model: &Model<Kb>) -> Result<Net, String> {
+    let mut net = Net::new(input, layers);
+    if channels > 0 {
+        net.read_sequences(channels);
+    }
+    let stored = model.tensors("");
+    let info = net.tensor_info();
+    for (t, values) in info.iter().zip(net.tensors_mut()) {
+        let found = stored.iter().find(|s| s.name == t.name).and_then(|s| match &s.data {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        });
+        let Some(found) = found.filter(|f| f.len() == values.len()) else {
+            return Err(format!("tensor `{}` does not fit the native engine's layer", t.name));
+        };
+        values.copy_from_slice(found);
+    }
+    Ok(net)
+}
+
+/// `net`'s outputs and mean loss on a split, in chunks whose buffers stay
+/// within [`EVAL_VALUES`].
+fn evaluate_net(net: &mut Net, data: &Dataset, split: Split, loss: Loss, scratch: &mut Vec<f32>) -> Outputs {
+    let part = data.split(split);
+    let (n, width) = (part.len(), net.output_width());
+    let indices: Vec<usize> = (0..n).collect();
+    let (mut values, mut out, mut batch) = (Vec::with_capacity(n * width), Vec::new(), Batch::default());
+    let mut loss_sum = 0.0;
+    let rows = (EVAL_VALUES / net.values_per_row().max(1)).clamp(1, EVAL_CHUNK);
+    for chunk in indices.chunks(rows) {
+        data.gather(split, chunk, &mut batch);
+        net.predict(&batch.features, &mut out);
+        let targets = targets(&batch.labels, loss, scratch);
+        loss_sum += kynml_cpu::loss::loss(loss_config(loss), &out, width, targets, None) * chunk.len() as f64;
+        values.extend_from_slice(&out);
+    }
+    Outputs { values, width, loss: loss_sum / n.max(1) as f64 }
+}
+
 /// The native engine with what the loop needs around it.
 pub struct NativeEngine {
     net: Net,
+    /// What builds another network of the same spec (for other weights).
+    layers: Vec<LayerConfig>,
+    input: usize,
+    channels: usize,
     optimizer: OptimConfig,
     /// The spec's optimizer, for its state as Burn's in checkpoints.
     optimizer_spec: Optimizer,
@@ -171,27 +215,16 @@ impl NativeEngine {
         optimizer: &AnyOptimizer,
         device: &DispatchDevice,
     ) -> Result<Self, String> {
-        let mut net = Net::new(spec.model.input.value, &native_layers(&spec.model)?);
-        if spec.model.shape.is_sequence() {
-            // `input seq LxC`: NaN-padded rows of C values per position.
-            net.read_sequences(spec.model.shape.dims()[1]);
-        }
+        let layers = native_layers(&spec.model)?;
+        let input = spec.model.input.value;
+        // `input seq LxC`: NaN-padded rows of C values per position.
+        let channels = if spec.model.shape.is_sequence() { spec.model.shape.dims()[1] } else { 0 };
+        let mut net = network(input, &layers, channels, model)?;
         net.set_clip(spec.train.clip.as_ref().map(|c| match c.value {
             Clip::Norm(x) => kynml_cpu::Clip::Norm(x),
             Clip::Value(x) => kynml_cpu::Clip::Value(x),
         }));
-        let stored = model.tensors("");
         let info = net.tensor_info();
-        for (t, values) in info.iter().zip(net.tensors_mut()) {
-            let found = stored.iter().find(|s| s.name == t.name).and_then(|s| match &s.data {
-                TensorData::F32(v) => Some(v),
-                _ => None,
-            });
-            let Some(found) = found.filter(|f| f.len() == values.len()) else {
-                return Err(format!("tensor `{}` does not fit the native engine's layer", t.name));
-            };
-            values.copy_from_slice(found);
-        }
         let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
         let states = optimizer.native_states(&model.param_names(), &shapes, device)?;
         for (slot, state) in net.optimizer_states_mut().into_iter().zip(states) {
@@ -199,6 +232,9 @@ impl NativeEngine {
         }
         Ok(NativeEngine {
             net,
+            layers,
+            input,
+            channels,
             optimizer: optim_config(&spec.train.optimizer.value),
             optimizer_spec: spec.train.optimizer.value,
             loss: spec.train.loss.value,
@@ -238,20 +274,23 @@ impl Engine for NativeEngine {
 
     /// As [`evaluate::run_split`](crate::evaluate::run_split) gives it.
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
-        let part = data.split(split);
-        let (n, width) = (part.len(), self.net.output_width());
-        let indices: Vec<usize> = (0..n).collect();
-        let (mut values, mut out, mut batch) = (Vec::with_capacity(n * width), Vec::new(), Batch::default());
-        let mut loss_sum = 0.0;
-        let rows = (EVAL_VALUES / self.net.values_per_row().max(1)).clamp(1, EVAL_CHUNK);
-        for chunk in indices.chunks(rows) {
-            data.gather(split, chunk, &mut batch);
-            self.net.predict(&batch.features, &mut out);
-            let targets = targets(&batch.labels, self.loss, &mut self.float_targets);
-            loss_sum += kynml_cpu::loss::loss(loss_config(self.loss), &out, width, targets, None) * chunk.len() as f64;
-            values.extend_from_slice(&out);
+        evaluate_net(&mut self.net, data, split, self.loss, &mut self.float_targets)
+    }
+
+    /// On a network of its own holding `model`'s weights.
+    fn evaluate_model(
+        &mut self,
+        model: &Model<Kb>,
+        data: &Dataset,
+        split: Split,
+        loss: Loss,
+        device: &DispatchDevice,
+    ) -> Outputs {
+        match network(self.input, &self.layers, self.channels, model) {
+            Ok(mut net) => evaluate_net(&mut net, data, split, loss, &mut self.float_targets),
+            // The model comes from this engine's spec; Burn evaluates it otherwise.
+            Err(_) => crate::evaluate::run_split(model, data, split, loss, device),
         }
-        Outputs { values, width, loss: loss_sum / n.max(1) as f64 }
     }
 
     fn model(&self) -> Model<Kb> {

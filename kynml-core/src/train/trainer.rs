@@ -512,11 +512,11 @@ fn run<'scope, 'env>(
 
     let last = || engine.model();
     let (final_model, outputs) = match (stopper.is_some(), best) {
-        // The engine's own weights: it evaluates them (the native engine
-        // with its kernels, far faster than Burn's CPU backend).
+        // The engine evaluates (the native engine with its own kernels, far
+        // faster than Burn's CPU backend), its own weights or the best ones.
         (false, _) | (true, None) => (last(), engine.evaluate(data, Split::Valid)),
         (true, Some(best)) => {
-            let outputs = evaluate::run_split(&best, data, Split::Valid, loss_kind, &inner_device);
+            let outputs = engine.evaluate_model(&best, data, Split::Valid, loss_kind, &inner_device);
             (best, outputs)
         }
     };

@@ -70,23 +70,73 @@ fn per_row<T: Send>(team: &Team, rows: usize, width: usize, out: &mut [T], f: im
     });
 }
 
+/// Where the window at output position `p` reads, per kernel row: for each
+/// `(c, ky)`, `f(dst range in the patch, Some(input start) or None over
+/// padding rows, first x)` with `first x` the input column of `kx = 0`
+/// (negative over left padding). Shared by [`im2col`] and [`col2im`], so
+/// that both walk a window alike.
+#[inline(always)]
+fn window_rows(win: &Window, p: usize, mut f: impl FnMut(std::ops::Range<usize>, Option<usize>, isize)) {
+    let [c_in, h, w] = win.input;
+    let [kh, kw] = win.kernel;
+    let [_, ow] = win.out_hw();
+    let (oy, ox) = (p / ow, p % ow);
+    let x0 = (ox * win.stride[1]) as isize - win.padding[1] as isize;
+    for c in 0..c_in {
+        for ky in 0..kh {
+            let y = (oy * win.stride[0] + ky) as isize - win.padding[0] as isize;
+            let dst = (c * kh + ky) * kw..(c * kh + ky + 1) * kw;
+            let row = (y >= 0 && (y as usize) < h).then(|| (c * h + y as usize) * w);
+            f(dst, row, x0);
+        }
+    }
+}
+
+/// `dst = src` for the few values of a kernel row: the common widths as
+/// fixed-size moves, which a call to `memmove` per kernel row would cost
+/// more than.
+#[inline(always)]
+fn copy_short(dst: &mut [f32], src: &[f32]) {
+    match dst.len() {
+        1 => dst[0] = src[0],
+        2 => dst.copy_from_slice(&src[..2]),
+        3 => {
+            let (d, s): (&mut [f32; 3], &[f32; 3]) = (dst.try_into().unwrap(), src.try_into().unwrap());
+            *d = *s;
+        }
+        5 => {
+            let (d, s): (&mut [f32; 5], &[f32; 5]) = (dst.try_into().unwrap(), src.try_into().unwrap());
+            *d = *s;
+        }
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 /// The patches of `x` (`rows` rows): one patch per output position, row by
 /// row, `cols[(n·P + p)·K + (c·kh + ky)·kw + kx]`, zeros over the padding.
 pub(crate) fn im2col(team: &Team, win: &Window, x: &[f32], rows: usize, cols: &mut [f32]) {
     let (size, patch) = (win.input_size(), win.patch());
-    let [_, ow] = win.out_hw();
-    let [kh, kw] = win.kernel;
+    let (w, kw) = (win.input[2] as isize, win.kernel[1]);
     per_row(team, rows, win.positions() * patch, cols, |n, out| {
         let x = &x[n * size..(n + 1) * size];
         for (p, patch_out) in out.chunks_exact_mut(patch).enumerate() {
-            let (oy, ox) = (p / ow, p % ow);
-            for c in 0..win.input[0] {
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        patch_out[(c * kh + ky) * kw + kx] = win.at(c, oy, ox, ky, kx).map_or(0.0, |j| x[j]);
+            window_rows(win, p, |dst, row, x0| {
+                let dst = &mut patch_out[dst];
+                match row {
+                    None => dst.fill(0.0),
+                    // The whole kernel row inside the input: a plain copy.
+                    Some(r) if x0 >= 0 && x0 + kw as isize <= w => {
+                        let at = r + x0 as usize;
+                        copy_short(dst, &x[at..at + kw]);
+                    }
+                    Some(r) => {
+                        for (kx, d) in dst.iter_mut().enumerate() {
+                            let xx = x0 + kx as isize;
+                            *d = if xx >= 0 && xx < w { x[r + xx as usize] } else { 0.0 };
+                        }
                     }
                 }
-            }
+            });
         }
     });
 }
@@ -96,22 +146,26 @@ pub(crate) fn im2col(team: &Team, win: &Window, x: &[f32], rows: usize, cols: &m
 /// added to the input value it was taken from. Overwrites `dx`.
 pub(crate) fn col2im(team: &Team, win: &Window, dcols: &[f32], rows: usize, dx: &mut [f32]) {
     let (positions, patch) = (win.positions(), win.patch());
-    let [_, ow] = win.out_hw();
-    let [kh, kw] = win.kernel;
+    let (w, kw) = (win.input[2] as isize, win.kernel[1]);
     per_row(team, rows, win.input_size(), dx, |n, dx| {
         dx.fill(0.0);
         let dcols = &dcols[n * positions * patch..(n + 1) * positions * patch];
         for (p, g) in dcols.chunks_exact(patch).enumerate() {
-            let (oy, ox) = (p / ow, p % ow);
-            for c in 0..win.input[0] {
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        if let Some(j) = win.at(c, oy, ox, ky, kx) {
-                            dx[j] += g[(c * kh + ky) * kw + kx];
+            window_rows(win, p, |src, row, x0| {
+                let Some(r) = row else { return };
+                let g = &g[src];
+                if x0 >= 0 && x0 + kw as isize <= w {
+                    let at = r + x0 as usize;
+                    dx[at..at + kw].iter_mut().zip(g).for_each(|(d, g)| *d += g);
+                } else {
+                    for (kx, g) in g.iter().enumerate() {
+                        let xx = x0 + kx as isize;
+                        if xx >= 0 && xx < w {
+                            dx[r + xx as usize] += g;
                         }
                     }
                 }
-            }
+            });
         }
     });
 }
@@ -139,13 +193,24 @@ impl Window {
 /// (the first, on a tie; a NaN wins, as in PyTorch).
 pub(crate) fn maxpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &mut [f32], arg: &mut [u32]) {
     let (size, width) = (win.input_size(), win.pooled());
+    assert_eq!(win.padding, [0, 0], "max pooling takes no padding");
+    let [_, h, w] = win.input;
+    let [oh, ow] = win.out_hw();
+    let ([kh, kw], [sh, sw]) = (win.kernel, win.stride);
     per_row(team, rows, width, arg, |n, arg| {
         let x = &x[n * size..(n + 1) * size];
+        // Pooling has no padding: every window lies inside its channel, so
+        // its indices are computed directly (rows of kw from `first`).
         for (k, a) in arg.iter_mut().enumerate() {
+            let (c, oy, ox) = (k / (oh * ow), k / ow % oh, k % ow);
+            let first = (c * h + oy * sh) * w + ox * sw;
             let (mut best, mut at) = (f32::NEG_INFINITY, u32::MAX);
-            for j in win.of(k) {
-                if x[j] > best || at == u32::MAX || x[j].is_nan() && !best.is_nan() {
-                    (best, at) = (x[j], j as u32);
+            for ky in 0..kh {
+                let start = first + ky * w;
+                for (j, &v) in x[start..start + kw].iter().enumerate() {
+                    if v > best || at == u32::MAX || v.is_nan() && !best.is_nan() {
+                        (best, at) = (v, (start + j) as u32);
+                    }
                 }
             }
             *a = at;

@@ -1024,9 +1024,25 @@ fn random_spec(dir: &Path, seed: u64, layers: &str, loss: &str, optimizer: &str,
     path
 }
 
+/// Trains the spec on the CPU with the native engine (what `auto` picks)
+/// and with Burn's CPU backend, and checks that each engine really ran.
+fn native_and_burn(
+    file: &SpecFile,
+    data: &kynml_core::data::Dataset,
+    cpu: &Device,
+) -> (kynml_core::train::TrainResult, kynml_core::train::TrainResult) {
+    use kynml_core::train::{EngineChoice, EngineKind};
+    let run = |engine| {
+        let settings = TrainSettings { engine, ..TrainSettings::default() };
+        train(&file.spec, data, cpu, &settings, &mut |_| {}).unwrap()
+    };
+    let (native, burn) = (run(EngineChoice::Auto), run(EngineChoice::Burn));
+    assert_eq!((native.engine, burn.engine), (EngineKind::Native, EngineKind::Burn));
+    (native, burn)
+}
+
 #[test]
 fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
-    use kynml_core::train::{EngineChoice, EngineKind};
     let seed = clock_seed();
     let cpu = select(DeviceChoice::Cpu).unwrap();
     // Every activation, layer kind, loss and optimizer (with its options) at least once.
@@ -1113,12 +1129,7 @@ fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
         let path = random_spec(tmp.path(), seed, layers, loss, optimizer, classes);
         let mut file = SpecFile::load(&path).unwrap();
         let data = file.load_data().unwrap();
-        let run = |engine| {
-            let settings = TrainSettings { engine, ..TrainSettings::default() };
-            train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap()
-        };
-        let (native, burn) = (run(EngineChoice::Auto), run(EngineChoice::Burn));
-        assert_eq!((native.engine, burn.engine), (EngineKind::Native, EngineKind::Burn));
+        let (native, burn) = native_and_burn(&file, &data, &cpu);
         let gap = worst_loss_gap(&burn, &native);
         let weights = |r: &kynml_core::train::TrainResult| all_weights(&r.model);
         let (wn, wb) = (weights(&native), weights(&burn));
@@ -1904,7 +1915,6 @@ fn text_spec(dir: &Path, seed: u64, layers: &str) -> PathBuf {
 /// agree.
 #[test]
 fn the_native_engine_trains_text_and_sequence_models_as_burn_does() {
-    use kynml_core::train::{EngineChoice, EngineKind};
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let seed = clock_seed();
     let text = |dir: &Path, layers: &str| text_spec(dir, seed, layers);
@@ -1947,12 +1957,7 @@ fn the_native_engine_trains_text_and_sequence_models_as_burn_does() {
         let mut file = SpecFile::load(&path).unwrap();
         file.spec.train.epochs.value = 3;
         let data = file.load_data().unwrap();
-        let run = |engine| {
-            let settings = TrainSettings { engine, ..TrainSettings::default() };
-            train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap()
-        };
-        let (native, burn) = (run(EngineChoice::Auto), run(EngineChoice::Burn));
-        assert_eq!((native.engine, burn.engine), (EngineKind::Native, EngineKind::Burn));
+        let (native, burn) = native_and_burn(&file, &data, &cpu);
         let gap = worst_loss_gap(&burn, &native);
         // Tensor by tensor, relative to the largest weight. The keys' bias
         // (the middle third of `in_proj_bias`) is left out: adding it moves

@@ -70,73 +70,64 @@ fn per_row<T: Send>(team: &Team, rows: usize, width: usize, out: &mut [T], f: im
     });
 }
 
-/// Where the window at output position `p` reads, per kernel row: for each
-/// `(c, ky)`, `f(dst range in the patch, Some(input start) or None over
-/// padding rows, first x)` with `first x` the input column of `kx = 0`
-/// (negative over left padding). Shared by [`im2col`] and [`col2im`], so
-/// that both walk a window alike.
-#[inline(always)]
-fn window_rows(win: &Window, p: usize, mut f: impl FnMut(std::ops::Range<usize>, Option<usize>, isize)) {
-    let [c_in, h, w] = win.input;
+/// For kernel column `kx`: the output columns `lo..hi` whose window column
+/// lies inside the input (the others read padding), and the input column
+/// under `lo`.
+fn inside(win: &Window, kx: usize) -> (usize, usize, usize) {
+    let (w, ow) = (win.input[2], win.out_hw()[1]);
+    let (sw, pw) = (win.stride[1], win.padding[1]);
+    // ox·sw + kx - pw in 0..w.
+    let lo = pw.saturating_sub(kx).div_ceil(sw);
+    let hi = (w + pw).saturating_sub(kx).div_ceil(sw).min(ow);
+    let lo = lo.min(hi);
+    (lo, hi, (lo * sw + kx).saturating_sub(pw))
+}
+
+/// The patch value `k` as `(channel, ky, kx)`.
+fn split_patch(win: &Window, k: usize) -> (usize, usize, usize) {
     let [kh, kw] = win.kernel;
-    let [_, ow] = win.out_hw();
-    let (oy, ox) = (p / ow, p % ow);
-    let x0 = (ox * win.stride[1]) as isize - win.padding[1] as isize;
-    for c in 0..c_in {
-        for ky in 0..kh {
-            let y = (oy * win.stride[0] + ky) as isize - win.padding[0] as isize;
-            let dst = (c * kh + ky) * kw..(c * kh + ky + 1) * kw;
-            let row = (y >= 0 && (y as usize) < h).then(|| (c * h + y as usize) * w);
-            f(dst, row, x0);
-        }
-    }
+    (k / (kh * kw), k / kw % kh, k % kw)
 }
 
-/// `dst = src` for the few values of a kernel row: the common widths as
-/// fixed-size moves, which a call to `memmove` per kernel row would cost
-/// more than.
-#[inline(always)]
-fn copy_short(dst: &mut [f32], src: &[f32]) {
-    match dst.len() {
-        1 => dst[0] = src[0],
-        2 => dst.copy_from_slice(&src[..2]),
-        3 => {
-            let (d, s): (&mut [f32; 3], &[f32; 3]) = (dst.try_into().unwrap(), src.try_into().unwrap());
-            *d = *s;
-        }
-        5 => {
-            let (d, s): (&mut [f32; 5], &[f32; 5]) = (dst.try_into().unwrap(), src.try_into().unwrap());
-            *d = *s;
-        }
-        _ => dst.copy_from_slice(src),
-    }
+/// The input row (`[c, y, ..]`, as an offset of its first value) that
+/// kernel row `ky` reads at output row `oy`; `None` over padding.
+fn input_row(win: &Window, c: usize, ky: usize, oy: usize) -> Option<usize> {
+    let [_, h, w] = win.input;
+    let y = (oy * win.stride[0] + ky).checked_sub(win.padding[0]).filter(|&y| y < h)?;
+    Some((c * h + y) * w)
 }
 
-/// The patches of `x` (`rows` rows): one patch per output position, row by
-/// row, `cols[(n·P + p)·K + (c·kh + ky)·kw + kx]`, zeros over the padding.
+/// The patches of `x` (`rows` rows) as a `[patch, rows × positions]`
+/// matrix: `cols[k·M + n·P + p]`, with `k = (c·kh + ky)·kw + kx` the value
+/// of the patch, `M = rows·P`, `p` the output position of sample `n`;
+/// zeros over the padding. In this layout a row of output positions reads
+/// a run of an input row (a plain copy at stride 1), and the product with
+/// the weights, `[out, patch] × cols`, is channels first.
 pub(crate) fn im2col(team: &Team, win: &Window, x: &[f32], rows: usize, cols: &mut [f32]) {
-    let (size, patch) = (win.input_size(), win.patch());
-    let (w, kw) = (win.input[2] as isize, win.kernel[1]);
-    per_row(team, rows, win.positions() * patch, cols, |n, out| {
-        let x = &x[n * size..(n + 1) * size];
-        for (p, patch_out) in out.chunks_exact_mut(patch).enumerate() {
-            window_rows(win, p, |dst, row, x0| {
-                let dst = &mut patch_out[dst];
-                match row {
-                    None => dst.fill(0.0),
-                    // The whole kernel row inside the input: a plain copy.
-                    Some(r) if x0 >= 0 && x0 + kw as isize <= w => {
-                        let at = r + x0 as usize;
-                        copy_short(dst, &x[at..at + kw]);
-                    }
-                    Some(r) => {
-                        for (kx, d) in dst.iter_mut().enumerate() {
-                            let xx = x0 + kx as isize;
-                            *d = if xx >= 0 && xx < w { x[r + xx as usize] } else { 0.0 };
-                        }
-                    }
+    let (size, positions, patch) = (win.input_size(), win.positions(), win.patch());
+    let (ow, sw) = (win.out_hw()[1], win.stride[1]);
+    per_row(team, patch, rows * positions, cols, |k, out| {
+        let (c, ky, kx) = split_patch(win, k);
+        let (lo, hi, first) = inside(win, kx);
+        for (n, out) in out.chunks_exact_mut(positions).enumerate() {
+            let x = &x[n * size..(n + 1) * size];
+            for (oy, out) in out.chunks_exact_mut(ow).enumerate() {
+                let Some(row) = input_row(win, c, ky, oy) else {
+                    out.fill(0.0);
+                    continue;
+                };
+                out[..lo].fill(0.0);
+                out[hi..].fill(0.0);
+                if lo == hi {
+                    continue;
                 }
-            });
+                let run = &x[row + first..];
+                if sw == 1 {
+                    out[lo..hi].copy_from_slice(&run[..hi - lo]);
+                } else {
+                    out[lo..hi].iter_mut().zip(run.iter().step_by(sw)).for_each(|(o, &v)| *o = v);
+                }
+            }
         }
     });
 }
@@ -146,27 +137,68 @@ pub(crate) fn im2col(team: &Team, win: &Window, x: &[f32], rows: usize, cols: &m
 /// added to the input value it was taken from. Overwrites `dx`.
 pub(crate) fn col2im(team: &Team, win: &Window, dcols: &[f32], rows: usize, dx: &mut [f32]) {
     let (positions, patch) = (win.positions(), win.patch());
-    let (w, kw) = (win.input[2] as isize, win.kernel[1]);
+    let (m, ow, sw) = (rows * positions, win.out_hw()[1], win.stride[1]);
     per_row(team, rows, win.input_size(), dx, |n, dx| {
         dx.fill(0.0);
-        let dcols = &dcols[n * positions * patch..(n + 1) * positions * patch];
-        for (p, g) in dcols.chunks_exact(patch).enumerate() {
-            window_rows(win, p, |src, row, x0| {
-                let Some(r) = row else { return };
-                let g = &g[src];
-                if x0 >= 0 && x0 + kw as isize <= w {
-                    let at = r + x0 as usize;
-                    dx[at..at + kw].iter_mut().zip(g).for_each(|(d, g)| *d += g);
+        for k in 0..patch {
+            let (c, ky, kx) = split_patch(win, k);
+            let (lo, hi, first) = inside(win, kx);
+            if lo == hi {
+                continue;
+            }
+            let g = &dcols[k * m + n * positions..][..positions];
+            for (oy, g) in g.chunks_exact(ow).enumerate() {
+                let Some(row) = input_row(win, c, ky, oy) else { continue };
+                let (run, g) = (&mut dx[row + first..], &g[lo..hi]);
+                if sw == 1 {
+                    run.iter_mut().zip(g).for_each(|(d, g)| *d += g);
                 } else {
-                    for (kx, g) in g.iter().enumerate() {
-                        let xx = x0 + kx as isize;
-                        if xx >= 0 && xx < w {
-                            dx[r + xx as usize] += g;
-                        }
-                    }
+                    run.iter_mut().step_by(sw).zip(g).for_each(|(d, g)| *d += g);
                 }
-            });
+            }
         }
+    });
+}
+
+/// The product's `[channels, rows × positions]` (one row per channel) as
+/// channels-first rows `[rows, channels × positions]`, plus the bias per
+/// channel: runs of `positions` values copied whole.
+pub(crate) fn from_channel_rows(team: &Team, zt: &[f32], rows: usize, positions: usize, bias: &[f32], z: &mut [f32]) {
+    let (channels, m) = (bias.len(), rows * positions);
+    per_row(team, rows, channels * positions, z, |n, z| {
+        for (c, (z, &b)) in z.chunks_exact_mut(positions).zip(bias).enumerate() {
+            let src = &zt[c * m + n * positions..][..positions];
+            z.iter_mut().zip(src).for_each(|(z, &v)| *z = v + b);
+        }
+    });
+}
+
+/// The reverse of [`from_channel_rows`] (without the bias): channels-first
+/// rows `[rows, channels × positions]` as `[channels, rows × positions]`.
+pub(crate) fn to_channel_rows(team: &Team, z: &[f32], rows: usize, channels: usize, zt: &mut [f32]) {
+    let width = z.len() / rows.max(1);
+    let positions = width / channels.max(1);
+    per_row(team, channels, rows * positions, zt, |c, zt| {
+        for (n, zt) in zt.chunks_exact_mut(positions).enumerate() {
+            zt.copy_from_slice(&z[n * width + c * positions..][..positions]);
+        }
+    });
+}
+
+/// The sum of each row of `g` (`out.len()` rows), in f64 over eight
+/// lanes, on the team.
+pub(crate) fn row_sums(team: &Team, g: &[f32], out: &mut [f32]) {
+    let width = g.len() / out.len().max(1);
+    let rows = out.len();
+    per_row(team, rows, 1, out, |r, o| {
+        let mut lanes = [0.0f64; 8];
+        let row = &g[r * width..(r + 1) * width];
+        let mut chunks = row.chunks_exact(8);
+        for chunk in &mut chunks {
+            lanes.iter_mut().zip(chunk).for_each(|(s, &v)| *s += f64::from(v));
+        }
+        let tail: f64 = chunks.remainder().iter().map(|&v| f64::from(v)).sum();
+        o[0] = (lanes.iter().sum::<f64>() + tail) as f32;
     });
 }
 
@@ -199,21 +231,27 @@ pub(crate) fn maxpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &m
     let ([kh, kw], [sh, sw]) = (win.kernel, win.stride);
     per_row(team, rows, width, arg, |n, arg| {
         let x = &x[n * size..(n + 1) * size];
-        // Pooling has no padding: every window lies inside its channel, so
-        // its indices are computed directly (rows of kw from `first`).
-        for (k, a) in arg.iter_mut().enumerate() {
-            let (c, oy, ox) = (k / (oh * ow), k / ow % oh, k % ow);
-            let first = (c * h + oy * sh) * w + ox * sw;
-            let (mut best, mut at) = (f32::NEG_INFINITY, u32::MAX);
-            for ky in 0..kh {
-                let start = first + ky * w;
-                for (j, &v) in x[start..start + kw].iter().enumerate() {
-                    if v > best || at == u32::MAX || v.is_nan() && !best.is_nan() {
-                        (best, at) = (v, (start + j) as u32);
+        // Pooling has no padding: every window lies inside its channel. A
+        // row of outputs at a time.
+        for (line, at) in arg.chunks_exact_mut(ow).enumerate() {
+            let (c, oy) = (line / oh, line % oh);
+            let top = (c * h + oy * sh) * w;
+            let fast = kw == 2 && sw == 2 && kh <= 2 && !pool_pairs(&x[top..], w, kh, top, at);
+            if !fast {
+                for (ox, a) in at.iter_mut().enumerate() {
+                    let first = top + ox * sw;
+                    let (mut b, mut i) = (x[first], first);
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let v = x[first + ky * w + kx];
+                            if v > b || v.is_nan() && !b.is_nan() {
+                                (b, i) = (v, first + ky * w + kx);
+                            }
+                        }
                     }
+                    *a = i as u32;
                 }
             }
-            *a = at;
         }
     });
     per_row(team, rows, width, out, |n, out| {
@@ -221,6 +259,30 @@ pub(crate) fn maxpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &m
             *o = x[n * size + j as usize];
         }
     });
+}
+
+/// The common 2-wide windows at stride 2, over one or two input rows
+/// (`x` from the first, rows of `w`): each output's first largest value,
+/// found by selects over the whole row (which value wins is as random as
+/// the data, so jumps would be mispredicted half the time). `at` gets
+/// input indices (`top` is `x`'s first). Whether a NaN was met: then
+/// `at` is left for the plain loop, since a NaN must win.
+#[inline(always)]
+fn pool_pairs(x: &[f32], w: usize, kh: usize, top: usize, at: &mut [u32]) -> bool {
+    let ow = at.len();
+    let first_row = &x[..2 * ow];
+    let second_row = if kh == 2 { &x[w..w + 2 * ow] } else { first_row };
+    let mut nan = false;
+    for (ox, ((p, q), a)) in first_row.chunks_exact(2).zip(second_row.chunks_exact(2)).zip(at.iter_mut()).enumerate() {
+        nan |= p[0].is_nan() | p[1].is_nan() | q[0].is_nan() | q[1].is_nan();
+        // Row-major order, the first on a tie: within each row, then the
+        // second row only where strictly larger.
+        let (bp, ip) = if p[1] > p[0] { (p[1], 1) } else { (p[0], 0) };
+        let (bq, iq) = if q[1] > q[0] { (q[1], w + 1) } else { (q[0], w) };
+        let i = if bq > bp { iq } else { ip };
+        *a = (top + 2 * ox + i) as u32;
+    }
+    nan
 }
 
 /// The gradient of max pooling's input: each output's gradient goes to the
@@ -332,19 +394,27 @@ mod tests {
     #[test]
     fn patches_times_the_weights_is_the_convolution() {
         let team = Team::new(2);
-        let win = Window { input: [2, 5, 6], kernel: [3, 2], stride: [2, 1], padding: [1, 0] };
-        let (rows, cout) = (3, 4);
-        let x = values(rows * win.input_size(), 1);
-        let w = values(cout * win.patch(), 2);
-        let mut cols = vec![0.0; rows * win.positions() * win.patch()];
-        im2col(&team, &win, &x, rows, &mut cols);
-        for n in 0..rows {
-            let want = direct(&win, &x[n * win.input_size()..(n + 1) * win.input_size()], &w, cout);
-            for o in 0..cout {
-                for p in 0..win.positions() {
-                    let patch = &cols[(n * win.positions() + p) * win.patch()..][..win.patch()];
-                    let got: f32 = patch.iter().zip(&w[o * win.patch()..]).map(|(a, b)| a * b).sum();
-                    assert!((got - want[o * win.positions() + p]).abs() < 1e-5);
+        // Stride 2 and 1, padding on one side, and a kernel column that
+        // reads only padding at some output columns (kx = 0, padding 2).
+        for win in [
+            Window { input: [2, 5, 6], kernel: [3, 2], stride: [2, 1], padding: [1, 0] },
+            Window { input: [2, 4, 5], kernel: [2, 3], stride: [1, 2], padding: [0, 2] },
+            Window { input: [1, 1, 7], kernel: [1, 3], stride: [1, 1], padding: [0, 1] },
+        ] {
+            let (rows, cout) = (3, 4);
+            let (positions, patch) = (win.positions(), win.patch());
+            let x = values(rows * win.input_size(), 1);
+            let w = values(cout * patch, 2);
+            let mut cols = vec![f32::NAN; rows * positions * patch];
+            im2col(&team, &win, &x, rows, &mut cols);
+            let m = rows * positions;
+            for n in 0..rows {
+                let want = direct(&win, &x[n * win.input_size()..(n + 1) * win.input_size()], &w, cout);
+                for o in 0..cout {
+                    for p in 0..positions {
+                        let got: f32 = (0..patch).map(|k| cols[k * m + n * positions + p] * w[o * patch + k]).sum();
+                        assert!((got - want[o * positions + p]).abs() < 1e-5, "{win:?}");
+                    }
                 }
             }
         }
@@ -400,6 +470,69 @@ mod tests {
     }
 
     #[test]
+    fn max_pooling_takes_the_first_of_ties_and_a_nan_first() {
+        let team = Team::new(1);
+        // One channel of 2x4, windows of 2x2 (stride 2): a tie in the first,
+        // NaNs in the second, the first of them at index 6.
+        let win = Window { input: [1, 2, 4], kernel: [2, 2], stride: [2, 2], padding: [0, 0] };
+        let x = [1.0, 3.0, 0.0, 2.0, 3.0, -1.0, f32::NAN, f32::NAN];
+        let (mut out, mut arg) = (vec![0.0; 2], vec![0u32; 2]);
+        maxpool(&team, &win, &x, 1, &mut out, &mut arg);
+        assert_eq!(arg, [1, 6]);
+        assert_eq!(out[0], 3.0);
+        assert!(out[1].is_nan());
+    }
+
+    #[test]
+    fn max_pooling_picks_the_windows_first_largest_on_every_path() {
+        // Many ties (zeros, as after relu) and a few NaNs; windows that take
+        // the paired path (2 wide at stride 2) and the plain one.
+        let team = Team::new(2);
+        let mut state = 7u64;
+        let mut draw = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            match state >> 58 {
+                0 => f32::NAN,
+                1..=30 => 0.0,
+                r => r as f32 / 8.0 - 4.0,
+            }
+        };
+        for (input, kernel, stride) in [
+            ([3, 6, 9], [2, 2], [2, 2]),
+            ([2, 1, 9], [1, 2], [1, 2]),
+            ([2, 5, 8], [2, 2], [1, 2]),
+            ([2, 5, 7], [2, 3], [1, 2]),
+            ([2, 5, 7], [3, 2], [2, 1]),
+        ] {
+            let win = Window { input, kernel, stride, padding: [0, 0] };
+            let rows = 3;
+            let x: Vec<f32> = (0..rows * win.input_size()).map(|_| draw()).collect();
+            let width = win.pooled();
+            let (mut out, mut arg) = (vec![0.0; rows * width], vec![0u32; rows * width]);
+            maxpool(&team, &win, &x, rows, &mut out, &mut arg);
+            for n in 0..rows {
+                let x = &x[n * win.input_size()..][..win.input_size()];
+                for k in 0..width {
+                    // Row-major window order: the first largest, a NaN first.
+                    let mut want: Option<usize> = None;
+                    for j in win.of(k) {
+                        let better = match want {
+                            None => true,
+                            Some(i) => x[j] > x[i] || x[j].is_nan() && !x[i].is_nan(),
+                        };
+                        if better {
+                            want = Some(j);
+                        }
+                    }
+                    assert_eq!(arg[n * width + k] as usize, want.unwrap(), "{win:?}, output {k}");
+                    let (got, x) = (out[n * width + k], x[want.unwrap()]);
+                    assert!(got == x || got.is_nan() && x.is_nan());
+                }
+            }
+        }
+    }
+
+    #[test]
     fn average_pooling_is_the_windows_mean_and_shares_its_gradient() {
         let team = Team::new(2);
         let win = Window { input: [2, 3, 4], kernel: [2, 2], stride: [1, 2], padding: [0, 0] };
@@ -440,5 +573,27 @@ mod tests {
         to_positions_first(&team, &z, rows, channels, &mut back);
         assert_eq!(back, zt);
         assert_eq!(z[2 * positions + 1], zt[channels + 2]);
+    }
+
+    #[test]
+    fn channel_rows_swap_back_and_forth_and_sum() {
+        let team = Team::new(2);
+        let (rows, positions, channels) = (3, 5, 4);
+        let zt = values(rows * positions * channels, 7);
+        let bias = [0.5, -1.0, 2.0, 0.0];
+        let mut z = vec![0.0; zt.len()];
+        from_channel_rows(&team, &zt, rows, positions, &bias, &mut z);
+        // Sample 2, channel 1, position 3 from channel 1's row.
+        assert_eq!(z[2 * channels * positions + positions + 3], zt[rows * positions + 2 * positions + 3] - 1.0);
+        from_channel_rows(&team, &zt, rows, positions, &[0.0; 4], &mut z);
+        let mut back = vec![0.0; zt.len()];
+        to_channel_rows(&team, &z, rows, channels, &mut back);
+        assert_eq!(back, zt);
+        let mut sums = vec![0.0; channels];
+        row_sums(&team, &zt, &mut sums);
+        for (c, s) in sums.iter().enumerate() {
+            let want: f32 = zt[c * rows * positions..(c + 1) * rows * positions].iter().sum();
+            assert!((s - want).abs() < 1e-5);
+        }
     }
 }

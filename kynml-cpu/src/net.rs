@@ -231,9 +231,9 @@ enum Layer {
         /// `[out, in · kh · kw]`.
         weight: Param,
         bias: Param,
-        /// The input's patches, one row per output position (see [`conv::im2col`]).
+        /// The input's patches, one row per patch value (see [`conv::im2col`]).
         cols: Vec<f32>,
-        /// `[rows · positions, channels]`: the product, and in the backward
+        /// `[channels, rows · positions]`: the product, and in the backward
         /// pass the output gradient in that layout.
         zt: Vec<f32>,
         /// The patches' gradient.
@@ -643,12 +643,13 @@ impl Layer {
             Layer::Conv { window, channels, act, weight, bias, cols, zt, z, out, .. } => {
                 // The patches times the weights, for the whole batch at once.
                 let (positions, patch, c) = (window.positions(), window.patch(), *channels);
-                cols.resize(rows * positions * patch, 0.0);
+                let m = rows * positions;
+                cols.resize(m * patch, 0.0);
                 conv::im2col(team, window, input, rows, cols);
-                zt.resize(rows * positions * c, 0.0);
-                matmul((rows * positions, c, patch), cols, false, &weight.value, true, zt, false, team);
-                z.resize(rows * positions * c, 0.0);
-                conv::to_channels_first(team, zt, rows, positions, c, Some(&bias.value), z);
+                zt.resize(m * c, 0.0);
+                matmul((c, m, patch), &weight.value, false, cols, false, zt, false, team);
+                z.resize(m * c, 0.0);
+                conv::from_channel_rows(team, zt, rows, positions, &bias.value, z);
                 if *act != Act::Linear {
                     out.resize(z.len(), 0.0);
                     let act = *act;
@@ -748,15 +749,16 @@ impl Layer {
                     let act = *act;
                     par_zip3(team, z, out, gz, |z, out, g| math::backward(act, z, out, g));
                 }
-                // In the product's layout: dW = dzᵀ · patches, db = Σ dz,
-                // dpatches = dz · W, then back onto the input.
-                conv::to_positions_first(team, gz, rows, c, zt);
+                // In the product's layout (a row per channel): dW = dz ·
+                // patchesᵀ, db = Σ dz, dpatches = Wᵀ · dz, then back onto
+                // the input.
                 let m = rows * positions;
-                matmul((c, patch, m), zt, true, cols, false, &mut weight.grad, false, team);
-                column_sums(team, &zt[..m * c], c, &mut bias.grad);
+                conv::to_channel_rows(team, gz, rows, c, zt);
+                matmul((c, patch, m), zt, false, cols, true, &mut weight.grad, false, team);
+                conv::row_sums(team, &zt[..m * c], &mut bias.grad);
                 if input_grad {
                     dcols.resize(m * patch, 0.0);
-                    matmul((m, patch, c), zt, false, &weight.value, false, dcols, false, team);
+                    matmul((patch, m, c), &weight.value, true, zt, false, dcols, false, team);
                     conv::col2im(team, window, dcols, rows, &mut spare[..rows * window.input_size()]);
                     std::mem::swap(g, spare);
                 }

@@ -865,6 +865,53 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
     assert!(out.status.success() && text(&out).contains("nothing to warm up"), "{}", text(&out));
 }
 
+/// `deterministic = true` on wgpu across processes: a first run that tunes
+/// its kernels into an empty cache and a second that reads them back end
+/// with the same model, byte for byte; with the cache off, "what runs" says
+/// that only the run itself is deterministic.
+#[test]
+fn deterministic_runs_in_two_processes_write_the_same_model() {
+    let tmp = copy_example("iris");
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn"))
+        .unwrap()
+        .replace("    dense 32 relu\n    dense 3", "    dense 32 relu\n    batchnorm\n    dense 3")
+        .replace("    seed = 7", "    seed = 7\n    deterministic = true\n    clip_grad_norm = 0.5")
+        + "\nexport:\n    format = safetensors\n    path = \"m.safetensors\"\n";
+    std::fs::write(tmp.path().join("d.kyn"), spec).unwrap();
+    let train = |out: &str, cache: &str| {
+        kynml(&["train", "d.kyn", "--device", "wgpu", "--epochs", "3", "--cache", cache, "--out", out], tmp.path())
+    };
+    let losses = |run: &str| -> Vec<(String, String)> {
+        let lines = std::fs::read_to_string(tmp.path().join(run).join("metrics.jsonl")).unwrap();
+        lines
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["train_loss"].to_string(), v["val_loss"].to_string())
+            })
+            .collect()
+    };
+    // The exported weights (`model.mpk` also holds Burn's parameter ids,
+    // drawn afresh by each process).
+    let mut weights = Vec::new();
+    for (run, first) in [("r1", true), ("r2", false)] {
+        let out = train(run, "cache");
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        assert!(t.contains("empty: this run tunes") == first, "{t}");
+        assert!(t.contains("deterministic  yes: each kernel is chosen once") && !t.contains("! deterministic"), "{t}");
+        weights.push(std::fs::read(tmp.path().join("m.safetensors")).unwrap());
+    }
+    assert_eq!(losses("r1"), losses("r2"));
+    assert_eq!(losses("r1").len(), 3);
+    assert!(weights[0] == weights[1], "the two runs' weights differ");
+    std::fs::write(tmp.path().join("not-a-folder"), b"").unwrap();
+    let out = train("r3", "not-a-folder");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("! deterministic") && t.contains("within this run only: the kernel cache is off"), "{t}");
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

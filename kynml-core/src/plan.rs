@@ -486,6 +486,57 @@ pub fn device_choice(request: DeviceRequest) -> DeviceChoice {
     }
 }
 
+/// Whether `deterministic = true` holds on this engine and device: the
+/// same run gives the same bits when every kernel is chosen the same way
+/// and sums in a fixed order. The CPU engines split their work the same
+/// way every run. On a GPU, CubeCL picks each kernel by timing candidates
+/// the first time it meets a shape, and keeps the winner for the rest of
+/// the process; the kernel cache keeps it for later runs, so they choose
+/// alike. KynML's own sums (the clipping norm) go along a dimension, never
+/// through the whole-tensor sum that may add atomically.
+fn deterministic(native: bool, device: &Device) -> Applied {
+    use kynml_backend::kernel_cache::CacheState;
+    let setting = "deterministic";
+    if native {
+        return Applied {
+            setting,
+            value: "yes: the native CPU engine splits every pass the same way on every run, whatever the timing".into(),
+            as_requested: true,
+        };
+    }
+    if !device.has_fusion() {
+        return Applied {
+            setting,
+            value: "yes: Burn's CPU backend sums along dimensions in a fixed order".into(),
+            as_requested: true,
+        };
+    }
+    match kynml_backend::kernel_cache::installed().map(|c| c.state.clone()) {
+        Some(CacheState::On { .. }) => Applied {
+            setting,
+            value: "yes: each kernel is chosen once and kept, for this run and the next, in the kernel cache; \
+                    no atomic adds in KynML's sums"
+                .into(),
+            as_requested: true,
+        },
+        Some(CacheState::Off { reason }) => Applied {
+            setting,
+            value: format!(
+                "within this run only: the kernel cache is off ({reason}), so another run may time CubeCL's \
+                 candidate kernels differently and pick others; --cache DIR to a writable folder keeps the choices"
+            ),
+            as_requested: false,
+        },
+        Some(CacheState::External) | None => Applied {
+            setting,
+            value: "within this run only: CubeCL's own cache settings apply (it was configured before KynML could), \
+                    so another run may pick other kernels"
+                .into(),
+            as_requested: false,
+        },
+    }
+}
+
 /// The CubeCL search level of a spec's `autotune` (`off` runs CubeCL's
 /// minimal search, which is as little as it allows).
 pub fn tune_level(a: crate::spec::types::Autotune) -> kynml_backend::kernel_cache::TuneLevel {
@@ -640,6 +691,9 @@ pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
                 as_requested: true,
             }
         });
+    }
+    if t.deterministic.value {
+        out.push(deterministic(native, device));
     }
     if t.accumulate.value > 1 {
         let (n, b) = (t.accumulate.value, t.batch.value);

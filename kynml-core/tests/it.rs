@@ -221,6 +221,59 @@ fn same_seed_same_result_on_the_cpu() {
     assert_eq!(losses(&a), losses(&b));
 }
 
+/// `deterministic = true`: two runs of the same spec on the same device
+/// end with the same bits, on the native CPU engine, on Burn's CPU backend
+/// and on wgpu, with the layers whose sums have an order (batchnorm over
+/// the batch, layernorm, the products) and clipping by the global norm,
+/// whose sum scales every gradient. And "what runs" says it holds.
+#[test]
+fn deterministic_runs_are_bit_identical_on_every_engine() {
+    use kynml_core::train::{EngineChoice, EngineKind};
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = clock_seed();
+    // 512 x 256 weights: more than the 64K values Burn's CPU backend sums
+    // whole on one thread, so its whole-tensor sum would be split.
+    let layers = " dense 512 gelu\n batchnorm\n dropout 0.2\n dense 256 tanh\n layernorm\n dense 1 linear";
+    let path = random_regression_spec(tmp.path(), seed, layers);
+    let text = std::fs::read_to_string(&path).unwrap() + " deterministic = true\n clip_grad_norm = 0.5\n";
+    std::fs::write(&path, text).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    assert!(file.spec.train.deterministic.value);
+    let data = file.load_data().unwrap();
+    for (device, engine, kind) in [
+        (&cpu, EngineChoice::Auto, EngineKind::Native),
+        (&cpu, EngineChoice::Burn, EngineKind::Burn),
+        (&wgpu, EngineChoice::Auto, EngineKind::Burn),
+    ] {
+        let run = || {
+            let settings = TrainSettings { engine, ..TrainSettings::default() };
+            train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
+        };
+        let (a, b) = (run(), run());
+        assert_eq!((a.engine, b.engine), (kind, kind));
+        let bits =
+            |r: &kynml_core::train::TrainResult| all_weights(&r.model).iter().map(|w| w.to_bits()).collect::<Vec<_>>();
+        let losses = |r: &kynml_core::train::TrainResult| {
+            r.history.iter().map(|e| (e.train_loss.to_bits(), e.val_loss.to_bits())).collect::<Vec<_>>()
+        };
+        assert_eq!(losses(&a), losses(&b), "{} {kind:?}: the losses differ (seed {seed})", device.describe());
+        assert!(bits(&a) == bits(&b), "{} {kind:?}: the weights differ (seed {seed})", device.describe());
+        // The runs did train: the weights moved from the first epoch's.
+        assert!(a.history[0].train_loss != a.history[3].train_loss);
+    }
+    for device in [&cpu, &wgpu] {
+        let line = kynml_core::plan::what_runs(&file.spec, device)
+            .into_iter()
+            .find(|a| a.setting == "deterministic")
+            .expect("a `deterministic` line");
+        // The tests' wgpu runs with the kernel cache on (the default folder
+        // or KYNML_CACHE); with it off, the line says so and this fails.
+        assert!(line.as_requested && line.value.starts_with("yes"), "{}: {}", device.describe(), line.value);
+    }
+}
+
 #[test]
 fn input_width_mismatch_names_both_numbers_and_the_file() {
     let tmp = tempfile::tempdir().unwrap();

@@ -39,6 +39,7 @@ pub(super) const TRAIN_KEYS: &[&str] = &[
     "autotune",
     "profile",
     "checkpoint_activations",
+    "deterministic",
     "clip_grad_norm",
     "clip_grad_value",
     "seed",

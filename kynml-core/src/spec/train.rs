@@ -68,6 +68,7 @@ fn train_spec(
     let clip = clip(s, d);
     let profile = s.boolean("profile", false, d);
     let checkpoint_activations = s.boolean("checkpoint_activations", false, d);
+    let deterministic = s.boolean("deterministic", false, d);
     let autotune = s.optional("autotune", |v| {
         values::choice(v, "`autotune`", "autotune level", AUTOTUNE, d).map(|value| Spanned { value, span: v.span })
     });
@@ -90,6 +91,7 @@ fn train_spec(
         clip: clip?,
         profile: profile?,
         checkpoint_activations: checkpoint_activations?,
+        deterministic: deterministic?,
         autotune: autotune?,
         seed: seed?.unwrap_or(42),
     })

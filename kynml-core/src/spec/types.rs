@@ -198,6 +198,9 @@ pub struct TrainSpec {
     /// Recompute activations in the backward pass instead of keeping them;
     /// default false.
     pub checkpoint_activations: Spanned<bool>,
+    /// Ask that the same run on the same device give bit-identical
+    /// results; default false. "What runs" says whether it holds here.
+    pub deterministic: Spanned<bool>,
     /// Gradient clipping before each optimizer step; `None` clips nothing.
     pub clip: Option<Spanned<Clip>>,
     /// Default 42.

@@ -237,11 +237,21 @@ impl BurnEngine {
     /// global norm on the device; nothing is read back.
     fn clip_grads(&mut self, grads: &mut GradientsParams) {
         let Some(clip) = self.clip else { return };
-        // Sum of squares of every gradient: one device scalar.
+        // Sum of squares of every gradient: one device scalar. Summed along
+        // a dimension, not by `sum()`: on a GPU Burn may sum a whole tensor
+        // with atomic adds, and on the CPU in a tree that depends on which
+        // thread steals which half, either way in an order that changes
+        // from run to run, and the norm scales every gradient.
         let mut squares: Option<Tensor<Kb, 1>> = None;
         for &(id, rank) in &self.param_ranks {
             fn square_sum<const D: usize>(grads: &GradientsParams, id: ParamId) -> Option<Tensor<Kb, 1>> {
-                grads.get::<Kb, D>(id).map(|g| g.square().sum())
+                // The first dimension first (one sum per remaining value,
+                // in parallel), then what is left, as Burn's own chained sum.
+                grads.get::<Kb, D>(id).map(|g| {
+                    let s = g.square();
+                    let s = if D > 1 { s.sum_dim(0) } else { s };
+                    s.flatten::<1>(0, D - 1).sum_dim(0)
+                })
             }
             let s = by_rank!(rank, square_sum(grads, id));
             if let Some(s) = s {

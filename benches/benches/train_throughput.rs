@@ -121,6 +121,7 @@ fn deepnet() {
                 rounds: 1,
                 precision: Some(PrecisionPlan::forced(compute, LossScale::Auto)),
                 engine,
+                ..BenchOptions::default()
             };
             eprintln!(
                 "bench deepnet: {}, {}, {workers} workers, engine {engine:?} ({steps} steps after a warm-up round)...",

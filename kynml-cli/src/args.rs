@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use kynml_core::spec::types::{DeviceRequest, Precision};
+use kynml_core::spec::types::{DeviceRequest, DeviceSet, Precision};
 
 #[derive(Parser, Debug)]
 #[command(name = "kynml", version, about = "Train .kyn specs natively in Rust")]
@@ -44,9 +44,11 @@ pub enum Command {
 pub struct BenchArgs {
     /// The `.kyn` spec to measure.
     pub spec: PathBuf,
-    /// Where to run: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's `device`).
-    #[arg(long, value_parser = parse_device)]
-    pub device: Option<DeviceRequest>,
+    /// Where to run: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's
+    /// `device` and `devices`); several, data-parallel: cuda:0,cuda:1,
+    /// cuda:all, or cpu,cpu.
+    #[arg(long, value_parser = parse_device_arg)]
+    pub device: Option<DeviceArg>,
     /// fp32, tf32, bf16 or fp16 (overrides the spec's `precision`).
     #[arg(long, value_parser = parse_precision)]
     pub precision: Option<Precision>,
@@ -123,9 +125,11 @@ pub struct EvalArgs {
 pub struct TrainArgs {
     /// The `.kyn` spec to train.
     pub spec: PathBuf,
-    /// Where to train: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's `device`).
-    #[arg(long, value_parser = parse_device)]
-    pub device: Option<DeviceRequest>,
+    /// Where to train: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's
+    /// `device` and `devices`); several, data-parallel: cuda:0,cuda:1 (a
+    /// comma-separated list), cuda:all, or cpu,cpu (replicas on the CPU).
+    #[arg(long, value_parser = parse_device_arg)]
+    pub device: Option<DeviceArg>,
     /// Number of epochs (overrides the spec's `epochs`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub epochs: Option<u64>,
@@ -173,6 +177,41 @@ pub fn parse_device(text: &str) -> Result<DeviceRequest, String> {
     }
 }
 
+/// One device or the devices of a data-parallel run, as `--device` gives them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceArg {
+    /// One device.
+    One(DeviceRequest),
+    /// Several: `cuda:0,cuda:1`, `cpu,cpu`, `cuda:all`.
+    Set(DeviceSet),
+}
+
+impl DeviceArg {
+    /// The overrides' `device` and `devices`.
+    pub fn split(arg: Option<DeviceArg>) -> (Option<DeviceRequest>, Option<DeviceSet>) {
+        match arg {
+            None => (None, None),
+            Some(DeviceArg::One(d)) => (Some(d), None),
+            Some(DeviceArg::Set(s)) => (None, Some(s)),
+        }
+    }
+}
+
+pub fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
+    if text == "cuda:all" {
+        return Ok(DeviceArg::Set(DeviceSet::AllCuda));
+    }
+    if !text.contains(',') {
+        return parse_device(text).map(DeviceArg::One);
+    }
+    let list = text.split(',').map(|d| parse_device(d.trim())).collect::<Result<Vec<_>, _>>()?;
+    let set = DeviceSet::List(list);
+    match set.problem() {
+        Some(why) => Err(format!("{why} (found `{text}`)")),
+        None => Ok(DeviceArg::Set(set)),
+    }
+}
+
 pub fn parse_precision(text: &str) -> Result<Precision, String> {
     match text {
         "fp32" => Ok(Precision::Fp32),
@@ -193,6 +232,18 @@ mod tests {
         assert_eq!(parse_device("wgpu"), Ok(DeviceRequest::Wgpu));
         assert!(parse_device("cuda:x").is_err());
         assert!(parse_device("gpu").is_err());
+    }
+
+    #[test]
+    fn device_lists_parse() {
+        let two = DeviceSet::List(vec![DeviceRequest::Cuda(Some(0)), DeviceRequest::Cuda(Some(1))]);
+        assert_eq!(parse_device_arg("cuda:0,cuda:1"), Ok(DeviceArg::Set(two)));
+        assert_eq!(parse_device_arg("cuda:all"), Ok(DeviceArg::Set(DeviceSet::AllCuda)));
+        assert_eq!(parse_device_arg("cpu"), Ok(DeviceArg::One(DeviceRequest::Cpu)));
+        assert!(parse_device_arg("cpu,cuda:0").unwrap_err().contains("not both"));
+        assert!(parse_device_arg("cuda:1,cuda:1").unwrap_err().contains("twice"));
+        assert!(parse_device_arg("wgpu,wgpu").is_err());
+        assert!(parse_device_arg("cpu,gpu").is_err());
     }
 
     #[test]

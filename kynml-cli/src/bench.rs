@@ -9,7 +9,7 @@ use anyhow::Context;
 use kynml_backend::kernel_cache;
 use kynml_core::bench::{self, BenchOptions};
 use kynml_core::data::{synthetic_for, Dataset};
-use kynml_core::plan::{check_fit, what_runs, LoadError, Overrides, SpecFile};
+use kynml_core::plan::{check_fit, what_runs, what_runs_on, LoadError, Overrides, SpecFile};
 use kynml_core::spec::SpecError;
 use kynml_core::train::{train, EngineKind, TrainEvent, TrainSettings};
 
@@ -20,18 +20,25 @@ use crate::render;
 pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut file = SpecFile::load(&args.spec)?;
-    file.apply(&Overrides { device: args.device, ..Overrides::default() });
+    let (device, devices) = crate::args::DeviceArg::split(args.device);
+    file.apply(&Overrides { device, devices, ..Overrides::default() });
     if let Some(p) = args.precision {
         file.spec.train.precision.value = p;
     }
     if let Some(b) = args.batch {
         file.spec.train.batch.value = b as usize;
     }
-    let device = crate::devices::pick_for(&file.spec.train)?;
+    let devices = crate::devices::pick_all(&file.spec.train)?;
+    let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;
-    println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
     println!("{}", render::memory(&file.check_memory(&device)?, &device));
-    let options = BenchOptions { steps: args.steps as usize, rounds: args.rounds as usize, ..BenchOptions::default() };
+    let options = BenchOptions {
+        steps: args.steps as usize,
+        rounds: args.rounds as usize,
+        replicas: devices[1..].to_vec(),
+        ..BenchOptions::default()
+    };
     println!(
         "bench: {} on {source}, batch {}, {} steps in each of 1 warm-up and {} timed rounds\n",
         file.spec.model.name.value, file.spec.train.batch.value, options.steps, options.rounds
@@ -96,13 +103,18 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         EngineKind::Native => "the native CPU engine".to_string(),
         EngineKind::Burn => device.backend_name().to_string(),
     };
-    println!("\n{} on {}, {}, {engine}", file.spec.model.name.value, report.device, report.precision.name());
+    let on = match devices.len() {
+        1 => report.device.clone(),
+        n => format!("{n} x {} (data-parallel)", report.device),
+    };
+    println!("\n{} on {on}, {}, {engine}", file.spec.model.name.value, report.precision.name());
     println!("{}", render::table(&["", "figure", "what"], &rows));
     if let Some(path) = &args.json {
         let mut json = serde_json::to_value(&report).context("the report as JSON")?;
         json["spec"] = serde_json::json!(args.spec.display().to_string());
         json["model"] = serde_json::json!(file.spec.model.name.value);
         json["data"] = serde_json::json!(source);
+        json["devices"] = serde_json::json!(devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>());
         json["process_startup_secs"] = serde_json::json!(steady_at);
         std::fs::write(path, serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;

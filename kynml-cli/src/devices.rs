@@ -24,6 +24,33 @@ pub fn pick_for(train: &kynml_core::spec::types::TrainSpec) -> Result<kynml_back
     pick(train.device.value)
 }
 
+/// Every device of a spec's run: its `devices` when it has them (a
+/// data-parallel run; the first device first), else its one `device`.
+/// `cuda:all` on a machine with one GPU trains on it alone, and says so.
+pub fn pick_all(train: &kynml_core::spec::types::TrainSpec) -> Result<Vec<kynml_backend::Device>, Failure> {
+    use kynml_core::spec::types::{DeviceRequest, DeviceSet};
+    let first = pick_for(train)?;
+    let rest: Vec<DeviceRequest> = match train.devices.as_ref().map(|d| &d.value) {
+        None => Vec::new(),
+        Some(DeviceSet::List(list)) => list.iter().skip(1).copied().collect(),
+        Some(DeviceSet::AllCuda) => {
+            let count = match probe_cuda() {
+                CudaProbe::Available(gpus) => gpus.len(),
+                CudaProbe::Unavailable(_) => 1,
+            };
+            if count == 1 {
+                eprintln!("note: `cuda:all` found one CUDA GPU: training on cuda:0 alone");
+            }
+            (1..count).map(|i| DeviceRequest::Cuda(Some(i))).collect()
+        }
+    };
+    let mut devices = vec![first];
+    for request in rest {
+        devices.push(pick(request)?);
+    }
+    Ok(devices)
+}
+
 /// Records what a run tuned and compiled in the kernel cache; a failure is a
 /// note (the next run only checks the cache less), not an error.
 pub fn seal_cache() {

@@ -8,7 +8,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use kynml_core::checkpoint::{self, Checkpoint};
 use kynml_core::export::{self, Format};
-use kynml_core::plan::{what_runs, Overrides, SpecFile};
+use kynml_core::plan::{what_runs_on, Overrides, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
 use kynml_core::train::resume::LoopState;
@@ -22,8 +22,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     // Everything that can be wrong with the input is found before anything
     // is written.
     let mut file = SpecFile::load(&args.spec)?;
-    file.apply(&Overrides { device: args.device, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
-    let device = crate::devices::pick_for(&file.spec.train)?;
+    let (device, devices) = crate::args::DeviceArg::split(args.device);
+    file.apply(&Overrides { device, devices, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
+    let devices = crate::devices::pick_all(&file.spec.train)?;
+    let device = devices[0].clone();
     let data = file.load_data()?;
     let resume = resume_plan(&file, args.fresh)?;
     if let Some(e) = &file.spec.export {
@@ -33,7 +35,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         }
     }
 
-    println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
     if let Some((_, state)) = &resume {
         let path = file.checkpoint_path().unwrap_or_default();
         let epochs = file.spec.train.epochs.value;
@@ -73,6 +75,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         resume_from: resume.map(|(ckpt, _)| ckpt),
         stop: Some(ctrl_c::flag()),
         profile: args.profile || file.spec.train.profile.value,
+        replicas: devices[1..].to_vec(),
         ..TrainSettings::default()
     };
     let result = train(&file.spec, &data, &device, &settings, &mut |event| {
@@ -120,6 +123,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         "seconds": result.seconds,
         "samples_per_sec": result.samples_per_sec,
         "device": device.short_name(),
+        "devices": devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>(),
     });
     run_dir.write_json("metrics.json", &summary).context("writing metrics.json")?;
     if let Some(profile) = &result.profile {

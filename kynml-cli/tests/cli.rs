@@ -192,6 +192,32 @@ fn cuda_on_a_machine_without_it_is_a_clear_error() {
     assert!(!t.contains("panicked"), "{t}");
 }
 
+/// `--device cpu,cpu`: a data-parallel run on two CPU replicas, said in
+/// "what runs", recorded in metrics.json, and measured by `kynml bench`;
+/// devices of two kinds are refused before anything is written.
+#[test]
+fn a_data_parallel_run_on_two_cpu_replicas_says_so_and_trains() {
+    let tmp = copy_example("iris");
+    let out = kynml(&["train", "iris.kyn", "--epochs", "3", "--device", "cpu,cpu", "--out", "run"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("data-parallel on 2 devices (cpu, cpu): batch 16 = 8 rows per device"), "{t}");
+    assert!(t.contains("Burn's all-reduce"), "{t}");
+    assert_eq!(t.matches("\nepoch ").count(), 3, "{t}");
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run/metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["devices"], serde_json::json!(["cpu", "cpu"]));
+    assert!(metrics["metrics"]["accuracy"].as_f64().unwrap() > 0.5, "{metrics}");
+    let out = kynml(&["bench", "iris.kyn", "--device", "cpu,cpu", "--steps", "3", "--rounds", "1"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("2 x cpu") && t.contains("(data-parallel)"), "{t}");
+    let out = kynml(&["train", "iris.kyn", "--device", "cpu,cuda:0", "--out", "mixed"], tmp.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("all `cpu` or all CUDA GPUs, not both"), "{}", text(&out));
+    assert!(!tmp.path().join("mixed").exists());
+}
+
 #[test]
 fn a_wrong_device_argument_is_refused() {
     let tmp = copy_example("iris");

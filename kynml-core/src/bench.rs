@@ -38,11 +38,13 @@ pub struct BenchOptions {
     pub precision: Option<PrecisionPlan>,
     /// Which engine runs the steps.
     pub engine: EngineChoice,
+    /// The other devices of a data-parallel run ([`TrainSettings::replicas`]).
+    pub replicas: Vec<Device>,
 }
 
 impl Default for BenchOptions {
     fn default() -> Self {
-        BenchOptions { steps: 50, rounds: 3, precision: None, engine: EngineChoice::Auto }
+        BenchOptions { steps: 50, rounds: 3, precision: None, engine: EngineChoice::Auto, replicas: Vec::new() }
     }
 }
 
@@ -112,6 +114,7 @@ pub fn run(
         max_steps_per_epoch: Some(options.steps.max(1)),
         precision: options.precision.clone(),
         engine: options.engine,
+        replicas: options.replicas.clone(),
         ..TrainSettings::default()
     };
     let started = Instant::now();

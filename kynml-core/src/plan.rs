@@ -19,6 +19,9 @@ use kynml_backend::{Device, DeviceChoice, DeviceKind};
 pub struct Overrides {
     /// `--device`; `None` keeps the spec's `device`.
     pub device: Option<DeviceRequest>,
+    /// `--device cpu,cpu`, `cuda:0,cuda:1` or `cuda:all`: a data-parallel
+    /// run's devices, in place of the spec's `device` and `devices`.
+    pub devices: Option<crate::spec::types::DeviceSet>,
     /// `--epochs`; `None` keeps the spec's `epochs`.
     pub epochs: Option<usize>,
     /// `--seed`; `None` keeps the spec's `seed`.
@@ -148,6 +151,11 @@ impl SpecFile {
         let t = &mut self.spec.train;
         if let Some(device) = overrides.device {
             t.device.value = device;
+            t.devices = None;
+        }
+        if let Some(set) = &overrides.devices {
+            t.device.value = set.first();
+            t.devices = Some(crate::spec::types::Spanned { value: set.clone(), span: t.device.span });
         }
         if let Some(epochs) = overrides.epochs {
             t.epochs.value = epochs;
@@ -563,17 +571,61 @@ pub struct Applied {
 /// What will really run, setting by setting, with the reason wherever the
 /// spec asks for more than this version does.
 pub fn what_runs(spec: &Spec, device: &Device) -> Vec<Applied> {
+    what_runs_on(spec, std::slice::from_ref(device))
+}
+
+/// [`what_runs`] for a run on `devices`: more than one is a data-parallel
+/// run, whose first device evaluates, checkpoints and reports.
+pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
+    let Some(device) = devices.first() else { return Vec::new() };
     let d = &spec.dataset;
     let t = &spec.train;
     let precision = crate::train::precision::plan(t, device);
-    let engine = crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto, &spec.model);
+    let engine = if devices.len() > 1 {
+        crate::train::EngineKind::Burn
+    } else {
+        crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto, &spec.model)
+    };
     let mut value = format!("{} via {}", device.describe(), engine.describe(device));
+    if devices.len() > 1 {
+        value = format!(
+            "{} x {} via {}: a data-parallel run steps on Burn on every device",
+            devices.len(),
+            device.describe(),
+            engine.describe(device)
+        );
+        if devices.iter().skip(1).any(|o| o.describe() != device.describe()) {
+            let names: Vec<String> = devices.iter().map(Device::describe).collect();
+            value = format!("{} via {}", names.join(", "), engine.describe(device));
+        }
+    }
     if let (DeviceKind::Cpu { .. }, Compute::Fp32, Err(layer)) =
         (&device.kind, precision.compute, crate::train::native::native_layers(&spec.model))
     {
         value += &format!(" (the native CPU engine has {layer} yet)");
     }
     let mut out = vec![Applied { setting: "device", value, as_requested: true }];
+    if devices.len() > 1 {
+        let n = devices.len();
+        let batch = t.batch.value;
+        let per =
+            if batch.is_multiple_of(n) { format!("{}", batch / n) } else { format!("{}-{}", batch / n, batch / n + 1) };
+        let names: Vec<String> = devices.iter().map(Device::short_name).collect();
+        let mut value = format!(
+            "data-parallel on {n} devices ({}): batch {batch} = {per} rows per device a step; the gradients summed \
+             once per optimizer step by {}; the first device ({}) evaluates, checkpoints and exports",
+            names.join(", "),
+            crate::train::parallel::ALL_REDUCE,
+            names[0],
+        );
+        if matches!(device.kind, DeviceKind::Cpu { .. }) {
+            value += "; the CPU replicas share the host's cores (a check of the data-parallel path, not a speed-up)";
+        }
+        if spec.model.layers.iter().any(|l| matches!(l.value, Layer::BatchNorm(_))) {
+            value += "; batchnorm normalises each device's slice (its running averages are the first device's)";
+        }
+        out.push(Applied { setting: "devices", value, as_requested: true });
+    }
     if let DeviceKind::Cuda(gpu) = &device.kind {
         // Nothing asked for it: without NVML this is a note, not a refusal.
         let value = crate::train::gpu_monitor::check(gpu).map_or_else(

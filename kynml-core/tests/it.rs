@@ -1449,6 +1449,107 @@ fn accumulated_batches_train_like_one_big_batch_on_both_engines() {
     }
 }
 
+// ---- data-parallel training ----
+
+/// Trains `path` on the CPU with `replicas` more CPU replicas beside the
+/// first (data-parallel when there are any), on Burn's flex backend.
+fn run_replicated(path: &Path, epochs: usize, resume: bool, replicas: usize) -> kynml_core::train::TrainResult {
+    let mut file = SpecFile::load(path).unwrap();
+    file.apply(&Overrides { epochs: Some(epochs), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    let resume_from = if resume { file.find_checkpoint().unwrap().map(|(c, _)| c) } else { None };
+    assert_eq!(resume_from.is_some(), resume, "a checkpoint to resume from");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let settings = TrainSettings {
+        checkpoint_path: file.checkpoint_path(),
+        resume_from,
+        engine: kynml_core::train::EngineChoice::Burn,
+        replicas: vec![cpu.clone(); replicas],
+        ..TrainSettings::default()
+    };
+    train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap()
+}
+
+/// Two and three replicas (Burn's collective all-reduce between threads,
+/// each replica stepping its slice of the global batch) end where one
+/// device ends with the same global batch, within fp32 rounding, for a
+/// model without batchnorm and dropout: 192 rows in steps of 80, 80 and 32
+/// (80 rows cut 27/27/26 on three replicas), with gradient clipping by
+/// global norm, with accumulation over two batches, and with SGD.
+#[test]
+fn data_parallel_replicas_train_like_one_device_with_the_same_batch() {
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, " dense 16 tanh\n layernorm\n dense 8 gelu\n dense 1 linear");
+    let base = std::fs::read_to_string(&path).unwrap();
+    // Plain SGD too: Adam's steps hardly change when every gradient is
+    // scaled alike, SGD's change with it.
+    for extra in [
+        "batch = 80\n clip_grad_norm = 0.5",
+        "batch = 40\n accumulate = 2",
+        "batch = 64\n optimizer = sgd(lr=0.05, momentum=0.9)",
+    ] {
+        let text = base.replace("batch = 32", extra);
+        let text = if extra.contains("sgd") { text.replace("optimizer = adamw(lr=0.01)\n", "") } else { text };
+        std::fs::write(&path, text).unwrap();
+        let one = run_replicated(&path, 4, false, 0);
+        for replicas in [1, 2] {
+            let many = run_replicated(&path, 4, false, replicas);
+            let (a, b) = (all_weights(&one.model), all_weights(&many.model));
+            assert_eq!(a.len(), b.len());
+            let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            eprintln!("{extra:?} on {} replicas: worst weight difference {worst:.2e} (seed {seed})", replicas + 1);
+            assert!(worst <= 1e-4, "{extra:?}, {} replicas: {worst} (seed {seed})", replicas + 1);
+            for (x, y) in one.history.iter().zip(&many.history) {
+                let (p, q) = (x.train_loss, y.train_loss);
+                assert!((p - q).abs() <= 1e-4 * p.abs().max(1.0), "train loss {p} vs {q} (seed {seed})");
+            }
+        }
+    }
+}
+
+/// With batchnorm and dropout a replica normalises its own slice and draws
+/// its own masks, so a data-parallel run is not the one-device run; it is
+/// as good a fit: its validation loss after 6 epochs within a factor of 1.5
+/// of the one-device run's (docs/language.md, `devices`). And it is exact
+/// under resume: 4 epochs, then 2 more from the checkpoint, end on the very
+/// bytes of 6 epochs in one go.
+#[test]
+fn data_parallel_with_batchnorm_and_dropout_fits_as_well_and_resumes_exactly() {
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let one = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "one.ckpt", false);
+    let single = run_replicated(&one, 6, false, 0);
+    let whole = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "whole.ckpt", false);
+    let parallel = run_replicated(&whole, 6, false, 1);
+    let (x, y) = (single.final_metrics["val_loss"], parallel.final_metrics["val_loss"]);
+    eprintln!("val loss: one device {x:.4}, two replicas {y:.4} (seed {seed})");
+    assert!(y.is_finite() && y <= 1.5 * x && x <= 1.5 * y, "val loss {x} vs {y} (seed {seed})");
+    let cut = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "cut.ckpt", false);
+    run_replicated(&cut, 4, false, 1);
+    let resumed = run_replicated(&cut, 6, true, 1);
+    assert_eq!(resumed.history.len(), 6);
+    let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
+    assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed data-parallel run ends elsewhere");
+}
+
+/// A step with fewer rows than devices (a last batch of 2 rows on three
+/// replicas): the replica without rows meets the others at zero weight, and
+/// the run ends where one device ends.
+#[test]
+fn data_parallel_steps_with_fewer_rows_than_devices() {
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, " dense 8 tanh\n dense 1 linear");
+    // 192 training rows: batches of 38, the last of 2.
+    let text = std::fs::read_to_string(&path).unwrap().replace("batch = 32", "batch = 38");
+    std::fs::write(&path, text).unwrap();
+    let (one, three) = (run_replicated(&path, 2, false, 0), run_replicated(&path, 2, false, 2));
+    let (a, b) = (all_weights(&one.model), all_weights(&three.model));
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    assert!(worst <= 1e-4, "{worst} (seed {seed})");
+}
+
 /// A stop in the middle of an accumulated step finishes that step first, so
 /// the checkpoint holds whole steps and the resumed run ends bit-identical.
 #[test]

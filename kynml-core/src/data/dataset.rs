@@ -150,6 +150,28 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }
+
+    /// The batch cut into `n` runs of consecutive rows, in order, whose
+    /// sizes differ by at most one, the larger first; with fewer rows than
+    /// parts, the last parts are empty.
+    pub fn split(self, n: usize) -> Vec<Batch> {
+        let (rows, n) = (self.len(), n.max(1));
+        let width = self.features.len().checked_div(rows).unwrap_or(0);
+        // Part `i` ends after `i + 1` parts of `rows / n` rows and one more
+        // row for each of the first `rows % n` parts.
+        let bounds: Vec<usize> = (0..=n).map(|i| i * (rows / n) + i.min(rows % n)).collect();
+        bounds
+            .windows(2)
+            .map(|w| {
+                let (a, b) = (w[0], w[1]);
+                let labels = match &self.labels {
+                    Labels::Values(v) => Labels::Values(v[a..b].to_vec()),
+                    Labels::Classes(c) => Labels::Classes(c[a..b].to_vec()),
+                };
+                Batch { features: self.features[a * width..b * width].to_vec(), labels, prepared: self.prepared }
+            })
+            .collect()
+    }
 }
 
 /// A table split into training and validation parts, ready for batching.

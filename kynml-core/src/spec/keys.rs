@@ -30,6 +30,7 @@ pub(super) const TRAIN_KEYS: &[&str] = &[
     "batch",
     "accumulate",
     "device",
+    "devices",
     "scheduler",
     "early_stop",
     "checkpoint",

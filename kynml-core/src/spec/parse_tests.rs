@@ -294,6 +294,16 @@ fn devices_precisions_and_flags() {
     assert_eq!(train_with("device = \"cuda:1\"").device.value, DeviceRequest::Cuda(Some(1)));
     assert_eq!(train_with("device = \"cpu\"").device.value, DeviceRequest::Cpu);
     assert_eq!(train_with("device = wgpu").device.value, DeviceRequest::Wgpu);
+    // A data-parallel run: its first device is the run's `device`.
+    let two = train_with("devices = [\"cuda:1\", \"cuda:0\"]");
+    assert_eq!(
+        two.devices.map(|d| d.value),
+        Some(DeviceSet::List(vec![DeviceRequest::Cuda(Some(1)), DeviceRequest::Cuda(Some(0))]))
+    );
+    assert_eq!(two.device.value, DeviceRequest::Cuda(Some(1)));
+    assert_eq!(train_with("devices = [cpu, cpu, cpu]").devices.map(|d| d.value.name()), Some("cpu,cpu,cpu".into()));
+    assert_eq!(train_with("devices = \"cuda:all\"").devices.map(|d| d.value), Some(DeviceSet::AllCuda));
+    assert_eq!(train_with("device = cpu").devices, None);
     assert_eq!(train_with("precision = fp16").precision.value, Precision::Fp16);
     assert!(train_with("compile = true").compile.value);
     assert_eq!(train_with("seed = 7").seed, 7);

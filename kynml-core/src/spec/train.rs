@@ -7,8 +7,8 @@ use super::keys::{settings, Settings};
 use super::optimizer::{default_optimizer, optimizer};
 use super::suggest;
 use super::types::{
-    Autotune, Checkpoint, Clip, DeviceRequest, EarlyStop, Loss, LossScale, Precision, Scheduler, SchedulerKind,
-    Spanned, TrainSpec,
+    Autotune, Checkpoint, Clip, DeviceRequest, DeviceSet, EarlyStop, Loss, LossScale, Precision, Scheduler,
+    SchedulerKind, Spanned, TrainSpec,
 };
 use super::values::{self, Range};
 
@@ -58,6 +58,13 @@ fn train_spec(
     let batch = s.count("batch", 32, 1, d);
     let accumulate = s.count("accumulate", 1, 1, d);
     let device = s.with_default("device", DeviceRequest::Auto, |v| device(v, d));
+    let devices = s.optional("devices", |v| devices(v, d).map(|value| Spanned { value, span: v.span }));
+    if let (Some(Some(set)), Some(_)) = (&devices, s.get("device")) {
+        d.push(
+            Diagnostic::new(set.span, "`device` and `devices` are both set", "second device setting")
+                .with_help("keep `devices` for a data-parallel run, or `device` for one device"),
+        );
+    }
     let scheduler = s.optional("scheduler", |v| scheduler(v, d));
     let early_stop = s.optional("early_stop", |v| early_stop(v, d));
     let checkpoint = s.optional("checkpoint", |v| checkpoint(v, d));
@@ -81,7 +88,11 @@ fn train_spec(
         epochs: epochs?,
         batch: batch?,
         accumulate: accumulate?,
-        device: device?,
+        device: match &devices {
+            Some(Some(set)) => Spanned { value: set.value.first(), span: set.span },
+            _ => device?,
+        },
+        devices: devices?,
         scheduler: scheduler?,
         early_stop: early_stop?,
         checkpoint: checkpoint?,
@@ -245,6 +256,32 @@ fn device(v: &Value, d: &mut Vec<Diagnostic>) -> Option<DeviceRequest> {
     });
     d.push(Diagnostic::new(v.span, format!("unknown device {}", v.describe()), "unknown device").with_help(help));
     None
+}
+
+/// `devices = [cpu, cpu]`, `["cuda:0", "cuda:1"]` or `"cuda:all"`: a
+/// data-parallel run's devices.
+fn devices(v: &Value, d: &mut Vec<Diagnostic>) -> Option<DeviceSet> {
+    let help = "write a list of two devices or more, as `devices = [\"cuda:0\", \"cuda:1\"]` or \
+                `devices = [cpu, cpu]`, or `devices = \"cuda:all\"` for every GPU";
+    let set = match &v.kind {
+        ValueKind::Str(text) if text == "cuda:all" => DeviceSet::AllCuda,
+        ValueKind::List(items) => {
+            let mut list = Vec::new();
+            for item in items {
+                list.push(device(item, d)?);
+            }
+            DeviceSet::List(list)
+        }
+        _ => {
+            values::mismatch_with_help(v, "a list of devices", "`devices`", help, d);
+            return None;
+        }
+    };
+    if let Some(why) = set.problem() {
+        d.push(Diagnostic::new(v.span, why, "these devices").with_help(help));
+        return None;
+    }
+    Some(set)
 }
 
 fn scheduler(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Spanned<Scheduler>> {

@@ -178,6 +178,9 @@ pub struct TrainSpec {
     pub accumulate: Spanned<usize>,
     /// Where to train; default `Auto`.
     pub device: Spanned<DeviceRequest>,
+    /// The devices of a data-parallel run (`devices = [...]`); `None`
+    /// trains on `device` alone.
+    pub devices: Option<Spanned<DeviceSet>>,
     /// Learning-rate schedule; `None` means a constant learning rate.
     pub scheduler: Option<Spanned<Scheduler>>,
     /// Early stopping on validation loss; `None` runs every epoch.
@@ -448,6 +451,83 @@ pub enum DeviceRequest {
     Cuda(Option<usize>),
     /// `wgpu`: the portable wgpu GPU backend.
     Wgpu,
+}
+
+/// The devices of a data-parallel run: each takes a slice of every batch
+/// and the gradients are summed over all of them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum DeviceSet {
+    /// These devices, two or more, all CPU or all CUDA; `cpu` may repeat
+    /// (replicas sharing the host's cores).
+    List(Vec<DeviceRequest>),
+    /// `"cuda:all"`: every CUDA GPU the driver reports.
+    AllCuda,
+}
+
+impl DeviceSet {
+    /// As a spec or `--device` writes it: `cpu,cpu`, `cuda:0,cuda:1`, `cuda:all`.
+    pub fn name(&self) -> String {
+        match self {
+            DeviceSet::AllCuda => "cuda:all".into(),
+            DeviceSet::List(list) => list.iter().map(|d| d.name()).collect::<Vec<_>>().join(","),
+        }
+    }
+
+    /// The first device: the one that evaluates, checkpoints and exports.
+    pub fn first(&self) -> DeviceRequest {
+        match self {
+            DeviceSet::AllCuda => DeviceRequest::Cuda(Some(0)),
+            DeviceSet::List(list) => list.first().copied().unwrap_or(DeviceRequest::Cpu),
+        }
+    }
+
+    /// Why this set cannot run data-parallel, in words; `None` when it can.
+    /// Every device is named (no `auto`), they are of one kind, CPU or
+    /// CUDA, there are at least two, and no GPU is named twice.
+    pub fn problem(&self) -> Option<String> {
+        let DeviceSet::List(list) = self else { return None };
+        if list.len() < 2 {
+            return Some("data-parallel training needs two devices or more".into());
+        }
+        if list.contains(&DeviceRequest::Auto) {
+            return Some("`auto` picks one device; name each device of a data-parallel run".into());
+        }
+        if list.contains(&DeviceRequest::Wgpu) {
+            return Some(
+                "data-parallel training runs on `cpu` and `cuda` devices; on wgpu, Burn 0.21's fusion server \
+                 cannot serve two replicas (docs/dev/data-parallel-research.md)"
+                    .into(),
+            );
+        }
+        let cpus = list.iter().filter(|d| **d == DeviceRequest::Cpu).count();
+        if cpus != 0 && cpus != list.len() {
+            return Some("the devices of a data-parallel run are all `cpu` or all CUDA GPUs, not both".into());
+        }
+        let gpus: Vec<usize> = list
+            .iter()
+            .filter_map(|d| match d {
+                DeviceRequest::Cuda(i) => Some(i.unwrap_or(0)),
+                _ => None,
+            })
+            .collect();
+        if let Some(twice) = gpus.iter().find(|i| gpus.iter().filter(|j| j == i).count() > 1) {
+            return Some(format!("cuda:{twice} is named twice; each GPU takes one replica"));
+        }
+        None
+    }
+}
+
+impl DeviceRequest {
+    /// As a spec writes it.
+    pub fn name(&self) -> String {
+        match self {
+            DeviceRequest::Auto => "auto".into(),
+            DeviceRequest::Cpu => "cpu".into(),
+            DeviceRequest::Cuda(None) => "cuda".into(),
+            DeviceRequest::Cuda(Some(i)) => format!("cuda:{i}"),
+            DeviceRequest::Wgpu => "wgpu".into(),
+        }
+    }
 }
 
 /// The `evaluate:` block.

@@ -9,6 +9,7 @@
 //! their weights back as a Burn model, so evaluation, early stopping's best
 //! weights, checkpoints and export are one path.
 
+use burn::collective::PeerId;
 use burn::module::{AutodiffModule, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{FloatDType, Tensor};
@@ -77,6 +78,13 @@ pub trait Engine {
 
     /// The last step's phases, when profiling.
     fn last_phases(&self) -> Option<StepPhases>;
+
+    /// Why the engine cannot go on, once a step failed in a way no later
+    /// step recovers from (a data-parallel peer lost); the loop stops with
+    /// it. `None` while all is well.
+    fn failure(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// Laps of a step's phases; with `sync`, each lap first waits for the
@@ -184,6 +192,11 @@ pub struct BurnEngine {
     phases: StepPhases,
     /// The device, for its memory readings when profiling.
     device: kynml_backend::Device,
+    /// In a data-parallel run, this replica's peer in Burn's collective:
+    /// each optimizer step's gradients are summed over all replicas first.
+    peer: Option<PeerId>,
+    /// Why the last step could not finish (see [`Engine::failure`]).
+    failed: Option<String>,
 }
 
 impl BurnEngine {
@@ -216,7 +229,17 @@ impl BurnEngine {
             autodiff: device.autodiff(),
             device: device.clone(),
             inner: device.inner(),
+            peer: None,
+            failed: None,
         }
+    }
+
+    /// Sums every optimizer step's gradients with the other replicas of a
+    /// data-parallel run, as `peer` of Burn's collective (registered by
+    /// the caller).
+    pub fn with_peer(mut self, peer: PeerId) -> Self {
+        self.peer = Some(peer);
+        self
     }
 
     /// Runs on `autodiff`, an autodiff device of the same device;
@@ -329,6 +352,19 @@ impl Engine for BurnEngine {
             self.phases.optimizer = laps.lap();
             return Some(StepLoss::Device(loss.detach()));
         }
+        // Data-parallel: the replicas' gradients, each weighted by its share
+        // of the rows, summed with Burn's all-reduce. Still scaled: an
+        // overflow on any replica reaches every one, and all skip together.
+        if let Some(peer) = self.peer {
+            match crate::train::parallel::all_reduce(grads, peer, &self.param_ranks) {
+                Ok(summed) => grads = summed,
+                Err(why) => {
+                    self.failed = Some(why);
+                    self.model = Some(model);
+                    return None;
+                }
+            }
+        }
         // With loss scaling: unscale, and skip the update (and the scaler's
         // growth) if anything overflowed.
         let finite = match self.scaler.as_mut() {
@@ -395,5 +431,9 @@ impl Engine for BurnEngine {
     fn grad_norm(&mut self) -> Option<f64> {
         let (sum, n) = std::mem::take(&mut self.norms);
         Some(sum?.into_scalar_f64() / n as f64).filter(|_| self.clip.is_some() && n > 0)
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.failed.take()
     }
 }

@@ -26,6 +26,7 @@ pub mod loss_scale;
 pub mod memory;
 pub mod native;
 mod optimizer;
+pub mod parallel;
 pub mod precision;
 pub mod resume;
 pub mod schedule;

@@ -23,6 +23,7 @@ use crate::train::events::{EpochRecord, TrainEvent};
 use crate::train::loss_scale::LossScaler;
 use crate::train::native::{engine_for, EngineChoice, EngineKind, NativeEngine};
 use crate::train::optimizer::AnyOptimizer;
+use crate::train::parallel::ParallelEngine;
 use crate::train::precision::{self, PrecisionPlan};
 use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
 use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError};
@@ -88,6 +89,12 @@ pub struct TrainSettings {
     /// `every_n` epochs and at the end ([`EveryEpochs`]); the spec still
     /// names the path.
     pub checkpointing: Option<std::sync::Arc<dyn Checkpointing>>,
+    /// The other devices of a data-parallel run, beside the `device` given
+    /// to [`train`] (which evaluates, checkpoints and holds the model that
+    /// is returned): each takes a slice of every batch, and the gradients
+    /// are summed over all of them with Burn's all-reduce (see
+    /// [`crate::train::parallel`]). Empty: one device.
+    pub replicas: Vec<Device>,
 }
 
 /// Why [`train`] did not finish.
@@ -125,6 +132,9 @@ pub enum TrainError {
         /// write failed.
         checkpoint: Option<PathBuf>,
     },
+    /// A data-parallel run lost a replica, or its replicas could not meet.
+    #[error("data-parallel training stopped: {0}")]
+    Parallel(String),
     /// The model's `embedding` was not sized from this dataset's vocabularies.
     #[error(
         "model `{model}` is not bound to this dataset's categories or tokens: call `ModelSpec::bind` with the \
@@ -222,7 +232,12 @@ fn run<'scope, 'env>(
         .map_err(|e| TrainError::DataWorkers { workers, reason: e.to_string() })?;
     let precision = settings.precision.clone().unwrap_or_else(|| precision::plan(t, device));
     let half = precision.compute.half();
-    let engine_kind = engine_for(device, &precision, settings.engine, &spec.model);
+    // A data-parallel run steps on Burn on every device.
+    let engine_kind = if settings.replicas.is_empty() {
+        engine_for(device, &precision, settings.engine, &spec.model)
+    } else {
+        EngineKind::Burn
+    };
     let mut scaler = precision.scaler.as_ref().map(LossScaler::new);
     let optimizer_name = optimizer.name();
     let mut history = Vec::new();
@@ -270,9 +285,34 @@ fn run<'scope, 'env>(
             Box::new(NativeEngine::from_burn(spec, &model, &optimizer, &inner_device).map_err(ResumeError::Incomplete)?)
         }
         EngineKind::Burn => {
-            let engine = BurnEngine::new(model, optimizer, scaler, half, loss_kind, data.n_features(), device)
-                .on(ad_device.clone(), t.checkpoint_activations.value);
-            Box::new(engine.with_clip(t.clip.as_ref().map(|c| c.value)))
+            let clip = t.clip.as_ref().map(|c| c.value);
+            let engine = BurnEngine::new(model, optimizer, scaler.clone(), half, loss_kind, data.n_features(), device)
+                .on(ad_device.clone(), t.checkpoint_activations.value)
+                .with_clip(clip);
+            if settings.replicas.is_empty() {
+                Box::new(engine)
+            } else {
+                // The other replicas start from the same weights and state:
+                // the same seed, or the same checkpoint, on their own devices.
+                let mut others = Vec::with_capacity(settings.replicas.len());
+                for on in &settings.replicas {
+                    let ad = if t.checkpoint_activations.value { on.autodiff_checkpointed() } else { on.autodiff() };
+                    let mut model = Model::init(&spec.model, t.seed, &ad);
+                    let mut optimizer = AnyOptimizer::new(&t.optimizer.value);
+                    if let Some(ckpt) = &settings.resume_from {
+                        let template = Model::init(&spec.model, t.seed, &on.inner());
+                        let restored =
+                            resume::restore(ckpt, &spec.model, model, optimizer, template, &ad, &on.inner())?;
+                        (model, optimizer) = (restored.model, restored.optimizer);
+                    }
+                    let replica =
+                        BurnEngine::new(model, optimizer, scaler.clone(), half, loss_kind, data.n_features(), on)
+                            .on(ad.clone(), t.checkpoint_activations.value)
+                            .with_clip(clip);
+                    others.push((replica, on.inner()));
+                }
+                Box::new(ParallelEngine::new(engine, others, &inner_device, &ad_device).map_err(TrainError::Parallel)?)
+            }
         }
     };
     let last_epoch = if stopped_early { 0 } else { t.epochs.value };
@@ -338,6 +378,9 @@ fn run<'scope, 'env>(
             });
             let stepping = Instant::now();
             let stepped = engine.step(batch, lr, &mut dropout_rng, part);
+            if let Some(why) = engine.failure() {
+                return Err(TrainError::Parallel(why));
+            }
             if let (Some(p), Some(phases)) = (profile.as_mut(), engine.last_phases()) {
                 p.steps.push(StepTiming {
                     epoch,

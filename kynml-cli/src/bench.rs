@@ -131,7 +131,21 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     }
     file.spec.train.checkpoint = None;
     file.spec.train.early_stop = None;
-    let device = crate::devices::pick_for(&file.spec.train)?;
+    let devices = crate::devices::pick_all(&file.spec.train)?;
+    let device = devices[0].clone();
+    // A data-parallel spec: every device runs one replica's share of the
+    // batch, and its GPUs share one kernel cache (one GPU model, one
+    // folder), so one replica's kernels are what the run needs.
+    if let Some(set) = file.spec.train.devices.take() {
+        let n = devices.len();
+        let batch = &mut file.spec.train.batch.value;
+        let per_device = batch.div_ceil(n);
+        println!(
+            "warm-up: `{}` is data-parallel on {n} devices; tuning one replica's kernels, {per_device} of the batch's {batch} rows",
+            set.value.name()
+        );
+        *batch = per_device;
+    }
     let data = file.load_data()?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     file.check_memory(&device)?;

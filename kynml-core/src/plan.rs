@@ -586,18 +586,16 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
     } else {
         crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto, &spec.model)
     };
-    let mut value = format!("{} via {}", device.describe(), engine.describe(device));
+    let on = if devices.len() == 1 {
+        device.describe()
+    } else if devices.iter().all(|o| o.describe() == device.describe()) {
+        format!("{} x {}", devices.len(), device.describe())
+    } else {
+        devices.iter().map(Device::describe).collect::<Vec<_>>().join(", ")
+    };
+    let mut value = format!("{on} via {}", engine.describe(device));
     if devices.len() > 1 {
-        value = format!(
-            "{} x {} via {}: a data-parallel run steps on Burn on every device",
-            devices.len(),
-            device.describe(),
-            engine.describe(device)
-        );
-        if devices.iter().skip(1).any(|o| o.describe() != device.describe()) {
-            let names: Vec<String> = devices.iter().map(Device::describe).collect();
-            value = format!("{} via {}", names.join(", "), engine.describe(device));
-        }
+        value += ": a data-parallel run steps on Burn on every device";
     }
     if let (DeviceKind::Cpu { .. }, Compute::Fp32, Err(layer)) =
         (&device.kind, precision.compute, crate::train::native::native_layers(&spec.model))

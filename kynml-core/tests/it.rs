@@ -362,6 +362,11 @@ train:
 }
 
 /// Every trainable value and running statistic of a model, in layer order.
+/// The largest absolute difference between two models' weights.
+fn worst_difference(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max)
+}
+
 fn all_weights(model: &kynml_core::model::Model<kynml_backend::Backend>) -> Vec<f32> {
     let mut out = Vec::new();
     for layer in &model.layers {
@@ -1441,7 +1446,7 @@ fn accumulated_batches_train_like_one_big_batch_on_both_engines() {
         let big = run("batch = 80");
         let accumulated = run("batch = 16\n accumulate = 5");
         let (a, b) = (all_weights(&big.model), all_weights(&accumulated.model));
-        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        let worst = worst_difference(&a, &b);
         eprintln!("{engine:?}: batch 16 x 5 vs batch 80, worst weight difference {worst:.2e} (seed {seed})");
         assert!(worst <= 1e-4, "{engine:?}: {worst} (seed {seed})");
         let (x, y) = (big.history.last().unwrap().val_loss, accumulated.history.last().unwrap().val_loss);
@@ -1497,7 +1502,7 @@ fn data_parallel_replicas_train_like_one_device_with_the_same_batch() {
             let many = run_replicated(&path, 4, false, replicas);
             let (a, b) = (all_weights(&one.model), all_weights(&many.model));
             assert_eq!(a.len(), b.len());
-            let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            let worst = worst_difference(&a, &b);
             eprintln!("{extra:?} on {} replicas: worst weight difference {worst:.2e} (seed {seed})", replicas + 1);
             assert!(worst <= 1e-4, "{extra:?}, {} replicas: {worst} (seed {seed})", replicas + 1);
             for (x, y) in one.history.iter().zip(&many.history) {
@@ -1546,7 +1551,7 @@ fn data_parallel_steps_with_fewer_rows_than_devices() {
     std::fs::write(&path, text).unwrap();
     let (one, three) = (run_replicated(&path, 2, false, 0), run_replicated(&path, 2, false, 2));
     let (a, b) = (all_weights(&one.model), all_weights(&three.model));
-    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let worst = worst_difference(&a, &b);
     assert!(worst <= 1e-4, "{worst} (seed {seed})");
 }
 

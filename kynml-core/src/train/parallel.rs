@@ -38,7 +38,7 @@ use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 
 use crate::checkpoint::Checkpoint;
-use crate::data::{Batch, Dataset, Labels, Split};
+use crate::data::{Batch, Dataset, Split};
 use crate::evaluate::Outputs;
 use crate::model::Model;
 use crate::rng::SplitMix64;
@@ -242,16 +242,6 @@ fn serve(
     let _ = collective::finish_collective::<Kb>(peer(rank));
 }
 
-/// The first row of `batch`, alone.
-fn first_row(batch: &Batch) -> Batch {
-    let width = batch.features.len() / batch.len().max(1);
-    let labels = match &batch.labels {
-        Labels::Values(v) => Labels::Values(v.iter().take(1).copied().collect()),
-        Labels::Classes(c) => Labels::Classes(c.iter().take(1).copied().collect()),
-    };
-    Batch { features: batch.features[..width.min(batch.features.len())].to_vec(), labels, prepared: batch.prepared }
-}
-
 impl Engine for ParallelEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Burn
@@ -266,7 +256,9 @@ impl Engine for ParallelEngine {
         // number of devices: each replica's masks come from it and its rank.
         let draw = dropout.next_u64();
         let slices = batch.split(self.devices());
-        let filler = slices.iter().any(Batch::is_empty).then(|| first_row(&slices[0]));
+        // Empty slices only come with fewer rows than devices, when the
+        // first slice holds one row.
+        let filler = slices.iter().any(Batch::is_empty).then(|| slices[0].clone());
         let mut slices = slices.into_iter();
         let mut lead_job = None;
         let mut shares = Vec::with_capacity(self.devices());

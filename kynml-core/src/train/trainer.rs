@@ -285,10 +285,13 @@ fn run<'scope, 'env>(
             Box::new(NativeEngine::from_burn(spec, &model, &optimizer, &inner_device).map_err(ResumeError::Incomplete)?)
         }
         EngineKind::Burn => {
-            let clip = t.clip.as_ref().map(|c| c.value);
-            let engine = BurnEngine::new(model, optimizer, scaler.clone(), half, loss_kind, data.n_features(), device)
-                .on(ad_device.clone(), t.checkpoint_activations.value)
-                .with_clip(clip);
+            // Every replica's engine alike, from its own model and optimizer state.
+            let burn_engine = |model, optimizer, on: &Device, ad: burn::DispatchDevice| {
+                BurnEngine::new(model, optimizer, scaler.clone(), half, loss_kind, data.n_features(), on)
+                    .on(ad, t.checkpoint_activations.value)
+                    .with_clip(t.clip.as_ref().map(|c| c.value))
+            };
+            let engine = burn_engine(model, optimizer, device, ad_device.clone());
             if settings.replicas.is_empty() {
                 Box::new(engine)
             } else {
@@ -305,11 +308,7 @@ fn run<'scope, 'env>(
                             resume::restore(ckpt, &spec.model, model, optimizer, template, &ad, &on.inner())?;
                         (model, optimizer) = (restored.model, restored.optimizer);
                     }
-                    let replica =
-                        BurnEngine::new(model, optimizer, scaler.clone(), half, loss_kind, data.n_features(), on)
-                            .on(ad.clone(), t.checkpoint_activations.value)
-                            .with_clip(clip);
-                    others.push((replica, on.inner()));
+                    others.push((burn_engine(model, optimizer, on, ad), on.inner()));
                 }
                 Box::new(ParallelEngine::new(engine, others, &inner_device, &ad_device).map_err(TrainError::Parallel)?)
             }

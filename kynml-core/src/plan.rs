@@ -659,8 +659,18 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
                 c.name(),
                 match precision.scaler {
                     Some(s) => format!(
-                        "dynamic loss scaling from {} (x{} every {} finite steps, x{} on overflow)",
-                        s.init, s.growth, s.interval, s.backoff
+                        "dynamic loss scaling from {} (x{} every {} finite steps, x{} on overflow); {}",
+                        s.init,
+                        s.growth,
+                        s.interval,
+                        s.backoff,
+                        match crate::train::update::Update::plan(&t.optimizer.value, true) {
+                            crate::train::update::Update::Burn => format!(
+                                "each step's overflow check is read back from the device ({} runs on Burn's own optimizer, which cannot skip a step on the device)",
+                                t.optimizer.value.name()
+                            ),
+                            _ => "an overflowed step is skipped on the device, with nothing read back inside the step".into(),
+                        }
                     ),
                     None => "no loss scaling".into(),
                 }
@@ -740,6 +750,29 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
                 value: "on: the backward pass recomputes element-wise activations instead of keeping them (Burn's balanced checkpointing)".into(),
                 as_requested: true,
             }
+        });
+    }
+    if let Some(fused) = t.optimizer.value.fused() {
+        let name = t.optimizer.value.name();
+        out.push(match (fused, native) {
+            (true, true) => Applied {
+                setting: "fused",
+                value: format!(
+                    "not applied (the native CPU engine updates each parameter in one pass of its own; \
+                     {name}(fused=true) applies to Burn's devices)"
+                ),
+                as_requested: false,
+            },
+            (true, false) => Applied {
+                setting: "fused",
+                value: format!("on: one {name} update over all the parameters at once, on the device"),
+                as_requested: true,
+            },
+            (false, _) => Applied {
+                setting: "fused",
+                value: format!("off: {name} updates each parameter in turn"),
+                as_requested: true,
+            },
         });
     }
     if t.deterministic.value {

@@ -65,20 +65,37 @@ pub(super) struct Args<'a> {
 /// Matches `callee`'s arguments to `params` (in positional order), and
 /// reports extra, unknown and repeated ones.
 pub(super) fn bind<'a>(callee: Callee<'a>, params: &'static [&'static str], d: &mut Vec<Diagnostic>) -> Args<'a> {
+    bind_keywords(callee, params, params.len(), d)
+}
+
+/// [`bind`] where only the first `positional` parameters may be given by
+/// position, the rest by name alone (Python's keyword-only arguments).
+pub(super) fn bind_keywords<'a>(
+    callee: Callee<'a>,
+    params: &'static [&'static str],
+    positional: usize,
+    d: &mut Vec<Diagnostic>,
+) -> Args<'a> {
     let mut args = Args { callee, params, given: vec![None; params.len()], ok: true };
     let name = callee.name;
+    let by_position = if positional < params.len() { " positional" } else { "" };
     for (position, arg) in callee.args.iter().enumerate() {
         let index = match &arg.name {
-            None if position < params.len() => position,
+            None if position < positional => position,
             None => {
-                let message = match params.len() {
-                    0 => format!("`{name}` takes no arguments"),
-                    1 => format!("`{name}` takes at most 1 argument"),
-                    n => format!("`{name}` takes at most {n} arguments"),
+                let message = match positional {
+                    0 => format!("`{name}` takes no{by_position} arguments"),
+                    1 => format!("`{name}` takes at most 1{by_position} argument"),
+                    n => format!("`{name}` takes at most {n}{by_position} arguments"),
                 };
-                d.push(
-                    Diagnostic::new(arg.value.span, message, "unexpected argument").with_help(accepts(name, params)),
-                );
+                // A keyword-only parameter given by position: say how to name it.
+                let help = match params.get(position) {
+                    Some(keyword) if position >= positional => {
+                        format!("`{keyword}` is taken by name only: write `{keyword}=` before the value")
+                    }
+                    _ => accepts(name, params),
+                };
+                d.push(Diagnostic::new(arg.value.span, message, "unexpected argument").with_help(help));
                 args.ok = false;
                 continue;
             }

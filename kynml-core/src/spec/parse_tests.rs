@@ -144,7 +144,7 @@ fn users_spec_reads_as_written() {
     assert_eq!(t.loss.value, Loss::Mse);
     assert_eq!(
         t.optimizer.value,
-        Optimizer::AdamW { lr: 0.001, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+        Optimizer::AdamW { lr: 0.001, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, fused: None }
     );
     assert_eq!(t.epochs.value, 100);
     assert_eq!(t.batch.value, 256);
@@ -218,7 +218,7 @@ fn defaults() {
     assert_eq!(t.data.value, "D");
     assert_eq!(
         t.optimizer.value,
-        Optimizer::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+        Optimizer::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, fused: None }
     );
     assert_eq!(&MINIMAL[t.optimizer.span.start..t.optimizer.span.end], "train:");
     assert_eq!(t.batch.value, 32);
@@ -239,13 +239,16 @@ fn optimizer(text: &str) -> Optimizer {
 
 #[test]
 fn optimizers_have_pytorch_defaults() {
-    let adamw = Optimizer::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 };
+    let adamw = Optimizer::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, fused: None };
     assert_eq!(optimizer("adamw"), adamw);
     assert_eq!(optimizer("adamw()"), adamw);
-    assert_eq!(optimizer("adam"), Optimizer::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 });
+    assert_eq!(
+        optimizer("adam"),
+        Optimizer::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, fused: None }
+    );
     assert_eq!(
         optimizer("sgd"),
-        Optimizer::Sgd { lr: 1e-3, momentum: 0.0, dampening: 0.0, weight_decay: 0.0, nesterov: false }
+        Optimizer::Sgd { lr: 1e-3, momentum: 0.0, dampening: 0.0, weight_decay: 0.0, nesterov: false, fused: None }
     );
     assert_eq!(
         optimizer("rmsprop"),
@@ -257,18 +260,34 @@ fn optimizers_have_pytorch_defaults() {
 fn optimizer_arguments_by_name_and_position() {
     assert_eq!(
         optimizer("adam(lr=3e-4, betas=[0.8, 0.99], eps=1e-6, weight_decay=0.1)"),
-        Optimizer::Adam { lr: 3e-4, beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.1 }
+        Optimizer::Adam { lr: 3e-4, beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.1, fused: None }
     );
     // Positional arguments follow torch.optim's order.
     assert_eq!(
         optimizer("sgd(0.1, 0.9, nesterov=true)"),
-        Optimizer::Sgd { lr: 0.1, momentum: 0.9, dampening: 0.0, weight_decay: 0.0, nesterov: true }
+        Optimizer::Sgd { lr: 0.1, momentum: 0.9, dampening: 0.0, weight_decay: 0.0, nesterov: true, fused: None }
     );
     assert_eq!(
         optimizer("rmsprop(lr=0.001, alpha=0.9, momentum=0.5, centered=true, weight_decay=0, eps=1e-7)"),
         Optimizer::RmsProp { lr: 0.001, alpha: 0.9, eps: 1e-7, weight_decay: 0.0, momentum: 0.5, centered: true }
     );
     assert_eq!(optimizer("adamw(1)").lr(), 1.0);
+}
+
+#[test]
+fn fused_is_an_optimizer_argument_given_by_name_only() {
+    assert_eq!(optimizer("adamw(lr=0.01, fused=true)").fused(), Some(true));
+    assert_eq!(optimizer("adam(fused=false)").fused(), Some(false));
+    assert_eq!(optimizer("sgd(0.1, 0.9, fused=true)").fused(), Some(true));
+    assert_eq!(optimizer("adamw").fused(), None);
+    // torch.optim takes `fused` by name only: a fifth positional argument
+    // of adamw is refused, not read as `fused`.
+    let e = messages(&format!("{MINIMAL}optimizer = adamw(0.001, [0.9, 0.999], 1e-8, 0.01, true)\n"));
+    assert_eq!(e, ["`adamw` takes at most 4 positional arguments"]);
+    let e = messages(&format!("{MINIMAL}optimizer = adamw(fused=1)\n")).join("\n");
+    assert!(e.contains("`fused` of `adamw`"), "{e}");
+    let e = messages(&format!("{MINIMAL}optimizer = rmsprop(fused=true)\n"));
+    assert_eq!(e, ["unknown argument `fused` for `rmsprop`"]);
 }
 
 fn train_with(lines: &str) -> TrainSpec {

@@ -291,6 +291,9 @@ pub enum Optimizer {
         eps: f64,
         /// Decoupled weight decay; >= 0.
         weight_decay: f64,
+        /// `fused=true`: the whole update as one pass over all the parameters on the device; `None` unwritten.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fused: Option<bool>,
     },
     /// torch defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.
     Adam {
@@ -304,6 +307,9 @@ pub enum Optimizer {
         eps: f64,
         /// Weight decay; >= 0.
         weight_decay: f64,
+        /// `fused=true`: the whole update as one pass over all the parameters on the device; `None` unwritten.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fused: Option<bool>,
     },
     /// torch defaults: lr 1e-3, momentum 0, dampening 0, weight_decay 0, nesterov false.
     Sgd {
@@ -317,6 +323,9 @@ pub enum Optimizer {
         weight_decay: f64,
         /// Nesterov momentum; needs `momentum` > 0 and `dampening` 0.
         nesterov: bool,
+        /// `fused=true`: the whole update as one pass over all the parameters on the device; `None` unwritten.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fused: Option<bool>,
     },
     /// torch defaults: lr 1e-2, alpha 0.99, eps 1e-8, weight_decay 0, momentum 0, centered false.
     RmsProp {
@@ -343,6 +352,24 @@ impl Optimizer {
             | Optimizer::Adam { lr, .. }
             | Optimizer::Sgd { lr, .. }
             | Optimizer::RmsProp { lr, .. } => lr,
+        }
+    }
+
+    /// The optimizer's name as the spec writes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Optimizer::AdamW { .. } => "adamw",
+            Optimizer::Adam { .. } => "adam",
+            Optimizer::Sgd { .. } => "sgd",
+            Optimizer::RmsProp { .. } => "rmsprop",
+        }
+    }
+
+    /// The spec's `fused` (`None` where unwritten, and for RMSprop, which has none).
+    pub fn fused(&self) -> Option<bool> {
+        match *self {
+            Optimizer::AdamW { fused, .. } | Optimizer::Adam { fused, .. } | Optimizer::Sgd { fused, .. } => fused,
+            Optimizer::RmsProp { .. } => None,
         }
     }
 }

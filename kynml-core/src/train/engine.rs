@@ -22,13 +22,14 @@ use crate::data::{Batch, Dataset, Split};
 use crate::evaluate::{self, batch_tensors, IntoScalarF64, Outputs};
 use crate::model::{Mode, Model};
 use crate::rng::SplitMix64;
-use crate::spec::types::{Clip, Loss};
+use crate::spec::types::{Clip, Loss, Optimizer};
 use crate::train::loss;
 use crate::train::loss_scale::LossScaler;
 use crate::train::native::EngineKind;
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::profile::StepPhases;
 use crate::train::resume::{self, LoopState, ScaleState};
+use crate::train::update::{DeviceUpdate, Grads, Slots, Update};
 
 /// What the training loop needs of an engine.
 pub trait Engine {
@@ -128,18 +129,6 @@ fn add_grads(mut a: GradientsParams, mut b: GradientsParams, ranks: &[(ParamId, 
     a
 }
 
-/// One gradient scaled by the norm rule's `factor` (a one-element tensor) or
-/// clamped by the value rule.
-fn clip_one<const D: usize>(grads: &mut GradientsParams, id: ParamId, clip: Clip, factor: Option<&Tensor<Kb, 1>>) {
-    let Some(g) = grads.remove::<Kb, D>(id) else { return };
-    let g = match (clip, factor) {
-        (Clip::Norm(_), Some(f)) => g * f.clone().reshape([1; D]),
-        (Clip::Value(x), _) => g.clamp(-x, x),
-        (Clip::Norm(_), None) => g,
-    };
-    grads.register(id, g);
-}
-
 /// Where a batch falls in its optimizer step (`accumulate = N`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Part {
@@ -161,6 +150,59 @@ pub enum StepLoss {
     Host(f64),
     /// A one-element tensor on the device.
     Device(Tensor<Kb, 1>),
+    /// A one-element tensor on the device, with a device flag saying
+    /// whether the step was taken (1) or skipped on overflow (0): under loss
+    /// scaling with KynML's update, nothing is read back inside a step.
+    Flagged {
+        /// The batch's mean loss.
+        loss: Tensor<Kb, 1>,
+        /// 1 when the weights were updated, 0 when the step was skipped.
+        taken: Tensor<Kb, 1>,
+    },
+}
+
+/// The weights' update: Burn's optimizer, or KynML's on the device
+/// ([`crate::train::update`]).
+#[derive(Clone)]
+enum Stepper {
+    Burn(AnyOptimizer),
+    Device(DeviceUpdate),
+}
+
+/// The pre-clip gradient norms since the last read, on the device, and
+/// how many steps they cover (counted on the host, or on the device when
+/// steps may be skipped without the host knowing).
+#[derive(Default)]
+struct Norms {
+    sum: Option<Tensor<Kb, 1>>,
+    counted: usize,
+    flagged: Option<Tensor<Kb, 1>>,
+}
+
+impl Norms {
+    /// Adds a step's `norm`; with `taken`, only if that device flag holds.
+    fn add(&mut self, norm: Tensor<Kb, 1>, taken: Option<&Tensor<Kb, 1, burn::tensor::Bool>>) {
+        let norm = match taken {
+            Some(t) => {
+                let kept = t.clone().float();
+                self.flagged = Some(self.flagged.take().map_or(kept.clone(), |c| c + kept));
+                // A select, not a product: an overflowed norm is NaN.
+                norm.mask_fill(t.clone().bool_not(), 0.0)
+            }
+            None => {
+                self.counted += 1;
+                norm
+            }
+        };
+        self.sum = Some(self.sum.take().map_or(norm.clone(), |s| s + norm));
+    }
+
+    /// The mean norm, and a fresh start; `None` when no step was counted.
+    fn take_mean(&mut self) -> Option<f64> {
+        let Norms { sum, counted, flagged } = std::mem::take(self);
+        let n = counted as f64 + flagged.map_or(0.0, IntoScalarF64::into_scalar_f64);
+        Some(sum?.into_scalar_f64() / n).filter(|_| n > 0.0)
+    }
 }
 
 /// Steps on the device's Burn backend: autodiff, the precision policy's
@@ -168,7 +210,9 @@ pub enum StepLoss {
 pub struct BurnEngine {
     /// `None` only while a step moves it through the optimizer.
     model: Option<Model<Kb>>,
-    optimizer: AnyOptimizer,
+    stepper: Stepper,
+    /// The model's parameters as the gradients are laid out.
+    slots: Slots,
     scaler: Option<LossScaler>,
     param_ranks: Vec<(ParamId, usize)>,
     half: Option<FloatDType>,
@@ -177,9 +221,8 @@ pub struct BurnEngine {
     autodiff: DispatchDevice,
     inner: DispatchDevice,
     clip: Option<Clip>,
-    /// The pre-clip norms' sum since the last [`Engine::grad_norm`], left on
-    /// the device, and the number of steps in it.
-    norms: (Option<Tensor<Kb, 1>>, usize),
+    /// The pre-clip norms since the last [`Engine::grad_norm`].
+    norms: Norms,
     /// The gradients of the earlier parts of an accumulated step.
     pending: Option<GradientsParams>,
     /// Whether the autodiff device checkpoints activations. Burn's dispatch
@@ -214,14 +257,15 @@ impl BurnEngine {
     ) -> Self {
         BurnEngine {
             clip: None,
-            norms: (None, 0),
+            norms: Norms::default(),
             pending: None,
             checkpointed: false,
             profiling: false,
             phases: StepPhases::default(),
             param_ranks: model.param_ranks(),
+            slots: Slots::of(&model),
             model: Some(model),
-            optimizer,
+            stepper: Stepper::Burn(optimizer),
             scaler,
             half,
             loss,
@@ -256,47 +300,36 @@ impl BurnEngine {
         self
     }
 
-    /// Applies the clipping rule to `grads` (already unscaled), noting their
-    /// global norm on the device; nothing is read back.
-    fn clip_grads(&mut self, grads: &mut GradientsParams) {
-        let Some(clip) = self.clip else { return };
-        // Sum of squares of every gradient: one device scalar. Summed along
-        // a dimension, not by `sum()`: on a GPU Burn may sum a whole tensor
-        // with atomic adds, and on the CPU in a tree that depends on which
-        // thread steals which half, either way in an order that changes
-        // from run to run, and the norm scales every gradient.
-        let mut squares: Option<Tensor<Kb, 1>> = None;
-        for &(id, rank) in &self.param_ranks {
-            fn square_sum<const D: usize>(grads: &GradientsParams, id: ParamId) -> Option<Tensor<Kb, 1>> {
-                // The first dimension first (one sum per remaining value,
-                // in parallel), then what is left, as Burn's own chained sum.
-                grads.get::<Kb, D>(id).map(|g| {
-                    let s = g.square();
-                    let s = if D > 1 { s.sum_dim(0) } else { s };
-                    s.flatten::<1>(0, D - 1).sum_dim(0)
-                })
-            }
-            let s = by_rank!(rank, square_sum(grads, id));
-            if let Some(s) = s {
-                squares = Some(match squares.take() {
-                    Some(acc) => acc + s,
-                    None => s,
-                });
-            }
+    /// Updates the weights as `update` says, with the spec's `optimizer`:
+    /// Burn's optimizer, or KynML's on the device, per parameter or fused.
+    /// The optimizer state held so far (fresh or restored) carries over.
+    pub fn with_update(mut self, update: Update, optimizer: &Optimizer) -> Result<Self, String> {
+        if update == Update::Burn {
+            return Ok(self);
         }
-        let Some(norm) = squares.map(Tensor::sqrt) else { return };
-        self.norms.0 = Some(match self.norms.0.take() {
-            Some(acc) => acc + norm.clone(),
-            None => norm.clone(),
-        });
-        self.norms.1 += 1;
-        // `max / (norm + 1e-6)`, at most 1: PyTorch's clip_grad_norm_.
-        let factor = match clip {
-            Clip::Norm(max) => Some(norm.add_scalar(1e-6).recip().mul_scalar(max).clamp_max(1.0)),
-            Clip::Value(_) => None,
-        };
-        for &(id, rank) in &self.param_ranks {
-            by_rank!(rank, clip_one(grads, id, clip, factor.as_ref()));
+        let Stepper::Burn(burn) = &self.stepper else { return Ok(self) };
+        let model = self.current();
+        if let Some(device) = DeviceUpdate::new(optimizer, update.fused(), model, burn, &self.autodiff)? {
+            self.slots = device.slots().clone();
+            self.stepper = Stepper::Device(device);
+        }
+        Ok(self)
+    }
+
+    /// Which update runs.
+    pub fn update(&self) -> Update {
+        match &self.stepper {
+            Stepper::Burn(_) => Update::Burn,
+            Stepper::Device(d) if d.fused() => Update::Fused,
+            Stepper::Device(_) => Update::PerParameter,
+        }
+    }
+
+    /// The optimizer's state as Burn's optimizer holds it.
+    fn optimizer(&self) -> AnyOptimizer {
+        match &self.stepper {
+            Stepper::Burn(o) => o.clone(),
+            Stepper::Device(d) => d.to_burn(),
         }
     }
 
@@ -365,30 +398,47 @@ impl Engine for BurnEngine {
                 }
             }
         }
-        // With loss scaling: unscale, and skip the update (and the scaler's
-        // growth) if anything overflowed.
-        let finite = match self.scaler.as_mut() {
-            None => {
-                self.clip_grads(&mut grads);
-                self.model = Some(self.optimizer.step(lr, model, grads));
-                true
-            }
-            Some(scaler) => {
-                let finite = scaler.unscale(&mut grads, &self.param_ranks);
-                scaler.update(finite);
-                if finite {
-                    // Clipping sees the true gradients, as PyTorch's after GradScaler.unscale_.
-                    self.clip_grads(&mut grads);
-                    self.model = Some(self.optimizer.step(lr, model, grads));
-                } else {
-                    self.model = Some(model);
+        // Loss scaling: unscale, and note on the device whether anything
+        // overflowed. Burn's optimizer updates whatever it is given, so on
+        // that path the flag is read back here and the step skipped; KynML's
+        // update keeps or drops its result by the flag without reading it.
+        let fused = matches!(&self.stepper, Stepper::Device(d) if d.fused());
+        let mut grads = Grads::gather(grads, &self.slots, fused);
+        let finite = self.scaler.as_ref().map(|s| grads.unscale(s.inverse()));
+        if let (Stepper::Burn(_), Some(flag)) = (&self.stepper, &finite) {
+            if !flag_is_set(flag) {
+                if let Some(scaler) = self.scaler.as_mut() {
+                    scaler.update(flag);
                 }
-                finite
+                self.model = Some(model);
+                self.phases.optimizer = laps.lap();
+                return None;
             }
+        }
+        let deferred = match self.stepper {
+            Stepper::Device(_) => finite.as_ref(),
+            Stepper::Burn(_) => None,
         };
+        if let Some(clip) = self.clip {
+            // Clipping sees the true gradients, as PyTorch's after GradScaler.unscale_.
+            if let Some(norm) = grads.clip(clip) {
+                self.norms.add(norm, deferred);
+            }
+        }
+        self.model = Some(match &mut self.stepper {
+            Stepper::Burn(o) => o.step(lr, model, grads.into_params(&self.slots)),
+            Stepper::Device(d) => d.step(lr, model, grads, deferred),
+        });
+        if let (Some(scaler), Some(flag)) = (self.scaler.as_mut(), &finite) {
+            scaler.update(flag);
+        }
         self.phases.optimizer = laps.lap();
         self.note_memory();
-        finite.then(|| StepLoss::Device(loss.detach()))
+        let loss = loss.detach();
+        Some(match deferred {
+            Some(flag) => StepLoss::Flagged { loss, taken: Tensor::from_inner(flag.clone().float()) },
+            None => StepLoss::Device(loss),
+        })
     }
 
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
@@ -413,11 +463,11 @@ impl Engine for BurnEngine {
     }
 
     fn snapshot(&self, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {
-        resume::snapshot(self.current(), &self.optimizer, best, state)
+        resume::snapshot(self.current(), &self.optimizer(), best, state)
     }
 
     fn loss_scale(&self) -> Option<ScaleState> {
-        self.scaler.as_ref().map(|s| ScaleState { scale: s.scale, good_steps: s.good_steps })
+        self.scaler.as_ref().map(LossScaler::state)
     }
 
     fn set_profiling(&mut self, on: bool) {
@@ -429,11 +479,16 @@ impl Engine for BurnEngine {
     }
 
     fn grad_norm(&mut self) -> Option<f64> {
-        let (sum, n) = std::mem::take(&mut self.norms);
-        Some(sum?.into_scalar_f64() / n as f64).filter(|_| self.clip.is_some() && n > 0)
+        let mean = self.norms.take_mean();
+        mean.filter(|_| self.clip.is_some())
     }
 
     fn failure(&mut self) -> Option<String> {
         self.failed.take()
     }
+}
+
+/// Reads a one-element flag back from the device.
+fn flag_is_set(flag: &Tensor<Kb, 1, burn::tensor::Bool>) -> bool {
+    flag.clone().float().into_scalar_f64() > 0.5
 }

@@ -6,96 +6,68 @@
 //! After an overflow the scale is cut by `backoff`; after `interval` finite
 //! steps in a row it grows by `growth`.
 
-use burn::module::ParamId;
-use burn::optim::GradientsParams;
-use burn::tensor::Tensor;
+use burn::tensor::{Bool, Tensor};
+use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 
 use crate::evaluate::IntoScalarF64;
 use crate::train::precision::ScalerConfig;
+use crate::train::resume::ScaleState;
 
-/// Dynamic loss scaling: the current scale and the run of finite steps that decides when it grows.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// Dynamic loss scaling, its state kept on the device: the scale and the
+/// run of finite steps change by a flag the device computed, so that no
+/// step waits to read whether it overflowed.
+#[derive(Clone)]
 pub struct LossScaler {
     /// The factor the loss is multiplied by before the backward pass.
-    pub scale: f64,
+    scale: Tensor<Kb, 1>,
     /// Finite steps since the scale last changed.
-    pub good_steps: usize,
-    #[serde(skip, default)]
-    config: Option<ScalerConfigState>,
-}
-
-/// The configuration, kept apart from the saved state: a resumed run takes
-/// it from its own spec.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct ScalerConfigState {
-    growth: f64,
-    backoff: f64,
-    interval: usize,
+    good_steps: Tensor<Kb, 1>,
+    config: ScalerConfig,
 }
 
 impl LossScaler {
-    /// A scaler starting at `config.init`, with `config`'s growth, backoff and interval.
-    pub fn new(config: &ScalerConfig) -> Self {
-        LossScaler {
-            scale: config.init,
-            good_steps: 0,
-            config: Some(ScalerConfigState {
-                growth: config.growth,
-                backoff: config.backoff,
-                interval: config.interval,
-            }),
-        }
-    }
-
-    /// This scaler with a saved scale and count (from a checkpoint).
-    pub fn resumed(config: &ScalerConfig, scale: f64, good_steps: usize) -> Self {
-        LossScaler { scale, good_steps, ..Self::new(config) }
+    /// A scaler with `config`'s settings on `device` (the autodiff device
+    /// the loss is computed on), starting at `config.init` or at a
+    /// checkpoint's `saved` state.
+    pub fn new(config: &ScalerConfig, saved: Option<&ScaleState>, device: &DispatchDevice) -> Self {
+        let (scale, good) = saved.map_or((config.init, 0), |s| (s.scale, s.good_steps));
+        // Made on the autodiff device and taken off it, so that they carry
+        // its marks (Burn's dispatch refuses to mix tensors that differ).
+        let value = |x: f64| Tensor::<Kb, 1>::from_floats([x as f32], device).inner();
+        LossScaler { scale: value(scale), good_steps: value(good as f64), config: *config }
     }
 
     /// `loss` times the current scale: what to backpropagate instead of `loss`.
     pub fn scale_loss(&self, loss: Tensor<Kb, 1>) -> Tensor<Kb, 1> {
-        loss.mul_scalar(self.scale)
+        loss * Tensor::from_inner(self.scale.clone())
     }
 
-    /// Divides every gradient in `grads` by the scale, in place, and says
-    /// whether all of them are finite. `params` lists the model's
-    /// parameters with their ranks. One value is read back from the device.
-    pub fn unscale(&self, grads: &mut GradientsParams, params: &[(ParamId, usize)]) -> bool {
-        let inv = 1.0 / self.scale;
-        // `g * 0` sums to 0 when every element is finite and to NaN otherwise.
-        let mut probe: Option<Tensor<Kb, 1>> = None;
-        let mut add = |t: Tensor<Kb, 1>| probe = Some(probe.take().map_or(t.clone(), |p| p + t));
-        fn unscale_one<const D: usize>(
-            grads: &mut GradientsParams,
-            id: ParamId,
-            inv: f64,
-            add: &mut impl FnMut(Tensor<Kb, 1>),
-        ) {
-            if let Some(g) = grads.remove::<Kb, D>(id) {
-                let g = g.mul_scalar(inv);
-                add(g.clone().mul_scalar(0.0).sum());
-                grads.register(id, g);
-            }
-        }
-        for &(id, rank) in params {
-            by_rank!(rank, unscale_one(grads, id, inv, &mut add));
-        }
-        probe.is_none_or(|p| p.into_scalar_f64() == 0.0)
+    /// One over the scale, on the device: what the gradients are multiplied by.
+    pub fn inverse(&self) -> Tensor<Kb, 1> {
+        self.scale.clone().recip()
     }
 
-    /// After a step: back off on an overflow, grow after a run of finite steps.
-    pub fn update(&mut self, finite: bool) {
-        let c = self.config.unwrap_or(ScalerConfigState { growth: 2.0, backoff: 0.5, interval: 2000 });
-        if finite {
-            self.good_steps += 1;
-            if self.good_steps >= c.interval {
-                self.scale *= c.growth;
-                self.good_steps = 0;
-            }
-        } else {
-            self.scale *= c.backoff;
-            self.good_steps = 0;
+    /// After a step whose gradients were `finite` (a device flag): back off
+    /// on an overflow, grow after a run of finite steps. Nothing is read.
+    pub fn update(&mut self, finite: &Tensor<Kb, 1, Bool>) {
+        let c = self.config;
+        let kept = finite.clone().float();
+        // A finite step adds one to the run; an overflow ends it.
+        let run = self.good_steps.clone().add_scalar(1.0) * kept.clone();
+        let grow = run.clone().greater_equal_elem(c.interval as f64);
+        // x growth after a full run, x1 within one, x backoff on an overflow.
+        let on_finite = grow.clone().float().mul_scalar(c.growth - 1.0).add_scalar(1.0);
+        let factor = on_finite * kept.clone() + kept.neg().add_scalar(1.0).mul_scalar(c.backoff);
+        self.scale = self.scale.clone() * factor;
+        self.good_steps = run.mask_fill(grow, 0.0);
+    }
+
+    /// The scale and the run of finite steps, read back from the device.
+    pub fn state(&self) -> ScaleState {
+        ScaleState {
+            scale: self.scale.clone().into_scalar_f64(),
+            good_steps: self.good_steps.clone().into_scalar_f64().round() as usize,
         }
     }
 }
@@ -108,40 +80,32 @@ mod tests {
         ScalerConfig { init: 1024.0, growth: 2.0, backoff: 0.5, interval }
     }
 
-    #[test]
-    fn an_overflow_backs_off_and_a_run_of_finite_steps_grows() {
-        let mut s = LossScaler::new(&config(3));
-        s.update(false);
-        assert_eq!((s.scale, s.good_steps), (512.0, 0));
-        s.update(true);
-        s.update(true);
-        assert_eq!(s.scale, 512.0);
-        s.update(true);
-        assert_eq!((s.scale, s.good_steps), (1024.0, 0));
-        s.update(true);
-        s.update(false);
-        assert_eq!((s.scale, s.good_steps), (512.0, 0), "an overflow resets the run");
+    fn flag(finite: bool, device: &DispatchDevice) -> Tensor<Kb, 1, Bool> {
+        Tensor::<Kb, 1>::from_floats([if finite { 0.0 } else { 1.0 }], device).equal_elem(0.0)
     }
 
     #[test]
-    fn unscale_divides_and_spots_inf_and_nan() {
-        let device = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).unwrap().inner();
-        let s = LossScaler::new(&config(10));
-        let (a, b) = (ParamId::new(), ParamId::new());
-        let grads_with = |x: f32| {
-            let mut g = GradientsParams::new();
-            g.register(a, Tensor::<Kb, 2>::from_floats([[2048.0, -1024.0], [0.0, 512.0]], &device));
-            g.register(b, Tensor::<Kb, 1>::from_floats([x, 1024.0], &device));
-            g
+    fn an_overflow_backs_off_and_a_run_of_finite_steps_grows() {
+        let device = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).unwrap().autodiff();
+        let mut s = LossScaler::new(&config(3), None, &device);
+        let state = |s: &LossScaler| {
+            let r = s.state();
+            (r.scale, r.good_steps)
         };
-        let params = [(a, 2), (b, 1)];
-        let mut g = grads_with(4096.0);
-        assert!(s.unscale(&mut g, &params));
-        let w: Vec<f32> = g.get::<Kb, 2>(a).unwrap().into_data().to_vec().unwrap();
-        assert_eq!(w, [2.0, -1.0, 0.0, 0.5]);
-        let v: Vec<f32> = g.get::<Kb, 1>(b).unwrap().into_data().to_vec().unwrap();
-        assert_eq!(v, [4.0, 1.0]);
-        assert!(!s.unscale(&mut grads_with(f32::INFINITY), &params));
-        assert!(!s.unscale(&mut grads_with(f32::NAN), &params));
+        assert_eq!(state(&s), (1024.0, 0));
+        s.update(&flag(false, &device));
+        assert_eq!(state(&s), (512.0, 0));
+        s.update(&flag(true, &device));
+        s.update(&flag(true, &device));
+        assert_eq!(state(&s), (512.0, 2));
+        s.update(&flag(true, &device));
+        assert_eq!(state(&s), (1024.0, 0));
+        s.update(&flag(true, &device));
+        s.update(&flag(false, &device));
+        assert_eq!(state(&s), (512.0, 0), "an overflow resets the run");
+        let resumed =
+            LossScaler::new(&config(3), Some(&ScaleState { scale: 3.0 * 2f64.powi(20), good_steps: 2 }), &device);
+        assert_eq!(state(&resumed), (3.0 * 2f64.powi(20), 2));
+        assert_eq!(resumed.inverse().into_scalar_f64(), (1.0 / (3.0 * 2f64.powi(20))) as f32 as f64);
     }
 }

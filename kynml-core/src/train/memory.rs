@@ -87,13 +87,16 @@ impl MemoryEstimate {
     }
 }
 
-/// Optimizer values kept per parameter.
+/// Optimizer values kept per parameter; a fused update also lays the
+/// gradients and the weights end to end while it runs.
 fn state_per_param(o: &Optimizer) -> u64 {
-    match *o {
-        Optimizer::AdamW { .. } | Optimizer::Adam { .. } => 2,
-        Optimizer::Sgd { momentum, .. } => u64::from(momentum > 0.0),
-        Optimizer::RmsProp { momentum, centered, .. } => 1 + u64::from(momentum > 0.0) + u64::from(centered),
-    }
+    let fused = if o.fused() == Some(true) { 2 } else { 0 };
+    fused
+        + match *o {
+            Optimizer::AdamW { .. } | Optimizer::Adam { .. } => 2,
+            Optimizer::Sgd { momentum, .. } => u64::from(momentum > 0.0),
+            Optimizer::RmsProp { momentum, centered, .. } => 1 + u64::from(momentum > 0.0) + u64::from(centered),
+        }
 }
 
 /// Tensors of a layer's output size kept for the backward pass: the output,

@@ -32,6 +32,7 @@ pub mod resume;
 pub mod schedule;
 pub mod strategy;
 mod trainer;
+pub mod update;
 
 pub mod profile;
 pub use events::{EpochRecord, TrainEvent};

@@ -312,12 +312,18 @@ impl Engine for ParallelEngine {
         if self.failed.is_some() {
             return None;
         }
-        // Every replica skipped or none did: they saw the same summed gradients.
+        // Every replica skipped or none did: they saw the same summed
+        // gradients, so the lead's flag (if the device holds it) speaks for all.
         let mut total: Option<Tensor<Kb, 1>> = None;
+        let mut flag = None;
         for (loss, share) in losses.into_iter().zip(shares) {
             let loss = match loss? {
                 StepLoss::Device(t) => t.to_device(&self.device),
                 StepLoss::Host(x) => Tensor::from_floats([x as f32], &self.device),
+                StepLoss::Flagged { loss, taken } => {
+                    flag.get_or_insert_with(|| taken.to_device(&self.device));
+                    loss.to_device(&self.device)
+                }
             };
             let weighted = loss.mul_scalar(share);
             total = Some(match total {
@@ -325,7 +331,10 @@ impl Engine for ParallelEngine {
                 None => weighted,
             });
         }
-        total.map(StepLoss::Device)
+        total.map(|loss| match flag {
+            Some(taken) => StepLoss::Flagged { loss, taken },
+            None => StepLoss::Device(loss),
+        })
     }
 
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {

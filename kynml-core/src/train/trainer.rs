@@ -29,6 +29,7 @@ use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
 use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError};
 use crate::train::schedule::lr_at;
 use crate::train::strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
+use crate::train::update::Update;
 use kynml_backend::{Backend as Kb, Device};
 
 /// Stream ids for [`Rng::stream`]: data order and dropout never share draws
@@ -238,7 +239,8 @@ fn run<'scope, 'env>(
     } else {
         EngineKind::Burn
     };
-    let mut scaler = precision.scaler.as_ref().map(LossScaler::new);
+    // The loss scaler's saved progress, when resuming a scaled run.
+    let mut saved_scale = None;
     let optimizer_name = optimizer.name();
     let mut history = Vec::new();
     let mut stopped_early = false;
@@ -270,9 +272,7 @@ fn run<'scope, 'env>(
             s.early_stop.as_ref().inspect(|saved| stopper.restore(saved));
             best = restored.best;
         }
-        if let (Some(config), Some(saved)) = (&precision.scaler, &s.loss_scale) {
-            scaler = Some(LossScaler::resumed(config, saved.scale, saved.good_steps));
-        }
+        saved_scale = s.loss_scale.clone();
         (stopped_early, first_epoch, steps_taken, history) = (s.stopped_early, s.epoch + 1, s.steps, s.history);
         partial = s.partial;
         let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));
@@ -286,12 +286,16 @@ fn run<'scope, 'env>(
         }
         EngineKind::Burn => {
             // Every replica's engine alike, from its own model and optimizer state.
+            let update = Update::plan(&t.optimizer.value, precision.scaler.is_some());
             let burn_engine = |model, optimizer, on: &Device, ad: burn::DispatchDevice| {
-                BurnEngine::new(model, optimizer, scaler.clone(), half, loss_kind, data.n_features(), on)
+                let scaler = precision.scaler.as_ref().map(|c| LossScaler::new(c, saved_scale.as_ref(), &ad));
+                BurnEngine::new(model, optimizer, scaler, half, loss_kind, data.n_features(), on)
                     .on(ad, t.checkpoint_activations.value)
                     .with_clip(t.clip.as_ref().map(|c| c.value))
+                    .with_update(update, &t.optimizer.value)
+                    .map_err(|e| TrainError::Resume(ResumeError::Incomplete(e)))
             };
-            let engine = burn_engine(model, optimizer, device, ad_device.clone());
+            let engine = burn_engine(model, optimizer, device, ad_device.clone())?;
             if settings.replicas.is_empty() {
                 Box::new(engine)
             } else {
@@ -308,7 +312,7 @@ fn run<'scope, 'env>(
                             resume::restore(ckpt, &spec.model, model, optimizer, template, &ad, &on.inner())?;
                         (model, optimizer) = (restored.model, restored.optimizer);
                     }
-                    others.push((burn_engine(model, optimizer, on, ad), on.inner()));
+                    others.push((burn_engine(model, optimizer, on, ad)?, on.inner()));
                 }
                 Box::new(ParallelEngine::new(engine, others, &inner_device, &ad_device).map_err(TrainError::Parallel)?)
             }
@@ -352,14 +356,12 @@ fn run<'scope, 'env>(
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
 
         let epoch_start = Instant::now();
-        let mut loss_sum = LossSum::default();
-        let (mut seen, mut skipped, mut done) = (0usize, 0usize, 0usize);
+        let mut tally = Tally::default();
+        let mut done = 0usize;
         if let Some(p) = resumed {
             batches.drain(..p.steps.min(steps));
-            if p.seen > 0 {
-                loss_sum = LossSum::resumed(p.loss_sum, engine.kind() == EngineKind::Burn, &ad_device);
-            }
-            (seen, skipped, done) = (p.seen, p.skipped, p.steps);
+            tally = Tally::resumed(&p, engine.kind() == EngineKind::Burn, &ad_device);
+            done = p.steps;
         }
         let mut data_wait = 0.0f64;
         let mut epoch_batches = loader.epoch(scope, data, batches).enumerate();
@@ -391,25 +393,22 @@ fn run<'scope, 'env>(
                     prepared,
                 });
             }
-            let finite = match stepped {
-                Some(StepLoss::Host(loss)) => loss_sum.add_host(loss, rows),
-                Some(StepLoss::Device(loss)) => loss_sum.add_device(loss, rows),
-                // A skipped step's loss is not part of the epoch's mean.
-                None => false,
-            };
-            if finite {
-                steps_taken += u64::from(part.last);
-                seen += rows;
-            } else {
-                skipped += 1;
-            }
+            // `Some(false)`: skipped on overflow; `None`: the device knows.
+            let finite = tally.add(stepped, rows, part.last);
 
             // A stop waits for the end of an accumulated step, so that a
             // checkpoint never holds half of one.
             if part.last && settings.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+                tally.settle();
+                steps_taken += tally.take_steps();
                 // Save this very point: the next run redoes nothing and skips nothing.
-                let here =
-                    PartialEpoch { order_rng: order_state, steps: step, loss_sum: loss_sum.read(), seen, skipped };
+                let here = PartialEpoch {
+                    order_rng: order_state,
+                    steps: step,
+                    loss_sum: tally.loss.read(),
+                    seen: tally.seen,
+                    skipped: tally.skipped,
+                };
                 let mut saved = None;
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                     let mut state = loop_state(epoch - 1, steps_taken, optimizer_name, &order_rng, &dropout_rng);
@@ -426,9 +425,9 @@ fn run<'scope, 'env>(
                 }
                 return Err(TrainError::Interrupted { epoch, step, checkpoint: saved });
             }
-            if !finite {
-                let samples_per_sec = seen as f64 / epoch_start.elapsed().as_secs_f64();
-                on_event(TrainEvent::Step { epoch, step, steps, loss: None, samples_per_sec });
+            let samples_per_sec = |tally: &Tally| tally.rows as f64 / epoch_start.elapsed().as_secs_f64();
+            if finite == Some(false) {
+                on_event(TrainEvent::Step { epoch, step, steps, loss: None, samples_per_sec: samples_per_sec(&tally) });
                 continue;
             }
             if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::poll) {
@@ -438,19 +437,29 @@ fn run<'scope, 'env>(
 
             let read = step % READ_EVERY == 0 || step == steps;
             let mean_loss = if read {
-                let mean = loss_sum.read() / seen as f64;
-                if !mean.is_finite() {
-                    return Err(TrainError::NonFiniteLoss { epoch, step, value: mean });
+                tally.settle();
+                // Every step so far may have been skipped on overflow.
+                let mean = (tally.seen > 0).then(|| tally.loss.read() / tally.seen as f64);
+                if let Some(value) = mean.filter(|m| !m.is_finite()) {
+                    return Err(TrainError::NonFiniteLoss { epoch, step, value });
                 }
-                Some(mean)
+                mean
             } else {
                 None
             };
-            let secs = epoch_start.elapsed().as_secs_f64();
-            on_event(TrainEvent::Step { epoch, step, steps, loss: mean_loss, samples_per_sec: seen as f64 / secs });
+            on_event(TrainEvent::Step {
+                epoch,
+                step,
+                steps,
+                loss: mean_loss,
+                samples_per_sec: samples_per_sec(&tally),
+            });
         }
         let step_secs = epoch_start.elapsed().as_secs_f64();
-        let train_loss = if seen == 0 { f64::NAN } else { loss_sum.read() / seen as f64 };
+        tally.settle();
+        steps_taken += tally.take_steps();
+        let (seen, skipped) = (tally.seen, tally.skipped);
+        let train_loss = if seen == 0 { f64::NAN } else { tally.loss.read() / seen as f64 };
         total_samples += seen;
         total_step_secs += step_secs;
 
@@ -578,6 +587,86 @@ fn run<'scope, 'env>(
         engine: engine_kind,
         profile,
     })
+}
+
+/// An epoch's running loss and counts. Steps whose outcome the device
+/// alone knows (loss scaling with KynML's update) are counted on the
+/// device, and read back with the loss at the loop's read points.
+#[derive(Default)]
+struct Tally {
+    loss: LossSum,
+    /// Rows of the steps taken, and steps skipped on overflow.
+    seen: usize,
+    skipped: usize,
+    /// Rows of every step, taken or not (for the progress line).
+    rows: usize,
+    /// Optimizer steps taken since the loop last took them.
+    steps: u64,
+    /// On the device, since the last read: rows taken, steps skipped and
+    /// optimizer steps taken.
+    pending: Option<[Tensor<Kb, 1>; 3]>,
+}
+
+impl Tally {
+    /// The counts saved by an interrupted epoch (see [`LossSum::resumed`]).
+    fn resumed(p: &PartialEpoch, on_device: bool, device: &burn::DispatchDevice) -> Self {
+        let loss = if p.seen > 0 { LossSum::resumed(p.loss_sum, on_device, device) } else { LossSum::default() };
+        Tally { loss, seen: p.seen, skipped: p.skipped, ..Tally::default() }
+    }
+
+    /// Counts a step of `rows`, the last part of its optimizer step when
+    /// `last`; says whether it was taken, `None` when only the device knows.
+    fn add(&mut self, stepped: Option<StepLoss>, rows: usize, last: bool) -> Option<bool> {
+        self.rows += rows;
+        let taken = match stepped {
+            Some(StepLoss::Host(loss)) => self.loss.add_host(loss, rows),
+            Some(StepLoss::Device(loss)) => self.loss.add_device(loss, rows),
+            Some(StepLoss::Flagged { loss, taken }) => {
+                // A skipped step's loss is not part of the epoch's mean: a
+                // select, since an overflowed loss may be infinite.
+                let skipped = taken.clone().lower_elem(0.5);
+                self.loss.add_device(loss.mask_fill(skipped, 0.0), rows);
+                let counts = [
+                    taken.clone().mul_scalar(rows as f64),
+                    taken.clone().neg().add_scalar(1.0),
+                    taken.mul_scalar(if last { 1.0 } else { 0.0 }),
+                ];
+                self.pending = Some(match self.pending.take() {
+                    Some([a, b, c]) => {
+                        let [x, y, z] = counts;
+                        [a + x, b + y, c + z]
+                    }
+                    None => counts,
+                });
+                return None;
+            }
+            None => false,
+        };
+        if taken {
+            self.seen += rows;
+            self.steps += u64::from(last);
+        } else {
+            self.skipped += 1;
+        }
+        Some(taken)
+    }
+
+    /// Reads the device's counts back (exact: a few steps' worth in f32).
+    fn settle(&mut self) {
+        let Some(pending) = self.pending.take() else { return };
+        let values =
+            Tensor::cat(pending.to_vec(), 0).into_data().convert::<f32>().into_vec::<f32>().unwrap_or_default();
+        if let [seen, skipped, steps] = values[..] {
+            self.seen += seen.round() as usize;
+            self.skipped += skipped.round() as usize;
+            self.steps += steps.round() as u64;
+        }
+    }
+
+    /// The optimizer steps counted since the last call.
+    fn take_steps(&mut self) -> u64 {
+        std::mem::take(&mut self.steps)
+    }
 }
 
 /// The epoch's summed loss (each batch's mean times its rows). The Burn

@@ -447,8 +447,12 @@ fn a_checkpoint_resumes_on_the_other_engine() {
     let seed = clock_seed();
     // Dense layers, and convolutions (weights of rank 4 and their moments).
     let dense = " dense 24 gelu\n batchnorm\n dropout 0.25\n dense 12 silu\n layernorm\n dense 1 linear";
+    // tanh, not relu, before batchnorm: a relu unit active on every row
+    // of a batch has its bias cancelled by the normalisation, its gradient
+    // is rounding noise, and Adam makes full steps of it (seed 5 parted
+    // the engines by 3e-3 that way).
     let conv =
-        " input 2x3\n conv1d 4 2 relu padding=1\n batchnorm\n maxpool 2\n flatten\n dense 8 gelu\n dense 1 linear";
+        " input 2x3\n conv1d 4 2 tanh padding=1\n batchnorm\n maxpool 2\n flatten\n dense 8 gelu\n dense 1 linear";
     for (layers, optimizer) in [
         (dense, "optimizer = adamw(lr=0.01, weight_decay=0.05)"),
         (dense, "optimizer = sgd(lr=0.05, momentum=0.9, nesterov=true)"),
@@ -469,14 +473,18 @@ fn a_checkpoint_resumes_on_the_other_engine() {
             // Weights, optimizer moments and generators carried over: the
             // run goes on as one engine would have, to fp32 rounding (a lost
             // moment or a reset step count shows as percents).
+            const TOLERANCE: f64 = 1e-4;
+            let mut worst = 0.0f64;
             for (a, b) in resumed.history.iter().zip(&full.history) {
                 let gap = (a.val_loss - b.val_loss).abs() / b.val_loss.abs();
+                worst = worst.max(gap);
                 assert!(
-                    gap <= 1e-4,
+                    gap <= TOLERANCE,
                     "{optimizer}, {first:?} then {then:?}, epoch {}: gap {gap} (seed {seed})",
                     a.epoch
                 );
             }
+            eprintln!("{optimizer}, {first:?} then {then:?}: worst val loss gap {worst:.1e} (seed {seed})");
         }
     }
 }

@@ -8,7 +8,8 @@ on the same config, precision by precision, one process each, then a table.
     python3 benches/compare_gpu.py --kynml ./kynml --no-pytorch  # KynML alone (a machine with only the binary)
 
 KynML rows: `kynml bench examples/CONFIG/CONFIG.kyn --device cuda --precision P
---synthetic ROWS --steps S --rounds R --json ...`. PyTorch rows: gpu.py with
+--synthetic ROWS --steps S --rounds R --json ...`, and for bf16 also with
+`--fused` (the optimizer's fused=true, beside PyTorch's fused AdamW row). PyTorch rows: gpu.py with
 the same config, precision, steps and rounds, eager, plus bf16 with fused
 AdamW and bf16 with torch.compile. For `cnn28` and `transformer` (batch 64,
 Adam) the PyTorch rows are benches/pytorch/cnn.py and transformer.py, eager,
@@ -97,6 +98,11 @@ def main():
             r = run_json(cmd + ["--json"])
             kynml_failed |= "error" in r
             rows.append({**r, "config": config, "engine": "kynml " + r.get("engine", ""), "asked": precision})
+            if precision == "bf16":
+                # Beside PyTorch's fused AdamW row: KynML's fused update.
+                r = run_json(cmd + ["--fused", "--json"])
+                kynml_failed |= "error" in r
+                rows.append({**r, "config": config, "engine": "kynml fused", "asked": precision})
         if args.no_pytorch:
             continue
         if config in SCRIPTS:

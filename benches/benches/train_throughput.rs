@@ -14,6 +14,10 @@
 //!   bookkeeping every run does without `--profile` (the wait for each batch,
 //!   the epoch's time, the peak host memory), measured per step against the
 //!   step itself; and the epoch time with `--profile` against without.
+//! - `update`: the optimizer's update on Burn's devices, for DeepNet: Burn's
+//!   AdamW, KynML's per parameter and KynML's fused (`fused=true`), in fp32
+//!   and, where the device runs it, fp16 with loss scaling, where Burn's
+//!   optimizer reads each step's overflow flag back and KynML's does not.
 //! - `checkpoint`: a 6.3M-parameter model (75 MB checkpoints with Adam's
 //!   moments) saved every epoch, synchronously and in the background: how
 //!   long the loop waits per save, and how long the steps take while a
@@ -59,6 +63,9 @@ fn main() {
     }
     if run("prefetch") {
         prefetch();
+    }
+    if run("update") {
+        update();
     }
     if run("checkpoint") {
         checkpoint();
@@ -174,6 +181,54 @@ fn deepnet() {
             r.samples_per_sec,
             r.ms_per_step
         );
+    }
+}
+
+/// DeepNet's step with each way of updating the weights, on Burn's devices
+/// (Burn's CPU backend, wgpu and CUDA where present), three timed rounds each.
+fn update() {
+    use kynml_core::train::update::Update;
+    let mut file = deepnet_spec();
+    file.spec.dataset.num_workers.value = 0;
+    let data = synthetic_for(&file.spec, ROWS, 0).expect("synthetic DeepNet data");
+    let mut devices = vec![select(DeviceChoice::Cpu).unwrap()];
+    if let Ok(d) = select(DeviceChoice::Cuda(None)) {
+        devices.push(d);
+    }
+    if !probe_wgpu().is_empty() {
+        devices.push(select(DeviceChoice::Wgpu).unwrap());
+    }
+    report!("\nDeepNet's optimizer update (batch {}, AdamW, Burn's engine)", file.spec.train.batch.value);
+    report!("  {:<8} {:>9} {:<14} {:>12} {:>10}", "device", "precision", "update", "samples/s", "ms/step");
+    for device in &devices {
+        let steps = if is_software(device) { 6 } else { STEPS };
+        let fp16 = match &device.kind {
+            DeviceKind::Wgpu(a) => a.shader_f16,
+            _ => true,
+        };
+        let computes = if fp16 { vec![Compute::Fp32, Compute::Fp16] } else { vec![Compute::Fp32] };
+        for compute in computes {
+            for update in [Update::Burn, Update::PerParameter, Update::Fused] {
+                let options = BenchOptions {
+                    steps,
+                    rounds: 3,
+                    precision: Some(PrecisionPlan::forced(compute, LossScale::Auto)),
+                    engine: EngineChoice::Burn,
+                    update: Some(update),
+                    ..BenchOptions::default()
+                };
+                eprintln!("bench update: {}, {}, {}...", device.describe(), compute.name(), update.name());
+                let r = bench::run(&file.spec, &data, device, &options, &mut |_| {}).expect("training runs");
+                report!(
+                    "  {:<8} {:>9} {:<14} {:>12.0} {:>10.2}",
+                    device.short_name(),
+                    compute.name(),
+                    update.name(),
+                    r.samples_per_sec,
+                    r.step_ms
+                );
+            }
+        }
     }
 }
 

@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// spec, instead of reading the spec's data file.
     #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(2..))]
     pub synthetic: Option<u64>,
+    /// Update with the optimizer's `fused=true` (adamw, adam, sgd): one
+    /// pass over all the parameters, as PyTorch's fused AdamW.
+    #[arg(long)]
+    pub fused: bool,
     /// Also write the figures as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

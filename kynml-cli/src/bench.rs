@@ -28,6 +28,15 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     if let Some(b) = args.batch {
         file.spec.train.batch.value = b as usize;
     }
+    if args.fused {
+        let optimizer = &mut file.spec.train.optimizer.value;
+        *optimizer = optimizer.with_fused(true).ok_or_else(|| {
+            Failure::input(format!(
+                "error: --fused: `{}` has no fused update (adamw, adam and sgd have one)",
+                optimizer.name()
+            ))
+        })?;
+    }
     let devices = crate::devices::pick_all(&file.spec.train)?;
     let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;
@@ -116,6 +125,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         json["data"] = serde_json::json!(source);
         json["devices"] = serde_json::json!(devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>());
         json["process_startup_secs"] = serde_json::json!(steady_at);
+        json["fused"] = serde_json::json!(file.spec.train.optimizer.value.fused() == Some(true));
         std::fs::write(path, serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());

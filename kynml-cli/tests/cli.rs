@@ -832,6 +832,39 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     assert!(text(&out).contains("expected fp32, tf32, bf16 or fp16"), "{}", text(&out));
 }
 
+/// `--fused` benches the optimizer's fused update and says so; RMSprop,
+/// which has none, is refused with exit 2. Under fp16 loss scaling "what
+/// runs" says whether an overflow is skipped on the device or read back.
+#[test]
+fn fused_updates_and_the_overflow_check_say_where_they_run() {
+    let tmp = copy_example("iris");
+    let args = ["bench", "iris.kyn", "--device", "wgpu", "--precision", "fp16", "--steps", "3", "--rounds", "1"];
+    let out = kynml(&[&args[..], &["--fused", "--json", "f.json"]].concat(), tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("fused         on: one adam update over all the parameters at once"), "{t}");
+    assert!(t.contains("an overflowed step is skipped on the device, with nothing read back"), "{t}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("f.json")).unwrap()).unwrap();
+    assert_eq!(json["fused"].as_bool(), Some(true), "{json}");
+    let spec =
+        std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap().replace("adam(lr=0.01)", "rmsprop(lr=0.01)");
+    std::fs::write(tmp.path().join("r.kyn"), spec).unwrap();
+    let out = kynml(
+        &["bench", "r.kyn", "--device", "wgpu", "--precision", "fp16", "--steps", "3", "--rounds", "1"],
+        tmp.path(),
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("each step's overflow check is read back from the device (rmsprop runs on Burn's own optimizer"),
+        "{t}"
+    );
+    let out = kynml(&["bench", "r.kyn", "--device", "cpu", "--fused"], tmp.path());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--fused: `rmsprop` has no fused update"), "{}", text(&out));
+}
+
 #[test]
 fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleared() {
     // Needs lavapipe (scripts/test.sh installs it): the cache is CubeCL's,

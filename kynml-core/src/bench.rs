@@ -40,11 +40,20 @@ pub struct BenchOptions {
     pub engine: EngineChoice,
     /// The other devices of a data-parallel run ([`TrainSettings::replicas`]).
     pub replicas: Vec<Device>,
+    /// How the weights are updated ([`TrainSettings::update`]); `None` as the spec says.
+    pub update: Option<crate::train::update::Update>,
 }
 
 impl Default for BenchOptions {
     fn default() -> Self {
-        BenchOptions { steps: 50, rounds: 3, precision: None, engine: EngineChoice::Auto, replicas: Vec::new() }
+        BenchOptions {
+            steps: 50,
+            rounds: 3,
+            precision: None,
+            engine: EngineChoice::Auto,
+            replicas: Vec::new(),
+            update: None,
+        }
     }
 }
 
@@ -115,6 +124,7 @@ pub fn run(
         precision: options.precision.clone(),
         engine: options.engine,
         replicas: options.replicas.clone(),
+        update: options.update,
         ..TrainSettings::default()
     };
     let started = Instant::now();

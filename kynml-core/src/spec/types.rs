@@ -365,6 +365,18 @@ impl Optimizer {
         }
     }
 
+    /// This optimizer with `fused` set; `None` for RMSprop, which has no fused update.
+    pub fn with_fused(self, on: bool) -> Option<Self> {
+        let mut o = self;
+        match &mut o {
+            Optimizer::AdamW { fused, .. } | Optimizer::Adam { fused, .. } | Optimizer::Sgd { fused, .. } => {
+                *fused = Some(on)
+            }
+            Optimizer::RmsProp { .. } => return None,
+        }
+        Some(o)
+    }
+
     /// The spec's `fused` (`None` where unwritten, and for RMSprop, which has none).
     pub fn fused(&self) -> Option<bool> {
         match *self {

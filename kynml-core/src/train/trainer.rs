@@ -80,6 +80,10 @@ pub struct TrainSettings {
     /// Which engine runs the steps: by default the native one where it
     /// applies (see [`engine_for`]); tests and benches can ask for Burn's.
     pub engine: EngineChoice,
+    /// How the Burn engine updates the weights, overriding what
+    /// [`Update::plan`] decides for the spec (tests and benches compare the
+    /// updates this way). RMSprop runs on Burn's optimizer whatever this says.
+    pub update: Option<Update>,
     /// Time every step in phases, and each evaluation ([`TrainResult::profile`]).
     pub profile: bool,
     /// Decides when to stop instead of the spec's `early_stop` (which builds
@@ -286,7 +290,8 @@ fn run<'scope, 'env>(
         }
         EngineKind::Burn => {
             // Every replica's engine alike, from its own model and optimizer state.
-            let update = Update::plan(&t.optimizer.value, precision.scaler.is_some());
+            let update =
+                settings.update.unwrap_or_else(|| Update::plan(&t.optimizer.value, precision.scaler.is_some()));
             let burn_engine = |model, optimizer, on: &Device, ad: burn::DispatchDevice| {
                 let scaler = precision.scaler.as_ref().map(|c| LossScaler::new(c, saved_scale.as_ref(), &ad));
                 BurnEngine::new(model, optimizer, scaler, half, loss_kind, data.n_features(), on)

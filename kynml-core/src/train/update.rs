@@ -72,6 +72,15 @@ impl Update {
     pub fn fused(self) -> bool {
         self == Update::Fused
     }
+
+    /// A short name: `burn`, `per-parameter` or `fused`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Update::Burn => "burn",
+            Update::PerParameter => "per-parameter",
+            Update::Fused => "fused",
+        }
+    }
 }
 
 /// One trainable parameter: its id, shape and, in a fused buffer, where it

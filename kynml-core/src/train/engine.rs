@@ -316,15 +316,6 @@ impl BurnEngine {
         Ok(self)
     }
 
-    /// Which update runs.
-    pub fn update(&self) -> Update {
-        match &self.stepper {
-            Stepper::Burn(_) => Update::Burn,
-            Stepper::Device(d) if d.fused() => Update::Fused,
-            Stepper::Device(_) => Update::PerParameter,
-        }
-    }
-
     /// The optimizer's state as Burn's optimizer holds it.
     fn optimizer(&self) -> AnyOptimizer {
         match &self.stepper {

@@ -166,7 +166,7 @@ pub enum StepLoss {
 #[derive(Clone)]
 enum Stepper {
     Burn(AnyOptimizer),
-    Device(DeviceUpdate),
+    Device(Box<DeviceUpdate>),
 }
 
 /// The pre-clip gradient norms since the last read, on the device, and
@@ -311,7 +311,7 @@ impl BurnEngine {
         let model = self.current();
         if let Some(device) = DeviceUpdate::new(optimizer, update.fused(), model, burn, &self.autodiff)? {
             self.slots = device.slots().clone();
-            self.stepper = Stepper::Device(device);
+            self.stepper = Stepper::Device(Box::new(device));
         }
         Ok(self)
     }

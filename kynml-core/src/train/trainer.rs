@@ -440,7 +440,7 @@ fn run<'scope, 'env>(
                 on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
             }
 
-            let read = step % READ_EVERY == 0 || step == steps;
+            let read = step.is_multiple_of(READ_EVERY) || step == steps;
             let mean_loss = if read {
                 tally.settle();
                 // Every step so far may have been skipped on overflow.

@@ -88,9 +88,8 @@ fn deepnet_spec() -> SpecFile {
     file
 }
 
-fn deepnet() {
-    let mut file = deepnet_spec();
-    let data = synthetic_for(&file.spec, ROWS, 0).expect("synthetic DeepNet data");
+/// The CPU, and CUDA and wgpu where present.
+fn present_devices() -> Vec<Device> {
     let mut devices = vec![select(DeviceChoice::Cpu).unwrap()];
     if let Ok(d) = select(DeviceChoice::Cuda(None)) {
         devices.push(d);
@@ -98,6 +97,13 @@ fn deepnet() {
     if !probe_wgpu().is_empty() {
         devices.push(select(DeviceChoice::Wgpu).unwrap());
     }
+    devices
+}
+
+fn deepnet() {
+    let mut file = deepnet_spec();
+    let data = synthetic_for(&file.spec, ROWS, 0).expect("synthetic DeepNet data");
+    let devices = present_devices();
 
     let mut rows = Vec::new();
     for device in &devices {
@@ -191,13 +197,7 @@ fn update() {
     let mut file = deepnet_spec();
     file.spec.dataset.num_workers.value = 0;
     let data = synthetic_for(&file.spec, ROWS, 0).expect("synthetic DeepNet data");
-    let mut devices = vec![select(DeviceChoice::Cpu).unwrap()];
-    if let Ok(d) = select(DeviceChoice::Cuda(None)) {
-        devices.push(d);
-    }
-    if !probe_wgpu().is_empty() {
-        devices.push(select(DeviceChoice::Wgpu).unwrap());
-    }
+    let devices = present_devices();
     report!("\nDeepNet's optimizer update (batch {}, AdamW, Burn's engine)", file.spec.train.batch.value);
     report!("  {:<8} {:>9} {:<14} {:>12} {:>10}", "device", "precision", "update", "samples/s", "ms/step");
     for device in &devices {

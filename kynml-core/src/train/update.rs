@@ -447,35 +447,26 @@ impl DeviceUpdate {
             }
         };
         let slots = self.slots.0.iter().enumerate();
+        let moments = |i: usize| Some((share(&state.first, i)?, share(&state.second, i)?));
         match &self.burn {
-            AnyOptimizer::AdamW(o) => {
-                let mut records = o.to_record();
-                records.clear();
-                for (i, s) in slots {
-                    if let (Some(m), Some(v)) = (share(&state.first, i), share(&state.second, i)) {
-                        records.insert(s.id, by_rank!(s.shape.len(), adamw_record(time, m, v, &s.shape)));
-                    }
-                }
-                AnyOptimizer::AdamW(o.clone().load_record(records))
-            }
-            AnyOptimizer::Adam(o) => {
-                let mut records = o.to_record();
-                records.clear();
-                for (i, s) in slots {
-                    if let (Some(m), Some(v)) = (share(&state.first, i), share(&state.second, i)) {
-                        records.insert(s.id, by_rank!(s.shape.len(), adam_record(time, m, v, &s.shape)));
-                    }
-                }
-                AnyOptimizer::Adam(o.clone().load_record(records))
-            }
-            AnyOptimizer::Sgd(o) => {
-                let mut records = o.to_record();
-                records.clear();
-                for (i, s) in slots {
-                    records.insert(s.id, by_rank!(s.shape.len(), sgd_record(share(&state.first, i), &s.shape)));
-                }
-                AnyOptimizer::Sgd(o.clone().load_record(records))
-            }
+            AnyOptimizer::AdamW(o) => AnyOptimizer::AdamW(holding(
+                o,
+                slots.filter_map(|(i, s)| {
+                    let (m, v) = moments(i)?;
+                    Some((s.id, by_rank!(s.shape.len(), adamw_record(time, m, v, &s.shape))))
+                }),
+            )),
+            AnyOptimizer::Adam(o) => AnyOptimizer::Adam(holding(
+                o,
+                slots.filter_map(|(i, s)| {
+                    let (m, v) = moments(i)?;
+                    Some((s.id, by_rank!(s.shape.len(), adam_record(time, m, v, &s.shape))))
+                }),
+            )),
+            AnyOptimizer::Sgd(o) => AnyOptimizer::Sgd(holding(
+                o,
+                slots.map(|(i, s)| (s.id, by_rank!(s.shape.len(), sgd_record(share(&state.first, i), &s.shape)))),
+            )),
             AnyOptimizer::RmsProp(_) => self.burn.clone(),
         }
     }
@@ -642,6 +633,17 @@ fn sgd(
         _ => (g, None),
     };
     (p - g.mul_scalar(lr), velocity)
+}
+
+/// Burn's optimizer `o` holding exactly `records`.
+fn holding<O: burn::optim::SimpleOptimizer<Kb>>(
+    o: &burn::optim::adaptor::OptimizerAdaptor<O, Model<Kb>, Kb>,
+    records: impl Iterator<Item = (ParamId, AdaptorRecord<O, Kb>)>,
+) -> burn::optim::adaptor::OptimizerAdaptor<O, Model<Kb>, Kb> {
+    let mut held = o.to_record();
+    held.clear();
+    held.extend(records);
+    o.clone().load_record(held)
 }
 
 fn shaped<const D: usize>(t: Tensor<Kb, 1>, shape: &[usize]) -> Tensor<Kb, D> {

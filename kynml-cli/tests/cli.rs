@@ -117,7 +117,7 @@ fn the_users_spec_reports_every_setting_not_applied() {
         "bf16 requested",
         "fusion        built in",
         "4 worker threads, up to 2 batches prepared ahead",
-        "pin_memory",
+        "pin_memory    not applied (on the CPU there is no host-to-device copy",
         "checkpoints/deepnet.pt",
         "torchscript",
     ] {

@@ -731,11 +731,7 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         },
     });
     if d.pin_memory.value {
-        out.push(Applied {
-            setting: "pin_memory",
-            value: "not applied (pinned host buffers are not implemented yet)".into(),
-            as_requested: false,
-        });
+        out.push(Applied { setting: "pin_memory", value: pin_memory_note(&device.kind).into(), as_requested: false });
     }
     if t.checkpoint_activations.value {
         out.push(if native {
@@ -868,6 +864,24 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         });
     }
     out
+}
+
+/// Why `pin_memory = true` does not apply, device by device: batches go up
+/// from ordinary (pageable) host memory everywhere in this version.
+fn pin_memory_note(kind: &DeviceKind) -> &'static str {
+    match kind {
+        // cubecl-runtime 0.10's `create_tensor` (under Burn 0.21's
+        // `from_data`) copies the given bytes into a fresh Vec before the
+        // upload, so bytes staged in page-locked memory lose it on the way.
+        DeviceKind::Cuda(_) => {
+            "not applied (Burn 0.21's CUDA upload copies every batch into ordinary memory before the transfer, \
+             so a page-locked buffer would not reach the copy; batches go up from ordinary memory)"
+        }
+        DeviceKind::Wgpu(_) => {
+            "not applied (wgpu has no page-locked host memory; batches go up through wgpu's own staging buffers)"
+        }
+        DeviceKind::Cpu { .. } => "not applied (on the CPU there is no host-to-device copy to speed up)",
+    }
 }
 
 /// The precision as the spec spells it: `fp32`, `fp16`, `bf16` or `tf32`.

@@ -7,9 +7,8 @@ use kynml_backend::{select, Device, DeviceChoice};
 use kynml_core::plan::{Overrides, SpecFile};
 use kynml_core::train::{train, TrainSettings};
 
-fn example(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(rel)
-}
+mod common;
+use common::*;
 
 fn train_example(rel: &str) -> std::collections::BTreeMap<String, f64> {
     let mut file = SpecFile::load(&example(rel)).unwrap();
@@ -87,72 +86,11 @@ fn users_deepnet_spec_has_pytorchs_parameter_count() {
     assert_eq!(summary.total_params, 215_425);
 }
 
-/// Fresh random regression data (a seed from the clock), so that agreement
-/// is not tuned to one lucky data set; the seed is printed on failure.
-fn random_regression_spec(dir: &Path, seed: u64, model: &str) -> PathBuf {
-    let mut rng = kynml_core::rng::SplitMix64::new(seed);
-    let mut csv = String::from("a,b,c,d,e,f,y\n");
-    for _ in 0..240 {
-        let x: Vec<f64> = (0..6).map(|_| rng.uniform(-2.0, 2.0)).collect();
-        let y = x[0] * 1.5 - x[1] * x[2] + (x[3] * 2.0).sin() + 0.1 * rng.uniform(-1.0, 1.0);
-        let row: Vec<String> = x.iter().chain(std::iter::once(&y)).map(|v| format!("{v:.6}")).collect();
-        csv.push_str(&row.join(","));
-        csv.push('\n');
-    }
-    std::fs::write(dir.join("data.csv"), csv).unwrap();
-    // `model` may declare the six features' shape itself (`input 2x3`).
-    let input = if model.trim_start().starts_with("input") { "" } else { " input 6\n" };
-    let spec = format!(
-        "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n normalize = true\n\
-         model M:\n{input}{model}\n\
-         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 4\n batch = 32\n seed = {seed}\n"
-    );
-    let path = dir.join("spec.kyn");
-    std::fs::write(&path, spec).unwrap();
-    path
-}
-
-/// Runs the test `name` again in a process of its own and checks that it
-/// passed; true there, false in that process (where the test goes on). For
-/// tests that read the device's memory: CubeCL shares its allocator's streams
-/// between threads, so tests running beside one another see each other's
-/// tensors (a run in the full suite saw the pool grow between epochs).
-fn in_own_process(name: &str) -> bool {
-    if std::env::var_os("KYNML_OWN_PROCESS").is_some() {
-        return false;
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("KYNML_OWN_PROCESS", "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    eprintln!("{text}");
-    assert!(out.status.success() && text.contains("1 passed"), "{name} in its own process failed");
-    true
-}
-
-/// A fresh seed per run (the clock), or `KYNML_TEST_SEED` to replay the
-/// seed a failing run printed.
-fn clock_seed() -> u64 {
-    if let Some(seed) = std::env::var("KYNML_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
-        return seed;
-    }
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-}
-
 #[test]
 fn vulkan_computes_the_same_dropout_masks_as_the_host() {
-    use kynml_core::model::{bernoulli_mask, MaskKey};
-    use kynml_core::rng::SplitMix64;
-    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
-    let seed = clock_seed();
-    for (n, p) in [(1, 0.5), (4099, 0.1), (3 * 16384 + 11, 0.3), (200_000, 0.75)] {
-        let host = bernoulli_mask(n, p, &mut SplitMix64::new(seed));
-        let key = MaskKey::draw(&mut SplitMix64::new(seed), p);
-        let device: Vec<f32> = key.mask_on(n, &wgpu.inner()).into_data().to_vec().unwrap();
-        assert_eq!(host, device, "n {n}, p {p}, seed {seed}");
-    }
+    dropout_masks_match_the_host(
+        &select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh"),
+    );
 }
 
 #[test]
@@ -160,52 +98,13 @@ fn wgpu_training_agrees_with_cpu_in_fp32() {
     // Without a Vulkan adapter this fails on purpose: scripts/test.sh
     // installs lavapipe so that the wgpu backend is really exercised.
     let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
-    let cpu = select(DeviceChoice::Cpu).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let seed = clock_seed();
-    // Every layer kind: dropout masks are keyed by the run's generator and
-    // computed on each device alike, so both backends drop the same units.
-    let dense = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
-    // And the image layers, on the same six features seen as one 2x3 image.
-    let image = " input 1x2x3\n conv2d 4 2 gelu padding=1\n batchnorm\n maxpool 2\n residual:\n  conv2d 4 1 gelu\n conv2d 3 1 tanh\n \
-                 global_avgpool\n dense 8 gelu\n dense 1 linear";
-    for (name, layers) in [("dense", dense), ("image", image)] {
-        wgpu_agrees_with_cpu(&cpu, &wgpu, tmp.path(), seed, name, layers);
+    // fp32 with different summation orders: agree to ~1e-3 relative over a
+    // few epochs of Adam.
+    for (name, layers) in [("dense", DENSE_LAYERS), ("image", IMAGE_LAYERS)] {
+        training_agrees_with_cpu(&wgpu, tmp.path(), seed, name, layers, 2e-3);
     }
-}
-
-fn wgpu_agrees_with_cpu(cpu: &Device, wgpu: &Device, dir: &Path, seed: u64, name: &str, layers: &str) {
-    let path = random_regression_spec(dir, seed, layers);
-    let mut file = SpecFile::load(&path).unwrap();
-    file.apply(&Overrides::default());
-    let data = file.load_data().unwrap();
-    // The image layers run on Burn's CPU backend (the native engine has none).
-    let run = |device| train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
-    let (a, b) = (run(cpu), run(wgpu));
-    let worst = a
-        .history
-        .iter()
-        .zip(&b.history)
-        .flat_map(|(x, y)| {
-            [
-                (x.train_loss - y.train_loss).abs() / x.train_loss.abs(),
-                (x.val_loss - y.val_loss).abs() / x.val_loss.abs(),
-            ]
-        })
-        .fold(0.0f64, f64::max);
-    eprintln!("{name}: cpu vs wgpu: worst relative loss difference {worst:.2e} (seed {seed})");
-    for (ea, eb) in a.history.iter().zip(&b.history) {
-        // fp32 with different summation orders: agree to ~1e-3 relative
-        // over a few epochs of Adam.
-        for (x, y) in [(ea.train_loss, eb.train_loss), (ea.val_loss, eb.val_loss)] {
-            assert!(
-                (x - y).abs() <= 2e-3 * x.abs().max(1e-3),
-                "{name}, seed {seed}, epoch {}: cpu {x} vs wgpu {y}",
-                ea.epoch
-            );
-        }
-    }
-    assert_eq!(a.history.len(), 4);
 }
 
 #[test]
@@ -231,46 +130,13 @@ fn deterministic_runs_are_bit_identical_on_every_engine() {
     use kynml_core::train::{EngineChoice, EngineKind};
     let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
     let cpu = select(DeviceChoice::Cpu).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
     let seed = clock_seed();
-    // 512 x 256 weights: more than the 64K values Burn's CPU backend sums
-    // whole on one thread, so its whole-tensor sum would be split.
-    let layers = " dense 512 gelu\n batchnorm\n dropout 0.2\n dense 256 tanh\n layernorm\n dense 1 linear";
-    let path = random_regression_spec(tmp.path(), seed, layers);
-    let text = std::fs::read_to_string(&path).unwrap() + " deterministic = true\n clip_grad_norm = 0.5\n";
-    std::fs::write(&path, text).unwrap();
-    let mut file = SpecFile::load(&path).unwrap();
-    assert!(file.spec.train.deterministic.value);
-    let data = file.load_data().unwrap();
     for (device, engine, kind) in [
         (&cpu, EngineChoice::Auto, EngineKind::Native),
         (&cpu, EngineChoice::Burn, EngineKind::Burn),
         (&wgpu, EngineChoice::Auto, EngineKind::Burn),
     ] {
-        let run = || {
-            let settings = TrainSettings { engine, ..TrainSettings::default() };
-            train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
-        };
-        let (a, b) = (run(), run());
-        assert_eq!((a.engine, b.engine), (kind, kind));
-        let bits =
-            |r: &kynml_core::train::TrainResult| all_weights(&r.model).iter().map(|w| w.to_bits()).collect::<Vec<_>>();
-        let losses = |r: &kynml_core::train::TrainResult| {
-            r.history.iter().map(|e| (e.train_loss.to_bits(), e.val_loss.to_bits())).collect::<Vec<_>>()
-        };
-        assert_eq!(losses(&a), losses(&b), "{} {kind:?}: the losses differ (seed {seed})", device.describe());
-        assert!(bits(&a) == bits(&b), "{} {kind:?}: the weights differ (seed {seed})", device.describe());
-        // The runs did train: the weights moved from the first epoch's.
-        assert!(a.history[0].train_loss != a.history[3].train_loss);
-    }
-    for device in [&cpu, &wgpu] {
-        let line = kynml_core::plan::what_runs(&file.spec, device)
-            .into_iter()
-            .find(|a| a.setting == "deterministic")
-            .expect("a `deterministic` line");
-        // The tests' wgpu runs with the kernel cache on (the default folder
-        // or KYNML_CACHE); with it off, the line says so and this fails.
-        assert!(line.as_requested && line.value.starts_with("yes"), "{}: {}", device.describe(), line.value);
+        deterministic_twice(device, engine, kind, seed);
     }
 }
 
@@ -359,22 +225,6 @@ train:
 ";
     let (error, _) = fit_problems("diabetes/diabetes.csv", "d.csv", spec);
     assert!(error.diagnostics[0].help.as_deref().unwrap_or("").contains("loss = mse"), "{:?}", error.diagnostics);
-}
-
-/// Every trainable value and running statistic of a model, in layer order.
-/// The largest absolute difference between two models' weights.
-fn worst_difference(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max)
-}
-
-fn all_weights(model: &kynml_core::model::Model<kynml_backend::Backend>) -> Vec<f32> {
-    let mut out = Vec::new();
-    for layer in &model.layers {
-        for (_, data) in layer.state() {
-            out.extend(data.convert::<f32>().into_vec::<f32>().unwrap());
-        }
-    }
-    out
 }
 
 #[test]
@@ -697,30 +547,6 @@ fn exports_predict_like_the_trained_model_in_onnxruntime_numpy_and_kynml() {
 
 // ---- mixed precision ----
 
-fn run_with(
-    path: &Path,
-    device: &kynml_backend::Device,
-    plan: Option<kynml_core::train::precision::PrecisionPlan>,
-) -> kynml_core::train::TrainResult {
-    let mut file = SpecFile::load(path).unwrap();
-    let data = file.load_data().unwrap();
-    let settings = TrainSettings { precision: plan, ..TrainSettings::default() };
-    train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
-}
-
-fn worst_loss_gap(a: &kynml_core::train::TrainResult, b: &kynml_core::train::TrainResult) -> f64 {
-    a.history
-        .iter()
-        .zip(&b.history)
-        .flat_map(|(x, y)| {
-            [
-                (x.train_loss - y.train_loss).abs() / x.train_loss.abs(),
-                (x.val_loss - y.val_loss).abs() / x.val_loss.abs(),
-            ]
-        })
-        .fold(0.0, f64::max)
-}
-
 #[test]
 fn bf16_and_fp16_track_fp32_on_every_backend() {
     let seed = clock_seed();
@@ -783,19 +609,7 @@ fn half_tracks_fp32(seed: u64, layers: &str) {
     }
     // On wgpu the plan itself picks fp16 where the adapter has f16 shaders.
     let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
-    let mut file = SpecFile::load(&path).unwrap();
-    file.spec.train.precision.value = kynml_core::spec::types::Precision::Fp16;
-    let plan = kynml_core::train::precision::plan(&file.spec.train, &wgpu);
-    if plan.compute == Compute::Fp16 {
-        assert!(plan.scaler.is_some(), "fp16 scales its loss by default");
-        let half = run_with(&path, &wgpu, Some(PrecisionPlan::forced(Compute::Fp16, LossScale::None)));
-        let gap = worst_loss_gap(&fp32, &half);
-        eprintln!("wgpu fp16: worst relative loss gap to cpu fp32 {gap:.2e} (seed {seed})");
-        assert!(gap <= 1e-2, "wgpu fp16: {gap} (seed {seed})");
-        assert!(gap > 0.0, "wgpu fp16: identical to fp32, so fp16 did not run");
-    } else {
-        eprintln!("wgpu fp16 not run: {}", plan.fallback.unwrap_or_default());
-    }
+    half_tracks_cpu_fp32_on(&wgpu, &path, &fp32, seed);
 }
 
 /// The gradient of every dense weight after one backward pass of `model` on
@@ -988,20 +802,8 @@ fn the_fused_update_and_the_device_side_overflow_skip_train_alike_and_resume_exa
     let run = |optimizer: &str, extra: &str, device: &Device, fp16: bool, epochs: usize, resume: bool| {
         run_as(optimizer, extra, device, fp16, epochs, resume, None)
     };
-    for (device, name) in [(&cpu, "flex"), (&wgpu, "wgpu")] {
-        for optimizer in ["adamw(lr=0.01, weight_decay=0.05{})", "sgd(lr=0.05, momentum=0.9, nesterov=true{})"] {
-            let burn = run(&optimizer.replace("{}", ""), "", device, false, 4, false);
-            let fused = run(&optimizer.replace("{}", ", fused=true"), "", device, false, 4, false);
-            let (a, b) = (all_weights(&burn.model), all_weights(&fused.model));
-            let worst = worst_difference(&a, &b);
-            eprintln!("{name}, {optimizer}: fused {worst:.1e} from Burn's optimizer after 4 epochs (seed {seed})");
-            assert!(worst <= 1e-4, "{name}, {optimizer}: fused is {worst} from Burn's optimizer (seed {seed})");
-            if optimizer.starts_with("adamw") {
-                // Adam's bias corrections round differently: bits that
-                // match Burn's exactly would mean the fused update never ran.
-                assert!(a != b, "{name}: fused adamw gave Burn's own bits");
-            }
-        }
+    for device in [&cpu, &wgpu] {
+        fused_trains_like_burns_optimizer(device, seed);
     }
     // A scale of 1e12 overflows fp16 at first; each overflow cuts it 1000-fold.
     let scaled = " loss_scale = dynamic(init=1e12, backoff=0.001, interval=5)\n \
@@ -1460,30 +1262,8 @@ fn device_memory_stays_flat_over_epochs_and_each_epoch_records_its_wait() {
     let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let seed = clock_seed();
-    let tmp = tempfile::tempdir().unwrap();
-    let layers = " dense 64 gelu\n batchnorm\n dropout 0.2\n dense 32 tanh\n layernorm\n dense 1 linear";
-    let path = random_regression_spec(tmp.path(), seed, layers);
-    let spec = std::fs::read_to_string(&path).unwrap().replace("epochs = 4", "epochs = 6");
-    std::fs::write(&path, spec).unwrap();
-    let mut file = SpecFile::load(&path).unwrap();
-    let data = file.load_data().unwrap();
     for device in [&wgpu, &cpu] {
-        let result = train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
-        for r in &result.history {
-            let wait = r.data_wait.expect("each epoch records its wait for batches");
-            assert!(wait >= 0.0 && wait <= r.seconds, "epoch {}: waited {wait} s of {} s", r.epoch, r.seconds);
-            assert!(r.peak_rss.is_some_and(|b| b > 0), "epoch {}: no peak host memory", r.epoch);
-        }
-        let in_use: Vec<u64> = result.history.iter().filter_map(|r| r.device_in_use).collect();
-        let pool: Vec<u64> = result.history.iter().filter_map(|r| r.device_reserved).collect();
-        eprintln!("{}: device memory in use per epoch {in_use:?}, pool {pool:?}", device.describe());
-        if std::ptr::eq(device, &cpu) {
-            assert!(in_use.is_empty() && pool.is_empty(), "the CPU reports no device memory");
-            continue;
-        }
-        assert_eq!(in_use.len(), 6, "wgpu reports its memory every epoch");
-        assert!(in_use[5] <= in_use[1], "device memory in use grew: {in_use:?}");
-        assert!(pool[5] <= pool[1], "the device memory pool grew: {pool:?}");
+        device_memory_stays_flat(device, seed);
     }
 }
 
@@ -1498,31 +1278,9 @@ fn the_memory_estimate_is_within_a_quarter_of_the_measured_peak_on_wgpu() {
     if in_own_process("the_memory_estimate_is_within_a_quarter_of_the_measured_peak_on_wgpu") {
         return;
     }
-    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
-    let tmp = tempfile::tempdir().unwrap();
-    for (layers, batch) in [
-        (" dense 512 relu\n dense 512 relu\n dense 1 linear", 16),
-        (" dense 64 relu\n dense 64 gelu\n layernorm\n dense 1 linear", 2048),
-        (" dense 256 tanh\n dense 128 relu\n dense 1 linear", 1024),
-    ] {
-        let path = tmp.path().join("m.kyn");
-        std::fs::write(
-            &path,
-            format!(
-                "dataset D:\n source = csv(\"absent.csv\")\n target = \"y\"\nmodel M:\n input 16\n{layers}\n\
-                 train:\n model = M\n data = D\n loss = mse\n optimizer = adam(lr=0.001)\n epochs = 1\n batch = {batch}\n"
-            ),
-        )
-        .unwrap();
-        let file = SpecFile::load(&path).unwrap();
-        let estimate = file.check_memory(&wgpu).unwrap().total() as f64;
-        let data = kynml_core::data::synthetic_for(&file.spec, 4 * batch, 3).unwrap();
-        let settings = TrainSettings { profile: true, max_steps_per_epoch: Some(3), ..TrainSettings::default() };
-        let result = train(&file.spec, &data, &wgpu, &settings, &mut |_| {}).unwrap();
-        let measured = result.profile.unwrap().peak_in_use().expect("wgpu reads its memory") as f64;
-        eprintln!("batch {batch}: estimated {estimate:.0} bytes, measured {measured:.0} ({:.2}x)", estimate / measured);
-        assert!((estimate / measured - 1.0).abs() <= 0.25, "estimated {estimate}, measured {measured}");
-    }
+    memory_estimate_within_a_quarter(
+        &select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh"),
+    );
 }
 
 // ---- gradient accumulation ----
@@ -1720,32 +1478,7 @@ fn profiled_phases_add_up_to_the_step_time_on_every_engine() {
     for (name, device, engine) in
         [("native", &cpu, EngineChoice::Auto), ("flex", &cpu, EngineChoice::Burn), ("wgpu", &wgpu, EngineChoice::Auto)]
     {
-        let settings = TrainSettings { engine, profile: true, ..TrainSettings::default() };
-        let result = train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap();
-        let profile = result.profile.expect("a profiled run has a profile");
-        let steps: usize = 4 * 192usize.div_ceil(32);
-        assert_eq!(profile.steps.len(), steps, "{name}");
-        assert_eq!(profile.evals.len(), 4, "{name}");
-        let total: f64 = profile.steps.iter().map(|s| s.total).sum();
-        let phases: f64 = profile
-            .steps
-            .iter()
-            .map(|s| s.phases.copy + s.phases.forward + s.phases.backward + s.phases.optimizer)
-            .sum();
-        eprintln!("{name}: phases {phases:.4} s of {total:.4} s of steps");
-        assert!(phases <= total * 1.0001 && phases >= 0.9 * total, "{name}: phases {phases} s, steps {total} s");
-        let trace: serde_json::Value = serde_json::from_str(&profile.trace().to_string()).unwrap();
-        let events = trace["traceEvents"].as_array().unwrap();
-        for phase in kynml_core::train::profile::PHASES {
-            let of: Vec<&serde_json::Value> = events.iter().filter(|e| e["name"] == phase).collect();
-            assert_eq!(of.len(), steps, "{name}: {phase} events");
-            assert!(of.iter().all(|e| e["ph"] == "X" && e["dur"].as_f64().is_some_and(|d| d >= 0.0)), "{name}");
-            let track = if phase == "wait" { 2 } else { 1 };
-            assert!(of.iter().all(|e| e["tid"] == track), "{name}: {phase} on the wrong track");
-        }
-        assert_eq!(events.iter().filter(|e| e["name"] == "evaluate").count(), 4, "{name}");
-        // Without workers the training thread gathers each batch: no loader tracks.
-        assert_eq!(events.iter().filter(|e| e["name"] == "prepare batch").count(), 0, "{name}");
+        profiled_phases_add_up(name, device, engine, &file, &data);
     }
     // With two workers, every batch is on the track of the worker that gathered it.
     file.spec.dataset.num_workers.value = 2;
@@ -1807,38 +1540,12 @@ fn checkpointed_activations_train_the_same() {
 /// between test threads.
 #[test]
 fn checkpointed_activations_keep_less_in_device_memory() {
-    use kynml_core::train::EngineChoice;
     if in_own_process("checkpointed_activations_keep_less_in_device_memory") {
         return;
     }
     let seed = clock_seed();
-    let tmp = tempfile::tempdir().unwrap();
-    let deep = (0..6).map(|_| " dense 512 gelu\n layernorm\n").collect::<String>() + " dense 1 linear";
-    let path = random_regression_spec(tmp.path(), seed, &deep);
-    // 1,280 rows, so that steps of 256 rows keep activations several times
-    // the size of the weights (as a deep model's large batches do).
-    let mut rng = kynml_core::rng::SplitMix64::new(seed);
-    let mut csv = String::from("a,b,c,d,e,f,y\n");
-    for _ in 0..1280 {
-        let row: Vec<String> = (0..7).map(|_| format!("{:.5}", rng.uniform(-1.0, 1.0))).collect();
-        csv += &(row.join(",") + "\n");
-    }
-    std::fs::write(tmp.path().join("data.csv"), csv).unwrap();
-    let base = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("batch = 32", "batch = 256")
-        .replace("epochs = 4", "epochs = 1");
     let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
-    let peak = |checkpoint: bool| {
-        std::fs::write(&path, format!("{base} checkpoint_activations = {checkpoint}\n")).unwrap();
-        let mut file = SpecFile::load(&path).unwrap();
-        let data = file.load_data().unwrap();
-        let settings = TrainSettings { engine: EngineChoice::Burn, profile: true, ..TrainSettings::default() };
-        let result = train(&file.spec, &data, &wgpu, &settings, &mut |_| {}).unwrap();
-        let profile = result.profile.expect("a profiled run");
-        profile.steps.iter().map(|s| s.phases.in_use).max().unwrap_or(0)
-    };
-    let (plain, checkpointed) = (peak(false), peak(true));
+    let (plain, checkpointed) = checkpointing_peaks(&wgpu, seed);
     eprintln!("most device memory in use: {plain} bytes without, {checkpointed} with checkpointing (seed {seed})");
     assert!(plain > 0, "the profile read no device memory");
     assert!(

@@ -1,0 +1,399 @@
+//! What the integration tests share: seeded specs and data, and the checks
+//! that run on every accelerator alike. `it.rs` runs them on wgpu (lavapipe
+//! in CI); `cuda.rs` runs the same ones on an NVIDIA GPU.
+
+// Each test binary uses its own part of this module.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use kynml_backend::{select, Device, DeviceChoice};
+use kynml_core::plan::{Overrides, SpecFile};
+use kynml_core::train::{train, EngineChoice, EngineKind, TrainResult, TrainSettings};
+
+/// An example's file. The tests read `examples/` beside this crate; a test
+/// binary carried to another machine (a GPU machine, without the sources
+/// where they were built) finds it under the working folder instead.
+pub fn example(rel: &str) -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let base = if built.is_dir() { built } else { PathBuf::from("examples") };
+    base.join(rel)
+}
+
+/// A seeded regression task: 240 rows of six features and a target that
+/// needs a non-linear model, written to `dir/data.csv`, and a spec training
+/// `model` on it for 4 epochs of batch 32 (AdamW, lr 0.01).
+pub fn random_regression_spec(dir: &Path, seed: u64, model: &str) -> PathBuf {
+    let mut rng = kynml_core::rng::SplitMix64::new(seed);
+    let mut csv = String::from("a,b,c,d,e,f,y\n");
+    for _ in 0..240 {
+        let x: Vec<f64> = (0..6).map(|_| rng.uniform(-2.0, 2.0)).collect();
+        let y = x[0] * 1.5 - x[1] * x[2] + (x[3] * 2.0).sin() + 0.1 * rng.uniform(-1.0, 1.0);
+        let row: Vec<String> = x.iter().chain(std::iter::once(&y)).map(|v| format!("{v:.6}")).collect();
+        csv.push_str(&row.join(","));
+        csv.push('\n');
+    }
+    std::fs::write(dir.join("data.csv"), csv).unwrap();
+    // `model` may declare the six features' shape itself (`input 2x3`).
+    let input = if model.trim_start().starts_with("input") { "" } else { " input 6\n" };
+    let spec = format!(
+        "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n normalize = true\n\
+         model M:\n{input}{model}\n\
+         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 4\n batch = 32\n seed = {seed}\n"
+    );
+    let path = dir.join("spec.kyn");
+    std::fs::write(&path, spec).unwrap();
+    path
+}
+
+/// Runs the test `name` again in a process of its own and checks that it
+/// passed; true there, false in that process (where the test goes on). For
+/// tests that read the device's memory: CubeCL shares its allocator's streams
+/// between threads, so tests running beside one another see each other's
+/// tensors (a run in the full suite saw the pool grow between epochs).
+pub fn in_own_process(name: &str) -> bool {
+    if std::env::var_os("KYNML_OWN_PROCESS").is_some() {
+        return false;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1", "--include-ignored"])
+        .env("KYNML_OWN_PROCESS", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(out.status.success() && text.contains("1 passed"), "{name} in its own process failed");
+    true
+}
+
+/// A fresh seed per run (the clock), or `KYNML_TEST_SEED` to replay the
+/// seed a failing run printed.
+pub fn clock_seed() -> u64 {
+    if let Some(seed) = std::env::var("KYNML_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
+        return seed;
+    }
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+pub fn worst_difference(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max)
+}
+
+pub fn all_weights(model: &kynml_core::model::Model<kynml_backend::Backend>) -> Vec<f32> {
+    let mut out = Vec::new();
+    for layer in &model.layers {
+        for (_, data) in layer.state() {
+            out.extend(data.convert::<f32>().into_vec::<f32>().unwrap());
+        }
+    }
+    out
+}
+
+pub fn run_with(
+    path: &Path,
+    device: &Device,
+    plan: Option<kynml_core::train::precision::PrecisionPlan>,
+) -> TrainResult {
+    let mut file = SpecFile::load(path).unwrap();
+    let data = file.load_data().unwrap();
+    let settings = TrainSettings { precision: plan, ..TrainSettings::default() };
+    train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
+}
+
+pub fn worst_loss_gap(a: &TrainResult, b: &TrainResult) -> f64 {
+    a.history
+        .iter()
+        .zip(&b.history)
+        .flat_map(|(x, y)| {
+            [
+                (x.train_loss - y.train_loss).abs() / x.train_loss.abs(),
+                (x.val_loss - y.val_loss).abs() / x.val_loss.abs(),
+            ]
+        })
+        .fold(0.0, f64::max)
+}
+
+// ---- the checks every accelerator passes ----
+
+/// The dense layers (with batchnorm, dropout and layernorm) and the image
+/// layers (convolution, pooling, a residual block), the same six features
+/// seen as one 2x3 image.
+pub const DENSE_LAYERS: &str = " dense 32 gelu\n batchnorm\n dropout 0.2\n dense 16 tanh\n layernorm\n dense 1 linear";
+pub const IMAGE_LAYERS: &str =
+    " input 1x2x3\n conv2d 4 2 gelu padding=1\n batchnorm\n maxpool 2\n residual:\n  conv2d 4 1 gelu\n \
+                                conv2d 3 1 tanh\n global_avgpool\n dense 8 gelu\n dense 1 linear";
+
+/// Dropout masks drawn on `device` by the counter-based generator are the
+/// host's, bit for bit.
+pub fn dropout_masks_match_the_host(device: &Device) {
+    use kynml_core::model::{bernoulli_mask, MaskKey};
+    use kynml_core::rng::SplitMix64;
+    let seed = clock_seed();
+    for (n, p) in [(1, 0.5), (4099, 0.1), (3 * 16384 + 11, 0.3), (200_000, 0.75)] {
+        let host = bernoulli_mask(n, p, &mut SplitMix64::new(seed));
+        let key = MaskKey::draw(&mut SplitMix64::new(seed), p);
+        let masks: Vec<f32> = key.mask_on(n, &device.inner()).into_data().to_vec().unwrap();
+        assert_eq!(host, masks, "{}: n {n}, p {p}, seed {seed}", device.describe());
+    }
+}
+
+/// `layers` trained on `device` ends each of 4 epochs with the losses of the
+/// same run on the CPU, within `tolerance` relative. Dropout masks are keyed
+/// by the run's generator and computed on each device alike, so both drop
+/// the same units.
+pub fn training_agrees_with_cpu(device: &Device, dir: &Path, seed: u64, name: &str, layers: &str, tolerance: f64) {
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let path = random_regression_spec(dir, seed, layers);
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides::default());
+    let data = file.load_data().unwrap();
+    // The image layers run on Burn's CPU backend (the native engine has none).
+    let run = |device| train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
+    let (a, b) = (run(&cpu), run(device));
+    let on = device.short_name();
+    eprintln!("{name}: cpu vs {on}: worst relative loss difference {:.2e} (seed {seed})", worst_loss_gap(&a, &b));
+    for (ea, eb) in a.history.iter().zip(&b.history) {
+        for (x, y) in [(ea.train_loss, eb.train_loss), (ea.val_loss, eb.val_loss)] {
+            assert!(
+                (x - y).abs() <= tolerance * x.abs().max(1e-3),
+                "{name}, seed {seed}, epoch {}: cpu {x} vs {on} {y}",
+                ea.epoch
+            );
+        }
+    }
+    assert_eq!(a.history.len(), 4);
+}
+
+/// Two runs of `deterministic = true` (with batchnorm, layernorm, dropout
+/// and clipping by the global norm) on `device` with `engine` end with the
+/// same bits, losses and weights, on the engine `kind`.
+pub fn deterministic_twice(device: &Device, engine: EngineChoice, kind: EngineKind, seed: u64) {
+    let tmp = tempfile::tempdir().unwrap();
+    // 512 x 256 weights: more than the 64K values Burn's CPU backend sums
+    // whole on one thread, so its whole-tensor sum would be split.
+    let layers = " dense 512 gelu\n batchnorm\n dropout 0.2\n dense 256 tanh\n layernorm\n dense 1 linear";
+    let path = random_regression_spec(tmp.path(), seed, layers);
+    let text = std::fs::read_to_string(&path).unwrap() + " deterministic = true\n clip_grad_norm = 0.5\n";
+    std::fs::write(&path, text).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    assert!(file.spec.train.deterministic.value);
+    let data = file.load_data().unwrap();
+    let run = || {
+        let settings = TrainSettings { engine, ..TrainSettings::default() };
+        train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
+    };
+    let (a, b) = (run(), run());
+    assert_eq!((a.engine, b.engine), (kind, kind));
+    let bits = |r: &TrainResult| all_weights(&r.model).iter().map(|w| w.to_bits()).collect::<Vec<_>>();
+    let losses =
+        |r: &TrainResult| r.history.iter().map(|e| (e.train_loss.to_bits(), e.val_loss.to_bits())).collect::<Vec<_>>();
+    assert_eq!(losses(&a), losses(&b), "{} {kind:?}: the losses differ (seed {seed})", device.describe());
+    assert!(bits(&a) == bits(&b), "{} {kind:?}: the weights differ (seed {seed})", device.describe());
+    // The runs did train: the weights moved from the first epoch's.
+    assert!(a.history[0].train_loss != a.history[3].train_loss);
+    let line = kynml_core::plan::what_runs(&file.spec, device)
+        .into_iter()
+        .find(|a| a.setting == "deterministic")
+        .expect("a `deterministic` line");
+    // The tests run with the kernel cache on (the default folder or
+    // KYNML_CACHE); with it off, the line says so and this fails.
+    assert!(line.as_requested && line.value.starts_with("yes"), "{}: {}", device.describe(), line.value);
+}
+
+/// `fused=true` trains like Burn's optimizer on `device`: AdamW within 1e-4
+/// of it after 4 epochs but not bit-identical (the fused update ran), SGD
+/// with Nesterov momentum as well.
+pub fn fused_trains_like_burns_optimizer(device: &Device, seed: u64) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, " dense 24 gelu\n layernorm\n dense 12 tanh\n dense 1 linear");
+    let base = std::fs::read_to_string(&path).unwrap();
+    let run = |optimizer: &str| {
+        std::fs::write(&path, base.replace("optimizer = adamw(lr=0.01)", &format!("optimizer = {optimizer}"))).unwrap();
+        let mut file = SpecFile::load(&path).unwrap();
+        let data = file.load_data().unwrap();
+        let settings = TrainSettings { engine: EngineChoice::Burn, ..TrainSettings::default() };
+        train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
+    };
+    let on = device.short_name();
+    for optimizer in ["adamw(lr=0.01, weight_decay=0.05{})", "sgd(lr=0.05, momentum=0.9, nesterov=true{})"] {
+        let burn = run(&optimizer.replace("{}", ""));
+        let fused = run(&optimizer.replace("{}", ", fused=true"));
+        let (a, b) = (all_weights(&burn.model), all_weights(&fused.model));
+        let worst = worst_difference(&a, &b);
+        eprintln!("{on}, {optimizer}: fused {worst:.1e} from Burn's optimizer after 4 epochs (seed {seed})");
+        assert!(worst <= 1e-4, "{on}, {optimizer}: fused is {worst} from Burn's optimizer (seed {seed})");
+        if optimizer.starts_with("adamw") {
+            // Adam's bias corrections round differently: bits that match
+            // Burn's exactly would mean the fused update never ran.
+            assert!(a != b, "{on}: fused adamw gave Burn's own bits");
+        }
+    }
+}
+
+/// The most device memory in use at the ends of a profiled step's phases,
+/// without and with `checkpoint_activations`, for 6 x (dense 512 gelu,
+/// layernorm) at batch 256 on `device`.
+pub fn checkpointing_peaks(device: &Device, seed: u64) -> (u64, u64) {
+    let tmp = tempfile::tempdir().unwrap();
+    let deep = (0..6).map(|_| " dense 512 gelu\n layernorm\n").collect::<String>() + " dense 1 linear";
+    let path = random_regression_spec(tmp.path(), seed, &deep);
+    // 1,280 rows, so that steps of 256 rows keep activations several times
+    // the size of the weights (as a deep model's large batches do).
+    let mut rng = kynml_core::rng::SplitMix64::new(seed);
+    let mut csv = String::from("a,b,c,d,e,f,y\n");
+    for _ in 0..1280 {
+        let row: Vec<String> = (0..7).map(|_| format!("{:.5}", rng.uniform(-1.0, 1.0))).collect();
+        csv += &(row.join(",") + "\n");
+    }
+    std::fs::write(tmp.path().join("data.csv"), csv).unwrap();
+    let base = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("batch = 32", "batch = 256")
+        .replace("epochs = 4", "epochs = 1");
+    let peak = |checkpoint: bool| {
+        std::fs::write(&path, format!("{base} checkpoint_activations = {checkpoint}\n")).unwrap();
+        let mut file = SpecFile::load(&path).unwrap();
+        let data = file.load_data().unwrap();
+        let settings = TrainSettings { engine: EngineChoice::Burn, profile: true, ..TrainSettings::default() };
+        let result = train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap();
+        let profile = result.profile.expect("a profiled run");
+        profile.steps.iter().map(|s| s.phases.in_use).max().unwrap_or(0)
+    };
+    (peak(false), peak(true))
+}
+
+/// The memory estimated from the spec before a run (`check_memory`) is
+/// within 25% of the most device memory in use that a profiled run on
+/// `device` reads at the ends of its steps' phases, for a model whose
+/// weights and optimizer state dominate and for ones whose activations do.
+pub fn memory_estimate_within_a_quarter(device: &Device) {
+    let tmp = tempfile::tempdir().unwrap();
+    for (layers, batch) in [
+        (" dense 512 relu\n dense 512 relu\n dense 1 linear", 16),
+        (" dense 64 relu\n dense 64 gelu\n layernorm\n dense 1 linear", 2048),
+        (" dense 256 tanh\n dense 128 relu\n dense 1 linear", 1024),
+    ] {
+        let path = tmp.path().join("m.kyn");
+        std::fs::write(
+            &path,
+            format!(
+                "dataset D:\n source = csv(\"absent.csv\")\n target = \"y\"\nmodel M:\n input 16\n{layers}\n\
+                 train:\n model = M\n data = D\n loss = mse\n optimizer = adam(lr=0.001)\n epochs = 1\n batch = {batch}\n"
+            ),
+        )
+        .unwrap();
+        let file = SpecFile::load(&path).unwrap();
+        let estimate = file.check_memory(device).unwrap().total() as f64;
+        let data = kynml_core::data::synthetic_for(&file.spec, 4 * batch, 3).unwrap();
+        let settings = TrainSettings { profile: true, max_steps_per_epoch: Some(3), ..TrainSettings::default() };
+        let result = train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap();
+        let measured = result.profile.unwrap().peak_in_use().expect("the device reads its memory") as f64;
+        let on = device.short_name();
+        eprintln!(
+            "{on}, batch {batch}: estimated {estimate:.0} bytes, measured {measured:.0} ({:.2}x)",
+            estimate / measured
+        );
+        assert!((estimate / measured - 1.0).abs() <= 0.25, "{on}: estimated {estimate}, measured {measured}");
+    }
+}
+
+/// A profiled run of `file` on `device`: every step's phases (copy,
+/// forward, backward, optimizer) add up to the step's measured wall time
+/// within 10%, and the Chrome trace reads back with every phase of every
+/// step on the step's track, the loader's waits on their own.
+pub fn profiled_phases_add_up(
+    name: &str,
+    device: &Device,
+    engine: EngineChoice,
+    file: &SpecFile,
+    data: &kynml_core::data::Dataset,
+) {
+    let settings = TrainSettings { engine, profile: true, ..TrainSettings::default() };
+    let result = train(&file.spec, data, device, &settings, &mut |_| {}).unwrap();
+    let profile = result.profile.expect("a profiled run has a profile");
+    let steps: usize = 4 * 192usize.div_ceil(32);
+    assert_eq!(profile.steps.len(), steps, "{name}");
+    assert_eq!(profile.evals.len(), 4, "{name}");
+    let total: f64 = profile.steps.iter().map(|s| s.total).sum();
+    let phases: f64 =
+        profile.steps.iter().map(|s| s.phases.copy + s.phases.forward + s.phases.backward + s.phases.optimizer).sum();
+    eprintln!("{name}: phases {phases:.4} s of {total:.4} s of steps");
+    assert!(phases <= total * 1.0001 && phases >= 0.9 * total, "{name}: phases {phases} s, steps {total} s");
+    let trace: serde_json::Value = serde_json::from_str(&profile.trace().to_string()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    for phase in kynml_core::train::profile::PHASES {
+        let of: Vec<&serde_json::Value> = events.iter().filter(|e| e["name"] == phase).collect();
+        assert_eq!(of.len(), steps, "{name}: {phase} events");
+        assert!(of.iter().all(|e| e["ph"] == "X" && e["dur"].as_f64().is_some_and(|d| d >= 0.0)), "{name}");
+        let track = if phase == "wait" { 2 } else { 1 };
+        assert!(of.iter().all(|e| e["tid"] == track), "{name}: {phase} on the wrong track");
+    }
+    assert_eq!(events.iter().filter(|e| e["name"] == "evaluate").count(), 4, "{name}");
+    // Without workers the training thread gathers each batch: no loader tracks.
+    assert_eq!(events.iter().filter(|e| e["name"] == "prepare batch").count(), 0, "{name}");
+}
+
+/// Device memory in use, and the allocator's pool, are no larger after the
+/// last of 6 epochs than after the second (the first fills the pool), on
+/// `device`; every epoch records its wait for batches and the host's peak.
+pub fn device_memory_stays_flat(device: &Device, seed: u64) {
+    let tmp = tempfile::tempdir().unwrap();
+    let layers = " dense 64 gelu\n batchnorm\n dropout 0.2\n dense 32 tanh\n layernorm\n dense 1 linear";
+    let path = random_regression_spec(tmp.path(), seed, layers);
+    let spec = std::fs::read_to_string(&path).unwrap().replace("epochs = 4", "epochs = 6");
+    std::fs::write(&path, spec).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let result = train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
+    for r in &result.history {
+        let wait = r.data_wait.expect("each epoch records its wait for batches");
+        assert!(wait >= 0.0 && wait <= r.seconds, "epoch {}: waited {wait} s of {} s", r.epoch, r.seconds);
+        assert!(r.peak_rss.is_some_and(|b| b > 0), "epoch {}: no peak host memory", r.epoch);
+    }
+    let in_use: Vec<u64> = result.history.iter().filter_map(|r| r.device_in_use).collect();
+    let pool: Vec<u64> = result.history.iter().filter_map(|r| r.device_reserved).collect();
+    eprintln!("{}: device memory in use per epoch {in_use:?}, pool {pool:?}", device.describe());
+    if matches!(device.kind, kynml_backend::DeviceKind::Cpu { .. }) {
+        assert!(in_use.is_empty() && pool.is_empty(), "the CPU reports no device memory");
+        return;
+    }
+    assert_eq!(in_use.len(), 6, "{}: reports its memory every epoch", device.short_name());
+    assert!(in_use[5] <= in_use[1], "device memory in use grew: {in_use:?}");
+    assert!(pool[5] <= pool[1], "the device memory pool grew: {pool:?}");
+}
+
+/// bf16 and fp16 products on `device`, where its precision plan runs them,
+/// track `fp32` (the spec at `path` trained in fp32 on the CPU): bf16 keeps
+/// 8 significant bits, fp16 11, so over four epochs of Adam the losses drift
+/// by a few percent at most in bf16, under one in fp16. Returns the
+/// precisions that ran.
+pub fn half_tracks_cpu_fp32_on(device: &Device, path: &Path, fp32: &TrainResult, seed: u64) -> Vec<&'static str> {
+    use kynml_core::spec::types::{LossScale, Precision};
+    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    let on = device.short_name();
+    let mut ran = Vec::new();
+    for (precision, compute, tolerance) in
+        [(Precision::Bf16, Compute::Bf16, 5e-2), (Precision::Fp16, Compute::Fp16, 1e-2)]
+    {
+        let mut file = SpecFile::load(path).unwrap();
+        file.spec.train.precision.value = precision;
+        let plan = kynml_core::train::precision::plan(&file.spec.train, device);
+        if plan.compute != compute {
+            eprintln!("{on} {} not run: {}", compute.name(), plan.fallback.unwrap_or_default());
+            continue;
+        }
+        if compute == Compute::Fp16 {
+            assert!(plan.scaler.is_some(), "fp16 scales its loss by default");
+        }
+        // Numerics only: a loss scaler's skipped first steps would change
+        // the trajectory, not the arithmetic (the scaler has its own tests).
+        let half = run_with(path, device, Some(PrecisionPlan::forced(compute, LossScale::None)));
+        let gap = worst_loss_gap(fp32, &half);
+        eprintln!("{on} {}: worst relative loss gap to cpu fp32 {gap:.2e} (seed {seed})", compute.name());
+        assert!(gap <= tolerance, "{on} {}: {gap} (seed {seed})", compute.name());
+        // A gap of exactly 0 would mean the products never left fp32.
+        assert!(gap > 0.0, "{on} {}: identical to fp32, so reduced precision did not run", compute.name());
+        ran.push(compute.name());
+    }
+    ran
+}

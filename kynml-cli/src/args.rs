@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use kynml_core::spec::types::{DeviceRequest, DeviceSet, Precision};
+use kynml_core::spec::types::{Autotune, DeviceRequest, DeviceSet, Precision};
 
 #[derive(Parser, Debug)]
 #[command(name = "kynml", version, about = "Train .kyn specs natively in Rust")]
@@ -69,6 +69,10 @@ pub struct BenchArgs {
     /// pass over all the parameters, as PyTorch's fused AdamW.
     #[arg(long)]
     pub fused: bool,
+    /// off, fast, balanced or full: how hard the GPU backends search for
+    /// their fastest kernels (overrides the spec's `autotune`).
+    #[arg(long, value_parser = parse_autotune)]
+    pub autotune: Option<Autotune>,
     /// Also write the figures as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -84,6 +88,9 @@ pub struct WarmupArgs {
     /// fp32, tf32, bf16 or fp16 (overrides the spec's `precision`).
     #[arg(long, value_parser = parse_precision)]
     pub precision: Option<Precision>,
+    /// off, fast, balanced or full (overrides the spec's `autotune`).
+    #[arg(long, value_parser = parse_autotune)]
+    pub autotune: Option<Autotune>,
 }
 
 #[derive(Args, Debug)]
@@ -226,6 +233,16 @@ pub fn parse_precision(text: &str) -> Result<Precision, String> {
     }
 }
 
+pub fn parse_autotune(text: &str) -> Result<Autotune, String> {
+    match text {
+        "off" => Ok(Autotune::Off),
+        "fast" => Ok(Autotune::Fast),
+        "balanced" => Ok(Autotune::Balanced),
+        "full" => Ok(Autotune::Full),
+        _ => Err(format!("expected off, fast, balanced or full, found `{text}`")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +272,7 @@ mod tests {
         assert_eq!(parse_precision("tf32"), Ok(Precision::Tf32));
         assert_eq!(parse_precision("bf16"), Ok(Precision::Bf16));
         assert!(parse_precision("fp8").is_err());
+        assert_eq!(parse_autotune("fast"), Ok(Autotune::Fast));
+        assert!(parse_autotune("on").is_err());
     }
 }

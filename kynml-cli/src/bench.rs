@@ -28,6 +28,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     if let Some(b) = args.batch {
         file.spec.train.batch.value = b as usize;
     }
+    override_autotune(&mut file, args.autotune);
     if args.fused {
         let optimizer = &mut file.spec.train.optimizer.value;
         *optimizer = optimizer.with_fused(true).ok_or_else(|| {
@@ -126,11 +127,21 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         json["devices"] = serde_json::json!(devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>());
         json["process_startup_secs"] = serde_json::json!(steady_at);
         json["fused"] = serde_json::json!(file.spec.train.optimizer.value.fused() == Some(true));
+        json["autotune"] = serde_json::json!(kernel_cache::autotune().map(|l| l.name()));
         std::fs::write(path, serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());
     }
     Ok(())
+}
+
+/// `--autotune LEVEL` in place of the spec's `autotune` (before the device
+/// is picked, which hands the level to CubeCL).
+fn override_autotune(file: &mut SpecFile, level: Option<kynml_core::spec::types::Autotune>) {
+    if let Some(value) = level {
+        let span = file.spec.train.autotune.as_ref().map_or(file.spec.train.precision.span, |a| a.span);
+        file.spec.train.autotune = Some(kynml_core::spec::types::Spanned { value, span });
+    }
 }
 
 pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
@@ -139,6 +150,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     if let Some(p) = args.precision {
         file.spec.train.precision.value = p;
     }
+    override_autotune(&mut file, args.autotune);
     file.spec.train.checkpoint = None;
     file.spec.train.early_stop = None;
     let devices = crate::devices::pick_all(&file.spec.train)?;

@@ -811,7 +811,20 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     // The spec's own data, and a precision this device cannot run, said so.
     let tmp = copy_example("iris");
     let out = kynml(
-        &["bench", "iris.kyn", "--device", "cpu", "--precision", "tf32", "--steps", "3", "--rounds", "1"],
+        &[
+            "bench",
+            "iris.kyn",
+            "--device",
+            "cpu",
+            "--precision",
+            "tf32",
+            "--autotune",
+            "fast",
+            "--steps",
+            "3",
+            "--rounds",
+            "1",
+        ],
         tmp.path(),
     );
     let t = text(&out);
@@ -820,6 +833,7 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
         t.contains("! precision") && t.contains("tf32 requested") && t.contains("iris.csv (120 training rows)"),
         "{t}"
     );
+    assert!(t.contains("! autotune") && t.contains("no effect (autotune = fast, but the CPU"), "{t}");
     // Synthetic rows shaped for a spec whose head cannot fit them: located, like real data.
     let spec =
         std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap().replace("dense 3 linear", "dense 1 linear");
@@ -830,6 +844,9 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     let out = kynml(&["bench", "iris.kyn", "--precision", "fp8"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("expected fp32, tf32, bf16 or fp16"), "{}", text(&out));
+    let out = kynml(&["bench", "iris.kyn", "--autotune", "max"], tmp.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("expected off, fast, balanced or full"), "{}", text(&out));
 }
 
 /// `--fused` benches the optimizer's fused update and says so; RMSprop,

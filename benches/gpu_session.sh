@@ -1,0 +1,298 @@
+#!/usr/bin/env bash
+# One GPU lease, planned ahead: every GPU figure the open issues still need,
+# in stages that each fit one call of the device tool (10 minutes a command,
+# 30 minutes a session, a bare machine each call, no Rust toolchain there).
+#
+# Here, on the build machine (release build, stripped, xz-compressed into gpu/,
+# which git ignores):
+#     benches/gpu_session.sh pack
+# There, from the repository's root, with `gpu` named in the call's carry:
+#     bash benches/gpu_session.sh STAGE [STAGE...]
+#
+# Stages, in the order a short lease should take them:
+#     tests       the CUDA checks (kynml-core/tests/cuda.rs): fp32/TF32
+#                 products, layers against the CPU, bf16/fp16, fused update,
+#                 determinism, checkpointing and estimated memory, NVML,
+#                 profile, a run too large refused (issues 14-17)
+#     start       first run on an empty kernel cache, then a second run, for
+#                 DeepNet fp32 and wide bf16; `kynml warmup` (issue 14, item 4)
+#     speed       benches/compare_gpu.py: wide and DeepNet at fp32, tf32,
+#                 bf16, fp16 and fused, KynML beside PyTorch (issue 14, items
+#                 1-3; issue 17 fused)
+#     controls    wide bf16 at autotune fast and balanced, each from an empty
+#                 cache; DeepNet with `deterministic`; a deep model with
+#                 `checkpoint_activations` (issue 17)
+#
+# Every stage stops starting new work when fewer than STAGE_SECONDS (default
+# 540) remain since the command began, and says what it left out. Results
+# come back in $OUT (or ./gpu-out): summary.md (the lines for BENCHMARKS.md
+# and the closing note), rows.jsonl (one JSON object per measurement),
+# log.txt (everything printed), env.txt (GPU, driver, versions, commit), and
+# cache.tar.gz, the kernel cache: put it in gpu/ before the next call and
+# that call starts warm.
+#
+# Environment: KYNML_GPU_DEVICE (default cuda), STAGE_SECONDS, SPEED_CONFIG
+# (compare_gpu.py's --config, default both), SPEED_PRECISIONS (default
+# "fp32 tf32 bf16 fp16"), STEPS and ROUNDS for the benches (default 50, 3).
+
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$HERE")"
+GPU_DIR="$REPO/gpu"
+
+pack() {
+    set -e
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+    cd "$REPO"
+    cargo build --release -p kynml-cli
+    local tests
+    tests=$(cargo test --release -p kynml-core --test cuda --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "cuda":
+        print(m["executable"])')
+    [ -x "$tests" ] || { echo "gpu_session.sh: the cuda test binary was not built" >&2; exit 1; }
+    mkdir -p "$GPU_DIR"
+    local tmp
+    tmp=$(mktemp -d)
+    cp "$CARGO_TARGET_DIR/release/kynml" "$tmp/kynml"
+    cp "$tests" "$tmp/cuda"
+    strip "$tmp/kynml" "$tmp/cuda"
+    # xz: a third smaller than gzip, which leaves room in the call's 64 MiB
+    # for the kernel cache a previous call brought back.
+    rm -f "$GPU_DIR"/kynml.gz "$GPU_DIR"/cuda.gz
+    xz -T2 -6 -c "$tmp/kynml" >"$GPU_DIR/kynml.xz"
+    xz -T2 -6 -c "$tmp/cuda" >"$GPU_DIR/cuda.xz"
+    rm -rf "$tmp"
+    {
+        echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
+        echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
+    } >"$GPU_DIR/COMMIT"
+    ls -l "$GPU_DIR"
+    echo "carry: [\"gpu\"]; command: bash benches/gpu_session.sh tests start"
+}
+
+# ---- on the GPU machine ----
+
+OUT_DIR="${OUT:-$REPO/gpu-out}"
+BIN=/tmp/kynml-gpu
+CACHE=/tmp/kynml-gpu-cache
+DEVICE="${KYNML_GPU_DEVICE:-cuda}"
+BUDGET="${STAGE_SECONDS:-540}"
+STEPS="${STEPS:-50}"
+ROUNDS="${ROUNDS:-3}"
+STARTED=$(date +%s)
+
+say() { echo "$*" | tee -a "$OUT_DIR/summary.md"; }
+left() { echo $((BUDGET - ($(date +%s) - STARTED))); }
+# `enough N`: at least N seconds remain; else it says what is left out.
+enough() {
+    if [ "$(left)" -lt "$1" ]; then
+        say "- left out (under $1 s of the ${BUDGET} s remained): $2"
+        return 1
+    fi
+}
+
+setup() {
+    mkdir -p "$OUT_DIR" "$BIN" "$CACHE"
+    : >"$OUT_DIR/summary.md"
+    for f in kynml cuda; do
+        [ -f "$GPU_DIR/$f.xz" ] || { echo "gpu_session.sh: no $GPU_DIR/$f.xz (run \`benches/gpu_session.sh pack\` on the build machine and carry gpu/)" >&2; exit 2; }
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+            "$GPU_DIR/$f.xz" "$BIN/$f" && chmod +x "$BIN/$f"
+    done
+    if [ -f "$GPU_DIR/cache.tar.gz" ]; then
+        tar -xzf "$GPU_DIR/cache.tar.gz" -C "$CACHE" && echo "kernel cache: carried in (warm)"
+    fi
+    export KYNML_CACHE="$CACHE" PYTHONUNBUFFERED=1
+    {
+        cat "$GPU_DIR/COMMIT" 2>/dev/null
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+        "$BIN/kynml" --version
+        "$BIN/kynml" devices 2>&1
+        python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+        nproc
+    } >"$OUT_DIR/env.txt" 2>&1
+    say "# GPU session $(date -u +%Y-%m-%dT%H:%M:%SZ): $(head -1 "$OUT_DIR/env.txt")"
+    say "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+}
+
+# `bench NAME SECONDS ARGS...`: one `kynml bench` (killed after SECONDS),
+# its JSON appended to rows.jsonl with NAME, a line in summary.md.
+bench() {
+    local name=$1 limit=$2
+    shift 2
+    local json=/tmp/kynml-bench.json started=$(date +%s)
+    rm -f "$json"
+    echo "\$ kynml bench $*" >>"$OUT_DIR/log.txt"
+    timeout "$limit" "$BIN/kynml" bench "$@" --steps "$STEPS" --rounds "$ROUNDS" --cache "$KYNML_CACHE" --json "$json" >>"$OUT_DIR/log.txt" 2>&1
+    local rc=$? took=$(($(date +%s) - started))
+    if [ $rc -ne 0 ] || [ ! -f "$json" ]; then
+        say "- $name: did not finish (exit $rc after $took s; timeout $limit s)"
+        echo "{\"name\": \"$name\", \"error\": \"exit $rc after $took s\"}" >>"$OUT_DIR/rows.jsonl"
+        return 1
+    fi
+    python3 - "$json" "$name" "$took" >>"$OUT_DIR/rows.jsonl" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["name"], r["wall_secs"] = sys.argv[2], int(sys.argv[3])
+print(json.dumps(r))
+EOF
+    python3 - "$json" "$name" "$took" <<'EOF' | tee -a "$OUT_DIR/summary.md"
+import json, sys
+r = json.load(open(sys.argv[1]))
+mem = (r.get("peak_device_memory") or {}).get("in_use")
+mem = f"{mem / 2**20:.0f} MiB" if mem else "not read"
+print(f"- {sys.argv[2]}: {r['samples_per_sec']:.0f} samples/s ({r['precision']}), {r['step_ms']:.3f} ms/step, "
+      f"first round ended {r.get('process_startup_secs') or float('nan'):.1f} s after the process started, "
+      f"peak device memory {mem}, whole command {sys.argv[3]} s")
+EOF
+}
+
+# A copy of `spec` with `line` added to its train: block.
+variant() {
+    local spec=$1 line=$2 out=$3
+    sed "s/^train:\$/train:\n    $line/" "$spec" >"$out"
+}
+
+stage_tests() {
+    say "## tests: kynml-core/tests/cuda.rs"
+    enough 120 "the CUDA checks" || return
+    local log=/tmp/kynml-cuda-tests.log
+    # The checks read examples/ from the working folder (they were built elsewhere).
+    cd "$REPO" || return
+    # The checks' models are small: the minimal search finds their kernels.
+    CUBECL_AUTOTUNE_LEVEL=minimal timeout $(($(left) - 30)) "$BIN/cuda" --ignored --test-threads=1 --nocapture 2>&1 |
+        tee "$log" >>"$OUT_DIR/log.txt"
+    # The figures the checks print, then the verdict of the whole run (its
+    # last `test result` and `failures:` list: the memory checks rerun
+    # themselves in a process of their own, whose lines come first).
+    grep -E "relative|worst|most device memory|estimated|samples;|fused .* from|skipped|in use per epoch|phases .* of" "$log" |
+        sed 's/^/    /' >>"$OUT_DIR/summary.md"
+    python3 - "$log" <<'EOF' | tee -a "$OUT_DIR/summary.md"
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+results = re.findall(r"^test result: .*$", text, re.M)
+if not results:
+    print("- the checks did not finish (no `test result` line): see log.txt")
+    sys.exit()
+print(f"- {results[-1]}")
+tail = text[: text.rfind("test result:")]
+failed = re.search(r"\nfailures:\n((?:    \S+\n)+)\s*$", tail)
+for name in failed.group(1).split() if failed else []:
+    print(f"- FAILED: {name}")
+EOF
+}
+
+stage_start() {
+    say "## start: empty kernel cache, then the same again"
+    local deep="$REPO/examples/deepnet/deepnet.kyn" wide="$REPO/examples/wide/wide.kyn"
+    local saved=$KYNML_CACHE
+    for run in "deepnet fp32|$deep|fp32|51200" "wide bf16|$wide|bf16|81920"; do
+        IFS='|' read -r name spec precision rows <<<"$run"
+        enough 200 "$name cold and warm" || continue
+        export KYNML_CACHE=/tmp/kynml-cold-$RANDOM
+        bench "$name, empty cache" $(($(left) - 60)) "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows" &&
+            bench "$name, second run" 120 "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows"
+        # Keep what it learned for the stages after this one.
+        cp -r "$KYNML_CACHE"/. "$saved"/ 2>/dev/null
+        rm -rf "$KYNML_CACHE"
+        export KYNML_CACHE=$saved
+    done
+    enough 120 "kynml warmup" || return
+    # `kynml warmup` reads the spec's data, which is generated, not committed.
+    [ -f "$REPO/examples/deepnet/data/large_train.csv" ] ||
+        python3 "$REPO/scripts/gen_large_train.py" --out "$REPO/examples/deepnet/data/large_train.csv" >>"$OUT_DIR/log.txt" 2>&1
+    local warm=/tmp/kynml-warmup-$RANDOM started=$(date +%s)
+    if timeout $(($(left) - 30)) "$BIN/kynml" --cache "$warm" warmup "$deep" --device "$DEVICE" --precision fp32 >>"$OUT_DIR/log.txt" 2>&1; then
+        say "- kynml warmup deepnet fp32 on an empty cache: $(($(date +%s) - started)) s"
+        KYNML_CACHE=$warm bench "deepnet fp32 after kynml warmup" 120 "$deep" --device "$DEVICE" --precision fp32 --synthetic 51200
+    else
+        say "- kynml warmup deepnet fp32: did not finish"
+    fi
+    rm -rf "$warm"
+}
+
+stage_speed() {
+    say "## speed: benches/compare_gpu.py"
+    enough 240 "compare_gpu.py" || return
+    local json=/tmp/kynml-speed.json
+    timeout $(($(left) - 20)) python3 "$HERE/compare_gpu.py" --kynml "$BIN/kynml" --device "$DEVICE" --cache "$KYNML_CACHE" \
+        --config "${SPEED_CONFIG:-both}" --precisions ${SPEED_PRECISIONS:-fp32 tf32 bf16 fp16} \
+        --steps "$STEPS" --rounds "$ROUNDS" --json "$json" 2>>"$OUT_DIR/log.txt" | tee -a "$OUT_DIR/log.txt" |
+        sed -n '/^config /,$p' | sed 's/^/    /' >>"$OUT_DIR/summary.md"
+    if [ -f "$json" ]; then
+        python3 -c 'import json,sys
+for r in json.load(open(sys.argv[1])):
+    r["name"] = "speed " + r.get("config", "") + " " + r.get("engine", "").strip() + " " + r.get("asked", "")
+    print(json.dumps(r))' "$json" >>"$OUT_DIR/rows.jsonl"
+    else
+        say "- compare_gpu.py did not finish within the stage's time"
+    fi
+}
+
+stage_controls() {
+    say "## controls: autotune levels, deterministic, checkpoint_activations"
+    local wide="$REPO/examples/wide/wide.kyn" deep="$REPO/examples/deepnet/deepnet.kyn"
+    for level in fast balanced; do
+        enough 200 "wide bf16 at autotune $level" || continue
+        KYNML_CACHE=/tmp/kynml-tune-$level bench "wide bf16, autotune $level, empty cache" $(($(left) - 30)) \
+            "$wide" --device "$DEVICE" --precision bf16 --synthetic 81920 --autotune "$level"
+        rm -rf /tmp/kynml-tune-$level
+    done
+    enough 90 "deterministic DeepNet" && {
+        variant "$deep" "deterministic = true" /tmp/deepnet-deterministic.kyn
+        bench "deepnet fp32" 120 "$deep" --device "$DEVICE" --precision fp32 --synthetic 51200
+        bench "deepnet fp32, deterministic" 120 /tmp/deepnet-deterministic.kyn --device "$DEVICE" --precision fp32 --synthetic 51200
+    }
+    enough 90 "checkpoint_activations" && {
+        local spec=/tmp/deep-ckpt.kyn
+        {
+            printf 'dataset D:\n    source = csv("absent.csv")\n    target = "y"\nmodel Deep:\n    input 64\n'
+            for _ in 1 2 3 4 5 6 7 8; do printf '    dense 2048 gelu\n    layernorm\n'; done
+            printf '    dense 1 linear\ntrain:\n    model = Deep\n    data = D\n    loss = mse\n'
+            printf '    optimizer = adamw(lr=0.001)\n    epochs = 3\n    batch = 2048\n'
+        } >"$spec"
+        variant "$spec" "checkpoint_activations = true" /tmp/deep-ckpt-on.kyn
+        bench "deep 8x2048, bf16" 150 "$spec" --device "$DEVICE" --precision bf16 --synthetic 40960
+        bench "deep 8x2048, bf16, checkpoint_activations" 150 /tmp/deep-ckpt-on.kyn --device "$DEVICE" --precision bf16 --synthetic 40960
+    }
+}
+
+finish() {
+    local size
+    tar -czf /tmp/kynml-cache.tar.gz -C "$CACHE" . 2>/dev/null
+    size=$(stat -c %s /tmp/kynml-cache.tar.gz 2>/dev/null || echo 0)
+    if [ "$size" -gt 0 ] && [ "$size" -lt $((15 * 1024 * 1024)) ]; then
+        cp /tmp/kynml-cache.tar.gz "$OUT_DIR/cache.tar.gz"
+        say "kernel cache: $((size / 1024)) KiB in cache.tar.gz (put it in gpu/ to start the next call warm)"
+    else
+        say "kernel cache: $((size / 1024)) KiB, too large to bring back (16 MiB a file)"
+    fi
+    say "whole command: $(($(date +%s) - STARTED)) s"
+}
+
+main() {
+    if [ "${1:-}" = pack ]; then
+        pack
+        return
+    fi
+    if [ $# -eq 0 ]; then
+        sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        return 2
+    fi
+    for stage in "$@"; do
+        case $stage in
+            tests | start | speed | controls) ;;
+            *) echo "gpu_session.sh: unknown stage \`$stage\` (tests, start, speed, controls, or pack)" >&2; return 2 ;;
+        esac
+    done
+    setup
+    for stage in "$@"; do
+        "stage_$stage"
+    done
+    finish
+}
+
+main "$@"

@@ -259,14 +259,7 @@ fn cuda_a_run_too_large_for_the_gpu_is_refused_before_it_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("big.kyn");
     let refusal = |layers: &str, batch: usize| {
-        std::fs::write(
-            &path,
-            format!(
-                "dataset D:\n source = csv(\"absent.csv\")\n target = \"y\"\nmodel M:\n input 64\n{layers}\n\
-                 train:\n model = M\n data = D\n loss = mse\n optimizer = adam(lr=0.001)\n epochs = 1\n batch = {batch}\n"
-            ),
-        )
-        .unwrap();
+        synthetic_spec(&path, 64, layers, batch);
         match SpecFile::load(&path).unwrap().check_memory(&device) {
             Err(e @ LoadError::DoesNotFit { .. }) => format!("{e:?}"),
             other => panic!("{layers} at batch {batch} was not refused: {other:?}"),

@@ -975,17 +975,10 @@ fn random_spec(dir: &Path, seed: u64, layers: &str, loss: &str, optimizer: &str,
         csv.push('\n');
     }
     std::fs::write(dir.join("data.csv"), csv).unwrap();
-    // `layers` may declare the six features' shape itself (`input 1x2x3`).
-    let input = if layers.trim_start().starts_with("input") { "" } else { " input 6\n" };
-    let spec = format!(
-        "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n normalize = true\n\
-         model M:\n{input}{layers}\n\
-         train:\n model = M\n data = D\n loss = {loss}\n optimizer = {optimizer}\n epochs = 4\n batch = 32\n seed = {seed}\n\
-         scheduler = cosine(t_max=4)\n"
+    let train = format!(
+        " loss = {loss}\n optimizer = {optimizer}\n epochs = 4\n batch = 32\n seed = {seed}\nscheduler = cosine(t_max=4)\n"
     );
-    let path = dir.join("spec.kyn");
-    std::fs::write(&path, spec).unwrap();
-    path
+    write_spec(dir, layers, &train)
 }
 
 /// Trains the spec on the CPU with the native engine (what `auto` picks)

@@ -34,16 +34,36 @@ pub fn random_regression_spec(dir: &Path, seed: u64, model: &str) -> PathBuf {
         csv.push('\n');
     }
     std::fs::write(dir.join("data.csv"), csv).unwrap();
-    // `model` may declare the six features' shape itself (`input 2x3`).
-    let input = if model.trim_start().starts_with("input") { "" } else { " input 6\n" };
+    let train = format!(" loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 4\n batch = 32\n seed = {seed}\n");
+    write_spec(dir, model, &train)
+}
+
+/// `dir/spec.kyn`: dataset `D` (`dir/data.csv`, target `y`, normalized),
+/// model `M` of `layers` on six features unless `layers` declares its own
+/// input (`input 1x2x3`), and `train` trains `M` on `D` with `train`'s lines.
+pub fn write_spec(dir: &Path, layers: &str, train: &str) -> PathBuf {
+    let input = if layers.trim_start().starts_with("input") { "" } else { " input 6\n" };
     let spec = format!(
         "dataset D:\n source = csv(\"data.csv\")\n target = \"y\"\n normalize = true\n\
-         model M:\n{input}{model}\n\
-         train:\n model = M\n data = D\n loss = mse\n optimizer = adamw(lr=0.01)\n epochs = 4\n batch = 32\n seed = {seed}\n"
+         model M:\n{input}{layers}\ntrain:\n model = M\n data = D\n{train}"
     );
     let path = dir.join("spec.kyn");
     std::fs::write(&path, spec).unwrap();
     path
+}
+
+/// `path`: a spec on synthetic rows (its CSV is never read: the tests give
+/// it `synthetic_for` data) of `input` features, `layers`, mse and Adam,
+/// one epoch of `batch`.
+pub fn synthetic_spec(path: &Path, input: usize, layers: &str, batch: usize) {
+    std::fs::write(
+        path,
+        format!(
+            "dataset D:\n source = csv(\"absent.csv\")\n target = \"y\"\nmodel M:\n input {input}\n{layers}\n\
+             train:\n model = M\n data = D\n loss = mse\n optimizer = adam(lr=0.001)\n epochs = 1\n batch = {batch}\n"
+        ),
+    )
+    .unwrap();
 }
 
 /// Runs the test `name` again in a process of its own and checks that it
@@ -274,14 +294,7 @@ pub fn memory_estimate_within_a_quarter(device: &Device) {
         (" dense 256 tanh\n dense 128 relu\n dense 1 linear", 1024),
     ] {
         let path = tmp.path().join("m.kyn");
-        std::fs::write(
-            &path,
-            format!(
-                "dataset D:\n source = csv(\"absent.csv\")\n target = \"y\"\nmodel M:\n input 16\n{layers}\n\
-                 train:\n model = M\n data = D\n loss = mse\n optimizer = adam(lr=0.001)\n epochs = 1\n batch = {batch}\n"
-            ),
-        )
-        .unwrap();
+        synthetic_spec(&path, 16, layers, batch);
         let file = SpecFile::load(&path).unwrap();
         let estimate = file.check_memory(device).unwrap().total() as f64;
         let data = kynml_core::data::synthetic_for(&file.spec, 4 * batch, 3).unwrap();

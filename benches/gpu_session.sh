@@ -19,6 +19,10 @@
 #     speed       benches/compare_gpu.py: wide and DeepNet at fp32, tf32,
 #                 bf16, fp16 and fused, KynML beside PyTorch (issue 14, items
 #                 1-3; issue 17 fused)
+#     epilogue    wide bf16, wide fp32 and DeepNet bf16 with each dense
+#                 product fused with its cast, bias and activation (Burn's
+#                 default) and alone (KYNML_MATMUL_EPILOGUE=separate, so that
+#                 it can take CubeCL's plain TMA kernels), alternating
 #     controls    wide bf16 at autotune fast and balanced, each from an empty
 #                 cache; DeepNet with `deterministic`; a deep model with
 #                 `checkpoint_activations` (issue 17)
@@ -232,6 +236,22 @@ for r in json.load(open(sys.argv[1])):
     fi
 }
 
+stage_epilogue() {
+    say "## epilogue: dense products fused with their cast, bias and activation, or alone (KYNML_MATMUL_EPILOGUE)"
+    local wide="$REPO/examples/wide/wide.kyn" deep="$REPO/examples/deepnet/deepnet.kyn"
+    # Alternating, twice each: the spread of a pair is the noise.
+    for run in "wide bf16|$wide|bf16|81920" "wide fp32|$wide|fp32|81920" "deepnet bf16|$deep|bf16|51200"; do
+        IFS='|' read -r name spec precision rows <<<"$run"
+        for round in 1 2; do
+            for epilogue in fused separate; do
+                enough 100 "$name, $epilogue, round $round" || continue
+                KYNML_MATMUL_EPILOGUE=$epilogue bench "$name, epilogue $epilogue ($round)" $(($(left) - 20)) \
+                    "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows"
+            done
+        done
+    done
+}
+
 stage_controls() {
     say "## controls: autotune levels, deterministic, checkpoint_activations"
     local wide="$REPO/examples/wide/wide.kyn" deep="$REPO/examples/deepnet/deepnet.kyn"
@@ -284,8 +304,8 @@ main() {
     fi
     for stage in "$@"; do
         case $stage in
-            tests | start | speed | controls) ;;
-            *) echo "gpu_session.sh: unknown stage \`$stage\` (tests, start, speed, controls, or pack)" >&2; return 2 ;;
+            tests | start | speed | epilogue | controls) ;;
+            *) echo "gpu_session.sh: unknown stage \`$stage\` (tests, start, speed, epilogue, controls, or pack)" >&2; return 2 ;;
         esac
     done
     setup

@@ -764,13 +764,54 @@ fn an_unwritable_run_folder_is_refused_before_training() {
     assert!(t.contains("cannot create the run folder") && !t.contains("\nepoch "), "{t}");
 }
 
-fn kynml_env(args: &[&str], cwd: &Path, env: &[(&str, &Path)]) -> Output {
+fn kynml_env<V: AsRef<std::ffi::OsStr>>(args: &[&str], cwd: &Path, env: &[(&str, V)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kynml"));
     cmd.args(args).current_dir(cwd).env_remove("KYNML_CACHE");
     for (k, v) in env {
         cmd.env(k, v);
     }
     cmd.output().unwrap()
+}
+
+/// `KYNML_MATMUL_EPILOGUE=separate` (an experiment of the GPU bench) runs
+/// every dense product alone and its cast, bias and activation after it:
+/// Burn's fusion log shows no fused matmul where the default run has one per
+/// product, the losses are the same, and "what runs" says it, or says why
+/// it has no effect (the native CPU engine) or what an unknown value does.
+#[test]
+fn a_separate_matmul_epilogue_unfuses_the_products_and_trains_alike() {
+    let tmp = copy_example("iris");
+    let run = |out: &str, epilogue: &str| {
+        let args = ["train", "iris.kyn", "--device", "wgpu", "--epochs", "2", "--out", out];
+        let output = kynml_env(&args, tmp.path(), &[("BURN_FUSION_LOG", "full"), ("KYNML_MATMUL_EPILOGUE", epilogue)]);
+        let t = text(&output);
+        assert!(output.status.success(), "{t}");
+        let losses: Vec<String> = std::fs::read_to_string(tmp.path().join(out).join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?.get("train_loss").map(|v| v.to_string()))
+            .collect();
+        (t, losses)
+    };
+    let (fused, fused_losses) = run("fused", "fused");
+    let (separate, separate_losses) = run("separate", "separate");
+    let fused_matmuls = |t: &str| t.matches("fused Matmul (").count();
+    assert!(fused_matmuls(&fused) > 0, "the default run fused no product:\n{fused}");
+    assert_eq!(fused_matmuls(&separate), 0, "a product was fused:\n{separate}");
+    assert!(!fused.contains("matmul epilogue"), "{fused}");
+    assert!(separate.contains("matmul epilogue  separate (KYNML_MATMUL_EPILOGUE=separate"), "{separate}");
+    assert_eq!(fused_losses.len(), 2);
+    assert_eq!(fused_losses, separate_losses, "the same arithmetic, other kernels");
+
+    let args = ["train", "iris.kyn", "--device", "cpu", "--epochs", "1", "--out", "cpu"];
+    let t = text(&kynml_env(&args, tmp.path(), &[("KYNML_MATMUL_EPILOGUE", "separate")]));
+    assert!(
+        t.contains("! matmul epilogue  no effect (KYNML_MATMUL_EPILOGUE=separate, but the native CPU engine"),
+        "{t}"
+    );
+    let args = ["train", "iris.kyn", "--device", "cpu", "--epochs", "1", "--out", "odd"];
+    let t = text(&kynml_env(&args, tmp.path(), &[("KYNML_MATMUL_EPILOGUE", "apart")]));
+    assert!(t.contains("! matmul epilogue  fused (KYNML_MATMUL_EPILOGUE=`apart` is neither"), "{t}");
 }
 
 #[test]
@@ -887,7 +928,7 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
     // Needs lavapipe (scripts/test.sh installs it): the cache is CubeCL's,
     // so only a CubeCL device fills it.
     let tmp = copy_example("iris");
-    let out = kynml_env(&["warmup", "iris.kyn", "--device", "wgpu", "--cache", "cache"], tmp.path(), &[]);
+    let out = kynml_env::<&str>(&["warmup", "iris.kyn", "--device", "wgpu", "--cache", "cache"], tmp.path(), &[]);
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(t.contains("kernel cache") && t.contains("empty: this run tunes"), "{t}");
@@ -933,11 +974,12 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
     // A cache path that is a file: the cache is off, said in what runs; a
     // warm-up, which would keep nothing, is refused before it starts.
     std::fs::write(tmp.path().join("not-a-folder"), b"").unwrap();
-    let out = kynml_env(&["warmup", "iris.kyn", "--device", "wgpu", "--cache", "not-a-folder"], tmp.path(), &[]);
+    let out =
+        kynml_env::<&str>(&["warmup", "iris.kyn", "--device", "wgpu", "--cache", "not-a-folder"], tmp.path(), &[]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("! kernel cache  off (cannot create") && t.contains("would keep nothing"), "{t}");
-    let out = kynml_env(&["warmup", "iris.kyn", "--device", "cpu"], tmp.path(), &[]);
+    let out = kynml_env::<&str>(&["warmup", "iris.kyn", "--device", "cpu"], tmp.path(), &[]);
     assert!(out.status.success() && text(&out).contains("nothing to warm up"), "{}", text(&out));
 }
 

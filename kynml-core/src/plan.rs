@@ -701,6 +701,37 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         },
         (false, false) => Applied { setting: "fusion", value: "off".into(), as_requested: true },
     });
+    // An experiment of the GPU bench, said only when asked for.
+    let epilogue = crate::model::dense::epilogue();
+    if *epilogue != crate::model::dense::Epilogue::Fused {
+        use crate::model::dense::Epilogue;
+        let var = "KYNML_MATMUL_EPILOGUE";
+        out.push(match epilogue {
+            Epilogue::Unknown(v) => Applied {
+                setting: "matmul epilogue",
+                value: format!("fused ({var}=`{v}` is neither `fused` nor `separate`)"),
+                as_requested: false,
+            },
+            _ if native => Applied {
+                setting: "matmul epilogue",
+                value: format!("no effect ({var}=separate, but the native CPU engine runs kernels of its own)"),
+                as_requested: false,
+            },
+            _ if !device.has_fusion() => Applied {
+                setting: "matmul epilogue",
+                value: format!("no effect ({var}=separate, but Burn's CPU backend fuses no kernels)"),
+                as_requested: false,
+            },
+            _ => Applied {
+                setting: "matmul epilogue",
+                value: format!(
+                    "separate ({var}=separate, an experiment): dense products run alone on the plain matmul \
+                     kernels, their cast, bias and activation in a kernel after them"
+                ),
+                as_requested: true,
+            },
+        });
+    }
     // The kernel cache matters where CubeCL runs: Burn's GPU backends.
     if device.has_fusion() {
         if let Some(cache) = kynml_backend::kernel_cache::installed() {

@@ -22,6 +22,41 @@ use crate::spec::ast::LayerLine;
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::Activation;
 
+/// How a dense product meets what follows it (the cast back from bf16 or
+/// fp16, the bias, the activation) on Burn's fusing GPU backends, chosen by
+/// `KYNML_MATMUL_EPILOGUE` for the GPU bench (docs/dev/gpu-session.md).
+///
+/// `Fused`, the default: Burn's fusion runs the product and what follows in
+/// one kernel, from CubeCL's fused-matmul autotune. That autotune never
+/// tries the plain matmul kernels for a large product (its fallback sits in
+/// a lower-priority group than the fused candidates, and the tuner stops at
+/// the first group that runs), and none of its candidates uses Hopper's TMA.
+///
+/// `Separate`: a rank change right after the product (`[m, n]` to
+/// `[1, m, n]` and back) closes the matmul fuser with nothing fused, so the
+/// product runs alone on the plain matmul autotune (TMA kernels included),
+/// and what follows runs as one element-wise kernel after it: one more pass
+/// over the product, for a faster product. Unmeasured on a GPU as yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Epilogue {
+    /// Unset, or `fused`.
+    Fused,
+    /// `separate`.
+    Separate,
+    /// Another value: runs as `Fused`, and "what runs" says so.
+    Unknown(String),
+}
+
+/// `KYNML_MATMUL_EPILOGUE`, read once per process.
+pub fn epilogue() -> &'static Epilogue {
+    static CHOICE: std::sync::OnceLock<Epilogue> = std::sync::OnceLock::new();
+    CHOICE.get_or_init(|| match std::env::var("KYNML_MATMUL_EPILOGUE").as_deref() {
+        Err(_) | Ok("fused") => Epilogue::Fused,
+        Ok("separate") => Epilogue::Separate,
+        Ok(other) => Epilogue::Unknown(other.to_string()),
+    })
+}
+
 /// The arguments of a `dense` line.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct DenseSpec {
@@ -207,9 +242,16 @@ impl LayerModule for Dense<Kb> {
         let [d, units] = self.weight.dims();
         // A sequence's positions are rows of their own.
         let x = if width == d { x } else { x.reshape([batch * (width / d), d]) };
+        let alone = |p: Tensor<Kb, 2>| match epilogue() {
+            Epilogue::Separate => {
+                let [m, n] = p.dims();
+                p.unsqueeze::<3>().reshape([m, n])
+            }
+            Epilogue::Fused | Epilogue::Unknown(_) => p,
+        };
         let product = match pass.half {
-            None => x.matmul(self.weight.val()),
-            Some(h) => x.cast(h).matmul(self.weight.val().cast(h)).cast(FloatDType::F32),
+            None => alone(x.matmul(self.weight.val())),
+            Some(h) => alone(x.cast(h).matmul(self.weight.val().cast(h))).cast(FloatDType::F32),
         };
         let y = apply_activation(product + self.bias.val().unsqueeze::<2>(), self.activation);
         if width == d {

@@ -150,7 +150,8 @@ mem = (r.get("peak_device_memory") or {}).get("in_use")
 mem = f"{mem / 2**20:.0f} MiB" if mem else "not read"
 print(f"- {sys.argv[2]}: {r['samples_per_sec']:.0f} samples/s ({r['precision']}), {r['step_ms']:.3f} ms/step, "
       f"first round ended {r.get('process_startup_secs') or float('nan'):.1f} s after the process started, "
-      f"peak device memory {mem}, whole command {sys.argv[3]} s")
+      f"peak device memory {mem}, train loss {r.get('final_train_loss', float('nan')):.5f}, "
+      f"whole command {sys.argv[3]} s")
 EOF
 }
 

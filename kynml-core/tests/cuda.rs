@@ -45,10 +45,13 @@ fn product_error(device: &Device, seed: u64) -> f64 {
         Tensor::<kynml_backend::Backend, 2>::from_data(TensorData::new(v.to_vec(), shape), &device.inner())
     };
     let product: Vec<f32> = on(&a, [m, k]).matmul(on(&b, [k, n])).into_data().to_vec().unwrap();
+    // B's columns laid out as rows, so that the reference reads both in order.
+    let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
     let (mut err, mut norm) = (0.0f64, 0.0f64);
     for i in 0..m {
         for j in 0..n {
-            let exact: f64 = (0..k).map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j])).sum();
+            let (row, col) = (&a[i * k..(i + 1) * k], &bt[j * k..(j + 1) * k]);
+            let exact: f64 = row.iter().zip(col).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
             err += (f64::from(product[i * n + j]) - exact).powi(2);
             norm += exact.powi(2);
         }

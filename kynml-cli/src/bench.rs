@@ -128,10 +128,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         json["process_startup_secs"] = serde_json::json!(steady_at);
         json["fused"] = serde_json::json!(file.spec.train.optimizer.value.fused() == Some(true));
         json["autotune"] = serde_json::json!(kernel_cache::autotune().map(|l| l.name()));
-        json["matmul_epilogue"] = serde_json::json!(match kynml_core::model::dense::epilogue() {
-            kynml_core::model::dense::Epilogue::Separate => "separate",
-            _ => "fused",
-        });
+        json["matmul_epilogue"] = serde_json::json!(kynml_core::model::dense::epilogue().name());
         std::fs::write(path, serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());

@@ -706,31 +706,23 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
     if *epilogue != crate::model::dense::Epilogue::Fused {
         use crate::model::dense::Epilogue;
         let var = "KYNML_MATMUL_EPILOGUE";
-        out.push(match epilogue {
-            Epilogue::Unknown(v) => Applied {
-                setting: "matmul epilogue",
-                value: format!("fused ({var}=`{v}` is neither `fused` nor `separate`)"),
-                as_requested: false,
-            },
-            _ if native => Applied {
-                setting: "matmul epilogue",
-                value: format!("no effect ({var}=separate, but the native CPU engine runs kernels of its own)"),
-                as_requested: false,
-            },
-            _ if !device.has_fusion() => Applied {
-                setting: "matmul epilogue",
-                value: format!("no effect ({var}=separate, but Burn's CPU backend fuses no kernels)"),
-                as_requested: false,
-            },
-            _ => Applied {
-                setting: "matmul epilogue",
-                value: format!(
+        let (value, as_requested) = match epilogue {
+            Epilogue::Unknown(v) => (format!("fused ({var}=`{v}` is neither `fused` nor `separate`)"), false),
+            _ if native => {
+                (format!("no effect ({var}=separate, but the native CPU engine runs kernels of its own)"), false)
+            }
+            _ if !device.has_fusion() => {
+                (format!("no effect ({var}=separate, but Burn's CPU backend fuses no kernels)"), false)
+            }
+            _ => (
+                format!(
                     "separate ({var}=separate, an experiment): dense products run alone on the plain matmul \
                      kernels, their cast, bias and activation in a kernel after them"
                 ),
-                as_requested: true,
-            },
-        });
+                true,
+            ),
+        };
+        out.push(Applied { setting: "matmul epilogue", value, as_requested });
     }
     // The kernel cache matters where CubeCL runs: Burn's GPU backends.
     if device.has_fusion() {

@@ -47,6 +47,16 @@ pub enum Epilogue {
     Unknown(String),
 }
 
+impl Epilogue {
+    /// What runs: `fused` or `separate`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Epilogue::Fused | Epilogue::Unknown(_) => "fused",
+            Epilogue::Separate => "separate",
+        }
+    }
+}
+
 /// `KYNML_MATMUL_EPILOGUE`, read once per process.
 pub fn epilogue() -> &'static Epilogue {
     static CHOICE: std::sync::OnceLock<Epilogue> = std::sync::OnceLock::new();

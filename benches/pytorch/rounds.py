@@ -4,8 +4,9 @@ train one model on tensors in memory (cnn.py, transformer.py).
 One warm-up round, then `--rounds` timed rounds of `--steps` optimizer
 steps each; each round takes its batches in order from a fresh permutation
 of the rows and ends with the loss read back (which waits for a GPU).
-Reports the median round's samples/s, every round, and the process's peak
-RSS (and on CUDA the peak device memory PyTorch allocated), and writes them
+Reports the median round's samples/s, every round, the start-up (from this
+module's import, before torch's, to the end of the warm-up round, as gpu.py
+and `kynml bench` count it), and the process's peak RSS (and on CUDA the peak device memory PyTorch allocated), and writes them
 as JSON with `--json`.
 
 `--device cuda` runs on the GPU with the data already there; `--precision`
@@ -20,6 +21,9 @@ import resource
 import statistics
 import sys
 import time
+
+# Imported before torch by the scripts that use it: the start of the process, near enough.
+PROCESS_START = time.perf_counter()
 
 
 def arguments(description, steps):
@@ -84,6 +88,7 @@ def measure(torch, args, step):
         rate = args.steps * args.batch / seconds
         if r == 0:
             first = rate
+            startup = time.perf_counter() - PROCESS_START
             print(f"warm-up round: {rate:.0f} samples/s, train loss {last:.4f}", file=sys.stderr)
         else:
             rates.append(rate)
@@ -94,10 +99,11 @@ def measure(torch, args, step):
     device_peak = torch.cuda.max_memory_allocated() if on_gpu else None
     where = f"{args.device} {args.precision}" if on_gpu else f"{args.threads} threads"
     print(f"pytorch {torch.__version__} eager, {where}, batch {args.batch}: "
-          f"{median:.0f} samples/s (rounds {', '.join(f'{r:.0f}' for r in rates)}), peak RSS {rss:.0f} MiB")
+          f"{median:.0f} samples/s (rounds {', '.join(f'{r:.0f}' for r in rates)}), start-up {startup:.1f}s, "
+          f"peak RSS {rss:.0f} MiB")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"samples_per_sec": median, "rounds": rates, "warmup": first, "peak_rss_mib": rss,
                        "torch": torch.__version__, "threads": args.threads, "batch": args.batch,
                        "step_ms": 1e3 * args.batch / median, "precision": args.precision,
-                       "peak_device_allocated_bytes": device_peak}, f)
+                       "peak_device_allocated_bytes": device_peak, "process_startup_secs": startup}, f)

@@ -4,6 +4,6 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = kynml_fuzz::checkpoint_format::decode(data);
-    let _ = kynml_fuzz::checkpoint_format::decode_safetensors(data);
+    let _ = kynml_core::checkpoint::decode(data);
+    let _ = kynml_core::checkpoint::decode_safetensors(data);
 });

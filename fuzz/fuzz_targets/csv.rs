@@ -1,14 +1,17 @@
-//! Any bytes as a CSV file, read for regression and for classes, then split
-//! and normalised as training does: errors, never panics.
+//! Any bytes as a CSV file, read as each kind of model reads its data
+//! (regression, classes, categorical columns, a text column, sequence
+//! columns), then split and normalised as training does: errors, never panics.
 #![no_main]
-use kynml_fuzz::data::{parse_csv, Dataset, TableOptions};
+use kynml_core::data::{parse_csv, Dataset};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    for classification in [false, true] {
-        let options = TableOptions { target: "y".into(), classification, ..Default::default() };
+    for options in readings() {
         if let Ok(table) = parse_csv("fuzz.csv".as_ref(), data, &options) {
             let _ = Dataset::from_table(table, 0.8, true, 1);
         }
     }
 });
+
+// `readings()`: shared with the corpus replay in kynml-core/tests/it.rs.
+include!("../readings.rs");

@@ -5,7 +5,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(source) = std::str::from_utf8(data) else { return };
-    if let Err(error) = kynml_fuzz::spec::parse_spec(source) {
-        let _ = kynml_fuzz::spec::render("fuzz.kyn", source, &error.diagnostics);
+    if let Err(error) = kynml_core::spec::parse_spec(source) {
+        let _ = kynml_core::spec::render("fuzz.kyn", source, &error.diagnostics);
     }
 });

@@ -913,9 +913,12 @@ fn malformed_csvs_are_refused_with_located_messages() {
 
 /// Every input the fuzzers kept (fuzz/corpus) goes through the same readers
 /// as in the fuzz targets; none may panic.
+// `readings()`: the CSV readings the `csv` fuzz target tries, for the replay below.
+include!("../../fuzz/readings.rs");
+
 #[test]
 fn fuzz_corpora_replay_without_panics() {
-    use kynml_core::data::{parse_csv, Dataset, TableOptions};
+    use kynml_core::data::{parse_csv, Dataset};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
     let files = |target: &str| -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(root.join(target)).unwrap().map(|e| e.unwrap().path()).collect();
@@ -937,8 +940,7 @@ fn fuzz_corpora_replay_without_panics() {
                     }
                 }
                 "csv" => {
-                    for classification in [false, true] {
-                        let options = TableOptions { target: "y".into(), classification, ..Default::default() };
+                    for options in readings() {
                         if let Ok(table) = parse_csv(path, &data, &options) {
                             let _ = Dataset::from_table(table, 0.8, true, 1);
                         }

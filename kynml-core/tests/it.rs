@@ -911,11 +911,11 @@ fn malformed_csvs_are_refused_with_located_messages() {
 
 // ---- fuzz corpora ----
 
-/// Every input the fuzzers kept (fuzz/corpus) goes through the same readers
-/// as in the fuzz targets; none may panic.
 // `readings()`: the CSV readings the `csv` fuzz target tries, for the replay below.
 include!("../../fuzz/readings.rs");
 
+/// Every input the fuzzers kept (fuzz/corpus) goes through the same readers
+/// as in the fuzz targets; none may panic.
 #[test]
 fn fuzz_corpora_replay_without_panics() {
     use kynml_core::data::{parse_csv, Dataset};

@@ -319,6 +319,51 @@ pub fn shapes(input: &Shape, layers: &[LayerSpec]) -> Result<Vec<Shape>, (usize,
     Ok(out)
 }
 
+/// The most values one tensor of a model may hold, and one row of a layer's
+/// output: 2^40, 4 TiB in fp32, more than any device has. A larger size in
+/// a spec is a slip of the keyboard; refusing it where it is written also
+/// keeps every size computed from a spec (shapes, the memory estimate) far
+/// from overflowing.
+pub const MOST_VALUES: u64 = 1 << 40;
+
+/// The values of a tensor of `dims`, when at most [`MOST_VALUES`].
+pub fn bounded_size(dims: &[usize]) -> Option<u64> {
+    dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64)).filter(|&n| n <= MOST_VALUES)
+}
+
+/// The help of a size refused by [`MOST_VALUES`].
+pub fn most_values_help() -> String {
+    format!(
+        "KynML takes at most 2^40 ({MOST_VALUES}) values in one tensor or one row of a layer's output, \
+         more than any device holds; check the number for a slip"
+    )
+}
+
+/// The first of `layers` (from `input`) with a tensor, or an output row,
+/// of more than [`MOST_VALUES`] values: its index and what, in words. A
+/// block's layers are checked before the block. Layers that cannot take
+/// their input end the check: [`shapes`] reports them.
+pub fn too_large(input: &Shape, layers: &[LayerSpec]) -> Option<(usize, String)> {
+    let mut shape = input.clone();
+    for (i, layer) in layers.iter().enumerate() {
+        if let Some((j, problem)) = too_large(&shape, layer.children()) {
+            return Some((i, format!("its layer {} (`{}`): {problem}", j + 1, layer.children()[j].describe())));
+        }
+        let Ok(out) = layer.output(&shape) else { return None };
+        if let Some(t) = layer.tensors(&shape).into_iter().find(|t| bounded_size(&t.shape).is_none()) {
+            return Some((i, format!("its {} {:?} would hold more values than any device has", t.name, t.shape)));
+        }
+        if bounded_size(out.dims()).is_none() {
+            return Some((
+                i,
+                format!("its output, {} a row, would hold more values than any device has", out.written()),
+            ));
+        }
+        shape = out;
+    }
+    None
+}
+
 /// C for a sequence of C values per position (`input seq LxC`), else 0.
 pub fn sequence_channels(input: &Shape) -> usize {
     if input.is_sequence() {

@@ -151,6 +151,14 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     // Shapes chain from the input through every layer; the first layer that
     // cannot take what it is given is reported on its own line.
     let specs: Vec<Layer> = layers.iter().map(|l| l.value.clone()).collect();
+    if let Some((i, problem)) = model::too_large(&shape, &specs) {
+        let layer = &layers[i];
+        d.push(
+            Diagnostic::new(layer.span, format!("`{}` is too large: {problem}", layer.value.name()), "too large")
+                .with_help(model::most_values_help()),
+        );
+        return None;
+    }
     let shapes = model::shapes(&shape, &specs);
     // The outputs are plain values: a model may not end on positions or channels.
     if let (Ok(shapes), Some(layer)) = (&shapes, layers.last()) {
@@ -237,9 +245,10 @@ fn input_shape(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<(Spanned<usi
                 return None;
             };
             extra_args(line, 2, "input seq LxC", d)?;
+            input_size(length, &[l, c], d)?;
             return Some((Spanned { value: l * c, span: line.span }, Shape::sequence(l, c)));
         }
-        let length = values::count(length, "the length of `input seq`", 1, d)?;
+        let length = values::size(length, "the length of `input seq`", 1, d)?;
         extra_args(line, 2, "input seq L", d)?;
         return Some((Spanned { value: length, span: line.span }, Shape::tokens(length)));
     }
@@ -257,10 +266,24 @@ fn input_shape(line: &LayerLine, d: &mut Vec<Diagnostic>) -> Option<(Spanned<usi
             };
             dims
         }
-        _ => vec![values::count(n, "the width of `input`", 1, d)?],
+        _ => vec![values::size(n, "the width of `input`", 1, d)?],
     };
+    input_size(n, &dims, d)?;
     let shape = Shape::new(dims);
     Some((Spanned { value: shape.size(), span: line.span }, shape))
+}
+
+/// Refuses an input of more than [`model::MOST_VALUES`] values a row, at `v`.
+fn input_size(v: &Value, dims: &[usize], d: &mut Vec<Diagnostic>) -> Option<()> {
+    if model::bounded_size(dims).is_some() {
+        return Some(());
+    }
+    let written = dims.iter().map(usize::to_string).collect::<Vec<_>>().join("x");
+    d.push(
+        Diagnostic::new(v.span, format!("an input of {written} values a row is too large"), "too large")
+            .with_help(model::most_values_help()),
+    );
+    None
 }
 
 /// `1x28x28`: whole numbers joined by `x`, as the lexer reads a shape.
@@ -318,8 +341,9 @@ pub(crate) fn missing(line: &LayerLine, what: &str, expected: &str, form: &str, 
 }
 
 /// A whole number of at least `min`; `what` names it in messages: "the channels of `conv2d`".
+/// Sizes in a model are at most [`model::MOST_VALUES`].
 pub(crate) fn count_arg(v: &Value, what: &str, min: usize, d: &mut Vec<Diagnostic>) -> Option<usize> {
-    values::count(v, what, min, d)
+    values::size(v, what, min, d)
 }
 
 /// A probability in `[0, 1)`.
@@ -376,7 +400,7 @@ impl Options<'_> {
     pub fn count(&self, name: &str, default: usize, min: usize, d: &mut Vec<Diagnostic>) -> Option<usize> {
         match self.get(name) {
             None => Some(default),
-            Some(v) => values::count(v, &format!("`{name}` of `{}`", self.line.name.value), min, d),
+            Some(v) => values::size(v, &format!("`{name}` of `{}`", self.line.name.value), min, d),
         }
     }
 

@@ -559,3 +559,51 @@ fn hostile_inputs_never_panic() {
     check_never_panics(&format!("train:\nmodel = {}\n", "y".repeat(100_000)));
     check_never_panics("\u{0}\u{1}\u{7f}\n:\n=\n\"\n");
 }
+
+/// Sizes past any device (2^40 values in a tensor or an output row) are
+/// refused on the line that writes them, before any size computed from them
+/// can overflow; the largest sizes that fit still read.
+#[test]
+fn sizes_past_any_device_are_refused_where_written() {
+    let model = |layers: &str| MINIMAL.replace("input 4\ndense 1 linear\n", layers);
+    let refused = |layers: &str, expected: &str, at: &str| {
+        let source = model(layers);
+        let Err(e) = parse_spec(&source) else { panic!("expected an error for:\n{source}") };
+        let d = &e.diagnostics[0];
+        assert!(d.message.contains(expected), "{:?} for:\n{source}", d.message);
+        assert_eq!(&source[d.span.start..d.span.end], at, "{source}");
+        assert!(d.help.as_deref().unwrap_or("").contains("2^40"), "{:?}", d.help);
+    };
+    // One number past 2^40: a layer's units, a conv's padding, the input.
+    refused("input 4\ndense 9223372036854775807 relu\ndense 1 linear\n", "too large", "9223372036854775807");
+    refused(
+        "input 1x8x8\nconv2d 4 3 relu padding=4611686018427387904\nflatten\ndense 1 linear\n",
+        "too large",
+        "4611686018427387904",
+    );
+    refused("input 1099511627777\ndense 1 linear\n", "too large", "1099511627777");
+    // Each number fits, their product does not: a weight, an output row, the input.
+    refused(
+        "input 4\ndense 1099511627776 relu\ndense 1 linear\n",
+        "`dense` is too large: its weight [1099511627776, 4]",
+        "dense 1099511627776 relu",
+    );
+    refused(
+        "input 1x1024x1024\nconv2d 2097152 1 relu\nflatten\ndense 1 linear\n",
+        "its output, 2097152x1024x1024 a row",
+        "conv2d 2097152 1 relu",
+    );
+    refused(
+        "input 1048576x1048576x2\ndense 1 linear\n",
+        "an input of 1048576x1048576x2 values a row",
+        "1048576x1048576x2",
+    );
+    refused(
+        "input 1x1024x1024\nresidual:\n  conv2d 2097152 1 relu\n  conv2d 1 1 relu\ndense 1 linear\n",
+        "its layer 1 (`conv2d",
+        "residual:\n  conv2d 2097152 1 relu\n  conv2d 1 1 relu",
+    );
+    // The largest that fit: 2^40 values in the input and in the weight.
+    let spec = ok(&model("input 1099511627776\ndense 1 linear\n"));
+    assert_eq!(spec.model.shape.size() as u64, crate::model::MOST_VALUES);
+}

@@ -80,6 +80,20 @@ pub(super) fn count(v: &Value, what: &str, min: usize, d: &mut Vec<Diagnostic>) 
     }
 }
 
+/// A size in a model (units, channels, a kernel, a width): a whole number
+/// of at least `min` and at most [`MOST_VALUES`](crate::model::MOST_VALUES).
+pub(crate) fn size(v: &Value, what: &str, min: usize, d: &mut Vec<Diagnostic>) -> Option<usize> {
+    let n = count(v, what, min, d)?;
+    if n as u64 > crate::model::MOST_VALUES {
+        d.push(
+            Diagnostic::new(v.span, format!("{what} is too large: `{n}`"), "too large")
+                .with_help(crate::model::most_values_help()),
+        );
+        return None;
+    }
+    Some(n)
+}
+
 /// A whole number from 0 to `u64::MAX`, such as a seed.
 pub(super) fn unsigned(v: &Value, what: &str, d: &mut Vec<Diagnostic>) -> Option<u64> {
     let n = integer(v, what, 0, d)?;

@@ -58,12 +58,12 @@ pub struct Largest {
 impl MemoryEstimate {
     /// Everything together.
     pub fn total(&self) -> u64 {
-        self.fixed() + self.activations
+        self.fixed().saturating_add(self.activations)
     }
 
     /// What does not depend on the batch: weights, gradients, optimizer state.
     pub fn fixed(&self) -> u64 {
-        self.weights + self.gradients + self.optimizer
+        self.weights.saturating_add(self.gradients).saturating_add(self.optimizer)
     }
 
     /// Its parts in words: `weights 1.0 MiB, gradients 1.0 MiB, optimizer
@@ -131,7 +131,7 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         // A block's tensors hold its inner layers'.
         for t in layer.value.tensors(&shape).iter().filter(|t| t.role == Role::Param) {
             let bytes = 4 * t.len() as u64;
-            params += t.len() as u64;
+            params = params.saturating_add(t.len() as u64);
             if bytes > largest.bytes {
                 largest = Largest { bytes, layer: Some(index), what: format!("{} {:?}", t.name, t.shape) };
             }
@@ -144,10 +144,10 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
             };
             if heads > 0 && input.is_sequence() {
                 let l = input.dims()[0] as u64;
-                scores += 2 * heads as u64 * l * l;
+                scores = scores.saturating_add((2 * heads as u64).saturating_mul(l).saturating_mul(l));
             }
             let out = layer.output(input).unwrap_or_else(|_| input.clone());
-            kept += saved_per_output(layer) * out.size() as u64;
+            kept = kept.saturating_add(saved_per_output(layer) * out.size() as u64);
             widest = widest.max(out.size() as u64);
             out
         };
@@ -158,17 +158,20 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         }
         shape = next;
     }
-    let per_row = act_bytes * (kept + 2 * widest + scores);
-    let batch_bytes = batch as u64 * act_bytes * widest;
+    // Sizes are at most 2^40 values each (`model::MOST_VALUES`), but a batch
+    // or a long sequence's attention scores can still take the products past
+    // u64: they saturate, and the run is refused as too large.
+    let per_row = act_bytes.saturating_mul(kept.saturating_add(2 * widest).saturating_add(scores));
+    let batch_bytes = (batch as u64).saturating_mul(act_bytes * widest);
     if batch_bytes > largest.bytes {
         largest =
             Largest { bytes: batch_bytes, layer: None, what: format!("a batch's widest output [{batch}, {widest}]") };
     }
     MemoryEstimate {
-        weights: 4 * params,
-        gradients: 4 * params,
-        optimizer: 4 * params * state_per_param(&spec.train.optimizer.value),
-        activations: batch as u64 * per_row,
+        weights: params.saturating_mul(4),
+        gradients: params.saturating_mul(4),
+        optimizer: params.saturating_mul(4 * state_per_param(&spec.train.optimizer.value)),
+        activations: (batch as u64).saturating_mul(per_row),
         batch,
         per_row,
         largest,
@@ -249,6 +252,18 @@ mod tests {
         let fits = e.batch_that_fits(e.fixed() + 10 * e.per_row + 3).unwrap();
         assert_eq!(fits, 10);
         assert_eq!(e.batch_that_fits(e.fixed() / 2), None);
+    }
+
+    #[test]
+    fn sizes_that_fit_alone_saturate_together() {
+        // 2^40 inputs a row (the most a spec may write) and a batch of 2^30:
+        // the activations' bytes pass u64, saturate, and the run is refused as
+        // too large instead of estimated small.
+        let s = spec(" input 1099511627776\n dense 1 linear", " batch = 1073741824\n");
+        let e = estimate(&s, Compute::Fp32);
+        assert_eq!((e.activations, e.total()), (u64::MAX, u64::MAX));
+        assert_eq!(e.weights, 4 * ((1 << 40) + 1));
+        assert_eq!(e.batch_that_fits(1 << 40), None);
     }
 
     #[test]

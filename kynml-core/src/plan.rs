@@ -191,6 +191,9 @@ impl SpecFile {
             },
             sequence: self.sequence_columns()?,
         };
+        if let Some(problem) = self.padded_rows_overflow_memory(&path) {
+            return Err(self.located(vec![problem]));
+        }
         let table = match read_csv(&path, &options) {
             // A regression loss on class labels is a spec mistake more often
             // than a data one: point at the loss.
@@ -296,12 +299,60 @@ impl SpecFile {
             let problem = match e.batch_that_fits(capacity) {
                 Some(rows) => Diagnostic::new(train.batch.span, what, "too large a batch for this device")
                     .with_help(format!("a batch of {rows} or fewer fits: `batch = {rows}`")),
-                None => Diagnostic::new(model.name.span, what, "too large a model for this device")
-                    .with_help("the weights, gradients and optimizer state alone do not fit: use a smaller model"),
+                None if e.fixed() > capacity => {
+                    Diagnostic::new(model.name.span, what, "too large a model for this device")
+                        .with_help("the weights, gradients and optimizer state alone do not fit: use a smaller model")
+                }
+                None => Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
+                    "one row's activations alone need {}: use a shorter input or narrower layers",
+                    bytes(e.per_row)
+                )),
             };
             return Err(self.does_not_fit(problem));
         }
         Ok(e)
+    }
+
+    /// A text or sequence model cuts or pads every row to its `input seq`
+    /// length, so the spec, not the file, sets how large the data grows in
+    /// memory: about two copies of rows x L (x C) values of 4 bytes while it
+    /// is read and split (peak RSS measured at L = 16,384 and 65,536 on a
+    /// 4,000-row file). A located error at `input` when that passes the
+    /// host's available memory, before reading; `None` when it fits, for
+    /// other models, or where the host cannot say.
+    fn padded_rows_overflow_memory(&self, path: &Path) -> Option<Diagnostic> {
+        use crate::train::memory::bytes;
+        use std::io::BufRead;
+        let model = &self.spec.model;
+        if !(model.shape.is_tokens() || model.shape.is_sequence()) {
+            return None;
+        }
+        let available = kynml_backend::proc_bytes("/proc/meminfo", "MemAvailable")?;
+        // Lines, less the header: at least the rows (a quoted cell may hold more lines).
+        let file = std::fs::File::open(path).ok()?;
+        let mut lines = 0u64;
+        for chunk in std::io::BufReader::new(file).split(b'\n') {
+            chunk.ok()?;
+            lines += 1;
+        }
+        let rows = lines.saturating_sub(1);
+        let need = rows.saturating_mul(model.shape.size() as u64).saturating_mul(2 * 4);
+        (need > available).then(|| {
+            Diagnostic::new(
+                model.input.span,
+                format!(
+                    "`input {}` makes each of the {rows} rows of `{}` {} values, about {} in memory while it is read, \
+                     and this machine has {} available",
+                    model.shape,
+                    path.display(),
+                    model.shape.size(),
+                    bytes(need),
+                    bytes(available)
+                ),
+                "too long for this data",
+            )
+            .with_help("texts and sequences are cut or padded to the `input seq` length: a shorter one fits")
+        })
     }
 
     /// How to read a sequence model's columns: the dataset's `sequence`

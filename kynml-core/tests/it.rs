@@ -168,6 +168,50 @@ fn fit_problems(example_csv: &str, csv_name: &str, spec: &str) -> (kynml_core::s
     }
 }
 
+/// A text classifier's spec on `source` (its `text` column), with `layers`
+/// (one per line, `input` first), one epoch of batches of 1.
+fn text_classifier(source: &str, target: &str, layers: &str) -> String {
+    format!(
+        "dataset R:\n source = csv(\"{source}\")\n target = \"{target}\"\n tokens = \"text\"\nmodel M:\n{layers}\
+         train:\n model = M\n data = R\n loss = cross_entropy\n epochs = 1\n batch = 1\n"
+    )
+}
+
+/// A text model pads every row to its `input seq` length: a length whose
+/// rows cannot fit in the host's memory is refused at `input` before the
+/// file is read (it was an out-of-memory kill before anything was printed).
+#[test]
+fn a_sequence_length_past_the_hosts_memory_is_refused_before_reading() {
+    let spec = text_classifier(
+        "reviews.csv",
+        "sentiment",
+        " input seq 268435456\n embedding 2\n global_avgpool\n dense 2 linear\n",
+    );
+    let (error, source_text) = fit_problems("reviews/reviews.csv", "reviews.csv", &spec);
+    let d = &error.diagnostics[0];
+    assert_eq!(&source_text[d.span.start..d.span.end], "input seq 268435456");
+    assert!(d.message.contains("each of the 4000 rows of") && d.message.contains("available"), "{}", d.message);
+}
+
+/// When not even one row fits (a long sequence's attention scores: 2 TiB a
+/// row here), the refusal says so, not that the weights do not fit.
+#[test]
+fn a_row_too_large_for_the_host_is_refused_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("long.kyn");
+    let layers = " input seq 262144\n embedding 8\n attention heads=4\n global_avgpool\n dense 2 linear\n";
+    std::fs::write(&path, text_classifier("absent.csv", "y", layers)).unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    match SpecFile::load(&path).unwrap().check_memory(&cpu) {
+        Err(e @ kynml_core::plan::LoadError::DoesNotFit { .. }) => {
+            let text = format!("{e:?}");
+            assert!(text.contains("one row's activations alone need"), "{text}");
+            assert!(!text.contains("weights, gradients and optimizer state alone"), "{text}");
+        }
+        other => panic!("a 2 TiB row was not refused: {other:?}"),
+    }
+}
+
 #[test]
 fn classification_head_must_match_the_classes() {
     let spec = "dataset I:

@@ -206,7 +206,21 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
 fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, String), Failure> {
     match synthetic {
         Some(rows) => {
-            let data = synthetic_for(&file.spec, rows as usize, file.spec.train.seed)
+            // Each row's values (and its target), about twice while they are
+            // made, normalised and split.
+            let values = file.spec.model.shape.size() as u64 + 1;
+            let need = rows.saturating_mul(values).saturating_mul(2 * 4);
+            if let Some(available) = kynml_backend::proc_bytes("/proc/meminfo", "MemAvailable").filter(|&a| need > a) {
+                return Err(Failure::input(format!(
+                    "error: --synthetic {rows}: rows of {values} values each take about {} in memory, and this \
+                     machine has {} available; {} rows or fewer fit",
+                    kynml_core::train::memory::bytes(need),
+                    kynml_core::train::memory::bytes(available),
+                    available / (values * 2 * 4)
+                )));
+            }
+            let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+            let data = synthetic_for(&file.spec, rows, file.spec.train.seed)
                 .map_err(|e| Failure::input(format!("error: cannot make synthetic data: {e}")))?;
             if file.spec.model.bind(&data.info).is_err() {
                 return Err(Failure::input(

@@ -888,6 +888,12 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     let out = kynml(&["bench", "iris.kyn", "--autotune", "max"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("expected off, fast, balanced or full"), "{}", text(&out));
+    // More synthetic rows than memory holds: refused before they are made (it was an abort).
+    for rows in ["100000000000", "18446744073709551615"] {
+        let out = kynml(&["bench", "iris.kyn", "--device", "cpu", "--synthetic", rows], tmp.path());
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains("rows or fewer fit") && !text(&out).contains("panicked"), "{}", text(&out));
+    }
 }
 
 /// `--fused` benches the optimizer's fused update and says so; RMSprop,

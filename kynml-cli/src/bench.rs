@@ -206,17 +206,16 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
 fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, String), Failure> {
     match synthetic {
         Some(rows) => {
-            // Each row's values (and its target), about twice while they are
-            // made, normalised and split.
+            // Each row's values and its target.
             let values = file.spec.model.shape.size() as u64 + 1;
-            let need = rows.saturating_mul(values).saturating_mul(2 * 4);
+            let need = kynml_core::train::memory::data_bytes(rows, values);
             if let Some(available) = kynml_backend::proc_bytes("/proc/meminfo", "MemAvailable").filter(|&a| need > a) {
                 return Err(Failure::input(format!(
                     "error: --synthetic {rows}: rows of {values} values each take about {} in memory, and this \
                      machine has {} available; {} rows or fewer fit",
                     kynml_core::train::memory::bytes(need),
                     kynml_core::train::memory::bytes(available),
-                    available / (values * 2 * 4)
+                    available / kynml_core::train::memory::data_bytes(1, values)
                 )));
             }
             let rows = usize::try_from(rows).unwrap_or(usize::MAX);

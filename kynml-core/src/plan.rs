@@ -315,28 +315,30 @@ impl SpecFile {
 
     /// A text or sequence model cuts or pads every row to its `input seq`
     /// length, so the spec, not the file, sets how large the data grows in
-    /// memory: about two copies of rows x L (x C) values of 4 bytes while it
-    /// is read and split (peak RSS measured at L = 16,384 and 65,536 on a
-    /// 4,000-row file). A located error at `input` when that passes the
-    /// host's available memory, before reading; `None` when it fits, for
-    /// other models, or where the host cannot say.
+    /// memory ([`data_bytes`](crate::train::memory::data_bytes)). A located
+    /// error at `input` when that passes the host's available memory, before
+    /// reading; `None` when it fits, for other models, or where the host
+    /// cannot say.
     fn padded_rows_overflow_memory(&self, path: &Path) -> Option<Diagnostic> {
-        use crate::train::memory::bytes;
-        use std::io::BufRead;
+        use crate::train::memory::{bytes, data_bytes};
+        use std::io::Read;
         let model = &self.spec.model;
         if !(model.shape.is_tokens() || model.shape.is_sequence()) {
             return None;
         }
         let available = kynml_backend::proc_bytes("/proc/meminfo", "MemAvailable")?;
         // Lines, less the header: at least the rows (a quoted cell may hold more lines).
-        let file = std::fs::File::open(path).ok()?;
-        let mut lines = 0u64;
-        for chunk in std::io::BufReader::new(file).split(b'\n') {
-            chunk.ok()?;
-            lines += 1;
+        let mut file = std::fs::File::open(path).ok()?;
+        let (mut buffer, mut lines) = (vec![0u8; 1 << 16], 0u64);
+        loop {
+            let n = file.read(&mut buffer).ok()?;
+            if n == 0 {
+                break;
+            }
+            lines += buffer[..n].iter().filter(|&&b| b == b'\n').count() as u64;
         }
         let rows = lines.saturating_sub(1);
-        let need = rows.saturating_mul(model.shape.size() as u64).saturating_mul(2 * 4);
+        let need = data_bytes(rows, model.shape.size() as u64);
         (need > available).then(|| {
             Diagnostic::new(
                 model.input.span,

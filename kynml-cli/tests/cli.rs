@@ -704,6 +704,28 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
     assert!(text(&out).contains("is not an ONNX model"), "{}", text(&out));
 }
 
+/// A classification target with one class is the data's problem, said at
+/// the loss: no "expected `dense 1`" that could never train either.
+#[test]
+fn a_target_with_one_class_is_refused_at_the_loss() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let csv = std::fs::read_to_string(dir.join("iris.csv")).unwrap();
+    let one: String = csv
+        .lines()
+        .filter(|l| !l.contains("versicolor") && !l.contains("virginica"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("iris.csv"), one).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--out", "run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("`cross_entropy` needs at least 2 classes but `species` in `iris.csv` has 1"), "{t}");
+    assert!(t.contains("iris.kyn:") && t.contains("every row of `iris.csv` has the same `species`"), "{t}");
+    assert!(!t.contains("expected `dense"), "no width to suggest: {t}");
+    assert!(!dir.join("run").exists(), "nothing written");
+}
+
 #[test]
 fn every_malformed_spec_exits_2_and_writes_nothing() {
     let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kynml-core/tests/bad_specs");

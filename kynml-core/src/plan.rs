@@ -497,7 +497,10 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
         Loss::Bce => (1, "`bce` takes one logit per row".to_string()),
         _ => (1, format!("a regression on the single column `{}` has one output", data.info.target)),
     };
-    if units != needed {
+    // With fewer than two classes there is no right width to suggest: the
+    // target itself is the problem, said below.
+    let no_classes = loss.value == Loss::CrossEntropy && classes < 2;
+    if units != needed && !no_classes {
         let mut problem = Diagnostic::new(
             last.span,
             format!("the last layer has {units} output(s) but {why}"),
@@ -521,12 +524,25 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
             .with_help("use `loss = cross_entropy` for more than two classes"),
         );
     }
-    if loss.value == Loss::CrossEntropy && classes < 2 {
-        problems.push(Diagnostic::new(
-            loss.span,
-            format!("`cross_entropy` needs at least 2 classes but `{}` in `{file}` has {classes}", data.info.target),
-            "not a classification target",
-        ));
+    if no_classes {
+        problems.push(
+            Diagnostic::new(
+                loss.span,
+                format!(
+                    "`cross_entropy` needs at least 2 classes but `{}` in `{file}` has {classes}",
+                    data.info.target
+                ),
+                "not a classification target",
+            )
+            .with_help(if classes == 1 {
+                format!(
+                    "every row of `{file}` has the same `{}`: a classifier needs rows of each class it tells apart",
+                    data.info.target
+                )
+            } else {
+                format!("`{}` holds no class labels", data.info.target)
+            }),
+        );
     }
     problems
 }

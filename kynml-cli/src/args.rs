@@ -1,7 +1,7 @@
 //! Command-line arguments, as typed by the user. They are turned into a
 //! checked plan before anything runs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 use kynml_core::spec::types::{Autotune, DeviceRequest, DeviceSet, Precision};
@@ -109,12 +109,15 @@ pub struct ExportArgs {
 pub struct PredictArgs {
     /// A run folder, or a .safetensors or .mpk export with its .json sidecar.
     pub model: PathBuf,
-    /// CSV with the model's feature columns, by name (its target column may be there too).
+    /// CSV with the model's feature columns, by name (its target column may be there too); or --input.
+    #[arg(value_name = "INPUT", required_unless_present = "input", conflicts_with = "input")]
+    pub rows: Option<PathBuf>,
+    /// The same as INPUT, named.
+    #[arg(long, value_name = "INPUT")]
+    pub input: Option<PathBuf>,
+    /// CSV to write: one row per input row (without it, standard output).
     #[arg(long)]
-    pub input: PathBuf,
-    /// CSV to write: one row per input row.
-    #[arg(long)]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
     /// Where to run: auto, cpu, cuda, cuda:N or wgpu.
     #[arg(long, value_parser = parse_device, default_value = "cpu")]
     pub device: DeviceRequest,
@@ -124,9 +127,12 @@ pub struct PredictArgs {
 pub struct EvalArgs {
     /// A run folder, or a .safetensors or .mpk export with its .json sidecar.
     pub model: PathBuf,
-    /// CSV with the model's feature columns and its target column.
-    #[arg(long)]
-    pub input: PathBuf,
+    /// CSV with the model's feature columns and its target column; or --input.
+    #[arg(value_name = "INPUT", required_unless_present = "input", conflicts_with = "input")]
+    pub rows: Option<PathBuf>,
+    /// The same as INPUT, named.
+    #[arg(long, value_name = "INPUT")]
+    pub input: Option<PathBuf>,
     /// Where to run: auto, cpu, cuda, cuda:N or wgpu.
     #[arg(long, value_parser = parse_device, default_value = "cpu")]
     pub device: DeviceRequest,
@@ -240,6 +246,20 @@ pub fn parse_autotune(text: &str) -> Result<Autotune, String> {
         "balanced" => Ok(Autotune::Balanced),
         "full" => Ok(Autotune::Full),
         _ => Err(format!("expected off, fast, balanced or full, found `{text}`")),
+    }
+}
+
+impl PredictArgs {
+    /// The rows to predict, given by position or by `--input` (clap requires one).
+    pub fn rows(&self) -> &Path {
+        self.rows.as_deref().or(self.input.as_deref()).expect("clap requires INPUT or --input")
+    }
+}
+
+impl EvalArgs {
+    /// The labelled rows, given by position or by `--input` (clap requires one).
+    pub fn rows(&self) -> &Path {
+        self.rows.as_deref().or(self.input.as_deref()).expect("clap requires INPUT or --input")
     }
 }
 

@@ -17,23 +17,33 @@ fn load(model: &std::path::Path, device: DeviceRequest) -> Result<Predictor, Fai
 pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
-    let rows = m.read_rows(&args.input, false).map_err(|e| Failure::input(format!("error: {e}")))?;
+    let rows = m.read_rows(args.rows(), false).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let p = predictor.predict(&rows.features).map_err(|e| Failure::run(format!("error: {e}")))?;
     let text = predictions_csv(&p, &m.target, m.head.class_names());
-    write_atomic(&args.output, text.as_bytes())
-        .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", args.output.display())))?;
-    println!("{} predictions written to {}", p.rows, args.output.display());
+    let Some(output) = &args.output else {
+        // A reader that stops early (`| head`) is not a failure.
+        let mut out = std::io::stdout().lock();
+        return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(Failure::run(format!("error: cannot write the predictions to standard output: {e}")))
+            }
+            _ => Ok(()),
+        };
+    };
+    write_atomic(output, text.as_bytes())
+        .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", output.display())))?;
+    println!("{} predictions written to {}", p.rows, output.display());
     Ok(())
 }
 
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
-    let rows = m.read_rows(&args.input, true).map_err(|e| Failure::input(format!("error: {e}")))?;
+    let rows = m.read_rows(args.rows(), true).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
-    println!("{} rows of {}", rows.rows, args.input.display());
+    println!("{} rows of {}", rows.rows, args.rows().display());
     println!("{}", render::metrics_table(&metrics, "value"));
     Ok(())
 }

@@ -505,6 +505,17 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let out = kynml(&["eval", "run", "--input", "iris.csv"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("accuracy") && t.contains("150 rows"), "{t}");
+    // The rows by position, and without --output the CSV on standard output alone.
+    let out = kynml(&["predict", "run", "iris.csv"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), pred, "standard output holds the CSV and nothing else");
+    let out = kynml(&["eval", "run", "iris.csv"], dir);
+    assert!(out.status.success() && text(&out).contains("150 rows of iris.csv"), "{}", text(&out));
+    for args in [&["predict", "run"][..], &["predict", "run", "iris.csv", "--input", "iris.csv"], &["eval", "run"]] {
+        let out = kynml(args, dir);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("INPUT"), "{args:?}: {}", text(&out));
+    }
 
     // Every format again from the run folder; the exports load like the run.
     for (format, file) in [("safetensors", "w/iris.safetensors"), ("burn", "w/iris.mpk"), ("onnx", "w/iris.onnx")] {

@@ -737,6 +737,36 @@ fn a_target_with_one_class_is_refused_at_the_loss() {
     assert!(!dir.join("run").exists(), "nothing written");
 }
 
+/// `batchnorm` on plain features with one row a step normalises every value
+/// to 0 and learns nothing (it trained to a validation loss of 2720 on
+/// iris): refused at the layer. After a convolution a channel still has its
+/// positions to average, and that trains.
+#[test]
+fn batchnorm_with_one_row_a_step_is_refused_on_plain_features_only() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap();
+    let one = spec.replacen("dense 32 relu", "dense 32 relu\n    batchnorm", 1).replace("batch = 16", "batch = 1");
+    std::fs::write(dir.join("one.kyn"), &one).unwrap();
+    let out = kynml(&["train", "one.kyn", "--out", "run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("one.kyn:11:5") && t.contains("but `batch = 1` gives each step one row"), "{t}");
+    assert!(!dir.join("run").exists(), "nothing written");
+    let two = one.replace("batch = 1", "batch = 2");
+    std::fs::write(dir.join("two.kyn"), two).unwrap();
+    let out = kynml(&["check", "two.kyn"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let image = one.replace("input 4\n", "input 1x2x2\n    conv2d 2 1 relu\n").replacen(
+        "dense 32 relu\n    batchnorm",
+        "batchnorm\n    flatten\n    dense 32 relu",
+        1,
+    );
+    std::fs::write(dir.join("image.kyn"), image).unwrap();
+    let out = kynml(&["train", "image.kyn", "--epochs", "1", "--out", "image"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 #[test]
 fn every_malformed_spec_exits_2_and_writes_nothing() {
     let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kynml-core/tests/bad_specs");

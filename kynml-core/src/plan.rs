@@ -524,6 +524,9 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
             .with_help("use `loss = cross_entropy` for more than two classes"),
         );
     }
+    if let Some(problem) = batchnorm_on_lone_rows(spec, data) {
+        problems.push(problem);
+    }
     if no_classes {
         problems.push(
             Diagnostic::new(
@@ -545,6 +548,44 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
         );
     }
     problems
+}
+
+/// A `batchnorm` on plain features normalises each feature over the rows
+/// of a batch: with one row that is 0 for every feature, and the running
+/// variance learns nothing (PyTorch refuses it: "Expected more than 1 value
+/// per channel when training"). Located at `batch`; a batchnorm after a
+/// convolution has a channel's positions to average and is not concerned.
+fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
+    let rows = spec.train.batch.value.min(data.info.train_rows);
+    if rows >= 2 {
+        return None;
+    }
+    let per_row =
+        |input: &crate::model::Shape, layer: &Layer| matches!(layer, Layer::BatchNorm(_)) && input.rank() == 1;
+    let mut input = spec.model.shape.clone();
+    let mut found = None;
+    for layer in &spec.model.layers {
+        let mut inner = input.clone();
+        for child in layer.value.children() {
+            found = found.or(per_row(&inner, child).then_some(layer.span));
+            inner = child.output(&inner).ok()?;
+        }
+        found = found.or(per_row(&input, &layer.value).then_some(layer.span));
+        input = layer.value.output(&input).ok()?;
+    }
+    let why = if spec.train.batch.value < 2 {
+        "`batch = 1` gives each step one row".to_string()
+    } else {
+        "the training split holds one row".to_string()
+    };
+    Some(
+        Diagnostic::new(
+            found?,
+            format!("`batchnorm` normalises each feature over a step's rows, but {why}"),
+            "needs at least 2 rows a step",
+        )
+        .with_help("raise `batch` to 2 or more, or use `layernorm`, which normalises each row on its own"),
+    )
 }
 
 /// More than 20 distinct labels, all numbers: most likely a regression

@@ -35,9 +35,13 @@ fn looks_numeric(cell: &str) -> bool {
     cell.starts_with('[') || cell.replace(',', "").parse::<f64>().is_ok()
 }
 
-/// Seconds for a person: `0.42s`, `12.3s`, `4m 05s`, `1h 02m`.
+/// Seconds for a person: `0.8ms`, `42ms`, `0.42s`, `12.3s`, `4m 05s`, `1h 02m`.
 pub fn duration(secs: f64) -> String {
-    if secs < 10.0 {
+    if secs < 0.01 {
+        format!("{:.1}ms", secs * 1e3)
+    } else if secs < 0.1 {
+        format!("{:.0}ms", secs * 1e3)
+    } else if secs < 10.0 {
         format!("{secs:.2}s")
     } else if secs < 60.0 {
         format!("{secs:.1}s")
@@ -200,6 +204,8 @@ mod tests {
 
     #[test]
     fn durations_read_naturally() {
+        assert_eq!(duration(0.00081), "0.8ms");
+        assert_eq!(duration(0.0423), "42ms");
         assert_eq!(duration(0.4234), "0.42s");
         assert_eq!(duration(12.34), "12.3s");
         assert_eq!(duration(245.0), "4m 05s");

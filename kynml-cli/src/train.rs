@@ -153,8 +153,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         println!("{note}");
     }
     println!(
-        "\ntrained {} epochs in {} ({:.0} samples/s); results in {}",
+        "\ntrained {} epoch{} in {} ({:.0} samples/s); results in {}",
         result.history.len(),
+        if result.history.len() == 1 { "" } else { "s" },
         render::duration(result.seconds),
         result.samples_per_sec,
         run_dir.path.display()

@@ -40,12 +40,21 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         let path = file.checkpoint_path().unwrap_or_default();
         let epochs = file.spec.train.epochs.value;
         let left = if state.stopped_early { 0 } else { epochs.saturating_sub(state.epoch) };
-        println!(
-            "resume: from {} ({} of {epochs} epochs done{}; {left} to go; --fresh starts over)",
-            path.display(),
-            state.epoch,
-            if state.stopped_early { ", stopped early" } else { "" },
-        );
+        if state.epoch > epochs && !state.stopped_early {
+            println!(
+                "resume: from {} ({} epochs done, more than the {epochs} asked: nothing to train; its model is \
+                 written to the run folder; raise `epochs` to go on, --fresh starts over)",
+                path.display(),
+                state.epoch,
+            );
+        } else {
+            println!(
+                "resume: from {} ({} of {epochs} epochs done{}; {left} to go; --fresh starts over)",
+                path.display(),
+                state.epoch,
+                if state.stopped_early { ", stopped early" } else { "" },
+            );
+        }
     }
     println!(
         "data: {} train rows, {} validation rows, {} features{}",
@@ -152,14 +161,23 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     if let Some(note) = export_note {
         println!("{note}");
     }
-    println!(
-        "\ntrained {} epoch{} in {} ({:.0} samples/s); results in {}",
-        result.history.len(),
-        if result.history.len() == 1 { "" } else { "s" },
-        render::duration(result.seconds),
-        result.samples_per_sec,
-        run_dir.path.display()
-    );
+    let epochs = result.history.len();
+    let s = if epochs == 1 { "" } else { "s" };
+    let now = epochs - result.resumed_after.unwrap_or(0).min(epochs);
+    if now == 0 {
+        println!(
+            "\nno epoch left to train: the checkpoint's {epochs} epoch{s} are the model; results in {}",
+            run_dir.path.display()
+        );
+    } else {
+        println!(
+            "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s); results in {}",
+            result.resumed_after.map_or(String::new(), |r| format!(" ({now} after resuming at {r})")),
+            render::duration(result.seconds),
+            result.samples_per_sec,
+            run_dir.path.display()
+        );
+    }
     if let Some(line) = time_and_memory(&result.history) {
         println!("{line}");
     }
@@ -235,10 +253,13 @@ fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopS
         None
     } else {
         file.find_checkpoint().map_err(|e| {
-            Failure::input(format!(
-                "error: cannot resume from {}: {e}\n  (--fresh ignores it and starts over; its checkpoints then replace it)",
-                path.display()
-            ))
+            let e = e.to_string();
+            let fresh = if e.contains("--fresh") {
+                ""
+            } else {
+                "\n  (--fresh ignores it and starts over; its checkpoints then replace it)"
+            };
+            Failure::input(format!("error: cannot resume from {}: {e}{fresh}", path.display()))
         })?
     };
     Ok(found)

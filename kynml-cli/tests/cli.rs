@@ -439,9 +439,25 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let out = kynml(&["train", "spec.kyn", "--out", "run2"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("(2 of 2 epochs done; 0 to go"), "{t}");
+    assert!(t.contains("no epoch left to train: the checkpoint's 2 epochs are the model"), "{t}");
+    let out = kynml(&["train", "spec.kyn", "--epochs", "1", "--out", "run2b"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("(2 epochs done, more than the 1 asked: nothing to train"), "{t}");
+    assert!(dir.join("run2b/model.safetensors").is_file(), "the checkpoint's model is written: {t}");
+    // Another model: both lines shown, the way out said once.
+    let spec = std::fs::read_to_string(dir.join("spec.kyn")).unwrap();
+    let first_dense = spec.lines().find(|l| l.trim_start().starts_with("dense ")).unwrap().to_string();
+    std::fs::write(dir.join("other.kyn"), spec.replacen(&first_dense, "    dense 7 tanh", 1)).unwrap();
+    let out = kynml(&["train", "other.kyn", "--out", "other"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("written for a different model") && t.contains("dense 7 tanh"), "{t}");
+    assert_eq!(t.matches("--fresh").count(), 1, "{t}");
+    assert!(!dir.join("other").exists());
     let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "run3"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("resumed after epoch 2") && t.matches("\nepoch ").count() == 2, "{t}");
+    assert!(t.contains("trained 3 epochs (1 after resuming at 2) in"), "{t}");
     assert_eq!(std::fs::read_to_string(dir.join("run3/metrics.jsonl")).unwrap().lines().count(), 3);
     let out = kynml(&["train", "spec.kyn", "--fresh", "--out", "run4"], dir);
     let t = text(&out);

@@ -54,14 +54,21 @@ fn run_name(dir: &Path) -> String {
     dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
+/// `path` is not JSON: located at `line` (a JSON-lines file's record) or
+/// where serde found it, the column 1-based (serde says 0 at a line's end).
+fn bad_json(path: &Path, line: Option<usize>, e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let what = text.rsplit_once(" at line ").map_or(text.as_str(), |(what, _)| what);
+    format!("error: {}:{}:{}: not valid JSON: {what}", path.display(), line.unwrap_or(e.line()), e.column().max(1))
+}
+
 /// Over a run's epochs: the share of epoch time spent waiting for batches,
 /// the steps fp16 skipped, the largest device pool and host memory.
 fn cost_row(name: &str, path: &Path) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {}: {e}", path.display()))?;
     let (mut wait, mut seconds, mut skipped, mut pool, mut rss) = (0.0, 0.0, 0u64, None::<u64>, None::<u64>);
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let r: Value = serde_json::from_str(line)
-            .map_err(|e| format!("error: {}:{}:{}: not valid JSON: {e}", path.display(), i + 1, e.column()))?;
+        let r: Value = serde_json::from_str(line).map_err(|e| bad_json(path, Some(i + 1), &e))?;
         wait += r["data_wait"].as_f64().unwrap_or(0.0);
         seconds += r["seconds"].as_f64().unwrap_or(0.0);
         skipped += r["skipped_steps"].as_u64().unwrap_or(0);
@@ -81,8 +88,7 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("error: cannot read {}: {e}", path.display())),
     };
-    let p: Value = serde_json::from_str(&text)
-        .map_err(|e| format!("error: {}:{}:{}: not valid JSON: {e}", path.display(), e.line(), e.column()))?;
+    let p: Value = serde_json::from_str(&text).map_err(|e| bad_json(path, None, &e))?;
     let phases = p["phases"].as_array().ok_or_else(|| format!("error: {}: no `phases`", path.display()))?;
     let share = |name: &str| {
         phases
@@ -104,8 +110,7 @@ fn read_run(dir: &Path) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(&path).map_err(|e| {
         format!("error: `{}` is not a finished run folder: cannot read {}: {e}", dir.display(), path.display())
     })?;
-    let m: Value = serde_json::from_str(&text)
-        .map_err(|e| format!("error: {}:{}:{}: not valid JSON: {e}", path.display(), e.line(), e.column()))?;
+    let m: Value = serde_json::from_str(&text).map_err(|e| bad_json(&path, None, &e))?;
     let str_of = |key: &str| m[key].as_str().unwrap_or("?").to_string();
     let primary = str_of("primary_metric");
     let metric = match best_epoch_value(&dir.join("metrics.jsonl"), &primary)? {
@@ -134,8 +139,7 @@ fn best_epoch_value(path: &Path, metric: &str) -> Result<Option<(u64, f64)>, Str
     let higher_is_better = matches!(metric, "accuracy" | "precision" | "recall" | "f1" | "r2");
     let mut best: Option<(u64, f64)> = None;
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let record: Value = serde_json::from_str(line)
-            .map_err(|e| format!("error: {}:{}:{}: not valid JSON: {e}", path.display(), i + 1, e.column()))?;
+        let record: Value = serde_json::from_str(line).map_err(|e| bad_json(path, Some(i + 1), &e))?;
         let (Some(epoch), Some(v)) = (record["epoch"].as_u64(), record["metrics"][metric].as_f64()) else { continue };
         let better = match best {
             None => true,

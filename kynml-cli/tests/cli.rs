@@ -330,6 +330,17 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     let out = kynml(&["report", "a", "iris.kyn"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not a finished run folder"), "{}", text(&out));
+    // A damaged record: its file, line and column (1-based), serde's own position left out.
+    let jsonl = tmp.path().join("b/metrics.jsonl");
+    let records = std::fs::read_to_string(&jsonl).unwrap();
+    std::fs::write(&jsonl, records.replacen('\n', "\n{\"epoch\": 2,\n", 1)).unwrap();
+    let out = kynml(&["report", "a", "b"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("metrics.jsonl:2:12: not valid JSON: EOF while parsing a value\n"), "{t}");
+    std::fs::write(tmp.path().join("b/metrics.json"), "{\n").unwrap();
+    let t = text(&kynml(&["report", "b"], tmp.path()));
+    assert!(t.contains("metrics.json:2:1: not valid JSON: EOF while parsing an object\n"), "{t}");
 }
 
 // ---- checkpoints, resume and interruption ----

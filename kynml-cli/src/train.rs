@@ -18,6 +18,10 @@ use crate::args::TrainArgs;
 use crate::failure::Failure;
 use crate::render;
 
+/// Fewer validation rows than this are said to make coarse metrics: one
+/// row more or less right moves accuracy by 5% or more.
+const FEW_VALIDATION_ROWS: usize = 20;
+
 pub fn run(args: TrainArgs) -> Result<(), Failure> {
     // Everything that can be wrong with the input is found before anything
     // is written.
@@ -56,13 +60,20 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             );
         }
     }
+    let rows = |n: usize, what: &str| format!("{n} {what} row{}", if n == 1 { "" } else { "s" });
     println!(
-        "data: {} train rows, {} validation rows, {} features{}",
-        data.train.len(),
-        data.valid.len(),
+        "data: {}, {}, {} features{}",
+        rows(data.train.len(), "train"),
+        rows(data.valid.len(), "validation"),
         data.n_features(),
         data.class_names().map_or(String::new(), |c| format!(", {} classes", c.len()))
     );
+    if data.valid.len() < FEW_VALIDATION_ROWS {
+        println!(
+            "note: with {} the validation loss and metrics move in large steps; a lower `split` holds more out",
+            rows(data.valid.len(), "validation")
+        );
+    }
     for line in render::vocabularies(&data.info) {
         println!("{line}");
     }

@@ -764,6 +764,22 @@ fn a_target_with_one_class_is_refused_at_the_loss() {
     assert!(!dir.join("run").exists(), "nothing written");
 }
 
+/// A validation split of a few rows trains, and says its metrics are coarse.
+#[test]
+fn a_small_validation_split_is_said_to_give_coarse_metrics() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let out = kynml(&["train", "iris.kyn", "--epochs", "1", "--out", "a"], dir);
+    assert!(out.status.success() && text(&out).contains("120 train rows, 30 validation rows"), "{}", text(&out));
+    assert!(!text(&out).contains("move in large steps"), "{}", text(&out));
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace("split = 0.8", "split = 0.995");
+    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--epochs", "1", "--out", "b"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("149 train rows, 1 validation row,"), "{t}");
+    assert!(t.contains("note: with 1 validation row the validation loss and metrics move in large steps"), "{t}");
+}
+
 /// `batchnorm` on plain features with one row a step normalises every value
 /// to 0 and learns nothing (it trained to a validation loss of 2720 on
 /// iris): refused at the layer. After a convolution a channel still has its

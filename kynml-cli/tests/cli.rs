@@ -177,6 +177,13 @@ fn a_broken_csv_exits_2_naming_row_and_column() {
         "{t}"
     );
     assert!(!tmp.path().join("runs").exists());
+    // A data file that is not there: located at `source`, with where it was looked for.
+    std::fs::remove_file(tmp.path().join("iris.csv")).unwrap();
+    let out = kynml(&["check", "iris.kyn"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("the data file `iris.csv` does not exist") && t.contains("--> iris.kyn:3:18"), "{t}");
+    assert!(t.contains("relative to the spec's folder") && t.contains("--synthetic ROWS"), "{t}");
 }
 
 #[test]

@@ -1825,17 +1825,33 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
 
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
-    // Whether it learns, from a longer run: after 8 epochs the validation
-    // loss was above 0.6 of the first epoch's for 2 seeds in 16, after 20
-    // at most 0.36. The other checks keep 8 epochs (see `tracks_cpu_fp32`).
+    // Whether it learns, from a longer run, against the loss of predicting
+    // the training rows' mean. Against the first epoch's loss, the test
+    // failed when that epoch had already learned much (1.19 -> 0.72 at seed
+    // 606, where the mean's loss is 1.51); after 20 epochs the ratio to the
+    // mean's loss still reached 0.55 (seed 112). After 40 epochs it was at
+    // most 0.25 over 62 seeds (100-160 and 606), median 0.08.
     let mut longer = file.spec.clone();
-    longer.train.epochs.value = 20;
+    longer.train.epochs.value = 40;
     let history = train(&longer, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap().history;
     let (first, last) = (&history[0], history.last().unwrap());
-    eprintln!("cpu: val_loss {} -> {} in 20 epochs", first.val_loss, last.val_loss);
+    let (kynml_core::data::Labels::Values(train_y), kynml_core::data::Labels::Values(valid_y)) =
+        (&data.train.labels, &data.valid.labels)
+    else {
+        panic!("a regression target")
+    };
+    let mean = train_y.iter().map(|&y| f64::from(y)).sum::<f64>() / train_y.len() as f64;
+    let baseline = valid_y.iter().map(|&y| (f64::from(y) - mean).powi(2)).sum::<f64>() / valid_y.len() as f64;
+    eprintln!(
+        "cpu: val_loss {} -> {} in 40 epochs; the training mean's {baseline} (ratios {:.3} {:.3})",
+        first.val_loss,
+        last.val_loss,
+        last.val_loss / first.val_loss,
+        last.val_loss / baseline
+    );
     assert!(
-        last.val_loss < 0.6 * first.val_loss,
-        "did not learn: {} -> {} (seed {seed})",
+        last.val_loss < 0.5 * baseline,
+        "did not learn: {} -> {}, where the training mean's loss is {baseline} (seed {seed})",
         first.val_loss,
         last.val_loss
     );

@@ -1835,13 +1835,7 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
     longer.train.epochs.value = 40;
     let history = train(&longer, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap().history;
     let (first, last) = (&history[0], history.last().unwrap());
-    let (kynml_core::data::Labels::Values(train_y), kynml_core::data::Labels::Values(valid_y)) =
-        (&data.train.labels, &data.valid.labels)
-    else {
-        panic!("a regression target")
-    };
-    let mean = train_y.iter().map(|&y| f64::from(y)).sum::<f64>() / train_y.len() as f64;
-    let baseline = valid_y.iter().map(|&y| (f64::from(y) - mean).powi(2)).sum::<f64>() / valid_y.len() as f64;
+    let baseline = prior_loss(&data);
     eprintln!(
         "cpu: val_loss {} -> {} in 40 epochs; the training mean's {baseline} (ratios {:.3} {:.3})",
         first.val_loss,
@@ -2250,12 +2244,20 @@ fn sequence_round_trip(seed: u64, layers: &str) {
 
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
+    // Whether it learns: the best validation loss of a 24-epoch run against
+    // what predicting the training split's class shares scores. Against
+    // the first epoch's loss it failed (0.44 -> 0.28 at seed 34: the first
+    // epoch had learned much), and the last epoch's loss is no measure on
+    // 72 validation rows under Adam (0.95 of the shares' loss after 12
+    // epochs at one seed). Over 118 seeds a side (300-500), the best of 24
+    // epochs was at most 0.28 (dense) and 0.33 (transformer) of it.
     let mut longer = file.spec.clone();
-    longer.train.epochs.value = 12;
+    longer.train.epochs.value = 24;
     let history = train(&longer, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap().history;
-    let (first, last) = (&history[0], history.last().unwrap());
-    eprintln!("cpu: val_loss {} after 12 epochs, {} after 1", last.val_loss, first.val_loss);
-    assert!(last.val_loss < 0.6 * first.val_loss, "did not learn: {} (seed {seed})", last.val_loss);
+    let best = history.iter().map(|e| e.val_loss).fold(f64::INFINITY, f64::min);
+    let prior = prior_loss(&data);
+    eprintln!("cpu: best val_loss {best} in 24 epochs, {} after 1; the class shares' {prior}", history[0].val_loss);
+    assert!(best < 0.5 * prior, "did not learn: {best}, where the class shares' loss is {prior} (seed {seed})");
 
     // Standardized numbers rather than embeddings: under SGD wgpu drifted
     // 2.9e-7 to 3.7e-6 from the CPU over 6 epochs (seeds 21 to 23), and one

@@ -120,6 +120,32 @@ pub fn run_with(
     train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
 }
 
+/// The validation loss of a model that learned nothing from the features:
+/// the training rows' mean under `mse`, the training split's class shares
+/// under `cross_entropy` (each class counted once more, so that a class
+/// missing from training costs a finite loss). "It learns" is judged
+/// against this rather than against the first epoch, which may have
+/// learned much already.
+pub fn prior_loss(data: &kynml_core::data::Dataset) -> f64 {
+    use kynml_core::data::Labels;
+    match (&data.train.labels, &data.valid.labels) {
+        (Labels::Values(train), Labels::Values(valid)) => {
+            let mean = train.iter().map(|&y| f64::from(y)).sum::<f64>() / train.len() as f64;
+            valid.iter().map(|&y| (f64::from(y) - mean).powi(2)).sum::<f64>() / valid.len() as f64
+        }
+        (Labels::Classes(train), Labels::Classes(valid)) => {
+            let classes = data.class_names().map_or(0, <[String]>::len);
+            let mut counts = vec![1.0f64; classes];
+            for &c in train {
+                counts[c as usize] += 1.0;
+            }
+            let total: f64 = counts.iter().sum();
+            valid.iter().map(|&c| -(counts[c as usize] / total).ln()).sum::<f64>() / valid.len() as f64
+        }
+        _ => unreachable!("the training and validation splits hold the same kind of labels"),
+    }
+}
+
 pub fn worst_loss_gap(a: &TrainResult, b: &TrainResult) -> f64 {
     a.history
         .iter()

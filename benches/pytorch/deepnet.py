@@ -12,7 +12,7 @@ mean and population std (a constant column keeps std 1), target as is. Model
 Linear(128,512) GELU BatchNorm1d Dropout(0.3) Linear(512,256) GELU BatchNorm1d
 Dropout(0.2) Linear(256,64) ReLU Linear(64,1), PyTorch's default Linear init; MSE
 loss; AdamW(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01); batch 256;
-CosineAnnealingLR(T_max=100) stepped once per epoch; fp32.
+CosineAnnealingLR(T_max=100) stepped once per epoch; fp32 unless --precision bf16.
 
 Pipelines (--pipeline):
   dataloader  TensorDataset + DataLoader(batch_size=256, shuffle=True, num_workers=0),
@@ -21,6 +21,10 @@ Pipelines (--pipeline):
               fastest way to feed PyTorch from memory.
 Modes (--mode): eager, or compile (torch.compile(model); the loss and the
 optimizer stay eager).
+Precision (--precision): fp32, or bf16 (the forward and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16), as PyTorch users run the spec's
+`precision = bf16` on a CPU: products in bf16 through oneDNN, on AMX or
+AVX-512 BF16 where the CPU has them; weights and optimizer stay fp32).
 
 Timing. Epoch 1 is a warm-up (for compile it includes compilation), reported
 but left out of the figures; epochs 2..N+1 are timed. Per epoch:
@@ -76,6 +80,7 @@ def parse_args(argv=None):
                    help="torch.set_num_threads (default: os.cpu_count(), %(default)s here)")
     p.add_argument("--mode", choices=["eager", "compile"], default="eager")
     p.add_argument("--pipeline", choices=["dataloader", "tensor"], default="tensor")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--seed", type=int, default=42, help="split, init, dropout and shuffle seed (KynML's default is 42)")
     p.add_argument("--json", metavar="PATH", help="write the results here as JSON")
     args = p.parse_args(argv)
@@ -147,7 +152,11 @@ def make_batches(pipeline, x, y):
 
 # ---- one epoch --------------------------------------------------------------
 
-def train_epoch(model, loss_fn, opt, batches):
+def autocast(precision):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def train_epoch(model, loss_fn, opt, batches, precision):
     """Steps over every batch; returns (seconds, mean train loss per row)."""
     model.train()
     total, rows = 0.0, 0
@@ -156,7 +165,8 @@ def train_epoch(model, loss_fn, opt, batches):
         n = len(xb)
         if n < 2:  # BatchNorm cannot normalise one row
             continue
-        loss = loss_fn(model(xb), yb)
+        with autocast(precision):
+            loss = loss_fn(model(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -166,13 +176,15 @@ def train_epoch(model, loss_fn, opt, batches):
 
 
 @torch.no_grad()
-def validate(model, x, y):
+def validate(model, x, y, precision):
     """Seconds and MSE over all validation rows, in eval mode."""
     model.eval()
     start = time.perf_counter()
     sse = 0.0
     for s in range(0, len(x), EVAL_BATCH):
-        diff = model(x[s:s + EVAL_BATCH]) - y[s:s + EVAL_BATCH]
+        with autocast(precision):
+            out = model(x[s:s + EVAL_BATCH])
+        diff = out.float() - y[s:s + EVAL_BATCH]
         sse += float(diff.square().sum())
     return time.perf_counter() - start, sse / len(x)
 
@@ -201,8 +213,8 @@ def run(args):
     epochs = []
     for epoch in range(1, args.epochs + 2):
         lr = opt.param_groups[0]["lr"]
-        train_s, train_loss = train_epoch(step_model, loss_fn, opt, batches)
-        val_s, val_loss = validate(step_model, xva, yva)
+        train_s, train_loss = train_epoch(step_model, loss_fn, opt, batches, args.precision)
+        val_s, val_loss = validate(step_model, xva, yva, args.precision)
         sched.step()
         e = {
             "epoch": epoch, "warmup": epoch == 1, "lr": lr,
@@ -220,7 +232,7 @@ def run(args):
     train_s = sum(e["train_seconds"] for e in timed)
     epoch_s = sum(e["epoch_seconds"] for e in timed)
     return {
-        "engine": "pytorch", "mode": args.mode, "pipeline": args.pipeline,
+        "engine": "pytorch", "mode": args.mode, "pipeline": args.pipeline, "precision": args.precision,
         "torch_version": torch.__version__, "python": sys.executable,
         "threads": torch.get_num_threads(), "seed": args.seed, "data": os.path.abspath(args.data),
         "train_rows": n_train, "valid_rows": n_valid, "load_seconds": load_seconds,

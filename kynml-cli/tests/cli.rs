@@ -184,6 +184,14 @@ fn a_broken_csv_exits_2_naming_row_and_column() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("the data file `iris.csv` does not exist") && t.contains("--> iris.kyn:3:18"), "{t}");
     assert!(t.contains("relative to the spec's folder") && t.contains("--synthetic ROWS"), "{t}");
+    // An absolute path is not said to be relative to anything.
+    let absent = tmp.path().join("absent.csv");
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    let spec = spec.replace("csv(\"iris.csv\")", &format!("csv({:?})", absent.display().to_string()));
+    std::fs::write(tmp.path().join("iris.kyn"), spec).unwrap();
+    let t = text(&kynml(&["check", "iris.kyn"], tmp.path()));
+    assert!(t.contains(&format!("the data file `{}` does not exist", absent.display())), "{t}");
+    assert!(!t.contains("relative to the spec's folder") && t.contains("--synthetic ROWS"), "{t}");
 }
 
 #[test]

@@ -231,15 +231,18 @@ impl SpecFile {
             // A file that is not there is the spec's `source` line's problem.
             Err(DataError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 let folder = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                let relative = match Path::new(&d.source.value).is_relative() {
+                    true => format!("the path is relative to the spec's folder (`{}`); ", folder.display()),
+                    false => String::new(),
+                };
                 let problem = Diagnostic::new(
                     d.source.span,
                     format!("the data file `{}` does not exist", path.display()),
                     "no such file",
                 )
                 .with_help(format!(
-                    "the path is relative to the spec's folder (`{}`); `kynml bench SPEC --synthetic ROWS` \
-                     measures a spec on seeded rows shaped for it, without the file",
-                    folder.display()
+                    "{relative}`kynml bench SPEC --synthetic ROWS` measures a spec on seeded rows shaped for it, \
+                     without the file"
                 ));
                 return Err(self.located(vec![problem]));
             }

@@ -712,7 +712,7 @@ impl Layer {
                 };
                 // dgamma = Σ dy·x̂, dbeta = Σ dy (over the batch, per feature);
                 // dx = γ/σ · (dy - mean(dy) - x̂ · mean(dy·x̂)).
-                let (sum_dy, sum_dy_xhat) = scale_shift_grads(gy, x_hat, gamma, beta);
+                let (sum_dy, sum_dy_xhat) = scale_shift_grads(team, gy, x_hat, gamma, beta);
                 if input_grad {
                     let n = n_rows as f64;
                     let scale: Vec<f32> = (0..w).map(|j| gamma.value[j] * inv_std[j]).collect();
@@ -1354,12 +1354,13 @@ pub(crate) fn column_sums(team: &Team, g: &[f32], width: usize, out: &mut [f32])
 /// `gy` and normalised input `x_hat`: `Σ dy·x̂` and `Σ dy` over the batch,
 /// per feature. Returns the two sums, in f64.
 pub(crate) fn scale_shift_grads(
+    team: &Team,
     gy: &[f32],
     x_hat: &[f32],
     gamma: &mut Param,
     beta: &mut Param,
 ) -> (Vec<f64>, Vec<f64>) {
-    let (sum_dy, sum_dy_xhat) = column_dot_sums(gy, x_hat, gamma.grad.len());
+    let (sum_dy, sum_dy_xhat) = column_dot_sums(team, gy, x_hat, gamma.grad.len());
     for (g, &s) in gamma.grad.iter_mut().zip(&sum_dy_xhat) {
         *g = s as f32;
     }
@@ -1369,16 +1370,29 @@ pub(crate) fn scale_shift_grads(
     (sum_dy, sum_dy_xhat)
 }
 
-/// Per column: `Σ g` and `Σ g · x`.
-fn column_dot_sums(g: &[f32], x: &[f32], width: usize) -> (Vec<f64>, Vec<f64>) {
+/// Per column: `Σ g` and `Σ g · x`, each column's sum in row order
+/// whatever the team's size; the columns are shared out as in [`column_sums`].
+fn column_dot_sums(team: &Team, g: &[f32], x: &[f32], width: usize) -> (Vec<f64>, Vec<f64>) {
     let mut s = vec![0.0f64; width];
     let mut sx = vec![0.0f64; width];
-    for (gr, xr) in g.chunks_exact(width).zip(x.chunks_exact(width)) {
-        for (((s, sx), &g), &x) in s.iter_mut().zip(sx.iter_mut()).zip(gr).zip(xr) {
-            *s += g as f64;
-            *sx += (g * x) as f64;
-        }
+    if width == 0 {
+        return (s, sx);
     }
+    let rows = g.len() / width;
+    let per = if rows * width < PARALLEL_MIN { width } else { width.div_ceil(team.threads()).max(16) };
+    let (sp, sxp) = (Parts::new(&mut s[..]), Parts::new(&mut sx[..]));
+    team.run(width.div_ceil(per), &|i| {
+        let cols = piece(i, per, width);
+        // SAFETY: each piece writes its own columns.
+        let (s, sx) = unsafe { (sp.part(cols.clone()), sxp.part(cols.clone())) };
+        for (gr, xr) in g.chunks_exact(width).zip(x.chunks_exact(width)) {
+            let (gr, xr) = (&gr[cols.clone()], &xr[cols.clone()]);
+            for (((s, sx), &g), &x) in s.iter_mut().zip(sx.iter_mut()).zip(gr).zip(xr) {
+                *s += g as f64;
+                *sx += (g * x) as f64;
+            }
+        }
+    });
     (s, sx)
 }
 

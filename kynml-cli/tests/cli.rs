@@ -779,6 +779,36 @@ fn a_target_with_one_class_is_refused_at_the_loss() {
     assert!(!dir.join("run").exists(), "nothing written");
 }
 
+/// A model that ends in a `residual:` block outputs its block's width: a
+/// block of the wrong width is refused where it is written, before
+/// anything runs, and one of the right width trains.
+#[test]
+fn a_residual_block_that_ends_the_model_is_checked_by_its_width() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap();
+    let wide = spec.replace("    dense 3 linear\n", "    dense 3 relu\n    residual:\n        dense 8 relu\n");
+    std::fs::write(dir.join("wide.kyn"), wide).unwrap();
+    for args in [&["check", "wide.kyn"][..], &["train", "wide.kyn", "--device", "cpu", "--out", "run"]] {
+        let out = kynml(args, dir);
+        let command = args[0];
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{command}: {t}");
+        assert!(t.contains("wide.kyn:13:") && t.contains("`residual:` block that ends the model"), "{t}");
+        assert!(t.contains("has 8 output(s) but `cross_entropy` needs one output per class (3 classes"), "{t}");
+        assert!(!t.contains("panicked"), "{t}");
+        assert!(!dir.join("run").exists(), "nothing written");
+    }
+    let right = spec.replace(
+        "    dense 3 linear\n",
+        "    dense 8 relu\n    residual:\n        dense 8 relu\n        dense 3 linear\n",
+    );
+    std::fs::write(dir.join("right.kyn"), right).unwrap();
+    let out = kynml(&["train", "right.kyn", "--device", "cpu", "--epochs", "2", "--out", "run"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(dir.join("run/model.safetensors").exists());
+}
+
 /// A validation split of a few rows trains, and says its metrics are coarse.
 #[test]
 fn a_small_validation_split_is_said_to_give_coarse_metrics() {

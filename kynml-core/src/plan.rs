@@ -502,10 +502,15 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
             .with_help(format!("every column except the target `{}` is a feature", data.info.target)),
         );
     }
-    let last_dense = spec.model.layers.iter().rev().find(|l| matches!(l.value, Layer::Dense(_)));
-    let (Some(last), loss) = (last_dense, &spec.train.loss) else { return problems };
-    let Layer::Dense(dense) = &last.value else { return problems };
-    let units = dense.units;
+    // The model's output width, from the shapes through every layer (a
+    // `residual:` block that ends the model outputs its last layer's width).
+    // A model whose shapes do not chain was refused with the spec.
+    let layers: Vec<Layer> = spec.model.layers.iter().map(|l| l.value.clone()).collect();
+    let output = crate::model::shapes(&spec.model.shape, &layers).ok().and_then(|s| s.last().cloned());
+    let (Some(last), Some(output), loss) = (spec.model.layers.last(), output, &spec.train.loss) else {
+        return problems;
+    };
+    let &[units] = output.dims() else { return problems };
     let classes = data.class_names().map_or(0, <[String]>::len);
     let (needed, why) = match loss.value {
         Loss::CrossEntropy => (
@@ -519,11 +524,18 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
     // target itself is the problem, said below.
     let no_classes = loss.value == Loss::CrossEntropy && classes < 2;
     if units != needed && !no_classes {
-        let mut problem = Diagnostic::new(
-            last.span,
-            format!("the last layer has {units} output(s) but {why}"),
-            format!("expected `dense {needed} ...`"),
-        );
+        let (what, label) = match &last.value {
+            Layer::Dense(_) => ("the last layer has".to_string(), format!("expected `dense {needed} ...`")),
+            Layer::Residual(_) => (
+                "the `residual:` block that ends the model (its last layer's width) has".to_string(),
+                format!("expected a block ending in `dense {needed} ...`, or a `dense {needed} ...` after it"),
+            ),
+            other => (
+                format!("the model ends on `{}`, which has", other.name()),
+                format!("expected a `dense {needed} ...` after it"),
+            ),
+        };
+        let mut problem = Diagnostic::new(last.span, format!("{what} {units} output(s) but {why}"), label);
         if loss.value.is_classification() && looks_continuous(data.class_names().unwrap_or(&[])) {
             problem = problem.with_help(format!(
                 "`{}` looks like a continuous value ({classes} distinct numbers); for regression use `loss = mse`",

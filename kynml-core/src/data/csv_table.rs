@@ -475,7 +475,7 @@ pub fn read_model_rows(
         (0..columns.len()).map(|p| categories.iter().find(|v| v.position == p)).collect();
     let mut unseen = vec![0usize; columns.len()];
     let token_index = tokens.map(TokenVocabulary::index);
-    while let Some(line) = next_record(&mut reader, &bytes, &mut record, path)? {
+    while let Some(line) = next_row(&mut reader, &bytes, &mut record, path, header.len())? {
         check_width(&record, header.len(), path, line)?;
         if let Some(s) = sequence {
             let cells =
@@ -524,7 +524,8 @@ pub fn read_model_rows(
 }
 
 /// Reads the next record that is not a blank line from `reader`, which reads
-/// `bytes`; returns the record's line number.
+/// `bytes`; returns the record's line number. A record that a never-closed
+/// quote runs on to the end of the file is an error at that quote.
 fn next_record(
     reader: &mut csv::Reader<&[u8]>,
     bytes: &[u8],
@@ -539,9 +540,126 @@ fn next_record(
         }
         let blank = record.len() == 1 && record[0].iter().all(u8::is_ascii_whitespace);
         if !blank {
-            return Ok(Some(record.position().map_or(0, |p| true_line(bytes, p))));
+            let line = record.position().map_or(0, |p| true_line(bytes, p));
+            check_quotes(reader, bytes, record, path, line)?;
+            return Ok(Some(line));
         }
     }
+}
+
+/// A row of a file whose rows each get one output line, in order
+/// (`predict`, `eval`): as [`next_record`], except that a blank line before
+/// a row is an error rather than skipped, and in a file of `width` 1 a quoted
+/// empty cell (`""`) is a row. Blank lines at the end of the file are fine.
+fn next_row(
+    reader: &mut csv::Reader<&[u8]>,
+    bytes: &[u8],
+    record: &mut ByteRecord,
+    path: &Path,
+    width: usize,
+) -> Result<Option<usize>, DataError> {
+    let mut blank_at = None;
+    loop {
+        let more =
+            reader.read_byte_record(record).map_err(|err| DataError::Io { path: path.into(), source: err.into() })?;
+        if !more {
+            return Ok(None);
+        }
+        let Some(position) = record.position().cloned() else { continue };
+        let line = true_line(bytes, &position);
+        // `csv` itself passes over empty lines: they are the line breaks
+        // where it began reading, less the `\n` that ends the last line's
+        // `\r\n` (where `csv` stops reading a line).
+        let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
+        let mut breaks =
+            &bytes[start..start + bytes[start..].iter().take_while(|&&b| b == b'\n' || b == b'\r').count()];
+        if start > 0 && bytes[start - 1] == b'\r' && breaks.first() == Some(&b'\n') {
+            breaks = &breaks[1..];
+        }
+        let empty = breaks.iter().filter(|&&b| b == b'\n').count();
+        if empty > 0 {
+            blank_at.get_or_insert(line - empty);
+        }
+        let blank = record.len() == 1 && record[0].iter().all(u8::is_ascii_whitespace);
+        let quoted = line_bytes(bytes, &position).contains(&b'"');
+        if blank && !(width == 1 && quoted) {
+            blank_at.get_or_insert(line);
+            continue;
+        }
+        if let Some(row) = blank_at {
+            return Err(DataError::BlankRow { path: path.into(), row, single: width == 1 });
+        }
+        check_quotes(reader, bytes, record, path, line)?;
+        return Ok(Some(line));
+    }
+}
+
+/// The bytes of the line a record starts on, past the empty lines `csv`
+/// passed over before it.
+fn line_bytes<'a>(bytes: &'a [u8], position: &csv::Position) -> &'a [u8] {
+    let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
+    let rest = &bytes[start..];
+    let rest = &rest[rest.iter().take_while(|&&b| b == b'\n' || b == b'\r').count()..];
+    &rest[..rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len())]
+}
+
+/// The `csv` reader is lenient: a quote that is never closed takes the rest
+/// of the file into one cell. Such a cell holds a line break, or ends the
+/// file; only then is the record scanned, from its first byte.
+fn check_quotes(
+    reader: &csv::Reader<&[u8]>,
+    bytes: &[u8],
+    record: &ByteRecord,
+    path: &Path,
+    line: usize,
+) -> Result<(), DataError> {
+    let at_end = usize::try_from(reader.position().byte()).map_or(true, |b| b >= bytes.len());
+    if !at_end && !record.iter().any(|cell| cell.contains(&b'\n') || cell.contains(&b'\r')) {
+        return Ok(());
+    }
+    let Some(position) = record.position() else { return Ok(()) };
+    let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
+    let start = start + bytes[start..].iter().take_while(|&&b| b == b'\n' || b == b'\r').count();
+    match unclosed_quote(&bytes[start..]) {
+        Some((lines, column)) => Err(DataError::UnclosedQuote { path: path.into(), row: line + lines, column }),
+        None => Ok(()),
+    }
+}
+
+/// Scans one record from its first byte, by the CSV rules `csv` follows:
+/// where a quoted cell opens that the bytes end inside of, as (lines after
+/// the record's first, 1-based column).
+fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
+    let (mut i, mut lines, mut column, mut cell_start) = (0, 0, 1, true);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' if cell_start => {
+                let opened = (lines, column);
+                i += 1;
+                loop {
+                    match bytes.get(i) {
+                        None => return Some(opened),
+                        Some(b'"') if bytes.get(i + 1) == Some(&b'"') => i += 2,
+                        Some(b'"') => break,
+                        Some(b'\n') => {
+                            lines += 1;
+                            i += 1;
+                        }
+                        Some(_) => i += 1,
+                    }
+                }
+                cell_start = false;
+            }
+            b',' => {
+                column += 1;
+                cell_start = true;
+            }
+            b'\n' => return None,
+            _ => cell_start = false,
+        }
+        i += 1;
+    }
+    None
 }
 
 /// `csv` gives a record the position where it started reading, which is
@@ -922,5 +1040,64 @@ mod tests {
         let err = read(b"a,x,y\n\"1\n\",1,2\n5,oops,3\n", &regression("y")).unwrap_err();
         let DataError::NotNumeric { row, column, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, column), (4, 2));
+    }
+
+    #[test]
+    fn a_quote_never_closed_is_an_error_where_it_opens() {
+        // In the last column: the rest of the file would be one label.
+        let err = read(b"a,b,y\n1,2,x\n3,4,\"z\n5,6,x\n7,8,z\n", &classes("y")).unwrap_err();
+        let DataError::UnclosedQuote { row, column, .. } = err else { panic!("{err:?}") };
+        assert_eq!((row, column), (3, 3));
+        // In the middle of a row, and on the last line without a line break.
+        let err = read(b"a,b,y\n1,2,x\n3,\"4,z\n5,6,x\n", &classes("y")).unwrap_err();
+        assert!(matches!(err, DataError::UnclosedQuote { row: 3, column: 2, .. }), "{err:?}");
+        let err = read(b"a,b,y\n1,2,x\n3,4,\"z", &classes("y")).unwrap_err();
+        assert!(matches!(err, DataError::UnclosedQuote { row: 3, column: 3, .. }), "{err:?}");
+        // After a quoted cell that spans lines, the line counts them.
+        let err = read(b"y,a\n\"two\nlines\",1\n\"ok\",2\nw,\"3\n", &classes("y")).unwrap_err();
+        assert!(matches!(err, DataError::UnclosedQuote { row: 5, column: 2, .. }), "{err:?}");
+        let err = read(b"t,y\n1,x\n\"2\nmore\n", &classes("y")).unwrap_err();
+        assert!(matches!(err, DataError::UnclosedQuote { row: 3, column: 1, .. }), "{err:?}");
+        // Closed quotes, doubled quotes, line breaks inside quotes and a
+        // quote inside an unquoted cell are all fine.
+        let ok = b"a,y\n\"1\",\"say \"\"hi\"\"\"\n2,\"two\nlines\"\n3,x\"y\n";
+        let t = read(ok, &classes("y")).unwrap();
+        assert_eq!(t.n_rows(), 3);
+    }
+
+    fn model_rows(bytes: &[u8], features: &[&str], tokens: Option<&TokenVocabulary>) -> Result<ModelRows, DataError> {
+        let (_dir, path) = temp_csv(bytes);
+        let names: Vec<String> = features.iter().map(|f| f.to_string()).collect();
+        read_model_rows(&path, &names, &[], tokens, None, "y", false)
+    }
+
+    #[test]
+    fn rows_to_predict_keep_one_line_each() {
+        // A quoted empty text is a row of its own, so outputs stay in line.
+        let vocab = TokenVocabulary::fit("text", 4, ["great movie", "tedious plot"], None);
+        let rows = model_rows(b"text\ngreat movie\n\"\"\ntedious plot\n", &[], Some(&vocab)).unwrap();
+        assert_eq!(rows.rows, 3);
+        assert_eq!(&rows.features[4..8], &[0.0; 4], "the empty text is all padding");
+        // A blank line between rows is an error at the line, in a file of
+        // one column or several, and in the middle or before the first row.
+        for (bytes, line) in [
+            (&b"x\n0\n\n1\n"[..], 3),
+            (b"x\n0\n   \n1\n", 3),
+            (b"a,x\n1,0\n\n\n2,1\n", 3),
+            (b"a,x\n\n1,0\n", 2),
+            (b"a,x\r\n1,0\r\n\r\n2,1\r\n", 3),
+        ] {
+            let features: &[&str] = if bytes.starts_with(b"a,") { &["a", "x"] } else { &["x"] };
+            let err = model_rows(bytes, features, None).unwrap_err();
+            let DataError::BlankRow { row, .. } = err else { panic!("{err:?}") };
+            assert_eq!(row, line, "{:?}", String::from_utf8_lossy(bytes));
+            assert!(err.to_string().contains("blank line between rows"), "{err}");
+        }
+        // An empty number in a one-column file is named, not skipped.
+        let err = model_rows(b"x\n0\n\"\"\n1\n", &["x"], None).unwrap_err();
+        assert!(matches!(err, DataError::NotNumeric { row: 3, .. }), "{err:?}");
+        // Blank lines at the end of the file are fine.
+        let rows = model_rows(b"a,x\n1,0\n2,1\n\n  \n", &["a", "x"], None).unwrap();
+        assert_eq!(rows.rows, 2);
     }
 }

@@ -88,6 +88,40 @@ pub enum DataError {
         found: usize,
     },
 
+    /// A quoted cell whose closing quote never comes: the reader would take
+    /// the rest of the file as that one cell.
+    #[error(
+        "{}:{row}: column {column} opens a quote (\") that is never closed, so the rest of the file would be read \
+         as one cell; close it, or write a quote inside a quoted cell as two (\"\")",
+        path.display()
+    )]
+    UnclosedQuote {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line where the quote opens (the header is line 1).
+        row: usize,
+        /// 1-based column of the cell it opens.
+        column: usize,
+    },
+
+    /// A blank line among rows whose outputs are written in order
+    /// (`predict`), where skipping it would shift every later output
+    /// against its input line.
+    #[error(
+        "{}:{row}: blank line between rows: each row gets one output line, in order, so a skipped line would \
+         shift every later output against its input; remove the line{}",
+        path.display(),
+        if *single { ", or write an empty text as \"\"" } else { "" }
+    )]
+    BlankRow {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the first blank line.
+        row: usize,
+        /// Whether the file has a single column, where `""` is an empty cell.
+        single: bool,
+    },
+
     /// A cell that should hold a number and does not parse as one.
     #[error(
         "{}:{row}: column {column} (`{column_name}`) is not a number: found {value:?}{hint}",

@@ -757,6 +757,54 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
     assert!(text(&out).contains("is not an ONNX model"), "{}", text(&out));
 }
 
+/// A burn and a safetensors export of one name would share `model.json`:
+/// the second is refused, and weights read beside another model's sidecar
+/// are an error, never Burn's panic.
+#[test]
+fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    assert!(kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "2", "--out", "a"], dir).status.success());
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace("    dense 32 relu\n", "");
+    std::fs::write(dir.join("small.kyn"), spec).unwrap();
+    assert!(kynml(&["train", "small.kyn", "--device", "cpu", "--epochs", "2", "--out", "b"], dir).status.success());
+    let out = kynml(&["export", "a", "--format", "burn", "--path", "out/model.mpk"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let before = std::fs::read(dir.join("out/model.json")).unwrap();
+    let out = kynml(&["export", "b", "--format", "safetensors", "--path", "out/model.safetensors"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("it describes `model.mpk`") && t.contains("give this export another name"), "{t}");
+    assert_eq!(std::fs::read(dir.join("out/model.json")).unwrap(), before, "the sidecar is untouched");
+    assert!(!dir.join("out/model.safetensors").exists());
+    std::fs::write(
+        dir.join("rows.csv"),
+        "sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm,species\n5.1,3.5,1.4,0.2,setosa\n",
+    )
+    .unwrap();
+    assert!(kynml(&["predict", "out/model.mpk", "rows.csv"], dir).status.success());
+    // Another model's sidecar beside the weights, as an older KynML (whose
+    // sidecars did not name their weights) could leave it: an error.
+    let out = kynml(&["export", "b", "--format", "safetensors", "--path", "other/model.safetensors"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut other: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("other/model.json")).unwrap()).unwrap();
+    other.as_object_mut().unwrap().remove("weights");
+    std::fs::write(dir.join("out/model.json"), other.to_string()).unwrap();
+    for command in ["predict", "eval"] {
+        let out = kynml(&[command, "out/model.mpk", "rows.csv"], dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{command}: {t}");
+        assert!(t.contains("its weights do not fit the model that its sidecar"), "{t}");
+        assert!(!t.contains("panicked"), "{t}");
+    }
+    // A sidecar that names its weights tells a replaced file at once.
+    std::fs::copy(dir.join("other/model.json"), dir.join("out/model.json")).unwrap();
+    let out = kynml(&["predict", "out/model.mpk", "rows.csv"], dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("was written for `model.safetensors`, not for this file"), "{}", text(&out));
+}
+
 /// A classification target with one class is the data's problem, said at
 /// the loss: no "expected `dense 1`" that could never train either.
 #[test]

@@ -249,6 +249,73 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
                 .is_ok_and(|v| v.get("format").and_then(Value::as_str) == Some(torch::SIDECAR_FORMAT))
         };
         foreign(&sidecar, "a KynML model sidecar", u64::MAX, &is_sidecar)?;
+        // A burn and a safetensors export of one name share the sidecar:
+        // replacing another export's would leave its weights undescribed.
+        let owner = std::fs::read(&sidecar)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+            .and_then(|v| v.pointer("/weights/file").and_then(Value::as_str).map(str::to_owned));
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if let (Some(owner), Some(name)) = (owner, name) {
+            if owner != name && parent(path).join(&owner).is_file() {
+                return Err(ExportError::Invalid {
+                    path: sidecar,
+                    reason: format!(
+                        "it describes `{owner}`, the export beside it; writing `{name}` would replace it, and \
+                         `{owner}` could no longer be read: give this export another name"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The sidecar's `weights` entry for the weights file `path` holding `bytes`.
+fn weights_entry(path: &Path, bytes: &[u8]) -> Value {
+    serde_json::json!({
+        "file": path.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "bytes": bytes.len(),
+        "crc32c": format!("{:08x}", crate::checkpoint::format::crc32c(bytes)),
+    })
+}
+
+/// Whether `bytes`, read from `weights`, are the file the sidecar
+/// `sidecar` was written with, by its `weights` entry (older sidecars have
+/// none). `whole` also compares size and checksum, where a changed file
+/// cannot be read safely (Burn's records); else only the name.
+fn check_owner(
+    sidecar: &Value,
+    sidecar_path: &Path,
+    weights: &Path,
+    bytes: &[u8],
+    whole: bool,
+) -> Result<(), ExportError> {
+    let Some(entry) = sidecar.get("weights") else { return Ok(()) };
+    let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let file = entry.get("file").and_then(Value::as_str).unwrap_or_default();
+    let sidecar_name = sidecar_path.display();
+    if file != name {
+        return Err(ExportError::Invalid {
+            path: weights.into(),
+            reason: format!(
+                "its sidecar `{sidecar_name}` was written for `{file}`, not for this file: a burn and a \
+                 safetensors export of one name share a sidecar, so the later one is refused; export this model \
+                 again under its own name"
+            ),
+        });
+    }
+    if whole
+        && (entry.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64)
+            || entry.get("crc32c") != weights_entry(weights, bytes).get("crc32c"))
+    {
+        return Err(ExportError::Invalid {
+            path: weights.into(),
+            reason: format!(
+                "this is not the file its sidecar `{sidecar_name}` was written with (its size or checksum differs): \
+                 it was changed or replaced since the export; export the model again"
+            ),
+        });
     }
     Ok(())
 }
@@ -260,7 +327,11 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
     model.validate().map_err(ExportError::Model)?;
     check_target(format, path)?;
     let sidecar = path.with_extension("json");
-    let sidecar_bytes = || serde_json::to_vec_pretty(&torch::sidecar_json(model)).unwrap_or_default();
+    let sidecar_bytes = |weights: &[u8]| {
+        let mut json = torch::sidecar_json(model);
+        json["weights"] = weights_entry(path, weights);
+        serde_json::to_vec_pretty(&json).unwrap_or_default()
+    };
     match format {
         Format::Onnx => {
             write_atomic(path, &onnx::to_onnx(model).map_err(ExportError::Model)?)?;
@@ -269,7 +340,7 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
         Format::Safetensors => {
             let bytes = torch::to_safetensors(&torch::state_dict(model)).map_err(ExportError::Model)?;
             write_atomic(path, &bytes)?;
-            write_atomic(&sidecar, &sidecar_bytes())?;
+            write_atomic(&sidecar, &sidecar_bytes(&bytes))?;
             Ok(vec![path.into(), sidecar])
         }
         Format::Burn => {
@@ -287,9 +358,10 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             module
                 .save_file(&staged, &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
                 .map_err(|e| ExportError::Write { path: path.into(), source: std::io::Error::other(e.to_string()) })?;
-            std::fs::rename(staged.with_extension("mpk"), path)
-                .map_err(|source| ExportError::Write { path: path.into(), source })?;
-            write_atomic(&sidecar, &sidecar_bytes())?;
+            let staged = staged.with_extension("mpk");
+            let bytes = std::fs::read(&staged).map_err(|source| ExportError::Write { path: path.into(), source })?;
+            std::fs::rename(staged, path).map_err(|source| ExportError::Write { path: path.into(), source })?;
+            write_atomic(&sidecar, &sidecar_bytes(&bytes))?;
             Ok(vec![path.into(), sidecar])
         }
     }
@@ -313,16 +385,38 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
         reason: format!("the sidecar is not valid JSON: {e}"),
     })?;
     let meta = from_sidecar(&sidecar).map_err(|reason| ExportError::Invalid { path: sidecar_path.clone(), reason })?;
-    let model = if weights.extension().is_some_and(|e| e == "mpk") {
+    let bytes = read(&weights)?;
+    let mpk = weights.extension().is_some_and(|e| e == "mpk");
+    check_owner(&sidecar, &sidecar_path, &weights, &bytes, mpk)?;
+    let model = if mpk {
         let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).map_err(|e| invalid(e.to_string()))?;
         let skeleton = to_model(&meta, &cpu.inner());
-        let stem = weights.with_extension("");
         let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+        // Burn's loader panics on a record that does not fit the module
+        // (an older sidecar, without `weights`, beside another model's
+        // weights): that panic becomes this error, without its message.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
         // Burn's loader appends `.mpk` to the name it is given.
-        let loaded = skeleton.load_file(&stem, &recorder, &cpu.inner()).map_err(|e| invalid(e.to_string()))?;
+        let stem = weights.with_extension("");
+        let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            skeleton.load_file(&stem, &recorder, &cpu.inner())
+        }));
+        std::panic::set_hook(hook);
+        let loaded = match loaded {
+            Ok(Ok(model)) => model,
+            Ok(Err(e)) => return Err(invalid(e.to_string())),
+            Err(_) => {
+                return Err(invalid(format!(
+                    "its weights do not fit the model that its sidecar `{}` describes: were they exported from \
+                     another run? Export the model again",
+                    sidecar_path.display()
+                )))
+            }
+        };
         with_weights(&loaded, meta)
     } else {
-        let (tensors, _) = decode_safetensors(&read(&weights)?).map_err(|e| invalid(e.to_string()))?;
+        let (tensors, _) = decode_safetensors(&bytes).map_err(|e| invalid(e.to_string()))?;
         fill(meta, &tensors).map_err(invalid)?
     };
     model.validate().map_err(invalid)?;
@@ -362,6 +456,10 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
     for l in field(v, "layers")?.as_array().ok_or("`layers` is not a list")? {
         let kind = l.get("kind").and_then(Value::as_str).unwrap_or_default();
         let spec = LayerSpec::from_json(kind, l)?;
+        // Sizes no device holds are refused before anything is allocated.
+        if let Some((_, problem)) = crate::model::too_large(&current, std::slice::from_ref(&spec)) {
+            return Err(format!("layer {} ({kind}): {problem}", layers.len()));
+        }
         let layer = ExportLayer::zeros(spec, &current);
         current = layer.spec.output(&current).map_err(|e| format!("layer {} ({kind}): {e}", layers.len()))?;
         layers.push(layer);

@@ -893,6 +893,17 @@ fn batchnorm_with_one_row_a_step_is_refused_on_plain_features_only() {
     std::fs::write(dir.join("two.kyn"), two).unwrap();
     let out = kynml(&["check", "two.kyn"], dir);
     assert!(out.status.success(), "{}", text(&out));
+    // Data-parallel: each device normalises its own slice of the step.
+    let out = kynml(&["train", "two.kyn", "--device", "cpu,cpu", "--out", "run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("two.kyn:11:5") && t.contains("2 rows a step over 2 devices leave 1 row on a device"), "{t}");
+    assert!(t.contains("raise `batch` to 4 or more"), "{t}");
+    assert!(!dir.join("run").exists(), "nothing written");
+    let four = one.replace("batch = 1", "batch = 4");
+    std::fs::write(dir.join("four.kyn"), four).unwrap();
+    let out = kynml(&["train", "four.kyn", "--device", "cpu,cpu", "--epochs", "1", "--out", "run"], dir);
+    assert!(out.status.success(), "{}", text(&out));
     let image = one.replace("input 4\n", "input 1x2x2\n    conv2d 2 1 relu\n").replacen(
         "dense 32 relu\n    batchnorm",
         "batchnorm\n    flatten\n    dense 32 relu",

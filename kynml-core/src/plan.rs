@@ -586,8 +586,14 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
 /// per channel when training"). Located at `batch`; a batchnorm after a
 /// convolution has a channel's positions to average and is not concerned.
 fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
+    // A data-parallel run gives each device a slice of the step's rows, the
+    // smallest `rows / devices` (`cuda:all`'s count is known only later).
+    let devices = match spec.train.devices.as_ref().map(|d| &d.value) {
+        Some(crate::spec::types::DeviceSet::List(list)) => list.len().max(1),
+        _ => 1,
+    };
     let rows = spec.train.batch.value.min(data.info.train_rows);
-    if rows >= 2 {
+    if rows / devices >= 2 {
         return None;
     }
     let per_row =
@@ -603,10 +609,31 @@ fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
         found = found.or(per_row(&input, &layer.value).then_some(layer.span));
         input = layer.value.output(&input).ok()?;
     }
-    let why = if spec.train.batch.value < 2 {
-        "`batch = 1` gives each step one row".to_string()
+    let (why, help) = if devices > 1 {
+        let per = rows / devices;
+        (
+            format!(
+                "{rows} rows a step over {devices} devices leave {per} row{} on a device",
+                if per == 1 { "" } else { "s" }
+            ),
+            format!(
+                "raise `batch` to {} or more (2 rows a device), train on fewer devices, or use `layernorm`, which \
+                 normalises each row on its own",
+                2 * devices
+            ),
+        )
+    } else if spec.train.batch.value < 2 {
+        (
+            "`batch = 1` gives each step one row".to_string(),
+            "raise `batch` to 2 or more, or use `layernorm`, which normalises each row on its own".to_string(),
+        )
     } else {
-        "the training split holds one row".to_string()
+        (
+            "the training split holds one row".to_string(),
+            "give the training split more rows (more data, or a larger `split`), or use `layernorm`, which \
+             normalises each row on its own"
+                .to_string(),
+        )
     };
     Some(
         Diagnostic::new(
@@ -614,7 +641,7 @@ fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
             format!("`batchnorm` normalises each feature over a step's rows, but {why}"),
             "needs at least 2 rows a step",
         )
-        .with_help("raise `batch` to 2 or more, or use `layernorm`, which normalises each row on its own"),
+        .with_help(help),
     )
 }
 

@@ -480,6 +480,21 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     assert!(t.contains("written for a different model") && t.contains("dense 7 tanh"), "{t}");
     assert_eq!(t.matches("--fresh").count(), 1, "{t}");
     assert!(!dir.join("other").exists());
+    // Another seed or split would validate on rows the checkpoint trained on.
+    let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--seed", "99", "--out", "seeded"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("checkpoint was trained with seed 42 (this run: 99;") && t.contains("--fresh"), "{t}");
+    std::fs::write(
+        dir.join("split.kyn"),
+        spec.replace(" target = \"y\"\n", " target = \"y\"\n split = 0.5\n normalize = true\n"),
+    )
+    .unwrap();
+    let out = kynml(&["train", "split.kyn", "--epochs", "3", "--out", "split"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("split = 0.8 (this run: 0.5), normalize = false (this run: true)"), "{t}");
+    assert!(!dir.join("seeded").exists() && !dir.join("split").exists());
     let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "run3"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("resumed after epoch 2") && t.matches("\nepoch ").count() == 2, "{t}");

@@ -143,6 +143,7 @@ impl SpecFile {
         let Some(ckpt) = checkpoint::load(&path)? else { return Ok(None) };
         let optimizer = AnyOptimizer::new(&self.spec.train.optimizer.value);
         let state = resume::check(&ckpt, &self.spec.model, optimizer.name())?;
+        resume::check_data(&state, &resume::DataOrigin::of(&self.spec))?;
         Ok(Some((ckpt, state)))
     }
 

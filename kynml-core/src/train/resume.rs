@@ -60,6 +60,51 @@ pub struct LoopState {
     /// Set when the run was interrupted inside epoch `epoch + 1`.
     #[serde(default)]
     pub partial: Option<PartialEpoch>,
+    /// What drew the train/validation split and the normalisation; `None`
+    /// in checkpoints from before it was saved.
+    #[serde(default)]
+    pub data: Option<DataOrigin>,
+}
+
+/// What decides which rows train and which validate, and the statistics
+/// the rows are normalised with: a resume under other values would train on
+/// rows the checkpoint held out, or normalise them otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataOrigin {
+    /// The run's seed, which shuffles the rows before the split.
+    pub seed: u64,
+    /// The dataset's `split`.
+    #[serde(with = "exact")]
+    pub split: f64,
+    /// The dataset's `normalize`.
+    pub normalize: bool,
+}
+
+impl DataOrigin {
+    /// As `spec` (after the command line's overrides) sets it.
+    pub fn of(spec: &crate::spec::types::Spec) -> Self {
+        DataOrigin { seed: spec.train.seed, split: spec.dataset.split.value, normalize: spec.dataset.normalize }
+    }
+}
+
+/// A checkpoint's data origin against this run's: an error naming each
+/// difference. Checkpoints that do not record one pass.
+pub fn check_data(state: &LoopState, now: &DataOrigin) -> Result<(), ResumeError> {
+    let Some(then) = &state.data else { return Ok(()) };
+    let mut differences = Vec::new();
+    if then.seed != now.seed {
+        differences.push(format!("seed {} (this run: {}; `--seed` or the spec's `seed`)", then.seed, now.seed));
+    }
+    if then.split != now.split {
+        differences.push(format!("split = {} (this run: {})", then.split, now.split));
+    }
+    if then.normalize != now.normalize {
+        differences.push(format!("normalize = {} (this run: {})", then.normalize, now.normalize));
+    }
+    if differences.is_empty() {
+        return Ok(());
+    }
+    Err(ResumeError::DataMismatch { differences: differences.join(", ") })
 }
 
 /// How far an interrupted epoch got.
@@ -129,6 +174,17 @@ pub enum ResumeError {
         expected: String,
         /// The optimizer the checkpoint was written with.
         found: String,
+    },
+    /// The checkpoint's rows were split or normalised otherwise than this
+    /// run's would be.
+    #[error(
+        "checkpoint was trained with {differences}: these decide which rows train and which validate, and how \
+         they are normalised, so resuming would validate on rows it trained on; run with the checkpoint's \
+         values, or pass --fresh to start over"
+    )]
+    DataMismatch {
+        /// Each difference, in words, with this run's value.
+        differences: String,
     },
     /// A tensor or the loop state is missing, or does not fit the model.
     #[error("checkpoint is incomplete: {0}")]
@@ -357,6 +413,7 @@ mod tests {
             partial: Some(PartialEpoch { order_rng: 3, steps: 4, loss_sum: 0.1 + 0.7, seen: 128, skipped: 1 }),
             history: vec![record.clone()],
             model: "input 4".into(),
+            data: Some(DataOrigin { seed: 5, split: 0.1 + 0.7, normalize: true }),
         };
         let text = serde_json::to_string(&state).unwrap();
         let back: LoopState = serde_json::from_str(&text).unwrap();
@@ -368,6 +425,7 @@ mod tests {
         assert_eq!(back.early_stop, state.early_stop);
         assert_eq!(back.loss_scale, state.loss_scale);
         assert_eq!(back.partial, state.partial);
+        assert_eq!(back.data, state.data);
         assert_eq!((r.loss_scale, r.skipped_steps), (Some(32768.0), 2));
         assert_eq!((back.order_rng, back.steps), (u64::MAX, 30));
         // Timings are not saved, so the same state gives the same text.

@@ -421,6 +421,7 @@ fn run<'scope, 'env>(
                     state.loss_scale = engine.loss_scale();
                     state.history = history.clone();
                     state.model = resume::describe_model(&spec.model);
+                    state.data = Some(resume::DataOrigin::of(spec));
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
                     match writer.save_sync(path.clone(), snapshot, model_hash.clone()) {
@@ -521,6 +522,7 @@ fn run<'scope, 'env>(
                 state.loss_scale = engine.loss_scale();
                 state.history = history.clone();
                 state.model = resume::describe_model(&spec.model);
+                state.data = Some(resume::DataOrigin::of(spec));
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 let written = if c.async_save {
@@ -731,6 +733,7 @@ fn loop_state(epoch: usize, steps: u64, optimizer: &str, order: &Rng, dropout: &
         history: Vec::new(),
         model: String::new(),
         partial: None,
+        data: None,
     }
 }
 

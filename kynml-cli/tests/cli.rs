@@ -789,7 +789,8 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     let out = kynml(&["export", "b", "--format", "safetensors", "--path", "out/model.safetensors"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("it describes `model.mpk`") && t.contains("give this export another name"), "{t}");
+    assert!(t.contains("its sidecar out/model.json describes `model.mpk`"), "{t}");
+    assert!(t.contains("give this export another name") && !t.contains("not a model"), "{t}");
     assert_eq!(std::fs::read(dir.join("out/model.json")).unwrap(), before, "the sidecar is untouched");
     assert!(!dir.join("out/model.safetensors").exists());
     std::fs::write(
@@ -798,6 +799,16 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     )
     .unwrap();
     assert!(kynml(&["predict", "out/model.mpk", "rows.csv"], dir).status.success());
+    // What is not a model is named as the user wrote it.
+    for (given, says) in [
+        ("nosuchrun", "nosuchrun is not a model KynML can load: there is no such file or folder"),
+        ("iris.kyn", "iris.kyn is not a model KynML can load: it is a spec; give the run folder"),
+        ("out", "out is not a model KynML can load: the folder has no model.safetensors"),
+    ] {
+        let out = kynml(&["predict", given, "rows.csv"], dir);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(says), "{}", text(&out));
+    }
     // Another model's sidecar beside the weights, as an older KynML (whose
     // sidecars did not name their weights) could leave it: an error.
     let out = kynml(&["export", "b", "--format", "safetensors", "--path", "other/model.safetensors"], dir);

@@ -111,6 +111,21 @@ pub enum ExportError {
         /// What is wrong, in words for a person.
         reason: String,
     },
+    /// The export's `.json` sidecar is another export's.
+    #[error(
+        "cannot export to {}: its sidecar {} describes `{owner}`, the export beside it; writing this one would \
+         replace that sidecar and `{owner}` could no longer be read: give this export another name",
+        path.display(),
+        sidecar.display()
+    )]
+    SharedSidecar {
+        /// The export's path.
+        path: PathBuf,
+        /// Its sidecar.
+        sidecar: PathBuf,
+        /// The file the sidecar describes.
+        owner: String,
+    },
     /// The model itself cannot be written (inconsistent shapes or names); holds the reason.
     #[error("the model cannot be exported: {0}")]
     Model(String),
@@ -258,13 +273,7 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         if let (Some(owner), Some(name)) = (owner, name) {
             if owner != name && parent(path).join(&owner).is_file() {
-                return Err(ExportError::Invalid {
-                    path: sidecar,
-                    reason: format!(
-                        "it describes `{owner}`, the export beside it; writing `{name}` would replace it, and \
-                         `{owner}` could no longer be read: give this export another name"
-                    ),
-                });
+                return Err(ExportError::SharedSidecar { path: path.into(), sidecar, owner });
             }
         }
     }
@@ -371,6 +380,22 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
 /// `model.json`), a `.safetensors` export or a `.mpk` (burn) export, each
 /// with its `.json` sidecar beside it.
 pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
+    let given = |reason: &str| ExportError::Invalid { path: path.into(), reason: reason.into() };
+    if !path.exists() {
+        return Err(given("there is no such file or folder; give a run folder that `kynml train` wrote, or an export"));
+    }
+    if path.extension().is_some_and(|e| e == "kyn") {
+        return Err(given(
+            "it is a spec; give the run folder that `kynml train` wrote for it (`runs/<spec>-<time>`, or its \
+             --out), or an export",
+        ));
+    }
+    if path.is_dir() && !path.join(RUN_WEIGHTS).is_file() {
+        return Err(given(&format!(
+            "the folder has no {RUN_WEIGHTS}: it is not a run folder, or its run has not finished (an interrupted \
+             run resumes from its checkpoint)"
+        )));
+    }
     let weights = if path.is_dir() { path.join(RUN_WEIGHTS) } else { path.to_path_buf() };
     let invalid = |reason: String| ExportError::Invalid { path: weights.clone(), reason };
     if weights.extension().is_some_and(|e| e == "onnx") {

@@ -772,6 +772,30 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
     assert!(text(&out).contains("is not an ONNX model"), "{}", text(&out));
 }
 
+/// A missing regression target is the data's problem, at its row; labels
+/// under a regression loss are the loss's.
+#[test]
+fn a_missing_target_is_named_at_its_row_not_blamed_on_the_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let spec = "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\n\
+                model M:\n    input 2\n    dense 1 linear\n\
+                train:\n    model = M\n    data = D\n    loss = mse\n    optimizer = sgd(lr=0.01)\n    epochs = 1\n";
+    std::fs::write(dir.join("s.kyn"), spec).unwrap();
+    let rows: String = (0..20).map(|i| format!("{i},{},{}\n", i % 3, i * 2)).collect();
+    for (missing, found) in [("", "\"\""), ("NA", "\"NA\"")] {
+        std::fs::write(dir.join("d.csv"), format!("a,b,y\n1,2,3\n4,5,{missing}\n{rows}")).unwrap();
+        let out = kynml(&["check", "s.kyn"], dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{t}");
+        assert!(t.contains("d.csv:3: column 3 (`y`) is not a number: found") && t.contains(found), "{t}");
+        assert!(t.contains("a missing target: fill it in or remove the row") && !t.contains("holds labels"), "{t}");
+    }
+    std::fs::write(dir.join("d.csv"), format!("a,b,y\n1,2,3\n4,5,tall\n{rows}")).unwrap();
+    let t = text(&kynml(&["check", "s.kyn"], dir));
+    assert!(t.contains("holds labels (line 3: \"tall\")") && t.contains("s.kyn:"), "{t}");
+}
+
 /// A burn and a safetensors export of one name would share `model.json`:
 /// the second is refused, and weights read beside another model's sidecar
 /// are an error, never Burn's panic.

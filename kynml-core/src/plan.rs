@@ -198,6 +198,20 @@ impl SpecFile {
         let table = match read_csv(&path, &options) {
             // A regression loss on class labels is a spec mistake more often
             // than a data one: point at the loss.
+            // A missing value is the data's problem, said at its row.
+            Err(DataError::NotNumeric { path, row, column, column_name, value, .. })
+                if column_name == d.target.value && is_missing_marker(&value) =>
+            {
+                return Err(DataError::NotNumeric {
+                    path,
+                    row,
+                    column,
+                    column_name,
+                    value,
+                    hint: "; a missing target: fill it in or remove the row".into(),
+                }
+                .into());
+            }
             Err(DataError::NotNumeric { row, column_name, value, .. })
                 if column_name == d.target.value && !loss.is_classification() =>
             {
@@ -644,6 +658,12 @@ fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
         )
         .with_help(help),
     )
+}
+
+/// How spreadsheets and exports write a missing value.
+fn is_missing_marker(value: &str) -> bool {
+    let v = value.trim().to_ascii_lowercase();
+    ["", "na", "n/a", "nan", "null", "none", "?", "-", "missing"].contains(&v.as_str())
 }
 
 /// More than 20 distinct labels, all numbers: most likely a regression

@@ -853,6 +853,15 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     let out = kynml(&["predict", "out/model.mpk", "rows.csv"], dir);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("was written for `model.safetensors`, not for this file"), "{}", text(&out));
+    // One model exported both ways under one name shares one sidecar: both load.
+    for (format, file) in [("burn", "same/m.mpk"), ("safetensors", "same/m.safetensors"), ("burn", "same/m.mpk")] {
+        let out = kynml(&["export", "a", "--format", format, "--path", file], dir);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    for model in ["same/m.mpk", "same/m.safetensors"] {
+        let out = kynml(&["predict", model, "rows.csv"], dir);
+        assert!(out.status.success(), "{model}: {}", text(&out));
+    }
 }
 
 /// A classification target with one class is the data's problem, said at

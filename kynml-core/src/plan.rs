@@ -227,6 +227,20 @@ impl SpecFile {
                 .with_help("for class labels use `loss = cross_entropy` (or `bce` for two classes)");
                 return Err(self.located(vec![problem]));
             }
+            // The spec's `target` line names the column.
+            Err(err @ DataError::MissingTarget { .. }) => {
+                let DataError::MissingTarget { target, .. } = &err else { unreachable!() };
+                let problem = Diagnostic::new(
+                    d.target.span,
+                    format!("`{}` has no column `{target}`", path.display()),
+                    "no such column",
+                )
+                .with_help(err.to_string().split_once("; ").map_or_else(
+                    || "every column except the target is a feature; the target must be one of them".to_string(),
+                    |(_, hint)| hint.to_string(),
+                ));
+                return Err(self.located(vec![problem]));
+            }
             Err(DataError::MissingCategorical { name, suggestion, .. }) => {
                 let text = d.tokens.iter().filter(|t| t.value == name);
                 let span = d

@@ -264,35 +264,48 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
                 .is_ok_and(|v| v.get("format").and_then(Value::as_str) == Some(torch::SIDECAR_FORMAT))
         };
         foreign(&sidecar, "a KynML model sidecar", u64::MAX, &is_sidecar)?;
-        // A burn and a safetensors export of one name share the sidecar:
-        // replacing another export's would leave its weights undescribed.
-        let owner = std::fs::read(&sidecar)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-            .and_then(|v| v.pointer("/weights/file").and_then(Value::as_str).map(str::to_owned));
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        if let (Some(owner), Some(name)) = (owner, name) {
-            if owner != name && parent(path).join(&owner).is_file() {
-                return Err(ExportError::SharedSidecar { path: path.into(), sidecar, owner });
-            }
-        }
     }
     Ok(())
 }
 
-/// The sidecar's `weights` entry for the weights file `path` holding `bytes`.
-fn weights_entry(path: &Path, bytes: &[u8]) -> Value {
-    serde_json::json!({
-        "file": path.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "bytes": bytes.len(),
-        "crc32c": format!("{:08x}", crate::checkpoint::format::crc32c(bytes)),
-    })
+/// The crc32c of `bytes`, as the sidecar writes it.
+fn crc_text(bytes: &[u8]) -> String {
+    format!("{:08x}", crate::checkpoint::format::crc32c(bytes))
 }
 
-/// Whether `bytes`, read from `weights`, are the file the sidecar
-/// `sidecar` was written with, by its `weights` entry (older sidecars have
-/// none). `whole` also compares size and checksum, where a changed file
-/// cannot be read safely (Burn's records); else only the name.
+/// The sidecar for `model`, written beside the weights `path` that hold
+/// `bytes`, with its `weights` entry: `{description, files}`, the checksum
+/// of the model's description and, per weights file it describes, its
+/// `{bytes, crc32c}`. A burn and a safetensors export of one name share the
+/// sidecar: the other file keeps its entry when the description is the
+/// same, and the export is refused when it is not (the other file could no
+/// longer be read).
+fn sidecar_for(model: &ExportModel, path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ExportError> {
+    let sidecar = path.with_extension("json");
+    let mut json = torch::sidecar_json(model);
+    let description = crc_text(&serde_json::to_vec(&json).unwrap_or_default());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut files = serde_json::Map::new();
+    let existing = std::fs::read(&sidecar).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    if let Some(Value::Object(old)) = existing.as_ref().and_then(|v| v.pointer("/weights/files")) {
+        let others: Vec<&String> = old.keys().filter(|k| **k != name && parent(path).join(k).is_file()).collect();
+        let same = existing.as_ref().and_then(|v| v.pointer("/weights/description"))
+            == Some(&Value::from(description.clone()));
+        if same {
+            files.extend(old.iter().filter(|(k, _)| others.contains(k)).map(|(k, v)| (k.clone(), v.clone())));
+        } else if let Some(owner) = others.first() {
+            return Err(ExportError::SharedSidecar { path: path.into(), sidecar, owner: owner.to_string() });
+        }
+    }
+    files.insert(name, serde_json::json!({"bytes": bytes.len(), "crc32c": crc_text(bytes)}));
+    json["weights"] = serde_json::json!({"description": description, "files": files});
+    Ok(serde_json::to_vec_pretty(&json).unwrap_or_default())
+}
+
+/// Whether `bytes`, read from `weights`, are a file the sidecar `sidecar`
+/// was written with, by its `weights` entry (older sidecars have none).
+/// `whole` also compares size and checksum, where a changed file cannot be
+/// read safely (Burn's records); else only the name.
 fn check_owner(
     sidecar: &Value,
     sidecar_path: &Path,
@@ -300,23 +313,23 @@ fn check_owner(
     bytes: &[u8],
     whole: bool,
 ) -> Result<(), ExportError> {
-    let Some(entry) = sidecar.get("weights") else { return Ok(()) };
+    let Some(Value::Object(files)) = sidecar.pointer("/weights/files") else { return Ok(()) };
     let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let file = entry.get("file").and_then(Value::as_str).unwrap_or_default();
     let sidecar_name = sidecar_path.display();
-    if file != name {
+    let Some(entry) = files.get(&name) else {
+        let written: Vec<String> = files.keys().map(|k| format!("`{k}`")).collect();
         return Err(ExportError::Invalid {
             path: weights.into(),
             reason: format!(
-                "its sidecar `{sidecar_name}` was written for `{file}`, not for this file: a burn and a \
-                 safetensors export of one name share a sidecar, so the later one is refused; export this model \
-                 again under its own name"
+                "its sidecar `{sidecar_name}` was written for {}, not for this file: a burn and a safetensors \
+                 export of one name share their sidecar; export this model again",
+                written.join(" and ")
             ),
         });
-    }
+    };
     if whole
         && (entry.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64)
-            || entry.get("crc32c") != weights_entry(weights, bytes).get("crc32c"))
+            || entry.get("crc32c").and_then(Value::as_str) != Some(crc_text(bytes).as_str()))
     {
         return Err(ExportError::Invalid {
             path: weights.into(),
@@ -336,11 +349,7 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
     model.validate().map_err(ExportError::Model)?;
     check_target(format, path)?;
     let sidecar = path.with_extension("json");
-    let sidecar_bytes = |weights: &[u8]| {
-        let mut json = torch::sidecar_json(model);
-        json["weights"] = weights_entry(path, weights);
-        serde_json::to_vec_pretty(&json).unwrap_or_default()
-    };
+
     match format {
         Format::Onnx => {
             write_atomic(path, &onnx::to_onnx(model).map_err(ExportError::Model)?)?;
@@ -348,8 +357,9 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
         }
         Format::Safetensors => {
             let bytes = torch::to_safetensors(&torch::state_dict(model)).map_err(ExportError::Model)?;
+            let side = sidecar_for(model, path, &bytes)?;
             write_atomic(path, &bytes)?;
-            write_atomic(&sidecar, &sidecar_bytes(&bytes))?;
+            write_atomic(&sidecar, &side)?;
             Ok(vec![path.into(), sidecar])
         }
         Format::Burn => {
@@ -369,8 +379,9 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
                 .map_err(|e| ExportError::Write { path: path.into(), source: std::io::Error::other(e.to_string()) })?;
             let staged = staged.with_extension("mpk");
             let bytes = std::fs::read(&staged).map_err(|source| ExportError::Write { path: path.into(), source })?;
+            let side = sidecar_for(model, path, &bytes)?;
             std::fs::rename(staged, path).map_err(|source| ExportError::Write { path: path.into(), source })?;
-            write_atomic(&sidecar, &sidecar_bytes(&bytes))?;
+            write_atomic(&sidecar, &side)?;
             Ok(vec![path.into(), sidecar])
         }
     }

@@ -122,8 +122,9 @@ pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
 /// (`kind`: `regression` (outputs are the predictions), `softmax` (probabilities =
 /// softmax(outputs, dim=-1)) or `sigmoid` (one logit; `p(class_names[1]) = sigmoid(logit)`);
 /// `class_names`), `tensors` (name, shape and dtype of each state-dict entry), and, added
-/// by [`super::write`], `weights` (`{file, bytes, crc32c}`: the weights file it was written
-/// with, so that a sidecar is never read with another export's weights).
+/// by [`super::write`], `weights` (`{description, files}`: a checksum of the rest, and
+/// `{bytes, crc32c}` of each weights file it was written with, so that a sidecar is never
+/// read with another model's weights).
 ///
 /// Rebuilding in PyTorch: `scripts/rebuild_in_pytorch.py` builds the
 /// `nn.Sequential` from the sidecar and loads the weights (its `rebuild`

@@ -75,7 +75,9 @@ where
             continue;
         }
         let d = distance(&lower, &candidate.to_ascii_lowercase());
-        if d <= limit && best.is_none_or(|(b, _)| d < b) {
+        // A one-letter word is one edit from every one-letter name: a
+        // suggestion must keep something of the word.
+        if d <= limit && d < word_len && best.is_none_or(|(b, _)| d < b) {
             best = Some((d, candidate));
         }
     }

@@ -258,7 +258,8 @@ fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopS
         }
         return Ok(None);
     };
-    checkpoint::prepare(&path)
+    let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
+    checkpoint::prepare(&path, keep)
         .map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
     let found = if fresh {
         None

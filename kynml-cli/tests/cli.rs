@@ -533,6 +533,30 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     assert!(!dir.join("bad").exists());
 }
 
+#[test]
+fn rotated_checkpoint_names_holding_other_files_are_refused_before_training() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace(
+        "    seed = 7\n",
+        "    seed = 7\n    checkpoint = checkpoint(every_n=2, path=\"ckpt3/iris.ckpt\", keep=2)\n",
+    );
+    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    std::fs::create_dir(dir.join("ckpt3")).unwrap();
+    std::fs::write(dir.join("ckpt3/iris.ckpt.1"), "precious").unwrap();
+    let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "4", "--out", "run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("ckpt3/iris.ckpt.1 exists and is not a KynML checkpoint; refusing to overwrite it"), "{t}");
+    assert!(!t.contains("\nepoch ") && !dir.join("run").exists() && !dir.join("ckpt3/iris.ckpt").exists(), "{t}");
+    assert_eq!(std::fs::read_to_string(dir.join("ckpt3/iris.ckpt.1")).unwrap(), "precious");
+    // Out of the way, the run rotates its own checkpoints.
+    std::fs::remove_file(dir.join("ckpt3/iris.ckpt.1")).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "4", "--out", "run"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    kynml_core::checkpoint::load(&dir.join("ckpt3/iris.ckpt.1")).unwrap().expect("the older checkpoint");
+}
+
 // ---- export, predict, eval ----
 
 #[test]

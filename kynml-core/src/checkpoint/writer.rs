@@ -122,30 +122,41 @@ impl CheckpointWriter {
 }
 
 /// Checks, before training starts, that checkpoints can be written to
-/// `path`: its folder exists (it is created) and takes a new file, and
-/// `path` is not a folder or a file of some other kind that a checkpoint
-/// would replace.
-pub fn prepare(path: &Path) -> Result<(), CheckpointError> {
+/// `path` with `keep` kept: its folder exists (it is created) and takes a new
+/// file, and neither `path` nor the older copies' names that rotation
+/// replaces (`path.1` ... `path.{keep-1}`) hold a folder or a file of some
+/// other kind.
+pub fn prepare(path: &Path, keep: usize) -> Result<(), CheckpointError> {
     if path.file_name().is_none() {
         let e = io::Error::new(io::ErrorKind::InvalidInput, "the checkpoint path does not name a file");
         return Err(io_error(path, e));
     }
-    if path.is_dir() {
-        let e = io::Error::new(io::ErrorKind::InvalidInput, "it is a folder, not a file");
-        return Err(io_error(path, e));
-    }
-    if path.is_file() {
-        let mut head = [0u8; 8];
-        let read = File::open(path).and_then(|mut f| io::Read::read(&mut f, &mut head));
-        if !matches!(read, Ok(8)) || head != super::format::MAGIC {
-            return Err(CheckpointError::Foreign { path: path.to_path_buf() });
+    for target in std::iter::once(path.to_path_buf()).chain((1..keep.max(1)).map(|n| numbered(path, n))) {
+        if target.is_dir() {
+            let e = io::Error::new(io::ErrorKind::InvalidInput, "it is a folder, not a file");
+            return Err(io_error(&target, e));
         }
+        refuse_foreign(&target)?;
     }
     let dir = parent_dir(path);
     fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     let probe = dir.join(temp_name(path.file_name().unwrap_or_default()));
     OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| io_error(dir, e))?;
     fs::remove_file(&probe).map_err(|e| io_error(&probe, e))
+}
+
+/// `Foreign` when `path` is a file that does not start as a KynML checkpoint
+/// does: a write or a rotation must never replace it.
+fn refuse_foreign(path: &Path) -> Result<(), CheckpointError> {
+    if !path.is_file() {
+        return Ok(());
+    }
+    let mut head = [0u8; 8];
+    let read = File::open(path).and_then(|mut f| io::Read::read(&mut f, &mut head));
+    if !matches!(read, Ok(8)) || head != super::format::MAGIC {
+        return Err(CheckpointError::Foreign { path: path.to_path_buf() });
+    }
+    Ok(())
 }
 
 impl Drop for CheckpointWriter {
@@ -258,6 +269,11 @@ fn write_and_place(temp: &Path, path: &Path, bytes: &[u8], keep: usize) -> Write
 fn rotate(path: &Path, keep: usize) -> WriteResult {
     if keep <= 1 || !path.is_file() {
         return Ok(());
+    }
+    // `prepare` checked these before training; a file put there since is
+    // still never replaced.
+    for n in 1..keep {
+        refuse_foreign(&numbered(path, n))?;
     }
     for i in (1..keep - 1).rev() {
         let from = numbered(path, i);
@@ -462,6 +478,30 @@ mod tests {
         writer.save_sync(single.clone(), snapshot(1), "h".into()).unwrap();
         writer.save_sync(single.clone(), snapshot(2), "h".into()).unwrap();
         assert!(!numbered(&single, 1).exists());
+    }
+
+    #[test]
+    fn rotation_never_replaces_a_file_that_is_not_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        fs::write(numbered(&path, 2), "precious").unwrap();
+        prepare(&path, 2).unwrap();
+        match prepare(&path, 3) {
+            Err(CheckpointError::Foreign { path: found }) => assert_eq!(found, numbered(&path, 2)),
+            other => panic!("expected Foreign naming x.ckpt.2, got {other:?}"),
+        }
+        fs::create_dir(numbered(&path, 1)).unwrap();
+        let err = prepare(&path, 2).unwrap_err();
+        assert!(err.to_string().contains("x.ckpt.1") && err.to_string().contains("folder"), "{err}");
+        fs::remove_dir(numbered(&path, 1)).unwrap();
+
+        // A file put there after `prepare` is still not replaced.
+        let writer = CheckpointWriter::spawn_with_keep(3);
+        writer.save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
+        let err = writer.save_sync(path.clone(), snapshot(2), "h".into()).unwrap_err();
+        assert!(matches!(&err, CheckpointError::Foreign { path: p } if *p == numbered(&path, 2)), "{err}");
+        assert_eq!(fs::read_to_string(numbered(&path, 2)).unwrap(), "precious");
+        assert_eq!(step_at(&path), 1, "the checkpoint before stays in place");
     }
 
     #[test]

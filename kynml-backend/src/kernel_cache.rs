@@ -355,10 +355,20 @@ fn seal_dir(root: &Path) -> std::io::Result<()> {
         }
     }
     let manifest = Manifest { format: FORMAT, cubecl: CUBECL_VERSION.into(), files };
-    let mut tmp = tempfile::NamedTempFile::new_in(root)?;
+    let mut tmp = readable_temp_file(root)?;
     serde_json::to_writer_pretty(&mut tmp, &manifest).map_err(std::io::Error::other)?;
     tmp.persist(root.join(MANIFEST)).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// A temporary file in `root` with the mode `File::create` gives (0666 less
+/// the umask), not tempfile's 0600: a cache shared between accounts must be
+/// readable by all of them, as CubeCL's own files are.
+fn readable_temp_file(root: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    builder.tempfile_in(root)
 }
 
 /// How hard CubeCL searches for the fastest version of each kernel.

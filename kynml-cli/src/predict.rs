@@ -31,7 +31,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
             _ => Ok(()),
         };
     };
-    write_atomic(output, text.as_bytes())
+    kynml_core::atomic_file::write(output, text.as_bytes())
         .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", output.display())))?;
     println!("{} predictions written to {}", p.rows, output.display());
     Ok(())
@@ -93,16 +93,4 @@ fn predictions_csv(p: &Predictions, target: &str, classes: &[String]) -> String 
         }
     }
     out
-}
-
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }

@@ -559,6 +559,60 @@ fn rotated_checkpoint_names_holding_other_files_are_refused_before_training() {
 
 // ---- export, predict, eval ----
 
+/// Under umask 022, every file a run, a prediction and an export write is
+/// 0644, as `File::create` makes it, not 0600: a serving account reads them.
+#[cfg(unix)]
+#[test]
+fn written_files_are_readable_by_others_under_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap()
+        + "\nexport:\n    format = safetensors\n    path = \"models/iris.safetensors\"\n";
+    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kynml"));
+        cmd.args(args).current_dir(dir);
+        // SAFETY: umask is async-signal-safe and touches no memory.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0o022);
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+    };
+    run(&["train", "iris.kyn", "--device", "cpu", "--epochs", "2", "--out", "run"]);
+    run(&["predict", "run", "iris.csv", "--output", "pred.csv"]);
+    run(&["export", "run", "--format", "onnx", "--path", "w/iris.onnx"]);
+    run(&["export", "run", "--format", "burn", "--path", "w/iris.mpk"]);
+    let mut files: Vec<&str> = vec![
+        "run/spec.kyn",
+        "run/spec.resolved.json",
+        "run/data.json",
+        "run/metrics.json",
+        "run/model.safetensors",
+        "run/model.json",
+        "run/model.mpk",
+        "models/iris.safetensors",
+        "models/iris.json",
+        "pred.csv",
+        "w/iris.onnx",
+        "w/iris.mpk",
+        "w/iris.json",
+    ];
+    // A replaced file keeps its mode.
+    std::fs::set_permissions(dir.join("pred.csv"), std::fs::Permissions::from_mode(0o664)).unwrap();
+    run(&["predict", "run", "iris.csv", "--output", "pred.csv"]);
+    files.retain(|f| *f != "pred.csv");
+    let mode = |f: &str| std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777;
+    let wrong: Vec<String> = files.iter().filter(|f| mode(f) != 0o644).map(|f| format!("{f} {:o}", mode(f))).collect();
+    assert!(wrong.is_empty(), "not 0644 under umask 022: {wrong:?}");
+    assert_eq!(mode("pred.csv"), 0o664);
+}
+
 #[test]
 fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let tmp = copy_example("iris");

@@ -44,6 +44,7 @@
 
 #![warn(missing_docs)]
 
+pub mod atomic_file;
 pub mod bench;
 pub mod checkpoint;
 pub mod data;

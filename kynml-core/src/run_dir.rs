@@ -54,11 +54,7 @@ impl RunDir {
     /// Written to a temporary file in the run folder, synced, then renamed
     /// into place: a reader never sees half a file.
     pub fn write_text(&self, name: &str, text: &str) -> io::Result<()> {
-        let mut tmp = tempfile::NamedTempFile::new_in(&self.path)?;
-        tmp.write_all(text.as_bytes())?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(self.path.join(name)).map_err(|e| e.error)?;
-        Ok(())
+        crate::atomic_file::write(&self.path.join(name), text.as_bytes())
     }
 
     /// Writes `value` as pretty-printed JSON to `name` in the run folder, as [`RunDir::write_text`] does.

@@ -21,7 +21,6 @@ pub mod graph;
 pub mod onnx;
 pub mod torch;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
@@ -580,9 +579,5 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
     let err = |source| ExportError::Write { path: path.into(), source };
     let dir = parent(path);
     std::fs::create_dir_all(dir).map_err(err)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
-    file.write_all(bytes).map_err(err)?;
-    file.as_file().sync_all().map_err(err)?;
-    file.persist(path).map_err(|e| err(e.error))?;
-    Ok(())
+    crate::atomic_file::write(path, bytes).map_err(err)
 }

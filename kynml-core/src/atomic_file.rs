@@ -1,0 +1,108 @@
+//! Whole-file writes that a reader never sees half of: the bytes go to a
+//! temporary file beside the target, are synced, and the temporary file is
+//! renamed over the target.
+//!
+//! The file gets the permissions `File::create` would give it: a new file
+//! `0666` less the umask, a replaced file its old mode. (tempfile's
+//! `NamedTempFile` makes its files `0600`, which a renamed output would keep,
+//! so that a serving account could not read a model.)
+//!
+//! ```
+//! # let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("metrics.json");
+//! kynml_core::atomic_file::write(&path, b"{}\n")?;
+//! assert_eq!(std::fs::read(&path)?, b"{}\n");
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use std::ffi::OsStr;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Writes `bytes` to `path` atomically. Errors are the operating system's,
+/// and never name the temporary file (the caller names `path`); on failure
+/// the temporary file is removed and `path` is untouched.
+pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let Some(name) = path.file_name() else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "the path does not name a file"));
+    };
+    let temp = folder(path).join(temp_name(name));
+    // OpenOptions' default mode is File::create's: 0666, less the umask.
+    let mut file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
+    let written = (|| {
+        if let Some(old) = fs::metadata(path).ok().filter(|m| m.is_file()) {
+            file.set_permissions(old.permissions())?;
+        }
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    written
+}
+
+/// The folder `path` lives in; `.` for a bare file name.
+pub fn folder(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// `.<name>.tmp-<pid>-<n>`, with a long name cut so that it stays within
+/// the usual 255-byte limit.
+fn temp_name(name: &OsStr) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut name = name.to_string_lossy().into_owned();
+    let mut cut = name.len().min(200);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    name.truncate(cut);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(".{name}.tmp-{}-{n}", std::process::id()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_the_file_and_leaves_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        write(&path, b"one").unwrap();
+        write(&path, b"two").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_missing_folder_is_not_found_and_names_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = write(&dir.path().join("nodir/p.csv"), b"x").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(!err.to_string().contains(".tmp"), "{err}");
+    }
+
+    /// A new file gets 0666 less the umask, as `File::create` gives it; a
+    /// replaced one keeps its mode.
+    #[cfg(unix)]
+    #[test]
+    fn files_get_the_mode_file_create_gives() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (plain, atomic) = (dir.path().join("plain"), dir.path().join("atomic"));
+        fs::File::create(&plain).unwrap();
+        write(&atomic, b"x").unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&atomic), mode(&plain));
+        fs::set_permissions(&atomic, fs::Permissions::from_mode(0o640)).unwrap();
+        write(&atomic, b"y").unwrap();
+        assert_eq!(mode(&atomic), 0o640);
+    }
+}

@@ -81,10 +81,14 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     println!("{}", render::memory(&memory, &device));
 
     let run_dir = match &args.out {
-        Some(path) => RunDir::create_exact(path),
-        None => RunDir::create_unique(Path::new("runs"), &spec_stem(&args.spec)),
-    }
-    .map_err(|e| Failure::input(format!("error: cannot create the run folder: {e}")))?;
+        Some(path) => RunDir::create_exact(path)
+            .map_err(|e| Failure::input(format!("error: cannot create the run folder {}: {e}", path.display()))),
+        None => {
+            let base = Path::new("runs");
+            RunDir::create_unique(base, &spec_stem(&args.spec))
+                .map_err(|e| Failure::input(format!("error: cannot create a run folder in {}: {e}", base.display())))
+        }
+    }?;
     write_inputs(&run_dir, &file, &data).context("writing the run folder")?;
     println!("run folder: {}\n", run_dir.path.display());
 

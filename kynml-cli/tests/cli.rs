@@ -1108,7 +1108,19 @@ fn an_unwritable_run_folder_is_refused_before_training() {
     let out = kynml(&["train", "iris.kyn", "--out", "blocker/run"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("cannot create the run folder") && !t.contains("\nepoch "), "{t}");
+    assert!(t.contains("cannot create the run folder blocker/run: ") && !t.contains("\nepoch "), "{t}");
+    // A file where the run folder should be is named and said to be a file.
+    let out = kynml(&["train", "iris.kyn", "--out", "blocker"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot create the run folder blocker: it is a file, not a folder"), "{t}");
+    assert_eq!(std::fs::read_to_string(dir.join("blocker")).unwrap(), "a file where a folder should be");
+    // So is the default folder's parent, `runs`, when it is a file.
+    std::fs::write(dir.join("runs"), "x").unwrap();
+    let out = kynml(&["train", "iris.kyn"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot create a run folder in runs: it is a file, not a folder"), "{t}");
 }
 
 fn kynml_env<V: AsRef<std::ffi::OsStr>>(args: &[&str], cwd: &Path, env: &[(&str, V)]) -> Output {

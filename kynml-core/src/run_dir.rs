@@ -23,8 +23,10 @@ pub struct RunDir {
 
 impl RunDir {
     /// A fresh folder under `base` named `<stem>-<YYYYmmdd-HHMMSS>` (UTC),
-    /// with `-2`, `-3`... appended if that name is taken.
+    /// with `-2`, `-3`... appended if that name is taken. The errors do not
+    /// name `base`; the caller does.
     pub fn create_unique(base: &Path, stem: &str) -> io::Result<Self> {
+        refuse_file(base)?;
         fs::create_dir_all(base)?;
         let name = format!("{stem}-{}", utc_stamp(std::time::SystemTime::now()));
         for n in 1.. {
@@ -39,13 +41,15 @@ impl RunDir {
     }
 
     /// Use `path` as the run folder, creating it; it must be empty or new,
-    /// so that no earlier run's files are mixed in.
+    /// so that no earlier run's files are mixed in. The errors do not name
+    /// `path`; the caller does.
     pub fn create_exact(path: &Path) -> io::Result<Self> {
+        refuse_file(path)?;
         fs::create_dir_all(path)?;
         if fs::read_dir(path)?.next().is_some() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
-                format!("run folder `{}` is not empty", path.display()),
+                "it is not empty (a run folder must be new or empty, so that no earlier run's files are mixed in)",
             ));
         }
         Ok(RunDir { path: path.to_path_buf() })
@@ -85,6 +89,15 @@ impl RunDir {
         model.clone().save_file(path.clone(), &recorder).map_err(|e| io::Error::other(e.to_string()))?;
         let _ = File::open(path.with_extension("mpk"))?;
         Ok(path.with_extension("mpk"))
+    }
+}
+
+/// An error when `path` is something other than a folder (the operating
+/// system would only say "File exists").
+fn refuse_file(path: &Path) -> io::Result<()> {
+    match fs::metadata(path) {
+        Ok(meta) if !meta.is_dir() => Err(io::Error::new(io::ErrorKind::AlreadyExists, "it is a file, not a folder")),
+        _ => Ok(()),
     }
 }
 
@@ -131,6 +144,19 @@ mod tests {
     fn exact_folder_must_be_empty() {
         let tmp = tempfile::tempdir().unwrap();
         fs::write(tmp.path().join("old"), "x").unwrap();
-        assert!(RunDir::create_exact(tmp.path()).is_err());
+        let err = RunDir::create_exact(tmp.path()).unwrap_err();
+        assert!(err.to_string().contains("it is not empty"), "{err}");
+    }
+
+    #[test]
+    fn a_file_is_not_a_run_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("existing.txt");
+        fs::write(&file, "x").unwrap();
+        let err = RunDir::create_exact(&file).unwrap_err();
+        assert_eq!(err.to_string(), "it is a file, not a folder");
+        let err = RunDir::create_unique(&file, "x").unwrap_err();
+        assert_eq!(err.to_string(), "it is a file, not a folder");
+        assert_eq!(fs::read_to_string(&file).unwrap(), "x");
     }
 }

@@ -1,6 +1,7 @@
 //! `kynml predict` and `kynml eval`: a trained model on the rows of a CSV file.
 
 use std::io::Write;
+use std::path::Path;
 
 use kynml_core::predict::{Predictions, Predictor};
 use kynml_core::spec::types::DeviceRequest;
@@ -9,12 +10,15 @@ use crate::args::{EvalArgs, PredictArgs};
 use crate::failure::Failure;
 use crate::render;
 
-fn load(model: &std::path::Path, device: DeviceRequest) -> Result<Predictor, Failure> {
+fn load(model: &Path, device: DeviceRequest) -> Result<Predictor, Failure> {
     let device = crate::devices::pick(device)?;
     Predictor::load(model, &device).map_err(|e| Failure::input(format!("error: {e}")))
 }
 
 pub fn predict(args: PredictArgs) -> Result<(), Failure> {
+    if let Some(output) = &args.output {
+        check_output(output)?;
+    }
     let predictor = load(&args.model, args.device)?;
     let m = &predictor.model;
     let rows = m.read_rows(args.rows(), false).map_err(|e| Failure::input(format!("error: {e}")))?;
@@ -35,6 +39,24 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", output.display())))?;
     println!("{} predictions written to {}", p.rows, output.display());
     Ok(())
+}
+
+/// `--output` must name a file in a folder that exists: said before any
+/// work, as bad input (exit 2).
+fn check_output(output: &Path) -> Result<(), Failure> {
+    let refuse = |why: String| Failure::input(format!("error: cannot write {}: {why}", output.display()));
+    if output.is_dir() {
+        return Err(refuse("it is a folder, not a file".into()));
+    }
+    let folder = kynml_core::atomic_file::folder(output);
+    match std::fs::metadata(folder) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(refuse(format!("its folder {} is a file", folder.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(refuse(format!("its folder {} does not exist", folder.display())))
+        }
+        Err(e) => Err(refuse(format!("cannot reach its folder {}: {e}", folder.display()))),
+    }
 }
 
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {

@@ -559,6 +559,23 @@ fn rotated_checkpoint_names_holding_other_files_are_refused_before_training() {
 
 // ---- export, predict, eval ----
 
+#[test]
+fn predict_into_a_missing_folder_is_bad_input_named_before_any_work() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "2", "--out", "run"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kynml(&["predict", "run", "iris.csv", "--output", "nodir/p.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot write nodir/p.csv: its folder nodir does not exist") && !t.contains(".tmp"), "{t}");
+    assert!(!dir.join("nodir").exists());
+    let out = kynml(&["predict", "run", "iris.csv", "--output", "run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot write run: it is a folder, not a file"), "{t}");
+}
+
 /// Under umask 022, every file a run, a prediction and an export write is
 /// 0644, as `File::create` makes it, not 0600: a serving account reads them.
 #[cfg(unix)]

@@ -116,8 +116,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let result = result.map_err(|e| match e {
         TrainError::Interrupted { epoch, step, checkpoint } => Failure::interrupted(match checkpoint {
             Some(path) => format!(
-                "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  run the same command to continue from there (--fresh starts over)",
-                path.display()
+                "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  \
+                 to continue from there: {}\n  (--fresh starts over)",
+                path.display(),
+                continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
             ),
             None => format!(
                 "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not checkpoint \
@@ -281,6 +283,37 @@ fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopS
     Ok(found)
 }
 
+/// The command that continues an interrupted run from its checkpoint: this
+/// one without `--fresh` (which would start over), and with `--out DIR`
+/// moved to a folder that does not exist yet, since DIR now holds the part
+/// run so far and a run folder must start empty.
+fn continue_command(mut args: Vec<String>) -> String {
+    args.retain(|a| a != "--fresh");
+    let free = |dir: &str| {
+        let dir = if dir.len() > 1 { dir.trim_end_matches('/') } else { dir };
+        (2..).map(|n| format!("{dir}-{n}")).find(|d| !Path::new(d).exists()).unwrap_or_default()
+    };
+    for i in 0..args.len() {
+        if args[i] == "--out" && i + 1 < args.len() {
+            args[i + 1] = free(&args[i + 1]);
+        } else if let Some(dir) = args[i].strip_prefix("--out=") {
+            args[i] = format!("--out={}", free(dir));
+        }
+    }
+    args.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" ")
+}
+
+/// `a` as a POSIX shell reads it back: bare when it holds only safe
+/// characters, else in single quotes.
+fn shell_quote(a: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_./:=,@%+-".contains(c);
+    if !a.is_empty() && a.chars().all(safe) {
+        a.to_owned()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
 fn write_inputs(run_dir: &RunDir, file: &SpecFile, data: &kynml_core::data::Dataset) -> anyhow::Result<()> {
     run_dir.write_text("spec.kyn", &file.source)?;
     run_dir.write_json("spec.resolved.json", &file.spec)?;
@@ -408,5 +441,32 @@ mod ctrl_c {
         }
         let message = b"\nstopping after this step; Ctrl-C again quits at once\n";
         unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split(' ').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_continue_command_drops_fresh_and_moves_out_to_a_new_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("run");
+        std::fs::create_dir_all(tmp.path().join("run-2")).unwrap();
+        let o = out.display();
+        assert_eq!(
+            continue_command(args(&format!("kynml train s.kyn --fresh --out {o}/ --epochs 3"))),
+            format!("kynml train s.kyn --out {o}-3 --epochs 3")
+        );
+        assert_eq!(
+            continue_command(args(&format!("kynml train s.kyn --out={o}"))),
+            format!("kynml train s.kyn --out={o}-3")
+        );
+        assert_eq!(continue_command(args("kynml train s.kyn")), "kynml train s.kyn");
+        assert_eq!(shell_quote("my spec's.kyn"), r"'my spec'\''s.kyn'");
     }
 }

@@ -762,8 +762,9 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     let t = text(&out);
     assert_eq!(out.status.code(), Some(130), "{t}");
     assert!(t.contains("stopping after this step") && t.contains("checkpoint written to run.ckpt"), "{t}");
-    assert!(t.contains("run the same command to continue"), "{t}");
-    let out = kynml(&["train", "spec.kyn", "--out", "second"], dir);
+    // The same command would find `first` not empty: the advice names a new folder.
+    assert!(t.contains("to continue from there: ") && t.contains(" train spec.kyn --out first-2\n"), "{t}");
+    let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
     assert!(std::fs::read(dir.join("run.ckpt")).unwrap() == reference, "the resumed run ends elsewhere");
 

@@ -949,6 +949,14 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     let out = kynml(&["predict", "out/model.mpk", "rows.csv"], dir);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("was written for `model.safetensors`, not for this file"), "{}", text(&out));
+    // A damaged weights file is said to be damaged, with no advice meant for checkpoints.
+    let whole = std::fs::read(dir.join("other/model.safetensors")).unwrap();
+    std::fs::write(dir.join("other/model.safetensors"), &whole[..whole.len() / 2]).unwrap();
+    let out = kynml(&["predict", "other/model.safetensors", "rows.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot be read as safetensors") && t.contains("damaged or cut short"), "{t}");
+    assert!(!t.contains("checkpoint"), "{t}");
     // One model exported both ways under one name shares one sidecar: both load.
     for (format, file) in [("burn", "same/m.mpk"), ("safetensors", "same/m.safetensors"), ("burn", "same/m.mpk")] {
         let out = kynml(&["export", "a", "--format", format, "--path", file], dir);

@@ -440,7 +440,15 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
         std::panic::set_hook(hook);
         let loaded = match loaded {
             Ok(Ok(model)) => model,
-            Ok(Err(e)) => return Err(invalid(e.to_string())),
+            // Burn's own words suggest a feature flag of its; a model file
+            // that does not decode is damaged or cut short.
+            Ok(Err(_)) => {
+                return Err(invalid(
+                    "it cannot be read as a Burn record: the file is damaged or cut short (a copy that did not \
+                     finish?); export the model again"
+                        .into(),
+                ))
+            }
             Err(_) => {
                 return Err(invalid(format!(
                     "its weights do not fit the model that its sidecar `{}` describes: were they exported from \
@@ -451,7 +459,16 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
         };
         with_weights(&loaded, meta)
     } else {
-        let (tensors, _) = decode_safetensors(&bytes).map_err(|e| invalid(e.to_string()))?;
+        let (tensors, _) = decode_safetensors(&bytes).map_err(|e| {
+            let why = match e {
+                crate::checkpoint::CheckpointError::Corrupt { reason } => reason,
+                _ => "its bytes do not hold together".into(),
+            };
+            invalid(format!(
+                "it cannot be read as safetensors ({why}): the file is damaged or cut short; export the model \
+                 again, or for a run folder train it again"
+            ))
+        })?;
         fill(meta, &tensors).map_err(invalid)?
     };
     model.validate().map_err(invalid)?;

@@ -10,7 +10,18 @@ use crate::render;
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
     let data = file.load_data()?;
+    // What `kynml train` refuses before it starts, `check` refuses too.
+    let resume = crate::train::resume_plan(&file, false, true)?;
+    crate::train::check_export_target(&file)?;
     println!("{}: ok", args.spec.display());
+    if let (Some((_, state)), Some(path)) = (&resume, file.checkpoint_path()) {
+        println!(
+            "checkpoint {}: {} of {} epochs done; `kynml train` resumes from it (--fresh starts over)",
+            path.display(),
+            state.epoch,
+            file.spec.train.epochs.value
+        );
+    }
     let classes = match data.class_names() {
         Some(names) => format!(", {} classes ({})", names.len(), names.join(", ")),
         None => String::new(),

@@ -31,13 +31,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let devices = crate::devices::pick_all(&file.spec.train)?;
     let device = devices[0].clone();
     let data = file.load_data()?;
-    let resume = resume_plan(&file, args.fresh)?;
-    if let Some(e) = &file.spec.export {
-        if let Ok(format) = Format::from_spec(e.format.value) {
-            export::check_target(format, &file.resolve(&e.path.value))
-                .map_err(|err| Failure::input(format!("error: cannot export as the spec says: {err}")))?;
-        }
-    }
+    let resume = resume_plan(&file, args.fresh, false)?;
+    check_export_target(&file)?;
 
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
     if let Some((_, state)) = &resume {
@@ -257,7 +252,10 @@ fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel) -> Option<S
 
 /// The checkpoint to resume from, checked, and the checkpoint folder
 /// checked for writing: all before anything is written.
-fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
+/// The checkpoint a run resumes from, after checking that checkpoints can
+/// be written where the spec says; `dry` (for `kynml check`) checks without
+/// creating the checkpoint's folder.
+pub(crate) fn resume_plan(file: &SpecFile, fresh: bool, dry: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
     let Some(path) = file.checkpoint_path() else {
         if fresh {
             eprintln!("note: --fresh has no effect: the spec does not checkpoint");
@@ -265,8 +263,8 @@ fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopS
         return Ok(None);
     };
     let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-    checkpoint::prepare(&path, keep)
-        .map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
+    let ready = if dry { checkpoint::check_targets(&path, keep) } else { checkpoint::prepare(&path, keep) };
+    ready.map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
     let found = if fresh {
         None
     } else {
@@ -281,6 +279,17 @@ fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopS
         })?
     };
     Ok(found)
+}
+
+/// That the spec's `export:` path holds nothing but an earlier export of its format.
+pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
+    if let Some(e) = &file.spec.export {
+        if let Ok(format) = Format::from_spec(e.format.value) {
+            export::check_target(format, &file.resolve(&e.path.value))
+                .map_err(|err| Failure::input(format!("error: cannot export as the spec says: {err}")))?;
+        }
+    }
+    Ok(())
 }
 
 /// The command that continues an interrupted run from its checkpoint: this

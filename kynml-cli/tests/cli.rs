@@ -480,6 +480,17 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     assert!(t.contains("written for a different model") && t.contains("dense 7 tanh"), "{t}");
     assert_eq!(t.matches("--fresh").count(), 1, "{t}");
     assert!(!dir.join("other").exists());
+    // `check` refuses what `train` would, and says where a run resumes.
+    let out = kynml(&["check", "other.kyn"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("written for a different model"), "{}", text(&out));
+    let out = kynml(&["check", "spec.kyn"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("checkpoint ckpt/run.ckpt: 2 of 2 epochs done"), "{t}");
+    std::fs::write(dir.join("onto_data.kyn"), spec.replace("ckpt/run.ckpt", "data.csv")).unwrap();
+    let out = kynml(&["check", "onto_data.kyn"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("data.csv exists and is not a KynML checkpoint"), "{}", text(&out));
     // Another seed or split would validate on rows the checkpoint trained on.
     let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--seed", "99", "--out", "seeded"], dir);
     let t = text(&out);
@@ -853,6 +864,9 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
         + "\nexport:\n    format = safetensors\n    path = \"notes.safetensors\"\n";
     std::fs::write(dir.join("iris.kyn"), spec).unwrap();
     std::fs::write(dir.join("notes.json"), "{\"my\": \"notes\"}").unwrap();
+    let out = kynml(&["check", "iris.kyn"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("notes.json exists and is not a KynML model sidecar"), "{}", text(&out));
     let out = kynml(&["train", "iris.kyn", "--out", "run"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");

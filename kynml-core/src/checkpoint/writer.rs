@@ -127,6 +127,18 @@ impl CheckpointWriter {
 /// replaces (`path.1` ... `path.{keep-1}`) hold a folder or a file of some
 /// other kind.
 pub fn prepare(path: &Path, keep: usize) -> Result<(), CheckpointError> {
+    check_targets(path, keep)?;
+    let dir = parent_dir(path);
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let probe = dir.join(temp_name(path.file_name().unwrap_or_default()));
+    OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| io_error(dir, e))?;
+    fs::remove_file(&probe).map_err(|e| io_error(&probe, e))
+}
+
+/// The part of [`prepare`] that writes nothing (for `kynml check`): `path`
+/// names a file, and neither it nor a name that rotation would replace is a
+/// folder or a file that is not a KynML checkpoint.
+pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
     if path.file_name().is_none() {
         let e = io::Error::new(io::ErrorKind::InvalidInput, "the checkpoint path does not name a file");
         return Err(io_error(path, e));
@@ -138,11 +150,7 @@ pub fn prepare(path: &Path, keep: usize) -> Result<(), CheckpointError> {
         }
         refuse_foreign(&target)?;
     }
-    let dir = parent_dir(path);
-    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-    let probe = dir.join(temp_name(path.file_name().unwrap_or_default()));
-    OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| io_error(dir, e))?;
-    fs::remove_file(&probe).map_err(|e| io_error(&probe, e))
+    Ok(())
 }
 
 /// `Foreign` when `path` is a file that does not start as a KynML checkpoint

@@ -115,6 +115,8 @@ pub(crate) struct LayerLine {
     pub span: Span,
     /// Characters of indentation before the line's first token.
     pub indent: usize,
+    /// That indentation, as written (spaces and tabs).
+    pub indent_text: String,
     /// A `residual:` line: it opens a block of the lines indented below it.
     pub opens: bool,
     /// The arguments could not be read (already reported).

@@ -59,7 +59,25 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     let mut group: Option<(&LayerLine, Vec<Spanned<Layer>>)> = None;
     for (index, line) in lines.iter().enumerate() {
         if let Some((header, _)) = &group {
-            if line.indent <= header.indent {
+            // Python's rule: one indentation must begin with the other, or
+            // which is further depends on a tab's width.
+            let (h, l) = (&header.indent_text, &line.indent_text);
+            let ambiguous = !h.starts_with(l.as_str()) && !l.starts_with(h.as_str());
+            if ambiguous {
+                d.push(
+                    Diagnostic::new(
+                        line.span,
+                        "this line is indented with tabs and spaces otherwise than the `residual:` line above it, \
+                         so whether it belongs to the block depends on a tab's width",
+                        "ambiguous indentation",
+                    )
+                    .with_help("indent the block's lines and the `residual:` line with spaces only (or tabs only)"),
+                );
+                ok = false;
+                unsure = true;
+            }
+            // An ambiguous line stays in the block: said once, above.
+            if line.indent <= header.indent && !ambiguous {
                 ok &= close_group(group.take(), &mut layers, d);
             }
         }

@@ -69,7 +69,8 @@ impl<'s> Parser<'s> {
         let span = Span { start: tokens[0].span.start, end: last.span.end };
         self.document.end = span.end;
         let lex_failed = !lex_diags.is_empty();
-        let indent = line.chars().take_while(|c| c.is_whitespace()).count();
+        let indent_text: String = line.chars().take_while(|c| c.is_whitespace()).collect();
+        let indent = indent_text.chars().count();
         if self.opens_layer_block(&tokens) {
             // `residual:` in a model block: a block of layers, not a new block of the spec.
             diags.extend(lex_diags);
@@ -82,6 +83,7 @@ impl<'s> Parser<'s> {
                     span,
                     damaged: lex_failed,
                     indent,
+                    indent_text,
                     opens: true,
                 });
             }
@@ -97,7 +99,7 @@ impl<'s> Parser<'s> {
         match shape {
             Shape::Header { colon: 1 } if self.colon_setting(&tokens) => {
                 diags.extend(lex_diags);
-                let line = Line { tokens: &tokens, indent, span, number: line_no, lex_failed };
+                let line = Line { tokens: &tokens, indent, indent_text: indent_text.clone(), span, number: line_no, lex_failed };
                 self.colon_instead_of_equals(&line, diags);
             }
             Shape::Header { colon } => {
@@ -125,7 +127,7 @@ impl<'s> Parser<'s> {
                 State::BeforeFirstBlock { reported: true } | State::Skipping => {}
                 State::InBlock(index) => {
                     diags.extend(lex_diags);
-                    let line = Line { tokens: &tokens, indent, span, number: line_no, lex_failed };
+                    let line = Line { tokens: &tokens, indent, indent_text: indent_text.clone(), span, number: line_no, lex_failed };
                     if self.document.blocks[index].kind == BlockKind::Model {
                         self.layer_line(index, &line, diags);
                     } else {
@@ -174,6 +176,7 @@ impl<'s> Parser<'s> {
                 span: line.span,
                 damaged: true,
                 indent: line.indent,
+                indent_text: line.indent_text.clone(),
                 opens: false,
             });
         } else {
@@ -484,6 +487,7 @@ impl<'s> Parser<'s> {
             span: line.span,
             damaged: line.lex_failed,
             indent: line.indent,
+            indent_text: line.indent_text.clone(),
             opens: false,
         };
         if !line.lex_failed {
@@ -540,6 +544,8 @@ struct Line<'t> {
     tokens: &'t [Token],
     /// Characters of indentation.
     indent: usize,
+    /// That indentation, as written.
+    indent_text: String,
     /// From the first token to the last, without indentation or comment.
     span: Span,
     number: usize,

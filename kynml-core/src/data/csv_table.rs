@@ -4,7 +4,9 @@
 //! every other column is a feature and must hold finite numbers. Cells are
 //! trimmed of surrounding whitespace, a UTF-8 byte order mark (as Excel
 //! writes) is ignored, and lines that are blank or only whitespace are
-//! skipped. Every problem is reported with the line number an editor shows
+//! skipped (in training data; rows to predict keep one line each, so there
+//! a blank line between rows is an error). A quote that is never closed is
+//! an error where it opens. Every problem is reported with the line number an editor shows
 //! (the header is line 1) and the 1-based column index and name.
 //!
 //! ```no_run

@@ -4,8 +4,9 @@ two files alone, and predicts with it.
 
     python3 scripts/rebuild_in_pytorch.py model.safetensors model.json rows.csv
 
-rows.csv: raw feature rows, comma-separated, in the sidecar's feature order,
-an optional header line; categorical columns as text. For a text model, one
+rows.csv: raw feature rows, comma-separated: with a header naming the
+features (in any order; the target column may be there too), or without
+one in the sidecar's feature order; categorical columns as text. For a text model, one
 text per line. For a sequence model, a header naming its sequence columns,
 each cell numbers separated by spaces. Prints
 one line per row: the predictions (regression) or the class probabilities.
@@ -285,14 +286,30 @@ def main(argv):
     def value(i, cell):
         return float(vocab[i].get(cell.strip(), 0)) if i in vocab else float(cell)
 
-    try:
-        [value(i, v) for i, v in enumerate(lines[0].split(","))]
-        if lines[0].split(",") == side["feature_names"]:
-            lines = lines[1:]
-    except ValueError:
-        lines = lines[1:]
-    rows = torch.tensor([[value(i, v) for i, v in enumerate(line.split(","))] for line in lines],
-                        dtype=torch.float32)
+    # Columns by name when the file has a header naming every feature (in
+    # any order, the target allowed beside them, as `kynml predict` reads
+    # them); else in the sidecar's feature order.
+    import csv as csvmod
+    names = side["feature_names"]
+    records = [[c.strip() for c in r] for r in csvmod.reader(open(csv)) if any(c.strip() for c in r)]
+    order = list(range(len(names)))
+    if records and set(names) <= set(records[0]):
+        header = records.pop(0)
+        extra = [h for h in header if h not in names and h != side.get("target")]
+        if extra:
+            sys.exit(f"{csv}:1: column(s) {', '.join(extra)} are neither features of this model nor its target")
+        order = [header.index(n) for n in names]
+    elif records:
+        try:
+            [value(i, v) for i, v in enumerate(records[0])]
+        except (ValueError, IndexError):
+            missing = [n for n in names if n not in records[0]]
+            sys.exit(f"{csv}:1: the header lacks the feature column(s) {', '.join(missing)}")
+    width = len(records[0]) if records else 0
+    for n, r in enumerate(records):
+        if len(r) != width or len(r) < len(names):
+            sys.exit(f"{csv}: row {n + 1} has {len(r)} cells, expected {max(width, len(names))}")
+    rows = torch.tensor([[value(i, r[c]) for i, c in enumerate(order)] for r in records], dtype=torch.float32)
     out = predict(side, rebuild(side, load_file(weights)), rows)
     for row in out.tolist():
         print(",".join(f"{v:.6f}" for v in row))

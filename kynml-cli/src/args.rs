@@ -150,7 +150,7 @@ pub struct TrainArgs {
     /// Number of epochs (overrides the spec's `epochs`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub epochs: Option<u64>,
-    /// Run folder to write (default: runs/<spec>-<time>/ next to the current directory).
+    /// Run folder to write (default: runs/<spec>-<time>/ in the current directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Random seed for weights, data split and order (overrides the spec's `seed`).

@@ -50,8 +50,12 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         ..BenchOptions::default()
     };
     println!(
-        "bench: {} on {source}, batch {}, {} steps in each of 1 warm-up and {} timed rounds\n",
-        file.spec.model.name.value, file.spec.train.batch.value, options.steps, options.rounds
+        "bench: {} on {source}, batch {}, {} steps in each of 1 warm-up and {} timed round{}\n",
+        file.spec.model.name.value,
+        file.spec.train.batch.value,
+        options.steps,
+        options.rounds,
+        if options.rounds == 1 { "" } else { "s" }
     );
 
     let mut steady_at = None;

@@ -251,7 +251,8 @@ fn check_tensor(d: &Decl, t: &HostTensor) -> Result<(), String> {
         return Err(format!("{} has shape [{}], expected [{}]", d.name, dims(&t.shape), dims(&d.shape)));
     }
     if t.data.len() != count {
-        return Err(format!("{} has {} values, expected {} = {count}", d.name, t.data.len(), dims(&d.shape)));
+        let shape = if d.shape.len() > 1 { format!("{} = {count}", dims(&d.shape)) } else { count.to_string() };
+        return Err(format!("{} has {} values, expected {shape}", d.name, t.data.len()));
     }
     let int = matches!(t.data, TorchTensor::I64(_));
     if int != (d.role == Role::Count) {

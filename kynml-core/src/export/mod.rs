@@ -486,6 +486,14 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
     if v.get("format").and_then(Value::as_str) != Some(torch::SIDECAR_FORMAT) {
         return Err(format!("its `format` is not `{}`", torch::SIDECAR_FORMAT));
     }
+    if let Some(version) = v.get("format_version").and_then(Value::as_u64) {
+        if version > u64::from(torch::SIDECAR_VERSION) {
+            return Err(format!(
+                "its `format_version` is {version}, newer than this KynML reads (up to {}): upgrade KynML",
+                torch::SIDECAR_VERSION
+            ));
+        }
+    }
     let input = size(v, "input")?;
     // Older sidecars have no `input_shape`: plain features.
     let sequence: Option<crate::data::SequenceColumns> = match v.get("sequence") {

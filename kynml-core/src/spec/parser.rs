@@ -99,7 +99,14 @@ impl<'s> Parser<'s> {
         match shape {
             Shape::Header { colon: 1 } if self.colon_setting(&tokens) => {
                 diags.extend(lex_diags);
-                let line = Line { tokens: &tokens, indent, indent_text: indent_text.clone(), span, number: line_no, lex_failed };
+                let line = Line {
+                    tokens: &tokens,
+                    indent,
+                    indent_text: indent_text.clone(),
+                    span,
+                    number: line_no,
+                    lex_failed,
+                };
                 self.colon_instead_of_equals(&line, diags);
             }
             Shape::Header { colon } => {
@@ -127,7 +134,14 @@ impl<'s> Parser<'s> {
                 State::BeforeFirstBlock { reported: true } | State::Skipping => {}
                 State::InBlock(index) => {
                     diags.extend(lex_diags);
-                    let line = Line { tokens: &tokens, indent, indent_text: indent_text.clone(), span, number: line_no, lex_failed };
+                    let line = Line {
+                        tokens: &tokens,
+                        indent,
+                        indent_text: indent_text.clone(),
+                        span,
+                        number: line_no,
+                        lex_failed,
+                    };
                     if self.document.blocks[index].kind == BlockKind::Model {
                         self.layer_line(index, &line, diags);
                     } else {
@@ -155,7 +169,19 @@ impl<'s> Parser<'s> {
         let TokenKind::Ident(key) = &tokens[0].kind else { return };
         let rest = &self.source[tokens[2].span.start..line.span.end];
         let is_model = block.kind == BlockKind::Model;
-        if !line.lex_failed {
+        // `residual: extra`: a block's line takes nothing after its colon.
+        if is_model && key == "residual" && !line.lex_failed {
+            diags.push(
+                Diagnostic::new(
+                    Span { start: tokens[2].span.start, end: line.span.end },
+                    "unexpected text after `residual:`",
+                    "a block's line ends at its `:`",
+                )
+                .with_help(
+                    "write `residual:` alone on its line, and its layers on the lines below it, indented further",
+                ),
+            );
+        } else if !line.lex_failed {
             let help = if is_model { format!("write `{key} {rest}`") } else { format!("write `{key} = {rest}`") };
             let expected = if is_model { "a space" } else { "`=`" };
             diags.push(

@@ -89,7 +89,10 @@ pub struct Device {
 impl Device {
     /// The host CPU through Burn's flex backend; always available.
     pub fn cpu() -> Self {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // The threads that really run: rayon's global pool, which Burn's
+        // flex backend and KynML's native engine both size from it
+        // (`RAYON_NUM_THREADS`, else every core).
+        let threads = rayon::current_num_threads();
         Device { kind: DeviceKind::Cpu { threads }, burn: DispatchDevice::Flex(FlexDevice) }
     }
 
@@ -188,7 +191,7 @@ impl Device {
     /// One line for a person: what the device is.
     pub fn describe(&self) -> String {
         match &self.kind {
-            DeviceKind::Cpu { threads } => format!("cpu ({threads} threads)"),
+            DeviceKind::Cpu { threads } => format!("cpu ({threads} thread{})", if *threads == 1 { "" } else { "s" }),
             DeviceKind::Cuda(gpu) => format!(
                 "cuda:{} ({}, compute capability {}.{}, {:.0} GiB)",
                 gpu.index,

@@ -100,11 +100,14 @@ pub fn run() -> Result<(), Failure> {
         let f16 = if a.shader_f16 { ", f16 shaders" } else { "" };
         rows.push(vec!["wgpu".into(), a.name, format!("{kind}, {}{f16}", a.driver)]);
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = match kynml_backend::Device::cpu().kind {
+        kynml_backend::DeviceKind::Cpu { threads } => threads,
+        _ => 1,
+    };
     rows.push(vec![
         "cpu".into(),
         "KynML's native engine (fp32); flex, Burn's CPU backend, for bf16/fp16".into(),
-        format!("{threads} threads"),
+        format!("{threads} thread{}", if threads == 1 { "" } else { "s" }),
     ]);
     println!("{}", render::table(&["device", "name", "details"], &rows));
     let auto = select(DeviceChoice::Auto).map_err(|e| Failure::run(format!("error: {e}")))?;

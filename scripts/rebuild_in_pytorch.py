@@ -291,7 +291,9 @@ def main(argv):
     # them); else in the sidecar's feature order.
     import csv as csvmod
     names = side["feature_names"]
-    records = [[c.strip() for c in r] for r in csvmod.reader(open(csv)) if any(c.strip() for c in r)]
+    # utf-8-sig: a byte order mark (as Excel writes) is not part of the first name.
+    with open(csv, newline="", encoding="utf-8-sig") as f:
+        records = [[c.strip() for c in r] for r in csvmod.reader(f) if any(c.strip() for c in r)]
     order = list(range(len(names)))
     if records and set(names) <= set(records[0]):
         header = records.pop(0)

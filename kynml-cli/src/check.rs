@@ -10,17 +10,28 @@ use crate::render;
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
     let data = file.load_data()?;
-    // What `kynml train` refuses before it starts, `check` refuses too.
-    let resume = crate::train::resume_plan(&file, false, true)?;
+    // Where `kynml train` would write, `check` looks too: a checkpoint or
+    // export path onto another kind of file is refused, as train refuses it.
+    if let Some(path) = file.checkpoint_path() {
+        let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
+        kynml_core::checkpoint::check_targets(&path, keep)
+            .map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
+    }
     crate::train::check_export_target(&file)?;
     println!("{}: ok", args.spec.display());
-    if let (Some((_, state)), Some(path)) = (&resume, file.checkpoint_path()) {
-        println!(
-            "checkpoint {}: {} of {} epochs done; `kynml train` resumes from it (--fresh starts over)",
-            path.display(),
-            state.epoch,
-            file.spec.train.epochs.value
-        );
+    // A checkpoint already there is the next run's business (its --seed or
+    // --fresh decide): said, not refused.
+    if let Some(path) = file.checkpoint_path() {
+        match file.find_checkpoint() {
+            Ok(Some((_, state))) => println!(
+                "checkpoint {}: {} of {} epochs done; `kynml train` resumes from it (--fresh starts over)",
+                path.display(),
+                state.epoch,
+                file.spec.train.epochs.value
+            ),
+            Ok(None) => {}
+            Err(e) => println!("note: `kynml train` as written would not resume from {}: {e}", path.display()),
+        }
     }
     let classes = match data.class_names() {
         Some(names) => format!(", {} classes ({})", names.len(), names.join(", ")),

@@ -31,7 +31,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let devices = crate::devices::pick_all(&file.spec.train)?;
     let device = devices[0].clone();
     let data = file.load_data()?;
-    let resume = resume_plan(&file, args.fresh, false)?;
+    let resume = resume_plan(&file, args.fresh)?;
     check_export_target(&file)?;
 
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
@@ -253,9 +253,8 @@ fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel) -> Option<S
 /// The checkpoint to resume from, checked, and the checkpoint folder
 /// checked for writing: all before anything is written.
 /// The checkpoint a run resumes from, after checking that checkpoints can
-/// be written where the spec says; `dry` (for `kynml check`) checks without
-/// creating the checkpoint's folder.
-pub(crate) fn resume_plan(file: &SpecFile, fresh: bool, dry: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
+/// be written where the spec says.
+fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
     let Some(path) = file.checkpoint_path() else {
         if fresh {
             eprintln!("note: --fresh has no effect: the spec does not checkpoint");
@@ -263,8 +262,8 @@ pub(crate) fn resume_plan(file: &SpecFile, fresh: bool, dry: bool) -> Result<Opt
         return Ok(None);
     };
     let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-    let ready = if dry { checkpoint::check_targets(&path, keep) } else { checkpoint::prepare(&path, keep) };
-    ready.map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
+    checkpoint::prepare(&path, keep)
+        .map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
     let found = if fresh {
         None
     } else {

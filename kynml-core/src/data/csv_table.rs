@@ -477,7 +477,13 @@ pub fn read_model_rows(
         (0..columns.len()).map(|p| categories.iter().find(|v| v.position == p)).collect();
     let mut unseen = vec![0usize; columns.len()];
     let token_index = tokens.map(TokenVocabulary::index);
-    while let Some(line) = next_row(&mut reader, &bytes, &mut record, path, header.len())? {
+    // Predictions are written one line a row, in order; `eval` (which needs
+    // the target) only sums the rows, so it skips blank lines as training does.
+    let next = |reader: &mut csv::Reader<&[u8]>, record: &mut ByteRecord| match need_target {
+        true => next_record(reader, &bytes, record, path),
+        false => next_row(reader, &bytes, record, path, header.len()),
+    };
+    while let Some(line) = next(&mut reader, &mut record)? {
         check_width(&record, header.len(), path, line)?;
         if let Some(s) = sequence {
             let cells =
@@ -1100,6 +1106,11 @@ mod tests {
         assert!(matches!(err, DataError::NotNumeric { row: 3, .. }), "{err:?}");
         // Blank lines at the end of the file are fine.
         let rows = model_rows(b"a,x\n1,0\n2,1\n\n  \n", &["a", "x"], None).unwrap();
+        assert_eq!(rows.rows, 2);
+        // `eval` (which needs the target) only sums its rows: it skips blank lines.
+        let (_dir, path) = temp_csv(b"a,x,y\n1,0,1\n\n2,1,0\n");
+        let names = ["a".to_string(), "x".to_string()];
+        let rows = read_model_rows(&path, &names, &[], None, None, "y", true).unwrap();
         assert_eq!(rows.rows, 2);
     }
 }

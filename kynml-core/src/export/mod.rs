@@ -301,44 +301,38 @@ fn sidecar_for(model: &ExportModel, path: &Path, bytes: &[u8]) -> Result<Vec<u8>
     Ok(serde_json::to_vec_pretty(&json).unwrap_or_default())
 }
 
-/// Whether `bytes`, read from `weights`, are a file the sidecar `sidecar`
-/// was written with, by its `weights` entry (older sidecars have none).
-/// `whole` also compares size and checksum, where a changed file cannot be
-/// read safely (Burn's records); else only the name.
-fn check_owner(
-    sidecar: &Value,
-    sidecar_path: &Path,
-    weights: &Path,
-    bytes: &[u8],
-    whole: bool,
-) -> Result<(), ExportError> {
+/// Whether `bytes`, read from the Burn record `weights`, are a file the
+/// sidecar was written with, by its `weights` entry: by name, or by size and
+/// checksum (a pair copied under another name). A Burn record that does not
+/// fit its model cannot be read safely; safetensors files are checked tensor
+/// by tensor as they load, so they need no entry. Older sidecars have none.
+fn check_owner(sidecar: &Value, sidecar_path: &Path, weights: &Path, bytes: &[u8]) -> Result<(), ExportError> {
     let Some(Value::Object(files)) = sidecar.pointer("/weights/files") else { return Ok(()) };
     let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let sidecar_name = sidecar_path.display();
-    let Some(entry) = files.get(&name) else {
-        let written: Vec<String> = files.keys().map(|k| format!("`{k}`")).collect();
-        return Err(ExportError::Invalid {
-            path: weights.into(),
-            reason: format!(
-                "its sidecar `{sidecar_name}` was written for {}, not for this file: a burn and a safetensors \
-                 export of one name share their sidecar; export this model again",
-                written.join(" and ")
-            ),
-        });
+    let crc = crc_text(bytes);
+    let fits = |entry: &Value| {
+        entry.get("bytes").and_then(Value::as_u64) == Some(bytes.len() as u64)
+            && entry.get("crc32c").and_then(Value::as_str) == Some(crc.as_str())
     };
-    if whole
-        && (entry.get("bytes").and_then(Value::as_u64) != Some(bytes.len() as u64)
-            || entry.get("crc32c").and_then(Value::as_str) != Some(crc_text(bytes).as_str()))
-    {
-        return Err(ExportError::Invalid {
-            path: weights.into(),
-            reason: format!(
-                "this is not the file its sidecar `{sidecar_name}` was written with (its size or checksum differs): \
-                 it was changed or replaced since the export; export the model again"
-            ),
-        });
+    if files.values().any(fits) {
+        return Ok(());
     }
-    Ok(())
+    let written: Vec<String> = files.keys().map(|k| format!("`{k}`")).collect();
+    let reason = if files.contains_key(&name) {
+        format!(
+            "this is not the file its sidecar `{}` was written with (its size or checksum differs): it was changed \
+             or replaced since the export; export the model again",
+            sidecar_path.display()
+        )
+    } else {
+        format!(
+            "its sidecar `{}` was written for {}, and this file is none of them (its size or checksum differs): \
+             a burn and a safetensors export of one name share their sidecar; export this model again",
+            sidecar_path.display(),
+            written.join(" and ")
+        )
+    };
+    Err(ExportError::Invalid { path: weights.into(), reason })
 }
 
 /// Writes `model` as `format` to `path`, each file atomically, after
@@ -422,8 +416,8 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     let meta = from_sidecar(&sidecar).map_err(|reason| ExportError::Invalid { path: sidecar_path.clone(), reason })?;
     let bytes = read(&weights)?;
     let mpk = weights.extension().is_some_and(|e| e == "mpk");
-    check_owner(&sidecar, &sidecar_path, &weights, &bytes, mpk)?;
     let model = if mpk {
+        check_owner(&sidecar, &sidecar_path, &weights, &bytes)?;
         let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).map_err(|e| invalid(e.to_string()))?;
         let skeleton = to_model(&meta, &cpu.inner());
         let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();

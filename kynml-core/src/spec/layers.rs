@@ -61,7 +61,10 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
         if let Some((header, _)) = &group {
             // Python's rule: one indentation must begin with the other, or
             // which is further depends on a tab's width.
-            let (h, l) = (&header.indent_text, &line.indent_text);
+            // Any whitespace but a tab is one column (a no-break space pasted
+            // from a web page is a space).
+            let columns = |t: &str| t.chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect::<String>();
+            let (h, l) = (columns(&header.indent_text), columns(&line.indent_text));
             let ambiguous = !h.starts_with(l.as_str()) && !l.starts_with(h.as_str());
             if ambiguous {
                 d.push(

@@ -230,7 +230,11 @@ fn run<'scope, 'env>(
     let mut best: Option<Model<Kb>> = None;
     let mut order_rng = Rng::stream(t.seed, DATA_STREAM);
     let batch_size = t.batch.value;
-    let has_batchnorm = spec.model.layers.iter().any(|l| matches!(l.value, Layer::BatchNorm(_)));
+    // Inside a `residual:` block too.
+    let has_batchnorm =
+        spec.model.layers.iter().any(|l| {
+            std::iter::once(&l.value).chain(l.value.children()).any(|layer| matches!(layer, Layer::BatchNorm(_)))
+        });
     let n_train = data.train.len();
     let workers = spec.dataset.num_workers.value;
     let loader = Loader::new(workers, spec.dataset.prefetch.as_ref().map(|p| p.value))
@@ -348,7 +352,8 @@ fn run<'scope, 'env>(
         let order_state = order_rng.state();
         let mut order: Vec<usize> = (0..n_train).collect();
         order_rng.shuffle(&mut order);
-        let mut batches = epoch_batches(&order, batch_size, has_batchnorm, settings.max_steps_per_epoch);
+        let devices = settings.replicas.len() + 1;
+        let mut batches = epoch_batches(&order, batch_size, has_batchnorm, devices, settings.max_steps_per_epoch);
         if settings.shapes_only && batches.len() > 2 {
             let last = batches.pop();
             batches.truncate(1);
@@ -769,9 +774,19 @@ fn parts_of(sizes: &[usize], n: usize) -> Vec<Part> {
         .collect()
 }
 
-fn epoch_batches(order: &[usize], batch: usize, has_batchnorm: bool, max_steps: Option<usize>) -> Vec<Vec<usize>> {
+/// The epoch's batches in `order`. With batchnorm, a last batch that would
+/// leave a device fewer than 2 rows (`devices` share each batch) is dropped,
+/// as PyTorch's `drop_last` would: batchnorm cannot normalise one row.
+fn epoch_batches(
+    order: &[usize],
+    batch: usize,
+    has_batchnorm: bool,
+    devices: usize,
+    max_steps: Option<usize>,
+) -> Vec<Vec<usize>> {
     let mut batches: Vec<Vec<usize>> = order.chunks(batch).map(<[usize]>::to_vec).collect();
-    if has_batchnorm && batches.len() > 1 && batches.last().is_some_and(|b| b.len() == 1) {
+    let least = 2 * devices.max(1);
+    if has_batchnorm && batches.len() > 1 && batches.last().is_some_and(|b| b.len() < least) {
         batches.pop();
     }
     if let Some(max) = max_steps {
@@ -787,10 +802,15 @@ mod tests {
     #[test]
     fn batches_cover_the_order_and_drop_a_lone_row_only_with_batchnorm() {
         let order: Vec<usize> = (0..9).collect();
-        let b = epoch_batches(&order, 4, false, None);
+        let b = epoch_batches(&order, 4, false, 1, None);
         assert_eq!(b, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8]]);
-        let b = epoch_batches(&order, 4, true, None);
+        let b = epoch_batches(&order, 4, true, 1, None);
         assert_eq!(b.len(), 2);
-        assert_eq!(epoch_batches(&order, 4, false, Some(1)).len(), 1);
+        assert_eq!(epoch_batches(&order, 4, false, 1, Some(1)).len(), 1);
+        // Two devices: a last batch of 3 rows would give one of them 1 row.
+        let order: Vec<usize> = (0..11).collect();
+        assert_eq!(epoch_batches(&order, 4, true, 2, None).len(), 2);
+        assert_eq!(epoch_batches(&order, 4, false, 2, None).len(), 3);
+        assert_eq!(epoch_batches(&order, 4, true, 1, None).len(), 3, "3 rows on one device are fine");
     }
 }

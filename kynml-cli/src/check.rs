@@ -14,8 +14,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // export path onto another kind of file is refused, as train refuses it.
     if let Some(path) = file.checkpoint_path() {
         let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-        kynml_core::checkpoint::check_targets(&path, keep)
-            .map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
+        kynml_core::checkpoint::check_targets(&path, keep).map_err(|e| crate::train::cannot_checkpoint(&path, e))?;
     }
     crate::train::check_export_target(&file)?;
     println!("{}: ok", args.spec.display());

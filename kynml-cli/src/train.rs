@@ -262,8 +262,7 @@ fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopS
         return Ok(None);
     };
     let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-    checkpoint::prepare(&path, keep)
-        .map_err(|e| Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display())))?;
+    checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(&path, e))?;
     let found = if fresh {
         None
     } else {
@@ -278,6 +277,11 @@ fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopS
         })?
     };
     Ok(found)
+}
+
+/// Checkpoints cannot go to `path`: bad input, said alike by train and check.
+pub(crate) fn cannot_checkpoint(path: &Path, e: impl std::fmt::Display) -> Failure {
+    Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display()))
 }
 
 /// That the spec's `export:` path holds nothing but an earlier export of its format.

@@ -995,6 +995,13 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     }
     let out = kynml(&["predict", "deploy/iris.mpk", "rows.csv"], dir);
     assert!(out.status.success(), "{}", text(&out));
+    // A sidecar from a newer KynML is refused, not half read.
+    let side = std::fs::read_to_string(dir.join("deploy/iris.json")).unwrap();
+    std::fs::write(dir.join("deploy/iris.json"), side.replace("\"format_version\": 1", "\"format_version\": 2"))
+        .unwrap();
+    let out = kynml(&["predict", "deploy/iris.mpk", "rows.csv"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("`format_version` is 2, newer than this KynML reads"), "{}", text(&out));
 }
 
 /// A classification target with one class is the data's problem, said at

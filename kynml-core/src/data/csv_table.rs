@@ -578,9 +578,7 @@ fn next_row(
         // `csv` itself passes over empty lines: they are the line breaks
         // where it began reading, less the `\n` that ends the last line's
         // `\r\n` (where `csv` stops reading a line).
-        let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
-        let mut breaks =
-            &bytes[start..start + bytes[start..].iter().take_while(|&&b| b == b'\n' || b == b'\r').count()];
+        let (start, mut breaks) = breaks_before(bytes, &position);
         if start > 0 && bytes[start - 1] == b'\r' && breaks.first() == Some(&b'\n') {
             breaks = &breaks[1..];
         }
@@ -589,7 +587,8 @@ fn next_row(
             blank_at.get_or_insert(line - empty);
         }
         let blank = record.len() == 1 && record[0].iter().all(u8::is_ascii_whitespace);
-        let quoted = line_bytes(bytes, &position).contains(&b'"');
+        let rest = &bytes[start + breaks.len()..];
+        let quoted = rest[..rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len())].contains(&b'"');
         if blank && !(width == 1 && quoted) {
             blank_at.get_or_insert(line);
             continue;
@@ -600,15 +599,6 @@ fn next_row(
         check_quotes(reader, bytes, record, path, line)?;
         return Ok(Some(line));
     }
-}
-
-/// The bytes of the line a record starts on, past the empty lines `csv`
-/// passed over before it.
-fn line_bytes<'a>(bytes: &'a [u8], position: &csv::Position) -> &'a [u8] {
-    let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
-    let rest = &bytes[start..];
-    let rest = &rest[rest.iter().take_while(|&&b| b == b'\n' || b == b'\r').count()..];
-    &rest[..rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len())]
 }
 
 /// The `csv` reader is lenient: a quote that is never closed takes the rest
@@ -626,9 +616,8 @@ fn check_quotes(
         return Ok(());
     }
     let Some(position) = record.position() else { return Ok(()) };
-    let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
-    let start = start + bytes[start..].iter().take_while(|&&b| b == b'\n' || b == b'\r').count();
-    match unclosed_quote(&bytes[start..]) {
+    let (start, breaks) = breaks_before(bytes, position);
+    match unclosed_quote(&bytes[start + breaks.len()..]) {
         Some((lines, column)) => Err(DataError::UnclosedQuote { path: path.into(), row: line + lines, column }),
         None => Ok(()),
     }
@@ -673,9 +662,16 @@ fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
 /// `csv` gives a record the position where it started reading, which is
 /// before any empty lines it skipped on the way; count those too.
 fn true_line(bytes: &[u8], position: &csv::Position) -> usize {
+    let (_, breaks) = breaks_before(bytes, position);
+    position.line() as usize + breaks.iter().filter(|&&b| b == b'\n').count()
+}
+
+/// Where `csv` began reading a record, and the run of line breaks there
+/// that it passed over before the record's first byte.
+fn breaks_before<'a>(bytes: &'a [u8], position: &csv::Position) -> (usize, &'a [u8]) {
     let start = usize::try_from(position.byte()).unwrap_or(bytes.len()).min(bytes.len());
-    let skipped = bytes[start..].iter().take_while(|&&b| b == b'\n' || b == b'\r').filter(|&&b| b == b'\n').count();
-    position.line() as usize + skipped
+    let run = bytes[start..].iter().take_while(|&&b| b == b'\n' || b == b'\r').count();
+    (start, &bytes[start..start + run])
 }
 
 /// A data row must have as many cells as the header.

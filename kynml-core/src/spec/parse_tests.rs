@@ -607,3 +607,16 @@ fn sizes_past_any_device_are_refused_where_written() {
     let spec = ok(&model("input 1099511627776\ndense 1 linear\n"));
     assert_eq!(spec.model.shape.size() as u64, crate::model::MOST_VALUES);
 }
+
+/// Below a `residual:` line, a no-break space (pasted from a web page)
+/// indents as a space; tabs against spaces are refused on the line.
+#[test]
+fn residual_bodies_indented_with_no_break_spaces_read_as_spaces() {
+    let with =
+        |body: &str| MINIMAL.replace("dense 1 linear\n", &format!("  residual:\n{body}dense 4 relu\ndense 1 linear\n"));
+    let spec = ok(&with("\u{a0}\u{a0}\u{a0}\u{a0}"));
+    assert_eq!(spec.model.layers.len(), 2, "the block and the last layer");
+    assert_eq!(spec.model.layers[0].value.children().len(), 1);
+    let m = messages(&with("\t"));
+    assert!(m.iter().any(|m| m.contains("indented with tabs and spaces otherwise")), "{m:?}");
+}

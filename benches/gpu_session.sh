@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One GPU lease, planned ahead: every GPU figure the open issues still need,
 # in stages that each fit one call of the device tool (10 minutes a command,
-# 30 minutes a session, a bare machine each call, no Rust toolchain there).
+# 15 minutes of device time a session as of 2026-11, a bare machine each
+# call, no Rust toolchain there). docs/dev/gpu-session.md says which stages
+# a 15-minute lease takes.
 #
 # Here, on the build machine (release build, stripped, xz-compressed into gpu/,
 # which git ignores):
@@ -10,10 +12,11 @@
 #     bash benches/gpu_session.sh STAGE [STAGE...]
 #
 # Stages, in the order a short lease should take them:
-#     tests       the CUDA checks (kynml-core/tests/cuda.rs): fp32/TF32
-#                 products, layers against the CPU, bf16/fp16, fused update,
-#                 determinism, checkpointing and estimated memory, NVML,
-#                 profile, a run too large refused (issues 14-17)
+#     tests       the CUDA checks (kynml-core/tests/cuda.rs), each in its own
+#                 process with its own limit (TEST_SECONDS, default 150):
+#                 fp32/TF32 products, layers against the CPU, bf16/fp16,
+#                 fused update, determinism, checkpointing and estimated
+#                 memory, NVML, profile, a run too large refused (issues 14-17)
 #     start       first run on an empty kernel cache, then a second run, for
 #                 DeepNet fp32 and wide bf16; `kynml warmup` (issue 14, item 4)
 #     speed       benches/compare_gpu.py: wide and DeepNet at fp32, tf32,
@@ -35,7 +38,9 @@
 # cache.tar.gz, the kernel cache: put it in gpu/ before the next call and
 # that call starts warm.
 #
-# Environment: KYNML_GPU_DEVICE (default cuda), STAGE_SECONDS, SPEED_CONFIG
+# Environment: KYNML_GPU_DEVICE (default cuda), STAGE_SECONDS, CUDA_TESTS
+# and TEST_SECONDS (which checks, and each one's limit), START_RUNS ("deepnet
+# wide" by default) and START_WARMUP (0 leaves `kynml warmup` out), SPEED_CONFIG
 # (compare_gpu.py's --config, default both), SPEED_PRECISIONS (default
 # "fp32 tf32 bf16 fp16"), STEPS and ROUNDS for the benches (default 50, 3).
 
@@ -161,33 +166,60 @@ variant() {
     sed "s/^train:\$/train:\n    $line/" "$spec" >"$out"
 }
 
+# The CUDA checks in the order a short lease wants their answers: what no
+# earlier lease measured first, what passed before (session 18, H200) next,
+# and the activation-checkpointing check, which did not end there, last.
+# CUDA_TESTS overrides the list (names as `cuda --list --ignored` gives them).
+CUDA_TESTS_DEFAULT="cuda_fp32_products_run_in_the_precision_the_plan_names
+cuda_training_agrees_with_cpu
+cuda_deterministic_runs_are_bit_identical
+cuda_fused_update_trains_like_burns_optimizer
+cuda_nvml_samples_a_real_run
+cuda_profiled_phases_add_up_to_the_step_time
+cuda_memory_estimate_is_within_a_quarter_of_the_measured_peak
+cuda_device_memory_stays_flat_over_epochs
+cuda_sequence_and_categorical_examples_track_the_cpu
+cuda_computes_the_same_dropout_masks_as_the_host
+cuda_bf16_and_fp16_track_fp32
+cuda_a_run_too_large_for_the_gpu_is_refused_before_it_starts
+cuda_checkpointed_activations_keep_less_in_device_memory"
+
 stage_tests() {
-    say "## tests: kynml-core/tests/cuda.rs"
-    enough 120 "the CUDA checks" || return
-    local log=/tmp/kynml-cuda-tests.log
+    say "## tests: kynml-core/tests/cuda.rs, one check at a time (at most ${TEST_SECONDS:-150} s each)"
     # The checks read examples/ from the working folder (they were built elsewhere).
     cd "$REPO" || return
-    # The checks' models are small: the minimal search finds their kernels.
-    CUBECL_AUTOTUNE_LEVEL=minimal timeout $(($(left) - 30)) "$BIN/cuda" --ignored --test-threads=1 --nocapture 2>&1 |
-        tee "$log" >>"$OUT_DIR/log.txt"
-    # The figures the checks print, then the verdict of the whole run (its
-    # last `test result` and `failures:` list: the memory checks rerun
-    # themselves in a process of their own, whose lines come first).
-    grep -E "relative|worst|most device memory|estimated|samples;|fused .* from|skipped|in use per epoch|phases .* of" "$log" |
-        sed 's/^/    /' >>"$OUT_DIR/summary.md"
-    python3 - "$log" <<'EOF' | tee -a "$OUT_DIR/summary.md"
-import re, sys
-text = open(sys.argv[1], errors="replace").read()
-results = re.findall(r"^test result: .*$", text, re.M)
-if not results:
-    print("- the checks did not finish (no `test result` line): see log.txt")
-    sys.exit()
-print(f"- {results[-1]}")
-tail = text[: text.rfind("test result:")]
-failed = re.search(r"\nfailures:\n((?:    \S+\n)+)\s*$", tail)
-for name in failed.group(1).split() if failed else []:
-    print(f"- FAILED: {name}")
-EOF
+    local listed name log rc took started passed=0 failed=0 timed=0
+    listed=$("$BIN/cuda" --list --ignored 2>/dev/null | sed -n 's/: test$//p')
+    for name in ${CUDA_TESTS:-$CUDA_TESTS_DEFAULT}; do
+        grep -qx "$name" <<<"$listed" || { say "- $name: not in this test binary"; continue; }
+        enough 60 "$name" || continue
+        log=/tmp/kynml-cuda-$name.log
+        started=$(date +%s)
+        # One process each, with its own limit: a check that hangs costs its
+        # limit, not the rest of the stage. The checks' models are small: the
+        # minimal search finds their kernels.
+        local limit=${TEST_SECONDS:-150}
+        [ "$limit" -lt $(($(left) - 20)) ] || limit=$(($(left) - 20))
+        CUBECL_AUTOTUNE_LEVEL=minimal timeout "$limit" "$BIN/cuda" --ignored --exact "$name" --test-threads=1 --nocapture \
+            >"$log" 2>&1
+        rc=$? took=$(($(date +%s) - started))
+        { echo "\$ cuda $name"; cat "$log"; } >>"$OUT_DIR/log.txt"
+        if [ $rc -eq 0 ] && grep -q "1 passed" "$log"; then
+            say "- passed ($took s): $name"
+            passed=$((passed + 1))
+        elif [ $rc -eq 124 ]; then
+            say "- DID NOT END in $limit s: $name (last lines in log.txt)"
+            timed=$((timed + 1))
+        else
+            say "- FAILED (exit $rc, $took s): $name"
+            grep -E "panicked|assert|Error|error" "$log" | head -5 | sed 's/^/    /' >>"$OUT_DIR/summary.md"
+            failed=$((failed + 1))
+        fi
+        # The figures the check prints.
+        grep -E "relative|worst|most device memory|estimated|samples;|fused .* from|skipped|in use per epoch|phases .* of" "$log" |
+            sort -u | sed 's/^/    /' >>"$OUT_DIR/summary.md"
+    done
+    say "- checks: $passed passed, $failed failed, $timed did not end"
 }
 
 stage_start() {
@@ -196,6 +228,8 @@ stage_start() {
     local saved=$KYNML_CACHE
     for run in "deepnet fp32|$deep|fp32|51200" "wide bf16|$wide|bf16|81920"; do
         IFS='|' read -r name spec precision rows <<<"$run"
+        # START_RUNS="wide" (or "deepnet") takes one of the two.
+        [[ " ${START_RUNS:-deepnet wide} " == *" ${name%% *} "* ]] || continue
         enough 200 "$name cold and warm" || continue
         export KYNML_CACHE=/tmp/kynml-cold-$RANDOM
         bench "$name, empty cache" $(($(left) - 60)) "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows" &&
@@ -205,6 +239,7 @@ stage_start() {
         rm -rf "$KYNML_CACHE"
         export KYNML_CACHE=$saved
     done
+    [ "${START_WARMUP:-1}" = 1 ] || return
     enough 120 "kynml warmup" || return
     # `kynml warmup` reads the spec's data, which is generated, not committed.
     [ -f "$REPO/examples/deepnet/data/large_train.csv" ] ||

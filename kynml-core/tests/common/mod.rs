@@ -78,9 +78,12 @@ pub fn in_own_process(name: &str) -> bool {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--nocapture", "--test-threads=1", "--include-ignored"])
         .env("KYNML_OWN_PROCESS", "1")
+        // What the check prints as it goes shows as it goes: a check that
+        // hangs on a GPU shows how far it got.
+        .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{text}");
     assert!(out.status.success() && text.contains("1 passed"), "{name} in its own process failed");
     true
@@ -309,6 +312,7 @@ pub fn checkpointing_peaks(device: &Device, seed: u64) -> (u64, u64) {
         .replace("batch = 32", "batch = 256")
         .replace("epochs = 4", "epochs = 1");
     let peak = |checkpoint: bool| {
+        eprintln!("{}: training with checkpoint_activations = {checkpoint}", device.short_name());
         std::fs::write(&path, format!("{base} checkpoint_activations = {checkpoint}\n")).unwrap();
         let mut file = SpecFile::load(&path).unwrap();
         let data = file.load_data().unwrap();

@@ -416,10 +416,7 @@ fn hand_to_cubecl(state: CacheState, notes: &mut Vec<String>) -> CacheState {
     }
     // A malformed cubecl.toml makes CubeCL panic while reading it; the
     // defaults apply instead, and the person is told.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let read = std::panic::catch_unwind(|| CubeClRuntimeConfig::from_current_dir().override_from_env());
-    std::panic::set_hook(hook);
+    let read = crate::catch_quietly(|| CubeClRuntimeConfig::from_current_dir().override_from_env());
     let mut config = read.unwrap_or_else(|_| {
         notes.push("a cubecl.toml or burn.toml above this folder could not be read; CubeCL's defaults apply".into());
         CubeClRuntimeConfig::default()

@@ -423,15 +423,11 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
         let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
         // Burn's loader panics on a record that does not fit the module
         // (an older sidecar, without `weights`, beside another model's
-        // weights): that panic becomes this error, without its message.
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
+        // weights): that panic becomes this error, without its message
+        // (other threads' panics still print).
         // Burn's loader appends `.mpk` to the name it is given.
         let stem = weights.with_extension("");
-        let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            skeleton.load_file(&stem, &recorder, &cpu.inner())
-        }));
-        std::panic::set_hook(hook);
+        let loaded = kynml_backend::catch_quietly(|| skeleton.load_file(&stem, &recorder, &cpu.inner()));
         let loaded = match loaded {
             Ok(Ok(model)) => model,
             // Burn's own words suggest a feature flag of its; a model file

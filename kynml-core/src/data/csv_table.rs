@@ -255,6 +255,7 @@ pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
 /// [`read_csv`] on the file's bytes, already read; `path` names the file in
 /// errors.
 pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table, DataError> {
+    let bytes = &*mac_line_breaks(bytes);
     // Headers and ragged rows are handled here rather than by `csv`, so that
     // every error names the line as the user sees it.
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes);
@@ -430,7 +431,8 @@ pub fn read_model_rows(
         (None, None) => feature_names,
     };
     let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
-    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes.as_slice());
+    let bytes = mac_line_breaks(&bytes);
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*bytes);
     let mut record = ByteRecord::new();
     let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {
         return Err(DataError::Empty { path: path.into() });
@@ -657,6 +659,18 @@ fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
         i += 1;
     }
     None
+}
+
+/// A file whose lines end in a lone `\r` (as classic Mac OS and some
+/// spreadsheets write CSV) read as if they ended in `\n`: `csv` splits
+/// such lines, but counts only `\n` as a new line, so every row would be
+/// located on line 1 and blank lines would go unseen. Files with a `\n`
+/// anywhere are left as they are.
+fn mac_line_breaks(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if bytes.contains(&b'\n') || !bytes.contains(&b'\r') {
+        return std::borrow::Cow::Borrowed(bytes);
+    }
+    std::borrow::Cow::Owned(bytes.iter().map(|&b| if b == b'\r' { b'\n' } else { b }).collect())
 }
 
 /// `csv` gives a record the position where it started reading, which is
@@ -977,6 +991,12 @@ mod tests {
         let err = read(b"a,y\r\n\r\n\r\n1,2\r\n3,4,5\r\n", &regression("y")).unwrap_err();
         let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
         assert_eq!(row, 5);
+
+        // Classic Mac line endings (a lone `\r`), blank lines among them.
+        let err = read(b"a,y\r1,2\r\r4,5\r3,4,5\r", &regression("y")).unwrap_err();
+        let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
+        assert_eq!(row, 5);
+        assert_eq!(read(b"a,y\r1,2\r\r4,5\r", &regression("y")).unwrap().n_rows(), 2);
     }
 
     #[test]
@@ -1090,6 +1110,7 @@ mod tests {
             (b"a,x\n1,0\n\n\n2,1\n", 3),
             (b"a,x\n\n1,0\n", 2),
             (b"a,x\r\n1,0\r\n\r\n2,1\r\n", 3),
+            (b"a,x\r1,0\r\r2,1\r", 3),
         ] {
             let features: &[&str] = if bytes.starts_with(b"a,") { &["a", "x"] } else { &["x"] };
             let err = model_rows(bytes, features, None).unwrap_err();

@@ -53,17 +53,17 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse_precision)]
     pub precision: Option<Precision>,
     /// Rows per step (overrides the spec's `batch`).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, allow_negative_numbers = true, value_parser = at_least::<1>)]
     pub batch: Option<u64>,
     /// Steps in each round, the warm-up round included.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 50, allow_negative_numbers = true, value_parser = at_least::<1>)]
     pub steps: u64,
     /// Timed rounds after the warm-up round.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = at_least::<1>)]
     pub rounds: u64,
     /// Measure on this many rows of seeded synthetic data shaped for the
     /// spec, instead of reading the spec's data file.
-    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(2..))]
+    #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = at_least::<2>)]
     pub synthetic: Option<u64>,
     /// Update with the optimizer's `fused=true` (adamw, adam, sgd): one
     /// pass over all the parameters, as PyTorch's fused AdamW.
@@ -148,13 +148,13 @@ pub struct TrainArgs {
     #[arg(long, value_parser = parse_device_arg)]
     pub device: Option<DeviceArg>,
     /// Number of epochs (overrides the spec's `epochs`).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, allow_negative_numbers = true, value_parser = at_least::<1>)]
     pub epochs: Option<u64>,
     /// Run folder to write (default: runs/<spec>-<time>/ in the current directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Random seed for weights, data split and order (overrides the spec's `seed`).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = at_least::<0>)]
     pub seed: Option<u64>,
     /// Start from fresh weights even when the spec's checkpoint path holds a
     /// checkpoint (which the new run's checkpoints then replace).
@@ -229,6 +229,22 @@ pub fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
     }
 }
 
+/// A whole number of at least `MIN`, said in words when it is not (clap's
+/// own range check prints `0 is not in 1..18446744073709551615`, and a
+/// negative number otherwise reads as an unknown option).
+pub fn at_least<const MIN: u64>(text: &str) -> Result<u64, String> {
+    let what =
+        if MIN == 0 { "a whole number, 0 or more".to_string() } else { format!("a whole number of at least {MIN}") };
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= MIN => Ok(n),
+        Ok(_) => Err(format!("expected {what}")),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
+            Err(format!("expected {what}, up to {}", u64::MAX))
+        }
+        Err(_) => Err(format!("expected {what}")),
+    }
+}
+
 pub fn parse_precision(text: &str) -> Result<Precision, String> {
     match text {
         "fp32" => Ok(Precision::Fp32),
@@ -285,6 +301,24 @@ mod tests {
         assert!(parse_device_arg("cuda:1,cuda:1").unwrap_err().contains("twice"));
         assert!(parse_device_arg("wgpu,wgpu").is_err());
         assert!(parse_device_arg("cpu,gpu").is_err());
+    }
+
+    #[test]
+    fn counts_parse_with_a_message_in_words() {
+        assert_eq!(at_least::<1>("3"), Ok(3));
+        assert_eq!(at_least::<1>("0").unwrap_err(), "expected a whole number of at least 1");
+        assert_eq!(at_least::<1>("-1").unwrap_err(), "expected a whole number of at least 1");
+        assert_eq!(at_least::<2>("1.5").unwrap_err(), "expected a whole number of at least 2");
+        assert_eq!(at_least::<0>("0"), Ok(0));
+        assert!(at_least::<0>("99999999999999999999").unwrap_err().contains("up to 18446744073709551615"));
+        // Through clap: a negative number is a value, not an unknown option.
+        use clap::Parser;
+        let err = crate::args::Cli::try_parse_from(["kynml", "train", "x.kyn", "--epochs", "-1"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("invalid value '-1' for '--epochs <EPOCHS>': expected a whole number of at least 1"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -111,10 +111,18 @@ fn render_one(out: &mut String, file_name: &str, source: &str, d: &Diagnostic) {
     }
 }
 
-/// Columns a rendered piece of a line takes: tabs are expanded, control
-/// characters are shown as one replacement character.
+/// Columns a rendered piece of a line takes in a terminal: tabs are
+/// expanded, control characters are shown as one replacement character, wide
+/// characters (CJK, most emoji) take two columns and combining marks none.
 fn display_width(text: &str) -> usize {
-    text.chars().map(|c| if c == '\t' { TAB_WIDTH } else { 1 }).sum()
+    use unicode_width::UnicodeWidthChar;
+    text.chars()
+        .map(|c| match c {
+            '\t' => TAB_WIDTH,
+            c if c.is_control() => 1,
+            c => c.width().unwrap_or(1),
+        })
+        .sum()
 }
 
 fn display_line(text: &str) -> String {
@@ -191,6 +199,21 @@ error: could not read spec: 1 problem found
         assert!(text.contains("2 |     epoch = 1\n"), "{text}");
         assert!(text.contains("  |     ^^^^^ here\n"), "{text}");
         assert!(!text.contains('\r'));
+    }
+
+    #[test]
+    fn wide_characters_keep_carets_under_their_text() {
+        // Each CJK character takes two terminal columns, a combining accent none.
+        let src = "model 模型:\n    dense 8 r\u{e9}lu\u{301}x\n";
+        let at = src.find(':').unwrap();
+        let text = render("x.kyn", src, &[Diagnostic::new(span(at, at + 1), "m", "here")]);
+        assert!(text.contains(&format!(" | {}^ here\n", " ".repeat(10))), "{text}");
+        let at = src.find('x').unwrap();
+        let text = render("x.kyn", src, &[Diagnostic::new(span(at, at + 1), "m", "here")]);
+        assert!(text.contains(&format!(" | {}^ here\n", " ".repeat(16))), "{text}");
+        let at = src.find('模').unwrap();
+        let text = render("x.kyn", src, &[Diagnostic::new(span(at, at + 6), "m", "here")]);
+        assert!(text.contains(&format!(" | {}^^^^ here\n", " ".repeat(6))), "{text}");
     }
 
     #[test]

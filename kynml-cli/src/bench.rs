@@ -38,7 +38,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             ))
         })?;
     }
-    let devices = crate::devices::pick_all(&file.spec.train)?;
+    let devices = crate::devices::pick_all(&mut file.spec.train)?;
     let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
@@ -158,7 +158,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     override_autotune(&mut file, args.autotune);
     file.spec.train.checkpoint = None;
     file.spec.train.early_stop = None;
-    let devices = crate::devices::pick_all(&file.spec.train)?;
+    let devices = crate::devices::pick_all(&mut file.spec.train)?;
     let device = devices[0].clone();
     // A data-parallel spec: every device runs one replica's share of the
     // batch, and its GPUs share one kernel cache (one GPU model, one

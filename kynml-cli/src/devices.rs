@@ -26,8 +26,11 @@ pub fn pick_for(train: &kynml_core::spec::types::TrainSpec) -> Result<kynml_back
 
 /// Every device of a spec's run: its `devices` when it has them (a
 /// data-parallel run; the first device first), else its one `device`.
-/// `cuda:all` on a machine with one GPU trains on it alone, and says so.
-pub fn pick_all(train: &kynml_core::spec::types::TrainSpec) -> Result<Vec<kynml_backend::Device>, Failure> {
+/// `cuda:all` on a machine with one GPU trains on it alone, and says so;
+/// the spec's `cuda:all` becomes the GPUs found (`cuda:0,cuda:1,...`, or
+/// none), so that the checks made when the data is read (batchnorm's rows
+/// a device) count the devices that will really train.
+pub fn pick_all(train: &mut kynml_core::spec::types::TrainSpec) -> Result<Vec<kynml_backend::Device>, Failure> {
     use kynml_core::spec::types::{DeviceRequest, DeviceSet};
     let first = pick_for(train)?;
     let rest: Vec<DeviceRequest> = match train.devices.as_ref().map(|d| &d.value) {
@@ -41,7 +44,14 @@ pub fn pick_all(train: &kynml_core::spec::types::TrainSpec) -> Result<Vec<kynml_
             if count == 1 {
                 eprintln!("note: `cuda:all` found one CUDA GPU: training on cuda:0 alone");
             }
-            (1..count).map(|i| DeviceRequest::Cuda(Some(i))).collect()
+            let rest: Vec<DeviceRequest> = (1..count).map(|i| DeviceRequest::Cuda(Some(i))).collect();
+            if rest.is_empty() {
+                train.devices = None;
+            } else if let Some(devices) = train.devices.as_mut() {
+                devices.value =
+                    DeviceSet::List(std::iter::once(train.device.value).chain(rest.iter().copied()).collect());
+            }
+            rest
         }
     };
     let mut devices = vec![first];

@@ -28,7 +28,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
-    let devices = crate::devices::pick_all(&file.spec.train)?;
+    let devices = crate::devices::pick_all(&mut file.spec.train)?;
     let device = devices[0].clone();
     let data = file.load_data()?;
     let resume = resume_plan(&file, args.fresh)?;

@@ -57,6 +57,26 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         options.rounds,
         if options.rounds == 1 { "" } else { "s" }
     );
+    let (n_train, batch) = (data.train.len(), file.spec.train.batch.value);
+    if n_train < batch * options.steps {
+        let split = file.spec.dataset.split.value;
+        let steps = n_train.div_ceil(batch.max(1));
+        let more = match args.synthetic {
+            Some(_) => format!(
+                "; --synthetic {} gives each round its {} full steps",
+                ((batch * options.steps) as f64 / split).ceil() as u64 + 1,
+                options.steps
+            ),
+            None => String::new(),
+        };
+        println!(
+            "note: the training split holds {n_train} rows: each round takes {steps} step{} of up to {} rows, not {} of \
+             {batch}{more}\n",
+            if steps == 1 { "" } else { "s" },
+            batch.min(n_train),
+            options.steps,
+        );
+    }
 
     let mut steady_at = None;
     let report = bench::run(&file.spec, &data, &device, &options, &mut |event| {

@@ -68,7 +68,8 @@ pub struct BenchReport {
     /// The precision that ran.
     #[serde(serialize_with = "compute_name")]
     pub precision: Compute,
-    /// Rows per step.
+    /// Rows per step: the spec's batch, or all the training rows when
+    /// they are fewer.
     pub batch: usize,
     /// Steps in each round (fewer than asked when the data is short).
     pub steps: usize,
@@ -82,7 +83,8 @@ pub struct BenchReport {
     pub rounds: Vec<f64>,
     /// The median of `rounds`.
     pub samples_per_sec: f64,
-    /// Milliseconds per step at that speed.
+    /// Milliseconds per step at that speed (a round's rows over its steps;
+    /// a round's last step may hold fewer rows when the data is short).
     pub step_ms: f64,
     /// The largest device memory read after each round (CUDA and wgpu).
     pub peak_device_memory: Option<DeviceMemory>,
@@ -150,7 +152,11 @@ pub fn run(
     let rounds_measured = timed.clone();
     timed.sort_by(f64::total_cmp);
     let samples_per_sec = timed.get(timed.len() / 2).copied().unwrap_or(f64::NAN);
-    let batch = spec.train.batch.value;
+    // Fewer training rows than a batch: every step holds all of them. Fewer
+    // than the round's steps ask: the round ends when they are used.
+    let n_train = data.train.len();
+    let batch = spec.train.batch.value.min(n_train).max(1);
+    let round_rows = n_train.min(steps.max(1) * batch);
     Ok(BenchReport {
         device: device.describe(),
         engine: result.engine,
@@ -161,7 +167,7 @@ pub fn run(
         startup_secs: startup.unwrap_or(f64::NAN),
         rounds: rounds_measured,
         samples_per_sec,
-        step_ms: 1e3 * batch as f64 / samples_per_sec,
+        step_ms: 1e3 * round_rows as f64 / steps.max(1) as f64 / samples_per_sec,
         peak_device_memory: peak,
         peak_host_bytes: peak_rss(),
         final_train_loss: result.history.last().map_or(f64::NAN, |r| r.train_loss),
@@ -202,5 +208,31 @@ mod tests {
         assert!(report.peak_host_bytes.is_some_and(|b| b > 0));
         // 80 steps of Adam on a learnable target: well under ln(4) = 1.39.
         assert!(report.final_train_loss < 1.2, "{}", report.final_train_loss);
+        let step = 1e3 * 64.0 / report.samples_per_sec;
+        assert!((report.step_ms - step).abs() < 1e-9 * step, "{} against {step}", report.step_ms);
+    }
+
+    #[test]
+    fn short_data_reports_the_steps_and_rows_that_ran() {
+        let text = "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 4\n    dense 1 linear\n\
+                    train:\n    model = M\n    data = D\n    loss = mse\n    optimizer = sgd(lr=0.01)\n    epochs = 9\n    batch = 64\n";
+        let spec = crate::spec::parse_spec(text).unwrap();
+        // Fewer training rows than one batch: one step of all of them a round.
+        let data = synthetic_for(&spec, 50, 3).unwrap();
+        let n = data.train.len();
+        assert!(n < 64);
+        let options = BenchOptions { steps: 5, rounds: 1, ..BenchOptions::default() };
+        let report = run(&spec, &data, &Device::cpu(), &options, &mut |_| {}).unwrap();
+        assert_eq!((report.steps, report.batch), (1, n));
+        let step = 1e3 * n as f64 / report.samples_per_sec;
+        assert!((report.step_ms - step).abs() < 1e-9 * step, "{} against {step}", report.step_ms);
+        // Rows for two full steps and a part: three steps, the last short.
+        let data = synthetic_for(&spec, 200, 3).unwrap();
+        let n = data.train.len();
+        assert!(n > 128 && n < 192, "{n}");
+        let report = run(&spec, &data, &Device::cpu(), &options, &mut |_| {}).unwrap();
+        assert_eq!((report.steps, report.batch), (3, 64));
+        let step = 1e3 * n as f64 / 3.0 / report.samples_per_sec;
+        assert!((report.step_ms - step).abs() < 1e-9 * step, "{} against {step}", report.step_ms);
     }
 }

@@ -42,7 +42,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
-    println!("{}", render::memory(&file.check_memory(&device)?, &device));
+    println!("{}", render::memory(&file.check_memory_for(&device, data.train.len())?, &device));
     let options = BenchOptions {
         steps: args.steps as usize,
         rounds: args.rounds as usize,
@@ -195,7 +195,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     }
     let data = file.load_data()?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
-    file.check_memory(&device)?;
+    file.check_memory_for(&device, data.train.len())?;
     if !device.has_fusion() {
         println!("nothing to warm up: {} has no kernels to tune or compile", device.describe());
         return Ok(());

@@ -21,7 +21,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // A checkpoint already there is the next run's business (its --seed or
     // --fresh decide): said, not refused.
     if let Some(path) = file.checkpoint_path() {
-        match file.find_checkpoint() {
+        match file.find_checkpoint(&data) {
             Ok(Some((_, state))) => println!(
                 "checkpoint {}: {} of {} epochs done; `kynml train` resumes from it (--fresh starts over)",
                 path.display(),
@@ -37,12 +37,12 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         None => String::new(),
     };
     println!(
-        "data {}: {} rows ({} train, {} validation), {} features, target `{}`{classes}\n",
+        "data {}: {} rows ({} train, {} validation), {}, target `{}`{classes}\n",
         file.data_path().display(),
         data.train.len() + data.valid.len(),
         data.train.len(),
         data.valid.len(),
-        data.n_features(),
+        crate::render::inputs(&data),
         data.info.target,
     );
     let vocabularies = render::vocabularies(&data.info);

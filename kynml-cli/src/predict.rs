@@ -23,7 +23,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     let m = &predictor.model;
     let rows = m.read_rows(args.rows(), false).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
-    let p = predictor.predict(&rows.features).map_err(|e| Failure::run(format!("error: {e}")))?;
+    let p = predictor.predict_rows(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
     let text = predictions_csv(&p, &m.target, m.head.class_names());
     let Some(output) = &args.output else {
         // A reader that stops early (`| head`) is not a failure.
@@ -65,7 +65,7 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let rows = m.read_rows(args.rows(), true).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
-    println!("{} rows of {}", rows.rows, args.rows().display());
+    println!("{} of {}", render::count(rows.rows, "row"), args.rows().display());
     println!("{}", render::metrics_table(&metrics, "value"));
     Ok(())
 }
@@ -73,9 +73,19 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
 /// Says, per categorical column, how many rows hold a value the model never
 /// saw in training (they are predicted as its unseen category).
 fn note_unseen(rows: &kynml_core::data::ModelRows, text: bool) {
+    if let (n @ 1.., longest) = rows.cut {
+        let holds = if n == 1 { "holds" } else { "hold" };
+        eprintln!(
+            "note: {n} of the {} {holds} more positions than the model reads (the longest, {longest}); it reads \
+             their first ones, as training did",
+            render::count(rows.rows, "row"),
+        );
+    }
     for (column, n) in &rows.unseen {
         if text {
-            eprintln!("note: {n} tokens of `{column}` are not in the model's vocabulary; they use its unseen token");
+            let are = if *n == 1 { "is" } else { "are" };
+            let tokens = render::count(*n, "token");
+            eprintln!("note: {tokens} of `{column}` {are} not in the model's vocabulary; they use its unseen token");
             continue;
         }
         eprintln!(

@@ -165,13 +165,14 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
     if let Some(t) = &info.tokens {
         let unseen = match t.unseen_in_validation {
             0 => String::new(),
+            1 => "; 1 validation token is not in it".to_string(),
             n => format!("; {n} validation tokens are not in it"),
         };
         out.push(format!(
-            "text: `{}`, {} tokens per row, a vocabulary of {} tokens{unseen}",
+            "text: `{}`, {} per row, a vocabulary of {}{unseen}",
             t.column,
-            t.length,
-            t.tokens.len()
+            count(t.length, "token"),
+            count(t.tokens.len(), "token")
         ));
     }
     if let Some(s) = &info.sequence {
@@ -188,6 +189,27 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
         ));
     }
     out
+}
+
+/// `n` things, in the singular for one: `1 row`, `3 rows`.
+pub fn count(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// What a row of `data` gives the model, in words: `4 features`, or for a
+/// text its token count, for a sequence its values.
+pub fn inputs(data: &kynml_core::data::Dataset) -> String {
+    if let Some(t) = &data.info.tokens {
+        format!("a text of {} a row", count(t.length, "token"))
+    } else if data.info.sequence.is_some() {
+        format!("{} a row (a sequence)", count(data.n_features(), "value"))
+    } else {
+        count(data.n_features(), "feature")
+    }
 }
 
 #[cfg(test)]

@@ -22,8 +22,18 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
     if !problems.is_empty() {
         return Err(Failure::input(problems.join("\n")));
     }
-    let header =
-        ["run", "spec", "model", "device", "precision", "epochs", "val_loss", "best metric", "time", "samples/s"];
+    let header = [
+        "run",
+        "spec",
+        "model",
+        "device",
+        "precision",
+        "epochs",
+        "val_loss",
+        "metric of the model",
+        "time",
+        "samples/s",
+    ];
     println!("{}", render::table(&header, &rows));
 
     let mut costs = Vec::new();
@@ -113,9 +123,18 @@ fn read_run(dir: &Path) -> Result<Vec<String>, String> {
     let m: Value = serde_json::from_str(&text).map_err(|e| bad_json(&path, None, &e))?;
     let str_of = |key: &str| m[key].as_str().unwrap_or("?").to_string();
     let primary = str_of("primary_metric");
-    let metric = match best_epoch_value(&dir.join("metrics.jsonl"), &primary)? {
-        Some((epoch, v)) => format!("{primary} {v:.4} (epoch {epoch})"),
-        None => "?".into(),
+    // The run's model is its last epoch's, or its best epoch's under early
+    // stopping: its metric, and the best epoch's where another did better.
+    let kept = m["best_epoch"].as_u64().or(m["epochs_run"].as_u64());
+    let metric = match (m["metrics"][primary.as_str()].as_f64(), kept) {
+        (Some(v), Some(epoch)) => {
+            let elsewhere = match best_epoch_value(&dir.join("metrics.jsonl"), &primary)? {
+                Some((e, b)) if e != epoch && b != v => format!("; best {b:.4} at epoch {e}"),
+                _ => String::new(),
+            };
+            format!("{primary} {v:.4} (epoch {epoch}{elsewhere})")
+        }
+        _ => "?".into(),
     };
     let stopped = if m["stopped_early"].as_bool() == Some(true) { " (early stop)" } else { "" };
     Ok(vec![

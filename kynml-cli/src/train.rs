@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use kynml_core::checkpoint::{self, Checkpoint};
+use kynml_core::data::{Dataset, Labels};
 use kynml_core::export::{self, Format};
 use kynml_core::plan::{what_runs_on, Overrides, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
@@ -31,7 +32,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let devices = crate::devices::pick_all(&mut file.spec.train)?;
     let device = devices[0].clone();
     let data = file.load_data()?;
-    let resume = resume_plan(&file, args.fresh)?;
+    let resume = resume_plan(&file, &data, args.fresh)?;
     check_export_target(&file)?;
 
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
@@ -47,8 +48,13 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 state.epoch,
             );
         } else {
+            // An interrupted epoch goes on from the first row it did not take.
+            let inside = state.partial.as_ref().map_or(String::new(), |p| {
+                let rows = p.rows.unwrap_or(p.steps * file.spec.train.batch.value).min(data.train.len());
+                format!(", epoch {} goes on after {rows} of its {} rows", state.epoch + 1, data.train.len())
+            });
             println!(
-                "resume: from {} ({} of {epochs} epochs done{}; {left} to go; --fresh starts over)",
+                "resume: from {} ({} of {epochs} epochs done{}{inside}; {left} to go; --fresh starts over)",
                 path.display(),
                 state.epoch,
                 if state.stopped_early { ", stopped early" } else { "" },
@@ -57,10 +63,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     }
     let rows = |n: usize, what: &str| format!("{n} {what} row{}", if n == 1 { "" } else { "s" });
     println!(
-        "data: {}, {}, {} features{}",
+        "data: {}, {}, {}{}",
         rows(data.train.len(), "train"),
         rows(data.valid.len(), "validation"),
-        data.n_features(),
+        render::inputs(&data),
         data.class_names().map_or(String::new(), |c| format!(", {} classes", c.len()))
     );
     if data.valid.len() < FEW_VALIDATION_ROWS {
@@ -69,10 +75,23 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             rows(data.valid.len(), "validation")
         );
     }
+    if let (Some(names), Labels::Classes(train), Labels::Classes(valid)) =
+        (data.class_names(), &data.train.labels, &data.valid.labels)
+    {
+        let trained: std::collections::BTreeSet<u32> = train.iter().copied().collect();
+        let unseen: std::collections::BTreeSet<u32> = valid.iter().copied().filter(|c| !trained.contains(c)).collect();
+        for class in unseen {
+            println!(
+                "note: class `{}` is only in the validation rows: the model never sees it in training (a larger \
+                 `split`, another `seed` or more rows of it would)",
+                names[class as usize]
+            );
+        }
+    }
     for line in render::vocabularies(&data.info) {
         println!("{line}");
     }
-    let memory = file.check_memory(&device)?;
+    let memory = file.check_memory_for(&device, data.train.len())?;
     println!("{}", render::memory(&memory, &device));
 
     let run_dir = match &args.out {
@@ -254,7 +273,7 @@ fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel) -> Option<S
 /// checked for writing: all before anything is written.
 /// The checkpoint a run resumes from, after checking that checkpoints can
 /// be written where the spec says.
-fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
+fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
     let Some(path) = file.checkpoint_path() else {
         if fresh {
             eprintln!("note: --fresh has no effect: the spec does not checkpoint");
@@ -266,7 +285,7 @@ fn resume_plan(file: &SpecFile, fresh: bool) -> Result<Option<(Checkpoint, LoopS
     let found = if fresh {
         None
     } else {
-        file.find_checkpoint().map_err(|e| {
+        file.find_checkpoint(data).map_err(|e| {
             let e = e.to_string();
             let fresh = if e.contains("--fresh") {
                 ""

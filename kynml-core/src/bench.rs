@@ -81,7 +81,7 @@ pub struct BenchReport {
     pub startup_secs: f64,
     /// Training samples per second of each timed round.
     pub rounds: Vec<f64>,
-    /// The median of `rounds`.
+    /// The median of `rounds` (of an even count, the mean of the middle two).
     pub samples_per_sec: f64,
     /// Milliseconds per step at that speed (a round's rows over its steps;
     /// a round's last step may hold fewer rows when the data is short).
@@ -151,7 +151,13 @@ pub fn run(
     let mut timed: Vec<f64> = result.history.iter().skip(1).map(|r| r.samples_per_sec).collect();
     let rounds_measured = timed.clone();
     timed.sort_by(f64::total_cmp);
-    let samples_per_sec = timed.get(timed.len() / 2).copied().unwrap_or(f64::NAN);
+    // The median; of an even count, the mean of the middle two.
+    let mid = timed.len() / 2;
+    let samples_per_sec = match timed.len() {
+        0 => f64::NAN,
+        n if n % 2 == 0 => (timed[mid - 1] + timed[mid]) / 2.0,
+        _ => timed[mid],
+    };
     // Fewer training rows than a batch: every step holds all of them. Fewer
     // than the round's steps ask: the round ends when they are used.
     let n_train = data.train.len();

@@ -135,15 +135,15 @@ impl SpecFile {
     /// The checkpoint this spec resumes from: `None` when the spec does not
     /// checkpoint or nothing is at its path yet. A file there that is not a
     /// whole checkpoint of this model and optimizer is an error, found here
-    /// before anything runs. Call it after [`load_data`](Self::load_data):
-    /// a model that embeds categories or tokens is only whole once bound to
-    /// its data.
-    pub fn find_checkpoint(&self) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {
+    /// before anything runs, as is a checkpoint of other rows than `data`'s.
+    /// Call it after [`load_data`](Self::load_data): a model that embeds
+    /// categories or tokens is only whole once bound to its data.
+    pub fn find_checkpoint(&self, data: &Dataset) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {
         let Some(path) = self.checkpoint_path() else { return Ok(None) };
         let Some(ckpt) = checkpoint::load(&path)? else { return Ok(None) };
         let optimizer = AnyOptimizer::new(&self.spec.train.optimizer.value);
         let state = resume::check(&ckpt, &self.spec.model, optimizer.name())?;
-        resume::check_data(&state, &resume::DataOrigin::of(&self.spec))?;
+        resume::check_data(&state, &resume::DataOrigin::of(&self.spec, data))?;
         Ok(Some((ckpt, state)))
     }
 
@@ -299,9 +299,22 @@ impl SpecFile {
     ///
     /// [`memory::estimate`]: crate::train::memory::estimate
     pub fn check_memory(&self, device: &Device) -> Result<MemoryEstimate, LoadError> {
+        self.check_memory_for(device, usize::MAX)
+    }
+
+    /// [`check_memory`](Self::check_memory) for a run on `train_rows`
+    /// training rows: a step never holds more rows than there are, whatever
+    /// the spec's `batch`.
+    pub fn check_memory_for(&self, device: &Device, train_rows: usize) -> Result<MemoryEstimate, LoadError> {
         use crate::train::memory::bytes;
         let compute = crate::train::precision::plan(&self.spec.train, device).compute;
-        let e = crate::train::memory::estimate(&self.spec, compute);
+        let e = if self.spec.train.batch.value > train_rows.max(1) {
+            let mut spec = self.spec.clone();
+            spec.train.batch.value = train_rows.max(1);
+            crate::train::memory::estimate(&spec, compute)
+        } else {
+            crate::train::memory::estimate(&self.spec, compute)
+        };
         let (model, train) = (&self.spec.model, &self.spec.train);
         let on = device.short_name();
         if let Some(max) = device.max_allocation().filter(|&max| e.largest.bytes > max) {

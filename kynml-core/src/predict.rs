@@ -68,29 +68,67 @@ impl Predictor {
     }
 
     /// Predicts on `rows`, row-major with the model's features in its order
-    /// ([`ExportModel::feature_names`]), raw as the data holds them.
+    /// ([`ExportModel::feature_names`]), raw as the data holds them. A row
+    /// that the model cannot give a number for is an error naming the row
+    /// (1-based): a value the stored normalisation takes beyond an f32, or
+    /// an output that overflows (no class is named for a NaN).
     pub fn predict(&self, rows: &[f32]) -> Result<Predictions, String> {
+        self.run(rows).map_err(|e| e.to_string())
+    }
+
+    /// [`predict`](Self::predict) on rows read from a file, with an error
+    /// located at the row's line.
+    pub fn predict_rows(&self, rows: &ModelRows) -> Result<Predictions, String> {
+        self.run(&rows.features).map_err(|e| match e.row() {
+            Some(row) => {
+                let line = rows.lines.get(row).map_or(String::new(), |l| format!(":{l}"));
+                format!("{}{line}: {}", rows.path.display(), e.what())
+            }
+            None => e.to_string(),
+        })
+    }
+
+    fn run(&self, rows: &[f32]) -> Result<Predictions, Unpredictable> {
         let width_in = self.model.input;
         if width_in == 0 || !rows.len().is_multiple_of(width_in) {
-            return Err(format!("{} values are not whole rows of {width_in} features", rows.len()));
+            return Err(Unpredictable::Shape(format!(
+                "{} values are not whole rows of {width_in} features",
+                rows.len()
+            )));
         }
         let n = rows.len() / width_in;
-        let mut outputs = Vec::with_capacity(n * self.model.output());
-        for chunk in rows.chunks(CHUNK * width_in) {
+        let width = self.model.output();
+        let mut outputs = Vec::with_capacity(n * width);
+        for (c, chunk) in rows.chunks(CHUNK * width_in).enumerate() {
             // One copy per chunk: normalised in place, then moved into the tensor.
             let mut x = chunk.to_vec();
             if let Some((mean, std)) = &self.model.normalizer {
-                for row in x.chunks_exact_mut(width_in) {
-                    for ((v, m), s) in row.iter_mut().zip(mean).zip(std) {
-                        *v = (*v - m) / s;
+                for (r, row) in x.chunks_exact_mut(width_in).enumerate() {
+                    for (i, ((v, m), s)) in row.iter_mut().zip(mean).zip(std).enumerate() {
+                        let raw = *v;
+                        *v = (raw - m) / s;
+                        if !v.is_finite() {
+                            let name = self.model.feature_names.get(i).filter(|_| width_in == mean.len());
+                            return Err(Unpredictable::Range {
+                                row: c * CHUNK + r,
+                                feature: name.map_or_else(|| format!("value {}", i + 1), |n| format!("`{n}`")),
+                                value: raw,
+                                mean: *m,
+                                std: *s,
+                            });
+                        }
                     }
                 }
             }
             let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [chunk.len() / width_in, width_in]), &self.device);
             let y = self.module.forward(t, Mode::Eval);
-            outputs.extend(y.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| format!("{e:?}"))?);
+            let y =
+                y.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| Unpredictable::Shape(format!("{e:?}")))?;
+            if let Some(r) = y.chunks(width.max(1)).position(|row| row.iter().any(|v| !v.is_finite())) {
+                return Err(Unpredictable::Overflow { row: c * CHUNK + r });
+            }
+            outputs.extend(y);
         }
-        let width = self.model.output();
         let probabilities = self.model.probabilities(&outputs);
         let labels = match (&probabilities, self.model.head.class_names()) {
             (Some(p), names) if !names.is_empty() => Some(
@@ -115,7 +153,7 @@ impl Predictor {
         let Some(targets) = &data.targets else {
             return Err(EvalError::NoTarget(self.model.target.clone()));
         };
-        let p = self.predict(&data.features).map_err(EvalError::Predict)?;
+        let p = self.predict_rows(data).map_err(EvalError::Predict)?;
         let outputs = Outputs { values: p.outputs, width: p.width, loss: f64::NAN };
         let names = self.model.head.class_names();
         let column = data.target_column;
@@ -154,6 +192,41 @@ impl Predictor {
             }
         };
         Ok(compute_metrics(&outputs, &labels, loss, &metrics, names.len()))
+    }
+}
+
+/// Why a row gets no prediction.
+#[derive(Debug, thiserror::Error)]
+enum Unpredictable {
+    #[error("{0}")]
+    Shape(String),
+    #[error("row {}: {}", row + 1, self.what())]
+    Range { row: usize, feature: String, value: f32, mean: f32, std: f32 },
+    #[error("row {}: {}", row + 1, self.what())]
+    Overflow { row: usize },
+}
+
+impl Unpredictable {
+    /// The row (0-based) it concerns.
+    fn row(&self) -> Option<usize> {
+        match self {
+            Unpredictable::Shape(_) => None,
+            Unpredictable::Range { row, .. } | Unpredictable::Overflow { row } => Some(*row),
+        }
+    }
+
+    /// What is wrong with the row, without its place.
+    fn what(&self) -> String {
+        match self {
+            Unpredictable::Shape(why) => why.clone(),
+            Unpredictable::Range { feature, value, mean, std, .. } => format!(
+                "{feature} = {value:e} is beyond what the model can take: normalised with the training rows' mean \
+                 {mean:.4} and spread {std:.4}, it exceeds a 32-bit float (about 3.4e38)"
+            ),
+            Unpredictable::Overflow { .. } => "the model's output for this row is not a finite number: its values \
+                 overflow the model's 32-bit arithmetic (values far beyond those it was trained on?)"
+                .into(),
+        }
     }
 }
 

@@ -327,7 +327,7 @@ fn run_to_on(
     let mut file = SpecFile::load(path).unwrap();
     file.apply(&Overrides { epochs: Some(epochs), ..Overrides::default() });
     let data = file.load_data().unwrap();
-    let resume_from = if resume { file.find_checkpoint().unwrap().map(|(c, _)| c) } else { None };
+    let resume_from = if resume { file.find_checkpoint(&data).unwrap().map(|(c, _)| c) } else { None };
     assert_eq!(resume_from.is_some(), resume, "a checkpoint to resume from");
     let settings =
         TrainSettings { checkpoint_path: file.checkpoint_path(), resume_from, engine, ..TrainSettings::default() };
@@ -438,8 +438,9 @@ fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
     let ckpt = tmp.path().join("m.ckpt");
     let good = std::fs::read(&ckpt).unwrap();
     let find = |spec_text: &str| {
-        let file = SpecFile::from_source(&path, spec_text.to_string()).unwrap();
-        file.find_checkpoint().expect_err("refused")
+        let mut file = SpecFile::from_source(&path, spec_text.to_string()).unwrap();
+        let data = file.load_data().unwrap();
+        file.find_checkpoint(&data).expect_err("refused")
     };
 
     let err = find(&spec.replace("dense 12 silu", "dense 13 silu"));
@@ -461,8 +462,9 @@ fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
 
     // A different learning rate, epochs or patience is a normal resume.
     std::fs::write(&ckpt, &good).unwrap();
-    let file = SpecFile::from_source(&path, spec.replace("lr=0.01", "lr=0.001")).unwrap();
-    assert_eq!(file.find_checkpoint().unwrap().map(|(_, s)| s.epoch), Some(2));
+    let mut file = SpecFile::from_source(&path, spec.replace("lr=0.01", "lr=0.001")).unwrap();
+    let data = file.load_data().unwrap();
+    assert_eq!(file.find_checkpoint(&data).unwrap().map(|(_, s)| s.epoch), Some(2));
 }
 
 // ---- export and prediction ----
@@ -791,7 +793,7 @@ fn overflowing_steps_are_skipped_without_advancing_the_optimizer_and_the_scale_b
     // Five finite steps in a row grow it again (interval = 5, growth 2).
     assert!(scales.windows(2).any(|w| w[1] > w[0]), "{scales:?}");
     // The optimizer took exactly the steps that were not skipped.
-    let (_, state) = file.find_checkpoint().unwrap().unwrap();
+    let (_, state) = file.find_checkpoint(&data).unwrap().unwrap();
     let batches = data.train.len().div_ceil(file.spec.train.batch.value) * file.spec.train.epochs.value;
     assert_eq!(state.steps as usize + skipped, batches);
     // Each skip cut the scale by 1000; every 5 finite steps in a row doubled it.
@@ -831,7 +833,7 @@ fn the_fused_update_and_the_device_side_overflow_skip_train_alike_and_resume_exa
         file.apply(&Overrides { epochs: Some(epochs), ..Overrides::default() });
         let data = file.load_data().unwrap();
         let precision = fp16.then(|| PrecisionPlan::forced(Compute::Fp16, file.spec.train.loss_scale.value));
-        let resume_from = if resume { file.find_checkpoint().unwrap().map(|(c, _)| c) } else { None };
+        let resume_from = if resume { file.find_checkpoint(&data).unwrap().map(|(c, _)| c) } else { None };
         assert_eq!(resume_from.is_some(), resume, "a checkpoint to resume from");
         let settings = TrainSettings {
             engine: EngineChoice::Burn,
@@ -909,13 +911,61 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
         }
         other => panic!("expected an interruption at epoch 3, step 3, got {:?}", other.map(|r| r.history.len())),
     }
-    let (_, state) = file.find_checkpoint().unwrap().unwrap();
+    let (_, state) = file.find_checkpoint(&data).unwrap().unwrap();
     assert_eq!((state.epoch, state.partial.as_ref().map(|p| p.steps)), (2, Some(3)));
 
     let resumed = run_to(&cut, 6, true);
     assert_eq!(resumed.history.len(), 6);
     let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
     assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed run ends elsewhere");
+}
+
+/// An epoch interrupted at one batch size and resumed at another goes on
+/// from the first row its done steps did not take: no row is skipped or
+/// trained twice.
+#[test]
+fn an_interrupted_epoch_resumed_with_another_batch_takes_each_row_once() {
+    use kynml_core::train::{TrainError, TrainEvent};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "cut.ckpt", false);
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides { epochs: Some(3), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    let (n, batch) = (data.train.len(), file.spec.train.batch.value);
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let settings =
+        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop), ..TrainSettings::default() };
+    let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
+        if let TrainEvent::Step { epoch: 2, step: 2, .. } = event {
+            stop.store(true, Ordering::SeqCst);
+        }
+    });
+    assert!(matches!(outcome, Err(TrainError::Interrupted { epoch: 2, step: 3, .. })), "seed {seed}");
+    let (ckpt, state) = file.find_checkpoint(&data).unwrap().unwrap();
+    assert_eq!(state.partial.as_ref().map(|p| (p.steps, p.rows)), Some((3, Some(3 * batch))));
+
+    // The same run at twice the batch: epoch 2 goes on at row 3 x batch.
+    let mut twice = file.spec.clone();
+    twice.train.batch.value = 2 * batch;
+    let settings =
+        TrainSettings { checkpoint_path: file.checkpoint_path(), resume_from: Some(ckpt), ..TrainSettings::default() };
+    let (mut steps, mut numbered) = (None, Vec::new());
+    let result = train(&twice, &data, &cpu, &settings, &mut |event| match event {
+        TrainEvent::EpochStart { epoch: 2, steps: s, .. } => steps = Some(s),
+        TrainEvent::Step { epoch: 2, step, .. } => numbered.push(step),
+        _ => {}
+    })
+    .unwrap();
+    // batchnorm: a last batch under 2 rows is dropped.
+    let rest = n - 3 * batch;
+    let left = rest / (2 * batch) + usize::from(rest % (2 * batch) >= 2);
+    assert_eq!(steps, Some(3 + left), "seed {seed}: {n} rows, batch {batch}");
+    assert_eq!(numbered, (4..=3 + left).collect::<Vec<_>>());
+    let epoch2 = &result.history[1];
+    assert!(epoch2.train_loss.is_finite() && epoch2.samples_per_sec.is_finite(), "{epoch2:?}");
 }
 
 // ---- a catalogue of malformed CSV files ----
@@ -1365,7 +1415,7 @@ fn run_replicated(path: &Path, epochs: usize, resume: bool, replicas: usize) -> 
     let mut file = SpecFile::load(path).unwrap();
     file.apply(&Overrides { epochs: Some(epochs), ..Overrides::default() });
     let data = file.load_data().unwrap();
-    let resume_from = if resume { file.find_checkpoint().unwrap().map(|(c, _)| c) } else { None };
+    let resume_from = if resume { file.find_checkpoint(&data).unwrap().map(|(c, _)| c) } else { None };
     assert_eq!(resume_from.is_some(), resume, "a checkpoint to resume from");
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let settings = TrainSettings {
@@ -1900,8 +1950,8 @@ fn a_checkpoint_of_embedded_categories_needs_the_same_categories() {
     let settings = TrainSettings { checkpoint_path: file.checkpoint_path(), ..TrainSettings::default() };
     train(&file.spec, &data, &select(DeviceChoice::Cpu).unwrap(), &settings, &mut |_| {}).unwrap();
     let found = |file: &mut SpecFile| {
-        file.load_data().unwrap();
-        file.find_checkpoint().map(|c| c.is_some())
+        let data = file.load_data().unwrap();
+        file.find_checkpoint(&data).map(|c| c.is_some())
     };
     assert!(matches!(found(&mut SpecFile::load(&path).unwrap()), Ok(true)));
     // One color renamed: five colors still, but not the same five.
@@ -2403,6 +2453,6 @@ fn a_program_hands_the_loop_its_own_stop_and_checkpoint_rules() {
     assert_eq!(result.final_metrics["val_loss"], result.history[0].val_loss);
     assert_eq!(result.final_metrics["val_loss"], first.final_metrics["val_loss"]);
     // The only checkpoint written is epoch 2's, the stop after epoch 3 not.
-    let (_, state) = file.find_checkpoint().unwrap().expect("a checkpoint");
+    let (_, state) = file.find_checkpoint(&data).unwrap().expect("a checkpoint");
     assert_eq!(state.epoch, 2);
 }

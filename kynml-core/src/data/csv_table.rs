@@ -394,6 +394,11 @@ pub struct ModelRows {
     pub features: Vec<f32>,
     /// The number of data rows (header not counted).
     pub rows: usize,
+    /// The 1-based line of each row in the file.
+    pub lines: Vec<usize>,
+    /// For a sequence model: the rows longer than its positions (their
+    /// first positions are read), and the most positions a row held.
+    pub cut: (usize, usize),
     /// The target cells with their line numbers, when the file has the
     /// target column.
     pub targets: Option<Vec<(usize, String)>>,
@@ -450,6 +455,7 @@ pub fn read_model_rows(
                     name: name.clone(),
                     count: feature_names.len(),
                     suggestion: suggest::did_you_mean(name, known).map(str::to_owned),
+                    one_column: (header.len() == 1 && header[0].contains([';', '\t', '|'])).then(|| header[0].clone()),
                 });
             }
         }
@@ -474,7 +480,8 @@ pub fn read_model_rows(
         });
     }
 
-    let (mut features, mut targets, mut rows) = (Vec::new(), Vec::new(), 0);
+    let (mut features, mut targets, mut rows, mut lines) = (Vec::new(), Vec::new(), 0, Vec::new());
+    let mut cut = (0, 0);
     let vocab: Vec<Option<&Vocabulary>> =
         (0..columns.len()).map(|p| categories.iter().find(|v| v.position == p)).collect();
     let mut unseen = vec![0usize; columns.len()];
@@ -490,7 +497,9 @@ pub fn read_model_rows(
         if let Some(s) = sequence {
             let cells =
                 columns.iter().map(|&col| cell_text(&record[col], path, line)).collect::<Result<Vec<_>, _>>()?;
-            s.read_row(&cells, |c| (line, header[columns[c]].as_str(), columns[c] + 1), path, &mut features)?;
+            let held =
+                s.read_row(&cells, |c| (line, header[columns[c]].as_str(), columns[c] + 1), path, &mut features)?;
+            cut = (cut.0 + usize::from(held > s.length), cut.1.max(held));
         }
         // A sequence's cells are read above, whole.
         let plain = if sequence.is_some() { &[][..] } else { &columns[..] };
@@ -520,6 +529,7 @@ pub fn read_model_rows(
             targets.push((line, cell_text(&record[col], path, line)?.to_owned()));
         }
         rows += 1;
+        lines.push(line);
     }
     if rows == 0 {
         return Err(DataError::Empty { path: path.into() });
@@ -530,7 +540,8 @@ pub fn read_model_rows(
         None => vocab.iter().zip(unseen).filter_map(|(v, n)| v.map(|v| (v.column.clone(), n))).collect(),
     };
     let unseen = unseen.into_iter().filter(|(_, n)| *n > 0).collect();
-    Ok(ModelRows { path: path.into(), features, rows, targets: target_col.map(|_| targets), target_column, unseen })
+    let targets = target_col.map(|_| targets);
+    Ok(ModelRows { path: path.into(), features, rows, lines, cut, targets, target_column, unseen })
 }
 
 /// Reads the next record that is not a blank line from `reader`, which reads
@@ -1093,6 +1104,16 @@ mod tests {
         let (_dir, path) = temp_csv(bytes);
         let names: Vec<String> = features.iter().map(|f| f.to_string()).collect();
         read_model_rows(&path, &names, &[], tokens, None, "y", false)
+    }
+
+    #[test]
+    fn a_file_with_another_separator_is_named_as_such() {
+        let err = model_rows(b"a;x\n1;2\n", &["a", "x"], None).unwrap_err();
+        assert!(matches!(err, DataError::MissingColumn { .. }), "{err:?}");
+        assert!(err.to_string().contains("the header is one column, `a;x`"), "{err}");
+        // Another column missing from a comma-separated file: no such hint.
+        let err = model_rows(b"a,b\n1,2\n", &["a", "x"], None).unwrap_err();
+        assert!(!err.to_string().contains("separator"), "{err}");
     }
 
     #[test]

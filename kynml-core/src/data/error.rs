@@ -144,8 +144,9 @@ pub enum DataError {
 
     /// A cell that reads as NaN or infinity, or overflows an f32.
     #[error(
-        "{}:{row}: column {column} (`{column_name}`) must be a finite number: found {value:?}",
-        path.display()
+        "{}:{row}: column {column} (`{column_name}`) must be a finite number: found {value:?}{}",
+        path.display(),
+        beyond_f32(value)
     )]
     NonFinite {
         /// The data file.
@@ -317,7 +318,14 @@ pub enum DataError {
     #[error(
         "{}:1: no column `{name}`: the model needs its {count} input columns{}",
         path.display(),
-        suggestion.as_ref().map_or(String::new(), |s| format!("; did you mean `{s}`?"))
+        match (suggestion, one_column) {
+            (Some(s), _) => format!("; did you mean `{s}`?"),
+            (None, Some(header)) => format!(
+                "; the header is one column, `{header}`: KynML reads comma-separated files, and this one seems \
+                 to use another separator"
+            ),
+            (None, None) => String::new(),
+        }
     )]
     MissingColumn {
         /// The data file.
@@ -329,6 +337,9 @@ pub enum DataError {
         /// A column of the file, not among the model's inputs, whose name is close
         /// enough to be a typo.
         suggestion: Option<String>,
+        /// The header's only column, when its name holds `;`, a tab or `|`:
+        /// the file is not comma-separated.
+        one_column: Option<String>,
     },
 
     /// A column the model was not trained on (other than its target).
@@ -413,5 +424,14 @@ fn join_numbers(numbers: &[usize]) -> String {
     match parts.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
         _ => parts.join(""),
+    }
+}
+
+/// For a number that is finite but overflows an f32 (`1e300`), what is
+/// wrong with it; empty for NaN and infinities.
+fn beyond_f32(text: &str) -> &'static str {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => ", which is too large for a 32-bit float (at most about ±3.4e38)",
+        _ => "",
     }
 }

@@ -189,7 +189,13 @@ pub fn data_bytes(rows: u64, values: u64) -> u64 {
 /// Bytes as a person reads them: `512 B`, `3.4 MiB`, `1.2 GiB`.
 pub fn bytes(n: u64) -> String {
     let n = n as f64;
-    if n >= (1u64 << 30) as f64 {
+    if n >= (1u64 << 60) as f64 {
+        format!("{:.1} EiB", n / (1u64 << 60) as f64)
+    } else if n >= (1u64 << 50) as f64 {
+        format!("{:.1} PiB", n / (1u64 << 50) as f64)
+    } else if n >= (1u64 << 40) as f64 {
+        format!("{:.1} TiB", n / (1u64 << 40) as f64)
+    } else if n >= (1u64 << 30) as f64 {
         format!("{:.1} GiB", n / (1u64 << 30) as f64)
     } else if n >= (1u64 << 20) as f64 {
         format!("{:.1} MiB", n / (1u64 << 20) as f64)
@@ -279,5 +285,7 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(3 << 20), "3.0 MiB");
         assert_eq!(bytes(6_400_000_000), "6.0 GiB");
+        assert_eq!(bytes(3 << 40), "3.0 TiB");
+        assert_eq!(bytes(u64::MAX), "16.0 EiB");
     }
 }

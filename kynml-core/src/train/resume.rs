@@ -78,13 +78,44 @@ pub struct DataOrigin {
     pub split: f64,
     /// The dataset's `normalize`.
     pub normalize: bool,
+    /// Training and validation rows; `None` in checkpoints from before it
+    /// was saved.
+    #[serde(default)]
+    pub rows: Option<[usize; 2]>,
+    /// A CRC-32C of both parts' values and targets as the run reads them
+    /// (normalised): rows edited, added or removed change it.
+    #[serde(default)]
+    pub fingerprint: Option<u32>,
 }
 
 impl DataOrigin {
-    /// As `spec` (after the command line's overrides) sets it.
-    pub fn of(spec: &crate::spec::types::Spec) -> Self {
-        DataOrigin { seed: spec.train.seed, split: spec.dataset.split.value, normalize: spec.dataset.normalize }
+    /// As `spec` (after the command line's overrides) sets it, for `data`.
+    pub fn of(spec: &crate::spec::types::Spec, data: &crate::data::Dataset) -> Self {
+        DataOrigin {
+            seed: spec.train.seed,
+            split: spec.dataset.split.value,
+            normalize: spec.dataset.normalize,
+            rows: Some([data.train.len(), data.valid.len()]),
+            fingerprint: Some(fingerprint(data)),
+        }
     }
+}
+
+/// [`DataOrigin::fingerprint`]: one CRC-32C over the parts' CRCs.
+fn fingerprint(data: &crate::data::Dataset) -> u32 {
+    use crate::checkpoint::format::crc32c;
+    use crate::data::Labels;
+    let mut crcs = Vec::with_capacity(16);
+    for part in [&data.train, &data.valid] {
+        let features: Vec<u8> = part.features.iter().flat_map(|v| v.to_le_bytes()).collect();
+        crcs.extend(crc32c(&features).to_le_bytes());
+        let labels: Vec<u8> = match &part.labels {
+            Labels::Values(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Labels::Classes(c) => c.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        crcs.extend(crc32c(&labels).to_le_bytes());
+    }
+    crc32c(&crcs)
 }
 
 /// A checkpoint's data origin against this run's: an error naming each
@@ -101,10 +132,25 @@ pub fn check_data(state: &LoopState, now: &DataOrigin) -> Result<(), ResumeError
     if then.normalize != now.normalize {
         differences.push(format!("normalize = {} (this run: {})", then.normalize, now.normalize));
     }
-    if differences.is_empty() {
-        return Ok(());
+    if !differences.is_empty() {
+        return Err(ResumeError::DataMismatch { differences: differences.join(", ") });
     }
-    Err(ResumeError::DataMismatch { differences: differences.join(", ") })
+    // The same settings over other rows: the data file changed.
+    let rows = |[train, valid]: [usize; 2]| format!("{train} training and {valid} validation rows");
+    match (then.rows, now.rows) {
+        (Some(a), Some(b)) if a != b => {
+            Err(ResumeError::DataChanged { what: format!("{} (this run: {})", rows(a), rows(b)) })
+        }
+        _ => match (then.fingerprint, now.fingerprint) {
+            (Some(a), Some(b)) if a != b => Err(ResumeError::DataChanged {
+                what: format!(
+                    "{}, whose values or targets differ from this run's",
+                    now.rows.map_or(String::new(), rows)
+                ),
+            }),
+            _ => Ok(()),
+        },
+    }
 }
 
 /// How far an interrupted epoch got.
@@ -114,6 +160,11 @@ pub struct PartialEpoch {
     pub order_rng: u64,
     /// Batches done (skipped ones included).
     pub steps: usize,
+    /// Rows of the epoch's order those batches took: a resume goes on from
+    /// this row whatever its batch. `None` in checkpoints from before it was
+    /// saved (`steps` batches of the resuming run's batch are skipped).
+    #[serde(default)]
+    pub rows: Option<usize>,
     /// The running sum of batch loss times rows, and the rows in it.
     #[serde(with = "exact")]
     pub loss_sum: f64,
@@ -185,6 +236,16 @@ pub enum ResumeError {
     DataMismatch {
         /// Each difference, in words, with this run's value.
         differences: String,
+    },
+    /// The data file holds other rows than the checkpoint trained on.
+    #[error(
+        "checkpoint was trained on other data: {what}. The rows are split and normalised anew, so resuming \
+         would validate on rows it trained on; train on the data it was trained on, or pass --fresh to start \
+         over"
+    )]
+    DataChanged {
+        /// The rows then and now, in words.
+        what: String,
     },
     /// A tensor or the loop state is missing, or does not fit the model.
     #[error("checkpoint is incomplete: {0}")]
@@ -410,10 +471,23 @@ mod tests {
             early_stop: Some(StopState { best: f64::INFINITY, best_epoch: None, bad_epochs: 2 }),
             stopped_early: false,
             loss_scale: Some(ScaleState { scale: 1.5 * 2f64.powi(20), good_steps: 7 }),
-            partial: Some(PartialEpoch { order_rng: 3, steps: 4, loss_sum: 0.1 + 0.7, seen: 128, skipped: 1 }),
+            partial: Some(PartialEpoch {
+                order_rng: 3,
+                steps: 4,
+                rows: Some(128),
+                loss_sum: 0.1 + 0.7,
+                seen: 128,
+                skipped: 1,
+            }),
             history: vec![record.clone()],
             model: "input 4".into(),
-            data: Some(DataOrigin { seed: 5, split: 0.1 + 0.7, normalize: true }),
+            data: Some(DataOrigin {
+                seed: 5,
+                split: 0.1 + 0.7,
+                normalize: true,
+                rows: Some([80, 20]),
+                fingerprint: Some(u32::MAX),
+            }),
         };
         let text = serde_json::to_string(&state).unwrap();
         let back: LoopState = serde_json::from_str(&text).unwrap();
@@ -432,5 +506,35 @@ mod tests {
         let mut other = state.clone();
         other.history[0].seconds = 99.0;
         assert_eq!(serde_json::to_string(&other).unwrap(), text);
+    }
+
+    #[test]
+    fn a_resume_on_other_rows_is_refused_and_old_checkpoints_pass() {
+        let origin = |rows, fingerprint| DataOrigin { seed: 1, split: 0.8, normalize: true, rows, fingerprint };
+        let state = |data| LoopState {
+            epoch: 1,
+            steps: 1,
+            optimizer: "adam".into(),
+            order_rng: 0,
+            dropout_rng: 0,
+            early_stop: None,
+            stopped_early: false,
+            loss_scale: None,
+            history: Vec::new(),
+            model: String::new(),
+            partial: None,
+            data: Some(data),
+        };
+        let then = state(origin(Some([80, 20]), Some(7)));
+        assert!(check_data(&then, &origin(Some([80, 20]), Some(7))).is_ok());
+        let err = check_data(&then, &origin(Some([120, 30]), Some(8))).unwrap_err();
+        assert!(
+            err.to_string().contains("80 training and 20 validation rows (this run: 120 training and 30 validation"),
+            "{err}"
+        );
+        let err = check_data(&then, &origin(Some([80, 20]), Some(8))).unwrap_err();
+        assert!(err.to_string().contains("values or targets differ") && err.to_string().contains("--fresh"), "{err}");
+        // A checkpoint from before rows and fingerprints were saved.
+        assert!(check_data(&state(origin(None, None)), &origin(Some([80, 20]), Some(8))).is_ok());
     }
 }

@@ -262,6 +262,8 @@ fn run<'scope, 'env>(
         .map(|c| settings.checkpointing.clone().unwrap_or_else(|| std::sync::Arc::new(EveryEpochs { n: c.every_n })));
     let checkpoint_path = settings.checkpoint_path.clone().or_else(|| checkpoint.map(|c| c.path.clone()));
     let model_hash = resume::model_hash(&spec.model);
+    // Recorded in checkpoints: a resume on other rows is refused.
+    let data_origin = resume::DataOrigin::of(spec, data);
     let writer = checkpoint.map(|c| CheckpointWriter::spawn_with_keep(c.keep));
     let mut checkpoint_failures = 0usize;
     if let Some(path) = &checkpoint_path {
@@ -353,25 +355,41 @@ fn run<'scope, 'env>(
         let mut order: Vec<usize> = (0..n_train).collect();
         order_rng.shuffle(&mut order);
         let devices = settings.replicas.len() + 1;
-        let mut batches = epoch_batches(&order, batch_size, has_batchnorm, devices, settings.max_steps_per_epoch);
+        // An interrupted epoch goes on from the first row its done steps did
+        // not take, in batches of this run's size (the same batches as
+        // before when the batch is the same; another batch, accumulation
+        // or device count is the person's choice, and no row is skipped or
+        // taken twice).
+        let (done, skip) = match &resumed {
+            Some(p) => (p.steps, p.rows.unwrap_or(p.steps * batch_size).min(n_train)),
+            None => (0, 0),
+        };
+        let max_steps = settings.max_steps_per_epoch.map(|m| m.saturating_sub(done));
+        let mut batches = epoch_batches(&order[skip..], batch_size, has_batchnorm, devices, max_steps);
+        // The rest of a resumed epoch: its one short batch is the whole
+        // epoch's last, which batchnorm drops (see `epoch_batches`).
+        if skip > 0 && has_batchnorm && batches.len() == 1 && batches[0].len() < 2 * devices {
+            batches.clear();
+        }
         if settings.shapes_only && batches.len() > 2 {
             let last = batches.pop();
             batches.truncate(1);
             batches.extend(last);
         }
-        let steps = batches.len();
-        // Which batches share an optimizer step (`accumulate`), from the
-        // whole epoch's list: a resumed epoch restarts at a step's boundary.
+        let steps = done + batches.len();
+        // Which batches share an optimizer step (`accumulate`): a resumed
+        // epoch restarted at a step's boundary, so its grouping starts anew.
         let parts = parts_of(&batches.iter().map(Vec::len).collect::<Vec<_>>(), t.accumulate.value);
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
 
         let epoch_start = Instant::now();
         let mut tally = Tally::default();
-        let mut done = 0usize;
+        // Rows of the order taken, and rows counted before this process.
+        let mut taken = skip;
+        let mut seen_before = 0;
         if let Some(p) = resumed {
-            batches.drain(..p.steps.min(steps));
             tally = Tally::resumed(&p, engine.kind() == EngineKind::Burn, &ad_device);
-            done = p.steps;
+            seen_before = p.seen;
         }
         let mut data_wait = 0.0f64;
         let mut epoch_batches = loader.epoch(scope, data, batches).enumerate();
@@ -380,9 +398,10 @@ fn run<'scope, 'env>(
             let Some((step, batch)) = epoch_batches.next() else { break };
             let wait = waiting.elapsed().as_secs_f64();
             data_wait += wait;
+            let part = parts.get(step).copied().unwrap_or(Part::WHOLE);
             let step = done + step + 1;
             let rows = batch.len();
-            let part = parts.get(step - 1).copied().unwrap_or(Part::WHOLE);
+            taken += rows;
             let prepared = batch.prepared.map(|p| {
                 let since = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
                 (p.worker, since(p.start), p.end.saturating_duration_since(p.start).as_secs_f64())
@@ -415,6 +434,7 @@ fn run<'scope, 'env>(
                 let here = PartialEpoch {
                     order_rng: order_state,
                     steps: step,
+                    rows: Some(taken),
                     loss_sum: tally.loss.read(),
                     seen: tally.seen,
                     skipped: tally.skipped,
@@ -426,7 +446,7 @@ fn run<'scope, 'env>(
                     state.loss_scale = engine.loss_scale();
                     state.history = history.clone();
                     state.model = resume::describe_model(&spec.model);
-                    state.data = Some(resume::DataOrigin::of(spec));
+                    state.data = Some(data_origin.clone());
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
                     match writer.save_sync(path.clone(), snapshot, model_hash.clone()) {
@@ -471,7 +491,7 @@ fn run<'scope, 'env>(
         steps_taken += tally.take_steps();
         let (seen, skipped) = (tally.seen, tally.skipped);
         let train_loss = if seen == 0 { f64::NAN } else { tally.loss.read() / seen as f64 };
-        total_samples += seen;
+        total_samples += seen.saturating_sub(seen_before);
         total_step_secs += step_secs;
 
         // The GPU's samples of the epoch's steps, before the evaluation's.
@@ -489,7 +509,8 @@ fn run<'scope, 'env>(
             train_loss,
             val_loss: outputs.loss,
             metrics: evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes),
-            samples_per_sec: seen as f64 / step_secs,
+            // The rows this process trained, over its time.
+            samples_per_sec: seen.saturating_sub(seen_before) as f64 / step_secs,
             seconds: epoch_start.elapsed().as_secs_f64(),
             loss_scale: engine.loss_scale().map(|s| s.scale),
             skipped_steps: skipped,
@@ -527,7 +548,7 @@ fn run<'scope, 'env>(
                 state.loss_scale = engine.loss_scale();
                 state.history = history.clone();
                 state.model = resume::describe_model(&spec.model);
-                state.data = Some(resume::DataOrigin::of(spec));
+                state.data = Some(data_origin.clone());
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 let written = if c.async_save {

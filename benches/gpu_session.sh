@@ -191,7 +191,7 @@ stage_tests() {
     local listed name log rc took started passed=0 failed=0 timed=0
     listed=$("$BIN/cuda" --list --ignored 2>/dev/null | sed -n 's/: test$//p')
     for name in ${CUDA_TESTS:-$CUDA_TESTS_DEFAULT}; do
-        grep -qx "$name" <<<"$listed" || { say "- $name: not in this test binary"; continue; }
+        grep -qFx "$name" <<<"$listed" || { say "- $name: not in this test binary"; continue; }
         enough 60 "$name" || continue
         log=/tmp/kynml-cuda-$name.log
         started=$(date +%s)
@@ -200,14 +200,14 @@ stage_tests() {
         # minimal search finds their kernels.
         local limit=${TEST_SECONDS:-150}
         [ "$limit" -lt $(($(left) - 20)) ] || limit=$(($(left) - 20))
-        CUBECL_AUTOTUNE_LEVEL=minimal timeout "$limit" "$BIN/cuda" --ignored --exact "$name" --test-threads=1 --nocapture \
+        CUBECL_AUTOTUNE_LEVEL=minimal timeout -k 10 "$limit" "$BIN/cuda" --ignored --exact "$name" --test-threads=1 --nocapture \
             >"$log" 2>&1
         rc=$? took=$(($(date +%s) - started))
         { echo "\$ cuda $name"; cat "$log"; } >>"$OUT_DIR/log.txt"
         if [ $rc -eq 0 ] && grep -q "1 passed" "$log"; then
             say "- passed ($took s): $name"
             passed=$((passed + 1))
-        elif [ $rc -eq 124 ]; then
+        elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
             say "- DID NOT END in $limit s: $name (last lines in log.txt)"
             timed=$((timed + 1))
         else
@@ -229,7 +229,7 @@ stage_start() {
     for run in "deepnet fp32|$deep|fp32|51200" "wide bf16|$wide|bf16|81920"; do
         IFS='|' read -r name spec precision rows <<<"$run"
         # START_RUNS="wide" (or "deepnet") takes one of the two.
-        [[ " ${START_RUNS:-deepnet wide} " == *" ${name%% *} "* ]] || continue
+        [[ " ${START_RUNS-deepnet wide} " == *" ${name%% *} "* ]] || continue
         enough 200 "$name cold and warm" || continue
         export KYNML_CACHE=/tmp/kynml-cold-$RANDOM
         bench "$name, empty cache" $(($(left) - 60)) "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows" &&

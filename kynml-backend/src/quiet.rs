@@ -6,7 +6,8 @@
 //! lose the message of a panic on another thread in that window. Instead, one
 //! hook is installed the first time it is needed; it stays silent only for the
 //! thread inside [`catch_quietly`] and hands every other panic to the hook
-//! that was there before it.
+//! that was there before it. A hook set after that one replaces it: the
+//! caught panics then print (noise, nothing worse).
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};

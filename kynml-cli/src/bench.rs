@@ -58,13 +58,13 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         if options.rounds == 1 { "" } else { "s" }
     );
     let (n_train, batch) = (data.train.len(), file.spec.train.batch.value);
-    if n_train < batch * options.steps {
+    if n_train < batch.saturating_mul(options.steps) {
         let split = file.spec.dataset.split.value;
         let steps = n_train.div_ceil(batch.max(1));
         let more = match args.synthetic {
             Some(_) => format!(
                 "; --synthetic {} gives each round its {} full steps",
-                ((batch * options.steps) as f64 / split).ceil() as u64 + 1,
+                (batch.saturating_mul(options.steps) as f64 / split).ceil() as u64 + 1,
                 options.steps
             ),
             None => String::new(),

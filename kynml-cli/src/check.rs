@@ -9,6 +9,8 @@ use crate::render;
 
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
+    // `cuda:all` counted as train counts it (batchnorm's rows a device).
+    crate::devices::resolve_all_cuda(&mut file.spec.train);
     let data = file.load_data()?;
     // Where `kynml train` would write, `check` looks too: a checkpoint or
     // export path onto another kind of file is refused, as train refuses it.

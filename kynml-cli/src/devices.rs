@@ -33,32 +33,36 @@ pub fn pick_for(train: &kynml_core::spec::types::TrainSpec) -> Result<kynml_back
 pub fn pick_all(train: &mut kynml_core::spec::types::TrainSpec) -> Result<Vec<kynml_backend::Device>, Failure> {
     use kynml_core::spec::types::{DeviceRequest, DeviceSet};
     let first = pick_for(train)?;
+    resolve_all_cuda(train);
     let rest: Vec<DeviceRequest> = match train.devices.as_ref().map(|d| &d.value) {
-        None => Vec::new(),
         Some(DeviceSet::List(list)) => list.iter().skip(1).copied().collect(),
-        Some(DeviceSet::AllCuda) => {
-            let count = match probe_cuda() {
-                CudaProbe::Available(gpus) => gpus.len(),
-                CudaProbe::Unavailable(_) => 1,
-            };
-            if count == 1 {
-                eprintln!("note: `cuda:all` found one CUDA GPU: training on cuda:0 alone");
-            }
-            let rest: Vec<DeviceRequest> = (1..count).map(|i| DeviceRequest::Cuda(Some(i))).collect();
-            if rest.is_empty() {
-                train.devices = None;
-            } else if let Some(devices) = train.devices.as_mut() {
-                devices.value =
-                    DeviceSet::List(std::iter::once(train.device.value).chain(rest.iter().copied()).collect());
-            }
-            rest
-        }
+        // `cuda:all` is a list now, or no set at all.
+        None | Some(DeviceSet::AllCuda) => Vec::new(),
     };
     let mut devices = vec![first];
     for request in rest {
         devices.push(pick(request)?);
     }
     Ok(devices)
+}
+
+/// A spec's `devices = "cuda:all"` becomes the GPUs the driver reports
+/// (`cuda:0,cuda:1,...`), or no device set when it reports one (said in a
+/// note), so that what is checked before training counts the devices that
+/// will train. Other specs, and any spec on a machine without CUDA, are
+/// left as they are.
+pub fn resolve_all_cuda(train: &mut kynml_core::spec::types::TrainSpec) {
+    use kynml_core::spec::types::{DeviceRequest, DeviceSet};
+    let Some(devices) = train.devices.as_mut().filter(|d| d.value == DeviceSet::AllCuda) else { return };
+    // Without CUDA here (`check` on a laptop) the count is unknown: left as is.
+    let CudaProbe::Available(gpus) = probe_cuda() else { return };
+    let count = gpus.len().max(1);
+    if count == 1 {
+        eprintln!("note: `cuda:all` found one CUDA GPU: training on cuda:0 alone");
+        train.devices = None;
+        return;
+    }
+    devices.value = DeviceSet::List((0..count).map(|i| DeviceRequest::Cuda(Some(i))).collect());
 }
 
 /// Records what a run tuned and compiled in the kernel cache; a failure is a

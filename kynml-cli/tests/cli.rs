@@ -300,6 +300,24 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     assert!(rows[0].contains("IrisNet") && rows[0].contains("accuracy") && rows[1].contains(" 4 "), "{t}");
     // The metric of the model each run kept: its last epoch's here.
     assert!(rows[0].contains("(epoch 2") && rows[1].contains("(epoch 4"), "{t}");
+    // A run that kept epoch 1's model (early stopping) while epoch 2 scored
+    // better: the kept model's metric first, the better epoch's after it.
+    let jsonl = std::fs::read_to_string(tmp.path().join("a/metrics.jsonl")).unwrap();
+    let mut lines = Vec::new();
+    for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
+        let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+        let epoch = record["epoch"].as_u64().unwrap();
+        record["metrics"]["accuracy"] = serde_json::json!(if epoch == 1 { 0.5 } else { 0.9 });
+        lines.push(record.to_string());
+    }
+    std::fs::write(tmp.path().join("a/metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+    let summary = tmp.path().join("a/metrics.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    m["best_epoch"] = serde_json::json!(1);
+    m["metrics"]["accuracy"] = serde_json::json!(0.5);
+    std::fs::write(&summary, m.to_string()).unwrap();
+    let kept = text(&kynml(&["report", "a"], tmp.path()));
+    assert!(kept.contains("accuracy 0.5000 (epoch 1; best 0.9000 at epoch 2)"), "{kept}");
     assert!(t.contains("b: not profiled (train with --profile"), "{t}");
     // A profiled run adds its phases and its verdict.
     let out = kynml(&["train", "iris.kyn", "--epochs", "2", "--device", "cpu", "--out", "c", "--profile"], tmp.path());

@@ -388,15 +388,27 @@ impl SpecFile {
         }
         let available = kynml_backend::proc_bytes("/proc/meminfo", "MemAvailable")?;
         // Lines, less the header: at least the rows (a quoted cell may hold more lines).
+        // Lines end in `\n`, or in a lone `\r` (classic Mac, Excel for Mac):
+        // whichever there are more of, as the reader takes them.
         let mut file = std::fs::File::open(path).ok()?;
-        let (mut buffer, mut lines) = (vec![0u8; 1 << 16], 0u64);
+        let (mut buffer, mut lf, mut lone) = (vec![0u8; 1 << 16], 0u64, 0u64);
+        let mut carry_cr = false;
         loop {
             let n = file.read(&mut buffer).ok()?;
             if n == 0 {
                 break;
             }
-            lines += buffer[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+            let piece = &buffer[..n];
+            // A `\r` that ended the last piece is lone unless this one opens with `\n`.
+            lone += u64::from(carry_cr && piece[0] != b'\n');
+            let (l, f) = crate::data::line_breaks(piece);
+            carry_cr = piece[n - 1] == b'\r';
+            // `line_breaks` counts a final `\r` as lone; the next piece decides.
+            lone += l as u64 - u64::from(carry_cr);
+            lf += f as u64;
         }
+        lone += u64::from(carry_cr);
+        let lines = lf.max(lone);
         let rows = lines.saturating_sub(1);
         let need = data_bytes(rows, model.shape.size() as u64);
         (need > available).then(|| {

@@ -107,7 +107,9 @@ impl Predictor {
                     for (i, ((v, m), s)) in row.iter_mut().zip(mean).zip(std).enumerate() {
                         let raw = *v;
                         *v = (raw - m) / s;
-                        if !v.is_finite() {
+                        // NaN is a sequence's padding (absent positions); a
+                        // finite value must stay finite.
+                        if raw.is_finite() && !v.is_finite() {
                             let name = self.model.feature_names.get(i).filter(|_| width_in == mean.len());
                             return Err(Unpredictable::Range {
                                 row: c * CHUNK + r,

@@ -921,10 +921,10 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
 }
 
 /// An epoch interrupted at one batch size and resumed at another goes on
-/// from the first row its done steps did not take: no row is skipped or
-/// trained twice.
+/// from the first row its done steps did not take (the steps left are those
+/// of the rows left), not after as many steps of the new batch.
 #[test]
-fn an_interrupted_epoch_resumed_with_another_batch_takes_each_row_once() {
+fn an_interrupted_epoch_resumed_with_another_batch_goes_on_from_its_row() {
     use kynml_core::train::{TrainError, TrainEvent};
     use std::sync::atomic::{AtomicBool, Ordering};
     let seed = clock_seed();
@@ -966,6 +966,43 @@ fn an_interrupted_epoch_resumed_with_another_batch_takes_each_row_once() {
     assert_eq!(numbered, (4..=3 + left).collect::<Vec<_>>());
     let epoch2 = &result.history[1];
     assert!(epoch2.train_loss.is_finite() && epoch2.samples_per_sec.is_finite(), "{epoch2:?}");
+}
+
+/// With batchnorm, an epoch's last batch of one row is dropped; an epoch
+/// interrupted just before it resumes to nothing, not to a one-row step.
+#[test]
+fn a_resume_before_a_dropped_lone_row_has_no_step_left() {
+    use kynml_core::train::{TrainError, TrainEvent};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let path = checkpointed_spec(tmp.path(), 5, "optimizer = adamw(lr=0.01)", "lone.ckpt", false);
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides { epochs: Some(3), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    // One batch and one row left over: the row is dropped (batchnorm).
+    file.spec.train.batch.value = data.train.len() - 1;
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let settings =
+        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop), ..TrainSettings::default() };
+    let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
+        if let TrainEvent::Step { epoch: 1, step: 1, .. } = event {
+            stop.store(true, Ordering::SeqCst);
+        }
+    });
+    assert!(matches!(outcome, Err(TrainError::Interrupted { epoch: 2, step: 1, .. })), "{:?}", outcome.err());
+    let (ckpt, _) = file.find_checkpoint(&data).unwrap().unwrap();
+    let settings =
+        TrainSettings { checkpoint_path: file.checkpoint_path(), resume_from: Some(ckpt), ..TrainSettings::default() };
+    let (mut steps, mut taken) = (None, 0);
+    let result = train(&file.spec, &data, &cpu, &settings, &mut |event| match event {
+        TrainEvent::EpochStart { epoch: 2, steps: s, .. } => steps = Some(s),
+        TrainEvent::Step { epoch: 2, .. } => taken += 1,
+        _ => {}
+    })
+    .unwrap();
+    assert_eq!((steps, taken), (Some(1), 0), "the lone row is not a step of its own");
+    assert!(result.history.iter().all(|r| r.train_loss.is_finite()));
 }
 
 // ---- a catalogue of malformed CSV files ----

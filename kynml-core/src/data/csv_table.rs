@@ -672,16 +672,31 @@ fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
     None
 }
 
-/// A file whose lines end in a lone `\r` (as classic Mac OS and some
-/// spreadsheets write CSV) read as if they ended in `\n`: `csv` splits
-/// such lines, but counts only `\n` as a new line, so every row would be
-/// located on line 1 and blank lines would go unseen. Files with a `\n`
-/// anywhere are left as they are.
+/// A file whose lines end in a lone `\r` (as classic Mac OS and Excel for
+/// Mac write CSV) read as if they ended in `\n`: `csv` splits such lines,
+/// but counts only `\n` as a new line, so every row would be located on
+/// line 1 and blank lines would go unseen. A file is taken for one when its
+/// lone `\r`s outnumber its `\n`s (Excel for Mac ends rows in `\r` and
+/// lines inside a quoted cell in `\n`); only the lone `\r`s change.
 fn mac_line_breaks(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    if bytes.contains(&b'\n') || !bytes.contains(&b'\r') {
+    let (lone, lf) = line_breaks(bytes);
+    if lone == 0 || lone <= lf {
         return std::borrow::Cow::Borrowed(bytes);
     }
-    std::borrow::Cow::Owned(bytes.iter().map(|&b| if b == b'\r' { b'\n' } else { b }).collect())
+    let mut out = bytes.to_vec();
+    for i in 0..out.len() {
+        if out[i] == b'\r' && out.get(i + 1) != Some(&b'\n') {
+            out[i] = b'\n';
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The `\r`s not followed by `\n`, and the `\n`s, of `bytes`.
+pub(crate) fn line_breaks(bytes: &[u8]) -> (usize, usize) {
+    let lone =
+        bytes.windows(2).filter(|w| w[0] == b'\r' && w[1] != b'\n').count() + usize::from(bytes.last() == Some(&b'\r'));
+    (lone, bytes.iter().filter(|&&b| b == b'\n').count())
 }
 
 /// `csv` gives a record the position where it started reading, which is
@@ -1008,6 +1023,10 @@ mod tests {
         let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
         assert_eq!(row, 5);
         assert_eq!(read(b"a,y\r1,2\r\r4,5\r", &regression("y")).unwrap().n_rows(), 2);
+        // Excel for Mac: rows end in `\r`, a quoted cell's lines in `\n`.
+        let err = read(b"a,y\r1,\"p\nq\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
+        let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
+        assert_eq!(row, 5, "lines: header 1, the quoted cell's row 2-3, then 4 and 5");
     }
 
     #[test]

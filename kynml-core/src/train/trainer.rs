@@ -262,8 +262,9 @@ fn run<'scope, 'env>(
         .map(|c| settings.checkpointing.clone().unwrap_or_else(|| std::sync::Arc::new(EveryEpochs { n: c.every_n })));
     let checkpoint_path = settings.checkpoint_path.clone().or_else(|| checkpoint.map(|c| c.path.clone()));
     let model_hash = resume::model_hash(&spec.model);
-    // Recorded in checkpoints: a resume on other rows is refused.
-    let data_origin = resume::DataOrigin::of(spec, data);
+    // Recorded in checkpoints (a resume on other rows is refused): read only
+    // by a run that checkpoints.
+    let data_origin = checkpoint_path.is_some().then(|| resume::DataOrigin::of(spec, data));
     let writer = checkpoint.map(|c| CheckpointWriter::spawn_with_keep(c.keep));
     let mut checkpoint_failures = 0usize;
     if let Some(path) = &checkpoint_path {
@@ -446,7 +447,7 @@ fn run<'scope, 'env>(
                     state.loss_scale = engine.loss_scale();
                     state.history = history.clone();
                     state.model = resume::describe_model(&spec.model);
-                    state.data = Some(data_origin.clone());
+                    state.data = data_origin.clone();
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
                     match writer.save_sync(path.clone(), snapshot, model_hash.clone()) {
@@ -548,7 +549,7 @@ fn run<'scope, 'env>(
                 state.loss_scale = engine.loss_scale();
                 state.history = history.clone();
                 state.model = resume::describe_model(&spec.model);
-                state.data = Some(data_origin.clone());
+                state.data = data_origin.clone();
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 let written = if c.async_save {

@@ -41,6 +41,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let devices = crate::devices::pick_all(&mut file.spec.train)?;
     let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;
+    crate::train::fit_loader(&mut file, &data);
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
     println!("{}", render::memory(&file.check_memory_for(&device, data.train.len())?, &device));
     let options = BenchOptions {

@@ -16,7 +16,8 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // export path onto another kind of file is refused, as train refuses it.
     if let Some(path) = file.checkpoint_path() {
         let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-        kynml_core::checkpoint::check_targets(&path, keep).map_err(|e| crate::train::cannot_checkpoint(&path, e))?;
+        kynml_core::checkpoint::check_targets(&path, keep)
+            .map_err(|e| crate::train::cannot_checkpoint(&file, &path, e))?;
     }
     crate::train::check_export_target(&file)?;
     println!("{}: ok", args.spec.display());
@@ -57,8 +58,14 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     println!("{}", render::model_table(&summarize(&file.spec.model)));
     let t = &file.spec.train;
     let compute = kynml_core::train::precision::Compute::of(t.precision.value);
-    let estimate = kynml_core::train::memory::estimate(&file.spec, compute);
+    // A step holds at most the training rows, as in `train`.
+    let mut spec = file.spec.clone();
+    spec.train.batch.value = spec.train.batch.value.min(data.train.len().max(1));
+    let estimate = kynml_core::train::memory::estimate(&spec, compute);
     println!("\n{}", render::memory_line(&estimate, &format!(" in {}", compute.name())));
-    println!("(`kynml train` checks it against the device it picks, before allocating anything)");
+    println!(
+        "(`kynml train` checks it against the device it picks, in the precision that device runs, before \
+         allocating anything)"
+    );
     Ok(())
 }

@@ -32,6 +32,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let devices = crate::devices::pick_all(&mut file.spec.train)?;
     let device = devices[0].clone();
     let data = file.load_data()?;
+    fit_loader(&mut file, &data);
     let resume = resume_plan(&file, &data, args.fresh)?;
     check_export_target(&file)?;
 
@@ -273,6 +274,33 @@ fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel) -> Option<S
 /// checked for writing: all before anything is written.
 /// The checkpoint a run resumes from, after checking that checkpoints can
 /// be written where the spec says.
+/// `num_workers` and `prefetch` far beyond an epoch's batches (see
+/// [`kynml_core::data::loader_within`]): as many as there are batches run,
+/// said once (the spec's values are recorded as they ran).
+pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
+    let batches = data.train.len().div_ceil(file.spec.train.batch.value.max(1)).max(1);
+    let d = &mut file.spec.dataset;
+    let asked = (d.num_workers.value, d.prefetch.as_ref().map(|p| p.value));
+    let (workers, depth) = kynml_core::data::loader_within(asked.0, asked.1, batches);
+    if workers < asked.0 {
+        println!(
+            "note: num_workers = {}, but an epoch has {batches} batch{}: {workers} worker thread{} run",
+            asked.0,
+            if batches == 1 { "" } else { "es" },
+            if workers == 1 { "" } else { "s" }
+        );
+        d.num_workers.value = workers;
+    }
+    if let (Some(p), Some(asked)) = (d.prefetch.as_mut(), asked.1) {
+        if depth < asked && workers > 0 {
+            println!(
+                "note: prefetch = {asked}, but an epoch has {batches} batches: at most {depth} are prepared ahead"
+            );
+            p.value = depth;
+        }
+    }
+}
+
 fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
     let Some(path) = file.checkpoint_path() else {
         if fresh {
@@ -281,7 +309,7 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<Option<(C
         return Ok(None);
     };
     let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-    checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(&path, e))?;
+    checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(file, &path, e))?;
     let found = if fresh {
         None
     } else {
@@ -299,8 +327,18 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<Option<(C
 }
 
 /// Checkpoints cannot go to `path`: bad input, said alike by train and check.
-pub(crate) fn cannot_checkpoint(path: &Path, e: impl std::fmt::Display) -> Failure {
-    Failure::input(format!("error: checkpoints cannot be written to {}: {e}", path.display()))
+pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: impl std::fmt::Display) -> Failure {
+    let message = format!("checkpoints cannot be written to {}: {e}", path.display());
+    match &file.spec.train.checkpoint {
+        // Located at the spec's `checkpoint = ...`, which names the path.
+        Some(c) => file
+            .error_at(
+                kynml_core::spec::Diagnostic::new(c.span, message, "the checkpoint path")
+                    .with_help("--fresh starts over but never overwrites a file that is not a KynML checkpoint"),
+            )
+            .into(),
+        None => Failure::input(format!("error: {message}")),
+    }
 }
 
 /// That the spec's `export:` path holds nothing but an earlier export of its format.

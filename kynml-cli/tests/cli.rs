@@ -567,7 +567,8 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let out = kynml(&["train", "spec.kyn", "--fresh", "--out", "bad"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("is not a KynML checkpoint; refusing to overwrite it"), "{t}");
+    assert!(t.contains("is not a KynML checkpoint (a zip archive, as PyTorch's `torch.save` writes"), "{t}");
+    assert!(t.contains("refusing to overwrite it") && t.contains("--> spec.kyn:"), "located at the spec: {t}");
     assert!(!dir.join("bad").exists());
     assert_eq!(std::fs::read(&ckpt).unwrap(), b"PK\x03\x04 someone's zip");
 
@@ -1599,4 +1600,26 @@ fn a_class_only_in_the_validation_rows_is_said() {
         assert!(out.status.success(), "{t}");
         assert_eq!(t.contains("note: class `z` is only in the validation rows"), said, "seed {seed}: {t}");
     }
+}
+
+/// `num_workers` and `prefetch` far beyond an epoch's batches start no more
+/// threads and hold no larger a queue than there are batches, and say so
+/// (100,000 workers hung; a prefetch of 1e12 aborted allocating its queue).
+#[test]
+fn loader_settings_beyond_an_epoch_are_fitted_to_it_and_said() {
+    let tmp = copy_example("iris");
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap().replace(
+        "    normalize = true\n",
+        "    normalize = true\n    num_workers = 100000\n    prefetch = 1000000000000\n",
+    );
+    std::fs::write(tmp.path().join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--epochs", "2", "--device", "cpu", "--out", "run"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("note: num_workers = 100000, but an epoch has 8 batches: 8 worker threads run"), "{t}");
+    assert!(
+        t.contains("note: prefetch = 1000000000000, but an epoch has 8 batches: at most 8 are prepared ahead"),
+        "{t}"
+    );
+    assert!(t.contains("8 worker threads, up to 8 batches prepared ahead"), "{t}");
 }

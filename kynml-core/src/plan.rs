@@ -105,6 +105,21 @@ impl SpecFile {
 
     /// Validates spec text already read; `path` is where it came from, for messages and relative paths.
     pub fn from_source(path: &Path, source: String) -> Result<Self, LoadError> {
+        // Lines that end in a lone `\r` (classic Mac OS) read as `\n` lines;
+        // the text keeps its length, so every span still points where it did.
+        let source = match crate::data::line_breaks(source.as_bytes()) {
+            (lone, lf) if lone > lf => {
+                let mut bytes = source.into_bytes();
+                for i in 0..bytes.len() {
+                    if bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n') {
+                        bytes[i] = b'\n';
+                    }
+                }
+                // One ASCII byte for another: still UTF-8.
+                String::from_utf8(bytes).unwrap_or_default()
+            }
+            _ => source,
+        };
         match spec::parse_spec(&source) {
             Ok(spec) => Ok(SpecFile { path: path.to_path_buf(), source, spec }),
             Err(error) => Err(LoadError::Spec { path: path.to_path_buf(), source_text: source, error }),
@@ -528,6 +543,11 @@ impl SpecFile {
             source_text: self.source.clone(),
             error: SpecError { diagnostics: vec![problem] },
         }
+    }
+
+    /// The error `problem`, located in this spec's source.
+    pub fn error_at(&self, problem: Diagnostic) -> LoadError {
+        self.located(vec![problem])
     }
 
     fn located(&self, diagnostics: Vec<Diagnostic>) -> LoadError {
@@ -1141,5 +1161,29 @@ pub fn precision_name(p: Precision) -> &'static str {
         Precision::Fp16 => "fp16",
         Precision::Bf16 => "bf16",
         Precision::Tf32 => "tf32",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_with_classic_mac_line_ends_reads_as_with_lf() {
+        let lf = "# iris\ndataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    \
+                  dense 1 linear\ntrain:\n    loss = mse\n    epochs = 3\n";
+        let read = |text: String| SpecFile::from_source(Path::new("a.kyn"), text);
+        let want = read(lf.into()).unwrap().spec;
+        assert_eq!(read(lf.replace('\n', "\r")).unwrap().spec, want);
+        // CRLF reads alike (its spans count the `\r`s).
+        assert_eq!(read(lf.replace('\n', "\r\n")).unwrap().spec.train.epochs.value, 3);
+        // Errors in such a file are located on their line.
+        let Err(LoadError::Spec { error, source_text, .. }) =
+            read(lf.replace("epochs = 3", "epochs = x").replace('\n', "\r"))
+        else {
+            panic!("refused")
+        };
+        let at = error.diagnostics[0].span.start;
+        assert_eq!(crate::spec::line_col(&source_text, at).0, 10);
     }
 }

@@ -181,13 +181,16 @@ pub enum CheckpointError {
 
     /// A file that is not a KynML checkpoint is at the checkpoint path; it is never overwritten.
     #[error(
-        "{} exists and is not a KynML checkpoint; refusing to overwrite it \
+        "{} exists and is not a KynML checkpoint{}; refusing to overwrite it \
          (move it away or choose another checkpoint path)",
-        path.display()
+        path.display(),
+        kind.map_or(String::new(), |k| format!(" ({k})"))
     )]
     Foreign {
         /// The file in the way.
         path: PathBuf,
+        /// What the file seems to be, when its first bytes say.
+        kind: Option<&'static str>,
     },
 
     /// The writer's thread is gone (it panicked); the checkpoint was not written.

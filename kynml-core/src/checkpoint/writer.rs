@@ -143,7 +143,8 @@ pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
         let e = io::Error::new(io::ErrorKind::InvalidInput, "the checkpoint path does not name a file");
         return Err(io_error(path, e));
     }
-    for target in std::iter::once(path.to_path_buf()).chain((1..keep.max(1)).map(|n| numbered(path, n))) {
+    let older = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
+    for target in std::iter::once(path.to_path_buf()).chain(older) {
         if target.is_dir() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "it is a folder, not a file");
             return Err(io_error(&target, e));
@@ -162,9 +163,22 @@ fn refuse_foreign(path: &Path) -> Result<(), CheckpointError> {
     let mut head = [0u8; 8];
     let read = File::open(path).and_then(|mut f| io::Read::read(&mut f, &mut head));
     if !matches!(read, Ok(8)) || head != super::format::MAGIC {
-        return Err(CheckpointError::Foreign { path: path.to_path_buf() });
+        return Err(CheckpointError::Foreign { path: path.to_path_buf(), kind: foreign_kind(&head) });
     }
     Ok(())
+}
+
+/// What a file that is not a KynML checkpoint seems to be, from its first
+/// bytes: the checkpoints of the Python tool specs come from are PyTorch's.
+fn foreign_kind(head: &[u8; 8]) -> Option<&'static str> {
+    match head {
+        [b'P', b'K', 3, 4, ..] => Some(
+            "a zip archive, as PyTorch's `torch.save` writes: a checkpoint of the Python tool, which KynML cannot \
+             resume from",
+        ),
+        [0x80, 2..=5, ..] => Some("a Python pickle, as older versions of PyTorch's `torch.save` write"),
+        _ => None,
+    }
 }
 
 impl Drop for CheckpointWriter {
@@ -280,10 +294,12 @@ fn rotate(path: &Path, keep: usize) -> WriteResult {
     }
     // `prepare` checked these before training; a file put there since is
     // still never replaced.
-    for n in 1..keep {
+    let present = kept_numbers(path, keep);
+    for &n in &present {
         refuse_foreign(&numbered(path, n))?;
     }
-    for i in (1..keep - 1).rev() {
+    // From the oldest down; `path.{keep-1}` is replaced by `path.{keep-2}`.
+    for &i in present.iter().rev().filter(|&&i| i + 1 < keep) {
         let from = numbered(path, i);
         match fs::rename(&from, numbered(path, i + 1)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_error(&from, e)),
@@ -299,6 +315,20 @@ fn rotate(path: &Path, keep: usize) -> WriteResult {
         fs::copy(path, &first).map_err(|e| io_error(&first, e))?;
     }
     Ok(())
+}
+
+/// The numbers `n` in `1..keep` for which `path.{n}` exists, ascending:
+/// the folder is listed once, so a `keep` of a billion costs no more than
+/// the files there are.
+fn kept_numbers(path: &Path, keep: usize) -> Vec<usize> {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return Vec::new() };
+    let Ok(entries) = fs::read_dir(parent_dir(path)) else { return Vec::new() };
+    let mut found: Vec<usize> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix(name)?.strip_prefix('.')?.parse().ok())
+        .filter(|&n: &usize| n >= 1 && n < keep)
+        .collect();
+    found.sort_unstable();
+    found
 }
 
 /// `path` with `.{n}` appended to its file name.
@@ -470,6 +500,24 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_keep_costs_only_the_files_there() {
+        // `keep = 1e12` once stat'ed a trillion names before training.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let keep = 1_000_000_000_000;
+        let writer = CheckpointWriter::spawn_with_keep(keep);
+        for step in 1..=3 {
+            writer.save_sync(path.clone(), snapshot(step), "h".into()).unwrap();
+        }
+        assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"]);
+        assert_eq!(step_at(&numbered(&path, 2)), 1);
+        check_targets(&path, keep).unwrap();
+        fs::write(numbered(&path, 7), "not a checkpoint").unwrap();
+        assert!(matches!(check_targets(&path, keep), Err(CheckpointError::Foreign { .. })));
+        assert!(check_targets(&path, 7).is_ok(), "x.ckpt.7 is beyond what keep = 7 touches");
+    }
+
+    #[test]
     fn keep_rotates_older_checkpoints() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.ckpt");
@@ -495,7 +543,7 @@ mod tests {
         fs::write(numbered(&path, 2), "precious").unwrap();
         prepare(&path, 2).unwrap();
         match prepare(&path, 3) {
-            Err(CheckpointError::Foreign { path: found }) => assert_eq!(found, numbered(&path, 2)),
+            Err(CheckpointError::Foreign { path: found, .. }) => assert_eq!(found, numbered(&path, 2)),
             other => panic!("expected Foreign naming x.ckpt.2, got {other:?}"),
         }
         fs::create_dir(numbered(&path, 1)).unwrap();
@@ -507,7 +555,7 @@ mod tests {
         let writer = CheckpointWriter::spawn_with_keep(3);
         writer.save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
         let err = writer.save_sync(path.clone(), snapshot(2), "h".into()).unwrap_err();
-        assert!(matches!(&err, CheckpointError::Foreign { path: p } if *p == numbered(&path, 2)), "{err}");
+        assert!(matches!(&err, CheckpointError::Foreign { path: p, .. } if *p == numbered(&path, 2)), "{err}");
         assert_eq!(fs::read_to_string(numbered(&path, 2)).unwrap(), "precious");
         assert_eq!(step_at(&path), 1, "the checkpoint before stays in place");
     }

@@ -42,7 +42,7 @@ pub use dataset::{Batch, Dataset, Labels, Prepared, Split, SplitData};
 pub use error::DataError;
 pub use info::DataInfo;
 pub use normalize::Normalizer;
-pub use prefetch::{BatchFeed, Loader};
+pub use prefetch::{within as loader_within, BatchFeed, Loader};
 
 pub use split::{split_indices, SplitError, MIN_ROWS};
 pub use synthetic::synthetic_for;

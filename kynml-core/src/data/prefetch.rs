@@ -33,12 +33,22 @@ impl Loader {
     /// worker (PyTorch's `prefetch_factor` default). Fails when the worker
     /// threads cannot be started: the run report promised them.
     pub fn new(workers: usize, prefetch: Option<usize>) -> Result<Self, rayon::ThreadPoolBuildError> {
+        Self::for_epochs_of(workers, prefetch, usize::MAX)
+    }
+
+    /// [`new`](Self::new) for epochs of at most `batches` batches: neither
+    /// the workers nor the queue grow past them (see [`within`]).
+    pub fn for_epochs_of(
+        workers: usize,
+        prefetch: Option<usize>,
+        batches: usize,
+    ) -> Result<Self, rayon::ThreadPoolBuildError> {
+        let (workers, depth) = within(workers, prefetch, batches);
         if workers == 0 {
             return Ok(Loader { pool: None, workers: 0, depth: 0 });
         }
         let pool =
             rayon::ThreadPoolBuilder::new().num_threads(workers).thread_name(|i| format!("kynml-data-{i}")).build()?;
-        let depth = prefetch.filter(|&p| p > 0).unwrap_or(2 * workers);
         Ok(Loader { pool: Some(Arc::new(pool)), workers, depth })
     }
 
@@ -79,6 +89,23 @@ impl Loader {
         });
         BatchFeed::Workers(rx)
     }
+}
+
+/// The worker threads and queue depth that serve epochs of `batches`
+/// batches. The depth is `prefetch`, else two batches a worker. A count
+/// above both 64 and the epoch's batches is cut to the batches: a worker
+/// or a queue slot beyond them never holds one, and `num_workers = 100000`
+/// would start 100,000 threads (`prefetch = 1e12`, allocate its queue).
+/// Ordinary values are left as written.
+pub fn within(workers: usize, prefetch: Option<usize>, batches: usize) -> (usize, usize) {
+    if workers == 0 {
+        return (0, 0);
+    }
+    let batches = batches.max(1);
+    let fit = |n: usize| if n > batches.max(64) { batches } else { n };
+    let workers = fit(workers);
+    let depth = fit(prefetch.filter(|&p| p > 0).unwrap_or(workers.saturating_mul(2)));
+    (workers, depth)
 }
 
 /// An epoch's batches, in order.
@@ -133,6 +160,20 @@ mod tests {
 
     fn collect(loader: &Loader, data: &Dataset, batches: Vec<Vec<usize>>) -> Vec<Batch> {
         std::thread::scope(|s| loader.epoch(s, data, batches).collect())
+    }
+
+    #[test]
+    fn workers_and_queue_stop_at_an_epochs_batches() {
+        assert_eq!(within(100_000, Some(1_000_000_000_000), 8), (8, 8));
+        assert_eq!(within(4, None, 100), (4, 8));
+        assert_eq!(within(4, Some(3), 100), (4, 3));
+        assert_eq!(within(0, Some(5), 100), (0, 0));
+        // Ordinary values stay as written, even above a small epoch's batches.
+        assert_eq!(within(4, Some(2), 1), (4, 2));
+        assert_eq!(within(200, None, 1000), (200, 400));
+        // A huge queue and thread count are not allocated or started.
+        let loader = Loader::for_epochs_of(1_000_000, Some(usize::MAX), 3).unwrap();
+        assert_eq!((loader.workers, loader.depth), (3, 3));
     }
 
     #[test]

@@ -100,18 +100,29 @@ impl Lexer<'_> {
                 ':' => self.single(TokenKind::Colon),
                 c => {
                     self.pos += 1;
-                    let shown = if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() };
+                    // Invisible characters by their code point alone; other
+                    // characters outside ASCII with theirs too, since text
+                    // pasted through a chat or a word processor brings them.
+                    let message = if c.is_control() || is_invisible(c) {
+                        format!("unexpected character U+{:04X}", c as u32)
+                    } else if c.is_ascii() {
+                        format!("unexpected character `{c}`")
+                    } else {
+                        format!("unexpected character `{c}` (U+{:04X})", c as u32)
+                    };
                     let help = match c {
                         '-' | '.' => Some("names may contain only letters, digits and `_`"),
                         '{' | '}' => Some("lists are written in square brackets: `[a, b]`"),
                         ';' => Some("write one setting per line"),
+                        '\u{2212}' | '\u{2013}' | '\u{2014}' => Some("a typographic minus or dash: write `-`"),
+                        '\u{201C}' | '\u{201D}' | '\u{201E}' => {
+                            Some("curly quotes: write straight double quotes, \"...\"")
+                        }
+                        '\u{2018}' | '\u{2019}' => Some("curly quotes: strings use straight double quotes, \"...\""),
+                        c if is_invisible(c) => Some("an invisible character (pasted text brings them): delete it"),
                         _ => None,
                     };
-                    let mut d = Diagnostic::new(
-                        self.span(start, self.pos),
-                        format!("unexpected character `{shown}`"),
-                        "not part of the language",
-                    );
+                    let mut d = Diagnostic::new(self.span(start, self.pos), message, "not part of the language");
                     if let Some(help) = help {
                         d = d.with_help(help);
                     }
@@ -154,6 +165,15 @@ impl Lexer<'_> {
         } else if self.peek(0) == Some('.') {
             self.pos += 1;
             self.digits();
+        }
+        // `1e−3` pasted with a typographic minus: said at the minus.
+        if matches!(self.peek(0), Some('e' | 'E')) && matches!(self.peek(1), Some('\u{2212}' | '\u{2013}')) {
+            let at = self.pos + 1;
+            self.pos += 2;
+            let d = Diagnostic::new(self.span(at, self.pos), "a typographic minus in a number", "not `-`")
+                .with_help("write the exponent's sign as `-`: `1e-3`");
+            self.fail(start, d);
+            return;
         }
         if matches!(self.peek(0), Some('e' | 'E')) && !self.text(start, self.pos).contains('x') {
             let sign = usize::from(matches!(self.peek(1), Some('-' | '+')));
@@ -290,6 +310,12 @@ impl Lexer<'_> {
     }
 }
 
+/// Characters that take no room on screen: zero-width spaces and joiners,
+/// direction marks, word joiners, a byte order mark inside the text.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}' | '\u{00AD}')
+}
+
 fn is_word_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
@@ -364,6 +390,19 @@ mod tests {
             assert_eq!(tokens, vec![TokenKind::Error], "{text}");
             assert_eq!(diags.len(), 1, "{text}");
         }
+    }
+
+    #[test]
+    fn pasted_characters_are_named() {
+        let (_, diags) = kinds("epochs = 3\u{200B}");
+        assert_eq!(diags[0].message, "unexpected character U+200B");
+        assert!(diags[0].help.as_deref().unwrap().contains("invisible"));
+        let (_, diags) = kinds("target = \u{201C}y\u{201D}");
+        assert_eq!(diags[0].message, "unexpected character `\u{201C}` (U+201C)");
+        assert!(diags[0].help.as_deref().unwrap().contains("straight double quotes"));
+        let (_, diags) = kinds("lr = 1e\u{2212}2");
+        assert_eq!(diags[0].message, "a typographic minus in a number");
+        assert_eq!((diags[0].span.start, diags[0].span.end), (7, 10), "the minus itself (3 bytes)");
     }
 
     #[test]

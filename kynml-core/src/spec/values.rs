@@ -65,6 +65,15 @@ pub(super) fn float(v: &Value, what: &str, range: Range, d: &mut Vec<Diagnostic>
         out_of_range(v, text, what, range.rule(), d);
         return None;
     }
+    // Training computes in 32-bit floats: a value they would turn into 0
+    // or infinity (`eps = 5e-324`, `lr = 1e300`) would not train as written.
+    if x != 0.0 && !(f64::from(f32::MIN_POSITIVE)..=f64::from(f32::MAX)).contains(&x.abs()) {
+        d.push(
+            Diagnostic::new(v.span, format!("{what} is beyond a 32-bit float: `{}`", shorten(text)), "not an f32")
+                .with_help("training computes in 32-bit floats: write a value from about 1.2e-38 to 3.4e38 (or 0)"),
+        );
+        return None;
+    }
     Some(x)
 }
 
@@ -276,6 +285,20 @@ fn too_large(v: &Value, text: &str, what: &str, d: &mut Vec<Diagnostic>) {
 mod tests {
     use super::super::types::Span;
     use super::*;
+
+    #[test]
+    fn floats_a_32_bit_float_cannot_hold_are_refused() {
+        let mut d = Vec::new();
+        for text in ["5e-324", "1e-320", "1e300", "-1e39"] {
+            assert_eq!(float(&num(text), "`eps`", Range::Any, &mut d), None, "{text}");
+        }
+        assert_eq!(d.len(), 4);
+        assert!(d[0].message.contains("beyond a 32-bit float"), "{}", d[0].message);
+        for text in ["0", "1e-30", "3e38", "-0.5"] {
+            assert!(float(&num(text), "`eps`", Range::Any, &mut d).is_some(), "{text}");
+        }
+        assert_eq!(d.len(), 4);
+    }
 
     fn num(text: &str) -> Value {
         Value { kind: ValueKind::Number(text.into()), span: Span::default() }

@@ -237,7 +237,9 @@ fn run<'scope, 'env>(
         });
     let n_train = data.train.len();
     let workers = spec.dataset.num_workers.value;
-    let loader = Loader::new(workers, spec.dataset.prefetch.as_ref().map(|p| p.value))
+    // No more workers or queued batches than an epoch has batches.
+    let epoch_steps = n_train.div_ceil(batch_size.max(1));
+    let loader = Loader::for_epochs_of(workers, spec.dataset.prefetch.as_ref().map(|p| p.value), epoch_steps)
         .map_err(|e| TrainError::DataWorkers { workers, reason: e.to_string() })?;
     let precision = settings.precision.clone().unwrap_or_else(|| precision::plan(t, device));
     let half = precision.compute.half();

@@ -20,6 +20,7 @@ use crate::render;
 pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut file = SpecFile::load(&args.spec)?;
+    let from_spec = args.device.is_none();
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, ..Overrides::default() });
     if let Some(p) = args.precision {
@@ -38,7 +39,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             ))
         })?;
     }
-    let devices = crate::devices::pick_all(&mut file.spec.train)?;
+    let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     crate::train::fit_loader(&mut file, &data);
@@ -172,6 +173,7 @@ fn override_autotune(file: &mut SpecFile, level: Option<kynml_core::spec::types:
 
 pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
+    let from_spec = args.device.is_none();
     file.apply(&Overrides { device: args.device, epochs: Some(1), ..Overrides::default() });
     if let Some(p) = args.precision {
         file.spec.train.precision.value = p;
@@ -179,7 +181,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     override_autotune(&mut file, args.autotune);
     file.spec.train.checkpoint = None;
     file.spec.train.early_stop = None;
-    let devices = crate::devices::pick_all(&mut file.spec.train)?;
+    let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
     // A data-parallel spec: every device runs one replica's share of the
     // batch, and its GPUs share one kernel cache (one GPU model, one

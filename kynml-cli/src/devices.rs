@@ -46,6 +46,34 @@ pub fn pick_all(train: &mut kynml_core::spec::types::TrainSpec) -> Result<Vec<ky
     Ok(devices)
 }
 
+/// [`pick_all`] for a spec file. When the spec itself names the device (no
+/// `--device`), a device that cannot be had is located at the spec's
+/// `device` or `devices` line.
+pub fn pick_all_in(
+    file: &mut kynml_core::plan::SpecFile,
+    from_spec: bool,
+) -> Result<Vec<kynml_backend::Device>, Failure> {
+    let failure = match pick_all(&mut file.spec.train) {
+        Ok(devices) => return Ok(devices),
+        Err(failure) => failure,
+    };
+    // A device the spec leaves out is `auto`, which always has the CPU: a
+    // failure without `--device` comes from a device the spec names.
+    let t = &file.spec.train;
+    let span = t.devices.as_ref().map_or(t.device.span, |d| d.span);
+    match Some(span).filter(|_| from_spec && failure.code == 2) {
+        Some(span) => {
+            let message = failure.message.trim_start_matches("error: ").to_string();
+            let problem = kynml_core::spec::Diagnostic::new(span, message, "this device")
+                .with_help("`--device cpu` (or another device `kynml devices` lists) runs the spec elsewhere");
+            let summary = "the device the spec names is not available here; nothing was trained or written";
+            let path = file.path.display().to_string();
+            Err(Failure::input(kynml_core::spec::render_with(&path, &file.source, &[problem], summary)))
+        }
+        None => Err(failure),
+    }
+}
+
 /// A spec's `devices = "cuda:all"` becomes the GPUs the driver reports
 /// (`cuda:0,cuda:1,...`), or no device set when it reports one (said in a
 /// note), so that what is checked before training counts the devices that

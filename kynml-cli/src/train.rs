@@ -27,9 +27,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     // Everything that can be wrong with the input is found before anything
     // is written.
     let mut file = SpecFile::load(&args.spec)?;
+    let from_spec = args.device.is_none();
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
-    let devices = crate::devices::pick_all(&mut file.spec.train)?;
+    let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
     let data = file.load_data()?;
     fit_loader(&mut file, &data);
@@ -331,12 +332,13 @@ pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: impl std::fmt::
     let message = format!("checkpoints cannot be written to {}: {e}", path.display());
     match &file.spec.train.checkpoint {
         // Located at the spec's `checkpoint = ...`, which names the path.
-        Some(c) => file
-            .error_at(
-                kynml_core::spec::Diagnostic::new(c.span, message, "the checkpoint path")
-                    .with_help("--fresh starts over but never overwrites a file that is not a KynML checkpoint"),
-            )
-            .into(),
+        Some(c) => {
+            let problem = kynml_core::spec::Diagnostic::new(c.span, message, "the checkpoint path")
+                .with_help("--fresh starts over but never overwrites a file that is not a KynML checkpoint");
+            let summary = "the spec's checkpoint path cannot be used; nothing was trained or written";
+            let path = file.path.display().to_string();
+            Failure::input(kynml_core::spec::render_with(&path, &file.source, &[problem], summary))
+        }
         None => Failure::input(format!("error: {message}")),
     }
 }

@@ -205,6 +205,13 @@ fn cuda_on_a_machine_without_it_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("CUDA was requested but is not available"), "{t}");
     assert!(!t.contains("panicked"), "{t}");
+    // Named by the spec itself: located at its `device` line.
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap().replace("device = auto", "device = cuda");
+    std::fs::write(tmp.path().join("gpu.kyn"), spec).unwrap();
+    let out = kynml(&["train", "gpu.kyn"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("--> gpu.kyn:21:14") && t.contains("^^^^ this device") && t.contains("--device cpu"), "{t}");
 }
 
 /// `--device cpu,cpu`: a data-parallel run on two CPU replicas, said in

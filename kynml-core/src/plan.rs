@@ -545,11 +545,6 @@ impl SpecFile {
         }
     }
 
-    /// The error `problem`, located in this spec's source.
-    pub fn error_at(&self, problem: Diagnostic) -> LoadError {
-        self.located(vec![problem])
-    }
-
     fn located(&self, diagnostics: Vec<Diagnostic>) -> LoadError {
         LoadError::Spec { path: self.path.clone(), source_text: self.source.clone(), error: SpecError { diagnostics } }
     }

@@ -107,18 +107,10 @@ impl SpecFile {
     pub fn from_source(path: &Path, source: String) -> Result<Self, LoadError> {
         // Lines that end in a lone `\r` (classic Mac OS) read as `\n` lines;
         // the text keeps its length, so every span still points where it did.
-        let source = match crate::data::line_breaks(source.as_bytes()) {
-            (lone, lf) if lone > lf => {
-                let mut bytes = source.into_bytes();
-                for i in 0..bytes.len() {
-                    if bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n') {
-                        bytes[i] = b'\n';
-                    }
-                }
-                // One ASCII byte for another: still UTF-8.
-                String::from_utf8(bytes).unwrap_or_default()
-            }
-            _ => source,
+        let source = match crate::data::mac_line_breaks(source.as_bytes()) {
+            // One ASCII byte for another: still UTF-8.
+            std::borrow::Cow::Owned(bytes) => String::from_utf8(bytes).unwrap_or_default(),
+            std::borrow::Cow::Borrowed(_) => source,
         };
         match spec::parse_spec(&source) {
             Ok(spec) => Ok(SpecFile { path: path.to_path_buf(), source, spec }),

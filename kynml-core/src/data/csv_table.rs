@@ -678,7 +678,7 @@ fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
 /// line 1 and blank lines would go unseen. A file is taken for one when its
 /// lone `\r`s outnumber its `\n`s (Excel for Mac ends rows in `\r` and
 /// lines inside a quoted cell in `\n`); only the lone `\r`s change.
-fn mac_line_breaks(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+pub(crate) fn mac_line_breaks(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     let (lone, lf) = line_breaks(bytes);
     if lone == 0 || lone <= lf {
         return std::borrow::Cow::Borrowed(bytes);
@@ -1123,6 +1123,15 @@ mod tests {
         let (_dir, path) = temp_csv(bytes);
         let names: Vec<String> = features.iter().map(|f| f.to_string()).collect();
         read_model_rows(&path, &names, &[], tokens, None, "y", false)
+    }
+
+    #[test]
+    fn rows_to_predict_count_the_sequences_cut_to_the_model() {
+        let (_dir, path) = temp_csv(b"s\n1 2 3 4 5\n1 2\n1 2 3 4 5 6 7\n");
+        let seq = SequenceColumns::new(vec!["s".into()], 4);
+        let rows = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap();
+        assert_eq!((rows.rows, rows.cut), (3, (2, 7)), "two rows longer than 4 positions, the longest 7");
+        assert_eq!(rows.lines, [2, 3, 4]);
     }
 
     #[test]

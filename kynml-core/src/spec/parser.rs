@@ -96,18 +96,13 @@ impl<'s> Parser<'s> {
             // `=`, not a new block.
             shape = Shape::Body;
         }
+        // The line as the block readers take it.
+        let line =
+            || Line { tokens: &tokens, indent, indent_text: indent_text.clone(), span, number: line_no, lex_failed };
         match shape {
             Shape::Header { colon: 1 } if self.colon_setting(&tokens) => {
                 diags.extend(lex_diags);
-                let line = Line {
-                    tokens: &tokens,
-                    indent,
-                    indent_text: indent_text.clone(),
-                    span,
-                    number: line_no,
-                    lex_failed,
-                };
-                self.colon_instead_of_equals(&line, diags);
+                self.colon_instead_of_equals(&line(), diags);
             }
             Shape::Header { colon } => {
                 diags.extend(lex_diags);
@@ -134,18 +129,10 @@ impl<'s> Parser<'s> {
                 State::BeforeFirstBlock { reported: true } | State::Skipping => {}
                 State::InBlock(index) => {
                     diags.extend(lex_diags);
-                    let line = Line {
-                        tokens: &tokens,
-                        indent,
-                        indent_text: indent_text.clone(),
-                        span,
-                        number: line_no,
-                        lex_failed,
-                    };
                     if self.document.blocks[index].kind == BlockKind::Model {
-                        self.layer_line(index, &line, diags);
+                        self.layer_line(index, &line(), diags);
                     } else {
-                        self.entry_line(index, &line, diags);
+                        self.entry_line(index, &line(), diags);
                     }
                 }
             },

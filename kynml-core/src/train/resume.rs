@@ -66,6 +66,27 @@ pub struct LoopState {
     pub data: Option<DataOrigin>,
 }
 
+impl LoopState {
+    /// The loop's counters and generator states; everything else empty, for
+    /// the caller to fill in.
+    pub fn new(epoch: usize, steps: u64, optimizer: &str, order_rng: u64, dropout_rng: u64) -> Self {
+        LoopState {
+            epoch,
+            steps,
+            optimizer: optimizer.into(),
+            order_rng,
+            dropout_rng,
+            early_stop: None,
+            stopped_early: false,
+            loss_scale: None,
+            history: Vec::new(),
+            model: String::new(),
+            partial: None,
+            data: None,
+        }
+    }
+}
+
 /// What decides which rows train and which validate, and the statistics
 /// the rows are normalised with: a resume under other values would train on
 /// rows the checkpoint held out, or normalise them otherwise.
@@ -522,20 +543,7 @@ mod tests {
     #[test]
     fn a_resume_on_other_rows_is_refused_and_old_checkpoints_pass() {
         let origin = |rows, fingerprint| DataOrigin { seed: 1, split: 0.8, normalize: true, rows, fingerprint };
-        let state = |data| LoopState {
-            epoch: 1,
-            steps: 1,
-            optimizer: "adam".into(),
-            order_rng: 0,
-            dropout_rng: 0,
-            early_stop: None,
-            stopped_early: false,
-            loss_scale: None,
-            history: Vec::new(),
-            model: String::new(),
-            partial: None,
-            data: Some(data),
-        };
+        let state = |data| LoopState { data: Some(data), ..LoopState::new(1, 1, "adam", 0, 0) };
         let then = state(origin(Some([80, 20]), Some(7)));
         assert!(check_data(&then, &origin(Some([80, 20]), Some(7))).is_ok());
         let err = check_data(&then, &origin(Some([120, 30]), Some(8))).unwrap_err();

@@ -368,12 +368,8 @@ fn run<'scope, 'env>(
             None => (0, 0),
         };
         let max_steps = settings.max_steps_per_epoch.map(|m| m.saturating_sub(done));
-        let mut batches = epoch_batches(&order[skip..], batch_size, has_batchnorm, devices, max_steps);
-        // The rest of a resumed epoch: its one short batch is the whole
-        // epoch's last, which batchnorm drops (see `epoch_batches`).
-        if skip > 0 && has_batchnorm && batches.len() == 1 && batches[0].len() < 2 * devices {
-            batches.clear();
-        }
+        let tail = skip > 0;
+        let mut batches = epoch_batches(&order[skip..], batch_size, has_batchnorm, devices, max_steps, tail);
         if settings.shapes_only && batches.len() > 2 {
             let last = batches.pop();
             batches.truncate(1);
@@ -750,20 +746,7 @@ impl LossSum {
 
 /// The loop's counters and generators; the caller fills in the rest.
 fn loop_state(epoch: usize, steps: u64, optimizer: &str, order: &Rng, dropout: &Rng) -> LoopState {
-    LoopState {
-        epoch,
-        steps,
-        optimizer: optimizer.into(),
-        order_rng: order.state(),
-        dropout_rng: dropout.state(),
-        early_stop: None,
-        stopped_early: false,
-        loss_scale: None,
-        history: Vec::new(),
-        model: String::new(),
-        partial: None,
-        data: None,
-    }
+    LoopState::new(epoch, steps, optimizer, order.state(), dropout.state())
 }
 
 /// The spec's metrics, or the usual ones for the task when it names none.
@@ -800,17 +783,20 @@ fn parts_of(sizes: &[usize], n: usize) -> Vec<Part> {
 
 /// The epoch's batches in `order`. With batchnorm, a last batch that would
 /// leave a device fewer than 2 rows (`devices` share each batch) is dropped,
-/// as PyTorch's `drop_last` would: batchnorm cannot normalise one row.
+/// as PyTorch's `drop_last` would: batchnorm cannot normalise one row. An
+/// epoch of that one batch keeps it, unless `order` is the `tail` of an
+/// epoch (a resumed one), whose earlier batches ran before.
 fn epoch_batches(
     order: &[usize],
     batch: usize,
     has_batchnorm: bool,
     devices: usize,
     max_steps: Option<usize>,
+    tail: bool,
 ) -> Vec<Vec<usize>> {
     let mut batches: Vec<Vec<usize>> = order.chunks(batch).map(<[usize]>::to_vec).collect();
     let least = 2 * devices.max(1);
-    if has_batchnorm && batches.len() > 1 && batches.last().is_some_and(|b| b.len() < least) {
+    if has_batchnorm && (batches.len() > 1 || tail) && batches.last().is_some_and(|b| b.len() < least) {
         batches.pop();
     }
     if let Some(max) = max_steps {
@@ -826,15 +812,18 @@ mod tests {
     #[test]
     fn batches_cover_the_order_and_drop_a_lone_row_only_with_batchnorm() {
         let order: Vec<usize> = (0..9).collect();
-        let b = epoch_batches(&order, 4, false, 1, None);
+        let b = epoch_batches(&order, 4, false, 1, None, false);
         assert_eq!(b, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8]]);
-        let b = epoch_batches(&order, 4, true, 1, None);
+        let b = epoch_batches(&order, 4, true, 1, None, false);
         assert_eq!(b.len(), 2);
-        assert_eq!(epoch_batches(&order, 4, false, 1, Some(1)).len(), 1);
+        assert_eq!(epoch_batches(&order, 4, false, 1, Some(1), false).len(), 1);
         // Two devices: a last batch of 3 rows would give one of them 1 row.
         let order: Vec<usize> = (0..11).collect();
-        assert_eq!(epoch_batches(&order, 4, true, 2, None).len(), 2);
-        assert_eq!(epoch_batches(&order, 4, false, 2, None).len(), 3);
-        assert_eq!(epoch_batches(&order, 4, true, 1, None).len(), 3, "3 rows on one device are fine");
+        assert_eq!(epoch_batches(&order, 4, true, 2, None, false).len(), 2);
+        assert_eq!(epoch_batches(&order, 4, false, 2, None, false).len(), 3);
+        assert_eq!(epoch_batches(&order, 4, true, 1, None, false).len(), 3, "3 rows on one device are fine");
+        // The tail of a resumed epoch: its lone short batch is still the epoch's last.
+        assert_eq!(epoch_batches(&order[8..], 4, true, 2, None, true).len(), 0);
+        assert_eq!(epoch_batches(&order[8..], 4, true, 2, None, false).len(), 1);
     }
 }

@@ -8,8 +8,10 @@
 //! cargo run --release -p kynml-core --example service -- runs/iris-20261121-101500 < rows.csv
 //! ```
 //!
-//! Each input line is one row of raw feature values in the model's column
-//! order; each output line is a JSON answer.
+//! Each input line is one CSV row of the model's input columns, in the order
+//! printed at the start (numbers raw as the data holds them; categorical and
+//! text columns as text); each output line is a JSON answer. A row the model
+//! cannot take gets `{"error": ...}` and the service goes on.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -24,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let predictor = match std::env::args().nth(1) {
         Some(path) => Predictor::load(Path::new(&path), &device)?,
         None => {
-            let spec_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iris/iris.kyn");
+            let spec_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/iris/iris.kyn");
             let mut spec = SpecFile::load(&spec_path)?;
             let data = spec.load_data()?;
             let result = train(&spec.spec, &data, &device, &TrainSettings::default(), &mut |event| {
@@ -34,11 +36,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })?;
             eprintln!();
             let model = export::from_model(&result.model, &spec.spec.model, &data.info, spec.spec.train.loss.value);
-            Predictor::new(model, &device)
+            Predictor::new(model, &device)?
         }
     };
-    let names = &predictor.model.feature_names;
-    eprintln!("ready on {}: one row of {} per line ({})", device.describe(), names.len(), names.join(", "));
+    let columns = predictor.model().input_columns().join(",");
+    eprintln!("ready on {}: one row per line, columns {columns}", device.describe());
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -47,17 +49,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if line.trim().is_empty() {
             continue;
         }
-        let row: Result<Vec<f32>, _> = line.split(',').map(|v| v.trim().parse::<f32>()).collect();
-        let answer = match row {
-            Ok(row) if row.len() == names.len() => match predictor.predict(&row) {
+        // The header, then the row: read by column name, as `kynml predict` reads a file.
+        let request = format!("{columns}\n{line}\n");
+        let answer = match predictor.model().read_rows_from(request.as_bytes(), "request".as_ref(), false) {
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+            Ok(rows) => match predictor.predict_rows(&rows) {
                 Ok(p) => match (&p.labels, &p.probabilities) {
                     (Some(labels), Some(probs)) => serde_json::json!({ "label": labels[0], "probabilities": probs }),
                     _ => serde_json::json!({ "prediction": p.outputs }),
                 },
-                Err(e) => serde_json::json!({ "error": e }),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
             },
-            Ok(row) => serde_json::json!({ "error": format!("expected {} values, found {}", names.len(), row.len()) }),
-            Err(e) => serde_json::json!({ "error": format!("not a number: {e}") }),
         };
         writeln!(out, "{answer}")?;
     }

@@ -20,7 +20,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
         check_output(output)?;
     }
     let predictor = load(&args.model, args.device)?;
-    let m = &predictor.model;
+    let m = predictor.model();
     let rows = m.read_rows(args.rows(), false).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let p = predictor.predict_rows(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
@@ -61,7 +61,7 @@ fn check_output(output: &Path) -> Result<(), Failure> {
 
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
-    let m = &predictor.model;
+    let m = predictor.model();
     let rows = m.read_rows(args.rows(), true).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;

@@ -35,7 +35,7 @@
 //!
 //! // The trained model with its normalisation and class names, ready to serve.
 //! let model = export::from_model(&result.model, &spec.spec.model, &data.info, spec.spec.train.loss.value);
-//! let predictor = Predictor::new(model, &device);
+//! let predictor = Predictor::new(model, &device)?;
 //! let rows = [5.1, 3.5, 1.4, 0.2, 6.9, 3.1, 5.4, 2.1]; // two flowers, raw measurements in cm
 //! let p = predictor.predict(&rows)?;
 //! assert_eq!(p.labels.unwrap(), ["setosa", "virginica"]);

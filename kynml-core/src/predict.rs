@@ -11,11 +11,20 @@
 //! let rows = [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3]; // two flowers, raw measurements
 //! let p = predictor.predict(&rows)?;
 //! println!("{:?}", p.labels); // Some(["setosa", "virginica"])
+//!
+//! // Rows as text (a request's CSV body, categorical and text columns
+//! // included): read by column name, as `kynml predict` reads a file.
+//! let body = b"sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n";
+//! let rows = predictor.model().read_rows_from(body, "request".as_ref(), false)?;
+//! let p = predictor.predict_rows(&rows)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! A [`Predictor`] is `Send + Sync` and holds no lock while it predicts:
+//! one can serve requests from many threads at once.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use burn::tensor::{Tensor, TensorData};
 use burn::DispatchDevice;
@@ -32,10 +41,27 @@ const CHUNK: usize = 4096;
 
 /// A trained model ready to predict on a device.
 pub struct Predictor {
-    /// The model as host data: layers, normalisation, names.
-    pub model: ExportModel,
+    model: ExportModel,
     module: Model<Kb>,
     device: DispatchDevice,
+}
+
+// Services share one predictor between request threads: keep it so.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Predictor>();
+};
+
+impl std::fmt::Debug for Predictor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Predictor")
+            .field("input", &self.model.input)
+            .field("layers", &self.model.layers.len())
+            .field("output", &self.model.output())
+            .field("target", &self.model.target)
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What [`Predictor::predict`] returns for `rows` input rows.
@@ -56,50 +82,57 @@ pub struct Predictions {
 }
 
 impl Predictor {
-    /// Builds the model on `device`, ready to predict.
-    pub fn new(model: ExportModel, device: &Device) -> Self {
+    /// Builds the model on `device`, ready to predict. A model whose layers,
+    /// shapes, names or tensors do not fit together (see
+    /// [`ExportModel::validate`]) is an error, not a model with made-up weights.
+    pub fn new(model: ExportModel, device: &Device) -> Result<Self, ExportError> {
         let device = device.inner();
-        Predictor { module: export::to_model(&model, &device), model, device }
+        Ok(Predictor { module: export::to_model(&model, &device)?, model, device })
     }
 
     /// Loads a run folder or an export (see [`export::load`]).
     pub fn load(path: &Path, device: &Device) -> Result<Self, ExportError> {
-        Ok(Self::new(export::load(path)?, device))
+        Self::new(export::load(path)?, device)
+    }
+
+    /// The model as host data: layers, normalisation, feature and class
+    /// names, vocabularies.
+    pub fn model(&self) -> &ExportModel {
+        &self.model
     }
 
     /// Predicts on `rows`, row-major with the model's features in its order
-    /// ([`ExportModel::feature_names`]), raw as the data holds them. A row
-    /// that the model cannot give a number for is an error naming the row
-    /// (1-based): a value the stored normalisation takes beyond an f32, or
-    /// an output that overflows (no class is named for a NaN).
-    pub fn predict(&self, rows: &[f32]) -> Result<Predictions, String> {
-        self.run(rows).map_err(|e| e.to_string())
+    /// ([`ExportModel::feature_names`]), raw as the data holds them, but a
+    /// categorical or text feature as its index in the model's vocabulary
+    /// ([`ExportModel::read_rows_from`] turns text into them). A row that
+    /// the model cannot give a number for is an error naming the row: an
+    /// index the vocabulary does not have, a value the stored normalisation
+    /// takes beyond an f32, or an output that overflows (no class is named
+    /// for a NaN).
+    pub fn predict(&self, rows: &[f32]) -> Result<Predictions, PredictError> {
+        self.run(rows)
     }
 
-    /// [`predict`](Self::predict) on rows read from a file, with an error
-    /// located at the row's line.
-    pub fn predict_rows(&self, rows: &ModelRows) -> Result<Predictions, String> {
-        self.run(&rows.features).map_err(|e| match e.row() {
-            Some(row) => {
-                let line = rows.lines.get(row).map_or(String::new(), |l| format!(":{l}"));
-                format!("{}{line}: {}", rows.path.display(), e.what())
-            }
-            None => e.to_string(),
+    /// [`predict`](Self::predict) on rows read from a file or text, with an
+    /// error located at the row's line.
+    pub fn predict_rows(&self, rows: &ModelRows) -> Result<Predictions, RowsError> {
+        self.run(&rows.features).map_err(|error| RowsError {
+            path: rows.path.clone(),
+            line: error.row().and_then(|row| rows.lines.get(row).copied()),
+            error,
         })
     }
 
-    fn run(&self, rows: &[f32]) -> Result<Predictions, Unpredictable> {
+    fn run(&self, rows: &[f32]) -> Result<Predictions, PredictError> {
         let width_in = self.model.input;
         if width_in == 0 || !rows.len().is_multiple_of(width_in) {
-            return Err(Unpredictable::Shape(format!(
-                "{} values are not whole rows of {width_in} features",
-                rows.len()
-            )));
+            return Err(PredictError::Shape { values: rows.len(), features: width_in });
         }
         let n = rows.len() / width_in;
         let width = self.model.output();
         let mut outputs = Vec::with_capacity(n * width);
         for (c, chunk) in rows.chunks(CHUNK * width_in).enumerate() {
+            self.check_indices(chunk, c * CHUNK)?;
             // One copy per chunk: normalised in place, then moved into the tensor.
             let mut x = chunk.to_vec();
             if let Some((mean, std)) = &self.model.normalizer {
@@ -110,10 +143,9 @@ impl Predictor {
                         // NaN is a sequence's padding (absent positions); a
                         // finite value must stay finite.
                         if raw.is_finite() && !v.is_finite() {
-                            let name = self.model.feature_names.get(i).filter(|_| width_in == mean.len());
-                            return Err(Unpredictable::Range {
+                            return Err(PredictError::Range {
                                 row: c * CHUNK + r,
-                                feature: name.map_or_else(|| format!("value {}", i + 1), |n| format!("`{n}`")),
+                                feature: self.feature(i),
                                 value: raw,
                                 mean: *m,
                                 std: *s,
@@ -124,10 +156,13 @@ impl Predictor {
             }
             let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [chunk.len() / width_in, width_in]), &self.device);
             let y = self.module.forward(t, Mode::Eval);
-            let y =
-                y.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| Unpredictable::Shape(format!("{e:?}")))?;
+            let y = y
+                .into_data()
+                .convert::<f32>()
+                .into_vec::<f32>()
+                .map_err(|e| PredictError::Backend(format!("{e:?}")))?;
             if let Some(r) = y.chunks(width.max(1)).position(|row| row.iter().any(|v| !v.is_finite())) {
-                return Err(Unpredictable::Overflow { row: c * CHUNK + r });
+                return Err(PredictError::Overflow { row: c * CHUNK + r });
             }
             outputs.extend(y);
         }
@@ -144,6 +179,40 @@ impl Predictor {
             _ => None,
         };
         Ok(Predictions { rows: n, outputs, width, probabilities, labels })
+    }
+
+    /// Feature `i` as an error names it.
+    fn feature(&self, i: usize) -> String {
+        self.model.feature_names.get(i).map_or_else(|| format!("value {}", i + 1), |n| format!("`{n}`"))
+    }
+
+    /// Every categorical and token feature of `rows` (the first being row
+    /// `first`) holds an index of its vocabulary: a whole number below its
+    /// size. (An embedding would read outside its table otherwise.)
+    fn check_indices(&self, rows: &[f32], first: usize) -> Result<(), PredictError> {
+        let m = &self.model;
+        let tables: Vec<(usize, usize, IndexKind)> = match &m.tokens {
+            Some(t) => (0..m.input).map(|p| (p, t.size(), IndexKind::Token)).collect(),
+            None => m.categories.iter().map(|v| (v.position, v.size(), IndexKind::Category)).collect(),
+        };
+        if tables.is_empty() {
+            return Ok(());
+        }
+        for (r, row) in rows.chunks_exact(m.input).enumerate() {
+            for &(p, size, kind) in &tables {
+                let value = row[p];
+                if !(value >= 0.0 && value.fract() == 0.0 && (value as usize) < size) {
+                    return Err(PredictError::NotAnIndex {
+                        row: first + r,
+                        feature: self.feature(p),
+                        value,
+                        size,
+                        kind,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Predicts on rows read with [`read_model_rows`](crate::data::read_model_rows)
@@ -197,39 +266,120 @@ impl Predictor {
     }
 }
 
-/// Why a row gets no prediction.
-#[derive(Debug, thiserror::Error)]
-enum Unpredictable {
-    #[error("{0}")]
-    Shape(String),
-    #[error("row {}: {}", row + 1, self.what())]
-    Range { row: usize, feature: String, value: f32, mean: f32, std: f32 },
-    #[error("row {}: {}", row + 1, self.what())]
-    Overflow { row: usize },
+/// What a categorical or text feature holds an index of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexKind {
+    /// A categorical column's value: 0 is a value training never saw.
+    Category,
+    /// A text's token: 0 is padding, 1 a token training never saw.
+    Token,
 }
 
-impl Unpredictable {
-    /// The row (0-based) it concerns.
-    fn row(&self) -> Option<usize> {
+/// Why rows get no predictions.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PredictError {
+    /// The values are not whole rows of the model's features.
+    #[error("{values} values are not whole rows of {features} features")]
+    Shape {
+        /// How many values were given.
+        values: usize,
+        /// Features per row.
+        features: usize,
+    },
+    /// A categorical or text feature holds no index of its vocabulary.
+    #[error("row {}: {}", row + 1, self.what())]
+    NotAnIndex {
+        /// The row, 0-based.
+        row: usize,
+        /// The feature, as messages name it.
+        feature: String,
+        /// What it held.
+        value: f32,
+        /// The vocabulary's size: indices run from 0 to `size - 1`.
+        size: usize,
+        /// Which vocabulary.
+        kind: IndexKind,
+    },
+    /// A value the stored normalisation takes beyond an f32.
+    #[error("row {}: {}", row + 1, self.what())]
+    Range {
+        /// The row, 0-based.
+        row: usize,
+        /// The feature, as messages name it.
+        feature: String,
+        /// Its raw value.
+        value: f32,
+        /// The training rows' mean of the feature.
+        mean: f32,
+        /// Their spread.
+        std: f32,
+    },
+    /// The model's output for the row is not a finite number.
+    #[error("row {}: {}", row + 1, self.what())]
+    Overflow {
+        /// The row, 0-based.
+        row: usize,
+    },
+    /// The backend could not hand the outputs back; holds its words.
+    #[error("the device's outputs could not be read: {0}")]
+    Backend(String),
+}
+
+impl PredictError {
+    /// The row (0-based) it concerns, if one.
+    pub fn row(&self) -> Option<usize> {
         match self {
-            Unpredictable::Shape(_) => None,
-            Unpredictable::Range { row, .. } | Unpredictable::Overflow { row } => Some(*row),
+            PredictError::Shape { .. } | PredictError::Backend(_) => None,
+            PredictError::NotAnIndex { row, .. } | PredictError::Range { row, .. } | PredictError::Overflow { row } => {
+                Some(*row)
+            }
         }
     }
 
-    /// What is wrong with the row, without its place.
-    fn what(&self) -> String {
+    /// Whether the rows themselves are at fault (a client's error in a
+    /// service), not the model or the device.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, PredictError::Backend(_))
+    }
+
+    /// What is wrong, without the row's place.
+    pub fn what(&self) -> String {
         match self {
-            Unpredictable::Shape(why) => why.clone(),
-            Unpredictable::Range { feature, value, mean, std, .. } => format!(
+            PredictError::Shape { .. } | PredictError::Backend(_) => self.to_string(),
+            PredictError::NotAnIndex { feature, value, size, kind, .. } => {
+                let (what, zero) = match kind {
+                    IndexKind::Category => ("category", "a value training never saw"),
+                    IndexKind::Token => ("token", "padding"),
+                };
+                format!(
+                    "{feature} = {value} is not one of the model's {what} indices: expected a whole number from 0 \
+                     ({zero}) to {}; text is turned into indices by reading the rows with \
+                     ExportModel::read_rows_from",
+                    size - 1
+                )
+            }
+            PredictError::Range { feature, value, mean, std, .. } => format!(
                 "{feature} = {value:e} is beyond what the model can take: normalised with the training rows' mean \
                  {mean:.4} and spread {std:.4}, it exceeds a 32-bit float (about 3.4e38)"
             ),
-            Unpredictable::Overflow { .. } => "the model's output for this row is not a finite number: its values \
+            PredictError::Overflow { .. } => "the model's output for this row is not a finite number: its values \
                  overflow the model's 32-bit arithmetic (values far beyond those it was trained on?)"
                 .into(),
         }
     }
+}
+
+/// [`PredictError`] on rows read from a file or text, located at the row's line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}{}: {}", path.display(), line.map_or(String::new(), |l| format!(":{l}")), error.what())]
+pub struct RowsError {
+    /// The file (or the name given to the text) the rows came from.
+    pub path: PathBuf,
+    /// The 1-based line of the row at fault, when one is.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub error: PredictError,
 }
 
 /// Why [`Predictor::evaluate`] cannot score rows.
@@ -241,7 +391,7 @@ pub enum EvalError {
     /// A target value the model cannot score: not a finite number for regression, or an unknown class.
     #[error(transparent)]
     Data(#[from] DataError),
-    /// The rows could not be predicted on; holds the reason.
-    #[error("{0}")]
-    Predict(String),
+    /// The rows could not be predicted on.
+    #[error(transparent)]
+    Predict(#[from] RowsError),
 }

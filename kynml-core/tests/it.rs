@@ -1897,6 +1897,7 @@ fn exports_agree(
 fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies() {
     use kynml_core::export;
     use kynml_core::model::Layer;
+    use kynml_core::predict::{PredictError, Predictor};
     let seed = clock_seed();
     eprintln!("seed {seed}");
     let tmp = tempfile::tempdir().unwrap();
@@ -1959,7 +1960,7 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
         .collect();
     let predictors = exports_agree(&result, &exported, &data, &raw, dir, seed);
     for p in &predictors {
-        assert_eq!(p.model.categories, data.info.categories, "the loaded export keeps the vocabularies");
+        assert_eq!(p.model().categories, data.info.categories, "the loaded export keeps the vocabularies");
     }
     let predictor = &predictors[0];
 
@@ -1967,12 +1968,45 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
     // model never saw: it takes index 0 and is counted.
     let rows_csv = dir.join("new.csv");
     std::fs::write(&rows_csv, "shop,z,color,x\nshop 3,4.5,blue,0.5\nshop 99,4.5,blue,0.5\n").unwrap();
-    let m = &predictor.model;
+    let m = predictor.model();
     let rows = m.read_rows(&rows_csv, false).unwrap();
     assert_eq!(rows.unseen, [("shop".to_string(), 1)]);
     let blue = vocab[0].index("blue").unwrap() as f32;
     let shop3 = vocab[1].index("shop 3").unwrap() as f32;
     assert_eq!(rows.features, [0.5, blue, shop3, 4.5, 0.5, blue, 0.0, 4.5]);
+
+    // The same rows as text held in memory (a service's request body).
+    let text = std::fs::read(&rows_csv).unwrap();
+    let from_text = m.read_rows_from(&text, "request".as_ref(), false).unwrap();
+    assert_eq!((from_text.features, from_text.lines), (rows.features.clone(), rows.lines.clone()));
+    assert_eq!(m.input_columns(), ["x", "color", "shop", "z"]);
+
+    // An index no vocabulary holds is the caller's error, typed and
+    // naming its row and column: an embedding would read outside its table.
+    let size = vocab[0].size();
+    for bad in [size as f32, -1.0, 1.5, f32::NAN] {
+        let mut raw = rows.features.clone();
+        raw[4 + 1] = bad;
+        match predictor.predict(&raw) {
+            Err(e @ PredictError::NotAnIndex { row: 1, .. }) => {
+                assert!(e.is_bad_input());
+                let text = e.to_string();
+                assert!(text.starts_with("row 2: `color` = ") && text.contains(&format!("to {}", size - 1)), "{text}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    let mut located = rows.clone();
+    located.features[4 + 2] = 1e6;
+    let err = predictor.predict_rows(&located).unwrap_err();
+    assert_eq!(err.line, Some(3));
+    assert!(err.to_string().starts_with(&format!("{}:3: `shop` = 1000000", rows_csv.display())), "{err}");
+
+    // A model whose tensors do not fit its layers is refused, not given
+    // made-up weights.
+    let mut broken = exported.clone();
+    broken.layers[1] = broken.layers[2].clone();
+    assert!(Predictor::new(broken, &select(DeviceChoice::Cpu).unwrap()).is_err());
 }
 
 /// A checkpoint of a model that embeds categories resumes on the same data,
@@ -2201,7 +2235,7 @@ fn text_round_trip(seed: u64, layers: &str) {
         .collect();
     let predictors = exports_agree(&result, &exported, &data, &raw, dir, seed);
     for p in &predictors {
-        assert_eq!(p.model.tokens.as_ref(), Some(&tokens), "the loaded export keeps the tokens");
+        assert_eq!(p.model().tokens.as_ref(), Some(&tokens), "the loaded export keeps the tokens");
     }
     let predictor = &predictors[0];
 
@@ -2209,7 +2243,7 @@ fn text_round_trip(seed: u64, layers: &str) {
     let rows_csv = dir.join("new.csv");
     let long: Vec<&str> = std::iter::repeat_n("w3", 20).collect();
     std::fs::write(&rows_csv, format!("text\nw1 nope w2\n{}\n", long.join(" "))).unwrap();
-    let m = &predictor.model;
+    let m = predictor.model();
     let rows = m.read_rows(&rows_csv, false).unwrap();
     assert_eq!(rows.unseen, [("text".to_string(), 1)]);
     let id = |w: &str| 2.0 + tokens.tokens.iter().position(|t| t == w).unwrap() as f32;
@@ -2217,6 +2251,14 @@ fn text_round_trip(seed: u64, layers: &str) {
     first.resize(16, 0.0);
     assert_eq!(&rows.features[..16], &first[..]);
     assert!(rows.features[16..].iter().all(|v| *v == id("w3")));
+
+    // A token id past the vocabulary is the caller's error, not a read
+    // outside the embedding's table.
+    let mut past = rows.features.clone();
+    past[16 + 5] = tokens.size() as f32;
+    let err = predictor.predict(&past).unwrap_err();
+    assert!(matches!(err, kynml_core::predict::PredictError::NotAnIndex { row: 1, .. }), "{err:?}");
+    assert!(err.to_string().contains("token indices") && err.to_string().contains("(padding)"), "{err}");
 }
 
 #[test]
@@ -2361,13 +2403,13 @@ fn sequence_round_trip(seed: u64, layers: &str) {
         })
         .collect();
     let predictors = exports_agree(&result, &exported, &data, &raw, dir, seed);
-    assert_eq!(predictors[0].model.sequence.as_ref().map(|s| &s.columns), Some(&s.columns), "the export keeps them");
+    assert_eq!(predictors[0].model().sequence.as_ref().map(|s| &s.columns), Some(&s.columns), "the export keeps them");
 
     // New rows read by name, in any column order: cut at 12, padded.
     let rows_csv = dir.join("new.csv");
     let long: Vec<String> = (0..15).map(|i| i.to_string()).collect();
     std::fs::write(&rows_csv, format!("y,x\n\"4;5\",\"1, 2\"\n{},{}\n", long.join(" "), long.join(" "))).unwrap();
-    let m = &predictors[0].model;
+    let m = predictors[0].model();
     let new = m.read_rows(&rows_csv, false).unwrap();
     let mut first = vec![1.0, 4.0, 2.0, 5.0];
     first.resize(24, f32::NAN);

@@ -425,6 +425,23 @@ pub fn read_model_rows(
     target: &str,
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
+    let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
+    parse_model_rows(&bytes, path, feature_names, categories, tokens, sequence, target, need_target)
+}
+
+/// [`read_model_rows`] on CSV text held in memory (a request's body);
+/// `path` only names it in errors.
+#[allow(clippy::too_many_arguments)]
+pub fn parse_model_rows(
+    bytes: &[u8],
+    path: &Path,
+    feature_names: &[String],
+    categories: &[Vocabulary],
+    tokens: Option<&TokenVocabulary>,
+    sequence: Option<&SequenceColumns>,
+    target: &str,
+    need_target: bool,
+) -> Result<ModelRows, DataError> {
     // A text model reads one column, its text; a sequence model its sequence columns.
     let text_column;
     let feature_names = match (tokens, sequence) {
@@ -435,8 +452,7 @@ pub fn read_model_rows(
         (None, Some(s)) => &s.columns[..],
         (None, None) => feature_names,
     };
-    let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
-    let bytes = mac_line_breaks(&bytes);
+    let bytes = mac_line_breaks(bytes);
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*bytes);
     let mut record = ByteRecord::new();
     let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {

@@ -276,8 +276,31 @@ impl ExportModel {
         path: &std::path::Path,
         need_target: bool,
     ) -> Result<crate::data::ModelRows, crate::data::DataError> {
-        crate::data::read_model_rows(
-            path,
+        let bytes = std::fs::read(path).map_err(|source| crate::data::DataError::Io { path: path.into(), source })?;
+        self.read_rows_from(&bytes, path, need_target)
+    }
+
+    /// The CSV columns the model reads, in its order: the feature columns,
+    /// a text model's text column, or a sequence model's columns.
+    pub fn input_columns(&self) -> Vec<&str> {
+        match (&self.tokens, &self.sequence) {
+            (Some(t), _) => vec![t.column.as_str()],
+            (None, Some(s)) => s.columns.iter().map(String::as_str).collect(),
+            (None, None) => self.feature_names.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// [`read_rows`](Self::read_rows) on CSV text held in memory, such as a
+    /// request's body; `name` stands for a file in its errors.
+    pub fn read_rows_from(
+        &self,
+        csv: &[u8],
+        name: &std::path::Path,
+        need_target: bool,
+    ) -> Result<crate::data::ModelRows, crate::data::DataError> {
+        crate::data::parse_model_rows(
+            csv,
+            name,
             &self.feature_names,
             &self.categories,
             self.tokens.as_ref(),

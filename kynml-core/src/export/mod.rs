@@ -196,16 +196,25 @@ fn with_weights(model: &Model<Kb>, mut meta: ExportModel) -> ExportModel {
 }
 
 /// The exported model as a Burn module on `device`, for fast batched
-/// inference. A layer whose tensors do not fit its kind (a model that does
-/// not [`validate`](ExportModel::validate)) keeps its initial weights.
-pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
-    let shapes = e.shapes().unwrap_or_default();
+/// inference. A model that does not [`validate`](ExportModel::validate), or
+/// whose tensors do not fit its layers, is an error.
+pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Result<Model<Kb>, ExportError> {
+    e.validate().map_err(ExportError::Model)?;
+    build(e, device, true)
+}
+
+/// The model's layers on `device`, each from its tensors; a layer whose
+/// tensors are absent or do not fit is an error when `strict`, else keeps
+/// its initial weights (a skeleton for a Burn record to load into).
+fn build(e: &ExportModel, device: &DispatchDevice, strict: bool) -> Result<Model<Kb>, ExportError> {
+    let shapes = e.shapes().map_err(ExportError::Model)?;
     let mut rng = crate::rng::SplitMix64::new(0);
     let layers = e
         .layers
         .iter()
         .zip(&shapes)
-        .map(|(layer, shape)| {
+        .enumerate()
+        .map(|(i, (layer, shape))| {
             let view = layer.view();
             let mut get = |name: &str, burn_shape: &[usize]| {
                 let values = view.f32(name);
@@ -219,10 +228,14 @@ pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Model<Kb> {
                 Ok(layer.spec.torch_to_burn(name, values, burn_shape))
             };
             let module = layer.spec.init(shape, &mut rng, device);
-            module.restore(&mut get, device).unwrap_or_else(|_| layer.spec.init(shape, &mut rng, device))
+            match module.restore(&mut get, device) {
+                Ok(module) => Ok(module),
+                Err(err) if strict => Err(ExportError::Model(format!("layer {i} ({}): {err}", layer.kind()))),
+                Err(_) => Ok(layer.spec.init(shape, &mut rng, device)),
+            }
         })
-        .collect();
-    Model { layers, sequence: crate::model::sequence_channels(&e.shape) }
+        .collect::<Result<_, _>>()?;
+    Ok(Model { layers, sequence: crate::model::sequence_channels(&e.shape) })
 }
 
 /// Checks, before anything is trained or written, that exporting as
@@ -358,7 +371,7 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
         Format::Burn => {
             let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu)
                 .map_err(|e| ExportError::Model(e.to_string()))?;
-            let module = to_model(model, &cpu.inner());
+            let module = to_model(model, &cpu.inner())?;
             let dir = parent(path);
             std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
             let temp = tempfile::Builder::new()
@@ -419,7 +432,7 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     let model = if mpk {
         check_owner(&sidecar, &sidecar_path, &weights, &bytes)?;
         let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).map_err(|e| invalid(e.to_string()))?;
-        let skeleton = to_model(&meta, &cpu.inner());
+        let skeleton = build(&meta, &cpu.inner(), false)?;
         let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
         // Burn's loader panics on a record that does not fit the module
         // (an older sidecar, without `weights`, beside another model's

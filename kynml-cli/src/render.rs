@@ -30,9 +30,16 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out.join("\n")
 }
 
-/// Numbers (and shapes) read best right-aligned; words left-aligned.
+/// Numbers (with a unit or a percent sign, and shapes) read best
+/// right-aligned; words left-aligned.
 fn looks_numeric(cell: &str) -> bool {
-    cell.starts_with('[') || cell.replace(',', "").parse::<f64>().is_ok()
+    let number = |s: &str| s.replace(',', "").parse::<f64>().is_ok();
+    cell.starts_with('[')
+        || number(cell)
+        || cell.strip_suffix('%').is_some_and(number)
+        || cell
+            .split_once(' ')
+            .is_some_and(|(n, unit)| number(n) && matches!(unit, "ms" | "s" | "B" | "KiB" | "MiB" | "GiB" | "TiB"))
 }
 
 /// Seconds for a person: `0.8ms`, `42ms`, `0.42s`, `12.3s`, `4m 05s`, `1h 02m`.
@@ -93,9 +100,10 @@ pub fn profile_table(profile: &kynml_core::train::profile::Profile) -> String {
         "timed as they ran"
     };
     format!(
-        "profile of {} steps ({how})\n{}",
+        "profile of {} steps ({how})\n{}{}",
         profile.steps.len(),
-        table(&["phase", "total", "mean", "p50", "p95", "share"], &rows)
+        table(&["phase", "total", "mean", "p50", "p95", "share"], &rows),
+        profile.between_steps().map_or(String::new(), |b| format!("\n  {b}"))
     )
 }
 

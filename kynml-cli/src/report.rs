@@ -11,10 +11,13 @@ use crate::failure::Failure;
 use crate::render;
 
 pub fn run(args: ReportArgs) -> Result<(), Failure> {
+    let names = run_names(&args.runs);
+    // Everything is read before anything is printed: a damaged file is an
+    // error, not half a report.
     let mut rows = Vec::new();
     let mut problems = Vec::new();
-    for dir in &args.runs {
-        match read_run(dir) {
+    for (dir, name) in args.runs.iter().zip(&names) {
+        match read_run(dir, name) {
             Ok(row) => rows.push(row),
             Err(message) => problems.push(message),
         }
@@ -22,6 +25,20 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
     if !problems.is_empty() {
         return Err(Failure::input(problems.join("\n")));
     }
+    let mut costs = Vec::new();
+    let mut phases = Vec::new();
+    let mut verdicts = Vec::new();
+    for (dir, name) in args.runs.iter().zip(&names) {
+        costs.push(cost_row(name, &dir.join("metrics.jsonl")).map_err(Failure::input)?);
+        match read_profile(&dir.join("profile.json")).map_err(Failure::input)? {
+            Some((row, verdict)) => {
+                phases.push(std::iter::once(name.clone()).chain(row).collect());
+                verdicts.push(format!("  {name}: {verdict}"));
+            }
+            None => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
+        }
+    }
+
     let header = [
         "run",
         "spec",
@@ -35,33 +52,32 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
         "samples/s",
     ];
     println!("{}", render::table(&header, &rows));
-
-    let mut costs = Vec::new();
-    let mut phases = Vec::new();
-    let mut verdicts = Vec::new();
-    for dir in &args.runs {
-        let name = run_name(dir);
-        costs.push(cost_row(&name, &dir.join("metrics.jsonl")).map_err(Failure::input)?);
-        match read_profile(&dir.join("profile.json")).map_err(Failure::input)? {
-            Some((row, verdict)) => {
-                phases.push(std::iter::once(name.clone()).chain(row).collect());
-                verdicts.push(format!("  {name}: {verdict}"));
-            }
-            None => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
-        }
-    }
     let header = ["run", "waiting for batches", "skipped fp16 steps", "peak device pool", "peak host memory"];
     println!("\ntime and memory\n{}", render::table(&header, &costs));
     if !phases.is_empty() {
         let header = ["run", "steps", "wait", "copy", "forward", "backward", "optimizer", "other", "mean step"];
-        println!("\nwhere the step time goes (profiled runs, share of step time)\n{}", render::table(&header, &phases));
+        println!(
+            "\nwhere the step time goes (profiled runs; shares of the step time, waiting for the batch included)\n{}",
+            render::table(&header, &phases)
+        );
     }
     println!("\nverdicts\n{}", verdicts.join("\n"));
     Ok(())
 }
 
-fn run_name(dir: &Path) -> String {
-    dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+/// Each run's name in the tables: its folder's name, or the path as given
+/// where two runs share a folder name (`a/iris` and `b/iris`).
+fn run_names(dirs: &[std::path::PathBuf]) -> Vec<String> {
+    let short: Vec<String> = dirs
+        .iter()
+        .map(|dir| dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()))
+        .collect();
+    let unique = short.iter().enumerate().all(|(i, n)| !short[..i].contains(n));
+    if unique {
+        short
+    } else {
+        dirs.iter().map(|dir| dir.display().to_string()).collect()
+    }
 }
 
 /// `path` is not JSON: located at `line` (a JSON-lines file's record) or
@@ -107,7 +123,8 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
             .and_then(|x| x["share"].as_f64())
             .map_or("?".into(), |s| format!("{:.1}%", 100.0 * s))
     };
-    let mean: f64 = phases.iter().filter(|x| x["phase"] != "wait").filter_map(|x| x["mean"].as_f64()).sum();
+    // The mean step with its wait, as the chart's and the shares' step.
+    let mean: f64 = phases.iter().filter_map(|x| x["mean"].as_f64()).sum();
     let mut row = vec![p["steps"].as_u64().map_or("?".into(), |n| n.to_string())];
     row.extend(["wait", "copy", "forward", "backward", "optimizer", "other"].map(share));
     row.push(format!("{:.3} ms", mean * 1e3));
@@ -115,10 +132,23 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
     Ok(Some((row, verdict)))
 }
 
-fn read_run(dir: &Path) -> Result<Vec<String>, String> {
+fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, String> {
+    if !dir.is_dir() {
+        let what = if dir.exists() { "is not a folder" } else { "does not exist" };
+        return Err(format!("error: `{}` {what}: report takes run folders (runs/NAME-...)", dir.display()));
+    }
     let path = dir.join("metrics.json");
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        format!("error: `{}` is not a finished run folder: cannot read {}: {e}", dir.display(), path.display())
+        if e.kind() == std::io::ErrorKind::NotFound && dir.join("metrics.jsonl").is_file() {
+            format!(
+                "error: `{}` did not finish (interrupted, failed or still running): it has no metrics.json, which a \
+                 run writes at its end; its epochs so far are in {}",
+                dir.display(),
+                dir.join("metrics.jsonl").display()
+            )
+        } else {
+            format!("error: `{}` is not a finished run folder: cannot read {}: {e}", dir.display(), path.display())
+        }
     })?;
     let m: Value = serde_json::from_str(&text).map_err(|e| bad_json(&path, None, &e))?;
     let str_of = |key: &str| m[key].as_str().unwrap_or("?").to_string();
@@ -138,7 +168,7 @@ fn read_run(dir: &Path) -> Result<Vec<String>, String> {
     };
     let stopped = if m["stopped_early"].as_bool() == Some(true) { " (early stop)" } else { "" };
     Ok(vec![
-        run_name(dir),
+        name.to_string(),
         str_of("spec"),
         str_of("model"),
         str_of("device"),
@@ -147,7 +177,7 @@ fn read_run(dir: &Path) -> Result<Vec<String>, String> {
         m["metrics"]["val_loss"].as_f64().map_or("?".into(), |v| format!("{v:.4}")),
         metric,
         m["seconds"].as_f64().map_or("?".into(), render::duration),
-        m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v as usize)),
+        m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v.round() as usize)),
     ])
 }
 

@@ -125,23 +125,38 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     progress.finish();
     // What this run tuned and compiled is kept for the next, interrupted or not.
     crate::devices::seal_cache();
-    if let Some(profile) = result.as_ref().ok().and_then(|r| r.profile.as_ref()) {
+    let profiled = match &result {
+        Ok(r) => r.profile.as_ref(),
+        Err(TrainError::Interrupted { profile, .. }) => profile.as_deref(),
+        Err(_) => None,
+    };
+    if let Some(profile) = profiled {
         log.profile(profile);
     }
     log.finish().with_context(|| format!("writing metrics to {}", run_dir.path.display()))?;
+    let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
+    let workers = file.spec.dataset.num_workers.value;
     let result = result.map_err(|e| match e {
-        TrainError::Interrupted { epoch, step, checkpoint } => Failure::interrupted(match checkpoint {
-            Some(path) => format!(
-                "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  \
-                 to continue from there: {}\n  (--fresh starts over)",
-                path.display(),
-                continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
-            ),
-            None => format!(
-                "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not checkpoint \
-                 (add `checkpoint = checkpoint(every_n=1, path=\"...\")` to train:)"
-            ),
-        }),
+        TrainError::Interrupted { epoch, step, checkpoint, profile } => {
+            // The steps profiled so far are kept, with their verdict.
+            let kept = match profile.map(|p| write_profile(&run_dir, &title, &p, workers)) {
+                Some(Ok(())) => format!("\n  the profile of the steps so far is in {}", run_dir.path.display()),
+                Some(Err(e)) => format!("\n  the profile of the steps so far could not be written: {e:#}"),
+                None => String::new(),
+            };
+            Failure::interrupted(match checkpoint {
+                Some(path) => format!(
+                    "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  \
+                     to continue from there: {}\n  (--fresh starts over){kept}",
+                    path.display(),
+                    continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
+                ),
+                None => format!(
+                    "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not \
+                     checkpoint (add `checkpoint = checkpoint(every_n=1, path=\"...\")` to train:){kept}"
+                ),
+            })
+        }
         other => Failure::run(format!("error: {other}")),
     })?;
 
@@ -150,7 +165,6 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
         .context("saving model.safetensors")?;
     let export_note = export_as_spec_says(&file, &exported);
-    let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
     draw_curves(&run_dir, &title, &result.history).context("drawing curves.svg and curves.png")?;
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
     let summary = serde_json::json!({
@@ -169,13 +183,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     });
     run_dir.write_json("metrics.json", &summary).context("writing metrics.json")?;
     if let Some(profile) = &result.profile {
-        let workers = file.spec.dataset.num_workers.value;
-        run_dir.write_json("profile.json", &profile.to_json(workers)).context("writing profile.json")?;
-        run_dir.write_json("trace.json", &profile.trace()).context("writing trace.json")?;
-        let verdict = profile.verdict(workers).advice;
-        let figure = kynml_core::report::profile_chart::ProfileFigure { title: &title, profile, verdict: &verdict };
-        kynml_core::report::profile_chart::draw(&figure, &run_dir.path)
-            .context("drawing profile.svg and profile.png")?;
+        write_profile(&run_dir, &title, profile, workers)?;
     }
 
     println!();
@@ -216,7 +224,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     }
     if let Some(profile) = &result.profile {
         println!("\n{}", render::profile_table(profile));
-        println!("verdict: {}", profile.verdict(file.spec.dataset.num_workers.value).advice);
+        println!("verdict: {}", profile.verdict(workers).advice);
         if let Some(peak) = profile.peak_in_use() {
             use kynml_core::train::memory::bytes;
             println!(
@@ -231,6 +239,20 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// `profile.json`, `trace.json` and the chart of a profiled run.
+fn write_profile(
+    run_dir: &RunDir,
+    title: &str,
+    profile: &kynml_core::train::profile::Profile,
+    workers: usize,
+) -> anyhow::Result<()> {
+    run_dir.write_json("profile.json", &profile.to_json(workers)).context("writing profile.json")?;
+    run_dir.write_json("trace.json", &profile.trace()).context("writing trace.json")?;
+    let verdict = profile.verdict(workers).advice;
+    let figure = kynml_core::report::profile_chart::ProfileFigure { title, profile, verdict: &verdict };
+    kynml_core::report::profile_chart::draw(&figure, &run_dir.path).context("drawing profile.svg and profile.png")
 }
 
 /// Where this run's time and memory went, from its epoch records: the share
@@ -491,21 +513,25 @@ fn epoch_line(r: &EpochRecord) -> String {
 /// checkpoint when the spec checkpoints), the second quits at once.
 mod ctrl_c {
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, OnceLock};
 
-    static STOP: AtomicBool = AtomicBool::new(false);
+    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
     /// Installs the handler and returns the flag it sets.
-    pub fn flag() -> &'static AtomicBool {
-        // SAFETY: the handler only touches an atomic and calls write(2) and
-        // _exit(2), which are async-signal-safe.
+    pub fn flag() -> Arc<AtomicBool> {
+        let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
+        // SAFETY: the handler only reads an initialised OnceLock (an atomic
+        // load), touches an atomic and calls write(2) and _exit(2), which are
+        // async-signal-safe.
         unsafe {
             libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
         }
-        &STOP
+        flag
     }
 
     extern "C" fn on_sigint(_: libc::c_int) {
-        if STOP.swap(true, Ordering::SeqCst) {
+        let Some(stop) = STOP.get() else { return };
+        if stop.swap(true, Ordering::SeqCst) {
             // The checkpoint file is only ever replaced by a rename, so
             // quitting mid-write leaves the previous one whole.
             unsafe { libc::_exit(130) };

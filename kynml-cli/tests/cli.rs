@@ -27,6 +27,17 @@ fn copy_example(name: &str) -> tempfile::TempDir {
     tmp
 }
 
+/// The files of folder `from` (not its subfolders) copied into a new folder `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
 /// DeepNet's real data is generated (50 MB); 64 rows with its 128 feature
 /// columns and its target are enough to check and train the spec.
 fn small_deepnet_data(dir: &Path) {
@@ -337,7 +348,13 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     let shares: f64 =
         (row.split_whitespace()).filter_map(|w| w.strip_suffix('%').and_then(|v| v.parse::<f64>().ok())).sum();
     assert!((shares - 100.0).abs() < 0.5, "the six shares add up to {shares}: {row}");
-    assert!(t.contains("c: compute-bound") || t.contains("c: data loading is"), "{t}");
+    // The mean step is the chart's: the phases' means, the wait's included.
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("c/profile.json")).unwrap()).unwrap();
+    let mean: f64 = profile["phases"].as_array().unwrap().iter().map(|p| p["mean"].as_f64().unwrap()).sum();
+    assert!(row.trim_end().ends_with(&format!("{:.3} ms", mean * 1e3)), "{row} (mean step {mean} s)");
+    // Iris's steps take microseconds: fixed costs, not arithmetic, lead.
+    assert!(t.contains("c: the steps are short (") && t.contains("a larger batch"), "{t}");
     assert!(t.contains("a: not profiled") && !phases.contains("\n  a "), "{t}");
     // A profiled run that checkpoints puts each hand-off and each write in its trace.
     let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
@@ -366,12 +383,23 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     for part in ["Where the step time goes", "waiting for the batch", "epoch 3"] {
         assert!(svg.contains(part), "profile.svg lacks {part:?}");
     }
-    assert!(svg.contains("compute-bound") || svg.contains("data loading is"), "profile.svg has no verdict");
+    assert!(svg.contains("the steps are short"), "profile.svg has no verdict");
+    assert!(svg.contains("3 checkpoint hand-offs"), "profile.svg does not sum the hand-offs");
     let png = std::fs::read(tmp.path().join("d/profile.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "profile.png is a PNG");
     let out = kynml(&["report", "a", "iris.kyn"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("`iris.kyn` is not a folder"), "{}", text(&out));
+    let out = kynml(&["report", "a", "nope"], tmp.path());
+    assert!(out.status.code() == Some(2) && text(&out).contains("`nope` does not exist"), "{}", text(&out));
+    std::fs::create_dir(tmp.path().join("empty")).unwrap();
+    let out = kynml(&["report", "empty"], tmp.path());
     assert!(text(&out).contains("not a finished run folder"), "{}", text(&out));
+    // Two runs of one folder name, in two places: named by their paths.
+    std::fs::create_dir(tmp.path().join("x")).unwrap();
+    copy_dir(&tmp.path().join("a"), &tmp.path().join("x/a"));
+    let t = text(&kynml(&["report", "a", "x/a"], tmp.path()));
+    assert!(t.contains("\n  x/a ") && t.contains("\n  a "), "{t}");
     // A damaged record: its file, line and column (1-based), serde's own position left out.
     let jsonl = tmp.path().join("b/metrics.jsonl");
     let records = std::fs::read_to_string(&jsonl).unwrap();
@@ -803,10 +831,11 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     checkpointing_spec(dir, "spec.kyn", "run.ckpt", 24);
     // The signal goes in once the run has reported its second epoch, so
     // that it lands in mid-training however fast the machine trains.
-    let interrupt = |signals: usize, out: &str| {
+    let interrupt = |signals: usize, out: &str, more: &[&str]| {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
             .args(["train", "spec.kyn", "--out", out])
+            .args(more)
             .current_dir(dir)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -835,12 +864,21 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
         out
     };
 
-    let out = interrupt(1, "first");
+    // Profiled (which changes no weight): the steps profiled so far are kept.
+    let out = interrupt(1, "first", &["--profile"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(130), "{t}");
     assert!(t.contains("stopping after this step") && t.contains("checkpoint written to run.ckpt"), "{t}");
     // The same command would find `first` not empty: the advice names a new folder.
-    assert!(t.contains("to continue from there: ") && t.contains(" train spec.kyn --out first-2\n"), "{t}");
+    assert!(t.contains("to continue from there: ") && t.contains(" train spec.kyn --out first-2 --profile\n"), "{t}");
+    assert!(t.contains("the profile of the steps so far is in first"), "{t}");
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("first/profile.json")).unwrap()).unwrap();
+    assert!(profile["steps"].as_u64().is_some_and(|n| n > 0) && profile["verdict"]["advice"].is_string(), "{profile}");
+    assert!(dir.join("first/trace.json").is_file() && dir.join("first/profile.svg").is_file());
+    // report says what an unfinished run folder is.
+    let t = text(&kynml(&["report", "first"], dir));
+    assert!(t.contains("`first` did not finish (interrupted, failed or still running)"), "{t}");
     let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
     assert!(text(&out).contains(" goes on after "), "where the interrupted epoch goes on: {}", text(&out));
@@ -848,7 +886,7 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
 
     // Twice: out at once, and whatever is at the path is whole.
     std::fs::remove_file(dir.join("run.ckpt")).unwrap();
-    let out = interrupt(2, "twice");
+    let out = interrupt(2, "twice", &[]);
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
 }

@@ -897,16 +897,16 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
     file.apply(&Overrides { epochs: Some(6), ..Overrides::default() });
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
-    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
     let settings =
-        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop), ..TrainSettings::default() };
+        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop.clone()), ..TrainSettings::default() };
     let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
         if let TrainEvent::Step { epoch: 3, step: 2, .. } = event {
             stop.store(true, Ordering::SeqCst); // as Ctrl-C would
         }
     });
     match outcome {
-        Err(TrainError::Interrupted { epoch: 3, step: 3, checkpoint: Some(path) }) => {
+        Err(TrainError::Interrupted { epoch: 3, step: 3, checkpoint: Some(path), .. }) => {
             assert!(path.ends_with("cut.ckpt"))
         }
         other => panic!("expected an interruption at epoch 3, step 3, got {:?}", other.map(|r| r.history.len())),
@@ -935,9 +935,9 @@ fn an_interrupted_epoch_resumed_with_another_batch_goes_on_from_its_row() {
     let data = file.load_data().unwrap();
     let (n, batch) = (data.train.len(), file.spec.train.batch.value);
     let cpu = select(DeviceChoice::Cpu).unwrap();
-    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
     let settings =
-        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop), ..TrainSettings::default() };
+        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop.clone()), ..TrainSettings::default() };
     let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
         if let TrainEvent::Step { epoch: 2, step: 2, .. } = event {
             stop.store(true, Ordering::SeqCst);
@@ -982,9 +982,9 @@ fn a_resume_before_a_dropped_lone_row_has_no_step_left() {
     // One batch and one row left over: the row is dropped (batchnorm).
     file.spec.train.batch.value = data.train.len() - 1;
     let cpu = select(DeviceChoice::Cpu).unwrap();
-    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
     let settings =
-        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop), ..TrainSettings::default() };
+        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop.clone()), ..TrainSettings::default() };
     let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
         if let TrainEvent::Step { epoch: 1, step: 1, .. } = event {
             stop.store(true, Ordering::SeqCst);
@@ -1567,9 +1567,9 @@ fn a_stop_inside_an_accumulated_step_resumes_bit_identical() {
     file.apply(&Overrides { epochs: Some(6), ..Overrides::default() });
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
-    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
     let settings =
-        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop), ..TrainSettings::default() };
+        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop.clone()), ..TrainSettings::default() };
     let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
         if let TrainEvent::Step { epoch: 3, step: 2, .. } = event {
             stop.store(true, Ordering::SeqCst);
@@ -1577,7 +1577,7 @@ fn a_stop_inside_an_accumulated_step_resumes_bit_identical() {
     });
     // Asked at batch 2, stopped at batch 4: the end of the accumulated step.
     match outcome {
-        Err(TrainError::Interrupted { epoch: 3, step: 4, checkpoint: Some(_) }) => {}
+        Err(TrainError::Interrupted { epoch: 3, step: 4, checkpoint: Some(_), .. }) => {}
         other => panic!("expected an interruption at epoch 3, batch 4, got {:?}", other.map(|r| r.history.len())),
     }
     let resumed = run_to(&cut, 6, true);

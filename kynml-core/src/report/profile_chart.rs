@@ -9,8 +9,9 @@
 //!    milliseconds per step, with each part's share written inside it where
 //!    it fits. More than [`MAX_ROWS`] epochs are grouped into that many rows.
 //! 2. **Every step**: the same phases stacked for each profiled step in run
-//!    order, so that a slow first step (autotune, kernel compilation), a
-//!    loader stall or a checkpoint stands out. Steps over twice the 95th
+//!    order, so that a slow first step (autotune, kernel compilation) or a
+//!    loader stall stands out (evaluations and checkpoint hand-offs, between
+//!    the steps, are summed in the subtitle). Steps over twice the 95th
 //!    percentile are cut at that height and named in the caption, so that one
 //!    autotuned first step does not flatten the rest. Runs of more than
 //!    [`MAX_POINTS`] steps are drawn as the means of consecutive groups.
@@ -192,9 +193,10 @@ impl Chart {
 
         let mean_step: f64 = rows.last().map_or(0.0, |r| r.ms.iter().sum());
         let subtitle = format!(
-            "{} profiled steps, {} per step on average{}",
+            "{} profiled steps, {} per step on average{}{}",
             steps.len(),
             fmt_ms(mean_step),
+            f.profile.between_steps().map_or(String::new(), |b| format!("; {b}")),
             if f.profile.synchronised {
                 "; the device was waited for after each phase, which itself costs"
             } else {

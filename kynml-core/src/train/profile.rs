@@ -80,6 +80,13 @@ pub struct Profile {
     /// On CUDA with NVML: the GPU's busy share and memory, sampled through
     /// the run (see [`gpu_monitor`](super::gpu_monitor)).
     pub gpu: Vec<GpuSample>,
+    /// Steps of this run skipped on an fp16 overflow (their updates thrown away).
+    pub skipped_steps: usize,
+    /// Whether the products ran in bf16 or fp16 already.
+    pub half_precision: bool,
+    /// The machine's cores (0: not known), which bound how many loader
+    /// workers can run beside the step.
+    pub cores: usize,
 }
 
 /// One checkpoint: the training thread's hand-off (the snapshot copied to
@@ -124,6 +131,12 @@ pub enum Bound {
     /// The steps took nearly all of it, yet the GPU sat idle for much of
     /// them (NVML's busy share): the host's launches set the pace.
     Launch,
+    /// The steps are so short that their fixed costs (launches, the
+    /// optimizer's pass over every tensor, bookkeeping) outweigh the
+    /// arithmetic of the batch.
+    Overhead,
+    /// fp16 skipped many steps on overflow: their work was thrown away.
+    SkippedSteps,
 }
 
 /// The bottleneck, and one concrete step a person can take.
@@ -140,6 +153,15 @@ pub const DATA_BOUND_SHARE: f64 = 0.3;
 /// The GPU busy percent below which a compute-bound run's steps leave the
 /// GPU waiting on the host: kernel launches and the work between them.
 pub const GPU_IDLE_BUSY: f64 = 60.0;
+
+/// A steady step (its own work, waiting aside) shorter than this, in
+/// seconds, is dominated by fixed per-step costs.
+pub const SHORT_STEP: f64 = 0.5e-3;
+/// The share of steps skipped on overflow above which the verdict is theirs.
+pub const SKIPPED_SHARE: f64 = 0.05;
+/// A first-epoch step this many times the median step is warm-up (kernels
+/// compiled or tuned, buffers allocated), left out of the verdict.
+pub const WARM_UP_FACTOR: f64 = 20.0;
 
 /// The phases in step order; `other` is what the step spent outside them.
 pub const PHASES: [&str; 6] = ["wait", "copy", "forward", "backward", "optimizer", "other"];
@@ -163,42 +185,82 @@ impl Profile {
     /// Each phase's total, mean, p50 and p95 over the steps, and its share of
     /// the time from the first wait to the last step's end (evaluations aside).
     pub fn summary(&self) -> Vec<PhaseSummary> {
-        let all: f64 = self.steps.iter().map(|s| s.wait + s.total).sum();
-        PHASES
-            .iter()
-            .map(|&phase| {
-                let mut v: Vec<f64> = self.steps.iter().map(|s| s.phase(phase)).collect();
-                v.sort_by(f64::total_cmp);
-                let total: f64 = v.iter().sum();
-                let at = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
-                PhaseSummary {
-                    phase,
-                    total,
-                    mean: total / v.len().max(1) as f64,
-                    p50: at(0.5),
-                    p95: at(0.95),
-                    share: total / all.max(1e-12),
-                }
-            })
-            .collect()
+        summarize(&self.steps)
     }
 
-    /// The bottleneck, from the shares: data-bound when waiting for batches
-    /// took more than [`DATA_BOUND_SHARE`] of the time (with `workers` the
-    /// spec's `num_workers`, to say what to raise), else compute-bound, naming
-    /// the largest phase.
+    /// The steps a verdict reads: all but the first epoch's warm-up steps,
+    /// those over [`WARM_UP_FACTOR`] times the median step (compiling and
+    /// tuning kernels, allocating), which say nothing of the steady run.
+    pub fn steady_steps(&self) -> Vec<StepTiming> {
+        let mut totals: Vec<f64> = self.steps.iter().map(|s| s.total).collect();
+        totals.sort_by(f64::total_cmp);
+        let Some(&median) = totals.get(totals.len() / 2) else { return Vec::new() };
+        let first_epoch = self.steps[0].epoch;
+        let steady: Vec<StepTiming> = self
+            .steps
+            .iter()
+            .filter(|s| s.epoch != first_epoch || s.total <= WARM_UP_FACTOR * median)
+            .cloned()
+            .collect();
+        if steady.is_empty() {
+            self.steps.clone()
+        } else {
+            steady
+        }
+    }
+
+    /// The bottleneck, from the shares of the steady steps
+    /// ([`steady_steps`](Self::steady_steps)), in this order: fp16 skipping
+    /// more than [`SKIPPED_SHARE`] of the steps; waiting for batches more
+    /// than [`DATA_BOUND_SHARE`] of the time (with `workers` the spec's
+    /// `num_workers`, to say what to raise within the machine's cores); a
+    /// GPU that NVML saw idle; steps shorter than [`SHORT_STEP`]; else
+    /// compute-bound, naming the largest phase.
     pub fn verdict(&self, workers: usize) -> Verdict {
-        let summary = self.summary();
+        let steady = self.steady_steps();
+        let summary = summarize(&steady);
         let share = |name: &str| summary.iter().find(|p| p.phase == name).map_or(0.0, |p| p.share);
         let wait = share("wait");
+        let left_out = self.steps.len() - steady.len();
+        let warm_up = match left_out {
+            0 => String::new(),
+            1 => " (the first step, warm-up, left out)".into(),
+            n => format!(" ({n} warm-up steps left out)"),
+        };
+        let all_steps = self.steps.len().max(self.skipped_steps);
+        if self.skipped_steps as f64 > SKIPPED_SHARE * all_steps as f64 {
+            return Verdict {
+                bound: Bound::SkippedSteps,
+                advice: format!(
+                    "fp16 skipped {} of {all_steps} steps ({:.0}%) on overflow, their work thrown away: lower the \
+                     loss scale's start (loss_scale = dynamic(init=...)), or train in bf16, which needs no scaling",
+                    self.skipped_steps,
+                    100.0 * self.skipped_steps as f64 / all_steps as f64
+                ),
+            };
+        }
         if wait > DATA_BOUND_SHARE {
-            let more = if workers == 0 { 2 } else { workers * 2 };
+            let wanted = if workers == 0 { 2 } else { workers * 2 };
+            // The step needs a core of its own (more on the native engine).
+            let spare = self.cores.saturating_sub(1);
+            let advice = if self.cores == 0 || wanted <= spare {
+                format!("raise num_workers ({workers} -> {wanted}) or prefetch")
+            } else if workers < spare {
+                format!(
+                    "raise num_workers ({workers} -> {spare}: this machine has {} cores, and the step needs one)",
+                    self.cores
+                )
+            } else {
+                format!(
+                    "num_workers = {workers} already takes this machine's spare cores ({} in all, one for the \
+                     step): more workers would compete with the step; fewer or cheaper columns, or a machine \
+                     with more cores, would help",
+                    self.cores
+                )
+            };
             return Verdict {
                 bound: Bound::Data,
-                advice: format!(
-                    "data loading is {:.0}% of step time: raise num_workers ({workers} -> {more}) or prefetch",
-                    100.0 * wait
-                ),
+                advice: format!("data loading is {:.0}% of step time{warm_up}: {advice}", 100.0 * wait),
             };
         }
         let (phase, largest) = summary
@@ -219,16 +281,31 @@ impl Profile {
                 ),
             };
         }
+        let work = steady.iter().map(|s| s.total).sum::<f64>() / steady.len().max(1) as f64;
+        if work < SHORT_STEP {
+            return Verdict {
+                bound: Bound::Overhead,
+                advice: format!(
+                    "the steps are short ({:.3} ms each{warm_up}): fixed per-step costs (the optimizer's pass over \
+                     every tensor, launches, bookkeeping) outweigh the batch's arithmetic; a larger batch does more \
+                     work for the same costs",
+                    work * 1e3
+                ),
+            };
+        }
         let hint = match phase {
             "copy" => "the copy to the device leads: a larger batch copies less often per row",
             "optimizer" => "the optimizer's update leads: a larger batch updates less often per row",
+            _ if self.half_precision => "the model's own arithmetic leads: a larger batch, or a faster device",
             _ => "the model's own arithmetic leads: a faster device or precision (bf16/fp16 on a GPU) is what helps",
         };
         Verdict {
             bound: Bound::Compute,
             advice: format!(
-                "compute-bound: the steps are {:.0}% of step time ({phase} {:.0}%); {hint}",
+                "compute-bound: the steps' own work is {:.0}% of the time, waiting for batches {:.0}%{warm_up} \
+                 ({phase} {:.0}%); {hint}",
                 100.0 * (1.0 - wait),
+                100.0 * wait,
                 100.0 * largest
             ),
         }
@@ -244,6 +321,29 @@ impl Profile {
         let spans: Vec<(f64, f64)> =
             self.steps.iter().map(|s| (s.start + s.wait, s.start + s.wait + s.total)).collect();
         self.gpu.iter().filter(|g| spans.iter().any(|&(a, b)| g.t >= a && g.t <= b)).copied().collect()
+    }
+
+    /// What the training thread spent between the steps, in words: the
+    /// evaluations, and the checkpoints it handed to the writer (or wrote);
+    /// `None` when there was neither.
+    pub fn between_steps(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if !self.evals.is_empty() {
+            let seconds: f64 = self.evals.iter().map(|e| e.seconds).sum();
+            let n = self.evals.len();
+            parts.push(format!("{n} evaluation{} {}", if n == 1 { "" } else { "s" }, seconds_text(seconds)));
+        }
+        if !self.checkpoints.is_empty() {
+            let seconds: f64 = self.checkpoints.iter().map(|c| c.handoff).sum();
+            let n = self.checkpoints.len();
+            parts.push(format!(
+                "{n} checkpoint hand-off{} {} (the training waited for {})",
+                if n == 1 { "" } else { "s" },
+                seconds_text(seconds),
+                if n == 1 { "it" } else { "them" }
+            ));
+        }
+        (!parts.is_empty()).then(|| format!("between the steps: {}", parts.join(", ")))
     }
 
     /// The most device memory in use read at any phase's end (bytes);
@@ -279,6 +379,10 @@ impl Profile {
     /// gathered on that worker's track (tid [`LOADER_TID`] + worker).
     pub fn trace(&self) -> Value {
         let us = |s: f64| (s * 1e6).round();
+        // Start and end rounded, the duration their difference: phases that
+        // follow one another never overlap by a rounding (Perfetto would
+        // nest them).
+        let dur = |start: f64, seconds: f64| us(start + seconds) - us(start);
         let mut events = vec![
             json!({"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "training step"}}),
             json!({"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "waiting for the loader"}}),
@@ -286,14 +390,12 @@ impl Profile {
         ];
         for s in &self.steps {
             let args = json!({"epoch": s.epoch, "step": s.step});
-            events.push(json!({"name": "wait", "ph": "X", "pid": 1, "tid": 2, "ts": us(s.start), "dur": us(s.wait), "args": args}));
+            events.push(json!({"name": "wait", "ph": "X", "pid": 1, "tid": 2, "ts": us(s.start), "dur": dur(s.start, s.wait), "args": args}));
             let mut at = s.start + s.wait;
             for phase in &PHASES[1..] {
-                let dur = s.phase(phase);
-                events.push(
-                    json!({"name": phase, "ph": "X", "pid": 1, "tid": 1, "ts": us(at), "dur": us(dur), "args": args}),
-                );
-                at += dur;
+                let seconds = s.phase(phase);
+                events.push(json!({"name": phase, "ph": "X", "pid": 1, "tid": 1, "ts": us(at), "dur": dur(at, seconds), "args": args}));
+                at += seconds;
             }
         }
         let mut workers: Vec<usize> = self.steps.iter().filter_map(|s| s.prepared.map(|p| p.0)).collect();
@@ -306,9 +408,9 @@ impl Profile {
             );
         }
         for s in &self.steps {
-            if let Some((w, start, dur)) = s.prepared {
+            if let Some((w, start, seconds)) = s.prepared {
                 let args = json!({"epoch": s.epoch, "step": s.step});
-                events.push(json!({"name": "prepare batch", "ph": "X", "pid": 1, "tid": LOADER_TID + w, "ts": us(start), "dur": us(dur), "args": args}));
+                events.push(json!({"name": "prepare batch", "ph": "X", "pid": 1, "tid": LOADER_TID + w, "ts": us(start), "dur": dur(start, seconds), "args": args}));
             }
         }
         if !self.checkpoints.is_empty() {
@@ -321,13 +423,13 @@ impl Profile {
         }
         for c in &self.checkpoints {
             let args = json!({"epoch": c.epoch});
-            events.push(json!({"name": "checkpoint hand-off", "ph": "X", "pid": 1, "tid": 4, "ts": us(c.start), "dur": us(c.handoff), "args": args}));
-            if let Some((start, dur)) = c.write {
-                events.push(json!({"name": "write checkpoint", "ph": "X", "pid": 1, "tid": 5, "ts": us(start), "dur": us(dur), "args": args}));
+            events.push(json!({"name": "checkpoint hand-off", "ph": "X", "pid": 1, "tid": 4, "ts": us(c.start), "dur": dur(c.start, c.handoff), "args": args}));
+            if let Some((start, seconds)) = c.write {
+                events.push(json!({"name": "write checkpoint", "ph": "X", "pid": 1, "tid": 5, "ts": us(start), "dur": dur(start, seconds), "args": args}));
             }
         }
         for e in &self.evals {
-            events.push(json!({"name": "evaluate", "ph": "X", "pid": 1, "tid": 3, "ts": us(e.start), "dur": us(e.seconds), "args": {"epoch": e.epoch}}));
+            events.push(json!({"name": "evaluate", "ph": "X", "pid": 1, "tid": 3, "ts": us(e.start), "dur": dur(e.start, e.seconds), "args": {"epoch": e.epoch}}));
         }
         // NVML's samples as counters, which Perfetto draws as tracks of their own.
         for g in &self.gpu {
@@ -336,6 +438,38 @@ impl Profile {
         }
         json!({"traceEvents": events, "displayTimeUnit": "ms"})
     }
+}
+
+/// Seconds for a person: `94 ms`, `2.31 s`.
+fn seconds_text(seconds: f64) -> String {
+    if seconds < 1.0 {
+        format!("{:.0} ms", seconds * 1e3)
+    } else {
+        format!("{seconds:.2} s")
+    }
+}
+
+/// Each phase's total, mean, p50 and p95 over `steps`, and its share of
+/// their time (waits included).
+fn summarize(steps: &[StepTiming]) -> Vec<PhaseSummary> {
+    let all: f64 = steps.iter().map(|s| s.wait + s.total).sum();
+    PHASES
+        .iter()
+        .map(|&phase| {
+            let mut v: Vec<f64> = steps.iter().map(|s| s.phase(phase)).collect();
+            v.sort_by(f64::total_cmp);
+            let total: f64 = v.iter().sum();
+            let at = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+            PhaseSummary {
+                phase,
+                total,
+                mean: total / v.len().max(1) as f64,
+                p50: at(0.5),
+                p95: at(0.95),
+                share: total / all.max(1e-12),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -353,13 +487,7 @@ mod tests {
             total: 0.7,
             prepared: i.is_multiple_of(2).then_some((i % 4 / 2, i as f64 - 0.5, 0.25)),
         };
-        let p = Profile {
-            steps: (1..=4).map(|i| step(i, 0.1 * i as f64)).collect(),
-            evals: Vec::new(),
-            synchronised: false,
-            checkpoints: Vec::new(),
-            gpu: Vec::new(),
-        };
+        let p = Profile { steps: (1..=4).map(|i| step(i, 0.1 * i as f64)).collect(), ..Profile::default() };
         let s = p.summary();
         let get = |name: &str| s.iter().find(|x| x.phase == name).unwrap().clone();
         assert!((get("forward").total - 0.8).abs() < 1e-12);
@@ -393,10 +521,7 @@ mod tests {
                     prepared: None,
                 })
                 .collect(),
-            evals: Vec::new(),
-            synchronised: false,
-            checkpoints: Vec::new(),
-            gpu: Vec::new(),
+            ..Profile::default()
         };
         // Waiting 1 s of every 2: data-bound, with the workers to try.
         let data = steps(1.0).verdict(0);
@@ -424,5 +549,76 @@ mod tests {
         let trace = Profile { gpu: vec![sample(20)], ..steps(0.25) }.trace();
         let counters = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "C").count();
         assert_eq!(counters, 2);
+
+        // The cores bound the workers to advise: 2 cores leave one spare.
+        let two = |workers: usize| Profile { cores: 2, ..steps(1.0) }.verdict(workers).advice;
+        assert!(two(0).contains("num_workers (0 -> 1: this machine has 2 cores"), "{}", two(0));
+        assert!(two(1).contains("already takes this machine's spare cores"), "{}", two(1));
+        assert!(Profile { cores: 16, ..steps(1.0) }.verdict(4).advice.contains("(4 -> 8)"));
+
+        // fp16 that skipped 3 of 4 steps: that is the verdict, before any wait.
+        let skipped = Profile { skipped_steps: 3, ..steps(1.0) }.verdict(0);
+        assert_eq!(skipped.bound, Bound::SkippedSteps);
+        assert!(skipped.advice.contains("skipped 3 of 4 steps (75%)") && skipped.advice.contains("init="));
+
+        // A run already in half precision is not told to use it.
+        let half = Profile { half_precision: true, ..steps(0.25) }.verdict(0).advice;
+        assert!(!half.contains("bf16/fp16"), "{half}");
+    }
+
+    fn timed(epoch: usize, step: usize, total: f64) -> StepTiming {
+        let third = total / 3.0;
+        StepTiming {
+            epoch,
+            step,
+            start: step as f64,
+            wait: 0.0,
+            phases: StepPhases { copy: 0.0, forward: third, backward: third, optimizer: third, in_use: 0 },
+            total,
+            prepared: None,
+        }
+    }
+
+    #[test]
+    fn warm_up_steps_and_short_steps_shape_the_verdict() {
+        // A 35 ms first step (kernels compiled) among 10 us ones: left out,
+        // and what is left is per-step overhead, not arithmetic.
+        let mut steps: Vec<StepTiming> = (1..=20).map(|i| timed(1, i, 10e-6)).collect();
+        steps[0].total = 35e-3;
+        steps[0].phases.forward = 35e-3;
+        let p = Profile { steps, ..Profile::default() };
+        assert_eq!(p.steady_steps().len(), 19);
+        let v = p.verdict(0);
+        assert_eq!(v.bound, Bound::Overhead);
+        assert!(v.advice.contains("0.010 ms each (the first step, warm-up, left out)"), "{}", v.advice);
+        // The summary still counts every step.
+        assert!(p.summary().iter().find(|x| x.phase == "forward").unwrap().total > 35e-3);
+        // A slow step after the first epoch is the run's own, not warm-up.
+        let mut later: Vec<StepTiming> = (1..=4).map(|i| timed(1 + i / 3, i, 2e-3)).collect();
+        later[3].total = 1.0;
+        assert_eq!(Profile { steps: later, ..Profile::default() }.steady_steps().len(), 4);
+        // Steps of 2 ms doing arithmetic: compute-bound.
+        let compute = Profile { steps: (1..=4).map(|i| timed(1, i, 2e-3)).collect(), ..Profile::default() };
+        assert_eq!(compute.verdict(0).bound, Bound::Compute);
+    }
+
+    #[test]
+    fn trace_phases_never_overlap_by_rounding() {
+        // Phases of 35.5 us from starts at .6 us: rounded one by one, a phase would
+        // end after the next begins.
+        let steps: Vec<StepTiming> =
+            (0..50).map(|i| StepTiming { start: 1.0000006 + i as f64 * 0.001, ..timed(1, i + 1, 106.5e-6) }).collect();
+        let trace = Profile { steps, ..Profile::default() }.trace();
+        let mut spans: Vec<(f64, f64)> = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["tid"] == 1 && e["ph"] == "X")
+            .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+            .collect();
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for pair in spans.windows(2) {
+            assert!(pair[0].0 + pair[0].1 <= pair[1].0, "{pair:?}");
+        }
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::tensor::Tensor;
@@ -73,10 +74,11 @@ pub struct TrainSettings {
     /// The precision to run, overriding what [`precision::plan`] decides for
     /// the spec and device (tests and benches compare precisions this way).
     pub precision: Option<PrecisionPlan>,
-    /// Set it (from a Ctrl-C handler, say) to stop after the step in
-    /// progress: a checkpoint of that point is written when the spec
-    /// checkpoints, and [`train`] returns [`TrainError::Interrupted`].
-    pub stop: Option<&'static AtomicBool>,
+    /// Set it (from a Ctrl-C handler, or a service cancelling one run) to
+    /// stop after the step in progress: a checkpoint of that point is
+    /// written when the spec checkpoints, and [`train`] returns
+    /// [`TrainError::Interrupted`]. Each run may have its own flag.
+    pub stop: Option<Arc<AtomicBool>>,
     /// Which engine runs the steps: by default the native one where it
     /// applies (see [`engine_for`]); tests and benches can ask for Burn's.
     pub engine: EngineChoice,
@@ -136,6 +138,8 @@ pub enum TrainError {
         /// The checkpoint written at that point; `None` when the spec does not checkpoint or the
         /// write failed.
         checkpoint: Option<PathBuf>,
+        /// The steps profiled up to that point, when [`TrainSettings::profile`] was set.
+        profile: Option<Box<Profile>>,
     },
     /// A data-parallel run lost a replica, or its replicas could not meet.
     #[error("data-parallel training stopped: {0}")]
@@ -336,6 +340,8 @@ fn run<'scope, 'env>(
     engine.set_profiling(settings.profile);
     let mut profile = settings.profile.then(|| Profile {
         synchronised: engine.kind() == EngineKind::Burn && device.has_fusion(),
+        half_precision: half.is_some(),
+        cores: std::thread::available_parallelism().map_or(0, usize::from),
         ..Profile::default()
     });
 
@@ -385,10 +391,10 @@ fn run<'scope, 'env>(
         let mut tally = Tally::default();
         // Rows of the order taken, and rows counted before this process.
         let mut taken = skip;
-        let mut seen_before = 0;
+        let (mut seen_before, mut skipped_before) = (0, 0);
         if let Some(p) = resumed {
             tally = Tally::resumed(&p, engine.kind() == EngineKind::Burn, &ad_device);
-            seen_before = p.seen;
+            (seen_before, skipped_before) = (p.seen, p.skipped);
         }
         let mut data_wait = 0.0f64;
         let mut epoch_batches = loader.epoch(scope, data, batches).enumerate();
@@ -426,7 +432,7 @@ fn run<'scope, 'env>(
 
             // A stop waits for the end of an accumulated step, so that a
             // checkpoint never holds half of one.
-            if part.last && settings.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+            if part.last && settings.stop.as_ref().is_some_and(|stop| stop.load(Ordering::SeqCst)) {
                 tally.settle();
                 steps_taken += tally.take_steps();
                 // Save this very point: the next run redoes nothing and skips nothing.
@@ -453,7 +459,16 @@ fn run<'scope, 'env>(
                         Err(e) => on_event(TrainEvent::CheckpointFailed { error: e.to_string() }),
                     }
                 }
-                return Err(TrainError::Interrupted { epoch, step, checkpoint: saved });
+                // What was profiled so far is the run's to keep: a slow run
+                // is the one a person profiles, then stops.
+                if let Some(p) = profile.as_mut() {
+                    p.skipped_steps += tally.skipped.saturating_sub(skipped_before);
+                    if let Some(m) = gpu_monitor.take() {
+                        p.gpu = m.finish();
+                    }
+                }
+                let profile = profile.take().map(Box::new);
+                return Err(TrainError::Interrupted { epoch, step, checkpoint: saved, profile });
             }
             let samples_per_sec = |tally: &Tally| tally.rows as f64 / epoch_start.elapsed().as_secs_f64();
             if finite == Some(false) {
@@ -500,6 +515,7 @@ fn run<'scope, 'env>(
         if let Some(p) = profile.as_mut() {
             let start = evaluating.duration_since(started).as_secs_f64();
             p.evals.push(EvalTiming { epoch, start, seconds: evaluating.elapsed().as_secs_f64() });
+            p.skipped_steps += skipped.saturating_sub(skipped_before);
         }
         let memory = device.memory();
         let record = EpochRecord {

@@ -4,12 +4,16 @@ two files alone, and predicts with it.
 
     python3 scripts/rebuild_in_pytorch.py model.safetensors model.json rows.csv
 
-rows.csv: raw feature rows, comma-separated: with a header naming the
-features (in any order; the target column may be there too), or without
-one in the sidecar's feature order; categorical columns as text. For a text model, one
-text per line. For a sequence model, a header naming its sequence columns,
-each cell numbers separated by spaces. Prints
-one line per row: the predictions (regression) or the class probabilities.
+rows.csv: raw rows, read as `kynml predict` reads them (with Python's csv
+module): a header naming the model's input columns, in any order (the
+target column may be there too, and is ignored), then one row per
+prediction; a cell holding commas is quoted. Features are numbers,
+categorical ones text (a file of features only may leave the header out:
+its cells are then in the sidecar's feature order). A text model reads its
+text column (`""` is an empty text); a sequence model its sequence
+columns, each cell numbers separated by spaces (or commas or semicolons).
+Prints one line per row: the predictions (regression) or the class
+probabilities.
 `rebuild(side, weights)` is the part to copy into a PyTorch program.
 
 Module i of the Sequential owns the state-dict entries "i.*". Between
@@ -18,7 +22,11 @@ has an "input_shape" sees them as [rows, *input_shape] and gives them back
 flat, as KynML's layers do. Needs torch and safetensors.
 """
 
+import csv
 import json
+import math
+import re
+import struct
 import sys
 
 import torch
@@ -124,6 +132,24 @@ class Positions(nn.Module):
         return x + self.weight.flatten()
 
 
+class NoFastPath:
+    """PyTorch's eval "fast path" for attention (nn.MultiheadAttention and
+    nn.TransformerEncoderLayer in eval mode without gradients) gives NaN for
+    an input of padding only (an empty text or sequence), where KynML, ONNX
+    and PyTorch's ordinary path add the -1e9 padding mask and give finite
+    numbers. Within this, that fast path is off, and left as it was after."""
+    def __enter__(self):
+        mha = getattr(torch.backends, "mha", None)  # torch >= 2.1
+        self.mha = mha if hasattr(mha, "set_fastpath_enabled") else None
+        if self.mha:
+            self.was = self.mha.get_fastpath_enabled()
+            self.mha.set_fastpath_enabled(False)
+
+    def __exit__(self, *exc):
+        if self.mha:
+            self.mha.set_fastpath_enabled(self.was)
+
+
 class SelfAttention(nn.MultiheadAttention):
     """`attention heads=H`: self-attention over a text's positions, its
     padding (`mask` 0) left out of every position's keys."""
@@ -134,8 +160,10 @@ class SelfAttention(nn.MultiheadAttention):
 
     def forward(self, x):
         x = x.reshape(x.shape[0], *self.input_shape)
-        # Added -1e9 as KynML adds it (a text of padding only stays finite).
-        y = super().forward(x, x, x, key_padding_mask=(self.mask - 1) * 1e9, need_weights=False)[0]
+        # Added -1e9 as KynML adds it (a text of padding only stays finite;
+        # see NoFastPath).
+        with NoFastPath():
+            y = super().forward(x, x, x, key_padding_mask=(self.mask - 1) * 1e9, need_weights=False)[0]
         return y.flatten(1)
 
 
@@ -149,7 +177,8 @@ class Encoder(nn.TransformerEncoderLayer):
 
     def forward(self, x):
         x = x.reshape(x.shape[0], *self.input_shape)
-        return super().forward(x, src_key_padding_mask=(self.mask - 1) * 1e9).flatten(1)
+        with NoFastPath():  # an input of padding only stays finite
+            return super().forward(x, src_key_padding_mask=(self.mask - 1) * 1e9).flatten(1)
 
 
 def module(spec):
@@ -236,83 +265,136 @@ def predict(side, net, rows):
     return out
 
 
+# KynML's whitespace (Rust's `char::is_whitespace`), which it trims cells of
+# and splits texts at: Python's `str.strip()` and `str.split()` also take
+# \x1c-\x1f for whitespace.
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+
+
+def read_rows(path, columns, target, headerless=None):
+    """The cells of `columns` (trimmed), as (line, cells) for each data row of
+    the CSV file `path`, read as `kynml predict` reads it: the first row is a
+    header naming the columns, in any order, with the target column allowed
+    beside them (and ignored); a quoted cell may hold commas, "" for a quote
+    and line breaks. Blank lines at the end are skipped, one between rows is
+    an error (each row gives one line of output); in a file of one column,
+    `""` is a row, its cell empty. `headerless(cells)`, where given, says
+    whether a first row that does not name every column is a data row: the
+    file's rows then hold `columns`' cells in order."""
+    def fail(line, message):
+        sys.exit(f"{path}:{line}: {message}")
+
+    # utf-8-sig: a byte order mark (as Excel writes) is not part of the first name.
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader, records, end = csv.reader(f), [], 0
+        for record in reader:
+            records.append((end + 1, record))  # the line the record starts on
+            end = reader.line_num
+    # Python's csv reads an empty line as [], `""` as [""], spaces as ["  "].
+    def blank(record, width):
+        return not record or (len(record) == 1 and not record[0].strip(WHITESPACE) and (width > 1 or record[0] != ""))
+
+    records = iter(records)
+    first = next(((n, r) for n, r in records if not blank(r, 2)), None)
+    if first is None:
+        fail(1, "the file is empty")
+    header_line, header = first[0], [c.strip(WHITESPACE) for c in first[1]]
+    rows = []
+    missing = [c for c in columns if c not in header]
+    if missing and headerless is not None and headerless(header):
+        order, width = list(range(len(columns))), len(header)
+        rows.append((header_line, header[:len(columns)]))
+    else:
+        if missing:
+            fail(header_line, f"the header lacks the column(s) {', '.join(missing)} (it has {', '.join(header)})")
+        dup = sorted({h for h in header if header.count(h) > 1})
+        if dup:
+            fail(header_line, f"the header names {', '.join(dup)} more than once")
+        extra = [h for h in header if h not in columns and h != target]
+        if extra:
+            fail(header_line, f"column(s) {', '.join(extra)} are neither inputs of this model nor its target ({target})")
+        order, width = [header.index(c) for c in columns], len(header)
+    blank_at = None
+    for line, record in records:
+        if blank(record, width):
+            blank_at = blank_at or line
+            continue
+        if blank_at:
+            fail(blank_at, "a blank line between rows (each row gives one line of output)"
+                 + ('; write an empty text as ""' if width == 1 else ""))
+        if len(record) != width:
+            fail(line, f"{len(record)} cells, expected {width}")
+        rows.append((line, [record[c].strip(WHITESPACE) for c in order]))
+    if not rows:
+        fail(header_line + 1, "no rows after the header")
+    return rows
+
+
+def number(text):
+    """`text` as KynML reads a number (an f32, finite), else None."""
+    try:
+        if "_" in text:  # Python's float() takes 1_000, KynML does not
+            return None
+        value = struct.unpack("f", struct.pack("f", float(text)))[0]
+    except (ValueError, OverflowError):
+        return None
+    return value if math.isfinite(value) else None
+
+
 def main(argv):
     if len(argv) != 4:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    weights, sidecar, csv = argv[1:]
+    weights, sidecar, path = argv[1:]
     side = json.load(open(sidecar))
-    text = side.get("tokens")
-    # Blank lines are skipped, as KynML's CSV reader skips them. (A text of
-    # padding only, written `""`, gives NaN in PyTorch's eval fast path where
-    # KynML gives the model's output for an empty text.)
-    lines = [line.strip() for line in open(csv) if line.strip()]
-    # A categorical column's text becomes its index: 1 + its place in the
-    # vocabulary, 0 for a value training never saw.
-    vocab = {c["position"]: {v: i + 1 for i, v in enumerate(c["values"])} for c in side.get("categories", [])}
-    if text:
-        # One text per line (a header line "text" is skipped): split at
-        # whitespace, ids 2.. for the vocabulary, 1 unseen, 0 padding.
-        ids = {t: i + 2 for i, t in enumerate(text["tokens"])}
-        if lines and lines[0] == text["column"]:
-            lines = lines[1:]
-        rows = [[ids.get(t, 1) for t in line.split()][: text["length"]] for line in lines]
-        rows = torch.tensor([r + [0] * (text["length"] - len(r)) for r in rows], dtype=torch.float32)
-        out = predict(side, rebuild(side, load_file(weights)), rows)
-        for row in out.tolist():
-            print(",".join(f"{v:.6f}" for v in row))
-        return 0
+    text, seq, target = side.get("tokens"), side.get("sequence"), side.get("target")
 
-    seq = side.get("sequence")
-    if seq:
-        # The sequence columns by name, each cell numbers separated by
-        # spaces (or commas or semicolons), cut or NaN-padded to `length`.
-        import csv as csvmod
-        import re
+    def value(line, name, cell):
+        v = number(cell)
+        if v is None:
+            sys.exit(f"{path}:{line}: column {name}: {cell!r} is not a finite number")
+        return v
+
+    if text:
+        # The text column: split at whitespace, ids 2.. for the vocabulary,
+        # 1 for a token it lacks, cut or padded with 0 to `length`.
+        ids, length = {t: i + 2 for i, t in enumerate(text["tokens"])}, text["length"]
+        rows = []
+        for _, (cell,) in read_rows(path, [text["column"]], target):
+            r = [ids.get(t, 1) for t in re.split(f"[{WHITESPACE}]+", cell) if t][:length]
+            rows.append(r + [0] * (length - len(r)))
+    elif seq:
+        # The sequence columns, each cell numbers separated by whitespace,
+        # commas or semicolons (a cell with commas quoted), position by
+        # position, cut or NaN-padded to `length`.
         length, names = seq["length"], seq["columns"]
         rows = []
-        for record in csvmod.DictReader(open(csv)):
-            values = [[float(v) for v in re.split(r"[\s,;]+", record[n].strip()) if v] for n in names]
+        for line, cells in read_rows(path, names, target):
             row = [float("nan")] * (length * len(names))
-            for c, vs in enumerate(values):
+            held = None
+            for c, cell in enumerate(cells):
+                vs = [value(line, names[c], v) for v in re.split(f"[{WHITESPACE},;]", cell) if v]
+                if held is not None and len(vs) != held:
+                    sys.exit(f"{path}:{line}: {names[0]} holds {held} values, {names[c]} {len(vs)}")
+                held = len(vs)
                 for p, v in enumerate(vs[:length]):
                     row[p * len(names) + c] = v
             rows.append(row)
-        out = predict(side, rebuild(side, load_file(weights)), torch.tensor(rows, dtype=torch.float32))
-        for row in out.tolist():
-            print(",".join(f"{v:.6f}" for v in row))
-        return 0
+    else:
+        # The features by name (without a header: in the sidecar's order). A
+        # categorical column's text becomes its index: 1 + its place in the
+        # vocabulary, 0 for a value training never saw.
+        names = side["feature_names"]
+        vocab = {c["position"]: {v: i + 1 for i, v in enumerate(c["values"])} for c in side.get("categories", [])}
 
-    def value(i, cell):
-        return float(vocab[i].get(cell.strip(), 0)) if i in vocab else float(cell)
+        def features(line, cells):
+            return [float(vocab[i].get(c, 0)) if i in vocab else value(line, names[i], c) for i, c in enumerate(cells)]
 
-    # Columns by name when the file has a header naming every feature (in
-    # any order, the target allowed beside them, as `kynml predict` reads
-    # them); else in the sidecar's feature order.
-    import csv as csvmod
-    names = side["feature_names"]
-    # utf-8-sig: a byte order mark (as Excel writes) is not part of the first name.
-    with open(csv, newline="", encoding="utf-8-sig") as f:
-        records = [[c.strip() for c in r] for r in csvmod.reader(f) if any(c.strip() for c in r)]
-    order = list(range(len(names)))
-    if records and set(names) <= set(records[0]):
-        header = records.pop(0)
-        extra = [h for h in header if h not in names and h != side.get("target")]
-        if extra:
-            sys.exit(f"{csv}:1: column(s) {', '.join(extra)} are neither features of this model nor its target")
-        order = [header.index(n) for n in names]
-    elif records:
-        try:
-            [value(i, v) for i, v in enumerate(records[0])]
-        except (ValueError, IndexError):
-            missing = [n for n in names if n not in records[0]]
-            sys.exit(f"{csv}:1: the header lacks the feature column(s) {', '.join(missing)}")
-    width = len(records[0]) if records else 0
-    for n, r in enumerate(records):
-        if len(r) != width or len(r) < len(names):
-            sys.exit(f"{csv}: row {n + 1} has {len(r)} cells, expected {max(width, len(names))}")
-    rows = torch.tensor([[value(i, r[c]) for i, c in enumerate(order)] for r in records], dtype=torch.float32)
-    out = predict(side, rebuild(side, load_file(weights)), rows)
+        def headerless(cells):
+            return len(cells) >= len(names) and all(i in vocab or number(c) is not None for i, c in enumerate(cells[:len(names)]))
+        rows = [features(line, cells) for line, cells in read_rows(path, names, target, headerless)]
+
+    out = predict(side, rebuild(side, load_file(weights)), torch.tensor(rows, dtype=torch.float32))
     for row in out.tolist():
         print(",".join(f"{v:.6f}" for v in row))
     return 0

@@ -21,10 +21,14 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     }
     let predictor = load(&args.model, args.device)?;
     let m = predictor.model();
+    let header = predictions_header(&m.target, m.head.class_names(), m.output());
+    if let Some(output) = &args.output {
+        check_replaceable(output, args.rows(), &header)?;
+    }
     let rows = m.read_rows(args.rows(), false).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let p = predictor.predict_rows(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
-    let text = predictions_csv(&p, &m.target, m.head.class_names());
+    let text = predictions_csv(&p, &header);
     let Some(output) = &args.output else {
         // A reader that stops early (`| head`) is not a failure.
         let mut out = std::io::stdout().lock();
@@ -57,6 +61,39 @@ fn check_output(output: &Path) -> Result<(), Failure> {
         }
         Err(e) => Err(refuse(format!("cannot reach its folder {}: {e}", folder.display()))),
     }
+}
+
+/// An existing `--output` is replaced only when it is an earlier
+/// predictions file of this model (its header the one `header` is), and
+/// never when it is the rows' own file: a model, a checkpoint or a data file
+/// at that path is refused, as bad input, before any work.
+fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Failure> {
+    let refuse = |why: &str| {
+        Failure::input(format!(
+            "error: {} {why}; refusing to overwrite it (move it away or choose another --output)",
+            output.display()
+        ))
+    };
+    let Ok(meta) = std::fs::metadata(output) else { return Ok(()) };
+    if !meta.is_file() {
+        return Err(refuse("exists and is not a file"));
+    }
+    let same = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    if same(output, rows) {
+        return Err(refuse("is the file the rows are read from"));
+    }
+    use std::io::{BufRead, Read};
+    let mut first = Vec::new();
+    let read = std::fs::File::open(output)
+        .map(|f| std::io::BufReader::new(f).take(64 * 1024))
+        .and_then(|mut r| r.read_until(b'\n', &mut first));
+    let first = String::from_utf8_lossy(&first);
+    if read.is_err() || first.trim_end_matches(['\n', '\r']) != header {
+        return Err(refuse(&format!(
+            "exists and is not a predictions file of this model (whose header is `{header}`)"
+        )));
+    }
+    Ok(())
 }
 
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
@@ -95,30 +132,41 @@ fn note_unseen(rows: &kynml_core::data::ModelRows, text: bool) {
     }
 }
 
-/// Regression: one column per output, named after the target. Classes: the
-/// predicted class, then one probability column per class.
-fn predictions_csv(p: &Predictions, target: &str, classes: &[String]) -> String {
-    let mut out = String::new();
-    let quote =
-        |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.into() };
+/// The header of the predictions: regression, one column per output, named
+/// after the target; classes, the predicted class, then one probability
+/// column per class.
+fn predictions_header(target: &str, classes: &[String], width: usize) -> String {
+    let header: Vec<String> = if !classes.is_empty() {
+        std::iter::once(quote(target)).chain(classes.iter().map(|c| quote(&format!("p_{c}")))).collect()
+    } else if width == 1 {
+        vec![quote(target)]
+    } else {
+        (0..width).map(|i| quote(&format!("{target}_{i}"))).collect()
+    };
+    header.join(",")
+}
+
+fn quote(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.into()
+    }
+}
+
+/// The predictions as CSV under `header` ([`predictions_header`]).
+fn predictions_csv(p: &Predictions, header: &str) -> String {
+    let mut out = format!("{header}\n");
     match (&p.labels, &p.probabilities) {
         (Some(labels), Some(probs)) => {
-            let header: Vec<String> =
-                std::iter::once(quote(target)).chain(classes.iter().map(|c| quote(&format!("p_{c}")))).collect();
-            out += &(header.join(",") + "\n");
-            for (label, row) in labels.iter().zip(probs.chunks(classes.len().max(1))) {
+            let width = probs.len() / labels.len().max(1);
+            for (label, row) in labels.iter().zip(probs.chunks(width.max(1))) {
                 let cells: Vec<String> =
                     std::iter::once(quote(label)).chain(row.iter().map(|v| v.to_string())).collect();
                 out += &(cells.join(",") + "\n");
             }
         }
         _ => {
-            let header: Vec<String> = if p.width == 1 {
-                vec![quote(target)]
-            } else {
-                (0..p.width).map(|i| quote(&format!("{target}_{i}"))).collect()
-            };
-            out += &(header.join(",") + "\n");
             for row in p.outputs.chunks(p.width.max(1)) {
                 out += &(row.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",") + "\n");
             }

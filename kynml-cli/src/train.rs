@@ -350,13 +350,16 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<Option<(C
 }
 
 /// Checkpoints cannot go to `path`: bad input, said alike by train and check.
-pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: impl std::fmt::Display) -> Failure {
+pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: checkpoint::CheckpointError) -> Failure {
     let message = format!("checkpoints cannot be written to {}: {e}", path.display());
     match &file.spec.train.checkpoint {
         // Located at the spec's `checkpoint = ...`, which names the path.
         Some(c) => {
-            let problem = kynml_core::spec::Diagnostic::new(c.span, message, "the checkpoint path")
-                .with_help("--fresh starts over but never overwrites a file that is not a KynML checkpoint");
+            let mut problem = kynml_core::spec::Diagnostic::new(c.span, message, "the checkpoint path");
+            if matches!(e, checkpoint::CheckpointError::Foreign { .. }) {
+                problem =
+                    problem.with_help("--fresh starts over but never overwrites a file that is not a KynML checkpoint");
+            }
             let summary = "the spec's checkpoint path cannot be used; nothing was trained or written";
             let path = file.path.display().to_string();
             Failure::input(kynml_core::spec::render_with(&path, &file.source, &[problem], summary))

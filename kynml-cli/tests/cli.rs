@@ -657,6 +657,23 @@ fn predict_into_a_missing_folder_is_bad_input_named_before_any_work() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("cannot write run: it is a folder, not a file"), "{t}");
+    // Onto the model, a checkpoint-like file or the rows themselves: refused,
+    // each file left as it was. Onto an earlier predictions file: replaced.
+    for (target, why) in [
+        ("run/model.safetensors", "is not a predictions file of this model"),
+        ("iris.kyn", "is not a predictions file of this model"),
+        ("iris.csv", "is the file the rows are read from"),
+    ] {
+        let before = std::fs::read(dir.join(target)).unwrap();
+        let out = kynml(&["predict", "run", "iris.csv", "--output", target], dir);
+        let t = text(&out);
+        assert!(out.status.code() == Some(2) && t.contains(why) && t.contains("refusing to overwrite"), "{t}");
+        assert!(std::fs::read(dir.join(target)).unwrap() == before, "{target} was changed");
+    }
+    for _ in 0..2 {
+        let out = kynml(&["predict", "run", "iris.csv", "--output", "p.csv"], dir);
+        assert!(out.status.success(), "{}", text(&out));
+    }
 }
 
 /// Under umask 022, every file a run, a prediction and an export write is
@@ -889,6 +906,35 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     let out = interrupt(2, "twice", &[]);
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
+}
+
+/// Two runs on one checkpoint path would rotate each other's copies and
+/// resume each other's runs: the second is refused while the first goes on.
+#[test]
+fn a_checkpoint_path_another_run_writes_to_is_refused() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
+    let mut first = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["train", "spec.kyn", "--out", "first"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the first run trains");
+    let out = kynml(&["train", "spec.kyn", "--out", "second"], dir);
+    let _ = first.kill();
+    let _ = first.wait();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("another run that is still going writes its checkpoints to"), "{t}");
+    assert!(!dir.join("second").exists(), "the refused run wrote its folder");
+    // Once the first run is gone, its checkpoint is this run's to resume.
+    let out = kynml(&["train", "spec.kyn", "--out", "second", "--epochs", "3"], dir);
+    assert!(out.status.success() && text(&out).contains("resume: from"), "{}", text(&out));
 }
 
 #[test]

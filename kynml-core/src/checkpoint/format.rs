@@ -193,6 +193,20 @@ pub enum CheckpointError {
         kind: Option<&'static str>,
     },
 
+    /// Another run, still going, writes its checkpoints to this path.
+    #[error(
+        "another run that is still going writes its checkpoints to {} (it holds {}); wait for it to end, or give \
+         this run another checkpoint path",
+        path.display(),
+        lock.display()
+    )]
+    InUse {
+        /// The checkpoint path.
+        path: PathBuf,
+        /// The lock file the other run holds.
+        lock: PathBuf,
+    },
+
     /// The writer's thread is gone (it panicked); the checkpoint was not written.
     #[error("the checkpoint writer stopped unexpectedly; the checkpoint was not written")]
     WriterStopped,

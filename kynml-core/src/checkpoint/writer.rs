@@ -24,6 +24,9 @@ use std::thread::JoinHandle;
 
 use super::format::{decode, try_encode, Checkpoint, CheckpointError};
 
+/// The longest file name, in bytes, that Linux, macOS and Windows file systems take.
+const NAME_MAX: usize = 255;
+
 type WriteResult = Result<(), CheckpointError>;
 
 enum Message {
@@ -130,18 +133,83 @@ pub fn prepare(path: &Path, keep: usize) -> Result<(), CheckpointError> {
     check_targets(path, keep)?;
     let dir = parent_dir(path);
     fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    // Another run that writes here refuses this one now, before any work.
+    drop(lock(path)?);
     let probe = dir.join(temp_name(path.file_name().unwrap_or_default()));
     OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| io_error(dir, e))?;
     fs::remove_file(&probe).map_err(|e| io_error(&probe, e))
+}
+
+/// Held while a run writes its checkpoints to a path (see [`lock`]).
+#[derive(Debug)]
+pub struct PathLock {
+    /// The lock file, locked while it is open.
+    _file: File,
+    /// Its path, in this process's registry of held locks.
+    key: PathBuf,
+}
+
+impl Drop for PathLock {
+    fn drop(&mut self) {
+        held().lock().unwrap_or_else(PoisonError::into_inner).retain(|k| *k != self.key);
+    }
+}
+
+/// The lock files this process holds: a lock on a file is per open file in
+/// the kernel, so two runs of one process are told apart here.
+fn held() -> &'static Mutex<Vec<PathBuf>> {
+    static HELD: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    &HELD
+}
+
+/// Locks `path` for one run's checkpoints, through a hidden lock file beside
+/// it (`.NAME.lock`, left in place: the lock, not the file, is what counts).
+/// Another run on the same path, in any process, gets
+/// [`CheckpointError::InUse`] until this one ends: two runs rotating one
+/// path's copies would mix their checkpoints, and a resume would go on from
+/// the other run's. A file system without locks passes unlocked.
+pub fn lock(path: &Path) -> Result<PathLock, CheckpointError> {
+    let dir = parent_dir(path);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let lock_path = dir.join(format!(".{name}.lock"));
+    let key = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).join(format!(".{name}.lock"));
+    let in_use = || CheckpointError::InUse { path: path.to_path_buf(), lock: lock_path.clone() };
+    let mut registry = held().lock().unwrap_or_else(PoisonError::into_inner);
+    if registry.contains(&key) {
+        return Err(in_use());
+    }
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| io_error(&lock_path, e))?;
+    match file.try_lock() {
+        Ok(()) | Err(fs::TryLockError::Error(_)) => {}
+        Err(fs::TryLockError::WouldBlock) => return Err(in_use()),
+    }
+    registry.push(key.clone());
+    Ok(PathLock { _file: file, key })
 }
 
 /// The part of [`prepare`] that writes nothing (for `kynml check`): `path`
 /// names a file, and neither it nor a name that rotation would replace is a
 /// folder or a file that is not a KynML checkpoint.
 pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
-    if path.file_name().is_none() {
-        let e = io::Error::new(io::ErrorKind::InvalidInput, "the checkpoint path does not name a file");
-        return Err(io_error(path, e));
+    let invalid = |why: String| io_error(path, io::Error::new(io::ErrorKind::InvalidInput, why));
+    // `ck/` has a file name to Rust (`ck`), but names a folder.
+    if path.file_name().is_none() || path.as_os_str().to_string_lossy().ends_with(['/', '\\']) {
+        return Err(invalid("the checkpoint path names a folder, not a file".into()));
+    }
+    // Rotation writes `NAME.{keep-1}`: the longest name must fit the file system's 255 bytes.
+    let name = path.file_name().unwrap_or_default().len();
+    let longest = name + if keep > 1 { 1 + (keep - 1).to_string().len() } else { 0 };
+    if longest > NAME_MAX {
+        return Err(invalid(format!(
+            "its file name is {name} bytes; with keep = {keep} the oldest copy's name takes {longest}, more than the \
+             {NAME_MAX} a file name may have"
+        )));
     }
     let older = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
     for target in std::iter::once(path.to_path_buf()).chain(older) {
@@ -402,6 +470,35 @@ mod tests {
 
     fn step_at(path: &Path) -> i64 {
         load(path).unwrap().expect("a checkpoint").state["step"].as_i64().unwrap()
+    }
+
+    #[test]
+    fn one_run_at_a_time_writes_to_a_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/run.ckpt");
+        let held = lock(&path).expect("the first run locks");
+        // A second run (here: in this process; another process meets the
+        // kernel's lock on the same file) is refused, up front too.
+        assert!(matches!(lock(&path), Err(CheckpointError::InUse { .. })));
+        let err = prepare(&path, 1).unwrap_err();
+        assert!(err.to_string().contains("another run that is still going writes its checkpoints"), "{err}");
+        // Other paths in the folder are free.
+        drop(lock(&dir.path().join("sub/other.ckpt")).expect("another path"));
+        drop(held);
+        prepare(&path, 1).expect("free once the first run ends");
+        drop(lock(&path).expect("free once the first run ends"));
+    }
+
+    #[test]
+    fn a_folder_path_or_a_name_too_long_to_rotate_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("ck2/");
+        let folder = PathBuf::from(format!("{}/", folder.display()));
+        assert!(check_targets(&folder, 1).unwrap_err().to_string().contains("names a folder"));
+        let long = dir.path().join("x".repeat(254));
+        check_targets(&long, 1).expect("254 bytes fit");
+        let err = check_targets(&long, 3).unwrap_err().to_string();
+        assert!(err.contains("with keep = 3 the oldest copy's name takes 256"), "{err}");
     }
 
     fn file_names(dir: &Path) -> Vec<String> {

@@ -141,6 +141,10 @@ pub enum TrainError {
         /// The steps profiled up to that point, when [`TrainSettings::profile`] was set.
         profile: Option<Box<Profile>>,
     },
+    /// The checkpoints cannot be written where they should: another run
+    /// writes there, or the folder cannot be created.
+    #[error("{0}")]
+    Checkpoint(crate::checkpoint::CheckpointError),
     /// A data-parallel run lost a replica, or its replicas could not meet.
     #[error("data-parallel training stopped: {0}")]
     Parallel(String),
@@ -273,6 +277,11 @@ fn run<'scope, 'env>(
     let data_origin = checkpoint_path.is_some().then(|| resume::DataOrigin::of(spec, data));
     let writer = checkpoint.map(|c| CheckpointWriter::spawn_with_keep(c.keep));
     let mut checkpoint_failures = 0usize;
+    // Held to the end of the run: no other run writes to this path meanwhile.
+    let _lock = match (&writer, &checkpoint_path) {
+        (Some(_), Some(path)) => Some(crate::checkpoint::lock(path).map_err(TrainError::Checkpoint)?),
+        _ => None,
+    };
     if let Some(path) = &checkpoint_path {
         // Left by an earlier process that died mid-write; never a checkpoint.
         let _ = remove_stray_temps(path);

@@ -333,20 +333,52 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<Option<(C
     };
     let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
     checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(file, &path, e))?;
-    let found = if fresh {
-        None
-    } else {
-        file.find_checkpoint(data).map_err(|e| {
-            let e = e.to_string();
-            let fresh = if e.contains("--fresh") {
-                ""
-            } else {
-                "\n  (--fresh ignores it and starts over; its checkpoints then replace it)"
-            };
-            Failure::input(format!("error: cannot resume from {}: {e}{fresh}", path.display()))
-        })?
-    };
+    if fresh {
+        return Ok(None);
+    }
+    let found = file.find_checkpoint(data).map_err(|e| {
+        let e = e.to_string();
+        let fresh = if e.contains("--fresh") {
+            ""
+        } else {
+            "\n  (--fresh ignores it and starts over; its checkpoints then replace it and the older copies)"
+        };
+        let older = whole_older_copy(&path).map_or(String::new(), |(copy, epoch)| {
+            format!(
+                "\n  {} is a whole checkpoint (epoch {epoch}): to resume from it instead, `mv {} {}`",
+                copy.display(),
+                shell_quote(&copy.display().to_string()),
+                shell_quote(&path.display().to_string())
+            )
+        });
+        Failure::input(format!("error: cannot resume from {}: {e}{older}{fresh}", path.display()))
+    })?;
+    // No checkpoint at the path, but older copies beside it: starting over
+    // would rotate them away, so it is the person's choice.
+    if found.is_none() {
+        if let Some((copy, epoch)) = whole_older_copy(&path) {
+            return Err(Failure::input(format!(
+                "error: {} is missing, but {} holds a whole checkpoint (epoch {epoch}) of an earlier run\n  \
+                 to resume from it: `mv {} {}`, then this command again\n  \
+                 to start over: --fresh (its checkpoints will replace the older copies)",
+                path.display(),
+                copy.display(),
+                shell_quote(&copy.display().to_string()),
+                shell_quote(&path.display().to_string())
+            )));
+        }
+    }
     Ok(found)
+}
+
+/// The newest of the older copies beside `path` that reads as a whole
+/// checkpoint, with the epoch it ends.
+fn whole_older_copy(path: &Path) -> Option<(std::path::PathBuf, usize)> {
+    checkpoint::older_copies(path).into_iter().find_map(|copy| {
+        let ckpt = checkpoint::load(&copy).ok()??;
+        let state: LoopState = serde_json::from_value(ckpt.state).ok()?;
+        Some((copy, state.epoch))
+    })
 }
 
 /// Checkpoints cannot go to `path`: bad input, said alike by train and check.

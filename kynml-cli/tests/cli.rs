@@ -638,6 +638,23 @@ fn rotated_checkpoint_names_holding_other_files_are_refused_before_training() {
     let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "4", "--out", "run"], dir);
     assert!(out.status.success(), "{}", text(&out));
     kynml_core::checkpoint::load(&dir.join("ckpt3/iris.ckpt.1")).unwrap().expect("the older checkpoint");
+    // The newest copy cut short: the error points at the whole older one.
+    let newest = dir.join("ckpt3/iris.ckpt");
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+    let resume = |dir: &Path| kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "6", "--out", "more"], dir);
+    let t = text(&resume(dir));
+    assert!(t.contains("ckpt3/iris.ckpt.1 is a whole checkpoint (epoch 2): to resume from it instead, `mv "), "{t}");
+    // Deleted: starting over would rotate the older copy away, so it is refused.
+    std::fs::remove_file(&newest).unwrap();
+    let out = resume(dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("ckpt3/iris.ckpt is missing, but ckpt3/iris.ckpt.1 holds a whole checkpoint (epoch 2)"), "{t}");
+    assert!(!dir.join("more").exists());
+    std::fs::rename(dir.join("ckpt3/iris.ckpt.1"), &newest).unwrap();
+    let out = resume(dir);
+    assert!(out.status.success() && text(&out).contains("resume: from ckpt3/iris.ckpt (2 of 6"), "{}", text(&out));
 }
 
 // ---- export, predict, eval ----

@@ -38,4 +38,6 @@ pub use self::format::{
     decode, decode_safetensors, encode, encode_safetensors, Checkpoint, CheckpointError, NamedTensor, TensorData,
     FORMAT_VERSION,
 };
-pub use self::writer::{check_targets, load, lock, prepare, remove_stray_temps, CheckpointWriter, PathLock};
+pub use self::writer::{
+    check_targets, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter, PathLock,
+};

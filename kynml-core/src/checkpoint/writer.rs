@@ -399,6 +399,12 @@ fn kept_numbers(path: &Path, keep: usize) -> Vec<usize> {
     found
 }
 
+/// The older copies rotation kept beside `path` (`path.1`, `path.2`, ...),
+/// newest first, whatever `keep` is now.
+pub fn older_copies(path: &Path) -> Vec<PathBuf> {
+    kept_numbers(path, usize::MAX).into_iter().map(|n| numbered(path, n)).collect()
+}
+
 /// `path` with `.{n}` appended to its file name.
 fn numbered(path: &Path, n: usize) -> PathBuf {
     let mut name = path.as_os_str().to_owned();

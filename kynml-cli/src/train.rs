@@ -110,16 +110,36 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
 
     let mut progress = Progress::new();
     let mut log = RunLog::create(&run_dir).context("creating the TensorBoard log")?;
+    let stop = ctrl_c::flag();
     let settings = TrainSettings {
         checkpoint_path: file.checkpoint_path(),
         resume_from: resume.map(|(ckpt, _)| ckpt),
-        stop: Some(ctrl_c::flag()),
+        stop: Some(stop.clone()),
         profile: args.profile || file.spec.train.profile.value,
         replicas: devices[1..].to_vec(),
         ..TrainSettings::default()
     };
+    // A run folder that can no longer be written (a full disk, the folder
+    // removed) stops the run at the next step, checkpointed where the spec
+    // checkpoints: training on would end with nothing kept.
+    let mut folder_lost: Option<String> = None;
     let result = train(&file.spec, &data, &device, &settings, &mut |event| {
         log.on_event(&event);
+        if folder_lost.is_none() {
+            let gone = matches!(event, TrainEvent::EpochEnd(_)) && !run_dir.path.is_dir();
+            folder_lost = match log.failed() {
+                Some(e) => Some(e.to_string()),
+                None => gone.then(|| "the folder is gone".to_string()),
+            };
+            if let Some(why) = &folder_lost {
+                progress.finish();
+                eprintln!(
+                    "error: cannot write to the run folder {}: {why}; stopping after this step",
+                    run_dir.path.display()
+                );
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
         progress.on_event(&event);
     });
     progress.finish();
@@ -133,7 +153,23 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     if let Some(profile) = profiled {
         log.profile(profile);
     }
-    log.finish().with_context(|| format!("writing metrics to {}", run_dir.path.display()))?;
+    let logged = log.finish();
+    if let Some(why) = folder_lost.or_else(|| logged.err().map(|e| e.to_string())) {
+        let kept = match (&result, file.checkpoint_path()) {
+            (Err(TrainError::Interrupted { checkpoint: Some(path), .. }), _) => format!(
+                "\n  the checkpoint of that point is in {}; once a run folder can be written again, this goes on from it: {}",
+                path.display(),
+                continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
+            ),
+            (_, Some(path)) if path.is_file() => format!("\n  {} holds the run's last checkpoint", path.display()),
+            (_, Some(_)) => "\n  no checkpoint of the run could be written either".into(),
+            (_, None) => "\n  nothing of the run could be kept (the spec does not checkpoint)".into(),
+        };
+        return Err(Failure::run(format!(
+            "error: training stopped: the run folder {} cannot be written: {why}{kept}",
+            run_dir.path.display()
+        )));
+    }
     let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
     let workers = file.spec.dataset.num_workers.value;
     let result = result.map_err(|e| match e {
@@ -151,10 +187,28 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                     path.display(),
                     continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
                 ),
-                None => format!(
-                    "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not \
-                     checkpoint (add `checkpoint = checkpoint(every_n=1, path=\"...\")` to train:){kept}"
-                ),
+                None => match file.checkpoint_path() {
+                    // The spec checkpoints, but this point's checkpoint failed (said above).
+                    Some(path) => format!(
+                        "interrupted at epoch {epoch}, step {step}; the checkpoint of this point could not be \
+                         written (see above){}{kept}",
+                        if path.is_file() {
+                            format!(
+                                "; {} holds the last one that was\n  to continue from it: {}",
+                                path.display(),
+                                continue_command(
+                                    std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
+                                ),
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    None => format!(
+                        "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not \
+                         checkpoint (add `checkpoint = checkpoint(every_n=1, path=\"...\")` to train:){kept}"
+                    ),
+                },
             })
         }
         other => Failure::run(format!("error: {other}")),

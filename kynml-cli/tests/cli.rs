@@ -954,6 +954,34 @@ fn a_checkpoint_path_another_run_writes_to_is_refused() {
     assert!(out.status.success() && text(&out).contains("resume: from"), "{}", text(&out));
 }
 
+/// A run folder that goes away in mid-run stops the run at once, with its
+/// checkpoint and the way back, instead of training on to keep nothing.
+#[test]
+fn a_run_folder_that_cannot_be_written_stops_the_run_with_its_checkpoint() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["train", "spec.kyn", "--out", "run"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the run trains");
+    std::fs::remove_dir_all(dir.join("run")).unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let out = child.wait_with_output().unwrap();
+    let t = format!("{}{}", rest.join("\n"), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("cannot write to the run folder run: ") && t.contains("; stopping after this step"), "{t}");
+    assert!(t.contains("the checkpoint of that point is in run.ckpt") && t.contains("--out run-2"), "{t}");
+    assert!(rest.iter().filter(|l| l.starts_with("epoch ")).count() <= 2, "it trained on: {t}");
+    kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
+}
+
 #[test]
 fn every_malformed_csv_exits_2_and_writes_nothing() {
     let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kynml-core/tests/bad_csvs");

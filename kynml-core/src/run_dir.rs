@@ -2,12 +2,12 @@
 //! written, the spec as resolved, per-epoch metrics, final metrics, the data
 //! statistics needed for inference, and the trained weights.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 
 use crate::data::DataInfo;
 use crate::model::Model;
@@ -84,11 +84,13 @@ impl RunDir {
 
     /// The weights as Burn's named MessagePack record (`model.mpk`).
     pub fn save_model(&self, model: &Model<Kb>) -> io::Result<PathBuf> {
-        let path = self.path.join("model");
-        let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-        model.clone().save_file(path.clone(), &recorder).map_err(|e| io::Error::other(e.to_string()))?;
-        let _ = File::open(path.with_extension("mpk"))?;
-        Ok(path.with_extension("mpk"))
+        let path = self.path.join("model.mpk");
+        // Encoded in memory, then written whole or not at all: a full disk
+        // leaves no cut file, and says so in the system's words.
+        let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
+        let bytes = recorder.record(model.clone().into_record(), ()).map_err(|e| io::Error::other(e.to_string()))?;
+        crate::atomic_file::write(&path, &bytes)?;
+        Ok(path)
     }
 }
 

@@ -162,7 +162,7 @@ pub(super) fn png_of<D: Drawing>(make: impl FnOnce() -> Result<D, PlotError>) ->
 const SUPERSAMPLE: u32 = 2;
 
 pub(super) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
-    std::fs::write(path, bytes).map_err(|source| PlotError::Write { path: path.to_path_buf(), source })
+    crate::atomic_file::write(path, bytes).map_err(|source| PlotError::Write { path: path.to_path_buf(), source })
 }
 
 fn draw_err(e: impl std::fmt::Display) -> PlotError {

@@ -32,6 +32,12 @@ impl<'a> RunLog<'a> {
         }
     }
 
+    /// The first write error met so far, if any: the caller may stop
+    /// training rather than train on with nowhere to keep the results.
+    pub fn failed(&self) -> Option<&io::Error> {
+        self.error.as_ref()
+    }
+
     fn record(&mut self, event: &TrainEvent) -> io::Result<()> {
         match event {
             TrainEvent::Step { epoch, step, steps, loss: Some(loss), .. } => {

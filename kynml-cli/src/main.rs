@@ -23,6 +23,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    quit_on_output_errors();
     quiet_headless_vulkan();
     let cli = args::Cli::parse();
     // Before any device is chosen: the kernel cache of the GPU picked is
@@ -46,6 +47,30 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// Standard output that cannot be written (`> /dev/full`, a full disk under
+/// a redirected log) makes `println!` panic: said as an error, exit 1, not
+/// as a panic. Checkpoints already written stay whole (they are only ever
+/// replaced by a rename). Other panics go to the default hook.
+fn quit_on_output_errors() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text =
+            payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        for (stream, name) in [("stdout", "output"), ("stderr", "error")] {
+            if let Some(why) = text.and_then(|t| t.strip_prefix(&format!("failed printing to {stream}: ")[..])) {
+                // Standard error may be the stream that failed: said where it can be.
+                let _ = std::io::Write::write_all(
+                    &mut std::io::stderr(),
+                    format!("error: cannot write to standard {name}: {why}\n").as_bytes(),
+                );
+                std::process::exit(1);
+            }
+        }
+        default(info);
+    }));
 }
 
 /// Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid or not set"

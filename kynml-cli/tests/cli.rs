@@ -982,6 +982,23 @@ fn a_run_folder_that_cannot_be_written_stops_the_run_with_its_checkpoint() {
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
 }
 
+/// Standard output that cannot be written is an error, not a panic.
+#[test]
+fn output_to_a_full_device_is_an_error_not_a_panic() {
+    let tmp = copy_example("iris");
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["check", "iris.kyn"])
+        .current_dir(tmp.path())
+        .stdout(full)
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("error: cannot write to standard output: No space left on device"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+}
+
 #[test]
 fn every_malformed_csv_exits_2_and_writes_nothing() {
     let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kynml-core/tests/bad_csvs");

@@ -7,6 +7,7 @@ use crate::failure::Failure;
 
 pub fn run(args: ExportArgs) -> Result<(), Failure> {
     let format = Format::parse(&args.format).map_err(|e| Failure::input(format!("error: {e}")))?;
+    export::check_writable(&args.path).map_err(|e| Failure::input(format!("error: {e}")))?;
     let model = export::load(&args.model).map_err(|e| Failure::input(format!("error: {e}")))?;
     let written = export::write(&model, format, &args.path).map_err(|e| match e {
         // The path given is wrong, not the run.

@@ -218,7 +218,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
     export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
         .context("saving model.safetensors")?;
-    let export_note = export_as_spec_says(&file, &exported);
+    let export_note = export_as_spec_says(&file, &exported, &run_dir.path);
     draw_curves(&run_dir, &title, &result.history).context("drawing curves.svg and curves.png")?;
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
     let summary = serde_json::json!({
@@ -253,9 +253,14 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             path.display()
         );
     }
-    if let Some(note) = export_note {
-        println!("{note}");
-    }
+    let export_failed = match export_note {
+        Some(Ok(note)) => {
+            println!("{note}");
+            None
+        }
+        Some(Err(failure)) => Some(failure),
+        None => None,
+    };
     let epochs = result.history.len();
     let s = if epochs == 1 { "" } else { "s" };
     let now = epochs - result.resumed_after.unwrap_or(0).min(epochs);
@@ -292,7 +297,11 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
              a chart in profile.svg and profile.png"
         );
     }
-    Ok(())
+    // The run is whole; the export the spec asked for is not: a failure.
+    match export_failed {
+        Some(failure) => Err(Failure::run(failure)),
+        None => Ok(()),
+    }
 }
 
 /// `profile.json`, `trace.json` and the chart of a profiled run.
@@ -331,26 +340,33 @@ fn time_and_memory(history: &[EpochRecord]) -> Option<String> {
 }
 
 /// The spec's `export` block: what was written, or why nothing was.
-fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel) -> Option<String> {
+/// The spec's `export:`, written: `Ok` with what was written, or `Err`
+/// with why not and the command that writes it from the run folder later.
+fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel, run: &Path) -> Option<Result<String, String>> {
     let e = file.spec.export.as_ref()?;
     let path = file.resolve(&e.path.value);
     Some(match Format::from_spec(e.format.value).and_then(|f| export::write(model, f, &path)) {
         Ok(written) => {
             let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
-            format!("export: wrote {}", names.join(" and "))
+            Ok(format!("export: wrote {}", names.join(" and ")))
         }
-        Err(err) => format!(
-            "export: nothing written to {}: {err}\n  the run folder has the model; e.g. `kynml export <run folder> --format onnx --path {}`",
-            path.display(),
-            path.with_extension("onnx").display()
-        ),
+        Err(err) => {
+            let format = match Format::from_spec(e.format.value) {
+                Ok(Format::Onnx) | Err(_) => "onnx",
+                Ok(Format::Safetensors) => "safetensors",
+                Ok(Format::Burn) => "burn",
+            };
+            Err(format!(
+                "error: export: nothing written to {}: {err}\n  the run folder has the model; once the path can be \
+                 written: kynml export {} --format {format} --path {}",
+                path.display(),
+                shell_quote(&run.display().to_string()),
+                shell_quote(&path.display().to_string())
+            ))
+        }
     })
 }
 
-/// The checkpoint to resume from, checked, and the checkpoint folder
-/// checked for writing: all before anything is written.
-/// The checkpoint a run resumes from, after checking that checkpoints can
-/// be written where the spec says.
 /// `num_workers` and `prefetch` far beyond an epoch's batches (see
 /// [`kynml_core::data::loader_within`]): as many as there are batches run,
 /// said once (the spec's values are recorded as they ran).
@@ -458,7 +474,9 @@ pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: checkpoint::Che
 pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
     if let Some(e) = &file.spec.export {
         if let Ok(format) = Format::from_spec(e.format.value) {
-            export::check_target(format, &file.resolve(&e.path.value))
+            let path = file.resolve(&e.path.value);
+            export::check_target(format, &path)
+                .and_then(|()| export::check_writable(&path))
                 .map_err(|err| Failure::input(format!("error: cannot export as the spec says: {err}")))?;
         }
     }

@@ -952,6 +952,9 @@ fn a_checkpoint_path_another_run_writes_to_is_refused() {
     // Once the first run is gone, its checkpoint is this run's to resume.
     let out = kynml(&["train", "spec.kyn", "--out", "second", "--epochs", "3"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from"), "{}", text(&out));
+    // A checkpoint is not a model to export or predict with: said as such.
+    let out = kynml(&["export", "run.ckpt", "--format", "onnx", "--path", "m.onnx"], dir);
+    assert!(out.status.code() == Some(2) && text(&out).contains("it is a training checkpoint"), "{}", text(&out));
 }
 
 /// A run folder that goes away in mid-run stops the run at once, with its
@@ -1090,9 +1093,28 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
     assert!(kynml(&["train", "iris.kyn", "--epochs", "2", "--out", "a"], dir).status.success());
     let out = kynml(&["train", "iris.kyn", "--epochs", "2", "--out", "b"], dir);
     assert!(out.status.success(), "{}", text(&out));
-    let out = kynml(&["export", "b", "--format", "onnx", "--path", "notes.safetensors"], dir);
+    let out = kynml(&["export", "b", "--format", "onnx", "--path", "notes.onnx"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::copy(dir.join("notes.safetensors"), dir.join("notes.onnx")).unwrap();
+    let out = kynml(&["export", "b", "--format", "onnx", "--path", "notes.onnx"], dir);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("is not an ONNX model"), "{}", text(&out));
+    // A format under another format's extension would be refused when read back.
+    let out = kynml(&["export", "b", "--format", "safetensors", "--path", "w.onnx"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("a safetensors export named .onnx would be taken for another format"));
+    // A folder that cannot be made (a file stands in its place): refused
+    // before training, from the spec as from the command.
+    let spec =
+        std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace("notes.safetensors", "iris.csv/m.safetensors");
+    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--out", "c"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot export as the spec says") && t.contains("iris.csv is a file"), "{t}");
+    assert!(!dir.join("c").exists());
+    let out = kynml(&["export", "b", "--format", "onnx", "--path", "iris.csv/m.onnx"], dir);
+    assert!(out.status.code() == Some(2) && text(&out).contains("iris.csv is a file"), "{}", text(&out));
 }
 
 /// A missing regression target is the data's problem, at its row; labels

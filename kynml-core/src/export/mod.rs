@@ -248,6 +248,19 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
         let reason = "a .json path would be overwritten by the sidecar; name the weights file .safetensors or .mpk";
         return Err(ExportError::Invalid { path: path.into(), reason: reason.into() });
     }
+    // A model file named as another format's would be refused when read back.
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    let (name, expected) = match format {
+        Format::Onnx => ("onnx", "onnx"),
+        Format::Safetensors => ("safetensors", "safetensors"),
+        Format::Burn => ("burn", "mpk"),
+    };
+    if let Some(ext) = ext.filter(|e| ["onnx", "safetensors", "mpk"].contains(&e.as_str()) && e != expected) {
+        return Err(ExportError::Invalid {
+            path: path.into(),
+            reason: format!("a {name} export named .{ext} would be taken for another format; name it .{expected}"),
+        });
+    }
     let (what, looks_right): (&'static str, fn(&[u8]) -> bool) = match format {
         // A ModelProto starts with field 1 (ir_version), a varint: tag byte 0x08.
         Format::Onnx => ("an ONNX model", |head| head.first() == Some(&0x08)),
@@ -278,6 +291,30 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
         foreign(&sidecar, "a KynML model sidecar", u64::MAX, &is_sidecar)?;
     }
     Ok(())
+}
+
+/// Checks, before anything is trained or written, that `path`'s folder is,
+/// or can be made, a folder this process may write in: its nearest existing
+/// folder takes a new (unnamed, at once removed) file.
+pub fn check_writable(path: &Path) -> Result<(), ExportError> {
+    let mut dir = parent(path).to_path_buf();
+    while !dir.exists() {
+        match dir.parent() {
+            Some(up) if !up.as_os_str().is_empty() => dir = up.to_path_buf(),
+            _ => {
+                dir = PathBuf::from(".");
+                break;
+            }
+        }
+    }
+    if !dir.is_dir() {
+        let reason = format!("{} is a file, so no folder can be made there", dir.display());
+        return Err(ExportError::Invalid { path: path.into(), reason });
+    }
+    tempfile::tempfile_in(&dir).map(drop).map_err(|e| ExportError::Invalid {
+        path: path.into(),
+        reason: format!("its folder {} cannot be written: {e}", dir.display()),
+    })
 }
 
 /// The crc32c of `bytes`, as the sidecar writes it.
@@ -418,6 +455,16 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     if weights.extension().is_some_and(|e| e == "onnx") {
         return Err(invalid(
             "ONNX files are for other runtimes; give KynML the run folder or a safetensors or burn export".into(),
+        ));
+    }
+    // A training checkpoint holds the model too, but it is not an export.
+    let mut head = [0u8; 8];
+    let head_read = std::fs::File::open(&weights).and_then(|mut f| std::io::Read::read(&mut f, &mut head));
+    if matches!(head_read, Ok(8)) && head == crate::checkpoint::format::MAGIC {
+        return Err(invalid(
+            "it is a training checkpoint, which resumes a run, not a model to predict with or export; give the run \
+             folder its run wrote (runs/<spec>-<time>), or train the spec to its end and use that folder"
+                .into(),
         ));
     }
     let sidecar_path = weights.with_extension("json");

@@ -23,7 +23,11 @@
 //! `[batch, classes]` and `probabilities` (`Softmax`, axis -1); a sigmoid head gives `logits`
 //! `[batch, 1]` and `probabilities` `[batch, 2]` = `Concat(Sigmoid(-logits), Sigmoid(logits))`,
 //! so that column i is `class_names[i]`. The model's `metadata_props` hold `feature_names`,
-//! `class_names` (JSON arrays; the latter only for classification), `target` and `head`.
+//! `class_names` (JSON arrays; the latter only for classification), `target` and `head`, and
+//! for models that read text the vocabularies as the sidecar holds them (`categories`: a list of
+//! `{column, position, values}`, index `i + 1` standing for `values[i]`, 0 for a value training
+//! never saw; `tokens`: `{column, length, tokens}`, id `i + 2` for `tokens[i]`, 1 unseen, 0
+//! padding), and a sequence model's `sequence` columns.
 //!
 //! Tensor and node names follow the layer index in the model: `dense0.weight`, `dense0.bias`,
 //! `batchnorm1.scale`, `layernorm2.bias`, `conv2d3.weight`, `normalizer.mean`, ... All initializers are stored
@@ -293,6 +297,18 @@ fn encode_model(model: &ExportModel, g: &Graph) -> Vec<u8> {
     }
     metadata.push(("target", model.target.clone()));
     metadata.push(("head", model.head.kind().to_string()));
+    // What turns a row's text into the graph's inputs: without it, a runtime
+    // holding only this file could not encode categories or tokens.
+    let json = |v: serde_json::Result<String>| v.unwrap_or_default();
+    if !model.categories.is_empty() {
+        metadata.push(("categories", json(serde_json::to_string(&model.categories))));
+    }
+    if let Some(tokens) = &model.tokens {
+        metadata.push(("tokens", json(serde_json::to_string(tokens))));
+    }
+    if let Some(sequence) = &model.sequence {
+        metadata.push(("sequence", json(serde_json::to_string(sequence))));
+    }
     for (key, value) in metadata {
         let mut entry = Proto::default();
         entry.string(1, key);
@@ -569,7 +585,21 @@ mod tests {
             .collect();
         assert!(metadata.contains(&("feature_names".to_string(), r#"["a","b","c"]"#.to_string())));
         assert!(metadata.contains(&("target".to_string(), "y".to_string())));
-        assert!(!metadata.iter().any(|(k, _)| k == "class_names"));
+        assert!(!metadata.iter().any(|(k, _)| k == "class_names" || k == "categories"));
+
+        // A categorical column's values travel with the graph.
+        let mut with = model(Head::Regression, vec![dense(3, 1, Activation::Linear)], false);
+        with.categories = vec![crate::data::Vocabulary::fit("b", 1, ["red", "blue"])];
+        let bytes = to_onnx(&with).unwrap();
+        let top = fields(&bytes);
+        let categories: Vec<String> = bytes_of(&top, 14)
+            .into_iter()
+            .map(fields)
+            .filter(|e| string_of(e, 1) == "categories")
+            .map(|e| string_of(&e, 2))
+            .collect();
+        let back: Vec<crate::data::Vocabulary> = serde_json::from_str(&categories[0]).unwrap();
+        assert_eq!(back, with.categories);
     }
 
     #[test]

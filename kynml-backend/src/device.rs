@@ -24,6 +24,7 @@ pub enum DeviceChoice {
 
 /// Why a device request cannot be met.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeviceError {
     /// CUDA was requested but no usable CUDA driver or GPU was found.
     #[error("CUDA was requested but is not available: {reason}")]

@@ -41,6 +41,7 @@ pub struct SpecFile {
 
 /// Why a spec, or the data it names, cannot be made ready to run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The spec file could not be read.
     #[error("cannot read spec `{path}`: {source}")]

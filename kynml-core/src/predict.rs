@@ -384,6 +384,7 @@ pub struct RowsError {
 
 /// Why [`Predictor::evaluate`] cannot score rows.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EvalError {
     /// The rows have no target column; holds the model's target name.
     #[error("the file has no `{0}` column (the model's target) to score the predictions against")]

@@ -98,6 +98,7 @@ pub enum TensorData {
 
 /// Why a checkpoint could not be read, written or used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CheckpointError {
     /// The bytes do not start with [`MAGIC`]: the file is something else.
     #[error(

@@ -13,6 +13,7 @@ use crate::data::split::SplitError;
 
 /// Why a data file could not be turned into rows.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DataError {
     /// The file could not be opened or read.
     #[error("cannot read {}: {source}", path.display())]

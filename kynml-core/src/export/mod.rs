@@ -75,6 +75,7 @@ impl Format {
 
 /// Why a model cannot be written or read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExportError {
     /// `torchscript` was asked for, which only PyTorch can write.
     #[error(

@@ -60,6 +60,7 @@ pub struct EpochRecord {
 
 /// Progress, in the order it happens.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum TrainEvent<'a> {
     /// An epoch is about to start.
     EpochStart {

@@ -232,6 +232,7 @@ pub struct StopState {
 
 /// Why a checkpoint cannot be resumed from.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ResumeError {
     /// The file cannot be read, or is not a whole checkpoint.
     #[error(transparent)]

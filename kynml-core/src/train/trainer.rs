@@ -106,6 +106,7 @@ pub struct TrainSettings {
 
 /// Why [`train`] did not finish.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TrainError {
     /// The running mean of the training loss became NaN or infinite.
     #[error("training loss became {value} at epoch {epoch}, step {step}; lower the learning rate or check the data")]

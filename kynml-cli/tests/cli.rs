@@ -916,6 +916,13 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
     assert!(text(&out).contains(" goes on after "), "where the interrupted epoch goes on: {}", text(&out));
+    // Epochs read back from the checkpoint and epochs trained now: one set of keys.
+    let jsonl = std::fs::read_to_string(dir.join("first-2/metrics.jsonl")).unwrap();
+    let keys: Vec<Vec<String>> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap().as_object().unwrap().keys().cloned().collect())
+        .collect();
+    assert!(keys.len() > 2 && keys.windows(2).all(|w| w[0] == w[1]), "{jsonl}");
     assert!(std::fs::read(dir.join("run.ckpt")).unwrap() == reference, "the resumed run ends elsewhere");
 
     // Twice: out at once, and whatever is at the path is whole.

@@ -72,7 +72,15 @@ impl RunDir {
     /// every epoch it finished.
     pub fn append_epoch(&self, record: &EpochRecord) -> io::Result<()> {
         let mut file = OpenOptions::new().create(true).append(true).open(self.path.join("metrics.jsonl"))?;
-        let line = serde_json::to_string(record).map_err(io::Error::other)?;
+        let mut line = serde_json::to_value(record).map_err(io::Error::other)?;
+        // The measurements a record read back from a checkpoint lacks (they
+        // are not kept, so that a checkpoint's bytes depend on the training
+        // alone) are null, not absent: every line has the same keys.
+        if let Some(fields) = line.as_object_mut() {
+            for key in ["data_wait", "peak_rss", "device_reserved", "device_in_use", "gpu_busy", "gpu_memory_peak"] {
+                fields.entry(key).or_insert(serde_json::Value::Null);
+            }
+        }
         writeln!(file, "{line}")?;
         file.flush()
     }

@@ -441,6 +441,9 @@ fn validate_tensors(tensors: &[NamedTensor]) -> Result<(), CheckpointError> {
     Ok(())
 }
 
+/// How many format versions past this one a later release may plausibly have written.
+const PLAUSIBLE_NEWER: u32 = 100;
+
 /// Reads a checkpoint file, checking its framing, checksum, version and every
 /// tensor's layout. It never panics and never trusts a length before checking
 /// it against `bytes`.
@@ -458,7 +461,14 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         return Err(corrupt("format version 0 does not exist"));
     }
     if version > FORMAT_VERSION {
-        return Err(CheckpointError::NewerFormat { found: version, supported: FORMAT_VERSION });
+        // A damaged byte of the prefix reads as a far newer version: a
+        // number no release could have reached, in a frame whose checksum
+        // fails, is damage, not an upgrade to make.
+        let damaged = version > FORMAT_VERSION + PLAUSIBLE_NEWER;
+        return Err(match checked_body(bytes) {
+            Err(e) if damaged => e,
+            _ => CheckpointError::NewerFormat { found: version, supported: FORMAT_VERSION },
+        });
     }
     let body = checked_body(bytes)?;
     let (tensors, mut metadata) = decode_safetensors(&body[PREFIX_LEN..])?;
@@ -915,6 +925,10 @@ mod tests {
         assert!(matches!(decode(&newer), Err(CheckpointError::NewerFormat { found: 7, .. })));
         let message = decode(&newer).unwrap_err().to_string();
         assert!(message.contains("upgrade KynML"), "{message}");
+        // A flipped byte of the version (65281) fails the checksum: damage, not a newer KynML.
+        let mut flipped = small();
+        flipped[9] ^= 0xff;
+        assert_corrupt(decode(&flipped).unwrap_err(), "checksum");
     }
 
     #[test]

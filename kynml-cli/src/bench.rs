@@ -39,6 +39,8 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             ))
         })?;
     }
+    // A bench measures steps; it writes no checkpoint, and "what runs" says none.
+    file.spec.train.checkpoint = None;
     let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;
@@ -105,7 +107,15 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             format!("{:.0}", report.samples_per_sec),
             format!("median of rounds: {}", rounds.join(", ")),
         ],
-        vec!["step time".into(), format!("{:.3} ms", report.step_ms), format!("{} rows a step", report.batch)],
+        vec!["step time".into(), format!("{:.3} ms", report.step_ms), {
+            // Short data: a round's last step holds fewer rows than the batch.
+            let rows = report.samples_per_sec * report.step_ms / 1e3;
+            if (rows - report.batch as f64).abs() < 0.5 {
+                format!("{} rows a step", report.batch)
+            } else {
+                format!("{rows:.0} rows a step on average (batch {}, the last step shorter)", report.batch)
+            }
+        }],
         vec![
             "first step".into(),
             render::duration(report.first_step_secs),

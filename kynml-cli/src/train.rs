@@ -105,7 +105,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::input(format!("error: cannot create a run folder in {}: {e}", base.display())))
         }
     }?;
-    write_inputs(&run_dir, &file, &data).context("writing the run folder")?;
+    // The folder given with --out can be unwritable though it exists.
+    write_inputs(&run_dir, &file, &data).map_err(|e| {
+        Failure::input(format!("error: cannot write the run folder {}: {e:#}", run_dir.path.display()))
+    })?;
     println!("run folder: {}\n", run_dir.path.display());
 
     let mut progress = Progress::new();

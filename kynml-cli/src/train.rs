@@ -106,9 +106,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         }
     }?;
     // The folder given with --out can be unwritable though it exists.
-    write_inputs(&run_dir, &file, &data).map_err(|e| {
-        Failure::input(format!("error: cannot write the run folder {}: {e:#}", run_dir.path.display()))
-    })?;
+    write_inputs(&run_dir, &file, &data)
+        .map_err(|e| Failure::input(format!("error: cannot write the run folder {}: {e:#}", run_dir.path.display())))?;
     println!("run folder: {}\n", run_dir.path.display());
 
     let mut progress = Progress::new();

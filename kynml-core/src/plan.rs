@@ -181,6 +181,18 @@ impl SpecFile {
     ///
     /// [`ModelSpec::bind`]: crate::spec::types::ModelSpec::bind
     pub fn load_data(&mut self) -> Result<Dataset, LoadError> {
+        self.load_data_with(None)
+    }
+
+    /// [`load_data`](Self::load_data) on CSV text held in memory instead of
+    /// the file the spec's `source` names (a service training on data it
+    /// received); errors still name that file's path, as where the rows
+    /// would have been.
+    pub fn load_data_from(&mut self, csv: &[u8]) -> Result<Dataset, LoadError> {
+        self.load_data_with(Some(csv))
+    }
+
+    fn load_data_with(&mut self, csv: Option<&[u8]>) -> Result<Dataset, LoadError> {
         let d = &self.spec.dataset;
         let loss = self.spec.train.loss.value;
         let path = self.data_path();
@@ -200,10 +212,14 @@ impl SpecFile {
             },
             sequence: self.sequence_columns()?,
         };
-        if let Some(problem) = self.padded_rows_overflow_memory(&path) {
+        if let Some(problem) = csv.is_none().then(|| self.padded_rows_overflow_memory(&path)).flatten() {
             return Err(self.located(vec![problem]));
         }
-        let table = match read_csv(&path, &options) {
+        let read = match csv {
+            Some(bytes) => crate::data::parse_csv(&path, bytes, &options),
+            None => read_csv(&path, &options),
+        };
+        let table = match read {
             // A regression loss on class labels is a spec mistake more often
             // than a data one: point at the loss.
             // A missing value is the data's problem, said at its row.

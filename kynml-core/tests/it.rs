@@ -2535,3 +2535,24 @@ fn a_program_hands_the_loop_its_own_stop_and_checkpoint_rules() {
     let (_, state) = file.find_checkpoint(&data).unwrap().expect("a checkpoint");
     assert_eq!(state.epoch, 2);
 }
+
+/// A service trains on rows it holds in memory: the same dataset as from the
+/// file, and the same located errors, naming the spec's source.
+#[test]
+fn a_spec_held_in_memory_trains_on_rows_held_in_memory() {
+    let iris = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/iris");
+    let source = std::fs::read_to_string(iris.join("iris.kyn")).unwrap();
+    let csv = std::fs::read(iris.join("iris.csv")).unwrap();
+    // The spec's folder holds no data: the rows come from memory.
+    let nowhere = tempfile::tempdir().unwrap();
+    let mut file = SpecFile::from_source(&nowhere.path().join("iris.kyn"), source.clone()).unwrap();
+    let data = file.load_data_from(&csv).unwrap();
+    let mut from_disk = SpecFile::from_source(&iris.join("iris.kyn"), source).unwrap();
+    let expected = from_disk.load_data().unwrap();
+    assert_eq!(data.train.len(), expected.train.len());
+    assert_eq!(data.info.class_names, expected.info.class_names);
+    assert_eq!(data.info.normalizer, expected.info.normalizer);
+    let bad = String::from_utf8(csv).unwrap().replacen("5.1", "five", 1);
+    let err = file.load_data_from(bad.as_bytes()).unwrap_err().to_string();
+    assert!(err.contains("iris.csv:2") && err.contains("five"), "{err}");
+}

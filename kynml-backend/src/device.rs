@@ -89,6 +89,12 @@ pub struct Device {
 
 impl Device {
     /// The host CPU through Burn's flex backend; always available.
+    ///
+    /// This starts rayon's global thread pool, which Burn's CPU backend and
+    /// KynML's native engine run on (each training run on the native engine
+    /// also keeps a team of that many threads of its own while it runs). A
+    /// service that sizes the pool itself must call
+    /// `rayon::ThreadPoolBuilder::build_global` before choosing a device.
     pub fn cpu() -> Self {
         // The threads that really run: rayon's global pool, which Burn's
         // flex backend and KynML's native engine both size from it

@@ -62,15 +62,20 @@ impl CheckpointWriter {
     /// # Panics
     /// If the operating system cannot start a thread, as `std::thread::spawn`.
     pub fn spawn_with_keep(keep: usize) -> Self {
+        Self::try_spawn_with_keep(keep).expect("cannot start the checkpoint writer thread")
+    }
+
+    /// [`spawn_with_keep`](Self::spawn_with_keep), with the operating
+    /// system's refusal to start a thread as an error.
+    pub fn try_spawn_with_keep(keep: usize) -> io::Result<Self> {
         // One message slot: a save is only sent once the previous one is done.
         let (messages, inbox) = mpsc::sync_channel(1);
         let writes = std::sync::Arc::new(Mutex::new(Vec::new()));
         let log = writes.clone();
         let thread = std::thread::Builder::new()
             .name("kynml-checkpoint-writer".into())
-            .spawn(move || run(inbox, keep.max(1), &log))
-            .expect("cannot start the checkpoint writer thread");
-        CheckpointWriter { messages, writes, in_flight: Mutex::new(None), thread: Some(thread) }
+            .spawn(move || run(inbox, keep.max(1), &log))?;
+        Ok(CheckpointWriter { messages, writes, in_flight: Mutex::new(None), thread: Some(thread) })
     }
 
     /// Hands `ckpt` to the writer thread, which encodes it and writes it to

@@ -276,7 +276,12 @@ fn run<'scope, 'env>(
     // Recorded in checkpoints (a resume on other rows is refused): read only
     // by a run that checkpoints.
     let data_origin = checkpoint_path.is_some().then(|| resume::DataOrigin::of(spec, data));
-    let writer = checkpoint.map(|c| CheckpointWriter::spawn_with_keep(c.keep));
+    let writer = match (checkpoint, &checkpoint_path) {
+        (Some(c), Some(path)) => Some(CheckpointWriter::try_spawn_with_keep(c.keep).map_err(|source| {
+            TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io { path: path.clone(), source })
+        })?),
+        _ => None,
+    };
     let mut checkpoint_failures = 0usize;
     // Held to the end of the run: no other run writes to this path meanwhile.
     let _lock = match (&writer, &checkpoint_path) {

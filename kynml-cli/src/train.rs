@@ -347,22 +347,36 @@ fn time_and_memory(history: &[EpochRecord]) -> Option<String> {
 fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel, run: &Path) -> Option<Result<String, String>> {
     let e = file.spec.export.as_ref()?;
     let path = file.resolve(&e.path.value);
-    Some(match Format::from_spec(e.format.value).and_then(|f| export::write(model, f, &path)) {
+    let run = shell_quote(&run.display().to_string());
+    // A format no native engine writes (torchscript, in the users' specs) is
+    // a setting that does not apply, said as "what runs" said it: the run
+    // goes on to succeed.
+    let format = match Format::from_spec(e.format.value) {
+        Ok(format) => format,
+        Err(err) => {
+            return Some(Ok(format!(
+                "export: nothing written to {}: {err}\n  the run folder has the model; in a format that loads in \
+                 PyTorch: kynml export {run} --format onnx --path {}",
+                path.display(),
+                shell_quote(&path.with_extension("onnx").display().to_string())
+            )))
+        }
+    };
+    Some(match export::write(model, format, &path) {
         Ok(written) => {
             let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
             Ok(format!("export: wrote {}", names.join(" and ")))
         }
         Err(err) => {
-            let format = match Format::from_spec(e.format.value) {
-                Ok(Format::Onnx) | Err(_) => "onnx",
-                Ok(Format::Safetensors) => "safetensors",
-                Ok(Format::Burn) => "burn",
+            let format = match format {
+                Format::Onnx => "onnx",
+                Format::Safetensors => "safetensors",
+                Format::Burn => "burn",
             };
             Err(format!(
                 "error: export: nothing written to {}: {err}\n  the run folder has the model; once the path can be \
-                 written: kynml export {} --format {format} --path {}",
+                 written: kynml export {run} --format {format} --path {}",
                 path.display(),
-                shell_quote(&run.display().to_string()),
                 shell_quote(&path.display().to_string())
             ))
         }

@@ -39,7 +39,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Predictor::new(model, &device)?
         }
     };
-    let columns = predictor.model().input_columns().join(",");
+    // The header row, each name quoted as CSV needs it.
+    let quote = |c: &&str| match c.contains([',', '"', '\n', '\r']) {
+        true => format!("\"{}\"", c.replace('"', "\"\"")),
+        false => c.to_string(),
+    };
+    let columns = predictor.model().input_columns().iter().map(quote).collect::<Vec<_>>().join(",");
     eprintln!("ready on {}: one row per line, columns {columns}", device.describe());
 
     let stdout = std::io::stdout();

@@ -82,13 +82,19 @@ fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Fai
     if same(output, rows) {
         return Err(refuse("is the file the rows are read from"));
     }
-    use std::io::{BufRead, Read};
-    let mut first = Vec::new();
-    let read = std::fs::File::open(output)
-        .map(|f| std::io::BufReader::new(f).take(64 * 1024))
-        .and_then(|mut r| r.read_until(b'\n', &mut first));
-    let first = String::from_utf8_lossy(&first);
-    if read.is_err() || first.trim_end_matches(['\n', '\r']) != header {
+    // An empty file (made with mktemp or touch) holds nothing to lose.
+    if meta.len() == 0 {
+        return Ok(());
+    }
+    // The header, which may span lines (a quoted class name), then a line
+    // end; a byte-order mark (a spreadsheet's re-save) before it.
+    use std::io::Read;
+    let mut head = Vec::new();
+    let read = std::fs::File::open(output).and_then(|f| f.take(header.len() as u64 + 5).read_to_end(&mut head));
+    let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&head);
+    let ours =
+        head.strip_prefix(header.as_bytes()).is_some_and(|rest| rest.starts_with(b"\n") || rest.starts_with(b"\r\n"));
+    if read.is_err() || !ours {
         return Err(refuse(&format!(
             "exists and is not a predictions file of this model (whose header is `{header}`)"
         )));

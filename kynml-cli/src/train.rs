@@ -6,13 +6,14 @@ use std::path::Path;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
+use kynml_core::checkpoint::CheckpointError;
 use kynml_core::checkpoint::{self, Checkpoint};
 use kynml_core::data::{Dataset, Labels};
 use kynml_core::export::{self, Format};
 use kynml_core::plan::{what_runs_on, Overrides, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
-use kynml_core::train::resume::LoopState;
+use kynml_core::train::resume::{LoopState, ResumeError};
 use kynml_core::train::{metrics_for, train, EpochRecord, TrainError, TrainEvent, TrainSettings};
 
 use crate::args::TrainArgs;
@@ -34,7 +35,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let device = devices[0].clone();
     let data = file.load_data()?;
     fit_loader(&mut file, &data);
-    let resume = resume_plan(&file, &data, args.fresh)?;
+    let (resume, checkpoint_lock) = resume_plan(&file, &data, args.fresh)?;
     check_export_target(&file)?;
 
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
@@ -116,6 +117,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let settings = TrainSettings {
         checkpoint_path: file.checkpoint_path(),
         resume_from: resume.map(|(ckpt, _)| ckpt),
+        checkpoint_lock: checkpoint_lock.map(std::sync::Arc::new),
         stop: Some(stop.clone()),
         profile: args.profile || file.spec.train.profile.value,
         replicas: devices[1..].to_vec(),
@@ -410,39 +412,48 @@ pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
     }
 }
 
-fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<Option<(Checkpoint, LoopState)>, Failure> {
+/// The checkpoint to resume from, and the lock on the checkpoint path that
+/// the run holds to its end.
+type ResumePlan = (Option<(Checkpoint, LoopState)>, Option<checkpoint::PathLock>);
+
+fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePlan, Failure> {
     let Some(path) = file.checkpoint_path() else {
         if fresh {
             eprintln!("note: --fresh has no effect: the spec does not checkpoint");
         }
-        return Ok(None);
+        return Ok((None, None));
     };
     let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-    checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(file, &path, e))?;
+    let lock = checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(file, &path, e))?;
     if fresh {
-        return Ok(None);
+        return Ok((None, Some(lock)));
     }
     let found = file.find_checkpoint(data).map_err(|e| {
+        // Only a damaged file is worth replacing by an older copy: one of
+        // another model, optimizer or data refuses the copies alike.
+        let damaged =
+            matches!(e, ResumeError::Checkpoint(CheckpointError::Corrupt { .. } | CheckpointError::Truncated { .. }));
         let e = e.to_string();
         let fresh = if e.contains("--fresh") {
             ""
         } else {
             "\n  (--fresh ignores it and starts over; its checkpoints then replace it and the older copies)"
         };
-        let older = whole_older_copy(&path).map_or(String::new(), |(copy, epoch)| {
-            format!(
-                "\n  {} is a whole checkpoint (epoch {epoch}): to resume from it instead, `mv {} {}`",
-                copy.display(),
-                shell_quote(&copy.display().to_string()),
-                shell_quote(&path.display().to_string())
-            )
-        });
+        let older =
+            damaged.then(|| whole_older_copy(file, data, &path)).flatten().map_or(String::new(), |(copy, epoch)| {
+                format!(
+                    "\n  {} is a whole checkpoint (epoch {epoch}): to resume from it instead, `mv {} {}`",
+                    copy.display(),
+                    shell_quote(&copy.display().to_string()),
+                    shell_quote(&path.display().to_string())
+                )
+            });
         Failure::input(format!("error: cannot resume from {}: {e}{older}{fresh}", path.display()))
     })?;
     // No checkpoint at the path, but older copies beside it: starting over
     // would rotate them away, so it is the person's choice.
     if found.is_none() {
-        if let Some((copy, epoch)) = whole_older_copy(&path) {
+        if let Some((copy, epoch)) = whole_older_copy(file, data, &path) {
             return Err(Failure::input(format!(
                 "error: {} is missing, but {} holds a whole checkpoint (epoch {epoch}) of an earlier run\n  \
                  to resume from it: `mv {} {}`, then this command again\n  \
@@ -454,17 +465,15 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<Option<(C
             )));
         }
     }
-    Ok(found)
+    Ok((found, Some(lock)))
 }
 
-/// The newest of the older copies beside `path` that reads as a whole
-/// checkpoint, with the epoch it ends.
-fn whole_older_copy(path: &Path) -> Option<(std::path::PathBuf, usize)> {
-    checkpoint::older_copies(path).into_iter().find_map(|copy| {
-        let ckpt = checkpoint::load(&copy).ok()??;
-        let state: LoopState = serde_json::from_value(ckpt.state).ok()?;
-        Some((copy, state.epoch))
-    })
+/// The newest of the older copies beside `path` that this spec and data
+/// can resume from, with the epoch it ends.
+fn whole_older_copy(file: &SpecFile, data: &Dataset, path: &Path) -> Option<(std::path::PathBuf, usize)> {
+    checkpoint::older_copies(path)
+        .into_iter()
+        .find_map(|copy| file.checkpoint_at(&copy, data).ok().flatten().map(|(_, state)| (copy, state.epoch)))
 }
 
 /// Checkpoints cannot go to `path`: bad input, said alike by train and check.

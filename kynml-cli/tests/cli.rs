@@ -27,6 +27,19 @@ fn copy_example(name: &str) -> tempfile::TempDir {
     tmp
 }
 
+/// A child process killed (and reaped) when the test ends, passing or not:
+/// a failed assertion must not leave a long training behind.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The files of folder `from` (not its subfolders) copied into a new folder `to`.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -687,10 +700,17 @@ fn predict_into_a_missing_folder_is_bad_input_named_before_any_work() {
         assert!(out.status.code() == Some(2) && t.contains(why) && t.contains("refusing to overwrite"), "{t}");
         assert!(std::fs::read(dir.join(target)).unwrap() == before, "{target} was changed");
     }
+    // An empty file, an earlier predictions file, and one a spreadsheet
+    // saved again with CRLF line ends and a byte-order mark: replaced.
+    std::fs::write(dir.join("p.csv"), "").unwrap();
     for _ in 0..2 {
         let out = kynml(&["predict", "run", "iris.csv", "--output", "p.csv"], dir);
         assert!(out.status.success(), "{}", text(&out));
     }
+    let resaved = std::fs::read_to_string(dir.join("p.csv")).unwrap().replace('\n', "\r\n");
+    std::fs::write(dir.join("p.csv"), format!("\u{feff}{resaved}")).unwrap();
+    let out = kynml(&["predict", "run", "iris.csv", "--output", "p.csv"], dir);
+    assert!(out.status.success(), "{}", text(&out));
 }
 
 /// Under umask 022, every file a run, a prediction and an export write is
@@ -948,10 +968,10 @@ fn a_checkpoint_path_another_run_writes_to_is_refused() {
         .spawn()
         .unwrap();
     let mut lines = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
+    let first = KillOnDrop(Some(first));
     assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the first run trains");
     let out = kynml(&["train", "spec.kyn", "--out", "second"], dir);
-    let _ = first.kill();
-    let _ = first.wait();
+    drop(first);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("another run that is still going writes its checkpoints to"), "{t}");
@@ -980,19 +1000,27 @@ fn a_run_folder_that_cannot_be_written_stops_the_run_with_its_checkpoint() {
         .spawn()
         .unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(Some(child));
     assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the run trains");
-    std::fs::remove_dir_all(dir.join("run")).unwrap();
+    // The run may write a file between the removal's unlink and its rmdir.
+    for _ in 0..50 {
+        if std::fs::remove_dir_all(dir.join("run")).is_ok() || !dir.join("run").exists() {
+            break;
+        }
+    }
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
-    let out = child.wait_with_output().unwrap();
+    let out = child.0.take().unwrap().wait_with_output().unwrap();
     let t = format!("{}{}", rest.join("\n"), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("cannot write to the run folder run: ") && t.contains("; stopping after this step"), "{t}");
     assert!(t.contains("the checkpoint of that point is in run.ckpt") && t.contains("--out run-2"), "{t}");
-    assert!(rest.iter().filter(|l| l.starts_with("epoch ")).count() <= 2, "it trained on: {t}");
+    // It stops at the next epoch's end (a few more on a slow machine), not after all 400.
+    assert!(rest.iter().filter(|l| l.starts_with("epoch ")).count() < 100, "it trained on: {t}");
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
 }
 
 /// Standard output that cannot be written is an error, not a panic.
+#[cfg(target_os = "linux")]
 #[test]
 fn output_to_a_full_device_is_an_error_not_a_panic() {
     let tmp = copy_example("iris");

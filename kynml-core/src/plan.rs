@@ -148,7 +148,13 @@ impl SpecFile {
     /// categories or tokens is only whole once bound to its data.
     pub fn find_checkpoint(&self, data: &Dataset) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {
         let Some(path) = self.checkpoint_path() else { return Ok(None) };
-        let Some(ckpt) = checkpoint::load(&path)? else { return Ok(None) };
+        self.checkpoint_at(&path, data)
+    }
+
+    /// [`find_checkpoint`](Self::find_checkpoint) on the checkpoint at
+    /// `path` (an older copy, say): `None` when there is no file there.
+    pub fn checkpoint_at(&self, path: &Path, data: &Dataset) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {
+        let Some(ckpt) = checkpoint::load(path)? else { return Ok(None) };
         let optimizer = AnyOptimizer::new(&self.spec.train.optimizer.value);
         let state = resume::check(&ckpt, &self.spec.model, optimizer.name())?;
         resume::check_data(&state, &resume::DataOrigin::of(&self.spec, data))?;

@@ -134,29 +134,37 @@ impl CheckpointWriter {
 /// file, and neither `path` nor the older copies' names that rotation
 /// replaces (`path.1` ... `path.{keep-1}`) hold a folder or a file of some
 /// other kind.
-pub fn prepare(path: &Path, keep: usize) -> Result<(), CheckpointError> {
+///
+/// Returns the path's [`lock`], for the run to hold until it ends (pass it
+/// in [`TrainSettings::checkpoint_lock`](crate::train::TrainSettings)):
+/// another run that writes here is refused now, before any work.
+pub fn prepare(path: &Path, keep: usize) -> Result<PathLock, CheckpointError> {
     check_targets(path, keep)?;
     let dir = parent_dir(path);
     fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-    // Another run that writes here refuses this one now, before any work.
-    drop(lock(path)?);
+    let held = lock(path)?;
     let probe = dir.join(temp_name(path.file_name().unwrap_or_default()));
     OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| io_error(dir, e))?;
-    fs::remove_file(&probe).map_err(|e| io_error(&probe, e))
+    fs::remove_file(&probe).map_err(|e| io_error(&probe, e))?;
+    Ok(held)
 }
 
 /// Held while a run writes its checkpoints to a path (see [`lock`]).
 #[derive(Debug)]
 pub struct PathLock {
     /// The lock file, locked while it is open.
-    _file: File,
+    file: Option<File>,
     /// Its path, in this process's registry of held locks.
     key: PathBuf,
 }
 
 impl Drop for PathLock {
     fn drop(&mut self) {
-        held().lock().unwrap_or_else(PoisonError::into_inner).retain(|k| *k != self.key);
+        let mut registry = held().lock().unwrap_or_else(PoisonError::into_inner);
+        // Closed (unlocked) before the key goes: a run of this process that
+        // then finds the key gone finds the file free too.
+        drop(self.file.take());
+        registry.retain(|k| *k != self.key);
     }
 }
 
@@ -195,7 +203,7 @@ pub fn lock(path: &Path) -> Result<PathLock, CheckpointError> {
         Err(fs::TryLockError::WouldBlock) => return Err(in_use()),
     }
     registry.push(key.clone());
-    Ok(PathLock { _file: file, key })
+    Ok(PathLock { file: Some(file), key })
 }
 
 /// The part of [`prepare`] that writes nothing (for `kynml check`): `path`
@@ -208,12 +216,18 @@ pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
         return Err(invalid("the checkpoint path names a folder, not a file".into()));
     }
     // Rotation writes `NAME.{keep-1}`: the longest name must fit the file system's 255 bytes.
+    // Beside it: the lock `.NAME.lock`, and with `keep` the copies up to `NAME.{keep-1}`.
     let name = path.file_name().unwrap_or_default().len();
-    let longest = name + if keep > 1 { 1 + (keep - 1).to_string().len() } else { 0 };
+    let rotated = name + if keep > 1 { 1 + (keep - 1).to_string().len() } else { 0 };
+    let longest = rotated.max(name + ".lock".len() + 1);
     if longest > NAME_MAX {
+        let what = if rotated == longest {
+            format!("with keep = {keep} the oldest copy's name takes {longest}")
+        } else {
+            format!("its lock file's name takes {longest}")
+        };
         return Err(invalid(format!(
-            "its file name is {name} bytes; with keep = {keep} the oldest copy's name takes {longest}, more than the \
-             {NAME_MAX} a file name may have"
+            "its file name is {name} bytes; {what}, more than the {NAME_MAX} a file name may have"
         )));
     }
     let older = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
@@ -491,12 +505,12 @@ mod tests {
         // A second run (here: in this process; another process meets the
         // kernel's lock on the same file) is refused, up front too.
         assert!(matches!(lock(&path), Err(CheckpointError::InUse { .. })));
-        let err = prepare(&path, 1).unwrap_err();
+        let err = prepare(&path, 1).map(drop).unwrap_err();
         assert!(err.to_string().contains("another run that is still going writes its checkpoints"), "{err}");
         // Other paths in the folder are free.
         drop(lock(&dir.path().join("sub/other.ckpt")).expect("another path"));
         drop(held);
-        prepare(&path, 1).expect("free once the first run ends");
+        drop(prepare(&path, 1).expect("free once the first run ends"));
         drop(lock(&path).expect("free once the first run ends"));
     }
 
@@ -506,10 +520,13 @@ mod tests {
         let folder = dir.path().join("ck2/");
         let folder = PathBuf::from(format!("{}/", folder.display()));
         assert!(check_targets(&folder, 1).unwrap_err().to_string().contains("names a folder"));
-        let long = dir.path().join("x".repeat(254));
-        check_targets(&long, 1).expect("254 bytes fit");
-        let err = check_targets(&long, 3).unwrap_err().to_string();
-        assert!(err.contains("with keep = 3 the oldest copy's name takes 256"), "{err}");
+        let long = dir.path().join("x".repeat(249));
+        check_targets(&long, 1).expect("249 bytes fit, with the lock's 255");
+        drop(prepare(&long, 1).expect("and the lock file can be made"));
+        let err = check_targets(&dir.path().join("x".repeat(250)), 1).unwrap_err().to_string();
+        assert!(err.contains("its lock file's name takes 256"), "{err}");
+        let err = check_targets(&dir.path().join("x".repeat(249)), 1_000_001).unwrap_err().to_string();
+        assert!(err.contains("with keep = 1000001 the oldest copy's name takes 257"), "{err}");
     }
 
     fn file_names(dir: &Path) -> Vec<String> {

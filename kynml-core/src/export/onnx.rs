@@ -305,6 +305,7 @@ fn encode_model(model: &ExportModel, g: &Graph) -> Vec<u8> {
     }
     if let Some(tokens) = &model.tokens {
         metadata.push(("tokens", json(serde_json::to_string(tokens))));
+        metadata.push(("tokenizer", "split on Unicode white space (Rust's str::split_whitespace); case kept".into()));
     }
     if let Some(sequence) = &model.sequence {
         metadata.push(("sequence", json(serde_json::to_string(sequence))));

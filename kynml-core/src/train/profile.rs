@@ -137,6 +137,8 @@ pub enum Bound {
     Overhead,
     /// fp16 skipped many steps on overflow: their work was thrown away.
     SkippedSteps,
+    /// No step was profiled (a run with nothing left to train).
+    NoSteps,
 }
 
 /// The bottleneck, and one concrete step a person can take.
@@ -217,6 +219,12 @@ impl Profile {
     /// GPU that NVML saw idle; steps shorter than [`SHORT_STEP`]; else
     /// compute-bound, naming the largest phase.
     pub fn verdict(&self, workers: usize) -> Verdict {
+        if self.steps.is_empty() {
+            return Verdict {
+                bound: Bound::NoSteps,
+                advice: "no step was profiled: there was nothing to train".into(),
+            };
+        }
         let steady = self.steady_steps();
         let summary = summarize(&steady);
         let share = |name: &str| summary.iter().find(|p| p.phase == name).map_or(0.0, |p| p.share);
@@ -224,7 +232,7 @@ impl Profile {
         let left_out = self.steps.len() - steady.len();
         let warm_up = match left_out {
             0 => String::new(),
-            1 => " (the first step, warm-up, left out)".into(),
+            1 => " (1 warm-up step left out)".into(),
             n => format!(" ({n} warm-up steps left out)"),
         };
         let all_steps = self.steps.len().max(self.skipped_steps);
@@ -590,7 +598,8 @@ mod tests {
         assert_eq!(p.steady_steps().len(), 19);
         let v = p.verdict(0);
         assert_eq!(v.bound, Bound::Overhead);
-        assert!(v.advice.contains("0.010 ms each (the first step, warm-up, left out)"), "{}", v.advice);
+        assert!(v.advice.contains("0.010 ms each (1 warm-up step left out)"), "{}", v.advice);
+        assert_eq!(Profile::default().verdict(0).bound, Bound::NoSteps);
         // The summary still counts every step.
         assert!(p.summary().iter().find(|x| x.phase == "forward").unwrap().total > 35e-3);
         // A slow step after the first epoch is the run's own, not warm-up.

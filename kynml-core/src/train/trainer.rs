@@ -74,6 +74,10 @@ pub struct TrainSettings {
     /// The precision to run, overriding what [`precision::plan`] decides for
     /// the spec and device (tests and benches compare precisions this way).
     pub precision: Option<PrecisionPlan>,
+    /// The lock on the checkpoint path that
+    /// [`checkpoint::prepare`](crate::checkpoint::prepare) took, held
+    /// through the run; without it, the run takes its own.
+    pub checkpoint_lock: Option<Arc<crate::checkpoint::PathLock>>,
     /// Set it (from a Ctrl-C handler, or a service cancelling one run) to
     /// stop after the step in progress: a checkpoint of that point is
     /// written when the spec checkpoints, and [`train`] returns
@@ -284,8 +288,9 @@ fn run<'scope, 'env>(
     };
     let mut checkpoint_failures = 0usize;
     // Held to the end of the run: no other run writes to this path meanwhile.
-    let _lock = match (&writer, &checkpoint_path) {
-        (Some(_), Some(path)) => Some(crate::checkpoint::lock(path).map_err(TrainError::Checkpoint)?),
+    let _lock = match (&writer, &checkpoint_path, &settings.checkpoint_lock) {
+        (Some(_), Some(_), Some(held)) => Some(held.clone()),
+        (Some(_), Some(path), None) => Some(Arc::new(crate::checkpoint::lock(path).map_err(TrainError::Checkpoint)?)),
         _ => None,
     };
     if let Some(path) = &checkpoint_path {

@@ -40,6 +40,26 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// `kynml train spec.kyn --out OUT` in `dir`, in the background, once it
+/// has reported its second epoch: the process, and the rest of its output.
+fn training_past_epoch_2(
+    dir: &Path,
+    out: &str,
+) -> (KillOnDrop, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["train", "spec.kyn", "--out", out])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let child = KillOnDrop(Some(child));
+    assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the run trains");
+    (child, lines)
+}
+
 /// The files of folder `from` (not its subfolders) copied into a new folder `to`.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -956,20 +976,10 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
 /// resume each other's runs: the second is refused while the first goes on.
 #[test]
 fn a_checkpoint_path_another_run_writes_to_is_refused() {
-    use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
-    let mut first = Command::new(env!("CARGO_BIN_EXE_kynml"))
-        .args(["train", "spec.kyn", "--out", "first"])
-        .current_dir(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
-    let first = KillOnDrop(Some(first));
-    assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the first run trains");
+    let (first, _lines) = training_past_epoch_2(dir, "first");
     let out = kynml(&["train", "spec.kyn", "--out", "second"], dir);
     drop(first);
     let t = text(&out);
@@ -988,20 +998,10 @@ fn a_checkpoint_path_another_run_writes_to_is_refused() {
 /// checkpoint and the way back, instead of training on to keep nothing.
 #[test]
 fn a_run_folder_that_cannot_be_written_stops_the_run_with_its_checkpoint() {
-    use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
-        .args(["train", "spec.kyn", "--out", "run"])
-        .current_dir(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut child = KillOnDrop(Some(child));
-    assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the run trains");
+    let (mut child, lines) = training_past_epoch_2(dir, "run");
     // The run may write a file between the removal's unlink and its rmdir.
     for _ in 0..50 {
         if std::fs::remove_dir_all(dir.join("run")).is_ok() || !dir.join("run").exists() {

@@ -232,8 +232,8 @@ impl Profile {
         let left_out = self.steps.len() - steady.len();
         let warm_up = match left_out {
             0 => String::new(),
-            1 => " (1 warm-up step left out)".into(),
-            n => format!(" ({n} warm-up steps left out)"),
+            1 => ", 1 warm-up step left out".into(),
+            n => format!(", {n} warm-up steps left out"),
         };
         let all_steps = self.steps.len().max(self.skipped_steps);
         if self.skipped_steps as f64 > SKIPPED_SHARE * all_steps as f64 {
@@ -450,7 +450,9 @@ impl Profile {
 
 /// Seconds for a person: `94 ms`, `2.31 s`.
 fn seconds_text(seconds: f64) -> String {
-    if seconds < 1.0 {
+    if seconds < 0.01 {
+        format!("{:.2} ms", seconds * 1e3)
+    } else if seconds < 1.0 {
         format!("{:.0} ms", seconds * 1e3)
     } else {
         format!("{seconds:.2} s")
@@ -598,7 +600,7 @@ mod tests {
         assert_eq!(p.steady_steps().len(), 19);
         let v = p.verdict(0);
         assert_eq!(v.bound, Bound::Overhead);
-        assert!(v.advice.contains("0.010 ms each (1 warm-up step left out)"), "{}", v.advice);
+        assert!(v.advice.contains("0.010 ms each, 1 warm-up step left out)"), "{}", v.advice);
         assert_eq!(Profile::default().verdict(0).bound, Bound::NoSteps);
         // The summary still counts every step.
         assert!(p.summary().iter().find(|x| x.phase == "forward").unwrap().total > 35e-3);

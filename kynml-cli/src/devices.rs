@@ -148,7 +148,7 @@ pub fn run() -> Result<(), Failure> {
     };
     rows.push(vec![
         "cpu".into(),
-        "KynML's native engine (fp32); flex, Burn's CPU backend, for bf16/fp16".into(),
+        "KynML's native engine (fp32; bf16 and fp16 run as fp32 here)".into(),
         format!("{threads} thread{}", if threads == 1 { "" } else { "s" }),
     ]);
     println!("{}", render::table(&["device", "name", "details"], &rows));

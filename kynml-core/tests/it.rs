@@ -1313,12 +1313,14 @@ fn image_layers_match_the_reference_forward() {
 // ---- gradient clipping ----
 
 /// Clipping follows PyTorch's `clip_grad_norm_` and `clip_grad_value_` on
-/// the same gradients, on both engines. One plain SGD step (the batch holds
+/// the same gradients, on both engines and on wgpu (where Burn's fused
+/// `clamp` had failed to compile with a one-value bias beside wider
+/// tensors: clipping by value panicked in the first step). One plain SGD step (the batch holds
 /// every training row) moves each weight by `lr` times its gradient, so an
 /// unclipped run gives the gradients, and from them the step a clipped run
 /// must take: `g * min(1, max / (norm + 1e-6))`, or `g` clamped.
 #[test]
-fn gradient_clipping_matches_pytorchs_rules_on_both_engines() {
+fn gradient_clipping_matches_pytorchs_rules_on_both_engines_and_wgpu() {
     use kynml_core::model::Model;
     use kynml_core::train::EngineChoice;
     let seed = clock_seed();
@@ -1330,16 +1332,24 @@ fn gradient_clipping_matches_pytorchs_rules_on_both_engines() {
         .replace("epochs = 4", "epochs = 1")
         .replace("batch = 32", "batch = 1024");
     let cpu = select(DeviceChoice::Cpu).unwrap();
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
     let lr = 0.5;
     // The native engine, Burn's optimizer, and KynML's fused update on Burn.
-    for (engine, fused) in [(EngineChoice::Auto, false), (EngineChoice::Burn, false), (EngineChoice::Burn, true)] {
+    for (device, engine, fused) in [
+        (&cpu, EngineChoice::Auto, false),
+        (&cpu, EngineChoice::Burn, false),
+        (&cpu, EngineChoice::Burn, true),
+        (&wgpu, EngineChoice::Auto, false),
+        (&wgpu, EngineChoice::Auto, true),
+    ] {
+        let engine_name = format!("{} {engine:?}{}", device.describe(), if fused { " fused" } else { "" });
         let base = if fused { base.replace("sgd(lr=0.5)", "sgd(lr=0.5, fused=true)") } else { base.clone() };
         let run = |extra: &str| {
             std::fs::write(&path, format!("{base} {extra}\n")).unwrap();
             let mut file = SpecFile::load(&path).unwrap();
             let data = file.load_data().unwrap();
             let settings = TrainSettings { engine, ..TrainSettings::default() };
-            let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+            let result = train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap();
             let start = all_weights(&Model::init(&file.spec.model, file.spec.train.seed, &cpu.inner()));
             (start, result)
         };
@@ -1353,17 +1363,17 @@ fn gradient_clipping_matches_pytorchs_rules_on_both_engines() {
         let (_, clipped) = run(&format!("clip_grad_norm = {max}"));
         let coef = (max / (norm + 1e-6)).min(1.0);
         let expected: Vec<f64> = w0.iter().zip(&g).map(|(w, g)| f64::from(*w) - lr * g * coef).collect();
-        check_weights(&expected, &all_weights(&clipped.model), &format!("{engine:?} norm, seed {seed}"));
+        check_weights(&expected, &all_weights(&clipped.model), &format!("{engine_name} norm, seed {seed}"));
         let logged = clipped.history[0].grad_norm.expect("the pre-clip norm is logged");
-        assert!((logged - norm).abs() <= 1e-4 * norm, "{engine:?}: logged norm {logged}, gradients' norm {norm}");
+        assert!((logged - norm).abs() <= 1e-4 * norm, "{engine_name}: logged norm {logged}, gradients' norm {norm}");
 
         let mut sorted: Vec<f64> = g.iter().map(|v| v.abs()).collect();
         sorted.sort_by(f64::total_cmp);
         let x = sorted[sorted.len() / 2];
         let (_, clamped) = run(&format!("clip_grad_value = {x}"));
         let expected: Vec<f64> = w0.iter().zip(&g).map(|(w, g)| f64::from(*w) - lr * g.clamp(-x, x)).collect();
-        check_weights(&expected, &all_weights(&clamped.model), &format!("{engine:?} value, seed {seed}"));
-        eprintln!("{engine:?}: gradient norm {norm:.4e}, clipped to {max:.4e}; values clamped at {x:.4e}");
+        check_weights(&expected, &all_weights(&clamped.model), &format!("{engine_name} value, seed {seed}"));
+        eprintln!("{engine_name}: gradient norm {norm:.4e}, clipped to {max:.4e}; values clamped at {x:.4e}");
     }
 }
 

@@ -247,7 +247,12 @@ impl Grads {
         for part in self.parts.iter_mut() {
             let Some(g) = part.take() else { continue };
             *part = Some(match (clip, &factor) {
-                (Clip::Value(x), _) => g.clamp(-x, x),
+                // Two one-sided clamps, not `clamp(-x, x)`: Burn 0.21 fuses
+                // `clamp` into a kernel that CubeCL's SPIR-V compiler breaks
+                // when a fused tensor is narrower than the kernel's lines (a
+                // one-value bias beside wider tensors: the scalar is clamped
+                // by four-wide bounds, and Vulkan refuses the pipeline).
+                (Clip::Value(x), _) => g.clamp_max(x).clamp_min(-x),
                 (Clip::Norm(_), Some(f)) => g * f.clone(),
                 (Clip::Norm(_), None) => g,
             });

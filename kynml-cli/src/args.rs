@@ -12,7 +12,7 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// Where autotune results and compiled GPU kernels are kept between runs
-    /// (default: $KYNML_CACHE, else ~/.cache/kynml).
+    /// (default: $KYNML_CACHE, else $XDG_CACHE_HOME/kynml, else ~/.cache/kynml).
     #[arg(long, global = true, value_name = "DIR")]
     pub cache: Option<PathBuf>,
 }
@@ -161,8 +161,9 @@ pub struct TrainArgs {
     #[arg(long)]
     pub fresh: bool,
     /// Time every step in phases (wait for data, copy, forward, backward,
-    /// optimizer) and each evaluation; writes profile.json and trace.json
-    /// (Perfetto, chrome://tracing) into the run folder. On a GPU it waits
+    /// optimizer) and each evaluation; writes profile.json, trace.json
+    /// (Perfetto, chrome://tracing) and a chart, profile.svg and profile.png,
+    /// into the run folder. On a GPU it waits
     /// for the device after each phase, which slows the run.
     #[arg(long)]
     pub profile: bool,

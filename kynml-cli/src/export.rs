@@ -11,9 +11,10 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
     let model = export::load(&args.model).map_err(|e| Failure::input(format!("error: {e}")))?;
     let written = export::write(&model, format, &args.path).map_err(|e| match e {
         // The path given is wrong, not the run.
-        ExportError::Foreign { .. } | ExportError::Invalid { .. } | ExportError::SharedSidecar { .. } => {
-            Failure::input(format!("error: {e}"))
-        }
+        ExportError::Foreign { .. }
+        | ExportError::Invalid { .. }
+        | ExportError::Unwritable { .. }
+        | ExportError::SharedSidecar { .. } => Failure::input(format!("error: {e}")),
         e => Failure::run(format!("error: {e}")),
     })?;
     for path in written {

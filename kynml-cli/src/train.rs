@@ -78,6 +78,13 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             rows(data.valid.len(), "validation")
         );
     }
+    let batch = file.spec.train.batch.value;
+    if batch > data.train.len() {
+        println!(
+            "note: batch = {batch} is more than the {}: every step takes all of them, one step an epoch",
+            rows(data.train.len(), "training")
+        );
+    }
     if let (Some(names), Labels::Classes(train), Labels::Classes(valid)) =
         (data.class_names(), &data.train.labels, &data.valid.labels)
     {
@@ -500,9 +507,17 @@ pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
     if let Some(e) = &file.spec.export {
         if let Ok(format) = Format::from_spec(e.format.value) {
             let path = file.resolve(&e.path.value);
-            export::check_target(format, &path)
-                .and_then(|()| export::check_writable(&path))
-                .map_err(|err| Failure::input(format!("error: cannot export as the spec says: {err}")))?;
+            export::check_target(format, &path).and_then(|()| export::check_writable(&path)).map_err(|err| {
+                // Located at the spec's `path = ...`.
+                let problem = kynml_core::spec::Diagnostic::new(e.path.span, err.to_string(), "the export path");
+                let summary = "cannot export as the spec says; nothing was trained or written";
+                Failure::input(kynml_core::spec::render_with(
+                    &file.path.display().to_string(),
+                    &file.source,
+                    &[problem],
+                    summary,
+                ))
+            })?;
         }
     }
     Ok(())

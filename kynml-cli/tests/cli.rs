@@ -1142,14 +1142,45 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
     // before training, from the spec as from the command.
     let spec =
         std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace("notes.safetensors", "iris.csv/m.safetensors");
-    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    std::fs::write(dir.join("iris.kyn"), &spec).unwrap();
     let out = kynml(&["train", "iris.kyn", "--out", "c"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("cannot export as the spec says") && t.contains("iris.csv is a file"), "{t}");
     assert!(!dir.join("c").exists());
+    // Located at the spec's `path = ...`, by `check` as by `train`.
+    let line = spec.lines().position(|l| l.contains("iris.csv/m.safetensors")).unwrap() + 1;
+    for command in ["check", "train"] {
+        let out = kynml(&[command, "iris.kyn"], dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{t}");
+        assert!(t.contains(&format!("iris.kyn:{line}:")) && t.contains("the export path"), "{command}: {t}");
+    }
+    let spec = spec.replace("iris.csv/m.safetensors", "w.onnx");
+    std::fs::write(dir.join("iris.kyn"), &spec).unwrap();
+    let out = kynml(&["check", "iris.kyn"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("cannot export to ")
+            && t.contains("w.onnx: a safetensors export named .onnx would be taken for another format")
+            && t.contains(&format!("iris.kyn:{line}:")),
+        "{t}"
+    );
     let out = kynml(&["export", "b", "--format", "onnx", "--path", "iris.csv/m.onnx"], dir);
     assert!(out.status.code() == Some(2) && text(&out).contains("iris.csv is a file"), "{}", text(&out));
+}
+
+/// A batch larger than the training rows is said: every step takes them all.
+#[test]
+fn a_batch_larger_than_the_training_rows_is_said() {
+    let tmp = copy_example("iris");
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap().replace("batch = 16", "batch = 1000");
+    std::fs::write(tmp.path().join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--epochs", "1", "--out", "run"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("note: batch = 1000 is more than the 120 training rows: every step takes all of them"), "{t}");
 }
 
 /// A missing regression target is the data's problem, at its row; labels

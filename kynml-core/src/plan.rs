@@ -337,13 +337,20 @@ impl SpecFile {
     /// the spec's `batch`.
     pub fn check_memory_for(&self, device: &Device, train_rows: usize) -> Result<MemoryEstimate, LoadError> {
         use crate::train::memory::bytes;
-        let compute = crate::train::precision::plan(&self.spec.train, device).compute;
-        let e = if self.spec.train.batch.value > train_rows.max(1) {
+        let precision = crate::train::precision::plan(&self.spec.train, device);
+        let engine =
+            crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto, &self.spec.model);
+        let e = {
             let mut spec = self.spec.clone();
-            spec.train.batch.value = train_rows.max(1);
-            crate::train::memory::estimate(&spec, compute)
-        } else {
-            crate::train::memory::estimate(&self.spec, compute)
+            spec.train.batch.value = spec.train.batch.value.min(train_rows.max(1));
+            // The native engine has no fused update (said in what runs), so
+            // no buffers of one.
+            if engine == crate::train::EngineKind::Native {
+                if let Some(plain) = spec.train.optimizer.value.with_fused(false) {
+                    spec.train.optimizer.value = plain;
+                }
+            }
+            crate::train::memory::estimate(&spec, precision.compute)
         };
         let (model, train) = (&self.spec.model, &self.spec.train);
         let on = device.short_name();
@@ -935,6 +942,17 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
             as_requested: true,
         },
     });
+    // Loss scaling written for a run that ends up without half-precision products.
+    if matches!(t.loss_scale.value, crate::spec::types::LossScale::Dynamic { .. }) && precision.scaler.is_none() {
+        out.push(Applied {
+            setting: "loss scale",
+            value: format!(
+                "none (loss_scale = dynamic is written, but the run's products are {}, which need no scaling)",
+                precision.compute.name()
+            ),
+            as_requested: false,
+        });
+    }
     let native = engine == crate::train::EngineKind::Native;
     out.push(match (t.compile.value, device.has_fusion()) {
         // Nothing to compile either way: the native engine's passes are fused
@@ -1177,6 +1195,50 @@ pub fn precision_name(p: Precision) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The memory estimate counts a fused update's buffers only where one
+    /// runs: not on the native CPU engine, which has none.
+    #[test]
+    fn the_native_engine_is_not_charged_for_a_fused_update() {
+        let file = |optimizer: &str| {
+            let text = format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 8 relu\n    \
+                 dense 1 linear\ntrain:\n    loss = mse\n    epochs = 1\n    optimizer = {optimizer}\n"
+            );
+            SpecFile::from_source(Path::new("a.kyn"), text).unwrap()
+        };
+        let cpu = Device::cpu();
+        let plain = file("adam(lr=0.01)").check_memory(&cpu).unwrap();
+        let fused = file("adam(lr=0.01, fused=true)").check_memory(&cpu).unwrap();
+        assert!(plain.optimizer > 0);
+        assert_eq!(fused.optimizer, plain.optimizer);
+        // Burn's engine runs it, and is charged for it.
+        let spec = file("adam(lr=0.01, fused=true)").spec;
+        let burn = crate::train::memory::estimate(&spec, crate::train::precision::Compute::Fp32);
+        assert!(burn.optimizer > plain.optimizer);
+    }
+
+    /// `loss_scale` written for a run without half-precision products is
+    /// marked as not applied, where precision falls back and where fp32 is asked.
+    #[test]
+    fn loss_scaling_that_cannot_apply_is_marked() {
+        let spec = |train: &str| {
+            let text = format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
+                 train:\n    loss = mse\n    epochs = 1\n{train}"
+            );
+            crate::spec::parse_spec(&text).expect("a valid spec")
+        };
+        let cpu = Device::cpu();
+        let line = |train: &str| what_runs(&spec(train), &cpu).into_iter().find(|a| a.setting == "loss scale");
+        for train in ["    precision = fp16\n    loss_scale = dynamic(init=1024)\n", "    loss_scale = dynamic\n"] {
+            let marked = line(train).unwrap_or_else(|| panic!("no loss scale line for {train:?}"));
+            assert!(!marked.as_requested && marked.value.contains("fp32"), "{marked:?}");
+        }
+        for train in ["    precision = fp16\n", "", "    loss_scale = none\n"] {
+            assert_eq!(line(train), None, "{train:?}");
+        }
+    }
 
     #[test]
     fn a_spec_with_classic_mac_line_ends_reads_as_with_lf() {

@@ -103,12 +103,21 @@ pub enum ExportError {
         /// The underlying I/O error.
         source: std::io::Error,
     },
-    /// A file that is not a model KynML can load, or a path it cannot write to.
+    /// A file that is not a model KynML can load.
     #[error("{} is not a model KynML can load: {reason}", path.display())]
     Invalid {
         /// The file in question.
         path: PathBuf,
         /// What is wrong, in words for a person.
+        reason: String,
+    },
+    /// A path an export cannot be written to, found before anything is
+    /// trained or written.
+    #[error("cannot export to {}: {reason}", path.display())]
+    Unwritable {
+        /// The export's path.
+        path: PathBuf,
+        /// Why not, in words for a person.
         reason: String,
     },
     /// The export's `.json` sidecar is another export's.
@@ -247,19 +256,19 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
     let sidecar = path.with_extension("json");
     if sidecar == path && format != Format::Onnx {
         let reason = "a .json path would be overwritten by the sidecar; name the weights file .safetensors or .mpk";
-        return Err(ExportError::Invalid { path: path.into(), reason: reason.into() });
+        return Err(ExportError::Unwritable { path: path.into(), reason: reason.into() });
     }
     // A model file named as another format's would be refused when read back.
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     let (name, expected) = match format {
-        Format::Onnx => ("onnx", "onnx"),
-        Format::Safetensors => ("safetensors", "safetensors"),
-        Format::Burn => ("burn", "mpk"),
+        Format::Onnx => ("an ONNX", "onnx"),
+        Format::Safetensors => ("a safetensors", "safetensors"),
+        Format::Burn => ("a Burn", "mpk"),
     };
     if let Some(ext) = ext.filter(|e| ["onnx", "safetensors", "mpk"].contains(&e.as_str()) && e != expected) {
-        return Err(ExportError::Invalid {
+        return Err(ExportError::Unwritable {
             path: path.into(),
-            reason: format!("a {name} export named .{ext} would be taken for another format; name it .{expected}"),
+            reason: format!("{name} export named .{ext} would be taken for another format; name it .{expected}"),
         });
     }
     let (what, looks_right): (&'static str, fn(&[u8]) -> bool) = match format {
@@ -310,9 +319,9 @@ pub fn check_writable(path: &Path) -> Result<(), ExportError> {
     }
     if !dir.is_dir() {
         let reason = format!("{} is a file, so no folder can be made there", dir.display());
-        return Err(ExportError::Invalid { path: path.into(), reason });
+        return Err(ExportError::Unwritable { path: path.into(), reason });
     }
-    tempfile::tempfile_in(&dir).map(drop).map_err(|e| ExportError::Invalid {
+    tempfile::tempfile_in(&dir).map(drop).map_err(|e| ExportError::Unwritable {
         path: path.into(),
         reason: format!("its folder {} cannot be written: {e}", dir.display()),
     })
@@ -463,8 +472,8 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     let head_read = std::fs::File::open(&weights).and_then(|mut f| std::io::Read::read(&mut f, &mut head));
     if matches!(head_read, Ok(8)) && head == crate::checkpoint::format::MAGIC {
         return Err(invalid(
-            "it is a training checkpoint, which resumes a run, not a model to predict with or export; give the run \
-             folder its run wrote (runs/<spec>-<time>), or train the spec to its end and use that folder"
+            "it is a training checkpoint, which resumes a run, not a model to predict with or export; give the \
+             run folder of the run that wrote it (runs/<spec>-<time>), or train the spec to its end and use that folder"
                 .into(),
         ));
     }

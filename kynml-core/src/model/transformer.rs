@@ -85,6 +85,21 @@ impl Kind for TransformerSpec {
         let ff = opts.count("ff", 0, 1, d);
         let dropout = opts.probability("dropout", 0.0, d);
         extra_args(line, 0, FORM, d)?;
+        if !opts.has("ff") {
+            // Said here, not as a shape the block cannot take.
+            d.push(
+                Diagnostic::new(
+                    line.span,
+                    "`transformer` needs `ff=F`, the width of its feed-forward layer",
+                    "ff missing",
+                )
+                .with_help(
+                    "PyTorch's `dim_feedforward`; four times the values at each position is usual: \
+                         `transformer heads=4 ff=512` on 128",
+                ),
+            );
+            return None;
+        }
         Some(TransformerSpec { heads: heads?, ff: ff?, dropout: dropout? })
     }
 

@@ -129,6 +129,12 @@ impl<'a> Settings<'a> {
     /// `epochs = 100`. Not reported when a line of the block was unreadable,
     /// since that line may have been this key.
     pub fn required(&self, key: &str, example: &str, d: &mut Vec<Diagnostic>) -> Option<&'a Value> {
+        self.required_with(key, &format!("add `{example}`"), d)
+    }
+
+    /// [`required`](Self::required), with the whole help line when one
+    /// example would mislead.
+    pub fn required_with(&self, key: &str, help: &str, d: &mut Vec<Diagnostic>) -> Option<&'a Value> {
         let value = self.get(key);
         if value.is_none() && !self.block.damaged && !self.suggested.contains(&key) {
             d.push(
@@ -137,7 +143,7 @@ impl<'a> Settings<'a> {
                     format!("missing key `{key}` in {}", self.block.describe()),
                     format!("`{key}` is required"),
                 )
-                .with_help(format!("add `{example}`")),
+                .with_help(help),
             );
         }
         value

@@ -417,6 +417,11 @@ impl Options<'_> {
         self.line.options.iter().find(|(n, _)| n.value == name).map(|(_, v)| v)
     }
 
+    /// Whether option `name` is written.
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
     /// A whole number of at least `min`, `default` when not written.
     pub fn count(&self, name: &str, default: usize, min: usize, d: &mut Vec<Diagnostic>) -> Option<usize> {
         match self.get(name) {

@@ -803,7 +803,8 @@ fn all_headers() -> String {
 }
 
 fn layer_forms() -> String {
-    let mut forms = vec!["input N".to_string(), "input CxHxW".to_string(), "input seq L".to_string()];
+    let mut forms: Vec<String> =
+        ["input N", "input CxL", "input CxHxW", "input seq L", "input seq LxC"].iter().map(|f| f.to_string()).collect();
     forms.extend(crate::model::layer_forms().iter().map(|f| f.to_string()));
     let mut quoted: Vec<String> = forms.iter().map(|f| format!("`{f}`")).collect();
     let last = quoted.pop().unwrap_or_default();

@@ -35,7 +35,14 @@ pub(super) struct TrainOutcome {
 
 pub(super) fn train(block: &Block, document: &Document, d: &mut Vec<Diagnostic>) -> TrainOutcome {
     let s = settings(block, d);
-    let loss = s.required("loss", "loss = mse", d).and_then(|v| loss(v, d));
+    // The data is not read yet: both kinds of target are named.
+    let loss = s
+        .required_with(
+            "loss",
+            "add `loss = mse` to predict a number, or `loss = cross_entropy` for classes (`bce` for two)",
+            d,
+        )
+        .and_then(|v| loss(v, d));
     let spec = train_spec(&s, document, loss.clone(), d);
     TrainOutcome { spec, loss }
 }

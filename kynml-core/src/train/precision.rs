@@ -145,8 +145,8 @@ pub fn plan(train: &TrainSpec, device: &Device) -> PrecisionPlan {
         (_, DeviceKind::Cpu { .. }) => (
             Compute::Fp32,
             Some(format!(
-                "{} requested, but on the CPU reduced precision runs only on Burn's flex backend, \
-                 several times slower than the native engine's fp32 (BENCHMARKS.md)",
+                "{} requested, but the CPU trains in fp32 only: Burn's flex backend runs reduced precision \
+                 several times slower than KynML's native engine runs fp32 (BENCHMARKS.md)",
                 wanted.name()
             )),
         ),

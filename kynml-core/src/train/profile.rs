@@ -230,10 +230,22 @@ impl Profile {
         let share = |name: &str| summary.iter().find(|p| p.phase == name).map_or(0.0, |p| p.share);
         let wait = share("wait");
         let left_out = self.steps.len() - steady.len();
+        // Said last: the shares above are the steady steps', and the
+        // phase table printed with the verdict counts every step.
         let warm_up = match left_out {
             0 => String::new(),
-            1 => ", 1 warm-up step left out".into(),
-            n => format!(", {n} warm-up steps left out"),
+            n => {
+                let seconds: f64 =
+                    self.steps.iter().map(|s| s.total).sum::<f64>() - steady.iter().map(|s| s.total).sum::<f64>();
+                let (steps, are) =
+                    if n == 1 { ("warm-up step".to_string(), "is") } else { (format!("{n} warm-up steps"), "are") };
+                format!(
+                    " (shares of the {} steps after warm-up: the {steps} ({}, start-up work such as compiling \
+                     kernels) {are} in the phase table but not here)",
+                    steady.len(),
+                    seconds_text(seconds.max(0.0))
+                )
+            }
         };
         let all_steps = self.steps.len().max(self.skipped_steps);
         if self.skipped_steps as f64 > SKIPPED_SHARE * all_steps as f64 {
@@ -268,7 +280,7 @@ impl Profile {
             };
             return Verdict {
                 bound: Bound::Data,
-                advice: format!("data loading is {:.0}% of step time{warm_up}: {advice}", 100.0 * wait),
+                advice: format!("data loading is {:.0}% of step time: {advice}{warm_up}", 100.0 * wait),
             };
         }
         let (phase, largest) = summary
@@ -294,9 +306,9 @@ impl Profile {
             return Verdict {
                 bound: Bound::Overhead,
                 advice: format!(
-                    "the steps are short ({:.3} ms each{warm_up}): fixed per-step costs (the optimizer's pass over \
+                    "the steps are short ({:.3} ms each): fixed per-step costs (the optimizer's pass over \
                      every tensor, launches, bookkeeping) outweigh the batch's arithmetic; a larger batch does more \
-                     work for the same costs",
+                     work for the same costs{warm_up}",
                     work * 1e3
                 ),
             };
@@ -310,8 +322,8 @@ impl Profile {
         Verdict {
             bound: Bound::Compute,
             advice: format!(
-                "compute-bound: the steps' own work is {:.0}% of the time, waiting for batches {:.0}%{warm_up} \
-                 ({phase} {:.0}%); {hint}",
+                "compute-bound: the steps' own work is {:.0}% of the time, waiting for batches {:.0}% \
+                 ({phase} {:.0}%); {hint}{warm_up}",
                 100.0 * (1.0 - wait),
                 100.0 * wait,
                 100.0 * largest
@@ -600,7 +612,15 @@ mod tests {
         assert_eq!(p.steady_steps().len(), 19);
         let v = p.verdict(0);
         assert_eq!(v.bound, Bound::Overhead);
-        assert!(v.advice.contains("0.010 ms each, 1 warm-up step left out)"), "{}", v.advice);
+        assert!(v.advice.contains("(0.010 ms each)"), "{}", v.advice);
+        assert!(
+            v.advice.ends_with(
+                "(shares of the 19 steps after warm-up: the warm-up step (35 ms, start-up work such as compiling \
+                 kernels) is in the phase table but not here)"
+            ),
+            "{}",
+            v.advice
+        );
         assert_eq!(Profile::default().verdict(0).bound, Bound::NoSteps);
         // The summary still counts every step.
         assert!(p.summary().iter().find(|x| x.phase == "forward").unwrap().total > 35e-3);

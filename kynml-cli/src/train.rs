@@ -556,7 +556,7 @@ fn shell_quote(a: &str) -> String {
 
 fn write_inputs(run_dir: &RunDir, file: &SpecFile, data: &kynml_core::data::Dataset) -> anyhow::Result<()> {
     run_dir.write_text("spec.kyn", &file.source)?;
-    run_dir.write_json("spec.resolved.json", &file.spec)?;
+    run_dir.write_json("spec.resolved.json", &kynml_core::spec::resolved(&file.spec))?;
     run_dir.write_data_info(&data.info)?;
     Ok(())
 }

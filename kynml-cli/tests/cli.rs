@@ -148,6 +148,16 @@ fn train_writes_a_complete_run_folder_and_says_what_runs() {
         serde_json::from_str(&std::fs::read_to_string(run.join("data.json")).unwrap()).unwrap();
     assert_eq!(data["class_names"], serde_json::json!(["setosa", "versicolor", "virginica"]));
     assert!(data["normalizer"]["mean"].as_array().unwrap().len() == 4, "{data}");
+    // The resolved spec: the language's words, defaults filled in, the override applied.
+    let text = std::fs::read_to_string(run.join("spec.resolved.json")).unwrap();
+    let resolved: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(!text.contains("span") && !text.contains("CrossEntropy"), "{text}");
+    assert_eq!(resolved["train"]["epochs"], 3, "--epochs 3 applied");
+    assert_eq!(resolved["train"]["loss"], "cross_entropy");
+    assert_eq!(resolved["train"]["optimizer"]["name"], "adam");
+    assert_eq!(resolved["train"]["optimizer"]["betas"], serde_json::json!([0.9, 0.999]));
+    assert_eq!(resolved["train"]["accumulate"], 1);
+    assert_eq!(resolved["model"]["layers"][0], "dense 32 relu");
 }
 
 #[test]

@@ -46,6 +46,7 @@ mod lexer;
 mod optimizer;
 mod outputs;
 mod parser;
+mod resolved;
 pub(crate) mod suggest;
 mod train;
 mod validate;
@@ -57,6 +58,7 @@ mod parse_tests;
 mod snapshot_tests;
 
 pub use self::diagnostic::{line_col, render, render_with, Diagnostic};
+pub use self::resolved::resolved;
 
 use self::types::{Span, Spec};
 

@@ -206,7 +206,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
         );
         *batch = per_device;
     }
-    let data = file.load_data()?;
+    let data = crate::reading::load_data(&mut file)?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     file.check_memory_for(&device, data.train.len())?;
     if !device.has_fusion() {
@@ -275,7 +275,7 @@ fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, S
             Ok((data, format!("{rows} synthetic rows (seed {})", file.spec.train.seed)))
         }
         None => {
-            let data = file.load_data()?;
+            let data = crate::reading::load_data(file)?;
             let name = format!("{} ({} training rows)", file.data_path().display(), data.train.len());
             Ok((data, name))
         }

@@ -11,7 +11,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
     // `cuda:all` counted as train counts it (batchnorm's rows a device).
     crate::devices::resolve_all_cuda(&mut file.spec.train);
-    let data = file.load_data()?;
+    let data = crate::reading::load_data(&mut file)?;
     // Where `kynml train` would write, `check` looks too: a checkpoint or
     // export path onto another kind of file is refused, as train refuses it.
     if let Some(path) = file.checkpoint_path() {

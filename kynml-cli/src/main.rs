@@ -8,6 +8,7 @@ mod devices;
 mod export;
 mod failure;
 mod predict;
+mod reading;
 mod render;
 mod report;
 mod train;

@@ -33,7 +33,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     file.apply(&Overrides { device, devices, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
     let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
-    let data = file.load_data()?;
+    let data = crate::reading::load_data(&mut file)?;
     fit_loader(&mut file, &data);
     let (resume, checkpoint_lock) = resume_plan(&file, &data, args.fresh)?;
     check_export_target(&file)?;

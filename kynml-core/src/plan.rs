@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::data::{read_csv, DataError, Dataset, SequenceColumns, TableOptions, TextOptions};
+use crate::data::{DataError, Dataset, SequenceColumns, TableOptions, TextOptions};
 use crate::spec::types::{DeviceRequest, ExportFormat, Layer, Loss, Precision, Spec, Unbound};
 use crate::spec::{self, Diagnostic, SpecError};
 use crate::train::memory::MemoryEstimate;
@@ -187,7 +187,14 @@ impl SpecFile {
     ///
     /// [`ModelSpec::bind`]: crate::spec::types::ModelSpec::bind
     pub fn load_data(&mut self) -> Result<Dataset, LoadError> {
-        self.load_data_with(None)
+        self.load_data_with(None, &mut |_, _| {})
+    }
+
+    /// [`load_data`](Self::load_data), calling `report(done, total)` with
+    /// the bytes of the file parsed so far now and then, for a progress bar
+    /// over a large file ([`read_csv_reporting`](crate::data::read_csv_reporting)).
+    pub fn load_data_reporting(&mut self, report: &mut dyn FnMut(u64, u64)) -> Result<Dataset, LoadError> {
+        self.load_data_with(None, report)
     }
 
     /// [`load_data`](Self::load_data) on CSV text held in memory instead of
@@ -195,10 +202,10 @@ impl SpecFile {
     /// received); errors still name that file's path, as where the rows
     /// would have been.
     pub fn load_data_from(&mut self, csv: &[u8]) -> Result<Dataset, LoadError> {
-        self.load_data_with(Some(csv))
+        self.load_data_with(Some(csv), &mut |_, _| {})
     }
 
-    fn load_data_with(&mut self, csv: Option<&[u8]>) -> Result<Dataset, LoadError> {
+    fn load_data_with(&mut self, csv: Option<&[u8]>, report: &mut dyn FnMut(u64, u64)) -> Result<Dataset, LoadError> {
         let d = &self.spec.dataset;
         let loss = self.spec.train.loss.value;
         let path = self.data_path();
@@ -222,8 +229,8 @@ impl SpecFile {
             return Err(self.located(vec![problem]));
         }
         let read = match csv {
-            Some(bytes) => crate::data::parse_csv(&path, bytes, &options),
-            None => read_csv(&path, &options),
+            Some(bytes) => crate::data::parse_csv_reporting(&path, bytes, &options, report),
+            None => crate::data::read_csv_reporting(&path, &options, report),
         };
         let table = match read {
             // A regression loss on class labels is a spec mistake more often

@@ -246,16 +246,41 @@ impl Table {
 
 /// Reads `path`, which must have a header row and at least one data row.
 pub fn read_csv(path: &Path, opts: &TableOptions) -> Result<Table, DataError> {
+    read_csv_reporting(path, opts, &mut |_, _| {})
+}
+
+/// [`read_csv`], calling `report(done, total)` with the bytes parsed so far
+/// now and then (every [`REPORT_EVERY`] rows, and once at the end), for a
+/// progress bar over a large file.
+pub fn read_csv_reporting(
+    path: &Path,
+    opts: &TableOptions,
+    report: &mut dyn FnMut(u64, u64),
+) -> Result<Table, DataError> {
     // The whole file in memory costs no more than the table built from it,
     // and lets `next_record` find the true line of each record.
     let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
-    parse_csv(path, &bytes, opts)
+    parse_csv_reporting(path, &bytes, opts, report)
 }
+
+/// Rows parsed between two calls of a [`read_csv_reporting`] report.
+pub const REPORT_EVERY: usize = 8192;
 
 /// [`read_csv`] on the file's bytes, already read; `path` names the file in
 /// errors.
 pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table, DataError> {
+    parse_csv_reporting(path, bytes, opts, &mut |_, _| {})
+}
+
+/// [`parse_csv`] with [`read_csv_reporting`]'s reports.
+pub fn parse_csv_reporting(
+    path: &Path,
+    bytes: &[u8],
+    opts: &TableOptions,
+    report: &mut dyn FnMut(u64, u64),
+) -> Result<Table, DataError> {
     let bytes = &*mac_line_breaks(bytes);
+    let total = bytes.len() as u64;
     // Headers and ragged rows are handled here rather than by `csv`, so that
     // every error names the line as the user sees it.
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes);
@@ -330,7 +355,12 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
     let mut features = Vec::new();
     let mut values = Vec::new();
     let mut labels = Vec::new();
+    let mut rows = 0usize;
     while let Some(line) = next_record(&mut reader, bytes, &mut record, path)? {
+        rows += 1;
+        if rows % REPORT_EVERY == 0 {
+            report(reader.position().byte(), total);
+        }
         check_width(&record, header.len(), path, line)?;
         if let Some((cols, s)) = &mut sequence {
             let cells = cols.iter().map(|&col| cell_text(&record[col], path, line)).collect::<Result<Vec<_>, _>>()?;
@@ -361,6 +391,7 @@ pub fn parse_csv(path: &Path, bytes: &[u8], opts: &TableOptions) -> Result<Table
         }
     }
 
+    report(total, total);
     let targets = if opts.classification { encode_classes(&labels) } else { Targets::Regression(values) };
     if targets.is_empty() {
         return Err(DataError::Empty { path: path.into() });
@@ -887,6 +918,27 @@ mod tests {
     fn read(bytes: &[u8], opts: &TableOptions) -> Result<Table, DataError> {
         let (_dir, path) = temp_csv(bytes);
         read_csv(&path, opts)
+    }
+
+    #[test]
+    fn parsing_reports_its_progress_through_the_bytes() {
+        let mut text = String::from("a,b,y\n");
+        for i in 0..(3 * REPORT_EVERY + 5) {
+            text.push_str(&format!("{i},{},{}\n", i % 7, i % 3));
+        }
+        let mut seen = Vec::new();
+        let table = parse_csv_reporting(Path::new("d.csv"), text.as_bytes(), &regression("y"), &mut |done, total| {
+            seen.push((done, total))
+        })
+        .unwrap();
+        assert_eq!(table.n_rows(), 3 * REPORT_EVERY + 5);
+        // Every REPORT_EVERY rows, then the end; rising, within the file.
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        let total = text.len() as u64;
+        assert!(seen.iter().all(|&(done, t)| t == total && done <= total), "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
+        assert_eq!(seen.last(), Some(&(total, total)));
+        assert!(seen[0].0 > total / 4 && seen[0].0 < total / 2, "a third of the rows: {seen:?}");
     }
 
     fn class_counts(targets: &Targets) -> Vec<usize> {

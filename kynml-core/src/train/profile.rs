@@ -216,7 +216,7 @@ impl Profile {
     /// more than [`SKIPPED_SHARE`] of the steps; waiting for batches more
     /// than [`DATA_BOUND_SHARE`] of the time (with `workers` the spec's
     /// `num_workers`, to say what to raise within the machine's cores); a
-    /// GPU that NVML saw idle; steps shorter than [`SHORT_STEP`]; else
+    /// GPU that NVML saw idle; a median step shorter than [`SHORT_STEP`]; else
     /// compute-bound, naming the largest phase.
     pub fn verdict(&self, workers: usize) -> Verdict {
         if self.steps.is_empty() {
@@ -301,12 +301,16 @@ impl Profile {
                 ),
             };
         }
-        let work = steady.iter().map(|s| s.total).sum::<f64>() / steady.len().max(1) as f64;
+        // The median step: a few steps held up by the host (another
+        // process on the cores) do not make short steps look long.
+        let mut totals: Vec<f64> = steady.iter().map(|s| s.total).collect();
+        totals.sort_by(f64::total_cmp);
+        let work = totals.get(totals.len() / 2).copied().unwrap_or(0.0);
         if work < SHORT_STEP {
             return Verdict {
                 bound: Bound::Overhead,
                 advice: format!(
-                    "the steps are short ({:.3} ms each): fixed per-step costs (the optimizer's pass over \
+                    "the steps are short ({:.3} ms a step, the median): fixed per-step costs (the optimizer's pass over \
                      every tensor, launches, bookkeeping) outweigh the batch's arithmetic; a larger batch does more \
                      work for the same costs{warm_up}",
                     work * 1e3
@@ -612,7 +616,7 @@ mod tests {
         assert_eq!(p.steady_steps().len(), 19);
         let v = p.verdict(0);
         assert_eq!(v.bound, Bound::Overhead);
-        assert!(v.advice.contains("(0.010 ms each)"), "{}", v.advice);
+        assert!(v.advice.contains("(0.010 ms a step, the median)"), "{}", v.advice);
         assert!(
             v.advice.ends_with(
                 "(shares of the 19 steps after warm-up: the warm-up step (35 ms, start-up work such as compiling \

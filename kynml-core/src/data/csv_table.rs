@@ -358,7 +358,7 @@ pub fn parse_csv_reporting(
     let mut rows = 0usize;
     while let Some(line) = next_record(&mut reader, bytes, &mut record, path)? {
         rows += 1;
-        if rows % REPORT_EVERY == 0 {
+        if rows.is_multiple_of(REPORT_EVERY) {
             report(reader.position().byte(), total);
         }
         check_width(&record, header.len(), path, line)?;

@@ -985,21 +985,22 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
     });
     // An experiment of the GPU bench, said only when asked for.
     let epilogue = crate::model::dense::epilogue();
-    if *epilogue != crate::model::dense::Epilogue::Fused {
+    if *epilogue != crate::model::dense::Epilogue::Separate {
         use crate::model::dense::Epilogue;
         let var = "KYNML_MATMUL_EPILOGUE";
         let (value, as_requested) = match epilogue {
-            Epilogue::Unknown(v) => (format!("fused ({var}=`{v}` is neither `fused` nor `separate`)"), false),
+            Epilogue::Unknown(v) => (format!("separate ({var}=`{v}` is neither `fused` nor `separate`)"), false),
             _ if native => {
-                (format!("no effect ({var}=separate, but the native CPU engine runs kernels of its own)"), false)
+                (format!("no effect ({var}=fused, but the native CPU engine runs kernels of its own)"), false)
             }
             _ if !device.has_fusion() => {
-                (format!("no effect ({var}=separate, but Burn's CPU backend fuses no kernels)"), false)
+                (format!("no effect ({var}=fused, but Burn's CPU backend fuses no kernels)"), false)
             }
             _ => (
                 format!(
-                    "separate ({var}=separate, an experiment): dense products run alone on the plain matmul \
-                     kernels, their cast, bias and activation in a kernel after them"
+                    "fused ({var}=fused, an experiment): each dense product runs in one kernel with its cast, \
+                     bias and activation, from CubeCL's fused-matmul autotune; on lavapipe that kernel gave \
+                     wrong products for a one-unit layer after an odd width"
                 ),
                 true,
             ),

@@ -1377,6 +1377,42 @@ fn gradient_clipping_matches_pytorchs_rules_on_both_engines_and_wgpu() {
     }
 }
 
+/// One plain SGD step on wgpu lands where the native engine's does (within
+/// fp32 rounding), for a `gelu` layer (Burn's GPU backward took the tanh
+/// approximation's derivative, up to 9e-4 off PyTorch's exact one) feeding
+/// a one-unit layer across an odd width (Burn's fused matmul gave wrong
+/// products there on lavapipe: a negative mse).
+#[test]
+fn a_gelu_layer_and_an_odd_width_take_the_native_engines_step_on_wgpu() {
+    use kynml_core::train::EngineChoice;
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), seed, " dense 5 gelu\n dense 1 linear");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("optimizer = adamw(lr=0.01)", "optimizer = sgd(lr=0.5)")
+        .replace("epochs = 4", "epochs = 1")
+        .replace("batch = 32", "batch = 1024");
+    std::fs::write(&path, text).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let run = |device: &Device, engine| {
+        let settings = TrainSettings { engine, ..TrainSettings::default() };
+        train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap()
+    };
+    let native = run(&cpu, EngineChoice::Auto);
+    let expected: Vec<f64> = all_weights(&native.model).iter().map(|&w| f64::from(w)).collect();
+    for (name, result) in
+        [("Burn's CPU backend", run(&cpu, EngineChoice::Burn)), ("wgpu", run(&wgpu, EngineChoice::Auto))]
+    {
+        let (a, b) = (native.history[0].train_loss, result.history[0].train_loss);
+        assert!((a - b).abs() <= 1e-5 * a.abs(), "{name}: train loss {b}, native {a} (seed {seed})");
+        check_weights(&expected, &all_weights(&result.model), &format!("{name}, seed {seed}"));
+    }
+}
+
 fn check_weights(expected: &[f64], got: &[f32], what: &str) {
     assert_eq!(expected.len(), got.len());
     let worst = expected.iter().zip(got).map(|(e, g)| (e - f64::from(*g)).abs()).fold(0.0, f64::max);

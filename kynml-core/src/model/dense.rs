@@ -24,26 +24,29 @@ use crate::spec::types::Activation;
 
 /// How a dense product meets what follows it (the cast back from bf16 or
 /// fp16, the bias, the activation) on Burn's fusing GPU backends, chosen by
-/// `KYNML_MATMUL_EPILOGUE` for the GPU bench (docs/dev/gpu-session.md).
+/// `KYNML_MATMUL_EPILOGUE` (docs/dev/gpu-session.md).
 ///
-/// `Fused`, the default: Burn's fusion runs the product and what follows in
-/// one kernel, from CubeCL's fused-matmul autotune. That autotune never
-/// tries the plain matmul kernels for a large product (its fallback sits in
-/// a lower-priority group than the fused candidates, and the tuner stops at
+/// `Separate`, the default: a rank change right after the product (`[m, n]`
+/// to `[1, m, n]` and back) closes the matmul fuser with nothing fused, so
+/// the product runs alone on the plain matmul autotune (TMA kernels
+/// included), and what follows runs as one element-wise kernel after it:
+/// one more pass over the product. The default since Burn 0.21's fused
+/// matmul was found to give wrong products on lavapipe for a one-unit
+/// layer after an odd width (`input 3` then `dense 1`: a negative mse).
+///
+/// `Fused` (`KYNML_MATMUL_EPILOGUE=fused`, an experiment of the GPU bench):
+/// Burn's fusion runs the product and what follows in one kernel, from
+/// CubeCL's fused-matmul autotune. That autotune never tries the plain
+/// matmul kernels for a large product (its fallback sits in a
+/// lower-priority group than the fused candidates, and the tuner stops at
 /// the first group that runs), and none of its candidates uses Hopper's TMA.
-///
-/// `Separate`: a rank change right after the product (`[m, n]` to
-/// `[1, m, n]` and back) closes the matmul fuser with nothing fused, so the
-/// product runs alone on the plain matmul autotune (TMA kernels included),
-/// and what follows runs as one element-wise kernel after it: one more pass
-/// over the product, for a faster product. Unmeasured on a GPU as yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Epilogue {
-    /// Unset, or `fused`.
+    /// `fused`.
     Fused,
-    /// `separate`.
+    /// Unset, or `separate`.
     Separate,
-    /// Another value: runs as `Fused`, and "what runs" says so.
+    /// Another value: runs as `Separate`, and "what runs" says so.
     Unknown(String),
 }
 
@@ -51,8 +54,8 @@ impl Epilogue {
     /// What runs: `fused` or `separate`.
     pub fn name(&self) -> &'static str {
         match self {
-            Epilogue::Fused | Epilogue::Unknown(_) => "fused",
-            Epilogue::Separate => "separate",
+            Epilogue::Fused => "fused",
+            Epilogue::Separate | Epilogue::Unknown(_) => "separate",
         }
     }
 }
@@ -61,8 +64,8 @@ impl Epilogue {
 pub fn epilogue() -> &'static Epilogue {
     static CHOICE: std::sync::OnceLock<Epilogue> = std::sync::OnceLock::new();
     CHOICE.get_or_init(|| match std::env::var("KYNML_MATMUL_EPILOGUE").as_deref() {
-        Err(_) | Ok("fused") => Epilogue::Fused,
-        Ok("separate") => Epilogue::Separate,
+        Err(_) | Ok("separate") => Epilogue::Separate,
+        Ok("fused") => Epilogue::Fused,
         Ok(other) => Epilogue::Unknown(other.to_string()),
     })
 }
@@ -253,11 +256,11 @@ impl LayerModule for Dense<Kb> {
         // A sequence's positions are rows of their own.
         let x = if width == d { x } else { x.reshape([batch * (width / d), d]) };
         let alone = |p: Tensor<Kb, 2>| match epilogue() {
-            Epilogue::Separate => {
+            Epilogue::Separate | Epilogue::Unknown(_) => {
                 let [m, n] = p.dims();
                 p.unsqueeze::<3>().reshape([m, n])
             }
-            Epilogue::Fused | Epilogue::Unknown(_) => p,
+            Epilogue::Fused => p,
         };
         let product = match pass.half {
             None => alone(x.matmul(self.weight.val())),
@@ -306,7 +309,14 @@ pub fn apply_activation(x: Tensor<Kb, 2>, act: Activation) -> Tensor<Kb, 2> {
     match act {
         Activation::Linear => x,
         Activation::Relu => activation::relu(x),
-        Activation::Gelu => activation::gelu(x),
+        // Written out, not Burn's `gelu`: its backward on the GPU backends
+        // (Burn 0.21's default `gelu_backward`) is the derivative of the
+        // tanh approximation, up to 9e-4 from the exact one PyTorch's
+        // `nn.GELU()` takes; composed of erf, autodiff takes the exact one.
+        Activation::Gelu => {
+            let phi = x.clone().mul_scalar(std::f64::consts::FRAC_1_SQRT_2).erf().add_scalar(1.0).mul_scalar(0.5);
+            x * phi
+        }
         Activation::Tanh => activation::tanh(x),
         Activation::Sigmoid => activation::sigmoid(x),
         Activation::Silu => activation::silu(x),

@@ -101,12 +101,15 @@ fn state_per_param(o: &Optimizer) -> u64 {
 
 /// Tensors of a layer's output size kept for the backward pass: the output,
 /// and also the values before the activation where its derivative needs
-/// them (gelu, silu, leaky relu) or the normalised values of a norm layer.
+/// them (silu, leaky relu), three more for gelu (written out of erf for its
+/// exact derivative, it keeps its input, the scaled input and Φ), or the
+/// normalised values of a norm layer.
 fn saved_per_output(layer: &LayerSpec) -> u64 {
     use crate::spec::types::Activation;
     match layer {
         LayerSpec::Dense(d) => match d.activation {
-            Activation::Gelu | Activation::Silu | Activation::LeakyRelu(_) => 2,
+            Activation::Gelu => 4,
+            Activation::Silu | Activation::LeakyRelu(_) => 2,
             _ => 1,
         },
         LayerSpec::LayerNorm(_) | LayerSpec::BatchNorm(_) => 2,

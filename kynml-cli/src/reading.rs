@@ -28,9 +28,10 @@ pub fn load_data(file: &mut SpecFile) -> Result<Dataset, LoadError> {
             .expect("static template")
             .progress_chars("=> "),
     );
-    // `total` is the parsed text's length, which may differ from the file's
-    // by a line-break conversion.
-    let read = file.load_data_reporting(&mut |done, total| bar.set_position(done.saturating_mul(size) / total.max(1)));
+    let read = file.load_data_reporting(&mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
     bar.finish_and_clear();
     read
 }

@@ -31,6 +31,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let from_spec = args.device.is_none();
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
+    // `--profile` is `profile = true`, as the resolved spec records it.
+    file.spec.train.profile.value |= args.profile;
     let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
     let data = crate::reading::load_data(&mut file)?;
@@ -81,7 +83,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let batch = file.spec.train.batch.value;
     if batch > data.train.len() {
         println!(
-            "note: batch = {batch} is more than the {}: every step takes all of them, one step an epoch",
+            "note: batch = {batch} is more than the {}: each epoch is one batch of them all",
             rows(data.train.len(), "training")
         );
     }

@@ -383,6 +383,9 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     // A profiled run adds its phases and its verdict.
     let out = kynml(&["train", "iris.kyn", "--epochs", "2", "--device", "cpu", "--out", "c", "--profile"], tmp.path());
     assert!(out.status.success(), "{}", text(&out));
+    let resolved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("c/spec.resolved.json")).unwrap()).unwrap();
+    assert_eq!(resolved["train"]["profile"], true, "--profile is recorded");
     let out = kynml(&["report", "a", "c"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
@@ -1190,7 +1193,10 @@ fn a_batch_larger_than_the_training_rows_is_said() {
     let out = kynml(&["train", "iris.kyn", "--epochs", "1", "--out", "run"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
-    assert!(t.contains("note: batch = 1000 is more than the 120 training rows: every step takes all of them"), "{t}");
+    assert!(
+        t.contains("note: batch = 1000 is more than the 120 training rows: each epoch is one batch of them all"),
+        "{t}"
+    );
 }
 
 /// A missing regression target is the data's problem, at its row; labels

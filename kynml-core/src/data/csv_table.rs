@@ -264,7 +264,7 @@ pub fn read_csv_reporting(
 }
 
 /// Rows parsed between two calls of a [`read_csv_reporting`] report.
-pub const REPORT_EVERY: usize = 8192;
+pub const REPORT_EVERY: usize = 1024;
 
 /// [`read_csv`] on the file's bytes, already read; `path` names the file in
 /// errors.

@@ -4,7 +4,8 @@
 //! and `nn.AdaptiveAvgPool1d/2d(1)` followed by `nn.Flatten()`).
 
 use burn::module::{Module, ParamId};
-use burn::tensor::module::{avg_pool2d, max_pool2d};
+use burn::tensor::module::{max_pool2d, unfold4d};
+use burn::tensor::ops::UnfoldOptions;
 use burn::tensor::{Tensor, TensorData};
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
@@ -289,12 +290,21 @@ impl LayerModule for Pool {
             return x.reshape([batch, c, h * w]).mean_dim(2).reshape([batch, c]);
         }
         let x = x.reshape([batch, c, h, w]);
-        let y = match self.op {
-            PoolOp::Max => max_pool2d(x, self.kernel, self.stride, [0, 0], [1, 1], false),
-            _ => avg_pool2d(x, self.kernel, self.stride, [0, 0], true, false),
-        };
-        let [_, _, oh, ow] = y.dims();
-        y.reshape([batch, c * oh * ow])
+        if self.op == PoolOp::Max {
+            let y = max_pool2d(x, self.kernel, self.stride, [0, 0], [1, 1], false);
+            let [_, _, oh, ow] = y.dims();
+            return y.reshape([batch, c * oh * ow]);
+        }
+        // The mean of each window's values, its windows laid out by
+        // `unfold4d` ([batch, c * kh * kw, windows], a convolution whose
+        // gradient Burn takes through its convolution backward), not by
+        // `avg_pool2d`: Burn 0.21's GPU backward of that gave the layers
+        // before it wrong gradients (three channels of 2x2, stride 1, on
+        // lavapipe).
+        let [kh, kw] = self.kernel;
+        let windows = unfold4d(x, self.kernel, UnfoldOptions::new(self.stride, [0, 0], [1, 1]));
+        let [_, _, l] = windows.dims();
+        windows.reshape([batch, c, kh * kw, l]).mean_dim(2).reshape([batch, c * l])
     }
 
     fn state(&self) -> Vec<(String, TensorData)> {

@@ -23,9 +23,10 @@
 #                 bf16, fp16 and fused, KynML beside PyTorch (issue 14, items
 #                 1-3; issue 17 fused)
 #     epilogue    wide bf16, wide fp32 and DeepNet bf16 with each dense
-#                 product fused with its cast, bias and activation (Burn's
-#                 default) and alone (KYNML_MATMUL_EPILOGUE=separate, so that
-#                 it can take CubeCL's plain TMA kernels), alternating
+#                 product fused with its cast, bias and activation
+#                 (KYNML_MATMUL_EPILOGUE=fused) and alone (separate, the
+#                 default since session 21, so that it can take CubeCL's
+#                 plain TMA kernels), alternating
 #     controls    wide bf16 at autotune fast and balanced, each from an empty
 #                 cache; DeepNet with `deterministic`; a deep model with
 #                 `checkpoint_activations` (issue 17)

@@ -411,13 +411,23 @@ pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
         );
         d.num_workers.value = workers;
     }
-    if let (Some(p), Some(asked)) = (d.prefetch.as_mut(), asked.1) {
-        if depth < asked && workers > 0 {
+    match (d.prefetch.as_mut(), asked.1) {
+        (Some(p), Some(asked)) if depth < asked && workers > 0 => {
             println!(
                 "note: prefetch = {asked}, but an epoch has {batches} batches: at most {depth} are prepared ahead"
             );
             p.value = depth;
         }
+        // Unwritten, two a worker, cut as a written one is: the queue the
+        // loader really holds, said and recorded.
+        (None, _) if workers > 0 && depth < workers.saturating_mul(2) => {
+            println!(
+                "note: an epoch has {batches} batches: at most {depth} are prepared ahead (two a worker would be {})",
+                workers.saturating_mul(2)
+            );
+            d.prefetch = Some(kynml_core::spec::types::Spanned { value: depth, span: d.num_workers.span });
+        }
+        _ => {}
     }
 }
 

@@ -1880,4 +1880,17 @@ fn loader_settings_beyond_an_epoch_are_fitted_to_it_and_said() {
         "{t}"
     );
     assert!(t.contains("8 worker threads, up to 8 batches prepared ahead"), "{t}");
+    // Unwritten, prefetch is two a worker, and cut alike (80 to 8 here).
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn"))
+        .unwrap()
+        .replace("num_workers = 100000\n    prefetch = 1000000000000\n", "num_workers = 40\n");
+    std::fs::write(tmp.path().join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--epochs", "1", "--device", "cpu", "--out", "run2"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("note: an epoch has 8 batches: at most 8 are prepared ahead (two a worker would be 80)"), "{t}");
+    assert!(t.contains("40 worker threads, up to 8 batches prepared ahead"), "{t}");
+    let resolved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run2/spec.resolved.json")).unwrap()).unwrap();
+    assert_eq!(resolved["dataset"]["prefetch"], 8);
 }

@@ -19,12 +19,9 @@ pub fn resolved(spec: &Spec) -> Value {
     let d = &spec.dataset;
     let t = &spec.train;
     let workers = d.num_workers.value;
-    // With workers and no `prefetch`, two batches a worker; without workers it has no effect.
-    let prefetch = match (&d.prefetch, workers) {
-        (_, 0) => 0,
-        (Some(p), _) if p.value > 0 => p.value,
-        _ => 2 * workers,
-    };
+    // The loader's own rule (two batches a worker when unwritten, none
+    // without workers), before any cut to an epoch's batches.
+    let (_, prefetch) = crate::data::loader_within(workers, d.prefetch.as_ref().map(|p| p.value), usize::MAX);
     let names = |v: &[super::types::Spanned<String>]| v.iter().map(|s| s.value.clone()).collect::<Vec<_>>();
     let loss = t.loss.value;
     json!({

@@ -176,10 +176,15 @@ fn cuda_deterministic_runs_are_bit_identical() {
     deterministic_twice(&cuda(), EngineChoice::Auto, EngineKind::Burn, clock_seed());
 }
 
+/// The fused update against Burn's optimizer on CUDA: one step within
+/// rounding; 4 epochs within TF32's amplification of it where the plan says
+/// TF32 runs (an H100 measured 3.7e-4 for SGD, 2026-11-26).
 #[test]
 #[ignore = "needs an NVIDIA GPU: cargo test --release -p kynml-core --test cuda -- --ignored"]
 fn cuda_fused_update_trains_like_burns_optimizer() {
-    fused_trains_like_burns_optimizer(&cuda(), clock_seed());
+    let device = cuda();
+    let after_epochs = if fp32_runs_as(&device) == Compute::Tf32 { 1e-3 } else { 1e-4 };
+    fused_trains_like_burns_optimizer(&device, clock_seed(), after_epochs);
 }
 
 #[test]

@@ -849,7 +849,7 @@ fn the_fused_update_and_the_device_side_overflow_skip_train_alike_and_resume_exa
         run_as(optimizer, extra, device, fp16, epochs, resume, None)
     };
     for device in [&cpu, &wgpu] {
-        fused_trains_like_burns_optimizer(device, seed);
+        fused_trains_like_burns_optimizer(device, seed, 1e-4);
     }
     // A scale of 1e12 overflows fp16 at first; each overflow cuts it 1000-fold.
     let scaled = " loss_scale = dynamic(init=1e12, backoff=0.001, interval=5)\n \

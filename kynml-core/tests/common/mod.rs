@@ -261,15 +261,25 @@ pub fn deterministic_twice(device: &Device, engine: EngineChoice, kind: EngineKi
     assert!(line.as_requested && line.value.starts_with("yes"), "{}: {}", device.describe(), line.value);
 }
 
-/// `fused=true` trains like Burn's optimizer on `device`: AdamW within 1e-4
-/// of it after 4 epochs but not bit-identical (the fused update ran), SGD
-/// with Nesterov momentum as well.
-pub fn fused_trains_like_burns_optimizer(device: &Device, seed: u64) {
+/// `fused=true` trains like Burn's optimizer on `device`, for AdamW and for
+/// SGD with Nesterov momentum: after one step (one batch holds every row)
+/// within 1e-6, rounding alone; after 4 epochs within `after_epochs`, and
+/// not bit-identical for AdamW (the fused update ran). Over epochs the
+/// products amplify a last-bit difference of the update: on CUDA's TF32
+/// products (10-bit inputs) a weight one ulp apart can round to another
+/// TF32 value, and an H100 measured SGD 3.7e-4 apart after 4 epochs where
+/// the CPU and lavapipe, fp32 throughout, give SGD's bits exactly and AdamW
+/// within 7e-7. Hence 1e-4 where products run in fp32, 1e-3 on TF32.
+pub fn fused_trains_like_burns_optimizer(device: &Device, seed: u64, after_epochs: f32) {
     let tmp = tempfile::tempdir().unwrap();
     let path = random_regression_spec(tmp.path(), seed, " dense 24 gelu\n layernorm\n dense 12 tanh\n dense 1 linear");
     let base = std::fs::read_to_string(&path).unwrap();
-    let run = |optimizer: &str| {
-        std::fs::write(&path, base.replace("optimizer = adamw(lr=0.01)", &format!("optimizer = {optimizer}"))).unwrap();
+    let run = |optimizer: &str, one_step: bool| {
+        let mut text = base.replace("optimizer = adamw(lr=0.01)", &format!("optimizer = {optimizer}"));
+        if one_step {
+            text = text.replace("epochs = 4", "epochs = 1").replace("batch = 32", "batch = 1024");
+        }
+        std::fs::write(&path, text).unwrap();
         let mut file = SpecFile::load(&path).unwrap();
         let data = file.load_data().unwrap();
         let settings = TrainSettings { engine: EngineChoice::Burn, ..TrainSettings::default() };
@@ -277,16 +287,22 @@ pub fn fused_trains_like_burns_optimizer(device: &Device, seed: u64) {
     };
     let on = device.short_name();
     for optimizer in ["adamw(lr=0.01, weight_decay=0.05{})", "sgd(lr=0.05, momentum=0.9, nesterov=true{})"] {
-        let burn = run(&optimizer.replace("{}", ""));
-        let fused = run(&optimizer.replace("{}", ", fused=true"));
-        let (a, b) = (all_weights(&burn.model), all_weights(&fused.model));
-        let worst = worst_difference(&a, &b);
-        eprintln!("{on}, {optimizer}: fused {worst:.1e} from Burn's optimizer after 4 epochs (seed {seed})");
-        assert!(worst <= 1e-4, "{on}, {optimizer}: fused is {worst} from Burn's optimizer (seed {seed})");
-        if optimizer.starts_with("adamw") {
-            // Adam's bias corrections round differently: bits that match
-            // Burn's exactly would mean the fused update never ran.
-            assert!(a != b, "{on}: fused adamw gave Burn's own bits");
+        for (one_step, bound) in [(true, 1e-6), (false, after_epochs)] {
+            let burn = run(&optimizer.replace("{}", ""), one_step);
+            let fused = run(&optimizer.replace("{}", ", fused=true"), one_step);
+            let (a, b) = (all_weights(&burn.model), all_weights(&fused.model));
+            let worst = worst_difference(&a, &b);
+            let when = if one_step { "one step" } else { "4 epochs" };
+            eprintln!("{on}, {optimizer}: fused {worst:.1e} from Burn's optimizer after {when} (seed {seed})");
+            assert!(
+                worst <= bound,
+                "{on}, {optimizer}: fused is {worst} from Burn's optimizer after {when}, above {bound:.0e} (seed {seed})"
+            );
+            if optimizer.starts_with("adamw") && !one_step {
+                // Adam's bias corrections round differently: bits that match
+                // Burn's exactly would mean the fused update never ran.
+                assert!(a != b, "{on}: fused adamw gave Burn's own bits");
+            }
         }
     }
 }

@@ -231,7 +231,7 @@ stage_start() {
     say "## start: empty kernel cache, then the same again"
     local deep="$REPO/examples/deepnet/deepnet.kyn" wide="$REPO/examples/wide/wide.kyn"
     local saved=$KYNML_CACHE
-    for run in "deepnet fp32|$deep|fp32|51200" "wide bf16|$wide|bf16|81920"; do
+    for run in "deepnet fp32|$deep|fp32|51200" "wide bf16|$wide|bf16|256001"; do
         IFS='|' read -r name spec precision rows <<<"$run"
         # START_RUNS="wide" (or "deepnet") takes one of the two.
         [[ " ${START_RUNS-deepnet wide} " == *" ${name%% *} "* ]] || continue
@@ -288,7 +288,7 @@ stage_epilogue() {
     say "## epilogue: dense products fused with their cast, bias and activation, or alone (KYNML_MATMUL_EPILOGUE)"
     local wide="$REPO/examples/wide/wide.kyn" deep="$REPO/examples/deepnet/deepnet.kyn"
     # Alternating, twice each: the spread of a pair is the noise.
-    for run in "wide bf16|$wide|bf16|81920" "wide fp32|$wide|fp32|81920" "deepnet bf16|$deep|bf16|51200"; do
+    for run in "wide bf16|$wide|bf16|256001" "wide fp32|$wide|fp32|256001" "deepnet bf16|$deep|bf16|51200"; do
         IFS='|' read -r name spec precision rows <<<"$run"
         for round in 1 2; do
             for epilogue in fused separate; do
@@ -306,7 +306,7 @@ stage_controls() {
     for level in fast balanced; do
         enough 200 "wide bf16 at autotune $level" || continue
         KYNML_CACHE=/tmp/kynml-tune-$level bench "wide bf16, autotune $level, empty cache" $(($(left) - 30)) \
-            "$wide" --device "$DEVICE" --precision bf16 --synthetic 81920 --autotune "$level"
+            "$wide" --device "$DEVICE" --precision bf16 --synthetic 256001 --autotune "$level"
         rm -rf /tmp/kynml-tune-$level
     done
     enough 90 "deterministic DeepNet" && {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 
 use crate::data::{Batch, Dataset, Labels, Split};
 use crate::metrics;
@@ -27,8 +27,17 @@ pub struct Outputs {
 }
 
 /// Forward the whole split in evaluation mode (running batchnorm statistics,
-/// no dropout) on a device without autodiff.
-pub fn run_split(model: &Model<Kb>, data: &Dataset, split: Split, loss_kind: Loss, device: &DispatchDevice) -> Outputs {
+/// no dropout) on a device without autodiff, with the products in `half`
+/// when given (a bf16 or fp16 run's validation, as its steps run them), in
+/// fp32 otherwise.
+pub fn run_split(
+    model: &Model<Kb>,
+    data: &Dataset,
+    split: Split,
+    loss_kind: Loss,
+    device: &DispatchDevice,
+    half: Option<FloatDType>,
+) -> Outputs {
     let part = data.split(split);
     let n = part.len();
     let mut values = Vec::new();
@@ -39,7 +48,7 @@ pub fn run_split(model: &Model<Kb>, data: &Dataset, split: Split, loss_kind: Los
         let mut batch = Batch::default();
         data.gather(split, chunk, &mut batch);
         let (x, targets) = batch_tensors(batch, data.n_features(), loss_kind, device);
-        let out = model.forward(x, Mode::Eval);
+        let out = model.forward_in(x, Mode::Eval, half);
         let l: f64 = loss::compute(loss_kind, out.clone(), &targets).into_scalar_f64();
         loss_sum += l * chunk.len() as f64;
         width = out.dims()[1];

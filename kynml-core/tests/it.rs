@@ -632,6 +632,70 @@ fn fp16_with_loss_scaling_trains_image_layers() {
     );
 }
 
+/// A bf16 or fp16 run's validation (each epoch's loss, early stopping's
+/// choice, the final metrics) runs its products in the run's precision, as
+/// its steps do and as evaluating under PyTorch's autocast does, not in fp32
+/// kernels of its own (on a GPU: a second set of products to tune and
+/// compile, at fp32's speed). Burn's CPU backend and wgpu (fp16), with and
+/// without early stopping.
+#[test]
+fn a_half_precision_runs_validation_runs_in_its_precision() {
+    use burn::tensor::FloatDType;
+    use kynml_core::data::Split;
+    use kynml_core::evaluate::run_split;
+    use kynml_core::spec::types::LossScale;
+    use kynml_core::train::precision::{Compute, PrecisionPlan};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    for (device, compute, half) in [(&cpu, Compute::Bf16, FloatDType::BF16), (&wgpu, Compute::Fp16, FloatDType::F16)] {
+        for stop in ["", " early_stop = early_stop(patience=1)\n"] {
+            let path = random_regression_spec(tmp.path(), seed, " dense 24 tanh\n dense 12 relu\n dense 1 linear");
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, format!("{text}{stop}")).unwrap();
+            let mut file = SpecFile::load(&path).unwrap();
+            let data = file.load_data().unwrap();
+            let settings = TrainSettings {
+                precision: Some(PrecisionPlan::forced(compute, LossScale::None)),
+                ..TrainSettings::default()
+            };
+            let result = train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap();
+            assert_eq!(result.precision.compute, compute);
+            let loss = file.spec.train.loss.value;
+            let in_half = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), Some(half)).loss;
+            let in_fp32 = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), None).loss;
+            let epoch = result.best_epoch.unwrap_or(result.history.len());
+            let (logged, last) = (result.history[epoch - 1].val_loss, result.final_metrics["val_loss"]);
+            let on = format!(
+                "{} {}{}",
+                device.short_name(),
+                compute.name(),
+                if stop.is_empty() { "" } else { ", early stopping" }
+            );
+            eprintln!(
+                "{on}: epoch {epoch}'s validation loss {logged}, final {last}; the model's in {}: {in_half}, in fp32: {in_fp32} (seed {seed})",
+                compute.name()
+            );
+            // The same products on the same weights: the same loss, to the
+            // order of a reduction.
+            let near = |a: f64, b: f64| (a - b).abs() <= 1e-6 * a.abs().max(1e-12);
+            assert!(
+                near(logged, in_half),
+                "{on}: the epoch's validation {logged} is not the model's {in_half} (seed {seed})"
+            );
+            assert!(
+                near(last, in_half),
+                "{on}: the final validation {last} is not the model's {in_half} (seed {seed})"
+            );
+            assert!(
+                !near(in_half, in_fp32),
+                "{on}: {in_half} in both precisions: the products never left fp32 (seed {seed})"
+            );
+        }
+    }
+}
+
 fn half_tracks_fp32(seed: u64, layers: &str) {
     use kynml_core::spec::types::LossScale;
     use kynml_core::train::precision::{Compute, PrecisionPlan};

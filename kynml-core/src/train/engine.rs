@@ -48,7 +48,7 @@ pub trait Engine {
 
     /// `model`'s outputs and loss on a split (early stopping's best
     /// weights), as [`evaluate`](Self::evaluate) gives them; by default
-    /// through Burn on `device`.
+    /// through Burn on `device`, in fp32.
     fn evaluate_model(
         &mut self,
         model: &Model<Kb>,
@@ -57,7 +57,7 @@ pub trait Engine {
         loss: crate::spec::types::Loss,
         device: &DispatchDevice,
     ) -> Outputs {
-        crate::evaluate::run_split(model, data, split, loss, device)
+        crate::evaluate::run_split(model, data, split, loss, device, None)
     }
 
     /// The weights as they stand, as a Burn model without autodiff.
@@ -432,12 +432,27 @@ impl Engine for BurnEngine {
         })
     }
 
+    /// In the run's precision: a bf16 or fp16 run's validation runs its
+    /// products in bf16 or fp16 as its steps do (as PyTorch's evaluation
+    /// under autocast), not in fp32 kernels of their own.
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
         if self.checkpointed {
             // In evaluation mode, on the autodiff device: no backward pass follows.
-            return evaluate::run_split(self.current(), data, split, self.loss, &self.autodiff);
+            return evaluate::run_split(self.current(), data, split, self.loss, &self.autodiff, self.half);
         }
-        evaluate::run_split(&self.current().valid(), data, split, self.loss, &self.inner)
+        evaluate::run_split(&self.current().valid(), data, split, self.loss, &self.inner, self.half)
+    }
+
+    /// As [`evaluate`](Engine::evaluate), in the run's precision.
+    fn evaluate_model(
+        &mut self,
+        model: &Model<Kb>,
+        data: &Dataset,
+        split: Split,
+        loss: crate::spec::types::Loss,
+        device: &DispatchDevice,
+    ) -> Outputs {
+        evaluate::run_split(model, data, split, loss, device, self.half)
     }
 
     fn model(&self) -> Model<Kb> {

@@ -341,6 +341,17 @@ impl Engine for ParallelEngine {
         self.lead.evaluate(data, split)
     }
 
+    fn evaluate_model(
+        &mut self,
+        model: &Model<Kb>,
+        data: &Dataset,
+        split: Split,
+        loss: crate::spec::types::Loss,
+        device: &DispatchDevice,
+    ) -> Outputs {
+        self.lead.evaluate_model(model, data, split, loss, device)
+    }
+
     fn model(&self) -> Model<Kb> {
         self.lead.model()
     }

@@ -925,7 +925,7 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         (None, c) => Applied {
             setting: "precision",
             value: format!(
-                "{} mixed precision: the products (dense, convolution, attention) in {}, the rest and the master weights fp32; {}",
+                "{} mixed precision: the products (dense, convolution, attention) in {} in training and validation, the rest and the master weights fp32; {}",
                 c.name(),
                 c.name(),
                 match precision.scaler {

@@ -15,7 +15,6 @@
 //! engine, and a checkpoint's stream state resumes them exactly.
 
 use burn::module::{Module, ParamId};
-use burn::tensor::backend::DeviceOps;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn::DispatchDevice;
 use serde_json::{json, Value as Json};
@@ -137,9 +136,12 @@ impl Dropout {
         let [rows, cols] = x.dims();
         let key = MaskKey::draw(rng, self.prob);
         let device = x.device();
-        // Integer and boolean tensors carry no gradient tape, so the mask is
-        // made on the plain device and handed to the tape as a constant.
-        let mask = key.mask_on(rows * cols, device.inner()).reshape([rows, cols]);
+        // Integer and boolean tensors carry no gradient tape: the mask comes
+        // off the tape and is handed to it as a constant. It is made from
+        // `x`'s own device, not the plain one under it, so that it carries
+        // that device's marks (activation checkpointing), which Burn's
+        // dispatch refuses to see differ between the two sides of a product.
+        let mask = key.mask_on(rows * cols, &device).reshape([rows, cols]);
         let mask = match device {
             burn::DispatchDevice::Autodiff(_) => Tensor::from_inner(mask),
             _ => mask,

@@ -240,7 +240,7 @@ stage_start() {
         # START_LIMIT caps the cold run, so that a slow autotune leaves the
         # later stages their time (what it tuned stays in the cache).
         local limit=$(($(left) - 60))
-        [ "$limit" -lt "${START_LIMIT:-$limit}" ] || limit=$START_LIMIT
+        if [ -n "${START_LIMIT:-}" ] && [ "$START_LIMIT" -lt "$limit" ]; then limit=$START_LIMIT; fi
         bench "$name, empty cache" "$limit" "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows" &&
             # START_SECOND=0: the speed stage's first run of the same spec is the second run.
             if [ "${START_SECOND:-1}" = 1 ]; then

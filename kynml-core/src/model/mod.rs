@@ -411,7 +411,7 @@ impl Model<Kb> {
         self.forward_in(x, mode, None)
     }
 
-    /// [`forward`](Self::forward) with the products (dense and convolution)
+    /// [`forward`](Self::forward) with the products (dense, convolution and attention)
     /// in `half` (bf16 or fp16) when given; the rest stays fp32.
     pub fn forward_in(&self, mut x: Tensor<Kb, 2>, mut mode: Mode, half: Option<FloatDType>) -> Tensor<Kb, 2> {
         let mut pass = Pass { mode: &mut mode, half, mask: None };

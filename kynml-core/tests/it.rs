@@ -636,8 +636,8 @@ fn fp16_with_loss_scaling_trains_image_layers() {
 /// choice, the final metrics) runs its products in the run's precision, as
 /// its steps do and as evaluating under PyTorch's autocast does, not in fp32
 /// kernels of its own (on a GPU: a second set of products to tune and
-/// compile, at fp32's speed). Burn's CPU backend and wgpu (fp16), with and
-/// without early stopping.
+/// compile, at fp32's speed). Burn's CPU backend and wgpu (fp16), plain, with
+/// early stopping and with checkpointed activations.
 #[test]
 fn a_half_precision_runs_validation_runs_in_its_precision() {
     use burn::tensor::FloatDType;
@@ -650,10 +650,14 @@ fn a_half_precision_runs_validation_runs_in_its_precision() {
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
     for (device, compute, half) in [(&cpu, Compute::Bf16, FloatDType::BF16), (&wgpu, Compute::Fp16, FloatDType::F16)] {
-        for stop in ["", " early_stop = early_stop(patience=1)\n"] {
+        for (extra, variant) in [
+            ("", ""),
+            (" early_stop = early_stop(patience=1)\n", ", early stopping"),
+            (" checkpoint_activations = true\n", ", checkpointed activations"),
+        ] {
             let path = random_regression_spec(tmp.path(), seed, " dense 24 tanh\n dense 12 relu\n dense 1 linear");
             let text = std::fs::read_to_string(&path).unwrap();
-            std::fs::write(&path, format!("{text}{stop}")).unwrap();
+            std::fs::write(&path, format!("{text}{extra}")).unwrap();
             let mut file = SpecFile::load(&path).unwrap();
             let data = file.load_data().unwrap();
             let settings = TrainSettings {
@@ -667,12 +671,7 @@ fn a_half_precision_runs_validation_runs_in_its_precision() {
             let in_fp32 = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), None).loss;
             let epoch = result.best_epoch.unwrap_or(result.history.len());
             let (logged, last) = (result.history[epoch - 1].val_loss, result.final_metrics["val_loss"]);
-            let on = format!(
-                "{} {}{}",
-                device.short_name(),
-                compute.name(),
-                if stop.is_empty() { "" } else { ", early stopping" }
-            );
+            let on = format!("{} {}{}", device.short_name(), compute.name(), variant);
             eprintln!(
                 "{on}: epoch {epoch}'s validation loss {logged}, final {last}; the model's in {}: {in_half}, in fp32: {in_fp32} (seed {seed})",
                 compute.name()

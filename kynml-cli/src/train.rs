@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
+use kynml_backend::kernel_cache::CacheState;
 use kynml_core::checkpoint::CheckpointError;
 use kynml_core::checkpoint::{self, Checkpoint};
 use kynml_core::data::{Dataset, Labels};
@@ -120,7 +121,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::input(format!("error: cannot write the run folder {}: {e:#}", run_dir.path.display())))?;
     println!("run folder: {}\n", run_dir.path.display());
 
-    let mut progress = Progress::new();
+    let cache = kynml_backend::kernel_cache::installed().map(|c| &c.state);
+    let mut progress = Progress::new(first_steps_note(&device.kind, cache));
     let mut log = RunLog::create(&run_dir).context("creating the TensorBoard log")?;
     let stop = ctrl_c::flag();
     let settings = TrainSettings {
@@ -577,31 +579,66 @@ fn spec_stem(path: &Path) -> String {
     path.file_stem().map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned())
 }
 
-/// A progress bar per epoch on a terminal; one plain line per epoch
-/// otherwise (CI logs get no control characters).
+/// What the first steps of a run on a GPU backend wait for, said on the
+/// progress bar until the first step ends: CubeCL tunes and compiles its
+/// kernels then (3 to 5 minutes on an H100 with an empty kernel cache, when
+/// the bar would otherwise stand still at 0). `None` on the CPU.
+fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&CacheState>) -> Option<&'static str> {
+    use kynml_backend::DeviceKind;
+    if matches!(kind, DeviceKind::Cpu { .. }) {
+        return None;
+    }
+    Some(match cache {
+        Some(CacheState::On { files: 0, .. } | CacheState::Off { .. }) => {
+            "tuning and compiling GPU kernels (minutes on a first run)"
+        }
+        _ => "loading GPU kernels",
+    })
+}
+
+/// A progress bar per epoch on a terminal, with the time the epoch has
+/// taken; one plain line per epoch otherwise (CI logs get no control
+/// characters).
 struct Progress {
     bar: Option<ProgressBar>,
     tty: bool,
+    /// Said on the bar until the run's first step ends (see [`first_steps_note`]).
+    first_steps: Option<&'static str>,
 }
 
 impl Progress {
-    fn new() -> Self {
-        Progress { bar: None, tty: std::io::stderr().is_terminal() }
+    fn new(first_steps: Option<&'static str>) -> Self {
+        Progress { bar: None, tty: std::io::stderr().is_terminal(), first_steps }
     }
 
     fn on_event(&mut self, event: &TrainEvent) {
         match *event {
             TrainEvent::EpochStart { epoch, epochs, steps, .. } if self.tty => {
                 let bar = ProgressBar::new(steps as u64);
-                bar.set_style(
-                    ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}")
-                        .expect("static template")
-                        .progress_chars("=> "),
-                );
                 bar.set_prefix(format!("{epoch}/{epochs}"));
+                match self.first_steps {
+                    // No bar yet: the note and the time it has taken, on one short line.
+                    Some(note) => {
+                        bar.set_style(
+                            ProgressStyle::with_template("epoch {prefix} {elapsed:>4} {wide_msg}")
+                                .expect("static template"),
+                        );
+                        bar.set_message(note);
+                    }
+                    None => bar.set_style(bar_style()),
+                }
+                // Redrawn on its own, so that the time moves while a step
+                // (a first one tuning kernels) takes long.
+                bar.enable_steady_tick(std::time::Duration::from_millis(250));
                 self.bar = Some(bar);
             }
             TrainEvent::Step { step, loss, samples_per_sec, .. } => {
+                if self.first_steps.take().is_some() {
+                    if let Some(bar) = &self.bar {
+                        bar.set_style(bar_style());
+                        bar.set_message("");
+                    }
+                }
                 if let Some(bar) = &self.bar {
                     bar.set_position(step as u64);
                     if let Some(loss) = loss {
@@ -642,6 +679,13 @@ impl Progress {
             bar.finish_and_clear();
         }
     }
+}
+
+/// An epoch's bar: its steps, the time it has taken, and the loss.
+fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {elapsed:>4} {wide_msg}")
+        .expect("static template")
+        .progress_chars("=> ")
 }
 
 fn epoch_line(r: &EpochRecord) -> String {
@@ -706,6 +750,30 @@ mod tests {
 
     fn args(line: &str) -> Vec<String> {
         line.split(' ').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_first_steps_note_says_kernels_are_tuned_on_a_gpu_with_an_empty_cache() {
+        use kynml_backend::{DeviceKind, WgpuAdapter, WgpuAdapterKind};
+        let gpu = DeviceKind::Wgpu(WgpuAdapter {
+            name: "llvmpipe".into(),
+            driver: "Mesa".into(),
+            kind: WgpuAdapterKind::Cpu,
+            index_of_kind: 0,
+            shader_f16: true,
+        });
+        let cpu = DeviceKind::Cpu { threads: 2 };
+        let empty = CacheState::On { root: "c".into(), files: 0, bytes: 0 };
+        let warm = CacheState::On { root: "c".into(), files: 5, bytes: 1 << 20 };
+        let off = CacheState::Off { reason: "asked".into() };
+        assert_eq!(first_steps_note(&cpu, Some(&empty)), None);
+        for cold in [Some(&empty), Some(&off)] {
+            let note = first_steps_note(&gpu, cold).unwrap();
+            assert!(note.contains("tuning and compiling") && note.contains("minutes"), "{note}");
+        }
+        for cached in [Some(&warm), None] {
+            assert_eq!(first_steps_note(&gpu, cached), Some("loading GPU kernels"));
+        }
     }
 
     #[test]

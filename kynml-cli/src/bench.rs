@@ -82,6 +82,9 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         );
     }
 
+    if crate::train::tunes_kernels(&device.kind, kernel_cache::installed().map(|c| &c.state)) {
+        eprintln!("warm-up round: tuning and compiling GPU kernels first (minutes on a first run) ...");
+    }
     let mut steady_at = None;
     let report = bench::run(&file.spec, &data, &device, &options, &mut |event| {
         if let TrainEvent::EpochEnd(r) = event {

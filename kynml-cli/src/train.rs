@@ -579,20 +579,25 @@ fn spec_stem(path: &Path) -> String {
     path.file_stem().map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned())
 }
 
+/// Whether a run on `kind` tunes and compiles its GPU kernels in its first
+/// steps: a GPU backend with an empty kernel cache, or none (3 to 4 minutes
+/// on an H100, when a bar would otherwise stand still at 0).
+pub(crate) fn tunes_kernels(kind: &kynml_backend::DeviceKind, cache: Option<&CacheState>) -> bool {
+    !matches!(kind, kynml_backend::DeviceKind::Cpu { .. })
+        && matches!(cache, Some(CacheState::On { files: 0, .. } | CacheState::Off { .. }))
+}
+
 /// What the first steps of a run on a GPU backend wait for, said on the
-/// progress bar until the first step ends: CubeCL tunes and compiles its
-/// kernels then (3 to 5 minutes on an H100 with an empty kernel cache, when
-/// the bar would otherwise stand still at 0). `None` on the CPU.
+/// progress bar until the first step ends (see [`tunes_kernels`]). `None`
+/// on the CPU.
 fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&CacheState>) -> Option<&'static str> {
-    use kynml_backend::DeviceKind;
-    if matches!(kind, DeviceKind::Cpu { .. }) {
+    if matches!(kind, kynml_backend::DeviceKind::Cpu { .. }) {
         return None;
     }
-    Some(match cache {
-        Some(CacheState::On { files: 0, .. } | CacheState::Off { .. }) => {
-            "tuning and compiling GPU kernels (minutes on a first run)"
-        }
-        _ => "loading GPU kernels",
+    Some(if tunes_kernels(kind, cache) {
+        "tuning and compiling GPU kernels (minutes on a first run)"
+    } else {
+        "loading GPU kernels"
     })
 }
 
@@ -767,11 +772,14 @@ mod tests {
         let warm = CacheState::On { root: "c".into(), files: 5, bytes: 1 << 20 };
         let off = CacheState::Off { reason: "asked".into() };
         assert_eq!(first_steps_note(&cpu, Some(&empty)), None);
+        assert!(!tunes_kernels(&cpu, Some(&empty)));
         for cold in [Some(&empty), Some(&off)] {
+            assert!(tunes_kernels(&gpu, cold));
             let note = first_steps_note(&gpu, cold).unwrap();
             assert!(note.contains("tuning and compiling") && note.contains("minutes"), "{note}");
         }
         for cached in [Some(&warm), None] {
+            assert!(!tunes_kernels(&gpu, cached));
             assert_eq!(first_steps_note(&gpu, cached), Some("loading GPU kernels"));
         }
     }

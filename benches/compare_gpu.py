@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """KynML against PyTorch on one GPU: `kynml bench` and benches/pytorch/gpu.py
 on the same config, precision by precision, one process each, then a table.
+Each row is printed (on stderr) and saved to --json as it ends, KynML and
+PyTorch in turn at each precision, so that a run cut short keeps pairs.
 
     python3 benches/compare_gpu.py                              # wide and deepnet, every precision
     python3 benches/compare_gpu.py --config all                 # and the CNN and the transformer
@@ -10,7 +12,7 @@ on the same config, precision by precision, one process each, then a table.
 KynML rows: `kynml bench examples/CONFIG/CONFIG.kyn --device cuda --precision P
 --synthetic ROWS --steps S --rounds R --json ...`, and for bf16 also with
 `--fused` (the optimizer's fused=true, beside PyTorch's fused AdamW row). PyTorch rows: gpu.py with
-the same config, precision, steps and rounds, eager, plus bf16 with fused
+the same config, precision, steps and rounds, eager, and at bf16 also with fused
 AdamW and bf16 with torch.compile. For `cnn28` and `transformer` (batch 64,
 Adam) the PyTorch rows are benches/pytorch/cnn.py and transformer.py, eager,
 with `--device` and `--precision`. Both engines time their rounds the same way
@@ -81,6 +83,23 @@ def run_json(cmd, env=None):
         os.unlink(out)
 
 
+def table(rows):
+    """The rows as the table this script prints."""
+    lines = [f"{'config':<11} {'engine':<16} {'asked':<6} {'ran':<6} {'samples/s':>12} {'ms/step':>9} "
+             f"{'start-up s':>10} {'device MiB':>10}"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['config']:<11} {r['engine'].strip():<16} {r['asked']:<6} failed: {r['error']}")
+            continue
+        mem = (r.get("peak_device_memory") or {}).get("in_use") if r["engine"].startswith("kynml") \
+            else r.get("peak_device_allocated_bytes")
+        startup = r.get("process_startup_secs") or r.get("startup_secs") or float("nan")
+        lines.append(f"{r['config']:<11} {r['engine'].strip():<16} {r['asked']:<6} {r.get('precision', '?'):<6} "
+                     f"{r['samples_per_sec']:>12.0f} {r['step_ms']:>9.3f} {startup:>10.1f} "
+                     f"{(mem or 0) / 2**20:>10.0f}")
+    return "\n".join(lines)
+
+
 def main():
     args = parse_args()
     if not os.path.isfile(args.kynml):
@@ -90,6 +109,18 @@ def main():
     configs = {"both": ["wide", "deepnet"], "all": ["wide", "deepnet", "cnn28", "transformer"]}.get(
         args.config, [args.config])
     rows, kynml_failed = [], False
+
+    def add(row):
+        # Each row is kept (and the JSON rewritten) as it comes, so that a run
+        # stopped at a time limit keeps the rows it finished, in pairs: KynML
+        # and PyTorch at each precision before the next precision.
+        rows.append(row)
+        print(table([row]).splitlines()[1], file=sys.stderr, flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=2)
+                f.write("\n")
+
     for config in configs:
         spec = os.path.join(REPO, "examples", config, f"{config}.kyn")
         for precision in args.precisions:
@@ -99,47 +130,29 @@ def main():
                 cmd += ["--cache", args.cache]
             r = run_json(cmd + ["--json"])
             kynml_failed |= "error" in r
-            rows.append({**r, "config": config, "engine": "kynml " + r.get("engine", ""), "asked": precision})
+            add({**r, "config": config, "engine": "kynml " + r.get("engine", ""), "asked": precision})
+            if args.no_pytorch:
+                pytorch = []
+            elif config in SCRIPTS:
+                pytorch = [("pytorch", [args.python, os.path.join(HERE, "pytorch", SCRIPTS[config]),
+                                        "--device", args.device, "--precision", precision, "--steps", str(args.steps),
+                                        "--rounds", str(args.rounds), "--rows", str(ROWS[config])])]
+            else:
+                gpu = [args.python, os.path.join(HERE, "pytorch", "gpu.py"), "--config", config,
+                       "--precision", precision, "--steps", str(args.steps), "--rounds", str(args.rounds),
+                       "--rows", str(ROWS[config]), "--device", args.device]
+                pytorch = [("pytorch", gpu)]
+                if precision == "bf16":
+                    pytorch += [("pytorch fused", gpu + ["--fused"]), ("pytorch compile", gpu + ["--compile"])]
+            for engine, pcmd in pytorch:
+                add({**run_json(pcmd + ["--json"]), "config": config, "engine": engine, "asked": precision})
             if precision == "bf16":
                 # Beside PyTorch's fused AdamW row: KynML's fused update.
                 r = run_json(cmd + ["--fused", "--json"])
                 kynml_failed |= "error" in r
-                rows.append({**r, "config": config, "engine": "kynml fused", "asked": precision})
-        if args.no_pytorch:
-            continue
-        if config in SCRIPTS:
-            for precision in args.precisions:
-                cmd = [args.python, os.path.join(HERE, "pytorch", SCRIPTS[config]), "--device", args.device,
-                       "--precision", precision, "--steps", str(args.steps), "--rounds", str(args.rounds),
-                       "--rows", str(ROWS[config])]
-                r = run_json(cmd + ["--json"])
-                rows.append({**r, "config": config, "engine": "pytorch", "asked": precision})
-            continue
-        variants = [(p, []) for p in args.precisions] + [("bf16", ["--fused"]), ("bf16", ["--compile"])]
-        for precision, extra in variants:
-            cmd = [args.python, os.path.join(HERE, "pytorch", "gpu.py"), "--config", config,
-                   "--precision", precision, "--steps", str(args.steps), "--rounds", str(args.rounds),
-                   "--rows", str(ROWS[config]), "--device", args.device] + extra
-            r = run_json(cmd + ["--json"])
-            rows.append({**r, "config": config, "engine": "pytorch " + " ".join(x.strip("-") for x in extra),
-                         "asked": precision})
+                add({**r, "config": config, "engine": "kynml fused", "asked": precision})
 
-    print(f"\n{'config':<11} {'engine':<16} {'asked':<6} {'ran':<6} {'samples/s':>12} {'ms/step':>9} "
-          f"{'start-up s':>10} {'device MiB':>10}")
-    for r in rows:
-        if "error" in r:
-            print(f"{r['config']:<11} {r['engine'].strip():<16} {r['asked']:<6} failed: {r['error']}")
-            continue
-        mem = (r.get("peak_device_memory") or {}).get("in_use") if r["engine"].startswith("kynml") \
-            else r.get("peak_device_allocated_bytes")
-        startup = r.get("process_startup_secs") or r.get("startup_secs") or float("nan")
-        print(f"{r['config']:<11} {r['engine'].strip():<16} {r['asked']:<6} {r.get('precision', '?'):<6} "
-              f"{r['samples_per_sec']:>12.0f} {r['step_ms']:>9.3f} {startup:>10.1f} "
-              f"{(mem or 0) / 2**20:>10.0f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
-            f.write("\n")
+    print("\n" + table(rows))
     return 1 if kynml_failed else 0
 
 

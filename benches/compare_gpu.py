@@ -52,8 +52,9 @@ def parse_args():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kynml", default=default_kynml(), help="the kynml binary (default: %(default)s)")
     p.add_argument("--python", default=sys.executable, help="the Python with torch (default: this one)")
-    p.add_argument("--config", choices=["wide", "deepnet", "cnn28", "transformer", "both", "all"], default="both",
-                   help="both: wide and deepnet; all: the four")
+    p.add_argument("--config", default="both",
+                   help="wide, deepnet, cnn28 or transformer, or several in order with commas (deepnet,wide); "
+                        "both: wide and deepnet; all: the four")
     p.add_argument("--precisions", nargs="+", default=["fp32", "tf32", "bf16", "fp16"])
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--rounds", type=int, default=3)
@@ -106,8 +107,13 @@ def main():
         print(f"compare_gpu.py: no kynml binary at {args.kynml} (cargo build --release -p kynml-cli, or --kynml)",
               file=sys.stderr)
         return 2
-    configs = {"both": ["wide", "deepnet"], "all": ["wide", "deepnet", "cnn28", "transformer"]}.get(
-        args.config, [args.config])
+    named = {"both": ["wide", "deepnet"], "all": ["wide", "deepnet", "cnn28", "transformer"]}
+    configs = [c for part in args.config.split(",") for c in named.get(part, [part])]
+    unknown = [c for c in configs if c not in ROWS]
+    if unknown:
+        print(f"compare_gpu.py: unknown config {', '.join(unknown)} (wide, deepnet, cnn28, transformer, both, all)",
+              file=sys.stderr)
+        return 2
     rows, kynml_failed = [], False
 
     def add(row):

@@ -178,12 +178,16 @@ fn cuda_deterministic_runs_are_bit_identical() {
 
 /// The fused update against Burn's optimizer on CUDA: one step within
 /// rounding; 4 epochs within TF32's amplification of it where the plan says
-/// TF32 runs (an H100 measured 3.7e-4 for SGD, 2026-11-26).
+/// TF32 runs: an H100 measured 3.7e-4 for SGD (one seed, 2026-11-26), and
+/// training's chaos makes another seed's gap unknown, so the bound is 1e-2,
+/// TF32's bound against the CPU in `cuda_training_agrees_with_cpu`. A fault
+/// in the carried state (momentum, Adam's step count) moves weights by
+/// about a learning rate (1e-2 to 5e-2) a step, far past it.
 #[test]
 #[ignore = "needs an NVIDIA GPU: cargo test --release -p kynml-core --test cuda -- --ignored"]
 fn cuda_fused_update_trains_like_burns_optimizer() {
     let device = cuda();
-    let after_epochs = if fp32_runs_as(&device) == Compute::Tf32 { 1e-3 } else { 1e-4 };
+    let after_epochs = if fp32_runs_as(&device) == Compute::Tf32 { 1e-2 } else { 1e-4 };
     fused_trains_like_burns_optimizer(&device, clock_seed(), after_epochs);
 }
 

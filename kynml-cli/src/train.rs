@@ -229,10 +229,12 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         other => Failure::run(format!("error: {other}")),
     })?;
 
-    run_dir.save_model(&result.model).context("saving model.mpk")?;
     let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
     export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
         .context("saving model.safetensors")?;
+    // As `kynml export --format burn` writes it: the shared sidecar then
+    // names both files, so `kynml predict RUN/model.mpk` loads too.
+    export::write(&exported, Format::Burn, &run_dir.path.join("model.mpk")).context("saving model.mpk")?;
     let export_note = export_as_spec_says(&file, &exported, &run_dir.path);
     draw_curves(&run_dir, &title, &result.history).context("drawing curves.svg and curves.png")?;
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();

@@ -1223,6 +1223,46 @@ fn a_missing_target_is_named_at_its_row_not_blamed_on_the_loss() {
     assert!(t.contains("holds labels (line 3: \"tall\")") && t.contains("s.kyn:"), "{t}");
 }
 
+/// A sidecar edited by hand to a size of 0 (a stride, a pooling window, a
+/// layer's width) is refused on load, as the spec's parser refuses it: it
+/// divided by zero, or reached a Burn kernel that panics, in predict, eval
+/// and export.
+#[test]
+fn a_sidecar_with_a_zero_size_is_refused_not_a_panic() {
+    let tmp = copy_example("shapes");
+    let dir = tmp.path();
+    let out = kynml(&["train", "shapes.kyn", "--device", "cpu", "--epochs", "1", "--out", "run"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let csv = std::fs::read_to_string(dir.join("shapes.csv")).unwrap();
+    std::fs::write(dir.join("rows.csv"), csv.lines().take(3).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    // The run folder's two weights files share its sidecar: both load, alike.
+    let (folder, mpk) =
+        (kynml(&["predict", "run", "rows.csv"], dir), kynml(&["predict", "run/model.mpk", "rows.csv"], dir));
+    assert!(folder.status.success() && mpk.status.success(), "{}\n{}", text(&folder), text(&mpk));
+    assert_eq!(folder.stdout, mpk.stdout);
+    let sidecar = dir.join("run/model.json");
+    let original: serde_json::Value = serde_json::from_slice(&std::fs::read(&sidecar).unwrap()).unwrap();
+    // The layers: conv2d, batchnorm, maxpool, conv2d, global_avgpool, dense, dropout, dense.
+    for (layer, key, says) in [
+        (0, "stride", "conv2d with `stride` 0"),
+        (2, "stride", "maxpool with `stride` 0"),
+        (2, "kernel_size", "maxpool with `kernel_size` 0"),
+        (5, "out_features", "dense with `out_features` 0"),
+    ] {
+        let mut edited = original.clone();
+        assert_eq!(edited["layers"][layer]["kind"].as_str().map(|k| k.is_empty()), Some(false), "{edited}");
+        edited["layers"][layer][key] = serde_json::json!(0);
+        std::fs::write(&sidecar, edited.to_string()).unwrap();
+        for command in [vec!["predict", "run", "rows.csv"], vec!["eval", "run", "rows.csv"]] {
+            let out = kynml(&command, dir);
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(2), "{command:?} with {key} 0 on layer {layer}: {t}");
+            assert!(t.contains(says) && t.contains("must be at least 1"), "{t}");
+            assert!(!t.contains("panicked"), "{t}");
+        }
+    }
+}
+
 /// A burn and a safetensors export of one name would share `model.json`:
 /// the second is refused, and weights read beside another model's sidecar
 /// are an error, never Burn's panic.

@@ -116,6 +116,12 @@ impl Predictor {
     /// [`predict`](Self::predict) on rows read from a file or text, with an
     /// error located at the row's line.
     pub fn predict_rows(&self, rows: &ModelRows) -> Result<Predictions, RowsError> {
+        // Rows read for another model (or built by hand) can hold whole rows
+        // of this model's width and still not be `rows.rows` of them.
+        if rows.features.len() != rows.rows.saturating_mul(self.model.input) {
+            let error = PredictError::Rows { rows: rows.rows, values: rows.features.len(), features: self.model.input };
+            return Err(RowsError { path: rows.path.clone(), line: None, error });
+        }
         self.run(&rows.features).map_err(|error| RowsError {
             path: rows.path.clone(),
             line: error.row().and_then(|row| rows.lines.get(row).copied()),
@@ -224,6 +230,9 @@ impl Predictor {
         let Some(targets) = &data.targets else {
             return Err(EvalError::NoTarget(self.model.target.clone()));
         };
+        if targets.len() != data.rows {
+            return Err(EvalError::Targets { targets: targets.len(), rows: data.rows });
+        }
         let p = self.predict_rows(data).map_err(EvalError::Predict)?;
         let outputs = Outputs { values: p.outputs, width: p.width, loss: f64::NAN };
         let names = self.model.head.class_names();
@@ -287,6 +296,21 @@ pub enum PredictError {
         /// Features per row.
         features: usize,
     },
+    /// Rows whose values are not their count of the model's rows (read for
+    /// another model, or built by hand).
+    #[error(
+        "{rows} rows of the model's {features} features are {} values, but {values} were given (rows read for \
+         another model?)",
+        rows.saturating_mul(*features)
+    )]
+    Rows {
+        /// The rows said.
+        rows: usize,
+        /// How many values were given.
+        values: usize,
+        /// Features per row.
+        features: usize,
+    },
     /// A categorical or text feature holds no index of its vocabulary.
     #[error("row {}: {}", row + 1, self.what())]
     NotAnIndex {
@@ -330,7 +354,7 @@ impl PredictError {
     /// The row (0-based) it concerns, if one.
     pub fn row(&self) -> Option<usize> {
         match self {
-            PredictError::Shape { .. } | PredictError::Backend(_) => None,
+            PredictError::Shape { .. } | PredictError::Rows { .. } | PredictError::Backend(_) => None,
             PredictError::NotAnIndex { row, .. } | PredictError::Range { row, .. } | PredictError::Overflow { row } => {
                 Some(*row)
             }
@@ -346,7 +370,7 @@ impl PredictError {
     /// What is wrong, without the row's place.
     pub fn what(&self) -> String {
         match self {
-            PredictError::Shape { .. } | PredictError::Backend(_) => self.to_string(),
+            PredictError::Shape { .. } | PredictError::Rows { .. } | PredictError::Backend(_) => self.to_string(),
             PredictError::NotAnIndex { feature, value, size, kind, .. } => {
                 let (what, zero) = match kind {
                     IndexKind::Category => ("category", "a value training never saw"),
@@ -395,4 +419,12 @@ pub enum EvalError {
     /// The rows could not be predicted on.
     #[error(transparent)]
     Predict(#[from] RowsError),
+    /// Rows built by hand with a target count other than their row count.
+    #[error("{targets} targets for {rows} rows")]
+    Targets {
+        /// The target cells given.
+        targets: usize,
+        /// The rows given.
+        rows: usize,
+    },
 }

@@ -2077,6 +2077,28 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
     assert_eq!(err.line, Some(3));
     assert!(err.to_string().starts_with(&format!("{}:3: `shop` = 1000000", rows_csv.display())), "{err}");
 
+    // Rows whose values or targets are not their row count (read for another
+    // model, or built by hand) are the caller's error, not a panic in the
+    // metrics: twice the values of 2 rows are whole rows, but not 2 of them.
+    use kynml_core::predict::EvalError;
+    let mut doubled = rows.clone();
+    doubled.features.extend(rows.features.clone());
+    doubled.targets = Some(vec![(2, "1".into()), (3, "1".into())]);
+    match predictor.evaluate(&doubled) {
+        Err(EvalError::Predict(e)) => {
+            assert!(matches!(e.error, PredictError::Rows { rows: 2, values: 16, features: 4 }), "{e:?}");
+            assert!(e.to_string().contains("2 rows of the model's 4 features are 8 values, but 16"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(predictor.predict_rows(&doubled).is_err());
+    let mut short = rows.clone();
+    short.targets = Some(vec![(2, "1".into())]);
+    match predictor.evaluate(&short) {
+        Err(e @ EvalError::Targets { targets: 1, rows: 2 }) => assert_eq!(e.to_string(), "1 targets for 2 rows"),
+        other => panic!("{other:?}"),
+    }
+
     // A model whose tensors do not fit its layers is refused, not given
     // made-up weights.
     let mut broken = exported.clone();

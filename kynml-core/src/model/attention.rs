@@ -17,7 +17,9 @@ use serde_json::{json, Value as Json};
 
 use super::dense::transpose;
 use super::dropout::Dropout;
-use super::kind::{extra_args, host, options, restore_param, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors};
+use super::kind::{
+    extra_args, host, json_size, options, restore_param, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors,
+};
 use super::StateError;
 use crate::export::onnx::{Attr, Graph};
 use crate::rng::SplitMix64;
@@ -118,7 +120,7 @@ impl Kind for AttentionSpec {
     }
 
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
-        let heads = v.get("num_heads").and_then(Json::as_u64).ok_or("attention without `num_heads`")? as usize;
+        let heads = json_size(v, "attention", "num_heads")?;
         Ok(AttentionSpec { heads })
     }
 }

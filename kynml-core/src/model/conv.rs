@@ -17,8 +17,8 @@ use serde_json::{json, Value as Json};
 
 use super::dense::{activation_from_json, activation_written, apply_activation, check_activation, with_activation};
 use super::kind::{
-    activation_arg, count_arg, extra_args, missing, options, restore_param, Decl, Getter, Kind, LayerModule, Pass,
-    Shape, Tensors,
+    activation_arg, count_arg, extra_args, json_size, missing, options, restore_param, Decl, Getter, Kind, LayerModule,
+    Pass, Shape, Tensors,
 };
 use super::StateError;
 use crate::export::onnx::{activate, Attr, Graph};
@@ -290,14 +290,13 @@ impl Kind for ConvSpec {
     }
 
     fn from_json(kind: &str, v: &Json) -> Result<Self, String> {
-        let size =
-            |key: &str| v.get(key).and_then(Json::as_u64).map(|n| n as usize).ok_or(format!("{kind} without `{key}`"));
+        let padding = v.get("padding").and_then(Json::as_u64).ok_or(format!("{kind} without `padding`"))?;
         Ok(ConvSpec {
             dims: if kind == "conv1d" { 1 } else { 2 },
-            channels: size("out_channels")?,
-            kernel: size("kernel_size")?,
-            stride: size("stride")?,
-            padding: size("padding")?,
+            channels: json_size(v, kind, "out_channels")?,
+            kernel: json_size(v, kind, "kernel_size")?,
+            stride: json_size(v, kind, "stride")?,
+            padding: usize::try_from(padding).map_err(|_| format!("{kind} with `padding` {padding}, too large"))?,
             activation: activation_from_json(v)?,
         })
     }

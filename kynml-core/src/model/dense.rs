@@ -12,8 +12,8 @@ use kynml_backend::Backend as Kb;
 use serde_json::{json, Value as Json};
 
 use super::kind::{
-    activation_arg, activation_names, count_arg, extra_args, host, missing, restore_param, Decl, Getter, Kind,
-    LayerModule, Pass, Shape, Tensors,
+    activation_arg, activation_names, count_arg, extra_args, host, json_size, missing, restore_param, Decl, Getter,
+    Kind, LayerModule, Pass, Shape, Tensors,
 };
 use super::StateError;
 use crate::export::onnx::{activate, Attr, Graph};
@@ -239,7 +239,7 @@ impl Kind for DenseSpec {
     }
 
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
-        let units = v.get("out_features").and_then(Json::as_u64).ok_or("dense without `out_features`")? as usize;
+        let units = json_size(v, "dense", "out_features")?;
         let activation = activation_from_json(v)?;
         Ok(DenseSpec { units, activation })
     }

@@ -25,7 +25,8 @@ use kynml_backend::Backend as Kb;
 use serde_json::{json, Value as Json};
 
 use super::kind::{
-    count_arg, extra_args, missing, options, restore_param, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors,
+    count_arg, extra_args, json_size, missing, options, restore_param, Decl, Getter, Kind, LayerModule, Pass, Shape,
+    Tensors,
 };
 use super::StateError;
 use crate::export::onnx::{Attr, Graph};
@@ -299,7 +300,7 @@ impl Kind for EmbeddingSpec {
     }
 
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
-        let dim = v.get("embedding_dim").and_then(Json::as_u64).ok_or("embedding without `embedding_dim`")? as usize;
+        let dim = json_size(v, "embedding", "embedding_dim")?;
         if let Some(tokens) = v.get("num_embeddings").and_then(Json::as_u64) {
             return Ok(EmbeddingSpec { dim, columns: Vec::new(), tokens: tokens as usize, vocabulary: 0 });
         }

@@ -428,3 +428,15 @@ pub fn host(data: TensorData) -> Vec<f32> {
 pub(crate) use crate::spec::layers::{
     activation_arg, activation_names, count_arg, extra_args, missing, options, probability_arg,
 };
+
+/// A size in a model sidecar (`model.json`) written by `to_json`: a whole
+/// number of at least 1, as the spec's own parser requires of it. A sidecar
+/// edited by hand to 0 would otherwise divide by it or reach a Burn kernel
+/// that panics on it.
+pub(crate) fn json_size(v: &Json, kind: &str, key: &str) -> Result<usize, String> {
+    match v.get(key).and_then(Json::as_u64) {
+        None => Err(format!("{kind} without `{key}`")),
+        Some(0) => Err(format!("{kind} with `{key}` 0, where it must be at least 1")),
+        Some(n) => usize::try_from(n).map_err(|_| format!("{kind} with `{key}` {n}, too large")),
+    }
+}

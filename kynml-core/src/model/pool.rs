@@ -11,7 +11,9 @@ use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 use serde_json::{json, Value as Json};
 
-use super::kind::{count_arg, extra_args, missing, options, Getter, Kind, LayerModule, Pass, Shape, Tensors};
+use super::kind::{
+    count_arg, extra_args, json_size, missing, options, Getter, Kind, LayerModule, Pass, Shape, Tensors,
+};
 use super::StateError;
 use crate::export::onnx::{Attr, Graph};
 use crate::rng::SplitMix64;
@@ -266,8 +268,7 @@ impl Kind for PoolSpec {
     }
 
     fn from_json(kind: &str, v: &Json) -> Result<Self, String> {
-        let size =
-            |key: &str| v.get(key).and_then(Json::as_u64).map(|n| n as usize).ok_or(format!("{kind} without `{key}`"));
+        let size = |key: &str| json_size(v, kind, key);
         Ok(match kind {
             "global_avgpool" => PoolSpec { op: PoolOp::GlobalAvg, kernel: 0, stride: 0 },
             "maxpool" => PoolSpec { op: PoolOp::Max, kernel: size("kernel_size")?, stride: size("stride")? },

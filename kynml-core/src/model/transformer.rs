@@ -24,7 +24,7 @@ use serde_json::{json, Value as Json};
 use super::attention::{self, Attention};
 use super::dense::{Dense, DenseSpec};
 use super::dropout::Dropout;
-use super::kind::{extra_args, options, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors};
+use super::kind::{extra_args, json_size, options, Decl, Getter, Kind, LayerModule, Pass, Shape, Tensors};
 use super::layernorm::{LayerNorm, LayerNormSpec};
 use super::StateError;
 use crate::export::onnx::Graph;
@@ -208,8 +208,7 @@ impl Kind for TransformerSpec {
     }
 
     fn from_json(_kind: &str, v: &Json) -> Result<Self, String> {
-        let size =
-            |k: &str| v.get(k).and_then(Json::as_u64).map(|n| n as usize).ok_or(format!("transformer without `{k}`"));
+        let size = |k: &str| json_size(v, "transformer", k);
         let dropout = v.get("dropout").and_then(Json::as_f64).unwrap_or(0.0);
         Ok(TransformerSpec { heads: size("nhead")?, ff: size("dim_feedforward")?, dropout })
     }

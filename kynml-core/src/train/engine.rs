@@ -46,9 +46,15 @@ pub trait Engine {
     /// The model in evaluation mode over a whole split.
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs;
 
+    /// The reduced type the products of the steps run in (bf16, fp16), and
+    /// so those of validation; `None` for fp32 and tf32.
+    fn half(&self) -> Option<FloatDType> {
+        None
+    }
+
     /// `model`'s outputs and loss on a split (early stopping's best
     /// weights), as [`evaluate`](Self::evaluate) gives them; by default
-    /// through Burn on `device`, in fp32.
+    /// through Burn on `device`, in [`half`](Self::half).
     fn evaluate_model(
         &mut self,
         model: &Model<Kb>,
@@ -57,7 +63,7 @@ pub trait Engine {
         loss: crate::spec::types::Loss,
         device: &DispatchDevice,
     ) -> Outputs {
-        crate::evaluate::run_split(model, data, split, loss, device, None)
+        crate::evaluate::run_split(model, data, split, loss, device, self.half())
     }
 
     /// The weights as they stand, as a Burn model without autodiff.
@@ -443,16 +449,8 @@ impl Engine for BurnEngine {
         evaluate::run_split(&self.current().valid(), data, split, self.loss, &self.inner, self.half)
     }
 
-    /// As [`evaluate`](Engine::evaluate), in the run's precision.
-    fn evaluate_model(
-        &mut self,
-        model: &Model<Kb>,
-        data: &Dataset,
-        split: Split,
-        loss: crate::spec::types::Loss,
-        device: &DispatchDevice,
-    ) -> Outputs {
-        evaluate::run_split(model, data, split, loss, device, self.half)
+    fn half(&self) -> Option<FloatDType> {
+        self.half
     }
 
     fn model(&self) -> Model<Kb> {

@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use burn::collective::{self, AllReduceStrategy, CollectiveConfig, PeerId, ReduceOperation};
 use burn::module::ParamId;
 use burn::optim::GradientsParams;
-use burn::tensor::{DType, Shape, Tensor, TensorPrimitive};
+use burn::tensor::{DType, FloatDType, Shape, Tensor, TensorPrimitive};
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 
@@ -341,15 +341,8 @@ impl Engine for ParallelEngine {
         self.lead.evaluate(data, split)
     }
 
-    fn evaluate_model(
-        &mut self,
-        model: &Model<Kb>,
-        data: &Dataset,
-        split: Split,
-        loss: crate::spec::types::Loss,
-        device: &DispatchDevice,
-    ) -> Outputs {
-        self.lead.evaluate_model(model, data, split, loss, device)
+    fn half(&self) -> Option<FloatDType> {
+        self.lead.half()
     }
 
     fn model(&self) -> Model<Kb> {

@@ -993,6 +993,12 @@ fn a_checkpoint_path_another_run_writes_to_is_refused() {
     let dir = tmp.path();
     checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
     let (first, _lines) = training_past_epoch_2(dir, "first");
+    // Checkpoints are written in the background: on a busy machine the first
+    // may land after epoch 2's line, and a run killed before it leaves none.
+    let written = std::time::Instant::now();
+    while !dir.join("run.ckpt").is_file() && written.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let out = kynml(&["train", "spec.kyn", "--out", "second"], dir);
     drop(first);
     let t = text(&out);

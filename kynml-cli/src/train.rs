@@ -593,13 +593,10 @@ pub(crate) fn tunes_kernels(kind: &kynml_backend::DeviceKind, cache: Option<&Cac
 /// progress bar until the first step ends (see [`tunes_kernels`]). `None`
 /// on the CPU.
 fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&CacheState>) -> Option<&'static str> {
-    if matches!(kind, kynml_backend::DeviceKind::Cpu { .. }) {
-        return None;
-    }
-    Some(if tunes_kernels(kind, cache) {
-        "tuning and compiling GPU kernels (minutes on a first run)"
-    } else {
-        "loading GPU kernels"
+    let gpu = !matches!(kind, kynml_backend::DeviceKind::Cpu { .. });
+    gpu.then(|| match tunes_kernels(kind, cache) {
+        true => "tuning and compiling GPU kernels (minutes on a first run)",
+        false => "loading GPU kernels",
     })
 }
 

@@ -6,13 +6,8 @@ use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
-use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
-
 use crate::data::DataInfo;
-use crate::model::Model;
 use crate::train::EpochRecord;
-use kynml_backend::Backend as Kb;
 
 /// A run's output folder, e.g. `runs/iris-20261121-101500/`.
 #[derive(Debug)]
@@ -88,17 +83,6 @@ impl RunDir {
     /// Writes `data.json`: feature and class names and normalisation statistics, what inference needs.
     pub fn write_data_info(&self, info: &DataInfo) -> io::Result<()> {
         self.write_json("data.json", info)
-    }
-
-    /// The weights as Burn's named MessagePack record (`model.mpk`).
-    pub fn save_model(&self, model: &Model<Kb>) -> io::Result<PathBuf> {
-        let path = self.path.join("model.mpk");
-        // Encoded in memory, then written whole or not at all: a full disk
-        // leaves no cut file, and says so in the system's words.
-        let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
-        let bytes = recorder.record(model.clone().into_record(), ()).map_err(|e| io::Error::other(e.to_string()))?;
-        crate::atomic_file::write(&path, &bytes)?;
-        Ok(path)
     }
 }
 

@@ -1773,6 +1773,44 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
     assert!(out.status.success() && text(&out).contains("nothing to warm up"), "{}", text(&out));
 }
 
+/// Validation during training runs forward passes of the steps' rows, the
+/// last one filled up: a GPU backend tunes and compiles its kernels for each
+/// size of product it meets (a kernel search of minutes on a first run on
+/// an H100), and passes of validation's own size would add one for every
+/// layer. The kernel cache lists each product CubeCL tuned, its row count
+/// rounded up to a power of two: iris trains on steps of 16 rows and a last
+/// one of 8, and validates 30 rows, which would come out as 32. Training
+/// alone on wgpu, the first layer's product (4 inputs, 32 units) is tuned
+/// for the steps' row counts and no other.
+#[test]
+fn validation_tunes_no_product_size_the_steps_do_not_take() {
+    let tmp = copy_example("iris");
+    let out = kynml_env::<&str>(
+        &["train", "iris.kyn", "--device", "wgpu", "--epochs", "1", "--cache", "cache", "--out", "r"],
+        tmp.path(),
+        &[],
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("r/data.json")).unwrap()).unwrap();
+    assert_eq!((data["train_rows"].as_u64(), data["valid_rows"].as_u64()), (Some(120), Some(30)), "{data}");
+    let log = walk(&tmp.path().join("cache"))
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == "burn_cubecl-kernel-matmul-tune-base.json.log"))
+        .expect("CubeCL's matmul autotune log in the kernel cache");
+    let mut rows = std::collections::BTreeSet::new();
+    for line in std::fs::read_to_string(&log).unwrap().lines().filter(|l| !l.trim().is_empty()) {
+        let entry: serde_json::Value = serde_json::from_str(line).unwrap();
+        let d = &entry["key"]["key"]["definition"];
+        let plain = d["matrix_layout_lhs"] == "Contiguous" && d["matrix_layout_rhs"] == "Contiguous";
+        if plain && d["k"] == 4 && d["n"] == 32 {
+            rows.insert(d["m"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(rows, [8, 16].into_iter().collect(), "the first layer's products, by rows, in {}", log.display());
+}
+
 /// `deterministic = true` on wgpu across processes: a first run that tunes
 /// its kernels into an empty cache and a second that reads them back end
 /// with the same model, byte for byte; with the cache off, "what runs" says

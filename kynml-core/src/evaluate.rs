@@ -12,8 +12,8 @@ use crate::train::loss::{self, Targets};
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
 
-/// Rows per forward pass when evaluating; bounded so a large validation set
-/// never needs one huge allocation.
+/// Rows per forward pass when evaluating outside training; bounded so a
+/// large split never needs one huge allocation.
 const CHUNK: usize = 4096;
 
 /// Raw model outputs for a split: `rows × width`, row-major.
@@ -30,6 +30,17 @@ pub struct Outputs {
 /// no dropout) on a device without autodiff, with the products in `half`
 /// when given (a bf16 or fp16 run's validation, as its steps run them), in
 /// fp32 otherwise.
+///
+/// `rows`, when given, is the number of rows the training steps run
+/// (validation during training): every forward pass then takes exactly that
+/// many, the last one filled up with repeats of its own rows whose outputs
+/// are dropped. A GPU backend tunes and compiles kernels for each new size
+/// of product it meets, so a pass of the steps' size meets none: a split of
+/// 10,000 rows in passes of 4,096 would have made two sizes of its own
+/// (4,096 and 1,808) for every layer's product, each a kernel search on a
+/// run's first epoch. In evaluation mode every row's output depends on that
+/// row alone, so the filling changes nothing. Without `rows`, passes take
+/// [`CHUNK`] rows, the last one fewer.
 pub fn run_split(
     model: &Model<Kb>,
     data: &Dataset,
@@ -37,6 +48,7 @@ pub fn run_split(
     loss_kind: Loss,
     device: &DispatchDevice,
     half: Option<FloatDType>,
+    rows: Option<usize>,
 ) -> Outputs {
     let part = data.split(split);
     let n = part.len();
@@ -44,11 +56,27 @@ pub fn run_split(
     let mut width = 0;
     let mut loss_sum = 0.0;
     let indices: Vec<usize> = (0..n).collect();
-    for chunk in indices.chunks(CHUNK) {
+    let per_pass = rows.unwrap_or(CHUNK).max(1);
+    for chunk in indices.chunks(per_pass) {
+        let filled: Vec<usize>;
+        let taken = match rows {
+            Some(r) if chunk.len() < r => {
+                filled = chunk.iter().copied().cycle().take(r).collect();
+                &filled
+            }
+            _ => chunk,
+        };
         let mut batch = Batch::default();
-        data.gather(split, chunk, &mut batch);
+        data.gather(split, taken, &mut batch);
         let (x, targets) = batch_tensors(batch, data.n_features(), loss_kind, device);
-        let out = model.forward_in(x, Mode::Eval, half);
+        let mut out = model.forward_in(x, Mode::Eval, half);
+        let targets = if taken.len() > chunk.len() {
+            let [_, w] = out.dims();
+            out = out.slice([0..chunk.len(), 0..w]);
+            first_rows(targets, chunk.len())
+        } else {
+            targets
+        };
         let l: f64 = loss::compute(loss_kind, out.clone(), &targets).into_scalar_f64();
         loss_sum += l * chunk.len() as f64;
         width = out.dims()[1];
@@ -130,6 +158,14 @@ pub(crate) fn batch_tensors(
     let rows = batch.len();
     let x = Tensor::from_data(TensorData::new(batch.features, [rows, width]), device);
     (x, targets_tensor(batch.labels, loss_kind, device))
+}
+
+/// The first `n` rows of `targets`.
+fn first_rows(targets: Targets, n: usize) -> Targets {
+    match targets {
+        Targets::Float(y) => Targets::Float(y.slice([0..n, 0..1])),
+        Targets::Class(c) => Targets::Class(c.slice(0..n)),
+    }
 }
 
 fn targets_tensor(labels: Labels, loss_kind: Loss, device: &DispatchDevice) -> Targets {

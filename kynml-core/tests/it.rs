@@ -667,8 +667,8 @@ fn a_half_precision_runs_validation_runs_in_its_precision() {
             let result = train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap();
             assert_eq!(result.precision.compute, compute);
             let loss = file.spec.train.loss.value;
-            let in_half = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), Some(half)).loss;
-            let in_fp32 = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), None).loss;
+            let in_half = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), Some(half), None).loss;
+            let in_fp32 = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), None, None).loss;
             let epoch = result.best_epoch.unwrap_or(result.history.len());
             let (logged, last) = (result.history[epoch - 1].val_loss, result.final_metrics["val_loss"]);
             let on = format!("{} {}{}", device.short_name(), compute.name(), variant);
@@ -691,6 +691,55 @@ fn a_half_precision_runs_validation_runs_in_its_precision() {
                 !near(in_half, in_fp32),
                 "{on}: {in_half} in both precisions: the products never left fp32 (seed {seed})"
             );
+        }
+    }
+}
+
+/// Validation during training runs passes of the steps' rows, the last one
+/// filled up with repeats of its own rows (on a GPU, a pass of another size
+/// is a kernel search of its own; the CLI test
+/// `validation_tunes_no_product_size_the_steps_do_not_take` checks that).
+/// The filling must change no output and no loss: a trained model with
+/// batchnorm's running statistics, dropout and a convolution, with a
+/// regression target and with classes, on Burn's CPU backend and on wgpu,
+/// in passes of 1, 5, 32, the split less one, the split, and more than the
+/// split, against one pass of the whole split.
+#[test]
+fn validation_in_filled_passes_gives_the_outputs_of_one_pass() {
+    use kynml_core::data::Split;
+    use kynml_core::evaluate::run_split;
+    use kynml_core::train::EngineChoice;
+    let seed = clock_seed();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let layers = " input 2x3\n conv1d 4 3 relu padding=1\n batchnorm\n flatten\n dense 16 gelu\n dropout 0.3\n \
+                  dense 8 relu\n";
+    for device in [&cpu, &wgpu] {
+        for classes in [0, 3] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (head, loss) = match classes {
+                0 => (" dense 1 linear", "mse"),
+                _ => (" dense 3 linear", "cross_entropy"),
+            };
+            let path = random_spec(tmp.path(), seed, &format!("{layers}{head}"), loss, "adamw(lr=0.01)", classes);
+            let mut file = SpecFile::load(&path).unwrap();
+            let data = file.load_data().unwrap();
+            let settings = TrainSettings { engine: EngineChoice::Burn, ..TrainSettings::default() };
+            let result = train(&file.spec, &data, device, &settings, &mut |_| {}).unwrap();
+            let loss = file.spec.train.loss.value;
+            let n = data.split(Split::Valid).len();
+            assert!(n > 32, "{n} validation rows");
+            let whole = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), None, None);
+            assert_eq!(whole.values.len(), n * whole.width);
+            for rows in [1, 5, 32, n - 1, n, n + 7] {
+                let passes = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), None, Some(rows));
+                let on = format!("{} {loss:?}, passes of {rows} of {n} rows (seed {seed})", device.short_name());
+                assert_eq!((passes.values.len(), passes.width), (whole.values.len(), whole.width), "{on}");
+                let worst = worst_difference(&passes.values, &whole.values);
+                assert!(worst <= 1e-5, "{on}: outputs {worst:e} apart");
+                let gap = (passes.loss - whole.loss).abs() / whole.loss.abs().max(1e-12);
+                assert!(gap <= 1e-5, "{on}: loss {} against {}", passes.loss, whole.loss);
+            }
         }
     }
 }

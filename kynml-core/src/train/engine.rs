@@ -52,9 +52,19 @@ pub trait Engine {
         None
     }
 
+    /// The rows the steps have run at most (a batch, or a micro-batch or a
+    /// replica's share of one), which validation's forward passes on a
+    /// Burn device take so that they meet no product size of their own
+    /// (see [`run_split`](crate::evaluate::run_split)); `None` before the
+    /// first step and on engines without kernel tuning.
+    fn eval_rows(&self) -> Option<usize> {
+        None
+    }
+
     /// `model`'s outputs and loss on a split (early stopping's best
     /// weights), as [`evaluate`](Self::evaluate) gives them; by default
-    /// through Burn on `device`, in [`half`](Self::half).
+    /// through Burn on `device`, in [`half`](Self::half) and passes of
+    /// [`eval_rows`](Self::eval_rows).
     fn evaluate_model(
         &mut self,
         model: &Model<Kb>,
@@ -63,7 +73,7 @@ pub trait Engine {
         loss: crate::spec::types::Loss,
         device: &DispatchDevice,
     ) -> Outputs {
-        crate::evaluate::run_split(model, data, split, loss, device, self.half())
+        crate::evaluate::run_split(model, data, split, loss, device, self.half(), self.eval_rows())
     }
 
     /// The weights as they stand, as a Burn model without autodiff.
@@ -222,6 +232,8 @@ pub struct BurnEngine {
     scaler: Option<LossScaler>,
     param_ranks: Vec<(ParamId, usize)>,
     half: Option<FloatDType>,
+    /// The most rows a step has run (see [`Engine::eval_rows`]); 0 before the first.
+    step_rows: usize,
     loss: Loss,
     n_features: usize,
     autodiff: DispatchDevice,
@@ -274,6 +286,7 @@ impl BurnEngine {
             stepper: Stepper::Burn(optimizer),
             scaler,
             half,
+            step_rows: 0,
             loss,
             n_features,
             autodiff: device.autodiff(),
@@ -356,6 +369,7 @@ impl Engine for BurnEngine {
         let device = self.autodiff.clone();
         let mut laps = Laps::new(self.profiling.then_some(&device));
         let model = self.model.take().expect("the model is back after every step");
+        self.step_rows = self.step_rows.max(batch.len());
         let (x, y) = batch_tensors(batch, self.n_features, self.loss, &self.autodiff);
         self.phases.in_use = 0;
         self.phases.copy = laps.lap();
@@ -444,13 +458,18 @@ impl Engine for BurnEngine {
     fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
         if self.checkpointed {
             // In evaluation mode, on the autodiff device: no backward pass follows.
-            return evaluate::run_split(self.current(), data, split, self.loss, &self.autodiff, self.half);
+            let rows = self.eval_rows();
+            return evaluate::run_split(self.current(), data, split, self.loss, &self.autodiff, self.half, rows);
         }
-        evaluate::run_split(&self.current().valid(), data, split, self.loss, &self.inner, self.half)
+        evaluate::run_split(&self.current().valid(), data, split, self.loss, &self.inner, self.half, self.eval_rows())
     }
 
     fn half(&self) -> Option<FloatDType> {
         self.half
+    }
+
+    fn eval_rows(&self) -> Option<usize> {
+        (self.step_rows > 0).then_some(self.step_rows)
     }
 
     fn model(&self) -> Model<Kb> {

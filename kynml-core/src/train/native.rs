@@ -289,7 +289,7 @@ impl Engine for NativeEngine {
         match network(self.input, &self.layers, self.channels, model) {
             Ok(mut net) => evaluate_net(&mut net, data, split, loss, &mut self.float_targets),
             // The model comes from this engine's spec; Burn evaluates it otherwise.
-            Err(_) => crate::evaluate::run_split(model, data, split, loss, device, None),
+            Err(_) => crate::evaluate::run_split(model, data, split, loss, device, None, None),
         }
     }
 

@@ -345,6 +345,10 @@ impl Engine for ParallelEngine {
         self.lead.half()
     }
 
+    fn eval_rows(&self) -> Option<usize> {
+        self.lead.eval_rows()
+    }
+
     fn model(&self) -> Model<Kb> {
         self.lead.model()
     }

@@ -827,6 +827,26 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let out = kynml(&["eval", "run", "--input", "iris.csv"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("accuracy") && t.contains("150 rows"), "{t}");
+    // The loss, as training's `val_loss` is computed: the mean of -ln p of
+    // each row's own species, from the probabilities `predict` wrote.
+    let printed: f64 = t
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("cross_entropy"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no cross_entropy row: {t}"));
+    let species = ["setosa", "versicolor", "virginica"];
+    let csv = std::fs::read_to_string(dir.join("iris.csv")).unwrap();
+    let by_hand = csv
+        .lines()
+        .skip(1)
+        .zip(&rows)
+        .map(|(line, pred)| {
+            let class = species.iter().position(|s| line.ends_with(s)).unwrap();
+            -pred.split(',').nth(1 + class).unwrap().parse::<f64>().unwrap().ln()
+        })
+        .sum::<f64>()
+        / 150.0;
+    assert!((printed - by_hand).abs() <= 1e-3 * by_hand.max(0.1), "eval says {printed}, by hand {by_hand}: {t}");
     // The rows by position, and without --output the CSV on standard output alone.
     let out = kynml(&["predict", "run", "iris.csv"], dir);
     assert!(out.status.success(), "{}", text(&out));

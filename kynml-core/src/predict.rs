@@ -224,8 +224,10 @@ impl Predictor {
     /// Predicts on rows read with [`read_model_rows`](crate::data::read_model_rows)
     /// and scores them against their target column: regression gets mae,
     /// mse, rmse and r2; classes get accuracy and macro precision, recall
-    /// and f1. A label the model has no class for, or a non-numeric
-    /// regression target, is an error naming its row.
+    /// and f1, and the loss of the head's logits as training computes it
+    /// (`cross_entropy` for a softmax head, `bce` for a sigmoid one), to set
+    /// beside a run's `val_loss`. A label the model has no class for, or a
+    /// non-numeric regression target, is an error naming its row.
     pub fn evaluate(&self, data: &ModelRows) -> Result<BTreeMap<String, f64>, EvalError> {
         let Some(targets) = &data.targets else {
             return Err(EvalError::NoTarget(self.model.target.clone()));
@@ -271,8 +273,36 @@ impl Predictor {
                 (Labels::Classes(classes), loss, vec![Metric::Accuracy, Metric::Precision, Metric::Recall, Metric::F1])
             }
         };
-        Ok(compute_metrics(&outputs, &labels, loss, &metrics, names.len()))
+        let mut scores = compute_metrics(&outputs, &labels, loss, &metrics, names.len());
+        if let Labels::Classes(classes) = &labels {
+            let name = if matches!(loss, Loss::Bce) { "bce" } else { "cross_entropy" };
+            scores.insert(name.to_string(), class_loss(&outputs.values, outputs.width, classes));
+        }
+        Ok(scores)
     }
+}
+
+/// The mean loss of class logits, in f64: over `width` logits a row, softmax
+/// cross-entropy (`logsumexp(z) - z[class]`); over one logit, binary
+/// cross-entropy on it (`softplus(z) - class * z`), as training's losses.
+fn class_loss(logits: &[f32], width: usize, classes: &[u32]) -> f64 {
+    let width = width.max(1);
+    let rows = logits.chunks_exact(width).zip(classes);
+    let total: f64 = if width == 1 {
+        rows.map(|(z, &c)| {
+            let z = f64::from(z[0]);
+            z.max(0.0) + (-z.abs()).exp().ln_1p() - f64::from(c) * z
+        })
+        .sum()
+    } else {
+        rows.map(|(z, &c)| {
+            let top = z.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+            let sum: f64 = z.iter().map(|&v| (f64::from(v) - top).exp()).sum();
+            top + sum.ln() - f64::from(z[c as usize])
+        })
+        .sum()
+    };
+    total / classes.len().max(1) as f64
 }
 
 /// What a categorical or text feature holds an index of.
@@ -427,4 +457,27 @@ pub enum EvalError {
         /// The rows given.
         rows: usize,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::class_loss;
+
+    #[test]
+    fn class_loss_is_trainings_cross_entropy_and_bce() {
+        let ln2 = std::f64::consts::LN_2;
+        // Even logits: ln(classes), whatever the class.
+        assert!((class_loss(&[0.0, 0.0, 0.0, 0.0], 2, &[0, 1]) - ln2).abs() < 1e-12);
+        // Softmax cross-entropy, by hand: -ln(e^2 / (e^2 + e^0 + e^-1)) for class 0, -ln(e^-1 / ...) for class 2.
+        let denom = 2f64.exp() + 1.0 + (-1f64).exp();
+        let want = ((denom.ln() - 2.0) + (denom.ln() + 1.0)) / 2.0;
+        assert!((class_loss(&[2.0, 0.0, -1.0, 2.0, 0.0, -1.0], 3, &[0, 2]) - want).abs() < 1e-12);
+        // Large logits stay finite: logsumexp and softplus are taken stably.
+        assert!((class_loss(&[1000.0, 0.0], 2, &[1]) - 1000.0).abs() < 1e-9);
+        assert!((class_loss(&[-1000.0], 1, &[1]) - 1000.0).abs() < 1e-9);
+        // One logit: binary cross-entropy, softplus(z) - y z.
+        assert!((class_loss(&[0.0, 0.0], 1, &[0, 1]) - ln2).abs() < 1e-12);
+        let (z, sp) = (1.5f64, (1.0 + 1.5f64.exp()).ln());
+        assert!((class_loss(&[z as f32, z as f32], 1, &[0, 1]) - (sp + (sp - z)) / 2.0).abs() < 1e-12);
+    }
 }

@@ -13,9 +13,19 @@
 //! uploaded; the native CPU engine computes the same bits on the host
 //! ([`dropout_piece`]). A seed gives the same masks on every backend and
 //! engine, and a checkpoint's stream state resumes them exactly.
+//!
+//! The network takes only additions, products, divisions and remainders
+//! (its round function is the middle bits of the square of a half plus the
+//! round key, and the halves are combined by addition modulo 2^15, not by
+//! exclusive or):
+//! Burn's fusion compiles integer arithmetic, comparisons and `mask_fill`
+//! into one kernel, where each bitwise operation would be a kernel launch
+//! of its own. A mask is then two kernels on a GPU (the index range, and
+//! the network fused with the layer's masking) instead of about forty,
+//! each launched from the host on every step.
 
 use burn::module::{Module, ParamId};
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
 use burn::DispatchDevice;
 use serde_json::{json, Value as Json};
 
@@ -133,28 +143,19 @@ impl Dropout {
         if self.prob == 0.0 {
             return x;
         }
-        let [rows, cols] = x.dims();
-        let key = MaskKey::draw(rng, self.prob);
-        let device = x.device();
-        // Integer and boolean tensors carry no gradient tape: the mask comes
-        // off the tape and is handed to it as a constant. It is made from
-        // `x`'s own device, not the plain one under it, so that it carries
-        // that device's marks (activation checkpointing), which Burn's
-        // dispatch refuses to see differ between the two sides of a product.
-        let mask = key.mask_on(rows * cols, &device).reshape([rows, cols]);
-        let mask = match device {
-            burn::DispatchDevice::Autodiff(_) => Tensor::from_inner(mask),
-            _ => mask,
-        };
-        x * mask
+        // The mask is made from `x`'s own device, not the plain one under
+        // it, so that it carries that device's marks (activation
+        // checkpointing), which Burn's dispatch refuses to see differ
+        // between the two sides of an operation. Boolean tensors carry no
+        // gradient tape: `mask_fill` takes the drops as a constant.
+        MaskKey::draw(rng, self.prob).apply_to(x)
     }
 }
 
 /// Rounds of the Feistel network.
 const ROUNDS: usize = 6;
-/// The round function's multiplier: odd, below 2^16, so that a 15-bit value
-/// times it stays below 2^31 (exact in `i32`).
-const MUL: u32 = 0xB5AD;
+/// 2^15: one past the largest half.
+const SPAN: u32 = HALF + 1;
 /// A 15-bit half of the 30-bit index.
 const HALF: u32 = 0x7fff;
 
@@ -185,8 +186,12 @@ impl MaskKey {
     pub fn bits(&self, i: u32) -> u32 {
         let (mut l, mut r) = ((i >> 15) & HALF, i & HALF);
         for k in self.rounds {
-            let f = (((r ^ k) * MUL) >> 8) & HALF;
-            (l, r) = (r, l ^ f);
+            // The middle bits of a square: a product by a constant instead
+            // would leave the network nearly linear, and neighbouring values
+            // would drop together far more often than p^2.
+            let t = (r + k) & HALF;
+            let f = ((t * t) >> 7) & HALF;
+            (l, r) = (r, (l + f) & HALF);
         }
         (l << 15) | r
     }
@@ -201,25 +206,71 @@ impl MaskKey {
         }
     }
 
-    /// The first `n` values of the mask, computed on `device` from the key
-    /// alone, exactly as [`MaskKey::bits`] computes them.
-    pub fn mask_on(&self, n: usize, device: &burn::DispatchDevice) -> Tensor<Kb, 1> {
-        let half = HALF as i32;
-        let i = Tensor::<Kb, 1, Int>::arange(0..n as i64, device);
-        let mut l = i.clone().bitwise_right_shift_scalar(15).bitwise_and_scalar(half);
-        let mut r = i.bitwise_and_scalar(half);
+    /// Which of the first `n` values the mask drops, computed on `device`
+    /// from the key alone, exactly as [`MaskKey::bits`] computes them, in
+    /// integer arithmetic that Burn's fusion compiles into one kernel: on
+    /// values below 2^31, `>> s` is a division by 2^s and `& HALF` the
+    /// remainder by 2^15.
+    pub fn drops_on(&self, n: usize, device: &burn::DispatchDevice) -> Tensor<Kb, 1, Bool> {
+        let span = SPAN as i32;
+        let i = indices(n, device);
+        let mut l = i.clone().div_scalar(span);
+        let mut r = i.remainder_scalar(span);
         for k in self.rounds {
-            let f = r
-                .clone()
-                .bitwise_xor_scalar(k as i32)
-                .mul_scalar(MUL as i32)
-                .bitwise_right_shift_scalar(8)
-                .bitwise_and_scalar(half);
-            (l, r) = (r, l.bitwise_xor(f));
+            let t = r.clone().add_scalar(k as i32).remainder_scalar(span);
+            let f = t.clone().mul(t).div_scalar(1 << 7).remainder_scalar(span);
+            (l, r) = (r, (l + f).remainder_scalar(span));
         }
-        let bits = l.bitwise_left_shift_scalar(15).bitwise_or(r);
-        bits.greater_equal_elem(self.threshold as i32).float().mul_scalar(f32::from_bits(self.scale))
+        (l.mul_scalar(span) + r).lower_elem(self.threshold as i32)
     }
+
+    /// `x` with the mask of this key applied, on `x`'s device: dropped
+    /// values zeroed, the others times the survivors' scale (the host's
+    /// `x * mask`, to the bit).
+    pub fn apply_to<const D: usize>(&self, x: Tensor<Kb, D>) -> Tensor<Kb, D> {
+        let shape = x.shape();
+        let drops = self.drops_on(shape.num_elements(), &x.device()).reshape(shape);
+        x.mask_fill(drops, 0.0).mul_scalar(f32::from_bits(self.scale))
+    }
+
+    /// The first `n` values of the mask, computed on `device` (a check of
+    /// [`drops_on`](Self::drops_on) against the host's).
+    pub fn mask_on(&self, n: usize, device: &burn::DispatchDevice) -> Tensor<Kb, 1> {
+        self.apply_to(Tensor::<Kb, 1>::ones([n], device))
+    }
+}
+
+/// How many index ranges [`indices`] keeps per thread.
+const KEPT_RANGES: usize = 16;
+
+thread_local! {
+    /// The index ranges the masks of this thread's training were computed on.
+    static RANGES: std::cell::RefCell<Vec<(burn::DispatchDevice, Tensor<Kb, 1, Int>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `0..n` on `device`, made once and kept: a fresh range is uploaded from
+/// the host, and Burn's fusion then runs the operations that read it
+/// unfused, each its own kernel, as one block with the upload; a range
+/// already on the device starts no such block. A step's masks take a few
+/// sizes (one a dropout layer and batch size), the last
+/// [`KEPT_RANGES`] of which are kept.
+fn indices(n: usize, device: &burn::DispatchDevice) -> Tensor<Kb, 1, Int> {
+    RANGES.with(|ranges| {
+        let mut ranges = ranges.borrow_mut();
+        if let Some(at) = ranges.iter().position(|(d, t)| d == device && t.dims()[0] == n) {
+            let kept = ranges.remove(at);
+            let range = kept.1.clone();
+            ranges.push(kept);
+            return range;
+        }
+        let range = Tensor::<Kb, 1, Int>::arange(0..n as i64, device);
+        if ranges.len() == KEPT_RANGES {
+            ranges.remove(0);
+        }
+        ranges.push((device.clone(), range.clone()));
+        range
+    })
 }
 
 /// `n` values of a mask with drop probability `p`, from one draw of `rng`,
@@ -343,7 +394,9 @@ mod tests {
             let both = |x: &[f32], y: &[f32]| {
                 x.iter().zip(y).filter(|(u, v)| **u == 0.0 && **v == 0.0).count() as f64 / x.len() as f64
             };
-            assert!((both(&a[..n - 1], &a[1..]) - p * p).abs() < tol, "p {p}: neighbours");
+            for lag in [1, 2, 3, 64, 512, 1 << 15] {
+                assert!((both(&a[..n - lag], &a[lag..]) - p * p).abs() < tol, "p {p}: neighbours {lag} apart");
+            }
             assert!((both(&a, &b) - p * p).abs() < tol, "p {p}: consecutive masks");
             // Dropped values spread over the whole mask: each sixteenth holds a sixteenth.
             for part in a.chunks(n / 16) {

@@ -817,12 +817,21 @@ struct Cell<'a> {
 }
 
 /// For a word where a number should be, the spec line that reads the
-/// column as categories; empty for a cell that looks like a mistyped number.
+/// column as categories; for an empty cell or a missing-value marker
+/// (`NA`, `null`), that none is filled in; empty for a cell that looks like
+/// a mistyped number.
 fn category_hint(column: &str, text: &str) -> String {
+    let lower = text.trim().to_ascii_lowercase();
+    if lower.is_empty() || ["na", "n/a", "null", "none", "missing", "nil", "?"].contains(&lower.as_str()) {
+        return "; a missing value, which KynML does not fill in: fill or drop such rows before training".into();
+    }
     let word = text.chars().next().is_some_and(char::is_alphabetic)
-        && !["nan", "inf", "infinity"].contains(&text.to_ascii_lowercase().trim_start_matches(['+', '-']));
+        && !["nan", "inf", "infinity"].contains(&lower.trim_start_matches(['+', '-']));
     if word {
-        format!("; if `{column}` holds categories, declare it in the dataset block: `categorical = [\"{column}\"]`")
+        format!(
+            "; if `{column}` holds categories, name it in the dataset block's categorical list: \
+             `categorical = [\"{column}\"]`, or beside the names already there"
+        )
     } else {
         String::new()
     }
@@ -1106,8 +1115,8 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "{}:3: column 3 (`age`) is not a number: found \"abc\"; if `age` holds categories, declare it in the \
-                 dataset block: `categorical = [\"age\"]`",
+                "{}:3: column 3 (`age`) is not a number: found \"abc\"; if `age` holds categories, name it in the \
+                 dataset block's categorical list: `categorical = [\"age\"]`, or beside the names already there",
                 path.display()
             )
         );
@@ -1116,8 +1125,17 @@ mod tests {
     #[test]
     fn empty_cells_and_non_numeric_regression_targets_are_not_numbers() {
         let err = read(b"a,y\n1,2\n,3\n", &regression("y")).unwrap_err();
+        assert!(
+            err.to_string().ends_with(
+                "found \"\"; a missing value, which KynML does not fill in: fill or drop such rows before training"
+            ),
+            "{err}"
+        );
         let DataError::NotNumeric { row, column, value, .. } = err else { panic!("{err:?}") };
         assert_eq!((row, column, value.as_str()), (3, 1, ""));
+        // A missing-value marker is said to be one, not a category.
+        let err = read(b"a,y\n1,2\nNA,3\n", &regression("y")).unwrap_err().to_string();
+        assert!(err.contains("found \"NA\"; a missing value") && !err.contains("categorical"), "{err}");
 
         let err = read(b"a,y\n1,2\n2,setosa\n", &regression("y")).unwrap_err();
         let DataError::NotNumeric { row, column, column_name, .. } = err else { panic!("{err:?}") };

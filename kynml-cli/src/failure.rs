@@ -1,6 +1,6 @@
 //! How a command fails: a message for a person and an exit code.
 //! 2 means the input was wrong (spec, data, arguments, an unavailable
-//! device); 1 means the run itself failed; 130 means Ctrl-C stopped it.
+//! device); 1 means the run itself failed; 130 means Ctrl-C stopped it, 143 SIGTERM.
 
 use kynml_core::plan::LoadError;
 use kynml_core::spec;
@@ -20,9 +20,10 @@ impl Failure {
         Failure { message: message.into(), code: 1 }
     }
 
-    /// Stopped by Ctrl-C: 128 + SIGINT, as shells report it.
-    pub fn interrupted(message: impl Into<String>) -> Self {
-        Failure { message: message.into(), code: 130 }
+    /// Stopped by a signal: `code` is 128 and its number, as shells report
+    /// it (130 for Ctrl-C).
+    pub fn interrupted(code: i32, message: impl Into<String>) -> Self {
+        Failure { message: message.into(), code: u8::try_from(code).unwrap_or(130) }
     }
 }
 

@@ -2,7 +2,7 @@
 //! what will run, train with progress, write the run folder.
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -36,9 +36,32 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     file.spec.train.profile.value |= args.profile;
     let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
+    if let Some(out) = &args.out {
+        check_outside_run_folder(&file, out)?;
+    }
     let data = crate::reading::load_data(&mut file)?;
     fit_loader(&mut file, &data);
     let (resume, checkpoint_lock) = resume_plan(&file, &data, args.fresh)?;
+    if let Some((_, state)) = &resume {
+        let epochs = file.spec.train.epochs.value;
+        if let (Some(partial), false) = (&state.partial, state.stopped_early) {
+            if epochs <= state.epoch {
+                // Its weights have taken steps of the next epoch: they are
+                // no longer the model of the epochs it counts as done.
+                return Err(Failure::input(format!(
+                    "error: {} was written partway through epoch {} ({} epochs done, then {} steps of the next): \
+                     its weights are not the model after {epochs} epoch{}\n  \
+                     epochs = {} or more goes on from it (--epochs); --fresh starts over",
+                    file.checkpoint_path().unwrap_or_default().display(),
+                    state.epoch + 1,
+                    state.epoch,
+                    partial.steps,
+                    if epochs == 1 { "" } else { "s" },
+                    state.epoch + 1,
+                )));
+            }
+        }
+    }
     check_export_target(&file)?;
 
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
@@ -195,36 +218,39 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 Some(Err(e)) => format!("\n  the profile of the steps so far could not be written: {e:#}"),
                 None => String::new(),
             };
-            Failure::interrupted(match checkpoint {
-                Some(path) => format!(
-                    "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  \
-                     to continue from there: {}\n  (--fresh starts over){kept}",
-                    path.display(),
-                    continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
-                ),
-                None => match file.checkpoint_path() {
-                    // The spec checkpoints, but this point's checkpoint failed (said above).
+            Failure::interrupted(
+                ctrl_c::status(),
+                match checkpoint {
                     Some(path) => format!(
-                        "interrupted at epoch {epoch}, step {step}; the checkpoint of this point could not be \
+                        "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  \
+                     to continue from there: {}\n  (--fresh starts over){kept}",
+                        path.display(),
+                        continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
+                    ),
+                    None => match file.checkpoint_path() {
+                        // The spec checkpoints, but this point's checkpoint failed (said above).
+                        Some(path) => format!(
+                            "interrupted at epoch {epoch}, step {step}; the checkpoint of this point could not be \
                          written (see above){}{kept}",
-                        if path.is_file() {
-                            format!(
-                                "; {} holds the last one that was\n  to continue from it: {}",
-                                path.display(),
-                                continue_command(
-                                    std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
-                                ),
-                            )
-                        } else {
-                            String::new()
-                        }
-                    ),
-                    None => format!(
-                        "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not \
+                            if path.is_file() {
+                                format!(
+                                    "; {} holds the last one that was\n  to continue from it: {}",
+                                    path.display(),
+                                    continue_command(
+                                        std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
+                                    ),
+                                )
+                            } else {
+                                String::new()
+                            }
+                        ),
+                        None => format!(
+                            "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not \
                          checkpoint (add `checkpoint = checkpoint(every_n=1, path=\"...\")` to train:){kept}"
-                    ),
+                        ),
+                    },
                 },
-            })
+            )
         }
         other => Failure::run(format!("error: {other}")),
     })?;
@@ -518,6 +544,60 @@ pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: checkpoint::Che
     }
 }
 
+/// That the spec's checkpoint and export paths lie outside the run folder
+/// given with `--out`: it must start empty and then holds the run's own
+/// files, which an export there could replace (`metrics.json` as an
+/// export's sidecar), and a checkpoint there would outlive it (the next
+/// part of the run goes to another folder).
+fn check_outside_run_folder(file: &SpecFile, out: &Path) -> Result<(), Failure> {
+    let folder = lexical_absolute(out);
+    let mut problems = Vec::new();
+    let mut inside = |path: &Path, span, what: &str, other: &str| {
+        if lexical_absolute(path).starts_with(&folder) {
+            let message = format!("the {what} {} is inside the run folder {}", path.display(), out.display());
+            problems.push(kynml_core::spec::Diagnostic::new(span, message, format!("the {what}")).with_help(format!(
+                "a run folder holds only the run's own files (the model among them: model.safetensors, model.json \
+                 and model.mpk); {other}"
+            )));
+        }
+    };
+    if let (Some(c), Some(path)) = (&file.spec.train.checkpoint, file.checkpoint_path()) {
+        inside(&path, c.span, "checkpoint path", "choose a checkpoint path outside it, or another --out");
+    }
+    if let Some(e) = &file.spec.export {
+        let other = "choose an export path outside it, or write the export from the run folder afterwards: \
+                     `kynml export RUN --format FORMAT --path PATH`";
+        inside(&file.resolve(&e.path.value), e.path.span, "export path", other);
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let summary = "the spec writes into the run folder; nothing was trained or written";
+    Err(Failure::input(kynml_core::spec::render_with(
+        &file.path.display().to_string(),
+        &file.source,
+        &problems,
+        summary,
+    )))
+}
+
+/// `path` made absolute against the working folder, with `.` and `..`
+/// taken away by its components alone (the folder may not exist yet).
+fn lexical_absolute(path: &Path) -> PathBuf {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// That the spec's `export:` path holds nothing but an earlier export of its format.
 pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
     if let Some(e) = &file.spec.export {
@@ -719,31 +799,51 @@ fn epoch_line(r: &EpochRecord) -> String {
 /// Ctrl-C while training: the first stops after the step in progress (with a
 /// checkpoint when the spec checkpoints), the second quits at once.
 mod ctrl_c {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
     use std::sync::{Arc, OnceLock};
 
     static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    /// The first signal that asked the run to stop.
+    static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-    /// Installs the handler and returns the flag it sets.
+    /// Installs the handler of Ctrl-C (SIGINT) and of SIGTERM (how a
+    /// cluster's scheduler or `kill` ends a job, with a grace period before
+    /// SIGKILL) and returns the flag they set.
     pub fn flag() -> Arc<AtomicBool> {
         let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
         // SAFETY: the handler only reads an initialised OnceLock (an atomic
-        // load), touches an atomic and calls write(2) and _exit(2), which are
+        // load), touches atomics and calls write(2) and _exit(2), which are
         // async-signal-safe.
         unsafe {
-            libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+            libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+            libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         }
         flag
     }
 
-    extern "C" fn on_sigint(_: libc::c_int) {
+    /// The exit status of a run a signal stopped: 128 and the signal's
+    /// number, as shells report it (130 for Ctrl-C, 143 for SIGTERM).
+    pub fn status() -> i32 {
+        128 + match SIGNAL.load(Ordering::SeqCst) {
+            0 => libc::SIGINT,
+            signal => signal,
+        }
+    }
+
+    extern "C" fn on_signal(signal: libc::c_int) {
         let Some(stop) = STOP.get() else { return };
+        let _ = SIGNAL.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
         if stop.swap(true, Ordering::SeqCst) {
             // The checkpoint file is only ever replaced by a rename, so
             // quitting mid-write leaves the previous one whole.
-            unsafe { libc::_exit(130) };
+            unsafe { libc::_exit(128 + signal) };
         }
-        let message = b"\nstopping after this step; Ctrl-C again quits at once\n";
+        let message: &[u8] = if signal == libc::SIGTERM {
+            b"\nterminated (SIGTERM): stopping after this step, with a checkpoint where the spec checkpoints; \
+              a second signal quits at once\n"
+        } else {
+            b"\nstopping after this step; Ctrl-C again quits at once\n"
+        };
         unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
     }
 }

@@ -926,8 +926,45 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     assert!(t.contains("found \"1e300\", which is too large for a 32-bit float"), "{t}");
 }
 
+/// A run folder starts empty and holds the run's own files: an export
+/// written into it could replace one (an export named `metrics` would have
+/// its sidecar overwritten by the run's `metrics.json`), and a checkpoint's
+/// lock there made the folder "not empty" before it was created. Both are
+/// refused before anything is read or written, located at the path.
 #[test]
-fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once() {
+fn a_checkpoint_or_export_inside_the_run_folder_is_refused_before_anything() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let base = std::fs::read_to_string(dir.join("iris.kyn")).unwrap();
+    let export = base.clone() + "\nexport:\n    format = safetensors\n    path = \"out/metrics.safetensors\"\n";
+    std::fs::write(dir.join("e.kyn"), export).unwrap();
+    let out = kynml(&["train", "e.kyn", "--out", "out", "--epochs", "1"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("e.kyn:") && t.contains("the export path out/metrics.safetensors is inside the run folder out"),
+        "{t}"
+    );
+    assert!(t.contains("kynml export RUN"), "{t}");
+    assert!(!dir.join("out").exists(), "{t}");
+    // Through `..` and `./` alike; elsewhere the same export trains.
+    let out = kynml(&["train", "e.kyn", "--out", "./sub/../out/", "--epochs", "1"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = kynml(&["train", "e.kyn", "--out", "elsewhere", "--epochs", "1"], dir);
+    assert!(out.status.success() && dir.join("out/metrics.json").is_file(), "{}", text(&out));
+
+    let ckpt =
+        base.replace("    seed = 7", "    seed = 7\n    checkpoint = checkpoint(every_n=1, path=\"results/ckpt.pt\")");
+    std::fs::write(dir.join("c.kyn"), ckpt).unwrap();
+    let out = kynml(&["train", "c.kyn", "--out", "results", "--epochs", "1"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("the checkpoint path results/ckpt.pt is inside the run folder results"), "{t}");
+    assert!(!dir.join("results").exists(), "nothing written, no lock left: {t}");
+}
+
+#[test]
+fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     use std::time::Duration;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -938,7 +975,7 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     checkpointing_spec(dir, "spec.kyn", "run.ckpt", 24);
     // The signal goes in once the run has reported its second epoch, so
     // that it lands in mid-training however fast the machine trains.
-    let interrupt = |signals: usize, out: &str, more: &[&str]| {
+    let interrupt = |signal: &str, signals: usize, out: &str, more: &[&str]| {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
             .args(["train", "spec.kyn", "--out", out])
@@ -959,7 +996,7 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
             }
         }
         for _ in 0..signals {
-            Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+            Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
             std::thread::sleep(Duration::from_millis(2));
         }
         for line in lines {
@@ -972,7 +1009,7 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     };
 
     // Profiled (which changes no weight): the steps profiled so far are kept.
-    let out = interrupt(1, "first", &["--profile"]);
+    let out = interrupt("-INT", 1, "first", &["--profile"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(130), "{t}");
     assert!(t.contains("stopping after this step") && t.contains("checkpoint written to run.ckpt"), "{t}");
@@ -986,6 +1023,16 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     // report says what an unfinished run folder is.
     let t = text(&kynml(&["report", "first"], dir));
     assert!(t.contains("`first` did not finish (interrupted, failed or still running)"), "{t}");
+    // Its weights have taken steps past the epochs it counts as done: they
+    // cannot end a run of that many epochs, which is refused with nothing written.
+    let t = text(&out);
+    let at: usize = t.split("interrupted at epoch ").nth(1).and_then(|r| r.split(',').next()?.parse().ok()).unwrap();
+    let epochs_done = at - 1;
+    let out = kynml(&["train", "spec.kyn", "--out", "fewer", "--epochs", &epochs_done.to_string()], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("was written partway through epoch") && t.contains("--fresh starts over"), "{t}");
+    assert!(!dir.join("fewer").exists(), "{t}");
     let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
     assert!(text(&out).contains(" goes on after "), "where the interrupted epoch goes on: {}", text(&out));
@@ -998,9 +1045,17 @@ fn ctrl_c_checkpoints_says_how_to_resume_and_exits_130_and_twice_quits_at_once()
     assert!(keys.len() > 2 && keys.windows(2).all(|w| w[0] == w[1]), "{jsonl}");
     assert!(std::fs::read(dir.join("run.ckpt")).unwrap() == reference, "the resumed run ends elsewhere");
 
+    // SIGTERM, as a cluster's scheduler stops a job: the same, with its own status.
+    std::fs::remove_file(dir.join("run.ckpt")).unwrap();
+    let out = interrupt("-TERM", 1, "term", &[]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(143), "{t}");
+    assert!(t.contains("terminated (SIGTERM): stopping after this step"), "{t}");
+    assert!(t.contains("checkpoint written to run.ckpt") && t.contains(" train spec.kyn --out term-2\n"), "{t}");
+
     // Twice: out at once, and whatever is at the path is whole.
     std::fs::remove_file(dir.join("run.ckpt")).unwrap();
-    let out = interrupt(2, "twice", &[]);
+    let out = interrupt("-INT", 2, "twice", &[]);
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
 }

@@ -926,6 +926,32 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     assert!(t.contains("found \"1e300\", which is too large for a 32-bit float"), "{t}");
 }
 
+/// A column that varies by less than a few 32-bit float steps at its size
+/// (1e6 + 0.05 noise) keeps that spread in `normalize` (it was taken for a
+/// constant and divided by 1) and is named in a note.
+#[test]
+fn a_column_too_fine_for_32_bit_floats_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut csv = String::from("a,b,y\n");
+    for i in 0..400 {
+        let a = ((i * 37) % 11) as f64 * 0.01;
+        csv += &format!("{:.6},{},{}\n", 1e6 + a, i % 5, a * 60.0 + (i % 5) as f64);
+    }
+    std::fs::write(tmp.path().join("d.csv"), csv).unwrap();
+    let spec = "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\n    normalize = true\nmodel M:\n    \
+                input 2\n    dense 8 relu\n    dense 1 linear\ntrain:\n    loss = mse\n    epochs = 1\n";
+    std::fs::write(tmp.path().join("s.kyn"), spec).unwrap();
+    let out = kynml(&["train", "s.kyn", "--out", "r"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("note: `a` varies by about") && t.contains("subtract an offset"), "{t}");
+    assert!(!t.contains("note: `b`"), "{t}");
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("r/data.json")).unwrap()).unwrap();
+    let std = data["normalizer"]["std"][0].as_f64().unwrap();
+    assert!(std > 0.01 && std < 0.1, "the spread of `a` is kept: {data}");
+}
+
 /// A run folder starts empty and holds the run's own files: an export
 /// written into it could replace one (an export named `metrics` would have
 /// its sidecar overwritten by the run's `metrics.json`), and a checkpoint's

@@ -56,20 +56,38 @@ impl Normalizer {
                 *s += d * d;
             }
         }
+        // A column is constant when all its values are one: its f64 mean
+        // can still differ from that value by a rounding error, and so give
+        // it a spread of about 1e-17 of its size. Any other column keeps its
+        // spread, however small beside its size (numpy's `std()` on the same
+        // values; see [`coarse_columns`](Self::coarse_columns)).
+        let first = &features[..n_features];
+        let constant: Vec<bool> =
+            (0..n_features).map(|c| features.iter().skip(c).step_by(n_features).all(|&x| x == first[c])).collect();
         let std = squares
             .iter()
-            .zip(&mean)
-            .map(|(s, m)| {
-                let std = (s / n_rows as f64).sqrt();
-                // Below f32 resolution the spread is rounding noise, not data.
-                if std <= m.abs() * f64::from(f32::EPSILON) || std == 0.0 {
+            .zip(&constant)
+            .map(|(s, &constant)| {
+                let std = (s / n_rows as f64).sqrt() as f32;
+                if constant || std == 0.0 {
                     1.0
                 } else {
-                    std as f32
+                    std
                 }
             })
             .collect();
         Normalizer { mean: mean.iter().map(|&m| m as f32).collect(), std }
+    }
+
+    /// The columns whose spread is within eight steps of a 32-bit float at
+    /// their size (values around 1e6 varying by 0.05, where the floats step
+    /// by 0.0625): read as 32-bit floats, as training reads every number,
+    /// they keep little of their variation. Subtracting an offset in the
+    /// data keeps it.
+    pub fn coarse_columns(&self) -> Vec<usize> {
+        let step =
+            |m: f32| if m == 0.0 || !m.is_finite() { 0.0 } else { f32::from_bits(m.abs().to_bits() + 1) - m.abs() };
+        (0..self.mean.len()).filter(|&c| self.std[c] != 1.0 && self.std[c] < 8.0 * step(self.mean[c])).collect()
     }
 
     /// Fits on a sequence model's `features`: rows of `length` positions
@@ -164,6 +182,24 @@ mod tests {
         // 0.1 is not exact in binary; the f64 sums must still see no spread.
         let x = vec![0.1f32; 999];
         assert_eq!(Normalizer::fit(&x, 1).std, vec![1.0]);
+        assert!(Normalizer::fit(&x, 1).coarse_columns().is_empty());
+    }
+
+    /// A large offset with a small spread (timestamps, identifiers): the
+    /// spread is kept as numpy computes it on the same values, not taken
+    /// for a constant, and the column is named as coarse.
+    #[test]
+    fn a_small_spread_on_a_large_offset_is_kept_and_named_coarse() {
+        let x: Vec<f32> = (0..1000).flat_map(|i| [1e6 + (i % 3) as f32 * 0.0625, i as f32]).collect();
+        let n = Normalizer::fit(&x, 2);
+        let column: Vec<f64> = x.iter().step_by(2).map(|&v| f64::from(v)).collect();
+        let mean = column.iter().sum::<f64>() / 1000.0;
+        let numpy = (column.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 1000.0).sqrt();
+        assert!((f64::from(n.std[0]) - numpy).abs() < 1e-6 * numpy, "{} against {numpy}", n.std[0]);
+        assert_eq!(n.coarse_columns(), [0]);
+        // A large constant is constant, not coarse.
+        let n = Normalizer::fit(&[3e9, 1.0, 3e9, 2.0], 2);
+        assert_eq!((n.std[0], n.coarse_columns()), (1.0, vec![]));
     }
 
     #[test]

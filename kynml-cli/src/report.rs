@@ -13,22 +13,34 @@ use crate::render;
 pub fn run(args: ReportArgs) -> Result<(), Failure> {
     let names = run_names(&args.runs);
     // Everything is read before anything is printed: a damaged file is an
-    // error, not half a report.
+    // error, not half a report. A run folder whose run did not finish (a
+    // glob such as `runs/iris-*` catches the interrupted and failed ones
+    // too) is left out with a note, unless nothing else is left.
     let mut rows = Vec::new();
+    let mut finished = Vec::new();
+    let mut unfinished = Vec::new();
     let mut problems = Vec::new();
     for (dir, name) in args.runs.iter().zip(&names) {
         match read_run(dir, name) {
-            Ok(row) => rows.push(row),
-            Err(message) => problems.push(message),
+            Ok(row) => {
+                rows.push(row);
+                finished.push((dir, name));
+            }
+            Err(Unread::Unfinished(message)) => unfinished.push(message),
+            Err(Unread::Problem(message)) => problems.push(message),
         }
     }
-    if !problems.is_empty() {
+    if !problems.is_empty() || rows.is_empty() {
+        problems.extend(unfinished.iter().map(|m| format!("error: {m}")));
         return Err(Failure::input(problems.join("\n")));
+    }
+    for message in &unfinished {
+        eprintln!("note: {message}; left out of the report");
     }
     let mut costs = Vec::new();
     let mut phases = Vec::new();
     let mut verdicts = Vec::new();
-    for (dir, name) in args.runs.iter().zip(&names) {
+    for (dir, name) in finished {
         costs.push(cost_row(name, &dir.join("metrics.jsonl")).map_err(Failure::input)?);
         match read_profile(&dir.join("profile.json")).map_err(Failure::input)? {
             Some((row, verdict)) => {
@@ -132,22 +144,45 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
     Ok(Some((row, verdict)))
 }
 
-fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, String> {
+/// Why a run folder gives no row.
+enum Unread {
+    /// A run folder whose run did not end (it has the spec a run writes
+    /// first, and not the metrics it writes last).
+    Unfinished(String),
+    /// Anything else: an error.
+    Problem(String),
+}
+
+impl From<String> for Unread {
+    fn from(message: String) -> Self {
+        Unread::Problem(message)
+    }
+}
+
+fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
     if !dir.is_dir() {
         let what = if dir.exists() { "is not a folder" } else { "does not exist" };
-        return Err(format!("error: `{}` {what}: report takes run folders (runs/NAME-...)", dir.display()));
+        return Err(format!("error: `{}` {what}: report takes run folders (runs/NAME-...)", dir.display()).into());
     }
     let path = dir.join("metrics.json");
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound && dir.join("metrics.jsonl").is_file() {
-            format!(
-                "error: `{}` did not finish (interrupted, failed or still running): it has no metrics.json, which a \
-                 run writes at its end; its epochs so far are in {}",
+        let lines = dir.join("metrics.jsonl");
+        if e.kind() == std::io::ErrorKind::NotFound && (lines.is_file() || dir.join("spec.kyn").is_file()) {
+            let so_far = match lines.is_file() {
+                true => format!("; its epochs so far are in {}", lines.display()),
+                false => "; it ended no epoch".to_string(),
+            };
+            Unread::Unfinished(format!(
+                "`{}` did not finish (interrupted, failed or still running): it has no metrics.json, which a run \
+                 writes at its end{so_far}",
                 dir.display(),
-                dir.join("metrics.jsonl").display()
-            )
+            ))
         } else {
-            format!("error: `{}` is not a finished run folder: cannot read {}: {e}", dir.display(), path.display())
+            Unread::Problem(format!(
+                "error: `{}` is not a finished run folder: cannot read {}: {e}",
+                dir.display(),
+                path.display()
+            ))
         }
     })?;
     let m: Value = serde_json::from_str(&text).map_err(|e| bad_json(&path, None, &e))?;

@@ -1061,6 +1061,12 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     assert!(!dir.join("fewer").exists(), "{t}");
     let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
+    // Beside a finished run (a glob catches both), the unfinished one is
+    // left out with a note, not the whole report refused.
+    let report = kynml(&["report", "first", "first-2"], dir);
+    let (stdout, t) = (String::from_utf8_lossy(&report.stdout).into_owned(), text(&report));
+    assert!(report.status.success() && stdout.contains("first-2") && !stdout.contains("first "), "{t}");
+    assert!(t.contains("note: `first` did not finish") && t.contains("left out of the report"), "{t}");
     assert!(text(&out).contains(" goes on after "), "where the interrupted epoch goes on: {}", text(&out));
     // Epochs read back from the checkpoint and epochs trained now: one set of keys.
     let jsonl = std::fs::read_to_string(dir.join("first-2/metrics.jsonl")).unwrap();

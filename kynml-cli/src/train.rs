@@ -68,8 +68,22 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     if let Some((_, state)) = &resume {
         let path = file.checkpoint_path().unwrap_or_default();
         let epochs = file.spec.train.epochs.value;
-        let left = if state.stopped_early { 0 } else { epochs.saturating_sub(state.epoch) };
-        if state.epoch > epochs && !state.stopped_early {
+        // A run that stopped early goes on where the spec's early stopping
+        // now lets it (as the trainer decides it).
+        let patience = file.spec.train.early_stop.as_ref().map(|e| e.value.patience);
+        let still_stopped = state.stopped_early
+            && matches!((patience, &state.early_stop), (Some(p), Some(saved)) if saved.bad_epochs >= p);
+        let left = if still_stopped { 0 } else { epochs.saturating_sub(state.epoch) };
+        if still_stopped {
+            println!(
+                "resume: from {} (stopped early after {} epochs, {} without improving; nothing to train: its best \
+                 model is written to the run folder; a larger `patience`, or no `early_stop`, goes on from it; \
+                 --fresh starts over)",
+                path.display(),
+                state.epoch,
+                state.early_stop.as_ref().map_or(0, |s| s.bad_epochs),
+            );
+        } else if state.epoch > epochs {
             println!(
                 "resume: from {} ({} epochs done, more than the {epochs} asked: nothing to train; its model is \
                  written to the run folder; raise `epochs` to go on, --fresh starts over)",
@@ -86,7 +100,11 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 "resume: from {} ({} of {epochs} epochs done{}{inside}; {left} to go; --fresh starts over)",
                 path.display(),
                 state.epoch,
-                if state.stopped_early { ", stopped early" } else { "" },
+                if state.stopped_early {
+                    ", stopped early, which the spec's early stopping now lets go on"
+                } else {
+                    ""
+                },
             );
         }
     }

@@ -335,6 +335,55 @@ fn run_to_on(
     train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap()
 }
 
+/// A run that stopped early goes on when resumed under early stopping that
+/// now lets it (its patience raised, or early stopping removed), and stays
+/// stopped under the same; early stopping added on resume counts the
+/// resumed weights as its best so far, not only the epochs after them.
+#[test]
+fn early_stopping_changed_on_resume_is_applied_to_the_run_so_far() {
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "r.ckpt", false);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let with =
+        |rule: &str| std::fs::write(&path, text.replace(" early_stop = early_stop(patience=100)\n", rule)).unwrap();
+    // min_delta so large that no epoch after the first improves: it stops at epoch 3.
+    with(" early_stop = early_stop(patience=2, min_delta=1000)\n");
+    let first = run_to(&path, 12, false);
+    assert!(first.stopped_early && first.history.len() == 3, "seed {seed}: {} epochs", first.history.len());
+    // The same rule: nothing more.
+    let again = run_to(&path, 12, true);
+    assert_eq!(again.history.len(), 3, "seed {seed}");
+    // A larger patience: it goes on until that is used up too.
+    with(" early_stop = early_stop(patience=4, min_delta=1000)\n");
+    let longer = run_to(&path, 12, true);
+    assert_eq!((longer.history.len(), longer.stopped_early), (5, true), "seed {seed}");
+    // No early stopping: on to the epochs asked.
+    with("");
+    let on = run_to(&path, 7, true);
+    assert_eq!((on.history.len(), on.stopped_early), (7, false), "seed {seed}");
+
+    // Early stopping added on resume, with a rate that makes training worse:
+    // the resumed weights stay the best, not the first epoch after them.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "r.ckpt", false);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace(" early_stop = early_stop(patience=100)\n", "")).unwrap();
+    let before = run_to(&path, 4, false);
+    let resumed_loss = before.history.last().unwrap().val_loss;
+    let worse = text.replace("adamw(lr=0.01)", "adamw(lr=5.0)").replace("patience=100", "patience=2");
+    std::fs::write(&path, worse).unwrap();
+    let after = run_to(&path, 8, true);
+    let later = &after.history[4..];
+    assert!(later.iter().all(|e| !(e.val_loss < resumed_loss)), "seed {seed}: the large rate improved: {later:?}");
+    assert_eq!(after.best_epoch, Some(4), "seed {seed}: {:?}", after.history);
+    let kept = after.final_metrics["val_loss"];
+    assert!(
+        (kept - resumed_loss).abs() <= 1e-6 * resumed_loss.abs(),
+        "seed {seed}: kept {kept}, resumed {resumed_loss}"
+    );
+}
+
 #[test]
 fn a_checkpoint_resumes_on_the_other_engine() {
     use kynml_core::train::EngineChoice::{Auto as Native, Burn};

@@ -22,6 +22,12 @@ pub trait EarlyStopping: std::fmt::Debug + Send {
     fn restore(&mut self, saved: &StopState);
     /// A copy, progress included.
     fn boxed(&self) -> Box<dyn EarlyStopping>;
+    /// Whether its progress has already used up its patience: a run that
+    /// stopped early and is resumed under it stops again at once. By
+    /// default true: such a run stays stopped.
+    fn exhausted(&self) -> bool {
+        true
+    }
 }
 
 impl Clone for Box<dyn EarlyStopping> {
@@ -124,6 +130,10 @@ impl EarlyStopping for EarlyStopper {
     /// Its own patience and threshold stay.
     fn restore(&mut self, saved: &StopState) {
         (self.best, self.best_epoch, self.bad_epochs) = (saved.best, saved.best_epoch, saved.bad_epochs);
+    }
+
+    fn exhausted(&self) -> bool {
+        self.bad_epochs >= self.patience
     }
 
     fn boxed(&self) -> Box<dyn EarlyStopping> {

@@ -27,6 +27,7 @@ use crate::train::optimizer::AnyOptimizer;
 use crate::train::parallel::ParallelEngine;
 use crate::train::precision::{self, PrecisionPlan};
 use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
+use crate::train::resume::StopState;
 use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError};
 use crate::train::schedule::lr_at;
 use crate::train::strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
@@ -298,6 +299,8 @@ fn run<'scope, 'env>(
         let _ = remove_stray_temps(path);
     }
 
+    // Early stopping added on resume takes the resumed weights as its best.
+    let mut best_is_resumed = false;
     if let Some(ckpt) = &settings.resume_from {
         let template = Model::init(&spec.model, t.seed, &inner_device);
         let restored = resume::restore(ckpt, &spec.model, model, optimizer, template, &ad_device, &inner_device)?;
@@ -306,11 +309,27 @@ fn run<'scope, 'env>(
         order_rng = Rng::new(s.order_rng);
         dropout_rng = Rng::new(s.dropout_rng);
         if let Some(stopper) = stopper.as_mut() {
-            s.early_stop.as_ref().inspect(|saved| stopper.restore(saved));
-            best = restored.best;
+            match &s.early_stop {
+                Some(saved) => {
+                    stopper.restore(saved);
+                    best = restored.best;
+                }
+                // Early stopping added on resume: the weights resumed, and
+                // their epoch's validation loss, are the best so far (the
+                // epochs before them kept no weights to go back to).
+                None => {
+                    if let Some(last) = s.history.last().filter(|e| e.val_loss.is_finite()) {
+                        stopper.restore(&StopState { best: last.val_loss, best_epoch: Some(s.epoch), bad_epochs: 0 });
+                        best_is_resumed = true;
+                    }
+                }
+            }
         }
         saved_scale = s.loss_scale.clone();
-        (stopped_early, first_epoch, steps_taken, history) = (s.stopped_early, s.epoch + 1, s.steps, s.history);
+        // A run that stopped early goes on when the spec's early stopping
+        // now lets it (its patience raised, or early stopping removed).
+        let still_stopped = s.stopped_early && stopper.as_ref().is_some_and(|st| st.exhausted());
+        (stopped_early, first_epoch, steps_taken, history) = (still_stopped, s.epoch + 1, s.steps, s.history);
         partial = s.partial;
         let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));
         on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
@@ -356,6 +375,9 @@ fn run<'scope, 'env>(
             }
         }
     };
+    if best_is_resumed {
+        best = Some(engine.model());
+    }
     let last_epoch = if stopped_early { 0 } else { t.epochs.value };
     engine.set_profiling(settings.profile);
     let mut profile = settings.profile.then(|| Profile {

@@ -288,13 +288,16 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     })?;
 
     let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
-    export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
-        .context("saving model.safetensors")?;
-    // As `kynml export --format burn` writes it: the shared sidecar then
-    // names both files, so `kynml predict RUN/model.mpk` loads too.
-    export::write(&exported, Format::Burn, &run_dir.path.join("model.mpk")).context("saving model.mpk")?;
+    let results = || -> anyhow::Result<()> {
+        export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
+            .context("saving model.safetensors")?;
+        // As `kynml export --format burn` writes it: the shared sidecar then
+        // names both files, so `kynml predict RUN/model.mpk` loads too.
+        export::write(&exported, Format::Burn, &run_dir.path.join("model.mpk")).context("saving model.mpk")?;
+        draw_curves(&run_dir, &title, &result.history).context("drawing curves.svg and curves.png")
+    };
+    results().map_err(|e| results_unwritten(&e, &run_dir.path, &file))?;
     let export_note = export_as_spec_says(&file, &exported, &run_dir.path);
-    draw_curves(&run_dir, &title, &result.history).context("drawing curves.svg and curves.png")?;
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
     let summary = serde_json::json!({
         "spec": args.spec.display().to_string(),
@@ -310,7 +313,10 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         "device": device.short_name(),
         "devices": devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>(),
     });
-    run_dir.write_json("metrics.json", &summary).context("writing metrics.json")?;
+    run_dir
+        .write_json("metrics.json", &summary)
+        .context("writing metrics.json")
+        .map_err(|e| results_unwritten(&e, &run_dir.path, &file))?;
     if let Some(profile) = &result.profile {
         write_profile(&run_dir, &title, profile, workers)?;
     }
@@ -574,6 +580,43 @@ pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: checkpoint::Che
         }
         None => Failure::input(format!("error: {message}")),
     }
+}
+
+/// The run's results could not be written to its folder (a full disk, the
+/// folder removed) after training: what failed, once, the free space where
+/// it would have gone, and how to write them again from the checkpoint.
+fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile) -> Failure {
+    // Each cause once: an error that names its source is not followed by it again.
+    let mut said = String::new();
+    for cause in e.chain().map(|c| c.to_string()) {
+        if !said.contains(&cause) {
+            said += &if said.is_empty() { cause } else { format!(": {cause}") };
+        }
+    }
+    let free = free_bytes(folder)
+        .map_or(String::new(), |b| format!(" ({} free on the disk holding it)", kynml_core::train::memory::bytes(b)));
+    let again = match file.checkpoint_path().filter(|p| p.is_file()) {
+        Some(path) => format!(
+            "\n  the trained weights are in the checkpoint {}: with room made, this writes the results from it \
+             (nothing is trained again): {}",
+            path.display(),
+            continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect())
+        ),
+        None => "\n  the spec does not checkpoint, so the trained weights are not kept anywhere else".to_string(),
+    };
+    Failure::run(format!(
+        "error: training ended, but its results could not be written to {}{free}: {said}{again}",
+        folder.display()
+    ))
+}
+
+/// The bytes free to this user on the file system holding `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a zeroed struct that statvfs fills.
+    (unsafe { libc::statvfs(c.as_ptr(), &mut stat) } == 0).then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
 }
 
 /// That the spec's checkpoint and export paths lie outside the run folder

@@ -28,6 +28,7 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let Some(name) = path.file_name() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "the path does not name a file"));
     };
+    remove_dead_temps(path, name);
     let temp = folder(path).join(temp_name(name));
     // OpenOptions' default mode is File::create's: 0666, less the umask.
     let mut file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
@@ -43,6 +44,28 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
         let _ = fs::remove_file(&temp);
     }
     written
+}
+
+/// Removes the temporary files of `path` that a process which no longer
+/// runs left behind (killed in the middle of a write): a process that still
+/// runs may be writing one. Where running processes cannot be told
+/// (no `/proc`), nothing is removed. Best effort: a file that cannot be
+/// removed stays.
+fn remove_dead_temps(path: &Path, name: &OsStr) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(folder(path)) else { return };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// The folder `path` lives in; `.` for a bare file name.
@@ -79,6 +102,25 @@ mod tests {
         write(&path, b"two").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// A write killed half-way leaves its temporary file: the next write of
+    /// the same file removes it once its process is gone, never one of a
+    /// process that still runs (this one).
+    #[test]
+    fn a_dead_writers_temporary_file_goes_with_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.onnx");
+        // Above Linux's largest process id: no process has it.
+        let dead = dir.path().join(".m.onnx.tmp-999999999-6");
+        let alive = dir.path().join(format!(".m.onnx.tmp-{}-99", std::process::id()));
+        let other = dir.path().join(".other.onnx.tmp-999999999-1");
+        for f in [&dead, &alive, &other] {
+            fs::write(f, b"half").unwrap();
+        }
+        write(&path, b"whole").unwrap();
+        assert!(!dead.exists() && alive.exists() && other.exists());
+        assert_eq!(fs::read(&path).unwrap(), b"whole");
     }
 
     #[test]

@@ -911,7 +911,12 @@ mod ctrl_c {
         if stop.swap(true, Ordering::SeqCst) {
             // The checkpoint file is only ever replaced by a rename, so
             // quitting mid-write leaves the previous one whole.
-            unsafe { libc::_exit(128 + signal) };
+            let message = b"\nquit at once; a checkpoint already at the spec's path is whole: run the command \
+                            again to resume from it (with a new --out folder, if it gave one)\n";
+            unsafe {
+                libc::write(2, message.as_ptr().cast(), message.len());
+                libc::_exit(128 + signal)
+            };
         }
         let message: &[u8] = if signal == libc::SIGTERM {
             b"\nterminated (SIGTERM): stopping after this step, with a checkpoint where the spec checkpoints; \

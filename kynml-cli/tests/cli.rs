@@ -1089,6 +1089,7 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     std::fs::remove_file(dir.join("run.ckpt")).unwrap();
     let out = interrupt("-INT", 2, "twice", &[]);
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert!(text(&out).contains("quit at once; a checkpoint already at the spec's path is whole"), "{}", text(&out));
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
 }
 

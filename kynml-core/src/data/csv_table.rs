@@ -1225,9 +1225,13 @@ mod tests {
         let err = model_rows(b"a;x\n1;2\n", &["a", "x"], None).unwrap_err();
         assert!(matches!(err, DataError::MissingColumn { .. }), "{err:?}");
         assert!(err.to_string().contains("the header is one column, `a;x`"), "{err}");
+        assert!(err.to_string().contains("separated by semicolons") && err.to_string().contains("sep=\";\""), "{err}");
+        // Tabs are named, and shown as `\t`, not as a raw tab.
+        let err = model_rows(b"a\tx\n1\t2\n", &["a", "x"], None).unwrap_err().to_string();
+        assert!(err.contains("`a\\tx`") && err.contains("separated by tabs") && !err.contains('\t'), "{err}");
         // Another column missing from a comma-separated file: no such hint.
         let err = model_rows(b"a,b\n1,2\n", &["a", "x"], None).unwrap_err();
-        assert!(!err.to_string().contains("separator"), "{err}");
+        assert!(!err.to_string().contains("separated"), "{err}");
     }
 
     #[test]

@@ -321,10 +321,7 @@ pub enum DataError {
         path.display(),
         match (suggestion, one_column) {
             (Some(s), _) => format!("; did you mean `{s}`?"),
-            (None, Some(header)) => format!(
-                "; the header is one column, `{header}`: KynML reads comma-separated files, and this one seems \
-                 to use another separator"
-            ),
+            (None, Some(header)) => one_column_hint(header),
             (None, None) => String::new(),
         }
     )]
@@ -403,15 +400,27 @@ impl DataError {
     }
 }
 
+/// For a header read as one column that holds another separator: which
+/// one, the header with its tabs shown as `\t`, and how to make a CSV.
+fn one_column_hint(header: &str) -> String {
+    let seps = [('\t', "tabs", "\\t"), (';', "semicolons", ";"), ('|', "bars", "|")];
+    let (_, name, written) = seps.iter().max_by_key(|(c, ..)| header.matches(*c).count()).copied().unwrap_or(seps[0]);
+    let mut shown: String = header.replace('\t', "\\t");
+    if shown.chars().count() > 60 {
+        shown = shown.chars().take(60).collect::<String>() + "...";
+    }
+    format!(
+        "; the header is one column, `{shown}`: KynML reads comma-separated files, and this one seems separated by \
+         {name}; save it as CSV first (pandas: `pd.read_csv(path, sep=\"{written}\").to_csv(out, index=False)`)"
+    )
+}
+
 fn missing_target_hint(available: &[String], suggestion: Option<&str>) -> String {
     match suggestion {
         Some(name) => format!("; did you mean `{name}`?"),
         None if available.is_empty() => String::new(),
         // One column whose name holds separators: not a comma-separated file.
-        None if available.len() == 1 && available[0].contains([';', '\t', '|']) => format!(
-            "; the header is one column, `{}`: KynML reads comma-separated files, and this one seems to use another separator",
-            available[0]
-        ),
+        None if available.len() == 1 && available[0].contains([';', '\t', '|']) => one_column_hint(&available[0]),
         None => {
             let names: Vec<String> = available.iter().map(|n| format!("`{n}`")).collect();
             format!("; the columns are {}", names.join(", "))

@@ -273,7 +273,7 @@ fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, S
             if !problems.is_empty() {
                 let error = SpecError { diagnostics: problems };
                 let (path, source_text) = (file.path.clone(), file.source.clone());
-                return Err(LoadError::Spec { path, source_text, error }.into());
+                return Err(LoadError::Spec { path, source_text, error, against_data: true }.into());
             }
             Ok((data, format!("{rows} synthetic rows (seed {})", file.spec.train.seed)))
         }

@@ -30,8 +30,21 @@ impl Failure {
 impl From<LoadError> for Failure {
     fn from(err: LoadError) -> Self {
         match err {
-            LoadError::Spec { path, source_text, error } => {
+            LoadError::Spec { path, source_text, error, against_data: false } => {
                 Failure::input(spec::render(&path.display().to_string(), &source_text, &error.diagnostics))
+            }
+            LoadError::Spec { path, source_text, error, against_data: true } => {
+                let n = error.diagnostics.len();
+                let summary = format!(
+                    "the spec does not fit its data: {n} problem{} found; nothing was trained or written",
+                    if n == 1 { "" } else { "s" }
+                );
+                Failure::input(spec::render_with(
+                    &path.display().to_string(),
+                    &source_text,
+                    &error.diagnostics,
+                    &summary,
+                ))
             }
             LoadError::DoesNotFit { path, source_text, error } => Failure::input(spec::render_with(
                 &path.display().to_string(),

@@ -1491,6 +1491,11 @@ fn a_target_with_one_class_is_refused_at_the_loss() {
     assert!(t.contains("`cross_entropy` needs at least 2 classes but `species` in `iris.csv` has 1"), "{t}");
     assert!(t.contains("iris.kyn:") && t.contains("every row of `iris.csv` has the same `species`"), "{t}");
     assert!(!t.contains("expected `dense"), "no width to suggest: {t}");
+    // The spec was read whole: what failed is its fit with the data.
+    assert!(
+        t.contains("error: the spec does not fit its data: 1 problem found") && !t.contains("could not read"),
+        "{t}"
+    );
     assert!(!dir.join("run").exists(), "nothing written");
 }
 

@@ -70,6 +70,10 @@ pub enum LoadError {
         source_text: String,
         /// The problems, each with its location in `source_text`.
         error: SpecError,
+        /// Whether the spec was read whole and the problems are between it
+        /// and its data (a target column the file lacks, a loss that does
+        /// not suit the target), found once the data was read.
+        against_data: bool,
     },
     /// The data file could not be read, or its contents are unusable.
     #[error(transparent)]
@@ -115,7 +119,9 @@ impl SpecFile {
         };
         match spec::parse_spec(&source) {
             Ok(spec) => Ok(SpecFile { path: path.to_path_buf(), source, spec }),
-            Err(error) => Err(LoadError::Spec { path: path.to_path_buf(), source_text: source, error }),
+            Err(error) => {
+                Err(LoadError::Spec { path: path.to_path_buf(), source_text: source, error, against_data: false })
+            }
         }
     }
 
@@ -519,7 +525,12 @@ impl SpecFile {
                 model.name.value, model.shape
             )),
         };
-        Err(self.located(vec![problem]))
+        // Between two blocks of the spec, found before any data is read.
+        let mut error = self.located(vec![problem]);
+        if let LoadError::Spec { against_data, .. } = &mut error {
+            *against_data = false;
+        }
+        Err(error)
     }
 
     /// The located message for a model that does not fit the data's categorical columns.
@@ -575,7 +586,12 @@ impl SpecFile {
     }
 
     fn located(&self, diagnostics: Vec<Diagnostic>) -> LoadError {
-        LoadError::Spec { path: self.path.clone(), source_text: self.source.clone(), error: SpecError { diagnostics } }
+        LoadError::Spec {
+            path: self.path.clone(),
+            source_text: self.source.clone(),
+            error: SpecError { diagnostics },
+            against_data: true,
+        }
     }
 }
 

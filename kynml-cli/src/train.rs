@@ -183,6 +183,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let settings = TrainSettings {
         checkpoint_path: file.checkpoint_path(),
         resume_from: resume.map(|(ckpt, _)| ckpt),
+        fresh: args.fresh,
         checkpoint_lock: checkpoint_lock.map(std::sync::Arc::new),
         stop: Some(stop.clone()),
         profile: args.profile || file.spec.train.profile.value,

@@ -335,6 +335,30 @@ fn run_to_on(
     train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap()
 }
 
+/// `--fresh` discards the run at the checkpoint path: its first save removes
+/// that run's checkpoint and older copies, which would otherwise rotate into
+/// the new run's copies (and later be offered as a whole checkpoint to
+/// resume from, reviving the run discarded).
+#[test]
+fn a_fresh_start_replaces_the_discarded_runs_copies() {
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    // Saves every 2 epochs, keeping 3.
+    let path = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "r.ckpt", false);
+    run_to(&path, 6, false);
+    let copy = |n: usize| tmp.path().join(format!("r.ckpt.{n}"));
+    assert!(copy(1).is_file() && copy(2).is_file(), "epochs 4 and 2 kept beside epoch 6");
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides { epochs: Some(2), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    let settings = TrainSettings { checkpoint_path: file.checkpoint_path(), fresh: true, ..TrainSettings::default() };
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+    let (_, state) = file.find_checkpoint(&data).unwrap().expect("the new run's checkpoint");
+    assert_eq!(state.epoch, 2, "seed {seed}");
+    assert!(!copy(1).exists() && !copy(2).exists(), "seed {seed}: the discarded run's copies are gone");
+}
+
 /// A run that stopped early goes on when resumed under early stopping that
 /// now lets it (its patience raised, or early stopping removed), and stays
 /// stopped under the same; early stopping added on resume counts the

@@ -39,5 +39,5 @@ pub use self::format::{
     FORMAT_VERSION,
 };
 pub use self::writer::{
-    check_targets, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter, PathLock,
+    check_targets, discard, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter, PathLock,
 };

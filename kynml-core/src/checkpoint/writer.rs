@@ -345,6 +345,20 @@ pub fn remove_stray_temps(path: &Path) -> Result<Vec<PathBuf>, CheckpointError> 
     Ok(removed)
 }
 
+/// Removes the checkpoint at `path` and its older copies (`path.1` ...
+/// `path.{keep-1}`), KynML checkpoints only: what a run started with
+/// `--fresh` does before its first save, so that the run it discarded
+/// neither rotates into its copies nor is offered later as one of them.
+pub fn discard(path: &Path, keep: usize) -> Result<(), CheckpointError> {
+    let copies = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
+    for file in std::iter::once(path.to_path_buf()).chain(copies) {
+        if file.is_file() && refuse_foreign(&file).is_ok() {
+            fs::remove_file(&file).map_err(|e| io_error(&file, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Write to a temporary file in the target's folder, sync it, rotate older
 /// copies, rename it over `path`, sync the folder. On failure the temporary
 /// file is removed and `path` is untouched.

@@ -68,6 +68,10 @@ pub struct TrainSettings {
     /// which resolves it against the spec's folder). `None` takes the path
     /// as written, relative to the working directory.
     pub checkpoint_path: Option<PathBuf>,
+    /// The run starts over where a checkpoint already is (`--fresh`): its
+    /// first save first removes the checkpoint at the path and its older
+    /// copies, which belong to the run it discards.
+    pub fresh: bool,
     /// A checkpoint to continue from (see
     /// [`SpecFile::find_checkpoint`](crate::plan::SpecFile::find_checkpoint));
     /// `None` starts from fresh weights.
@@ -288,6 +292,9 @@ fn run<'scope, 'env>(
         _ => None,
     };
     let mut checkpoint_failures = 0usize;
+    let keep = checkpoint.map_or(1, |c| c.keep);
+    // A fresh start's first save removes the discarded run's checkpoints first.
+    let mut discard_old = settings.fresh && settings.resume_from.is_none();
     // Held to the end of the run: no other run writes to this path meanwhile.
     let _lock = match (&writer, &checkpoint_path, &settings.checkpoint_lock) {
         (Some(_), Some(_), Some(held)) => Some(held.clone()),
@@ -496,6 +503,7 @@ fn run<'scope, 'env>(
                     state.data = data_origin.clone();
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
+                    discard_once(&mut discard_old, path, keep, on_event);
                     match writer.save_sync(path.clone(), snapshot, model_hash.clone()) {
                         Ok(()) => saved = Some(path.clone()),
                         Err(e) => on_event(TrainEvent::CheckpointFailed { error: e.to_string() }),
@@ -608,6 +616,7 @@ fn run<'scope, 'env>(
                 state.data = data_origin.clone();
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
+                discard_once(&mut discard_old, path, c.keep, on_event);
                 let written = if c.async_save {
                     writer.save_async(path.clone(), snapshot, model_hash.clone())
                 } else {
@@ -799,6 +808,17 @@ impl LossSum {
     /// The sum, read back from the device where it is there.
     fn read(&self) -> f64 {
         self.host + self.device.clone().map_or(0.0, IntoScalarF64::into_scalar_f64)
+    }
+}
+
+/// Before a fresh start's first save (`discard` set): removes the checkpoint
+/// at `path` and its older copies, once; a failure is reported like a
+/// failed save, and the save goes on.
+fn discard_once(discard: &mut bool, path: &std::path::Path, keep: usize, on_event: &mut dyn FnMut(TrainEvent)) {
+    if std::mem::take(discard) {
+        if let Err(e) = crate::checkpoint::discard(path, keep) {
+            on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+        }
     }
 }
 

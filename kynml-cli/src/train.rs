@@ -15,7 +15,9 @@ use kynml_core::plan::{what_runs_on, Overrides, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
 use kynml_core::train::resume::{LoopState, ResumeError};
-use kynml_core::train::{metrics_for, train, EpochRecord, TrainError, TrainEvent, TrainSettings};
+use kynml_core::train::{
+    metrics_for, train, EarlyStopper, EarlyStopping, EpochRecord, TrainError, TrainEvent, TrainSettings,
+};
 
 use crate::args::TrainArgs;
 use crate::failure::Failure;
@@ -70,9 +72,12 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         let epochs = file.spec.train.epochs.value;
         // A run that stopped early goes on where the spec's early stopping
         // now lets it (as the trainer decides it).
-        let patience = file.spec.train.early_stop.as_ref().map(|e| e.value.patience);
         let still_stopped = state.stopped_early
-            && matches!((patience, &state.early_stop), (Some(p), Some(saved)) if saved.bad_epochs >= p);
+            && file.spec.train.early_stop.as_ref().zip(state.early_stop.as_ref()).is_some_and(|(rule, saved)| {
+                let mut stopper = EarlyStopper::new(&rule.value);
+                stopper.restore(saved);
+                stopper.exhausted()
+            });
         let left = if still_stopped { 0 } else { epochs.saturating_sub(state.epoch) };
         if still_stopped {
             println!(
@@ -230,7 +235,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             (Err(TrainError::Interrupted { checkpoint: Some(path), .. }), _) => format!(
                 "\n  the checkpoint of that point is in {}; once a run folder can be written again, this goes on from it: {}",
                 path.display(),
-                continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
+                continue_here(),
             ),
             (_, Some(path)) if path.is_file() => format!("\n  {} holds the run's last checkpoint", path.display()),
             (_, Some(_)) => "\n  no checkpoint of the run could be written either".into(),
@@ -258,7 +263,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                         "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  \
                      to continue from there: {}\n  (--fresh starts over){kept}",
                         path.display(),
-                        continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()),
+                        continue_here(),
                     ),
                     None => match file.checkpoint_path() {
                         // The spec checkpoints, but this point's checkpoint failed (said above).
@@ -269,9 +274,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                                 format!(
                                     "; {} holds the last one that was\n  to continue from it: {}",
                                     path.display(),
-                                    continue_command(
-                                        std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
-                                    ),
+                                    continue_here(),
                                 )
                             } else {
                                 String::new()
@@ -601,7 +604,7 @@ fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile) -> Failu
             "\n  the trained weights are in the checkpoint {}: with room made, this writes the results from it \
              (nothing is trained again): {}",
             path.display(),
-            continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect())
+            continue_here()
         ),
         None => "\n  the spec does not checkpoint, so the trained weights are not kept anywhere else".to_string(),
     };
@@ -693,6 +696,11 @@ pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// [`continue_command`] for this process's own command line.
+fn continue_here() -> String {
+    continue_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect())
 }
 
 /// The command that continues an interrupted run from its checkpoint: this

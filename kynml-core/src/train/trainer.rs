@@ -27,8 +27,7 @@ use crate::train::optimizer::AnyOptimizer;
 use crate::train::parallel::ParallelEngine;
 use crate::train::precision::{self, PrecisionPlan};
 use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
-use crate::train::resume::StopState;
-use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError};
+use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, StopState};
 use crate::train::schedule::lr_at;
 use crate::train::strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
 use crate::train::update::Update;
@@ -616,7 +615,7 @@ fn run<'scope, 'env>(
                 state.data = data_origin.clone();
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
-                discard_once(&mut discard_old, path, c.keep, on_event);
+                discard_once(&mut discard_old, path, keep, on_event);
                 let written = if c.async_save {
                     writer.save_async(path.clone(), snapshot, model_hash.clone())
                 } else {

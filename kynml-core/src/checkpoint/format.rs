@@ -108,14 +108,18 @@ pub enum CheckpointError {
     NotACheckpoint,
 
     /// `expected` is the length the file's surviving bytes call for (at least
-    /// the smallest possible checkpoint).
+    /// the smallest possible checkpoint); `exact` when they tell all of it
+    /// (the whole header survived), a lower bound otherwise.
     #[error(
-        "checkpoint is truncated: expected {expected} bytes, found {found}; it was cut short \
-         while being written or copied, so restore a complete copy or delete it to start over"
+        "checkpoint is truncated: expected {}{expected} bytes, found {found}; it was cut short \
+         while being written or copied, so restore a complete copy or delete it to start over",
+        if *exact { "" } else { "at least " }
     )]
     Truncated {
         /// The length in bytes that the file's surviving bytes call for.
         expected: u64,
+        /// Whether `expected` is the file's whole length or only a lower bound.
+        exact: bool,
         /// The length in bytes of the file as read.
         found: u64,
     },
@@ -454,7 +458,7 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         return Err(CheckpointError::NotACheckpoint);
     }
     if bytes.len() < PREFIX_LEN {
-        return Err(CheckpointError::Truncated { expected: MIN_FILE_LEN as u64, found });
+        return Err(CheckpointError::Truncated { expected: MIN_FILE_LEN as u64, exact: false, found });
     }
     let version = read_u32(bytes, 8);
     if version == 0 {
@@ -464,9 +468,11 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         // A damaged byte of the prefix reads as a far newer version: a
         // number no release could have reached, in a frame whose checksum
         // fails, is damage, not an upgrade to make.
+        // A frame of ours whose checksum fails is damage too, whatever the
+        // version reads: a newer release still sums what it writes.
         let damaged = version > FORMAT_VERSION + PLAUSIBLE_NEWER;
         return Err(match checked_body(bytes) {
-            Err(e) if damaged => e,
+            Err(e) if damaged || is_checksum_mismatch(&e) => e,
             _ => CheckpointError::NewerFormat { found: version, supported: FORMAT_VERSION },
         });
     }
@@ -495,9 +501,9 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], CheckpointError> {
         read_u64(footer, 0) == (n - FOOTER_LEN) as u64 && footer[12..24] == [0; 12] && footer[24..] == MAGIC
     };
     if !footer_ok {
-        let expected = expected_len(bytes);
+        let (expected, exact) = expected_len(bytes);
         return Err(if expected > n as u64 {
-            CheckpointError::Truncated { expected, found: n as u64 }
+            CheckpointError::Truncated { expected, exact, found: n as u64 }
         } else {
             corrupt("the footer at the end of the file is missing or damaged")
         });
@@ -505,28 +511,37 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], CheckpointError> {
     let body = &bytes[..n - FOOTER_LEN];
     let (stored, computed) = (read_u32(bytes, n - FOOTER_LEN + 8), crc32c(body));
     if stored != computed {
-        return Err(corrupt(format!("checksum mismatch (stored {stored:08x}, computed {computed:08x})")));
+        return Err(corrupt(format!("{CHECKSUM_MISMATCH} (stored {stored:08x}, computed {computed:08x})")));
     }
     Ok(body)
 }
 
+const CHECKSUM_MISMATCH: &str = "checksum mismatch";
+
+fn is_checksum_mismatch(e: &CheckpointError) -> bool {
+    matches!(e, CheckpointError::Corrupt { reason } if reason.starts_with(CHECKSUM_MISMATCH))
+}
+
 /// How long the file should be, as far as its surviving bytes tell: the
-/// header length, then the header's own data offsets when all of it is there.
-fn expected_len(bytes: &[u8]) -> u64 {
+/// header length, then the header's own data offsets when all of it is there
+/// (then the length is exact; before, a lower bound).
+fn expected_len(bytes: &[u8]) -> (u64, bool) {
     let min = MIN_FILE_LEN as u64;
-    let Some(len_bytes) = bytes.get(PREFIX_LEN..PREFIX_LEN + 8) else { return min };
+    let Some(len_bytes) = bytes.get(PREFIX_LEN..PREFIX_LEN + 8) else { return (min, false) };
     let header_len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default());
     if header_len > MAX_HEADER_LEN {
-        return min;
+        return (min, false);
     }
     let header_end = (PREFIX_LEN + 8) as u64 + header_len;
     let mut expected = header_end + FOOTER_LEN as u64;
     let header = usize::try_from(header_end).ok().and_then(|end| bytes.get(PREFIX_LEN + 8..end));
+    let mut exact = false;
     if let Some(Ok(header)) = header.map(serde_json::from_slice::<Header>) {
         let data_len = header.tensors.iter().map(|(_, e)| e.data_offsets[1]).max().unwrap_or(0);
         expected = expected.saturating_add(data_len);
+        exact = true;
     }
-    expected.max(min)
+    (expected.max(min), exact)
 }
 
 /// Reads a plain safetensors file (F32, I64 and U8 tensors only): the tensors in
@@ -882,11 +897,16 @@ mod tests {
         let header_end = PREFIX_LEN + 8 + read_u64(&bytes, PREFIX_LEN) as usize;
         for len in 0..bytes.len() {
             match decode(&bytes[..len]) {
-                Err(CheckpointError::Truncated { expected, found }) => {
+                Err(e @ CheckpointError::Truncated { expected, exact, found }) => {
                     assert_eq!(found, len as u64);
                     assert!(expected > found);
-                    if len >= header_end {
+                    // Exact once the whole header is there; before, a bound the message calls one.
+                    assert_eq!(exact, len >= header_end, "cut at {len}");
+                    if exact {
                         assert_eq!(expected, bytes.len() as u64, "cut at {len}");
+                    } else {
+                        assert!(expected <= bytes.len() as u64, "cut at {len}");
+                        assert!(e.to_string().contains(&format!("expected at least {expected} bytes")), "{e}");
                     }
                 }
                 other => panic!("cut at {len}: expected Truncated, got {other:?}"),
@@ -915,8 +935,12 @@ mod tests {
 
     #[test]
     fn newer_version_is_refused() {
+        // A newer release's file: another version, summed as it was written.
         let mut bytes = small();
         bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let n = bytes.len();
+        let sum = crc32c(&bytes[..n - FOOTER_LEN]);
+        bytes[n - FOOTER_LEN + 8..n - FOOTER_LEN + 12].copy_from_slice(&sum.to_le_bytes());
         assert!(matches!(decode(&bytes), Err(CheckpointError::NewerFormat { found: 2, supported: 1 })));
         // Refused by version, whatever a newer layout puts after it.
         let mut newer = MAGIC.to_vec();
@@ -928,6 +952,11 @@ mod tests {
         // A flipped byte of the version (65281) fails the checksum: damage, not a newer KynML.
         let mut flipped = small();
         flipped[9] ^= 0xff;
+        assert_corrupt(decode(&flipped).unwrap_err(), "checksum");
+        // So does a low bit of it (version 3), which a release could reach:
+        // the frame is ours and its sum fails.
+        let mut flipped = small();
+        flipped[8] ^= 0x02;
         assert_corrupt(decode(&flipped).unwrap_err(), "checksum");
     }
 

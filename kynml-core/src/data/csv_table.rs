@@ -363,13 +363,16 @@ pub fn parse_csv_reporting(
         }
         check_width(&record, header.len(), path, line)?;
         if let Some((cols, s)) = &mut sequence {
-            let cells = cols.iter().map(|&col| cell_text(&record[col], path, line)).collect::<Result<Vec<_>, _>>()?;
+            let cells = cols
+                .iter()
+                .map(|&col| cell_text(&record[col], path, line, col, Some(&header[col])))
+                .collect::<Result<Vec<_>, _>>()?;
             let held = s.read_row(&cells, |c| (line, header[cols[c]].as_str(), cols[c] + 1), path, &mut features)?;
             s.cut += usize::from(held > s.length);
             s.longest = s.longest.max(held);
         }
         for (col, raw) in record.iter().enumerate() {
-            let cell = cell_text(raw, path, line)?;
+            let cell = cell_text(raw, path, line, col, Some(&header[col]))?;
             let at = Cell { path, line, col, name: &header[col], text: cell };
             if sequence.as_ref().is_some_and(|(cols, _)| cols.contains(&col)) {
                 continue;
@@ -542,8 +545,10 @@ pub fn parse_model_rows(
     while let Some(line) = next(&mut reader, &mut record)? {
         check_width(&record, header.len(), path, line)?;
         if let Some(s) = sequence {
-            let cells =
-                columns.iter().map(|&col| cell_text(&record[col], path, line)).collect::<Result<Vec<_>, _>>()?;
+            let cells = columns
+                .iter()
+                .map(|&col| cell_text(&record[col], path, line, col, Some(&header[col])))
+                .collect::<Result<Vec<_>, _>>()?;
             let held =
                 s.read_row(&cells, |c| (line, header[columns[c]].as_str(), columns[c] + 1), path, &mut features)?;
             cut = (cut.0 + usize::from(held > s.length), cut.1.max(held));
@@ -551,7 +556,7 @@ pub fn parse_model_rows(
         // A sequence's cells are read above, whole.
         let plain = if sequence.is_some() { &[][..] } else { &columns[..] };
         for (p, &col) in plain.iter().enumerate() {
-            let text = cell_text(&record[col], path, line)?;
+            let text = cell_text(&record[col], path, line, col, Some(&header[col]))?;
             if let (Some(t), Some(index)) = (tokens, &token_index) {
                 let at = features.len();
                 features.resize(at + t.length, 0.0);
@@ -573,7 +578,7 @@ pub fn parse_model_rows(
             }
         }
         if let Some(col) = target_col {
-            targets.push((line, cell_text(&record[col], path, line)?.to_owned()));
+            targets.push((line, cell_text(&record[col], path, line, col, Some(&header[col]))?.to_owned()));
         }
         rows += 1;
         lines.push(line);
@@ -776,7 +781,7 @@ fn header_names(record: &ByteRecord, path: &Path, line: usize) -> Result<Vec<Str
         .enumerate()
         .map(|(col, raw)| {
             let raw = if col == 0 { raw.strip_prefix(BOM).unwrap_or(raw) } else { raw };
-            cell_text(raw, path, line).map(str::to_owned)
+            cell_text(raw, path, line, col, None).map(str::to_owned)
         })
         .collect()
 }
@@ -791,8 +796,26 @@ fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
     Ok(())
 }
 
-fn cell_text<'a>(raw: &'a [u8], path: &Path, line: usize) -> Result<&'a str, DataError> {
-    std::str::from_utf8(raw).map(str::trim).map_err(|_| DataError::BadEncoding { path: path.into(), row: line })
+/// A cell's text, trimmed; `col` is 0-based, `name` its header (none while
+/// the header itself is read).
+fn cell_text<'a>(
+    raw: &'a [u8],
+    path: &Path,
+    line: usize,
+    col: usize,
+    name: Option<&str>,
+) -> Result<&'a str, DataError> {
+    std::str::from_utf8(raw).map(str::trim).map_err(|e| {
+        let valid = &raw[..e.valid_up_to()];
+        DataError::BadEncoding {
+            path: path.into(),
+            row: line,
+            column: col + 1,
+            column_name: name.map(str::to_owned),
+            byte: raw[e.valid_up_to()],
+            valid_chars: std::str::from_utf8(valid).map_or(0, |v| v.chars().count()),
+        }
+    })
 }
 
 /// A cell's text for an error message: whole when short, cut with its
@@ -1163,10 +1186,22 @@ mod tests {
     #[test]
     fn invalid_utf8_names_its_line() {
         let err = read(b"a,y\n1,2\n3,\xFF\xFE\n", &classes("y")).unwrap_err();
-        assert!(matches!(err, DataError::BadEncoding { row: 3, .. }), "{err:?}");
+        assert!(matches!(err, DataError::BadEncoding { row: 3, column: 2, byte: 0xFF, valid_chars: 0, .. }), "{err:?}");
+        assert!(
+            err.to_string().contains(":3: column 2 (`y`) is not valid UTF-8 text (byte 0xFF at character 1)"),
+            "{err}"
+        );
 
+        // Latin-1 "é" after two valid characters, in a feature column.
+        let err = read(b"a,y\n\xC3\xA9x\xE9,2\n", &classes("y")).unwrap_err();
+        assert!(
+            err.to_string().contains(":2: column 1 (`a`) is not valid UTF-8 text (byte 0xE9 at character 3)"),
+            "{err}"
+        );
+
+        // In the header no name is known yet.
         let err = read(b"a,\xC3\n1,2\n", &classes("y")).unwrap_err();
-        assert!(matches!(err, DataError::BadEncoding { row: 1, .. }), "{err:?}");
+        assert!(matches!(err, DataError::BadEncoding { row: 1, column: 2, column_name: None, .. }), "{err:?}");
     }
 
     #[test]

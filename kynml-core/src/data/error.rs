@@ -179,13 +179,27 @@ pub enum DataError {
         column_name: String,
     },
 
-    /// A line that is not valid UTF-8.
-    #[error("{}:{row}: the line is not valid UTF-8 text", path.display())]
+    /// A cell that is not valid UTF-8.
+    #[error(
+        "{}:{row}: column {column}{} is not valid UTF-8 text (byte {byte:#04X} at character {at}); \
+         save the file as UTF-8",
+        path.display(),
+        column_name.as_ref().map(|n| format!(" (`{n}`)")).unwrap_or_default(),
+        at = valid_chars + 1
+    )]
     BadEncoding {
         /// The data file.
         path: PathBuf,
         /// 1-based line of the row in the file (the header is line 1).
         row: usize,
+        /// 1-based position of the column in the file.
+        column: usize,
+        /// The column's name in the header (none for a header cell).
+        column_name: Option<String>,
+        /// The first byte that is not UTF-8.
+        byte: u8,
+        /// How many characters of the cell are valid before it.
+        valid_chars: usize,
     },
 
     /// Too few data rows to hold any out for validation.

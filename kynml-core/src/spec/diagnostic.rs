@@ -38,12 +38,18 @@ impl Diagnostic {
 /// chars, not bytes. An offset past the end, or inside a multi-byte char, is
 /// moved back to the nearest char boundary, so any offset is safe.
 pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
-    let offset = floor_boundary(source, offset);
+    let offset = floor_boundary(source, offset).max(bom_len(source));
     let before = &source[..offset];
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line_start = before.rfind('\n').map_or(bom_len(source), |i| i + 1);
     let line = before.matches('\n').count() + 1;
     let col = before[line_start..].chars().count() + 1;
     (line, col)
+}
+
+/// Bytes of the byte-order marks a file starts with: not part of its first
+/// line's text (the lexer ignores them), so neither counted nor shown.
+fn bom_len(source: &str) -> usize {
+    source.len() - source.trim_start_matches('\u{feff}').len()
 }
 
 /// Renders every diagnostic, then a closing summary line. Plain text, no
@@ -72,9 +78,9 @@ pub fn render_with(file_name: &str, source: &str, diagnostics: &[Diagnostic], su
 const TAB_WIDTH: usize = 4;
 
 fn render_one(out: &mut String, file_name: &str, source: &str, d: &Diagnostic) {
-    let start = floor_boundary(source, d.span.start);
+    let start = floor_boundary(source, d.span.start).max(bom_len(source));
     let (line, col) = line_col(source, start);
-    let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_start = source[..start].rfind('\n').map_or(bom_len(source), |i| i + 1);
     let line_end = source[start..].find('\n').map_or(source.len(), |i| start + i);
     let line_text = source[line_start..line_end].strip_suffix('\r').unwrap_or(&source[line_start..line_end]);
 
@@ -169,6 +175,22 @@ mod tests {
         // Inside the two bytes of 'ç': moved back to its start.
         assert_eq!(line_col(src, 4), (2, 1));
         assert_eq!(line_col(src, 999), (3, 1));
+    }
+
+    #[test]
+    fn byte_order_marks_are_neither_counted_nor_shown() {
+        for marks in ["\u{feff}", "\u{feff}\u{feff}"] {
+            let src = format!("{marks}Dataset R:\n");
+            let at = marks.len();
+            assert_eq!(line_col(&src, at), (1, 1));
+            assert_eq!(line_col(&src, at + 8), (1, 9));
+            // A span that starts inside the marks is at the line's start.
+            assert_eq!(line_col(&src, 0), (1, 1));
+            let text = render("b.kyn", &src, &[Diagnostic::new(span(at, at + 7), "unknown block `Dataset`", "here")]);
+            assert!(text.contains(" --> b.kyn:1:1\n  |\n1 | Dataset R:\n  | ^^^^^^^ here\n"), "{text:?}");
+            let text = render("b.kyn", &src, &[Diagnostic::new(span(0, 0), "empty", "here")]);
+            assert!(text.contains(" --> b.kyn:1:1\n  |\n1 | Dataset R:\n  | ^ here\n"), "{text:?}");
+        }
     }
 
     #[test]

@@ -307,6 +307,32 @@ fn losses() {
 }
 
 #[test]
+fn a_squeezing_last_layer_before_a_loss_that_takes_logits_is_refused() {
+    let spec = |last: &str, loss: &str| MINIMAL.replace("dense 1 linear", last).replace("loss = mse", loss);
+    for (last, loss, says) in [
+        (
+            "dense 1 sigmoid",
+            "loss = bce",
+            "the last layer applies `sigmoid`, but `bce` takes logits and applies a sigmoid itself",
+        ),
+        ("dense 1 tanh", "loss = bce", "the last layer applies `tanh`, but `bce` takes logits"),
+        ("dense 3 sigmoid", "loss = cross_entropy", "`cross_entropy` takes logits and applies a softmax itself"),
+    ] {
+        let source = spec(last, loss);
+        let e = parse_spec(&source).unwrap_err();
+        assert_eq!(e.diagnostics.len(), 1, "{last} / {loss}");
+        let shown = render("t.kyn", &source, &e.diagnostics);
+        assert!(shown.contains(says) && shown.contains("t.kyn:6:1"), "{shown}");
+        assert!(shown.contains(&format!("write `{} linear` here", &last[..last.rfind(' ').unwrap()])), "{shown}");
+    }
+    // Logits, or a squeezing layer before the last, or a regression: as written.
+    ok(&spec("dense 1 linear", "loss = bce"));
+    ok(&spec("dense 4 sigmoid\ndense 1 linear", "loss = bce"));
+    ok(&spec("dense 1 sigmoid", "loss = mse"));
+    ok(&spec("dense 3 relu", "loss = cross_entropy"));
+}
+
+#[test]
 fn devices_precisions_and_flags() {
     assert_eq!(train_with("device = cpu").device.value, DeviceRequest::Cpu);
     assert_eq!(train_with("device = cuda").device.value, DeviceRequest::Cuda(None));

@@ -10,7 +10,7 @@ use super::diagnostic::Diagnostic;
 use super::layers::model;
 use super::outputs::{evaluate, export};
 use super::train::train;
-use super::types::{EvaluateSpec, Span, Spec};
+use super::types::{Activation, EvaluateSpec, Layer, Loss, ModelSpec, Span, Spec, TrainSpec};
 
 pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<Spec> {
     let blocks = distinct_blocks(document, d);
@@ -58,7 +58,44 @@ pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<S
     let train = outcome.spec?;
     let dataset = datasets.into_iter().flatten().find(|s| s.name.value == train.data.value)?;
     let model = models.into_iter().flatten().find(|s| s.name.value == train.model.value)?;
+    if let Some(problem) = squashed_logits(&model, &train) {
+        d.push(problem);
+        return None;
+    }
     Some(Spec { dataset, model, train, evaluate: evaluate?, export: export? })
+}
+
+/// A classification loss takes logits and applies its own sigmoid or
+/// softmax, as PyTorch's `BCEWithLogitsLoss` and `CrossEntropyLoss` do. A
+/// last layer that squeezes its outputs (`sigmoid`, `tanh`) hands the loss
+/// logits in (0, 1) or (-1, 1): the model trains, but its probabilities
+/// cannot leave a narrow band (`dense 1 sigmoid` with `bce`: 0.5 to 0.73),
+/// silently. Written by PyTorch users used to `nn.Sigmoid` + `BCELoss`.
+fn squashed_logits(model: &ModelSpec, train: &TrainSpec) -> Option<Diagnostic> {
+    let loss = &train.loss;
+    let last = model.layers.last()?;
+    let (Layer::Dense(dense), true) = (&last.value, loss.value.is_classification()) else { return None };
+    let (act, band) = match dense.activation {
+        Activation::Sigmoid => ("sigmoid", "(0, 1)"),
+        Activation::Tanh => ("tanh", "(-1, 1)"),
+        _ => return None,
+    };
+    let (name, applies, torch) = match loss.value {
+        Loss::Bce => ("bce", "a sigmoid", "BCEWithLogitsLoss"),
+        _ => ("cross_entropy", "a softmax", "CrossEntropyLoss"),
+    };
+    Some(
+        Diagnostic::new(
+            last.span,
+            format!("the last layer applies `{act}`, but `{name}` takes logits and applies {applies} itself"),
+            format!("its outputs would reach `{name}` squeezed into {band}, so its probabilities could not leave a narrow band"),
+        )
+        .with_help(format!(
+            "write `dense {} linear` here, as PyTorch's `{torch}` wants of the layer before it; \
+             `kynml predict` still writes probabilities",
+            dense.units
+        )),
+    )
 }
 
 /// The blocks to validate: a second `train:` block, or a second dataset or

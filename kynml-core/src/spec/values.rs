@@ -67,10 +67,30 @@ pub(super) fn float(v: &Value, what: &str, range: Range, d: &mut Vec<Diagnostic>
     }
     // Training computes in 32-bit floats: a value they would turn into 0
     // or infinity (`eps = 5e-324`, `lr = 1e300`) would not train as written.
-    if x != 0.0 && !(f64::from(f32::MIN_POSITIVE)..=f64::from(f32::MAX)).contains(&x.abs()) {
+    let single = x as f32;
+    if x != 0.0 && (single == 0.0 || single.is_infinite()) {
+        let zero = if range.contains(0.0) { " (or 0)" } else { "" };
         d.push(
             Diagnostic::new(v.span, format!("{what} is beyond a 32-bit float: `{}`", shorten(text)), "not an f32")
-                .with_help("training computes in 32-bit floats: write a value from about 1.2e-38 to 3.4e38 (or 0)"),
+                .with_help(format!(
+                    "training computes in 32-bit floats: write a value from about 1.4e-45 to 3.4e38{zero}"
+                )),
+        );
+        return None;
+    }
+    // Nor one that rounds onto a bound it must stay off (`betas` of
+    // 0.99999999999 is 1 as an f32, and Adam then divides by 0).
+    if !range.contains(f64::from(single)) {
+        d.push(
+            Diagnostic::new(
+                v.span,
+                format!("{what} {}: `{}` is `{single}` as a 32-bit float", range.rule(), shorten(text)),
+                "rounds onto the bound",
+            )
+            .with_help(format!(
+                "training computes in 32-bit floats, whose nearest values to 1 are {} below and 1 itself",
+                f32::from_bits(1f32.to_bits() - 1)
+            )),
         );
         return None;
     }
@@ -340,6 +360,25 @@ mod tests {
         assert_eq!(float(&num("0"), "`x`", Range::OpenUnit, &mut d), None);
         assert_eq!(float(&num("1e999"), "`x`", Range::Any, &mut d), None);
         assert_eq!(d[2].message, "`x` is too large: `1e999`");
+    }
+
+    #[test]
+    fn floats_are_checked_as_the_f32_training_computes_in() {
+        let mut d = Vec::new();
+        // Below 1 as written, 1 as an f32: refused, saying so.
+        assert_eq!(float(&num("0.99999999999"), "`beta`", Range::Unit, &mut d), None);
+        assert_eq!(d[0].message, "`beta` must be in [0, 1): `0.99999999999` is `1` as a 32-bit float");
+        assert!(d[0].help.as_deref().unwrap().contains("0.99999994"), "{:?}", d[0].help);
+        assert_eq!(float(&num("0.9999999"), "`beta`", Range::Unit, &mut d), Some(0.9999999));
+        assert_eq!(float(&num("1e-46"), "`p`", Range::OpenUnit, &mut d), None);
+        assert!(d[1].message.contains("beyond a 32-bit float"), "{}", d[1].message);
+        // A subnormal f32 is a value; only a range that holds 0 offers it.
+        assert_eq!(float(&num("1e-45"), "`eps`", Range::Positive, &mut d), Some(1e-45));
+        assert_eq!(float(&num("1e-50"), "`eps`", Range::Positive, &mut d), None);
+        assert!(!d[2].help.as_deref().unwrap().contains("or 0"), "{:?}", d[2].help);
+        assert_eq!(float(&num("1e-50"), "`wd`", Range::NonNegative, &mut d), None);
+        assert!(d[3].help.as_deref().unwrap().contains("(or 0)"), "{:?}", d[3].help);
+        assert_eq!(d.len(), 4);
     }
 
     #[test]

@@ -643,7 +643,8 @@ fn next_row(
         // `csv` itself passes over empty lines: they are the line breaks
         // where it began reading, less the `\n` that ends the last line's
         // `\r\n` (where `csv` stops reading a line).
-        let (start, mut breaks) = breaks_before(bytes, &position);
+        let (start, run) = breaks_before(bytes, &position);
+        let mut breaks = run;
         if start > 0 && bytes[start - 1] == b'\r' && breaks.first() == Some(&b'\n') {
             breaks = &breaks[1..];
         }
@@ -652,8 +653,12 @@ fn next_row(
             blank_at.get_or_insert(line - empty);
         }
         let blank = record.len() == 1 && record[0].iter().all(u8::is_ascii_whitespace);
-        let rest = &bytes[start + breaks.len()..];
-        let quoted = rest[..rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len())].contains(&b'"');
+        // The record's own text: past every break `csv` passed over,
+        // the `\n` of a `\r\n` included. Its end is the next break of
+        // either kind, so a CR-only file's line is one line.
+        let rest = &bytes[start + run.len()..];
+        let rest = &rest[..rest.iter().position(|&b| b == b'\n' || b == b'\r').unwrap_or(rest.len())];
+        let quoted = rest.contains(&b'"');
         if blank && !(width == 1 && quoted) {
             blank_at.get_or_insert(line);
             continue;
@@ -1276,6 +1281,17 @@ mod tests {
         let rows = model_rows(b"text\ngreat movie\n\"\"\ntedious plot\n", &[], Some(&vocab)).unwrap();
         assert_eq!(rows.rows, 3);
         assert_eq!(&rows.features[4..8], &[0.0; 4], "the empty text is all padding");
+        // So with CRLF or CR line ends (Python's `csv.writer` writes CRLF),
+        // between rows and as the last row.
+        for bytes in [
+            &b"text\r\ngreat movie\r\n\"\"\r\ntedious plot\r\n"[..],
+            b"text\rgreat movie\r\"\"\rtedious plot\r",
+            b"text\r\ngreat movie\r\ntedious plot\r\n\"\"\r\n",
+            b"text\r\ngreat movie\r\ntedious plot\r\n\"\"",
+        ] {
+            let rows = model_rows(bytes, &[], Some(&vocab)).unwrap();
+            assert_eq!(rows.rows, 3, "{:?}", String::from_utf8_lossy(bytes));
+        }
         // A blank line between rows is an error at the line, in a file of
         // one column or several, and in the middle or before the first row.
         for (bytes, line) in [

@@ -1439,8 +1439,30 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
         text(&out)
     );
 
-    // A damaged weights file is said to be damaged, with no advice meant for checkpoints.
+    // So does a safetensors file: another run's weights of the same shapes,
+    // or one flipped byte of a weight, would load and predict otherwise.
+    std::fs::copy(dir.join("other/model.json"), dir.join("same-shapes.json")).unwrap();
     let whole = std::fs::read(dir.join("other/model.safetensors")).unwrap();
+    let mut flipped = whole.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 0x01;
+    std::fs::write(dir.join("same-shapes.safetensors"), &flipped).unwrap();
+    let out = kynml(&["predict", "same-shapes.safetensors", "rows.csv"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("its size or checksum differs"), "{}", text(&out));
+    std::fs::write(dir.join("same-shapes.safetensors"), &whole).unwrap();
+    let out = kynml(&["predict", "same-shapes.safetensors", "rows.csv"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    // And a run folder whose weights another run of the same spec (another seed) replaced.
+    let seeded = ["train", "iris.kyn", "--device", "cpu", "--epochs", "2", "--seed", "8", "--out", "c"];
+    assert!(kynml(&seeded, dir).status.success());
+    copy_dir(&dir.join("a"), &dir.join("swapped"));
+    std::fs::copy(dir.join("c/model.safetensors"), dir.join("swapped/model.safetensors")).unwrap();
+    let out = kynml(&["predict", "swapped", "rows.csv"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("changed or replaced since the export"), "{}", text(&out));
+
+    // A damaged weights file is said to be damaged, with no advice meant for checkpoints.
     std::fs::write(dir.join("other/model.safetensors"), &whole[..whole.len() / 2]).unwrap();
     let out = kynml(&["predict", "other/model.safetensors", "rows.csv"], dir);
     let t = text(&out);

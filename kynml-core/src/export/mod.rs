@@ -364,8 +364,10 @@ fn sidecar_for(model: &ExportModel, path: &Path, bytes: &[u8]) -> Result<Vec<u8>
 /// Whether `bytes`, read from the Burn record `weights`, are a file the
 /// sidecar was written with, by its `weights` entry: by name, or by size and
 /// checksum (a pair copied under another name). A Burn record that does not
-/// fit its model cannot be read safely; safetensors files are checked tensor
-/// by tensor as they load, so they need no entry. Older sidecars have none.
+/// fit its model cannot be read safely; a safetensors file is checked tensor
+/// by tensor as it loads, but another run's weights of the same shapes (or a
+/// flipped byte) load as well, so it is checked too, once it decodes. Older
+/// sidecars have no entry.
 fn check_owner(sidecar: &Value, sidecar_path: &Path, weights: &Path, bytes: &[u8]) -> Result<(), ExportError> {
     let Some(Value::Object(files)) = sidecar.pointer("/weights/files") else { return Ok(()) };
     let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -529,6 +531,7 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
                  again, or for a run folder train it again"
             ))
         })?;
+        check_owner(&sidecar, &sidecar_path, &weights, &bytes)?;
         fill(meta, &tensors).map_err(invalid)?
     };
     model.validate().map_err(invalid)?;

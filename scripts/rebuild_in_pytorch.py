@@ -8,13 +8,15 @@ rows.csv: raw rows, read as `kynml predict` reads them (with Python's csv
 module): a header naming the model's input columns, in any order (the
 target column may be there too, and is ignored), then one row per
 prediction; a cell holding commas is quoted. Features are numbers,
-categorical ones text (a file of features only may leave the header out:
-its cells are then in the sidecar's feature order). A text model reads its
+categorical ones text. A text model reads its
 text column (`""` is an empty text); a sequence model its sequence
 columns, each cell numbers separated by spaces (or commas or semicolons).
 Prints one line per row: the predictions (regression) or the class
 probabilities.
-`rebuild(side, weights)` is the part to copy into a PyTorch program.
+`rebuild(side, weights)` (with the module classes it uses, or this script
+imported) is the part to take into a PyTorch program: the module it returns
+takes raw rows, normalised inside it as the run did, and gives logits
+(`predict` turns them into probabilities).
 
 Module i of the Sequential owns the state-dict entries "i.*". Between
 modules the values are flat [rows, features]; a layer whose sidecar entry
@@ -239,23 +241,38 @@ class Sequence(nn.Module):
         return self.net(torch.nan_to_num(x, nan=0.0))
 
 
+class Normalized(nn.Module):
+    """Raw rows in, normalised as the run normalised its rows ((x - mean) / std
+    with the training split's statistics), then the model."""
+    def __init__(self, net, normalizer):
+        super().__init__()
+        self.net = net
+        self.register_buffer("mean", torch.tensor(normalizer["mean"]), persistent=False)
+        self.register_buffer("std", torch.tensor(normalizer["std"]), persistent=False)
+
+    def forward(self, x):
+        return self.net((x - self.mean) / self.std)
+
+
 def rebuild(side, weights):
-    """The model of a sidecar (format kynml-pytorch) with its weights loaded, in eval mode."""
+    """The model of a sidecar (format kynml-pytorch) with its weights loaded, in
+    eval mode. It takes raw rows, as `kynml predict` and the ONNX export do:
+    the sidecar's normalisation, where the run had one, is part of it."""
     net = nn.Sequential(*[module(spec) for spec in side["layers"]])
     net.load_state_dict(weights)
     if side.get("input_layout") == "tokens":
         net = Text(net)
     if side.get("input_layout") == "sequence":
         net = Sequence(net, side["sequence"]["length"], len(side["sequence"]["columns"]))
+    if side["normalizer"] is not None:
+        net = Normalized(net, side["normalizer"])
     return net.eval()
 
 
 def predict(side, net, rows):
-    x = rows
-    if side["normalizer"] is not None:
-        x = (x - torch.tensor(side["normalizer"]["mean"])) / torch.tensor(side["normalizer"]["std"])
+    """The model's outputs on raw rows, as probabilities for a classifier."""
     with torch.no_grad():
-        out = net(x)
+        out = net(rows)
     kind = side["head"]["kind"]
     if kind == "softmax":
         return torch.softmax(out, dim=-1)  # column i is class_names[i]
@@ -271,16 +288,14 @@ def predict(side, net, rows):
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
 
 
-def read_rows(path, columns, target, headerless=None):
+def read_rows(path, columns, target):
     """The cells of `columns` (trimmed), as (line, cells) for each data row of
     the CSV file `path`, read as `kynml predict` reads it: the first row is a
     header naming the columns, in any order, with the target column allowed
     beside them (and ignored); a quoted cell may hold commas, "" for a quote
     and line breaks. Blank lines at the end are skipped, one between rows is
     an error (each row gives one line of output); in a file of one column,
-    `""` is a row, its cell empty. `headerless(cells)`, where given, says
-    whether a first row that does not name every column is a data row: the
-    file's rows then hold `columns`' cells in order."""
+    `""` is a row, its cell empty."""
     def fail(line, message):
         sys.exit(f"{path}:{line}: {message}")
 
@@ -301,19 +316,17 @@ def read_rows(path, columns, target, headerless=None):
     header_line, header = first[0], [c.strip(WHITESPACE) for c in first[1]]
     rows = []
     missing = [c for c in columns if c not in header]
-    if missing and headerless is not None and headerless(header):
-        order, width = list(range(len(columns))), len(header)
-        rows.append((header_line, header[:len(columns)]))
-    else:
-        if missing:
-            fail(header_line, f"the header lacks the column(s) {', '.join(missing)} (it has {', '.join(header)})")
-        dup = sorted({h for h in header if header.count(h) > 1})
-        if dup:
-            fail(header_line, f"the header names {', '.join(dup)} more than once")
-        extra = [h for h in header if h not in columns and h != target]
-        if extra:
-            fail(header_line, f"column(s) {', '.join(extra)} are neither inputs of this model nor its target ({target})")
-        order, width = [header.index(c) for c in columns], len(header)
+    if missing:
+        fail(header_line, f"the header lacks the column(s) {', '.join(missing)} (it has {', '.join(header)})"
+             + ("; line 1 holds numbers: the file has no header, so put one first: " + ",".join(columns)
+                if all(number(c) is not None for c in header) else ""))
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        fail(header_line, f"the header names {', '.join(dup)} more than once")
+    extra = [h for h in header if h not in columns and h != target]
+    if extra:
+        fail(header_line, f"column(s) {', '.join(extra)} are neither inputs of this model nor its target ({target})")
+    order, width = [header.index(c) for c in columns], len(header)
     blank_at = None
     for line, record in records:
         if blank(record, width):
@@ -381,18 +394,14 @@ def main(argv):
                     row[p * len(names) + c] = v
             rows.append(row)
     else:
-        # The features by name (without a header: in the sidecar's order). A
-        # categorical column's text becomes its index: 1 + its place in the
+        # The features by name. A categorical column's text becomes its index: 1 + its place in the
         # vocabulary, 0 for a value training never saw.
         names = side["feature_names"]
         vocab = {c["position"]: {v: i + 1 for i, v in enumerate(c["values"])} for c in side.get("categories", [])}
 
         def features(line, cells):
             return [float(vocab[i].get(c, 0)) if i in vocab else value(line, names[i], c) for i, c in enumerate(cells)]
-
-        def headerless(cells):
-            return len(cells) >= len(names) and all(i in vocab or number(c) is not None for i, c in enumerate(cells[:len(names)]))
-        rows = [features(line, cells) for line, cells in read_rows(path, names, target, headerless)]
+        rows = [features(line, cells) for line, cells in read_rows(path, names, target)]
 
     out = predict(side, rebuild(side, load_file(weights)), torch.tensor(rows, dtype=torch.float32))
     for row in out.tolist():

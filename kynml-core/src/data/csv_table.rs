@@ -506,6 +506,7 @@ pub fn parse_model_rows(
                     count: feature_names.len(),
                     suggestion: suggest::did_you_mean(name, known).map(str::to_owned),
                     one_column: (header.len() == 1 && header[0].contains([';', '\t', '|'])).then(|| header[0].clone()),
+                    no_header: header.iter().all(|h| h.trim().parse::<f64>().is_ok()).then(|| feature_names.join(",")),
                 });
             }
         }
@@ -1272,6 +1273,17 @@ mod tests {
         // Another column missing from a comma-separated file: no such hint.
         let err = model_rows(b"a,b\n1,2\n", &["a", "x"], None).unwrap_err();
         assert!(!err.to_string().contains("separated"), "{err}");
+        assert!(!err.to_string().contains("no header"), "{err}");
+    }
+
+    #[test]
+    fn a_file_without_a_header_is_named_as_such() {
+        let err = model_rows(b"5.1,3.5\n6.9,-3.1e2\n", &["a", "x"], None).unwrap_err().to_string();
+        assert!(err.contains(":1: no column `a`"), "{err}");
+        assert!(
+            err.contains("line 1 holds numbers, not column names: the file has no header, so put one first: `a,x`"),
+            "{err}"
+        );
     }
 
     #[test]

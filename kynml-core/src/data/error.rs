@@ -333,10 +333,14 @@ pub enum DataError {
     #[error(
         "{}:1: no column `{name}`: the model needs its {count} input columns{}",
         path.display(),
-        match (suggestion, one_column) {
-            (Some(s), _) => format!("; did you mean `{s}`?"),
-            (None, Some(header)) => one_column_hint(header),
-            (None, None) => String::new(),
+        match (suggestion, one_column, no_header) {
+            (_, _, Some(header)) => format!(
+                "; line 1 holds numbers, not column names: the file has no header, so put one first: `{}`",
+                shown_header(header)
+            ),
+            (Some(s), ..) => format!("; did you mean `{s}`?"),
+            (None, Some(header), None) => one_column_hint(header),
+            (None, None, None) => String::new(),
         }
     )]
     MissingColumn {
@@ -352,6 +356,9 @@ pub enum DataError {
         /// The header's only column, when its name holds `;`, a tab or `|`:
         /// the file is not comma-separated.
         one_column: Option<String>,
+        /// The model's input columns, comma-separated, when the file's first
+        /// line is all numbers: a file without a header.
+        no_header: Option<String>,
     },
 
     /// A column the model was not trained on (other than its target).
@@ -416,6 +423,15 @@ impl DataError {
 
 /// For a header read as one column that holds another separator: which
 /// one, the header with its tabs shown as `\t`, and how to make a CSV.
+/// A header line to show, cut when long.
+fn shown_header(header: &str) -> String {
+    const MAX: usize = 120;
+    if header.chars().count() <= MAX {
+        return header.to_string();
+    }
+    header.chars().take(MAX).collect::<String>() + "..."
+}
+
 fn one_column_hint(header: &str) -> String {
     let seps = [('\t', "tabs", "\\t"), (';', "semicolons", ";"), ('|', "bars", "|")];
     let (_, name, written) = seps.iter().max_by_key(|(c, ..)| header.matches(*c).count()).copied().unwrap_or(seps[0]);

@@ -308,7 +308,7 @@ fn encode_model(model: &ExportModel, g: &Graph) -> Vec<u8> {
         metadata.push(("tokenizer", "split on Unicode white space (Rust's str::split_whitespace); case kept".into()));
     }
     if let Some(sequence) = &model.sequence {
-        metadata.push(("sequence", json(serde_json::to_string(sequence))));
+        metadata.push(("sequence", sequence_metadata(sequence)));
     }
     for (key, value) in metadata {
         let mut entry = Proto::default();
@@ -317,6 +317,12 @@ fn encode_model(model: &ExportModel, g: &Graph) -> Vec<u8> {
         out.message(14, &entry);
     }
     out.0
+}
+
+/// A sequence model's input columns and positions, as the sidecar gives them
+/// (what its training rows held, `cut` and `longest`, is the run's record).
+fn sequence_metadata(sequence: &crate::data::SequenceColumns) -> String {
+    serde_json::json!({"columns": sequence.columns, "length": sequence.length}).to_string()
 }
 
 fn encode_node(node: &Node) -> Proto {
@@ -567,6 +573,18 @@ mod tests {
         let mut outer = Proto::default();
         outer.message(7, &p);
         assert_eq!(outer.0, [0x3a, 0x04, 0x0a, 0x02, b'a', b'b']);
+    }
+
+    #[test]
+    fn sequence_metadata_is_the_models_not_its_training_datas() {
+        // What the training rows held (rows cut, the longest) is the run's,
+        // and a model exported from the run folder no longer has it: the
+        // metadata is the same by either route, as in the sidecar.
+        let mut read = crate::data::SequenceColumns::new(vec!["ax".into(), "ay".into()], 64);
+        (read.cut, read.longest) = (318, 90);
+        let expected = r#"{"columns":["ax","ay"],"length":64}"#;
+        assert_eq!(sequence_metadata(&read), expected);
+        assert_eq!(sequence_metadata(&crate::data::SequenceColumns::new(vec!["ax".into(), "ay".into()], 64)), expected);
     }
 
     #[test]

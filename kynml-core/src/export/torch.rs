@@ -114,6 +114,8 @@ pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
 /// of the `sequence` columns `{columns, length}` (position-major: `x[p * C + c]`), NaN where
 /// a sequence is shorter: after the normalizer, a position whose values are NaN is padding
 /// (the mask `(x[:, :, 0] == x[:, :, 0])`), and its values read as 0; else `values`),
+/// `padding` (for `tokens` and `sequence`: which positions are padding, as a PyTorch
+/// expression, for the layers' `padding` masks; null for `values`),
 /// `layers` (one object per
 /// module, in order, with `index`, `kind` and `module`, the PyTorch module(s) it stands for;
 /// dense: `in_features`, `out_features`, `activation` (`linear`, `relu`, `gelu` (exact),
@@ -190,6 +192,14 @@ pub fn sidecar_json(model: &ExportModel) -> Value {
         },
         "tokens": model.tokens,
         "sequence": model.sequence.as_ref().map(|s| json!({"columns": s.columns, "length": s.length})),
+        "padding": match model.shape.layout() {
+            crate::model::Layout::Tokens => Some("padding = (token_ids == 0): a text's positions past its end"),
+            crate::model::Layout::Sequence => Some(
+                "padding = torch.isnan(x.reshape(rows, length, len(columns))[:, :, 0]) after the normalizer: \
+                 a sequence's positions past its end, whose values then read as 0",
+            ),
+            crate::model::Layout::Values => None,
+        },
         "layers": layers,
         "head": head,
         "tensors": tensors,
@@ -283,6 +293,12 @@ mod tests {
         assert_eq!(side["head"]["kind"], "sigmoid");
         assert_eq!(side["head"]["class_names"], json!(["no", "yes"]));
         assert_eq!(side["tensors"][6], json!({"name": "1.num_batches_tracked", "shape": [], "dtype": "int64"}));
+        // Padding is a text's or a sequence's, each said in its own terms.
+        assert!(side["padding"].is_null());
+        let padding = |shape| sidecar_json(&ExportModel { shape, ..sample() })["padding"].as_str().unwrap().to_string();
+        assert!(padding(crate::model::Shape::tokens(8)).starts_with("padding = (token_ids == 0)"));
+        let sequence = padding(crate::model::Shape::sequence(8, 2));
+        assert!(sequence.starts_with("padding = torch.isnan(") && !sequence.contains("token_ids"), "{sequence}");
     }
 
     #[test]

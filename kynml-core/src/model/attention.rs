@@ -113,7 +113,8 @@ impl Kind for AttentionSpec {
             "num_heads": self.heads,
             "module": format!(
                 "nn.MultiheadAttention({d}, {}, batch_first=True) as self-attention: \
-                 attn(x, x, x, key_padding_mask=(token_ids == 0), need_weights=False)[0]",
+                 attn(x, x, x, key_padding_mask=padding, need_weights=False)[0] (the sidecar's `padding` \
+                 says which positions are padding)",
                 self.heads
             ),
         })

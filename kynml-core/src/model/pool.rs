@@ -250,7 +250,7 @@ impl Kind for PoolSpec {
                 "over": "positions",
                 "module": "the mean over a text's positions that are not padding: \
                            (x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1), \
-                           mask = (token_ids != 0)",
+                           mask = ~padding (the sidecar's `padding` says which positions are padding)",
             });
         }
         let d = if input.rank() == 2 { "1d" } else { "2d" };

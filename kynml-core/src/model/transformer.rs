@@ -200,7 +200,8 @@ impl Kind for TransformerSpec {
             "dim_feedforward": self.ff,
             "module": format!(
                 "nn.TransformerEncoderLayer({d}, {}, {}, dropout={}, activation='gelu', batch_first=True, \
-                 norm_first=True), called with src_key_padding_mask=(token_ids == 0)",
+                 norm_first=True), called with src_key_padding_mask=padding (the sidecar's `padding` says \
+                 which positions are padding)",
                 self.heads, self.ff, self.dropout
             ),
             "dropout": self.dropout,

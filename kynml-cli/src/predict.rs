@@ -54,7 +54,10 @@ fn check_output(output: &Path) -> Result<(), Failure> {
     }
     let folder = kynml_core::atomic_file::folder(output);
     match std::fs::metadata(folder) {
-        Ok(meta) if meta.is_dir() => Ok(()),
+        // A folder this process cannot write in (read-only, another
+        // user's) is said now, as for an export: a new, unnamed file at once removed.
+        Ok(meta) if meta.is_dir() => kynml_core::atomic_file::probe_writable(folder)
+            .map_err(|e| refuse(format!("its folder {} cannot be written: {e}", folder.display()))),
         Ok(_) => Err(refuse(format!("its folder {} is a file", folder.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             Err(refuse(format!("its folder {} does not exist", folder.display())))

@@ -716,6 +716,12 @@ fn predict_into_a_missing_folder_is_bad_input_named_before_any_work() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("cannot write nodir/p.csv: its folder nodir does not exist") && !t.contains(".tmp"), "{t}");
     assert!(!dir.join("nodir").exists());
+    // A folder no process may write in (even root: /proc takes no new
+    // files) is bad input too, said before any work, as for an export.
+    let out = kynml(&["predict", "run", "iris.csv", "--output", "/proc/kynml-p.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot write /proc/kynml-p.csv: its folder /proc cannot be written"), "{t}");
     let out = kynml(&["predict", "run", "iris.csv", "--output", "run"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");

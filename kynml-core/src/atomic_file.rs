@@ -68,6 +68,13 @@ fn remove_dead_temps(path: &Path, name: &OsStr) {
     }
 }
 
+/// Whether this process may write in `dir`, found by making a new, unnamed
+/// file there, at once removed: permissions, a read-only mount and another
+/// user's folder are all told, as the write itself would meet them.
+pub fn probe_writable(dir: &Path) -> io::Result<()> {
+    tempfile::tempfile_in(dir).map(drop)
+}
+
 /// The folder `path` lives in; `.` for a bare file name.
 pub fn folder(path: &Path) -> &Path {
     match path.parent() {

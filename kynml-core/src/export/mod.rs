@@ -321,7 +321,7 @@ pub fn check_writable(path: &Path) -> Result<(), ExportError> {
         let reason = format!("{} is a file, so no folder can be made there", dir.display());
         return Err(ExportError::Unwritable { path: path.into(), reason });
     }
-    tempfile::tempfile_in(&dir).map(drop).map_err(|e| ExportError::Unwritable {
+    crate::atomic_file::probe_writable(&dir).map_err(|e| ExportError::Unwritable {
         path: path.into(),
         reason: format!("its folder {} cannot be written: {e}", dir.display()),
     })

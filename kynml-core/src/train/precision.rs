@@ -115,10 +115,15 @@ impl PrecisionPlan {
 
 /// The plan for `train` on `device`.
 pub fn plan(train: &TrainSpec, device: &Device) -> PrecisionPlan {
-    let wanted = Compute::of(train.precision.value);
+    let (compute, fallback) = resolve(Compute::of(train.precision.value), device);
+    PrecisionPlan { compute, scaler: scaler_for(compute, train.loss_scale.value), fallback }
+}
+
+/// What runs on `device` when `wanted` is asked for, and why it differs.
+fn resolve(wanted: Compute, device: &Device) -> (Compute, Option<String>) {
     // Compute capability 8.0 (Ampere) brought TF32 and bf16 tensor cores.
     let ampere = |gpu: &kynml_backend::CudaGpu| gpu.compute_capability.0 >= 8;
-    let (compute, fallback) = match (wanted, &device.kind) {
+    match (wanted, &device.kind) {
         (Compute::Fp32, DeviceKind::Cuda(gpu)) if ampere(gpu) => (
             Compute::Tf32,
             Some(
@@ -169,8 +174,13 @@ pub fn plan(train: &TrainSpec, device: &Device) -> PrecisionPlan {
             Some(format!("fp16 requested, but the adapter `{}` has no f16 shader support", adapter.name)),
         ),
         _ => (wanted, None),
-    };
-    PrecisionPlan { compute, scaler: scaler_for(compute, train.loss_scale.value), fallback }
+    }
+}
+
+/// Whether `device` runs `compute`'s products as such (the rule of [`plan`],
+/// which a profile's verdict reads before it advises a precision).
+pub fn runs_on(compute: Compute, device: &Device) -> bool {
+    resolve(compute, device).0 == compute
 }
 
 fn scaler_for(compute: Compute, scale: LossScale) -> Option<ScalerConfig> {
@@ -248,5 +258,18 @@ mod tests {
         assert_eq!(plan(&train("fp16"), &lavapipe()).compute, Compute::Fp16);
         assert_eq!(plan(&train("bf16"), &Device::cpu()).compute, Compute::Fp32);
         assert_eq!(Compute::Tf32.half(), None);
+    }
+
+    #[test]
+    fn runs_on_follows_the_plan() {
+        let cases =
+            [(gpu(9), true, true), (gpu(7), false, true), (lavapipe(), false, true), (Device::cpu(), false, false)];
+        for (device, bf16, fp16) in cases {
+            assert_eq!(runs_on(Compute::Bf16, &device), bf16, "{device:?}");
+            assert_eq!(runs_on(Compute::Fp16, &device), fp16, "{device:?}");
+            for (c, name) in [(Compute::Bf16, "bf16"), (Compute::Fp16, "fp16")] {
+                assert_eq!(runs_on(c, &device), plan(&train(name), &device).compute == c);
+            }
+        }
     }
 }

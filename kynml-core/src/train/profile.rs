@@ -87,6 +87,13 @@ pub struct Profile {
     /// The machine's cores (0: not known), which bound how many loader
     /// workers can run beside the step.
     pub cores: usize,
+    /// Whether this device runs bf16 products (what the verdict may advise).
+    pub bf16: bool,
+    /// Whether this device runs fp16 products.
+    pub fp16: bool,
+    /// Steps (batches) in a whole epoch (0: not known); 1 when one batch
+    /// holds every training row, and no larger batch is to be had.
+    pub steps_per_epoch: usize,
 }
 
 /// One checkpoint: the training thread's hand-off (the snapshot copied to
@@ -102,6 +109,9 @@ pub struct CheckpointTiming {
     pub handoff: f64,
     /// The writer's work: seconds from the start of training, and how long.
     pub write: Option<(f64, f64)>,
+    /// Whether the writer wrote it in the background (`async_save = true`);
+    /// otherwise the hand-off is the whole save.
+    pub async_save: bool,
 }
 
 /// One phase over all profiled steps, in seconds.
@@ -139,6 +149,30 @@ pub enum Bound {
     SkippedSteps,
     /// No step was profiled (a run with nothing left to train).
     NoSteps,
+    /// Too few steps after warm-up to say anything of the steady run.
+    TooFewSteps,
+    /// Evaluating the validation split took a large share of the run's time.
+    Evaluation,
+    /// The training thread's checkpoint saves (hand-offs) took a large
+    /// share of the run's time.
+    Checkpoint,
+}
+
+/// Where a profiled run's time went, as shares of its time (the warm-up
+/// steps left out); `rest` is start-up before the first step and the
+/// bookkeeping between the steps (progress, logging).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct RunShares {
+    /// The steps' own work.
+    pub steps: f64,
+    /// Waiting for batches.
+    pub wait: f64,
+    /// Evaluating the validation split.
+    pub evaluation: f64,
+    /// The training thread's checkpoint hand-offs (whole saves without `async_save`).
+    pub checkpoints: f64,
+    /// Everything else.
+    pub rest: f64,
 }
 
 /// The bottleneck, and one concrete step a person can take.
@@ -162,8 +196,17 @@ pub const SHORT_STEP: f64 = 0.5e-3;
 /// The share of steps skipped on overflow above which the verdict is theirs.
 pub const SKIPPED_SHARE: f64 = 0.05;
 /// A first-epoch step this many times the median step is warm-up (kernels
-/// compiled or tuned, buffers allocated), left out of the verdict.
+/// compiled or tuned, buffers allocated), left out of the verdict, as the
+/// run's first step always is.
 pub const WARM_UP_FACTOR: f64 = 20.0;
+/// Fewer steps than this after warm-up are too few for a verdict.
+pub const MIN_STEADY_STEPS: usize = 3;
+/// The share of the run's time above which evaluation or checkpoint
+/// hand-offs are the verdict.
+pub const BETWEEN_STEPS_SHARE: f64 = 0.3;
+/// The share of the run's time above which evaluation or checkpoint
+/// hand-offs are named after another verdict.
+pub const NOTE_SHARE: f64 = 0.1;
 
 /// The phases in step order; `other` is what the step spent outside them.
 pub const PHASES: [&str; 6] = ["wait", "copy", "forward", "backward", "optimizer", "other"];
@@ -190,34 +233,55 @@ impl Profile {
         summarize(&self.steps)
     }
 
-    /// The steps a verdict reads: all but the first epoch's warm-up steps,
-    /// those over [`WARM_UP_FACTOR`] times the median step (compiling and
-    /// tuning kernels, allocating), which say nothing of the steady run.
+    /// The steps a verdict reads: all but the warm-up steps, which say
+    /// nothing of the steady run. The first profiled step is always warm-up
+    /// (buffers allocated, kernels compiled or tuned, the loader started);
+    /// so is any other step of the first epoch over [`WARM_UP_FACTOR`]
+    /// times the median of the steps after the first.
     pub fn steady_steps(&self) -> Vec<StepTiming> {
-        let mut totals: Vec<f64> = self.steps.iter().map(|s| s.total).collect();
+        let Some(first) = self.steps.first() else { return Vec::new() };
+        let rest = &self.steps[1..];
+        let mut totals: Vec<f64> = rest.iter().map(|s| s.total).collect();
         totals.sort_by(f64::total_cmp);
-        let Some(&median) = totals.get(totals.len() / 2) else { return Vec::new() };
-        let first_epoch = self.steps[0].epoch;
-        let steady: Vec<StepTiming> = self
-            .steps
-            .iter()
-            .filter(|s| s.epoch != first_epoch || s.total <= WARM_UP_FACTOR * median)
-            .cloned()
-            .collect();
-        if steady.is_empty() {
-            self.steps.clone()
-        } else {
-            steady
-        }
+        let median = totals.get(totals.len() / 2).copied().unwrap_or(0.0);
+        rest.iter().filter(|s| s.epoch != first.epoch || s.total <= WARM_UP_FACTOR * median).cloned().collect()
     }
 
-    /// The bottleneck, from the shares of the steady steps
-    /// ([`steady_steps`](Self::steady_steps)), in this order: fp16 skipping
-    /// more than [`SKIPPED_SHARE`] of the steps; waiting for batches more
-    /// than [`DATA_BOUND_SHARE`] of the time (with `workers` the spec's
-    /// `num_workers`, to say what to raise within the machine's cores); a
-    /// GPU that NVML saw idle; a median step shorter than [`SHORT_STEP`]; else
-    /// compute-bound, naming the largest phase.
+    /// Seconds from the start of training to the end of the last profiled
+    /// step, evaluation or checkpoint hand-off.
+    pub fn run_seconds(&self) -> f64 {
+        let steps = self.steps.iter().map(|s| s.start + s.wait + s.total);
+        let evals = self.evals.iter().map(|e| e.start + e.seconds);
+        let checkpoints = self.checkpoints.iter().map(|c| c.start + c.handoff);
+        steps.chain(evals).chain(checkpoints).fold(0.0, f64::max)
+    }
+
+    /// Where the run's time went, as shares of [`run_seconds`](Self::run_seconds)
+    /// with the warm-up steps' time taken out of it.
+    pub fn run_shares(&self) -> RunShares {
+        let steady = self.steady_steps();
+        let whole = |steps: &[StepTiming]| steps.iter().map(|s| s.wait + s.total).sum::<f64>();
+        let warm_up = whole(&self.steps) - whole(&steady);
+        let run = (self.run_seconds() - warm_up).max(1e-12);
+        let steps = steady.iter().map(|s| s.total).sum::<f64>() / run;
+        let wait = steady.iter().map(|s| s.wait).sum::<f64>() / run;
+        let evaluation = self.evals.iter().map(|e| e.seconds).sum::<f64>() / run;
+        let checkpoints = self.checkpoints.iter().map(|c| c.handoff).sum::<f64>() / run;
+        let rest = (1.0 - steps - wait - evaluation - checkpoints).max(0.0);
+        RunShares { steps, wait, evaluation, checkpoints, rest }
+    }
+
+    /// The bottleneck, in this order: fp16 skipping more than
+    /// [`SKIPPED_SHARE`] of the steps; fewer than [`MIN_STEADY_STEPS`]
+    /// steps after warm-up ([`steady_steps`](Self::steady_steps)), too few
+    /// to judge; evaluation or checkpoint hand-offs over
+    /// [`BETWEEN_STEPS_SHARE`] of the run's time; waiting for batches more
+    /// than [`DATA_BOUND_SHARE`] of the steps' time (with `workers` the
+    /// spec's `num_workers`, to say what to set within the machine's
+    /// cores); a GPU that NVML saw idle; a median step shorter than
+    /// [`SHORT_STEP`]; else compute-bound, naming the largest phase.
+    /// Evaluation and checkpoints over [`NOTE_SHARE`] of the run's time
+    /// that do not lead are named after it, each with what to change.
     pub fn verdict(&self, workers: usize) -> Verdict {
         if self.steps.is_empty() {
             return Verdict {
@@ -225,62 +289,121 @@ impl Profile {
                 advice: "no step was profiled: there was nothing to train".into(),
             };
         }
-        let steady = self.steady_steps();
-        let summary = summarize(&steady);
-        let share = |name: &str| summary.iter().find(|p| p.phase == name).map_or(0.0, |p| p.share);
-        let wait = share("wait");
-        let left_out = self.steps.len() - steady.len();
-        // Said last: the shares above are the steady steps', and the
-        // phase table printed with the verdict counts every step.
-        let warm_up = match left_out {
-            0 => String::new(),
-            n => {
-                let seconds: f64 =
-                    self.steps.iter().map(|s| s.total).sum::<f64>() - steady.iter().map(|s| s.total).sum::<f64>();
-                let (steps, are) =
-                    if n == 1 { ("warm-up step".to_string(), "is") } else { (format!("{n} warm-up steps"), "are") };
-                format!(
-                    " (the {} steps after warm-up; the {steps} ({}, start-up work) {are} in the phase table \
-                     but not here)",
-                    steady.len(),
-                    seconds_text(seconds.max(0.0))
-                )
-            }
-        };
         let all_steps = self.steps.len().max(self.skipped_steps);
         if self.skipped_steps as f64 > SKIPPED_SHARE * all_steps as f64 {
+            let instead = if self.bf16 {
+                "or train in bf16 (precision = bf16), which needs no scaling"
+            } else {
+                "or train in fp32 (precision = fp32): bf16, which needs no scaling, does not run on this device \
+                 (it runs as fp32)"
+            };
             return Verdict {
                 bound: Bound::SkippedSteps,
                 advice: format!(
                     "fp16 skipped {} of {all_steps} steps ({:.0}%) on overflow, their work thrown away: lower the \
-                     loss scale's start (loss_scale = dynamic(init=...)), or train in bf16, which needs no scaling",
+                     loss scale's start (loss_scale = dynamic(init=...)), {instead}",
                     self.skipped_steps,
                     100.0 * self.skipped_steps as f64 / all_steps as f64
                 ),
             };
         }
-        if wait > DATA_BOUND_SHARE {
-            let wanted = if workers == 0 { 2 } else { workers * 2 };
-            // The step needs a core of its own (more on the native engine).
-            let spare = self.cores.saturating_sub(1);
-            let advice = if self.cores == 0 || wanted <= spare {
-                format!("raise num_workers ({workers} -> {wanted}) or prefetch")
-            } else if workers < spare {
-                format!(
-                    "raise num_workers ({workers} -> {spare}: this machine has {} cores, and the step needs one)",
-                    self.cores
-                )
-            } else {
-                format!(
-                    "num_workers = {workers} already takes this machine's spare cores ({} in all, one for the \
-                     step): more workers would compete with the step; fewer or cheaper columns, or a machine \
-                     with more cores, would help",
-                    self.cores
-                )
+        let steady = self.steady_steps();
+        let left_out = self.steps.len() - steady.len();
+        let warm_up_seconds =
+            self.steps.iter().map(|s| s.total).sum::<f64>() - steady.iter().map(|s| s.total).sum::<f64>();
+        let (steps, are) = if left_out == 1 {
+            ("warm-up step".to_string(), "is")
+        } else {
+            (format!("{left_out} warm-up steps"), "are")
+        };
+        if steady.len() < MIN_STEADY_STEPS {
+            let n = self.steps.len();
+            return Verdict {
+                bound: Bound::TooFewSteps,
+                advice: format!(
+                    "too few steps to judge: {n} step{} profiled, and the {steps} ({}, start-up work) {are} no \
+                     guide to the steady run; a verdict needs at least {MIN_STEADY_STEPS} steps after warm-up: \
+                     profile more epochs, or a smaller batch for more steps per epoch",
+                    if n == 1 { "" } else { "s" },
+                    seconds_text(warm_up_seconds.max(0.0)),
+                ),
             };
+        }
+        // Said last: the shares are the steady steps', and the phase table
+        // printed with the verdict counts every step.
+        let warm_up = format!(
+            " (the {} steps after warm-up; the {steps} ({}, start-up work) {are} in the phase table but not here)",
+            steady.len(),
+            seconds_text(warm_up_seconds.max(0.0))
+        );
+        let run = self.run_shares();
+        let pct = |share: f64| format!("{:.0}%", 100.0 * share);
+
+        // Evaluation and checkpoints, weighed against the run's time.
+        let evaluation = format!(
+            "evaluation takes {} of the run's time ({} evaluation{}, {}, one after each epoch): a larger `split` \
+             in the dataset block validates on fewer rows",
+            pct(run.evaluation),
+            self.evals.len(),
+            if self.evals.len() == 1 { "" } else { "s" },
+            seconds_text(self.evals.iter().map(|e| e.seconds).sum())
+        );
+        let n = self.checkpoints.len();
+        let saves = format!(
+            "{n} save{}, {}",
+            if n == 1 { "" } else { "s" },
+            seconds_text(self.checkpoints.iter().map(|c| c.handoff).sum())
+        );
+        let checkpoints = if self.checkpoints.iter().any(|c| !c.async_save) {
+            format!(
+                "synchronous checkpoint saves take {} of the run's time ({saves}, the training waiting for each \
+                 write): `async_save = true` in checkpoint(...) writes them in the background, or a larger \
+                 `every_n` saves less often",
+                pct(run.checkpoints)
+            )
+        } else {
+            format!(
+                "checkpoint hand-offs take {} of the run's time ({saves}, the state copied to the host for the \
+                 writer): a larger `every_n` in checkpoint(...) saves less often",
+                pct(run.checkpoints)
+            )
+        };
+        let (eval_leads, checkpoints_lead) = (
+            run.evaluation > BETWEEN_STEPS_SHARE && run.evaluation >= run.checkpoints,
+            run.checkpoints > BETWEEN_STEPS_SHARE && run.checkpoints > run.evaluation,
+        );
+        let notes = {
+            let mut notes = String::new();
+            if run.evaluation > NOTE_SHARE && !eval_leads {
+                notes += &format!("; besides the steps, {evaluation}");
+            }
+            if run.checkpoints > NOTE_SHARE && !checkpoints_lead {
+                notes += &format!("; besides the steps, {checkpoints}");
+            }
+            notes
+        };
+        if eval_leads {
+            return Verdict { bound: Bound::Evaluation, advice: format!("{evaluation}{notes}{warm_up}") };
+        }
+        if checkpoints_lead {
+            return Verdict { bound: Bound::Checkpoint, advice: format!("{checkpoints}{notes}{warm_up}") };
+        }
+
+        let summary = summarize(&steady);
+        let share = |name: &str| summary.iter().find(|p| p.phase == name).map_or(0.0, |p| p.share);
+        let wait = share("wait");
+        // One step per epoch: the batch already holds every training row.
+        let whole_batch = self.steps_per_epoch == 1;
+        if wait > DATA_BOUND_SHARE {
+            let advice = self.workers_advice(workers);
             return Verdict {
                 bound: Bound::Data,
-                advice: format!("data loading is {:.0}% of step time: {advice}{warm_up}", 100.0 * wait),
+                advice: format!(
+                    "data-bound: waiting for batches is {} of the steps' time (their waits included; {} of the \
+                     run's time): {advice}{notes}{warm_up}",
+                    pct(wait),
+                    pct(run.wait)
+                ),
             };
         }
         let (phase, largest) = summary
@@ -292,11 +415,17 @@ impl Profile {
             // A profiled run waits for the device after each phase, which
             // idles it a little more than an unprofiled run would.
             let synced = if self.synchronised { " (read while profiling, whose waits add a little idle)" } else { "" };
+            let helps = if whole_batch {
+                "; the run is small: one batch already holds every training row, so there is no larger batch to \
+                 give it"
+            } else {
+                "; a larger batch would use the GPU better"
+            };
             return Verdict {
                 bound: Bound::Launch,
                 advice: format!(
                     "GPU busy {:.0}% during the steps{synced}: the step is launch-bound (the GPU waits between \
-                     kernels); a larger batch would use the GPU better",
+                     kernels){helps}{notes}",
                     gpu.busy
                 ),
             };
@@ -307,31 +436,89 @@ impl Profile {
         totals.sort_by(f64::total_cmp);
         let work = totals.get(totals.len() / 2).copied().unwrap_or(0.0);
         if work < SHORT_STEP {
+            let helps = if whole_batch {
+                "the run is small: one batch already holds every training row, so the batch cannot grow"
+            } else {
+                "a larger batch does more work for the same costs"
+            };
             return Verdict {
                 bound: Bound::Overhead,
                 advice: format!(
                     "the steps are short ({:.3} ms a step, the median): fixed per-step costs (the optimizer's pass over \
-                     every tensor, launches, bookkeeping) outweigh the batch's arithmetic; a larger batch does more \
-                     work for the same costs{warm_up}",
+                     every tensor, launches, bookkeeping) outweigh the batch's arithmetic; {helps}{notes}{warm_up}",
                     work * 1e3
                 ),
             };
         }
         let hint = match phase {
+            "copy" if whole_batch => "the copy to the device leads; one batch already holds every training row",
             "copy" => "the copy to the device leads: a larger batch copies less often per row",
+            "optimizer" if whole_batch => "the optimizer's update leads; one batch already holds every training row",
             "optimizer" => "the optimizer's update leads: a larger batch updates less often per row",
-            _ if self.half_precision => "the model's own arithmetic leads: a larger batch, or a faster device",
-            _ => "the model's own arithmetic leads: a faster device or precision (bf16/fp16 on a GPU) is what helps",
+            _ if self.half_precision && !whole_batch => {
+                "the model's own arithmetic leads: a larger batch, or a faster device"
+            }
+            _ if self.half_precision => "the model's own arithmetic leads: a faster device is what helps",
+            _ if self.bf16 => {
+                "the model's own arithmetic leads: bf16 products (precision = bf16) run faster on this device, or a \
+                 faster device"
+            }
+            _ if self.fp16 => {
+                "the model's own arithmetic leads: fp16 products (precision = fp16, with loss scaling) run faster \
+                 on this device, or a faster device"
+            }
+            _ => "the model's own arithmetic leads: a faster device is what helps (bf16 and fp16 run as fp32 here)",
         };
+        let mut spent = vec![format!("waiting for batches {}", pct(run.wait))];
+        for (what, share) in [("evaluation", run.evaluation), ("checkpoints", run.checkpoints)] {
+            if share >= 0.005 {
+                spent.push(format!("{what} {}", pct(share)));
+            }
+        }
+        if run.rest >= 0.005 {
+            spent.push(format!("the rest {} (start-up, bookkeeping between the steps)", pct(run.rest)));
+        }
         Verdict {
             bound: Bound::Compute,
             advice: format!(
-                "compute-bound: the steps' own work is {:.0}% of the time, waiting for batches {:.0}% \
-                 ({phase} {:.0}%); {hint}{warm_up}",
-                100.0 * (1.0 - wait),
-                100.0 * wait,
-                100.0 * largest
+                "compute-bound: the steps' own work is {} of the run's time, {} ({phase} is {} of the steps' time); \
+                 {hint}{notes}{warm_up}",
+                pct(run.steps),
+                spent.join(", "),
+                pct(largest)
             ),
+        }
+    }
+
+    /// What to do about the loader's workers, with the machine's cores in
+    /// mind: the step needs one core of its own, the workers share the rest.
+    fn workers_advice(&self, workers: usize) -> String {
+        let cores = self.cores;
+        let spare = cores.saturating_sub(1);
+        let wanted = if workers == 0 { 2 } else { workers * 2 };
+        let s = |n: usize| if n == 1 { "" } else { "s" };
+        if cores == 0 || wanted <= spare {
+            format!("raise num_workers ({workers} -> {wanted}) or prefetch")
+        } else if workers < spare {
+            format!("raise num_workers ({workers} -> {spare}: this machine has {cores} cores, and the step needs one)")
+        } else if workers > spare {
+            format!(
+                "num_workers = {workers} exceeds this machine's spare cores ({cores} core{} in all, one for the \
+                 step, so {spare} spare): the workers compete with the step and each other; lower num_workers to \
+                 {spare}{}",
+                s(cores),
+                if spare == 0 { " (the training thread then prepares the batches)" } else { "" }
+            )
+        } else if spare == 0 {
+            "this machine has one core, which runs both the step and the loading: fewer or cheaper columns, or a \
+             machine with more cores, would help"
+                .to_string()
+        } else {
+            format!(
+                "num_workers = {workers} already takes this machine's spare cores ({cores} in all, one for the \
+                 step): more workers would compete with the step; fewer or cheaper columns, or a machine with more \
+                 cores, would help"
+            )
         }
     }
 
@@ -386,6 +573,8 @@ impl Profile {
             "gpu": super::gpu_monitor::summarize(&self.gpu),
             "phases": self.summary(),
             "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>(),
+            "run_seconds": self.run_seconds(),
+            "run_shares": self.run_shares(),
             "checkpoints": self.checkpoints.iter().map(|c| json!({
                 "epoch": c.epoch,
                 "handoff_seconds": c.handoff,
@@ -557,7 +746,7 @@ mod tests {
         // Waiting 0.25 s of every 1.25 (20%): compute-bound, backward leading.
         let compute = steps(0.25).verdict(0);
         assert_eq!(compute.bound, Bound::Compute);
-        assert!(compute.advice.contains("backward 40%"), "{}", compute.advice);
+        assert!(compute.advice.contains("backward is 40% of the steps' time"), "{}", compute.advice);
         // The same steps on a GPU that NVML saw busy 31% of the time: the
         // host's launches set the pace. Busy 80%: compute-bound as before.
         // Samples inside steps 1 and 2 (from 1.25 to 2.25, then 2.25 to
@@ -628,21 +817,168 @@ mod tests {
         assert_eq!(Profile::default().verdict(0).bound, Bound::NoSteps);
         // The summary still counts every step.
         assert!(p.summary().iter().find(|x| x.phase == "forward").unwrap().total > 35e-3);
-        // A slow step after the first epoch is the run's own, not warm-up.
+        // A slow step after the first epoch is the run's own, not warm-up
+        // (the first step always is).
         let mut later: Vec<StepTiming> = (1..=4).map(|i| timed(1 + i / 3, i, 2e-3)).collect();
         later[3].total = 1.0;
-        assert_eq!(Profile { steps: later, ..Profile::default() }.steady_steps().len(), 4);
+        assert_eq!(Profile { steps: later, ..Profile::default() }.steady_steps().len(), 3);
         // Short steps, a quarter of them held up after the first epoch (by
         // another process; a mean step over 1 ms): the median step
         // decides, not the mean.
         let held: Vec<StepTiming> =
             (1..=30).map(|i| timed(1 + i / 10, i, if i % 3 == 0 && i > 10 { 5e-3 } else { 10e-6 })).collect();
         let p = Profile { steps: held, ..Profile::default() };
-        assert_eq!(p.steady_steps().len(), 30);
+        assert_eq!(p.steady_steps().len(), 29);
         assert_eq!(p.verdict(0).bound, Bound::Overhead, "{}", p.verdict(0).advice);
         // Steps of 2 ms doing arithmetic: compute-bound.
         let compute = Profile { steps: (1..=4).map(|i| timed(1, i, 2e-3)).collect(), ..Profile::default() };
         assert_eq!(compute.verdict(0).bound, Bound::Compute);
+    }
+
+    /// `n` steps of `step` seconds back to back from the start (forward a
+    /// third, backward half, the optimizer the rest), then one evaluation
+    /// of `eval` seconds and one checkpoint of `save` seconds.
+    fn laid_out(n: usize, step: f64, eval: f64, save: f64, async_save: bool) -> Profile {
+        let steps = (0..n)
+            .map(|i| StepTiming {
+                epoch: 1,
+                step: i + 1,
+                start: i as f64 * step,
+                wait: 0.0,
+                phases: StepPhases {
+                    copy: 0.0,
+                    forward: step / 3.0,
+                    backward: step / 2.0,
+                    optimizer: step / 6.0,
+                    in_use: 0,
+                },
+                total: step,
+                prepared: None,
+            })
+            .collect();
+        let end = n as f64 * step;
+        let evals = if eval > 0.0 { vec![EvalTiming { epoch: 1, start: end, seconds: eval }] } else { Vec::new() };
+        let checkpoints = if save > 0.0 {
+            vec![CheckpointTiming { epoch: 1, start: end + eval, handoff: save, write: None, async_save }]
+        } else {
+            Vec::new()
+        };
+        Profile { steps, evals, checkpoints, ..Profile::default() }
+    }
+
+    #[test]
+    fn evaluation_and_checkpoints_are_weighed_against_the_run() {
+        // 13 steady steps of 0.3 s (3.9 s) and a warm-up step, one
+        // evaluation of 4 s and a synchronous save of 2.1 s: of the 10 s
+        // after warm-up, evaluation 40%, checkpoints 21%, steps 39%.
+        let p = laid_out(14, 0.3, 4.0, 2.1, false);
+        let shares = p.run_shares();
+        assert!((shares.evaluation - 0.4).abs() < 1e-9 && (shares.checkpoints - 0.21).abs() < 1e-9, "{shares:?}");
+        assert!((shares.steps - 0.39).abs() < 1e-9 && shares.rest < 1e-9, "{shares:?}");
+        let v = p.verdict(0);
+        assert_eq!(v.bound, Bound::Evaluation, "{}", v.advice);
+        for part in [
+            "evaluation takes 40% of the run's time (1 evaluation, 4.00 s",
+            "a larger `split`",
+            "synchronous checkpoint saves take 21% of the run's time",
+            "`async_save = true`",
+            "a larger `every_n`",
+        ] {
+            assert!(v.advice.contains(part), "{part:?} not in {}", v.advice);
+        }
+        assert!(!v.advice.contains("100%") && !v.advice.contains("compute-bound"), "{}", v.advice);
+        // Saved in the background: the hand-off is a copy, and async_save is
+        // not advised again.
+        let v = laid_out(14, 0.3, 4.0, 2.1, true).verdict(0);
+        assert!(v.advice.contains("checkpoint hand-offs take 21%") && !v.advice.contains("async_save"), "{}", v.advice);
+        // Checkpoints leading.
+        let v = laid_out(14, 0.3, 1.0, 5.0, false).verdict(0);
+        assert_eq!(v.bound, Bound::Checkpoint, "{}", v.advice);
+        // The steps leading, evaluation (0.6 of 5.05 s, 12%) and checkpoints
+        // (11%) named after the verdict, each with what to change.
+        let v = laid_out(14, 0.3, 0.6, 0.55, false).verdict(0);
+        assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
+        assert!(
+            v.advice.starts_with(
+                "compute-bound: the steps' own work is 77% of the run's time, waiting for batches 0%, evaluation \
+                 12%, checkpoints 11% (backward is 50% of the steps' time)"
+            ),
+            "{}",
+            v.advice
+        );
+        assert!(v.advice.contains("a larger `split`") && v.advice.contains("`async_save = true`"), "{}", v.advice);
+        // "100%" only where it is so.
+        let v = laid_out(14, 0.3, 0.0, 0.0, false).verdict(0);
+        assert!(v.advice.starts_with("compute-bound: the steps' own work is 100% of the run's time"), "{}", v.advice);
+        assert!(!v.advice.contains("split") && !v.advice.contains("every_n"), "{}", v.advice);
+    }
+
+    #[test]
+    fn advice_fits_the_device_the_cores_and_the_run() {
+        // fp16 skipping steps: bf16 is advised only where it runs.
+        let skipping = |bf16: bool| Profile { skipped_steps: 10, bf16, ..laid_out(14, 0.3, 0.0, 0.0, false) };
+        let on_wgpu = skipping(false).verdict(0).advice;
+        assert!(!on_wgpu.contains("train in bf16") && on_wgpu.contains("does not run on this device"), "{on_wgpu}");
+        assert!(skipping(true).verdict(0).advice.contains("train in bf16 (precision = bf16)"));
+        // Compute-bound: the precision advised is one the device runs.
+        let compute = |bf16: bool, fp16: bool| Profile { bf16, fp16, ..laid_out(14, 0.3, 0.0, 0.0, false) }.verdict(0);
+        assert!(compute(true, true).advice.contains("precision = bf16"));
+        let wgpu = compute(false, true).advice;
+        assert!(wgpu.contains("precision = fp16") && !wgpu.contains("bf16 products"), "{wgpu}");
+        let cpu = compute(false, false).advice;
+        assert!(cpu.contains("a faster device") && !cpu.contains("precision ="), "{cpu}");
+
+        // Data-bound with more workers than spare cores: lower them.
+        let mut waiting = laid_out(14, 0.3, 0.0, 0.0, false);
+        for s in &mut waiting.steps {
+            s.wait = 0.3;
+        }
+        let eight = Profile { cores: 2, ..waiting.clone() }.verdict(8).advice;
+        assert!(
+            eight.contains(
+                "num_workers = 8 exceeds this machine's spare cores (2 cores in all, one for the step, so 1 spare)"
+            ) && eight.contains("lower num_workers to 1")
+                && !eight.contains("already takes"),
+            "{eight}"
+        );
+        assert!(eight.starts_with("data-bound: waiting for batches is 50% of the steps' time"), "{eight}");
+        let one_core = Profile { cores: 1, ..waiting.clone() };
+        assert!(one_core.verdict(0).advice.contains("this machine has one core"), "{}", one_core.verdict(0).advice);
+        assert!(one_core.verdict(2).advice.contains("lower num_workers to 0"), "{}", one_core.verdict(2).advice);
+
+        // One step per epoch, the batch every training row: no larger batch to advise.
+        let tiny: Vec<StepTiming> = (1..=5).map(|e| timed(e, 1, 10e-6)).collect();
+        let small = Profile { steps: tiny, steps_per_epoch: 1, ..Profile::default() }.verdict(0);
+        assert_eq!(small.bound, Bound::Overhead);
+        assert!(
+            small.advice.contains("the run is small") && !small.advice.contains("a larger batch"),
+            "{}",
+            small.advice
+        );
+    }
+
+    #[test]
+    fn warm_up_is_always_left_out_and_too_few_steps_are_said() {
+        // One and two steps: nothing after warm-up to judge by.
+        for n in [1, 2, 3] {
+            let v = laid_out(n, 0.3, 0.0, 0.0, false).verdict(0);
+            assert_eq!(v.bound, Bound::TooFewSteps, "{n}: {}", v.advice);
+            assert!(v.advice.starts_with("too few steps to judge") && !v.advice.contains("arithmetic"), "{}", v.advice);
+        }
+        // A slow first step (4.5 s, forward) before three of 2 ms whose
+        // optimizer leads: the steady steps alone are judged.
+        let mut steps: Vec<StepTiming> = (0..4)
+            .map(|i| StepTiming {
+                phases: StepPhases { copy: 0.0, forward: 0.2e-3, backward: 0.3e-3, optimizer: 1.5e-3, in_use: 0 },
+                ..timed(1, i + 1, 2e-3)
+            })
+            .collect();
+        steps[0].phases.forward = 4.5;
+        steps[0].total = 4.5 + 1.8e-3;
+        let v = Profile { steps, ..Profile::default() }.verdict(0);
+        assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
+        assert!(v.advice.contains("(optimizer is 75% of the steps' time)"), "{}", v.advice);
+        assert!(v.advice.ends_with("the warm-up step (4.50 s, start-up work) is in the phase table but not here)"));
     }
 
     #[test]

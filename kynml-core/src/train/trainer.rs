@@ -390,6 +390,8 @@ fn run<'scope, 'env>(
         synchronised: engine.kind() == EngineKind::Burn && device.has_fusion(),
         half_precision: half.is_some(),
         cores: std::thread::available_parallelism().map_or(0, usize::from),
+        bf16: super::precision::runs_on(super::precision::Compute::Bf16, device),
+        fp16: super::precision::runs_on(super::precision::Compute::Fp16, device),
         ..Profile::default()
     });
 
@@ -430,6 +432,9 @@ fn run<'scope, 'env>(
             batches.extend(last);
         }
         let steps = done + batches.len();
+        if let Some(p) = profile.as_mut() {
+            p.steps_per_epoch = steps;
+        }
         // Which batches share an optimizer step (`accumulate`): a resumed
         // epoch restarted at a step's boundary, so its grouping starts anew.
         let parts = parts_of(&batches.iter().map(Vec::len).collect::<Vec<_>>(), t.accumulate.value);
@@ -632,6 +637,7 @@ fn run<'scope, 'env>(
                         start,
                         handoff: waited.elapsed().as_secs_f64(),
                         write: None,
+                        async_save: c.async_save,
                     });
                 }
                 on_event(TrainEvent::CheckpointSaved { epoch, path, seconds: waited.elapsed().as_secs_f64() });

@@ -438,10 +438,11 @@ fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel, run: &Path)
         Ok(format) => format,
         Err(err) => {
             return Some(Ok(format!(
-                "export: nothing written to {}: {err}\n  the run folder has the model; in a format that loads in \
-                 PyTorch: kynml export {run} --format onnx --path {}",
+                "export: nothing written to {}: {err}\n  the run folder has the model; for PyTorch: kynml export {run} \
+                 --format safetensors --path {}, then python3 scripts/rebuild_in_pytorch.py rebuilds it (its \
+                 `rebuild` function)",
                 path.display(),
-                shell_quote(&path.with_extension("onnx").display().to_string())
+                shell_quote(&path.with_extension("safetensors").display().to_string())
             )))
         }
     };

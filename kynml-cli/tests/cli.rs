@@ -174,6 +174,9 @@ fn the_users_spec_reports_every_setting_not_applied() {
         "pin_memory    not applied (on the CPU there is no host-to-device copy",
         "checkpoints/deepnet.pt",
         "torchscript",
+        // The route to PyTorch is the safetensors export, not ONNX (which PyTorch does not load).
+        "for PyTorch: kynml export r --format safetensors --path",
+        "deepnet.safetensors, then python3 scripts/rebuild_in_pytorch.py rebuilds it",
     ] {
         assert!(t.contains(needle), "missing {needle:?} in\n{t}");
     }

@@ -80,8 +80,9 @@ pub enum ExportError {
     /// `torchscript` was asked for, which only PyTorch can write.
     #[error(
         "torchscript is PyTorch's own program format, which only PyTorch can write; \
-         KynML writes onnx (loads in PyTorch, onnxruntime and most runtimes), safetensors \
-         (PyTorch state-dict names) or burn"
+         KynML writes safetensors (PyTorch state-dict names, with a sidecar from which \
+         scripts/rebuild_in_pytorch.py rebuilds the module in PyTorch), onnx (onnxruntime and most \
+         runtimes; PyTorch itself does not load ONNX) or burn"
     )]
     Torchscript,
     /// A format name KynML does not know; holds the name as given.

@@ -11,7 +11,8 @@
 //! - **activations** of one batch: the input and every layer's output (kept
 //!   for the backward pass; twice for layers whose derivative also needs
 //!   their input, such as gelu, or their normalised values, as norms do),
-//!   twice the widest output (the gradients flowing back through it), and
+//!   twice the widest layer output (the gradients flowing back through it;
+//!   the input is not counted there, as no gradient is taken for it), and
 //!   for attention each head's scores and weights (`2 x heads x L x L` per
 //!   row).
 //!
@@ -126,8 +127,10 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
     let batch = spec.train.batch.value;
     let mut params = 0u64;
     let mut largest = Largest { bytes: 0, layer: None, what: String::new() };
-    let mut kept = spec.model.shape.size() as u64;
-    let mut widest = kept;
+    let input = spec.model.shape.size() as u64;
+    let mut kept = input;
+    // The widest layer output: no gradient is computed for the input.
+    let mut widest = 0u64;
     let mut scores = 0u64;
     let mut shape = spec.model.shape.clone();
     for (index, layer) in spec.model.layers.iter().enumerate() {
@@ -165,10 +168,11 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
     // or a long sequence's attention scores can still take the products past
     // u64: they saturate, and the run is refused as too large.
     let per_row = act_bytes.saturating_mul(kept.saturating_add(2 * widest).saturating_add(scores));
-    let batch_bytes = (batch as u64).saturating_mul(act_bytes * widest);
+    // The batch's largest tensor: its widest output, or the input itself.
+    let (width, what) = if input > widest { (input, "input") } else { (widest, "widest output") };
+    let batch_bytes = (batch as u64).saturating_mul(act_bytes.saturating_mul(width));
     if batch_bytes > largest.bytes {
-        largest =
-            Largest { bytes: batch_bytes, layer: None, what: format!("a batch's widest output [{batch}, {widest}]") };
+        largest = Largest { bytes: batch_bytes, layer: None, what: format!("a batch's {what} [{batch}, {width}]") };
     }
     MemoryEstimate {
         weights: params.saturating_mul(4),
@@ -242,6 +246,22 @@ mod tests {
         assert_eq!((half.weights, half.per_row), (e.weights, e.per_row / 2));
         let sgd = spec(" input 10\n dense 20 relu\n dense 1 linear", " optimizer = sgd(lr=0.1)\n batch = 8\n");
         assert_eq!(estimate(&sgd, Compute::Fp32).optimizer, 0);
+    }
+
+    #[test]
+    fn a_wide_input_is_kept_once_and_takes_no_gradient() {
+        // 4096 inputs -> 8 -> 1, batch 100. Kept: the input 4096 and the
+        // outputs 8 + 1; gradients flow back through the widest output (8),
+        // not the input: (4096 + 9 + 2 * 8) values a row.
+        let s = spec(" input 4096\n dense 8 relu\n dense 1 linear", " batch = 100\n");
+        let e = estimate(&s, Compute::Fp32);
+        assert_eq!(e.per_row, 4 * (4096 + 9 + 16));
+        assert_eq!(e.activations, 100 * 4 * 4121);
+        // The batch that fits: fixed costs plus 1000 rows of 16,484 bytes.
+        assert_eq!(e.batch_that_fits(e.fixed() + 1000 * 16_484), Some(1000));
+        // The input batch is the largest tensor the batch brings: [100, 4096].
+        assert_eq!((e.largest.bytes, e.largest.layer), (100 * 4 * 4096, None));
+        assert_eq!(e.largest.what, "a batch's input [100, 4096]");
     }
 
     #[test]

@@ -8,10 +8,12 @@
 //! cargo run --release -p kynml-core --example service -- runs/iris-20261121-101500 < rows.csv
 //! ```
 //!
-//! Each input line is one CSV row of the model's input columns, in the order
-//! printed at the start (numbers raw as the data holds them; categorical and
-//! text columns as text); each output line is a JSON answer. A row the model
-//! cannot take gets `{"error": ...}` and the service goes on.
+//! Each input line is one CSV row of the model's input columns (numbers raw
+//! as the data holds them; categorical and text columns as text), in the
+//! order printed at the start, or in the order of a header line sent first
+//! (a file `kynml predict` reads, header and all, can be piped in as it is).
+//! Each request line gets one JSON answer line, in order: a row the model
+//! cannot take, or a blank line, gets `{"error": ...}` and the service goes on.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -49,13 +51,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    for line in std::io::stdin().lock().lines() {
+    let mut header = columns.clone();
+    for (n, line) in std::io::stdin().lock().lines().enumerate() {
         let line = line?;
+        let line = if n == 0 { line.trim_start_matches('\u{feff}').to_string() } else { line };
+        // A first line naming every input column is a header: the rows
+        // that follow are read in its order. It gets no answer.
+        if n == 0 && names_every_column(&line, &predictor.model().input_columns()) {
+            header = line;
+            continue;
+        }
+        // A blank line is answered too, so that answers stay in line with requests.
         if line.trim().is_empty() {
+            writeln!(out, "{}", serde_json::json!({ "error": "a blank line: one row of input columns expected" }))?;
             continue;
         }
         // The header, then the row: read by column name, as `kynml predict` reads a file.
-        let request = format!("{columns}\n{line}\n");
+        let request = format!("{header}\n{line}\n");
         let answer = match predictor.model().read_rows_from(request.as_bytes(), "request".as_ref(), false) {
             Err(e) => serde_json::json!({ "error": e.to_string() }),
             Ok(rows) => match predictor.predict_rows(&rows) {
@@ -69,4 +81,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         writeln!(out, "{answer}")?;
     }
     Ok(())
+}
+
+/// Whether a CSV line's cells, trimmed and unquoted, include every one of
+/// the model's input columns (a header; a target column may stand beside them).
+fn names_every_column(line: &str, columns: &[&str]) -> bool {
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).from_reader(line.as_bytes());
+    let Some(Ok(cells)) = reader.records().next() else { return false };
+    let cells: Vec<&str> = cells.iter().map(str::trim).collect();
+    columns.iter().all(|c| cells.contains(c))
 }

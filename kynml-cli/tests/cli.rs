@@ -1633,6 +1633,12 @@ fn every_malformed_spec_exits_2_and_writes_nothing() {
     let out = kynml(&["train", "latin1.kyn", "--out", "run"], dir);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("latin1.kyn:2:22: the spec is not UTF-8 text"), "{}", text(&out));
+    // Nor one without end: read no further than any spec could be.
+    for command in ["check", "train"] {
+        let out = kynml(&[command, "/dev/zero"], dir);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains("/dev/zero: more than 4 MiB, which no spec is"), "{}", text(&out));
+    }
     for spec in &specs {
         let name = spec.file_name().unwrap().to_string_lossy().into_owned();
         std::fs::copy(spec, dir.join(&name)).unwrap();

@@ -39,6 +39,10 @@ pub struct SpecFile {
     pub spec: Spec,
 }
 
+/// The most bytes a spec file may hold: a spec is a page of text, and
+/// reading stops here (a data file or `/dev/zero` given by mistake).
+pub const MAX_SPEC_BYTES: u64 = 4 << 20;
+
 /// Why a spec, or the data it names, cannot be made ready to run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -50,6 +54,17 @@ pub enum LoadError {
         path: PathBuf,
         /// The underlying I/O error.
         source: std::io::Error,
+    },
+    /// The file is larger than any spec ([`MAX_SPEC_BYTES`]): a data file or
+    /// a device (`/dev/zero`) given in its place, read no further.
+    #[error(
+        "{}: more than {} MiB, which no spec is: is it a data file or a device? Give the `.kyn` spec",
+        path.display(),
+        MAX_SPEC_BYTES >> 20
+    )]
+    TooLarge {
+        /// The file given as the spec.
+        path: PathBuf,
     },
     /// The spec file is not UTF-8 text.
     #[error("{}:{line}:{column}: the spec is not UTF-8 text (save it as UTF-8)", path.display())]
@@ -94,7 +109,13 @@ pub enum LoadError {
 impl SpecFile {
     /// Reads the spec file at `path` and validates it.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.into(), source })?;
+        use std::io::Read;
+        let io = |source| LoadError::Io { path: path.into(), source };
+        let mut bytes = Vec::new();
+        std::fs::File::open(path).and_then(|f| f.take(MAX_SPEC_BYTES + 1).read_to_end(&mut bytes)).map_err(io)?;
+        if bytes.len() as u64 > MAX_SPEC_BYTES {
+            return Err(LoadError::TooLarge { path: path.into() });
+        }
         match String::from_utf8(bytes) {
             Ok(source) => Self::from_source(path, source),
             Err(e) => {

@@ -2,7 +2,7 @@
 //! then where their time and memory went (each epoch's records, and the
 //! phases of the runs trained with `--profile`), with each profile's verdict.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -11,43 +11,77 @@ use crate::failure::Failure;
 use crate::render;
 
 pub fn run(args: ReportArgs) -> Result<(), Failure> {
-    let names = run_names(&args.runs);
-    // Everything is read before anything is printed: a damaged file is an
-    // error, not half a report. A run folder whose run did not finish (a
-    // glob such as `runs/iris-*` catches the interrupted and failed ones
-    // too) is left out with a note, unless nothing else is left.
+    let report = report(&args.runs)?;
+    for note in &report.notes {
+        eprintln!("note: {note}");
+    }
+    println!("{}", report.text);
+    Ok(())
+}
+
+/// A report: its tables and verdicts, and the notes on what was left out.
+struct Report {
+    text: String,
+    notes: Vec<String>,
+}
+
+fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
+    let mut notes = Vec::new();
+    // The same run named twice (`runs/w0 runs/./w0/`, or through a link)
+    // is one run: shown once.
+    let mut dirs: Vec<&PathBuf> = Vec::new();
+    let mut canonical: Vec<PathBuf> = Vec::new();
+    for dir in runs {
+        let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+        match canonical.iter().position(|c| *c == real) {
+            Some(i) => notes.push(format!("`{}` is `{}` again; shown once", dir.display(), dirs[i].display())),
+            None => {
+                canonical.push(real);
+                dirs.push(dir);
+            }
+        }
+    }
+    let names = run_names(&dirs);
+    // Everything is read before anything is printed: a damaged run is an
+    // error, not half a report. What is not a run (a stray file a glob such
+    // as `runs/*` catches) and a run that did not finish (the interrupted
+    // and failed ones) are left out with a note, unless nothing else is left.
     let mut rows = Vec::new();
     let mut finished = Vec::new();
-    let mut unfinished = Vec::new();
+    let mut left_out = Vec::new();
     let mut problems = Vec::new();
-    for (dir, name) in args.runs.iter().zip(&names) {
+    for (dir, name) in dirs.iter().zip(&names) {
         match read_run(dir, name) {
             Ok(row) => {
                 rows.push(row);
                 finished.push((dir, name));
             }
-            Err(Unread::Unfinished(message)) => unfinished.push(message),
+            Err(Unread::LeftOut(message)) => left_out.push(message),
             Err(Unread::Problem(message)) => problems.push(message),
         }
     }
     if !problems.is_empty() || rows.is_empty() {
-        problems.extend(unfinished.iter().map(|m| format!("error: {m}")));
+        problems.extend(left_out.iter().map(|m| format!("error: {m}")));
         return Err(Failure::input(problems.join("\n")));
     }
-    for message in &unfinished {
-        eprintln!("note: {message}; left out of the report");
-    }
+    notes.extend(left_out.iter().map(|m| format!("{m}; left out of the report")));
     let mut costs = Vec::new();
     let mut phases = Vec::new();
     let mut verdicts = Vec::new();
     for (dir, name) in finished {
         costs.push(cost_row(name, &dir.join("metrics.jsonl")).map_err(Failure::input)?);
-        match read_profile(&dir.join("profile.json")).map_err(Failure::input)? {
-            Some((row, verdict)) => {
+        // A damaged profile costs the run its phases, not the report.
+        match read_profile(&dir.join("profile.json")) {
+            Ok(Some((row, verdict))) => {
                 phases.push(std::iter::once(name.clone()).chain(row).collect());
                 verdicts.push(format!("  {name}: {verdict}"));
             }
-            None => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
+            Ok(None) => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
+            Err(e) => {
+                let e = e.strip_prefix("error: ").unwrap_or(&e);
+                notes.push(format!("{e}; {name} is shown as not profiled"));
+                verdicts.push(format!("  {name}: not profiled (its profile.json cannot be read)"));
+            }
         }
     }
 
@@ -63,23 +97,24 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
         "time",
         "samples/s",
     ];
-    println!("{}", render::table(&header, &rows));
-    let header = ["run", "waiting for batches", "skipped fp16 steps", "peak device pool", "peak host memory"];
-    println!("\ntime and memory\n{}", render::table(&header, &costs));
+    let mut text = render::table(&header, &rows);
+    let header =
+        ["run", "waiting for batches (of epoch time)", "skipped fp16 steps", "peak device pool", "peak host memory"];
+    text += &format!("\n\ntime and memory\n{}", render::table(&header, &costs));
     if !phases.is_empty() {
         let header = ["run", "steps", "wait", "copy", "forward", "backward", "optimizer", "other", "mean step"];
-        println!(
-            "\nwhere the step time goes (profiled runs; shares of the step time, waiting for the batch included)\n{}",
+        text += &format!(
+            "\n\nwhere the step time goes (profiled runs; shares of the step time, waiting for the batch included)\n{}",
             render::table(&header, &phases)
         );
     }
-    println!("\nverdicts\n{}", verdicts.join("\n"));
-    Ok(())
+    text += &format!("\n\nverdicts\n{}", verdicts.join("\n"));
+    Ok(Report { text, notes })
 }
 
 /// Each run's name in the tables: its folder's name, or the path as given
 /// where two runs share a folder name (`a/iris` and `b/iris`).
-fn run_names(dirs: &[std::path::PathBuf]) -> Vec<String> {
+fn run_names(dirs: &[&PathBuf]) -> Vec<String> {
     let short: Vec<String> = dirs
         .iter()
         .map(|dir| dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()))
@@ -139,16 +174,39 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
     let mean: f64 = phases.iter().filter_map(|x| x["mean"].as_f64()).sum();
     let mut row = vec![p["steps"].as_u64().map_or("?".into(), |n| n.to_string())];
     row.extend(["wait", "copy", "forward", "backward", "optimizer", "other"].map(share));
-    row.push(format!("{:.3} ms", mean * 1e3));
+    row.push(step_ms(mean));
     let verdict = p["verdict"]["advice"].as_str().unwrap_or("no verdict recorded").to_string();
     Ok(Some((row, verdict)))
 }
 
+/// A mean step in milliseconds, the column's one unit, with the digits its
+/// size needs: `2175 ms`, `95.6 ms`, `2.16 ms`, `0.023 ms`.
+fn step_ms(seconds: f64) -> String {
+    let ms = seconds * 1e3;
+    match ms {
+        _ if ms >= 100.0 => format!("{ms:.0} ms"),
+        _ if ms >= 10.0 => format!("{ms:.1} ms"),
+        _ if ms >= 1.0 => format!("{ms:.2} ms"),
+        _ => format!("{ms:.3} ms"),
+    }
+}
+
+/// A run's time in seconds, the column's one unit: `69.7 s`, `2.23 s`, `0.005 s`.
+fn run_seconds(seconds: f64) -> String {
+    match seconds {
+        _ if seconds >= 100.0 => format!("{seconds:.0} s"),
+        _ if seconds >= 10.0 => format!("{seconds:.1} s"),
+        _ if seconds >= 1.0 => format!("{seconds:.2} s"),
+        _ => format!("{seconds:.3} s"),
+    }
+}
+
 /// Why a run folder gives no row.
 enum Unread {
-    /// A run folder whose run did not end (it has the spec a run writes
-    /// first, and not the metrics it writes last).
-    Unfinished(String),
+    /// Not a run (a file, a folder no run wrote), or a run folder whose run
+    /// did not end (it has the spec a run writes first, and not the metrics
+    /// it writes last): left out with a note.
+    LeftOut(String),
     /// Anything else: an error.
     Problem(String),
 }
@@ -160,9 +218,17 @@ impl From<String> for Unread {
 }
 
 fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
+    // A path that does not exist is a mistake; a stray file is not a run.
+    if !dir.exists() {
+        return Err(
+            format!("error: `{}` does not exist: report takes run folders (runs/NAME-...)", dir.display()).into()
+        );
+    }
     if !dir.is_dir() {
-        let what = if dir.exists() { "is not a folder" } else { "does not exist" };
-        return Err(format!("error: `{}` {what}: report takes run folders (runs/NAME-...)", dir.display()).into());
+        return Err(Unread::LeftOut(format!(
+            "`{}` is not a folder: report takes run folders (runs/NAME-...)",
+            dir.display()
+        )));
     }
     let path = dir.join("metrics.json");
     let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -172,10 +238,15 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
                 true => format!("; its epochs so far are in {}", lines.display()),
                 false => "; it ended no epoch".to_string(),
             };
-            Unread::Unfinished(format!(
+            Unread::LeftOut(format!(
                 "`{}` did not finish (interrupted, failed or still running): it has no metrics.json, which a run \
                  writes at its end{so_far}",
                 dir.display(),
+            ))
+        } else if e.kind() == std::io::ErrorKind::NotFound {
+            Unread::LeftOut(format!(
+                "`{}` is not a run folder: it has no metrics.json, metrics.jsonl or spec.kyn",
+                dir.display()
             ))
         } else {
             Unread::Problem(format!(
@@ -211,7 +282,7 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         format!("{}{stopped}", m["epochs_run"].as_u64().map_or("?".into(), |e| e.to_string())),
         m["metrics"]["val_loss"].as_f64().map_or("?".into(), |v| format!("{v:.4}")),
         metric,
-        m["seconds"].as_f64().map_or("?".into(), render::duration),
+        m["seconds"].as_f64().map_or("?".into(), run_seconds),
         m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v.round() as usize)),
     ])
 }
@@ -240,4 +311,75 @@ fn best_epoch_value(path: &Path, metric: &str) -> Result<Option<(u64, f64)>, Str
         }
     }
     Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A finished run folder as `kynml train` leaves it, with `profile`
+    /// as its profile.json where given.
+    fn run_folder(dir: &Path, seconds: f64, profile: Option<&str>) {
+        std::fs::create_dir_all(dir).unwrap();
+        let metrics = serde_json::json!({
+            "spec": "s.kyn", "model": "M", "precision": "fp32", "primary_metric": "accuracy",
+            "metrics": {"accuracy": 0.9, "val_loss": 0.3}, "epochs_run": 1, "seconds": seconds,
+            "samples_per_sec": 10.0, "device": "cpu",
+        });
+        std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
+        let epoch = serde_json::json!({"epoch": 1, "metrics": {"accuracy": 0.9}, "seconds": 2.0, "data_wait": 0.5});
+        std::fs::write(dir.join("metrics.jsonl"), format!("{epoch}\n")).unwrap();
+        if let Some(profile) = profile {
+            std::fs::write(dir.join("profile.json"), profile).unwrap();
+        }
+    }
+
+    /// A profile.json whose mean step is 2.175408 s (all of it forward).
+    fn profile_json() -> String {
+        let phase =
+            |name: &str, mean: f64, share: f64| serde_json::json!({"phase": name, "mean": mean, "share": share});
+        serde_json::json!({
+            "steps": 4,
+            "phases": [phase("wait", 0.0, 0.0), phase("forward", 2.175408, 1.0)],
+            "verdict": {"advice": "compute-bound: ..."},
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn strays_damaged_profiles_and_repeats_are_left_out_with_a_note() {
+        let tmp = tempfile::tempdir().unwrap();
+        let runs = tmp.path().join("runs");
+        run_folder(&runs.join("w0"), 2175.408, Some(&profile_json()));
+        run_folder(&runs.join("w1"), 0.0051, Some("{\"steps\": 4, \"pha"));
+        std::fs::write(runs.join("notes.txt"), "not a run").unwrap();
+        std::fs::create_dir_all(runs.join("empty")).unwrap();
+        let args: Vec<PathBuf> = ["w0", "w1", "notes.txt", "empty", "./w0/"].iter().map(|p| runs.join(p)).collect();
+        let r = report(&args).unwrap_or_else(|f| panic!("{}", f.message));
+        let notes = r.notes.join("\n");
+        assert!(notes.contains("notes.txt` is not a folder") && notes.contains("left out of the report"), "{notes}");
+        assert!(notes.contains("empty` is not a run folder"), "{notes}");
+        assert!(notes.contains("./w0/` is `") && notes.contains("shown once"), "{notes}");
+        assert!(notes.contains("profile.json:1:") && notes.contains("w1 is shown as not profiled"), "{notes}");
+        let t = &r.text;
+        let results = t.split("time and memory").next().unwrap();
+        let rows: Vec<&str> = results.lines().filter(|l| l.trim_start().starts_with('w')).collect();
+        assert_eq!(rows.len(), 2, "{t}");
+        assert!(t.contains("w1: not profiled (its profile.json cannot be read)"), "{t}");
+        assert!(t.contains("w0: compute-bound"), "{t}");
+        // One unit a column, right-aligned: seconds for the run's time,
+        // milliseconds for the mean step.
+        assert!(rows[0].contains(" 2175 s ") && rows[1].contains(" 0.005 s "), "{t}");
+        let end = |row: &str, cell: &str| row.find(cell).map(|i| i + cell.len());
+        assert_eq!(end(rows[0], "2175 s"), end(rows[1], "0.005 s"), "{t}");
+        let phases = t.split("where the step time goes").nth(1).unwrap();
+        assert!(phases.lines().any(|l| l.trim_start().starts_with("w0") && l.ends_with(" 2175 ms")), "{t}");
+        assert!(t.contains("waiting for batches (of epoch time)"), "{t}");
+
+        // Nothing but strays: an error, naming them.
+        let strays: Vec<PathBuf> = ["notes.txt", "empty"].iter().map(|p| runs.join(p)).collect();
+        let failed = report(&strays).err().expect("no run to report");
+        assert_eq!(failed.code, 2);
+        assert!(failed.message.contains("notes.txt` is not a folder"), "{}", failed.message);
+    }
 }

@@ -348,7 +348,7 @@ fn devices_lists_the_cpu_and_what_auto_picks() {
 }
 
 #[test]
-fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
+fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     let tmp = copy_example("iris");
     for (dir, epochs) in [("a", "2"), ("b", "4")] {
         let out = kynml(&["train", "iris.kyn", "--epochs", epochs, "--device", "cpu", "--out", dir], tmp.path());
@@ -432,18 +432,23 @@ fn report_puts_runs_side_by_side_and_refuses_a_non_run() {
     for part in ["Where the step time goes", "waiting for the batch", "epoch 3"] {
         assert!(svg.contains(part), "profile.svg lacks {part:?}");
     }
-    assert!(svg.contains("the steps are short"), "profile.svg has no verdict");
+    // The verdict's opening words (the verdict itself depends on the timings).
+    let verdict = profile["verdict"]["advice"].as_str().unwrap();
+    let opening: String = verdict.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    assert!(svg.contains(&opening), "profile.svg has no verdict ({opening:?})");
     assert!(svg.contains("3 checkpoint hand-offs"), "profile.svg does not sum the hand-offs");
     let png = std::fs::read(tmp.path().join("d/profile.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "profile.png is a PNG");
+    // A stray file among the runs (`report runs/*`) is left out with a note.
     let out = kynml(&["report", "a", "iris.kyn"], tmp.path());
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out).contains("`iris.kyn` is not a folder"), "{}", text(&out));
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("note: `iris.kyn` is not a folder"), "{t}");
+    assert!(t.contains("left out of the report") && t.contains("verdicts"), "{t}");
     let out = kynml(&["report", "a", "nope"], tmp.path());
     assert!(out.status.code() == Some(2) && text(&out).contains("`nope` does not exist"), "{}", text(&out));
     std::fs::create_dir(tmp.path().join("empty")).unwrap();
     let out = kynml(&["report", "empty"], tmp.path());
-    assert!(text(&out).contains("not a finished run folder"), "{}", text(&out));
+    assert!(out.status.code() == Some(2) && text(&out).contains("`empty` is not a run folder"), "{}", text(&out));
     // Two runs of one folder name, in two places: named by their paths.
     std::fs::create_dir(tmp.path().join("x")).unwrap();
     copy_dir(&tmp.path().join("a"), &tmp.path().join("x/a"));

@@ -288,6 +288,22 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 },
             )
         }
+        e @ TrainError::NonFiniteLoss { .. } => {
+            // Where the learning rate it advises lowering is set (or, left
+            // out, the `train:` block whose default it is).
+            let optimizer = &file.spec.train.optimizer;
+            let (line, col) = kynml_core::spec::line_col(&file.source, optimizer.span.start);
+            let text = file.source.get(optimizer.span.start..optimizer.span.end).unwrap_or_default();
+            let set = if text.starts_with("train") {
+                format!(
+                    "no `optimizer` is written in `train:`, so its default's learning rate, {}, runs",
+                    optimizer.value.lr()
+                )
+            } else {
+                format!("`optimizer = {text}` sets the learning rate")
+            };
+            Failure::run(format!("error: {e}\n  {}:{line}:{col}: {set}", file.path.display()))
+        }
         other => Failure::run(format!("error: {other}")),
     })?;
 

@@ -184,6 +184,22 @@ fn the_users_spec_reports_every_setting_not_applied() {
     assert!(tmp.path().join("checkpoints/deepnet.pt").is_file() && !tmp.path().join("models").exists());
 }
 
+/// A run whose loss turns NaN ends with the step, and points at the spec
+/// line that sets the learning rate it advises lowering.
+#[test]
+fn a_diverging_run_names_where_its_learning_rate_is_set() {
+    let tmp = copy_example("iris");
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    let line = spec.lines().position(|l| l.trim_start().starts_with("optimizer")).unwrap() + 1;
+    std::fs::write(tmp.path().join("nan.kyn"), spec.replace("optimizer = adam(lr=0.01)", "optimizer = sgd(lr=1e30)"))
+        .unwrap();
+    let out = kynml(&["train", "nan.kyn", "--device", "cpu", "--out", "r"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("training loss became NaN at epoch 1") || t.contains("training loss became inf"), "{t}");
+    assert!(t.contains(&format!("nan.kyn:{line}:17: `optimizer = sgd(lr=1e30)` sets the learning rate")), "{t}");
+}
+
 /// `autotune`, clipping and accumulation say what they do: no effect on the
 /// CPU (`!`), the rule that clips, the rows of an accumulated step, and the
 /// pre-clip norm in every epoch line.

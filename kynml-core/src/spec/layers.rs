@@ -55,6 +55,9 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
 
     let mut input = None;
     let mut layers = Vec::new();
+    // How many of `layers` came before the first line that could not be
+    // read: they still chain from the input, and are checked.
+    let mut readable: Option<usize> = None;
     // An open `residual:` block: its line, and the layers indented below it so far.
     let mut group: Option<(&LayerLine, Vec<Spanned<Layer>>)> = None;
     for (index, line) in lines.iter().enumerate() {
@@ -140,6 +143,9 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
             Some(layer) => into.push(Spanned { value: layer, span: line.span }),
             None => ok = false,
         }
+        if !ok && readable.is_none() {
+            readable = Some(layers.len());
+        }
     }
     ok &= close_group(group.take(), &mut layers, d);
 
@@ -151,9 +157,23 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
         ok = false;
     }
     if !ok {
+        // The layers above the first unreadable line chain from the input
+        // as written: a shape problem among them is said in this run too,
+        // not in the next one.
+        if let (Some((_, shape)), Some(n @ 1..)) = (&input, readable) {
+            chain(shape, &layers[..n], false, d);
+        }
         return None;
     }
     let (input, shape) = input?;
+    chain(&shape, &layers, true, d)?;
+    Some(ModelSpec { name: block.name.clone()?, input, shape, layers })
+}
+
+/// Checks that `layers` chain from the input `shape`, reporting the first
+/// problem on its layer's line; `whole` when they are all of the model's
+/// layers (which must then end on plain values). `None` when reported.
+fn chain(shape: &Shape, layers: &[Spanned<Layer>], whole: bool, d: &mut Vec<Diagnostic>) -> Option<()> {
     // A layer that reads the input's columns must be the first.
     for (i, layer) in layers.iter().enumerate() {
         let inside = layer.value.children().iter().find(|c| c.first_only());
@@ -172,7 +192,7 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     // Shapes chain from the input through every layer; the first layer that
     // cannot take what it is given is reported on its own line.
     let specs: Vec<Layer> = layers.iter().map(|l| l.value.clone()).collect();
-    if let Some((i, problem)) = model::too_large(&shape, &specs) {
+    if let Some((i, problem)) = model::too_large(shape, &specs) {
         let layer = &layers[i];
         d.push(
             Diagnostic::new(layer.span, format!("`{}` is too large: {problem}", layer.value.name()), "too large")
@@ -180,9 +200,9 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
         );
         return None;
     }
-    let shapes = model::shapes(&shape, &specs);
+    let shapes = model::shapes(shape, &specs);
     // The outputs are plain values: a model may not end on positions or channels.
-    if let (Ok(shapes), Some(layer)) = (&shapes, layers.last()) {
+    if let (Ok(shapes), Some(layer), true) = (&shapes, layers.last(), whole) {
         if let Some(last) = shapes.last().filter(|s| s.rank() > 1) {
             let what =
                 if last.is_sequence() { "for the mean over the positions" } else { "for the mean of each channel" };
@@ -201,7 +221,7 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     }
     if let Err((i, problem)) = shapes {
         let layer = &layers[i];
-        let given = if i == 0 { shape.clone() } else { model::shapes(&shape, &specs[..i]).ok()?.pop()? };
+        let given = if i == 0 { shape.clone() } else { model::shapes(shape, &specs[..i]).ok()?.pop()? };
         d.push(
             Diagnostic::new(
                 layer.span,
@@ -212,7 +232,7 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
         );
         return None;
     }
-    Some(ModelSpec { name: block.name.clone()?, input, shape, layers })
+    Some(())
 }
 
 /// Ends a `residual:` block: its layers become one layer of the model.

@@ -307,6 +307,22 @@ fn losses() {
 }
 
 #[test]
+fn shape_problems_above_an_unreadable_line_are_reported_with_it() {
+    // `attention heads=3` cannot split 8 values; the `transformer` line below
+    // it cannot be read (no `ff`). Both are said in one run.
+    let model = "model M:\ninput 4\ndense 8 relu\nlayernorm\nattention heads=3\ntransformer heads=2\ndense 1 linear\n";
+    let source = MINIMAL.replace("model M:\ninput 4\ndense 1 linear\n", model);
+    let e = messages(&source);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e.iter().any(|m| m.contains("`attention` cannot take")), "{e:?}");
+    assert!(e.iter().any(|m| m.contains("ff")), "{e:?}");
+    // Below the unreadable line nothing is checked: its output is not known.
+    let model = "model M:\ninput 4\ntransformer heads=2\nattention heads=3\ndense 1 linear\n";
+    let e = messages(&MINIMAL.replace("model M:\ninput 4\ndense 1 linear\n", model));
+    assert_eq!(e.len(), 1, "{e:?}");
+}
+
+#[test]
 fn a_squeezing_last_layer_before_a_loss_that_takes_logits_is_refused() {
     let spec = |last: &str, loss: &str| MINIMAL.replace("dense 1 linear", last).replace("loss = mse", loss);
     for (last, loss, says) in [

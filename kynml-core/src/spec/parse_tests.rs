@@ -341,6 +341,9 @@ fn a_squeezing_last_layer_before_a_loss_that_takes_logits_is_refused() {
         assert!(shown.contains(says) && shown.contains("t.kyn:6:1"), "{shown}");
         assert!(shown.contains(&format!("write `{} linear` here", &last[..last.rfind(' ').unwrap()])), "{shown}");
     }
+    // Said beside a dataset's own problem, in one run.
+    let e = messages(&spec("dense 1 sigmoid", "loss = bce").replace("target = \"y\"", "target = 3"));
+    assert_eq!(e.len(), 2, "{e:?}");
     // Logits, or a squeezing layer before the last, or a regression: as written.
     ok(&spec("dense 1 linear", "loss = bce"));
     ok(&spec("dense 4 sigmoid\ndense 1 linear", "loss = bce"));

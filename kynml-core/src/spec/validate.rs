@@ -56,12 +56,13 @@ pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<S
     };
 
     let train = outcome.spec?;
-    let dataset = datasets.into_iter().flatten().find(|s| s.name.value == train.data.value)?;
     let model = models.into_iter().flatten().find(|s| s.name.value == train.model.value)?;
+    // Said even when another block has problems of its own.
     if let Some(problem) = squashed_logits(&model, &train) {
         d.push(problem);
         return None;
     }
+    let dataset = datasets.into_iter().flatten().find(|s| s.name.value == train.data.value)?;
     Some(Spec { dataset, model, train, evaluate: evaluate?, export: export? })
 }
 

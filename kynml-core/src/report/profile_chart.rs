@@ -77,7 +77,14 @@ const PHASE_COLORS: [RGBColor; 6] = [
 const PHASE_NAMES: [&str; 6] =
     ["waiting for the batch", "copy to the device", "forward", "backward", "optimizer", "other"];
 
-const TITLE_H: f64 = 118.0;
+/// The title's band, above its subtitle and verdict lines.
+const TITLE_H: f64 = 52.0;
+/// Each line of the subtitle and the verdict.
+const LINE_H: f64 = 26.0;
+/// The most characters in a line of the subtitle or the verdict: at
+/// [`SUBTITLE_SIZE`], DejaVu Sans's widest text of this many characters
+/// still fits [`WIDTH`] with a margin.
+const LINE_CHARS: usize = 180;
 const LEGEND_H: f64 = 44.0;
 const ROW_H: f64 = 40.0;
 const STEPS_H: f64 = 440.0;
@@ -111,8 +118,14 @@ struct Steps {
 #[derive(Debug, Clone, PartialEq)]
 struct Chart {
     title: String,
-    subtitle: String,
-    verdict: String,
+    /// Wrapped to [`LINE_CHARS`].
+    subtitle: Vec<String>,
+    /// Wrapped to [`LINE_CHARS`].
+    verdict: Vec<String>,
+    /// The unit of the first panel's axis and labels.
+    bars_unit: Unit,
+    /// The unit of the second panel's axis.
+    steps_unit: Unit,
     /// Each phase's share of the run.
     shares: [f64; 6],
     rows: Vec<Row>,
@@ -205,12 +218,19 @@ impl Chart {
         );
         Ok(Chart {
             title: format!("Where the step time goes: {}", f.title),
-            subtitle,
-            verdict: f.verdict.to_string(),
+            subtitle: wrap(&subtitle, LINE_CHARS),
+            verdict: wrap(f.verdict, LINE_CHARS),
+            bars_unit: Unit::for_ms(rows.iter().map(|r| r.ms.iter().sum::<f64>()).fold(0.0, f64::max)),
+            steps_unit: Unit::for_ms(top),
             shares,
             rows,
             steps: Steps { xs, ms, group, top, cut, epoch_starts },
         })
+    }
+
+    /// The title, subtitle and verdict lines.
+    fn head_h(&self) -> f64 {
+        TITLE_H + (self.subtitle.len() + self.verdict.len()) as f64 * LINE_H + 14.0
     }
 
     fn bars_h(&self) -> f64 {
@@ -249,8 +269,9 @@ impl Chart {
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let (w, _) = area.dim_in_pixel();
         let (cap, plot) = area.split_vertically(st.px(CAPTION_H));
+        let unit = self.bars_unit;
         cap.draw_text(
-            "The mean step, per epoch (milliseconds)",
+            &format!("The mean step, per epoch ({})", unit.long),
             &st.font(CAPTION_SIZE, TEXT).pos(Pos::new(HPos::Center, VPos::Center)),
             (w as i32 / 2, st.px(CAPTION_H / 2.0 + 4.0)),
         )?;
@@ -267,7 +288,7 @@ impl Chart {
             .disable_y_mesh()
             .disable_y_axis()
             .x_labels(8)
-            .x_label_formatter(&|v| fmt_tick(*v))
+            .x_label_formatter(&|v| fmt_tick(*v * unit.per_ms))
             .label_style(st.font(TICK_SIZE, TEXT))
             .bold_line_style(GRID.stroke_width(st.upx(1.0)))
             .light_line_style(TRANSPARENT)
@@ -302,7 +323,7 @@ impl Chart {
                 x0 = x1;
             }
             chart.draw_series(std::iter::once(
-                EmptyElement::at((total, y)) + Text::new(fmt_ms(total), (st.px(8.0), 0), after.clone()),
+                EmptyElement::at((total, y)) + Text::new(unit.label(total), (st.px(8.0), 0), after.clone()),
             ))?;
         }
         Ok(())
@@ -317,10 +338,11 @@ impl Chart {
         let s = &self.steps;
         let (w, _) = area.dim_in_pixel();
         let (cap, plot) = area.split_vertically(st.px(CAPTION_H + 26.0));
+        let unit = self.steps_unit;
         let caption = if s.group > 1 {
-            format!("Every step in run order, as means of {} consecutive steps (milliseconds)", s.group)
+            format!("Every step in run order, as means of {} consecutive steps ({})", s.group, unit.long)
         } else {
-            "Every step in run order (milliseconds)".to_string()
+            format!("Every step in run order ({})", unit.long)
         };
         cap.draw_text(
             &caption,
@@ -328,7 +350,7 @@ impl Chart {
             (w as i32 / 2, st.px(CAPTION_H / 2.0 + 4.0)),
         )?;
         if !s.cut.is_empty() {
-            let named: Vec<String> = s.cut.iter().take(3).map(|(at, t)| format!("{at} ({})", fmt_ms(*t))).collect();
+            let named: Vec<String> = s.cut.iter().take(3).map(|(at, t)| format!("{at} ({})", unit.label(*t))).collect();
             let more = if s.cut.len() > 3 { format!(" and {} more", s.cut.len() - 3) } else { String::new() };
             cap.draw_text(
                 &format!("cut at the top: {}{more}", named.join(", ")),
@@ -343,14 +365,16 @@ impl Chart {
             .x_label_area_size(st.px(54.0))
             .y_label_area_size(st.px(84.0))
             .build_cartesian_2d(0.5..x_end.max(1.5), 0.0..s.top * 1.05)?;
+        // Few steps: no more labels than steps, each on a whole step.
+        let steps = self.steps.xs.len() * self.steps.group;
         chart
             .configure_mesh()
             .x_desc("profiled step")
-            .y_desc("milliseconds")
-            .x_labels(10)
+            .y_desc(unit.long)
+            .x_labels(steps.clamp(2, 10))
             .y_labels(6)
-            .x_label_formatter(&|v| format!("{v:.0}"))
-            .y_label_formatter(&|v| fmt_tick(*v))
+            .x_label_formatter(&|v| step_tick(*v))
+            .y_label_formatter(&|v| fmt_tick(*v * unit.per_ms))
             .label_style(st.font(TICK_SIZE, TEXT))
             .axis_desc_style(st.font(DESC_SIZE, TEXT))
             .bold_line_style(GRID.stroke_width(st.upx(1.0)))
@@ -395,18 +419,21 @@ impl Chart {
 
 impl Drawing for Chart {
     fn size(&self) -> (u32, u32) {
-        (WIDTH as u32, (TITLE_H + LEGEND_H + self.bars_h() + STEPS_H).round() as u32)
+        (WIDTH as u32, (self.head_h() + LEGEND_H + self.bars_h() + STEPS_H).round() as u32)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, st: &Style) -> Result<(), String> {
         let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
         root.fill(&WHITE).map_err(e)?;
-        let (head, body) = root.split_vertically(st.px(TITLE_H));
+        let (head, body) = root.split_vertically(st.px(self.head_h()));
         let (w, _) = head.dim_in_pixel();
         let center = |size: f64, color: RGBColor| st.font(size, color).pos(Pos::new(HPos::Center, VPos::Top));
         head.draw_text(&self.title, &center(TITLE_SIZE, TEXT), (w as i32 / 2, st.px(14.0))).map_err(e)?;
-        head.draw_text(&self.subtitle, &center(SUBTITLE_SIZE, MUTED), (w as i32 / 2, st.px(52.0))).map_err(e)?;
-        head.draw_text(&self.verdict, &center(SUBTITLE_SIZE, TEXT), (w as i32 / 2, st.px(80.0))).map_err(e)?;
+        let lines = self.subtitle.iter().map(|l| (l, MUTED)).chain(self.verdict.iter().map(|l| (l, TEXT)));
+        for (i, (line, color)) in lines.enumerate() {
+            let y = st.px(TITLE_H + i as f64 * LINE_H);
+            head.draw_text(line, &center(SUBTITLE_SIZE, color), (w as i32 / 2, y)).map_err(e)?;
+        }
 
         let (legend, body) = body.split_vertically(st.px(LEGEND_H));
         self.draw_legend(&legend, st).map_err(e)?;
@@ -429,6 +456,67 @@ fn fmt_ms(ms: f64) -> String {
         format!("{ms:.2} ms")
     } else {
         format!("{:.0} us", ms * 1e3)
+    }
+}
+
+/// The unit of a panel's axis and of the values written on it, chosen by
+/// the panel's largest value: one unit, never `ms` on the axis and `us`
+/// on the bars.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Unit {
+    short: &'static str,
+    long: &'static str,
+    /// Values of this unit in a millisecond.
+    per_ms: f64,
+}
+
+impl Unit {
+    fn for_ms(largest: f64) -> Unit {
+        if largest >= 1000.0 {
+            Unit { short: "s", long: "seconds", per_ms: 1e-3 }
+        } else if largest < 1.0 {
+            Unit { short: "us", long: "microseconds", per_ms: 1e3 }
+        } else {
+            Unit { short: "ms", long: "milliseconds", per_ms: 1.0 }
+        }
+    }
+
+    /// `ms` milliseconds in this unit: `120 us`, `4.20 ms`, `12.5 ms`.
+    fn label(self, ms: f64) -> String {
+        let v = ms * self.per_ms;
+        let digits = if v >= 100.0 {
+            0
+        } else if v >= 10.0 {
+            1
+        } else {
+            2
+        };
+        format!("{v:.digits$} {}", self.short)
+    }
+}
+
+/// Words in lines of at most `width` characters (a longer word alone on its line).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
+}
+
+/// A tick of the steps' axis: whole steps only (a tick between two steps
+/// has no label, rather than a rounded one that repeats its neighbour's).
+fn step_tick(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-6 {
+        format!("{}", v.round())
+    } else {
+        String::new()
     }
 }
 
@@ -512,6 +600,51 @@ mod tests {
         // A group's point is the mean of its steps.
         let mean: f64 = many.steps[..3].iter().map(|s| 1e3 * s.phases.forward).sum::<f64>() / 3.0;
         assert!((c.steps.ms[0][2] - mean).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_long_verdict_is_wrapped_whole_and_the_chart_grows_for_it() {
+        let p = profile(2, 8);
+        let long = "compute-bound: the steps' own work is 39% of the run's time, waiting for batches 0%, evaluation \
+                    40%, checkpoints 21% (backward is 61% of the steps' time); the model's own arithmetic leads: a \
+                    faster device is what helps (bf16 and fp16 run as fp32 here); besides the steps, synchronous \
+                    checkpoint saves take 21% of the run's time (2 saves, 0.46 s): `async_save = true` writes them";
+        let short = Chart::new(&ProfileFigure { title: "t", profile: &p, verdict: "v" }).unwrap();
+        let c = Chart::new(&ProfileFigure { title: "t", profile: &p, verdict: long }).unwrap();
+        assert!(c.verdict.len() >= 3, "{:?}", c.verdict);
+        assert!(c.verdict.iter().all(|l| l.chars().count() <= LINE_CHARS), "{:?}", c.verdict);
+        assert_eq!(c.verdict.join(" "), long.split_whitespace().collect::<Vec<_>>().join(" "));
+        assert!(c.size().1 > short.size().1, "the canvas makes room for the lines");
+        let svg = render_svg(&ProfileFigure { title: "t", profile: &p, verdict: long }).unwrap();
+        assert!(svg.contains("async_save = true` writes them"), "the verdict's end is drawn");
+    }
+
+    #[test]
+    fn each_panel_has_one_unit_and_the_steps_whole_ticks() {
+        // Steps of about 0.12 ms: microseconds on the axis and on the bars.
+        let steps = (1..=4)
+            .map(|i| StepTiming {
+                epoch: 1,
+                step: i,
+                start: 0.0,
+                wait: 0.0,
+                phases: StepPhases { copy: 0.0, forward: 60e-6, backward: 40e-6, optimizer: 20e-6, in_use: 0 },
+                total: 120e-6,
+                prepared: None,
+            })
+            .collect();
+        let p = Profile { steps, ..Profile::default() };
+        let c = Chart::new(&ProfileFigure { title: "t", profile: &p, verdict: "v" }).unwrap();
+        assert_eq!((c.bars_unit.short, c.steps_unit.short), ("us", "us"));
+        assert_eq!(c.bars_unit.label(0.12), "120 us");
+        let svg = render_svg(&ProfileFigure { title: "t", profile: &p, verdict: "v" }).unwrap();
+        assert!(svg.contains("(microseconds)") && svg.contains("120 us"), "{svg}");
+        assert!(!svg.contains("milliseconds"), "one unit a panel");
+        // A 5 s step: seconds.
+        assert_eq!(Unit::for_ms(5000.0).label(5000.0), "5.00 s");
+        // Ticks between whole steps have no label; none repeats.
+        let labels: Vec<String> = (1..=9).map(|i| step_tick(0.5 * i as f64)).filter(|l| !l.is_empty()).collect();
+        assert_eq!(labels, ["1", "2", "3", "4"]);
     }
 
     #[test]

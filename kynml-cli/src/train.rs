@@ -430,7 +430,10 @@ fn time_and_memory(history: &[EpochRecord]) -> Option<String> {
     let wait: f64 = timed.iter().filter_map(|r| r.data_wait).sum();
     let total: f64 = timed.iter().map(|r| r.seconds).sum();
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    let mut parts = vec![format!("waiting for batches {:.0}% of epoch time", 100.0 * wait / total.max(1e-9))];
+    // Of epoch time, evaluation included: the profile's verdict says its
+    // own share of the steps' time, so each says what it is a share of.
+    let mut parts =
+        vec![format!("waiting for batches {:.0}% of epoch time (evaluation included)", 100.0 * wait / total.max(1e-9))];
     if let Some(rss) = timed.iter().filter_map(|r| r.peak_rss).max() {
         parts.push(format!("peak host memory {:.0} MiB", mib(rss)));
     }
@@ -987,6 +990,22 @@ mod tests {
             assert!(!tunes_kernels(&gpu, cached));
             assert_eq!(first_steps_note(&gpu, cached), Some("loading GPU kernels"));
         }
+    }
+
+    #[test]
+    fn the_wait_for_batches_says_what_it_is_a_share_of() {
+        // 1 s of waiting in 4 s of epochs, evaluation included: the
+        // profile's verdict gives its own share, of the steps' time.
+        let record: EpochRecord = serde_json::from_value(serde_json::json!({
+            "epoch": 1, "lr": 0.01, "train_loss": 0.5, "val_loss": 0.5, "metrics": {},
+            "samples_per_sec": 10.0, "seconds": 4.0, "data_wait": 1.0,
+        }))
+        .unwrap();
+        let line = time_and_memory(&[record]).unwrap();
+        assert!(
+            line.starts_with("time and memory: waiting for batches 25% of epoch time (evaluation included)"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::io;
 use crate::report::curves::{self, Curves};
 use crate::report::tensorboard::EventWriter;
 use crate::run_dir::RunDir;
-use crate::train::profile::Profile;
+use crate::train::profile::{PhaseSummary, Profile};
 use crate::train::{EpochRecord, TrainEvent};
 
 /// Writes a run's `metrics.jsonl` and TensorBoard scalars as training events arrive.
@@ -17,12 +17,14 @@ pub struct RunLog<'a> {
     tensorboard: EventWriter,
     /// The first write error; training goes on, the caller reports it.
     error: Option<io::Error>,
+    /// The epochs whose phase shares are written.
+    profiled: Vec<usize>,
 }
 
 impl<'a> RunLog<'a> {
     /// Starts the log in `dir`, creating its TensorBoard event file.
     pub fn create(dir: &'a RunDir) -> io::Result<Self> {
-        Ok(RunLog { dir, tensorboard: EventWriter::create(&dir.path)?, error: None })
+        Ok(RunLog { dir, tensorboard: EventWriter::create(&dir.path)?, error: None, profiled: Vec::new() })
     }
 
     /// Records one training event; a write error is kept for [`RunLog::finish`] and training goes on.
@@ -47,6 +49,7 @@ impl<'a> RunLog<'a> {
             // A resumed run's folder covers the whole training.
             TrainEvent::Resumed { history, .. } => history.iter().try_for_each(|r| self.epoch(r)),
             TrainEvent::EpochEnd(r) => self.epoch(r),
+            TrainEvent::EpochProfiled { epoch, phases } => self.shares(*epoch, phases),
             _ => Ok(()),
         }
     }
@@ -77,18 +80,25 @@ impl<'a> RunLog<'a> {
         self.tensorboard.flush()
     }
 
-    /// A profiled run's phase shares, per epoch, as TensorBoard scalars
-    /// `profile/<phase>_share` (the shares of `profile.json`, epoch by epoch).
+    /// One epoch's phase shares as TensorBoard scalars `profile/<phase>_share`
+    /// (written as each epoch ends, so that a run that dies keeps them).
+    fn shares(&mut self, epoch: usize, phases: &[PhaseSummary]) -> io::Result<()> {
+        for p in phases {
+            self.tensorboard.scalar(&format!("profile/{}_share", p.phase), epoch as i64, p.share as f32)?;
+        }
+        self.profiled.push(epoch);
+        self.tensorboard.flush()
+    }
+
+    /// The phase shares of the epochs `profile` holds that were not written
+    /// as they ended: an interrupted run's last, partial epoch.
     pub fn profile(&mut self, profile: &Profile) {
         let mut epochs: Vec<usize> = profile.steps.iter().map(|s| s.epoch).collect();
         epochs.dedup();
+        epochs.retain(|e| !self.profiled.contains(e));
         for epoch in epochs {
-            let steps = profile.steps.iter().filter(|s| s.epoch == epoch).cloned().collect();
-            let one = Profile { steps, synchronised: profile.synchronised, ..Profile::default() };
-            for p in one.summary() {
-                if let Err(e) =
-                    self.tensorboard.scalar(&format!("profile/{}_share", p.phase), epoch as i64, p.share as f32)
-                {
+            if let Some(phases) = profile.epoch_summary(epoch) {
+                if let Err(e) = self.shares(epoch, &phases) {
                     self.error.get_or_insert(e);
                 }
             }
@@ -130,4 +140,61 @@ pub fn draw_curves(dir: &RunDir, title: &str, history: &[EpochRecord]) -> io::Re
     };
     curves::draw_svg(&c, &dir.path.join("curves.svg")).map_err(io::Error::other)?;
     curves::draw_png(&c, &dir.path.join("curves.png")).map_err(io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::profile::{StepPhases, StepTiming};
+
+    fn profiled(epochs: usize) -> Profile {
+        let steps = (1..=epochs)
+            .map(|epoch| StepTiming {
+                epoch,
+                step: 1,
+                start: epoch as f64,
+                wait: 0.1,
+                phases: StepPhases { copy: 0.0, forward: 0.2, backward: 0.3, optimizer: 0.4, in_use: 0 },
+                total: 0.9,
+                prepared: None,
+            })
+            .collect();
+        Profile { steps, ..Profile::default() }
+    }
+
+    /// The TensorBoard file's bytes, as they are on disk now.
+    fn on_disk(dir: &RunDir) -> Vec<u8> {
+        let file = std::fs::read_dir(&dir.path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("events.out.tfevents."))
+            .unwrap();
+        std::fs::read(file).unwrap()
+    }
+
+    fn count(haystack: &[u8], needle: &str) -> usize {
+        haystack.windows(needle.len()).filter(|w| *w == needle.as_bytes()).count()
+    }
+
+    #[test]
+    fn each_epochs_phase_shares_are_on_disk_as_it_ends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::create_exact(&tmp.path().join("run")).unwrap();
+        let mut log = RunLog::create(&dir).unwrap();
+        let profile = profiled(3);
+        for epoch in 1..=2 {
+            let phases = profile.epoch_summary(epoch).unwrap();
+            log.on_event(&TrainEvent::EpochProfiled { epoch, phases });
+            // Written and flushed at once: a run killed now keeps them.
+            assert_eq!(count(&on_disk(&dir), "profile/forward_share"), epoch);
+        }
+        // At the end (an interrupted run's partial epoch 3): only what was
+        // not written yet.
+        log.profile(&profile);
+        log.finish().unwrap();
+        let bytes = on_disk(&dir);
+        for phase in crate::train::profile::PHASES {
+            assert_eq!(count(&bytes, &format!("profile/{phase}_share")), 3, "{phase}");
+        }
+    }
 }

@@ -89,6 +89,14 @@ pub enum TrainEvent<'a> {
     },
     /// An epoch has finished, validation included.
     EpochEnd(&'a EpochRecord),
+    /// With profiling on, after each epoch's steps: their phases
+    /// (`profile/<phase>_share` in TensorBoard, written as they come).
+    EpochProfiled {
+        /// The epoch (1-based).
+        epoch: usize,
+        /// Each phase over the epoch's steps, in [`PHASES`](crate::train::profile::PHASES) order.
+        phases: Vec<crate::train::profile::PhaseSummary>,
+    },
     /// Early stopping ends training after this epoch.
     EarlyStop {
         /// The last epoch trained (1-based).

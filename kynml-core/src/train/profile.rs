@@ -233,6 +233,12 @@ impl Profile {
         summarize(&self.steps)
     }
 
+    /// [`summary`](Self::summary) of one epoch's steps; `None` where none was profiled.
+    pub fn epoch_summary(&self, epoch: usize) -> Option<Vec<PhaseSummary>> {
+        let steps: Vec<StepTiming> = self.steps.iter().filter(|s| s.epoch == epoch).cloned().collect();
+        (!steps.is_empty()).then(|| summarize(&steps))
+    }
+
     /// The steps a verdict reads: all but the warm-up steps, which say
     /// nothing of the steady run. The first profiled step is always warm-up
     /// (buffers allocated, kernels compiled or tuned, the loader started);

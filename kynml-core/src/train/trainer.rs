@@ -592,6 +592,9 @@ fn run<'scope, 'env>(
             gpu_memory_peak: gpu.map(|g| g.peak_memory),
         };
         on_event(TrainEvent::EpochEnd(&record));
+        if let Some(phases) = profile.as_ref().and_then(|p| p.epoch_summary(epoch)) {
+            on_event(TrainEvent::EpochProfiled { epoch, phases });
+        }
         history.push(record);
 
         if let Some(stopper) = stopper.as_mut() {

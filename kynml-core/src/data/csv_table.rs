@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use csv::ByteRecord;
 
-use crate::data::error::DataError;
+use crate::data::error::{DataError, HeaderLayout};
 use crate::data::vocab::{TokenVocabulary, Vocabulary};
 use crate::spec::suggest;
 
@@ -505,8 +505,12 @@ pub fn parse_model_rows(
                     name: name.clone(),
                     count: feature_names.len(),
                     suggestion: suggest::did_you_mean(name, known).map(str::to_owned),
-                    one_column: (header.len() == 1 && header[0].contains([';', '\t', '|'])).then(|| header[0].clone()),
-                    no_header: header.iter().all(|h| h.trim().parse::<f64>().is_ok()).then(|| feature_names.join(",")),
+                    layout: if header.iter().all(|h| h.trim().parse::<f64>().is_ok()) {
+                        Some(HeaderLayout::Numbers(feature_names.join(",")))
+                    } else {
+                        (header.len() == 1 && header[0].contains([';', '\t', '|']))
+                            .then(|| HeaderLayout::OneColumn(header[0].clone()))
+                    },
                 });
             }
         }

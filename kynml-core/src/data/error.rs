@@ -333,14 +333,14 @@ pub enum DataError {
     #[error(
         "{}:1: no column `{name}`: the model needs its {count} input columns{}",
         path.display(),
-        match (suggestion, one_column, no_header) {
-            (_, _, Some(header)) => format!(
+        match (suggestion, layout) {
+            (_, Some(HeaderLayout::Numbers(columns))) => format!(
                 "; line 1 holds numbers, not column names: the file has no header, so put one first: `{}`",
-                shown_header(header)
+                shown_header(columns)
             ),
-            (Some(s), ..) => format!("; did you mean `{s}`?"),
-            (None, Some(header), None) => one_column_hint(header),
-            (None, None, None) => String::new(),
+            (Some(s), _) => format!("; did you mean `{s}`?"),
+            (None, Some(HeaderLayout::OneColumn(header))) => one_column_hint(header),
+            (None, None) => String::new(),
         }
     )]
     MissingColumn {
@@ -353,12 +353,9 @@ pub enum DataError {
         /// A column of the file, not among the model's inputs, whose name is close
         /// enough to be a typo.
         suggestion: Option<String>,
-        /// The header's only column, when its name holds `;`, a tab or `|`:
-        /// the file is not comma-separated.
-        one_column: Option<String>,
-        /// The model's input columns, comma-separated, when the file's first
-        /// line is all numbers: a file without a header.
-        no_header: Option<String>,
+        /// What the header line shows of the file's layout, when it tells
+        /// why the column is missing.
+        layout: Option<HeaderLayout>,
     },
 
     /// A column the model was not trained on (other than its target).
@@ -423,6 +420,17 @@ impl DataError {
 
 /// For a header read as one column that holds another separator: which
 /// one, the header with its tabs shown as `\t`, and how to make a CSV.
+/// Why a file's header lacks the model's columns, as its first line shows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeaderLayout {
+    /// The header is one column whose name holds `;`, a tab or `|`: the
+    /// file is not comma-separated. Holds that name.
+    OneColumn(String),
+    /// The first line is all numbers: the file has no header. Holds the
+    /// model's input columns, comma-separated, as the header to put first.
+    Numbers(String),
+}
+
 /// A header line to show, cut when long.
 fn shown_header(header: &str) -> String {
     const MAX: usize = 120;

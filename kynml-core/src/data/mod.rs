@@ -39,7 +39,7 @@ pub use csv_table::{
     CategoryCells, ModelRows, SequenceColumns, Table, TableOptions, Targets, TextCells, TextOptions, REPORT_EVERY,
 };
 pub use dataset::{Batch, Dataset, Labels, Prepared, Split, SplitData};
-pub use error::DataError;
+pub use error::{DataError, HeaderLayout};
 pub use info::DataInfo;
 pub use normalize::Normalizer;
 pub use prefetch::{within as loader_within, BatchFeed, Loader};

@@ -914,7 +914,7 @@ pub struct Net {
     /// Gradient clipping before each update, if any.
     clip: Option<Clip>,
     /// Sum and count of the pre-clip global gradient norms since the last
-    /// [`take_grad_norm`](Net::take_grad_norm).
+    /// [`take_grad_norms`](Net::take_grad_norms).
     norms: (f64, usize),
     /// Seconds of the last training step's forward (with the loss),
     /// backward and update (see [`last_phases`](Net::last_phases)).
@@ -1091,11 +1091,18 @@ impl Net {
         self.clip = clip;
     }
 
-    /// The mean pre-clip global L2 norm of the gradients over the steps
-    /// since the last call; `None` without clipping or steps.
-    pub fn take_grad_norm(&mut self) -> Option<f64> {
-        let (sum, n) = std::mem::take(&mut self.norms);
-        (self.clip.is_some() && n > 0).then(|| sum / n as f64)
+    /// Starts the running sum of pre-clip norms at `sum` over `steps` (a
+    /// resumed epoch's steps so far), so later steps add to it in order.
+    pub fn seed_grad_norms(&mut self, sum: f64, steps: usize) {
+        self.norms = (sum, steps);
+    }
+
+    /// The pre-clip global L2 norms of the gradients summed over the steps
+    /// since the last call (or the seed), and how many steps; `None`
+    /// without clipping.
+    pub fn take_grad_norms(&mut self) -> Option<(f64, usize)> {
+        let norms = std::mem::take(&mut self.norms);
+        self.clip.is_some().then_some(norms)
     }
 
     /// Applies the clipping rule to the gradients of the last backward pass,

@@ -28,7 +28,7 @@ use crate::train::loss_scale::LossScaler;
 use crate::train::native::EngineKind;
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::profile::StepPhases;
-use crate::train::resume::{self, LoopState, ScaleState};
+use crate::train::resume::{self, LoopState, NormSum, ScaleState};
 use crate::train::update::{DeviceUpdate, Grads, Slots, Update};
 
 /// What the training loop needs of an engine.
@@ -86,9 +86,14 @@ pub trait Engine {
     /// The loss scaler's state, when the engine scales its loss.
     fn loss_scale(&self) -> Option<ScaleState>;
 
-    /// The mean global L2 norm of the gradients before clipping, over the
+    /// The global L2 norms of the gradients before clipping, summed over the
     /// steps since the last call; `None` when the spec clips nothing.
-    fn grad_norm(&mut self) -> Option<f64>;
+    fn grad_norms(&mut self) -> Option<NormSum>;
+
+    /// Starts the running sum of [`Engine::grad_norms`] at `norms` (an
+    /// interrupted epoch's steps so far), so that the later steps add to it
+    /// in the order an uninterrupted run adds them.
+    fn seed_grad_norms(&mut self, norms: NormSum);
 
     /// Times every later step in phases when `on` (see [`crate::train::profile`]).
     fn set_profiling(&mut self, on: bool);
@@ -193,6 +198,8 @@ struct Norms {
     sum: Option<Tensor<Kb, 1>>,
     counted: usize,
     flagged: Option<Tensor<Kb, 1>>,
+    /// A resumed epoch's sum so far, until the first norm gives it a device.
+    seed: Option<f64>,
 }
 
 impl Norms {
@@ -210,14 +217,19 @@ impl Norms {
                 norm
             }
         };
-        self.sum = Some(self.sum.take().map_or(norm.clone(), |s| s + norm));
+        self.sum = Some(match (self.sum.take(), self.seed.take()) {
+            (Some(s), _) => s + norm,
+            // As an f32 on the device: the sum of an uninterrupted run was one.
+            (None, Some(seed)) => Tensor::from_floats([seed as f32], &norm.device()) + norm,
+            (None, None) => norm,
+        });
     }
 
-    /// The mean norm, and a fresh start; `None` when no step was counted.
-    fn take_mean(&mut self) -> Option<f64> {
-        let Norms { sum, counted, flagged } = std::mem::take(self);
-        let n = counted as f64 + flagged.map_or(0.0, IntoScalarF64::into_scalar_f64);
-        Some(sum?.into_scalar_f64() / n).filter(|_| n > 0.0)
+    /// The norms' sum and the steps it holds, and a fresh start.
+    fn take(&mut self) -> NormSum {
+        let Norms { sum, counted, flagged, seed } = std::mem::take(self);
+        let steps = counted as f64 + flagged.map_or(0.0, IntoScalarF64::into_scalar_f64);
+        NormSum { sum: sum.map_or(seed.unwrap_or(0.0), IntoScalarF64::into_scalar_f64), steps }
     }
 }
 
@@ -501,9 +513,13 @@ impl Engine for BurnEngine {
         self.profiling.then_some(self.phases)
     }
 
-    fn grad_norm(&mut self) -> Option<f64> {
-        let mean = self.norms.take_mean();
-        mean.filter(|_| self.clip.is_some())
+    fn grad_norms(&mut self) -> Option<NormSum> {
+        let norms = self.norms.take();
+        self.clip.is_some().then_some(norms)
+    }
+
+    fn seed_grad_norms(&mut self, norms: NormSum) {
+        self.norms = Norms { counted: norms.steps as usize, seed: Some(norms.sum), ..Norms::default() };
     }
 
     fn failure(&mut self) -> Option<String> {

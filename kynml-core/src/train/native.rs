@@ -28,7 +28,7 @@ use crate::train::engine::{Engine, Part, StepLoss};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{Compute, PrecisionPlan};
 use crate::train::profile::StepPhases;
-use crate::train::resume::{self, LoopState, ScaleState};
+use crate::train::resume::{self, LoopState, NormSum, ScaleState};
 
 /// Rows per forward pass when evaluating a whole split, at most.
 const EVAL_CHUNK: usize = 4096;
@@ -317,8 +317,12 @@ impl Engine for NativeEngine {
         None
     }
 
-    fn grad_norm(&mut self) -> Option<f64> {
-        self.net.take_grad_norm()
+    fn grad_norms(&mut self) -> Option<NormSum> {
+        self.net.take_grad_norms().map(|(sum, steps)| NormSum { sum, steps: steps as f64 })
+    }
+
+    fn seed_grad_norms(&mut self, norms: NormSum) {
+        self.net.seed_grad_norms(norms.sum, norms.steps as usize);
     }
 
     fn set_profiling(&mut self, on: bool) {

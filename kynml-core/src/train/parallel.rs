@@ -45,7 +45,7 @@ use crate::rng::SplitMix64;
 use crate::train::engine::{BurnEngine, Engine, Part, StepLoss};
 use crate::train::native::EngineKind;
 use crate::train::profile::StepPhases;
-use crate::train::resume::{LoopState, ScaleState};
+use crate::train::resume::{LoopState, NormSum, ScaleState};
 
 /// Burn keeps one collective server per process: one data-parallel run at a
 /// time uses it (tests run in parallel threads of one process).
@@ -361,8 +361,12 @@ impl Engine for ParallelEngine {
         self.lead.loss_scale()
     }
 
-    fn grad_norm(&mut self) -> Option<f64> {
-        self.lead.grad_norm()
+    fn grad_norms(&mut self) -> Option<NormSum> {
+        self.lead.grad_norms()
+    }
+
+    fn seed_grad_norms(&mut self, norms: NormSum) {
+        self.lead.seed_grad_norms(norms);
     }
 
     fn set_profiling(&mut self, on: bool) {

@@ -204,6 +204,29 @@ pub struct PartialEpoch {
     pub seen: usize,
     /// Steps skipped so far in the epoch because their gradients overflowed.
     pub skipped: usize,
+    /// The pre-clip gradient norms of the epoch's steps so far, when the
+    /// spec clips: the epoch's `grad_norm` is their mean over the whole
+    /// epoch. `None` in checkpoints from before it was saved.
+    #[serde(default)]
+    pub grad_norms: Option<NormSum>,
+}
+
+/// A running sum of pre-clip gradient norms and the steps it holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct NormSum {
+    /// The norms' sum.
+    #[serde(with = "exact")]
+    pub sum: f64,
+    /// The steps (optimizer steps not skipped) whose norms are in `sum`.
+    #[serde(with = "exact")]
+    pub steps: f64,
+}
+
+impl NormSum {
+    /// The mean norm; `None` when no step is counted.
+    pub fn mean(self) -> Option<f64> {
+        (self.steps > 0.0).then(|| self.sum / self.steps)
+    }
 }
 
 /// The loss scaler's progress; its growth and backoff come from the spec of
@@ -511,6 +534,7 @@ mod tests {
                 loss_sum: 0.1 + 0.7,
                 seen: 128,
                 skipped: 1,
+                grad_norms: Some(NormSum { sum: 0.1 + 0.2, steps: 3.0 }),
             }),
             history: vec![record.clone()],
             model: "input 4".into(),

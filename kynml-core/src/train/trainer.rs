@@ -27,7 +27,7 @@ use crate::train::optimizer::AnyOptimizer;
 use crate::train::parallel::ParallelEngine;
 use crate::train::precision::{self, PrecisionPlan};
 use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
-use crate::train::resume::{self, LoopState, PartialEpoch, ResumeError, StopState};
+use crate::train::resume::{self, LoopState, NormSum, PartialEpoch, ResumeError, StopState};
 use crate::train::schedule::lr_at;
 use crate::train::strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
 use crate::train::update::Update;
@@ -448,6 +448,11 @@ fn run<'scope, 'env>(
         if let Some(p) = resumed {
             tally = Tally::resumed(&p, engine.kind() == EngineKind::Burn, &ad_device);
             (seen_before, skipped_before) = (p.seen, p.skipped);
+            // The pre-clip norms of the steps before the interruption: the
+            // epoch's mean is over all of its steps, summed in their order.
+            if let Some(norms) = p.grad_norms {
+                engine.seed_grad_norms(norms);
+            }
         }
         let mut data_wait = 0.0f64;
         let mut epoch_batches = loader.epoch(scope, data, batches).enumerate();
@@ -496,6 +501,7 @@ fn run<'scope, 'env>(
                     loss_sum: tally.loss.read(),
                     seen: tally.seen,
                     skipped: tally.skipped,
+                    grad_norms: engine.grad_norms(),
                 };
                 let mut saved = None;
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
@@ -583,7 +589,7 @@ fn run<'scope, 'env>(
             seconds: epoch_start.elapsed().as_secs_f64(),
             loss_scale: engine.loss_scale().map(|s| s.scale),
             skipped_steps: skipped,
-            grad_norm: engine.grad_norm(),
+            grad_norm: engine.grad_norms().and_then(NormSum::mean),
             data_wait: Some(data_wait),
             device_reserved: memory.map(|m| m.reserved),
             device_in_use: memory.map(|m| m.in_use),

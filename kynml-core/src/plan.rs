@@ -1121,9 +1121,11 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         let (n, b) = (t.accumulate.value, t.batch.value);
         out.push(Applied {
             setting: "accumulate",
+            // In u128: a product of two written counts cannot wrap there.
             value: format!(
-                "{n} batches of {b} per optimizer step ({} rows), their gradients weighted by their rows",
-                n * b
+                "{n} batches of {b} per optimizer step ({} rows, or an epoch's where it has fewer: a step ends \
+                 with its epoch), their gradients weighted by their rows",
+                n as u128 * b as u128
             ),
             as_requested: true,
         });
@@ -1283,6 +1285,23 @@ mod tests {
         for train in ["    precision = fp16\n", "", "    loss_scale = none\n"] {
             assert_eq!(line(train), None, "{train:?}");
         }
+    }
+
+    /// The rows of an accumulated step are their product, which no pair of
+    /// written counts makes wrap; a step also ends with its epoch.
+    #[test]
+    fn an_accumulated_steps_rows_are_said_without_wrapping() {
+        let line = |batch: &str, accumulate: &str| {
+            let text = format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
+                 train:\n    loss = mse\n    epochs = 1\n    batch = {batch}\n    accumulate = {accumulate}\n"
+            );
+            let spec = crate::spec::parse_spec(&text).expect("a valid spec");
+            what_runs(&spec, &Device::cpu()).into_iter().find(|a| a.setting == "accumulate").unwrap().value
+        };
+        assert!(line("16", "2").starts_with("2 batches of 16 per optimizer step (32 rows, or an epoch's"));
+        let huge = line("256", "72057594037927936");
+        assert!(huge.contains("(18446744073709551616 rows,"), "{huge}");
     }
 
     #[test]

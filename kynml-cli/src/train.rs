@@ -879,6 +879,9 @@ fn bar_style() -> ProgressStyle {
 fn epoch_line(r: &EpochRecord) -> String {
     let mut metrics: Vec<String> = r.metrics.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
     if let Some(scale) = r.loss_scale {
+        // Powers of two up to fp16's range read whole; a scale written far
+        // beyond it (`init=1e30`) in exponent form, not as 30 digits.
+        let scale = if scale < 1e7 { format!("{scale}") } else { format!("{scale:.3e}") };
         metrics.push(format!("loss_scale {scale}  skipped {}", r.skipped_steps));
     }
     if let Some(norm) = r.grad_norm {
@@ -890,11 +893,13 @@ fn epoch_line(r: &EpochRecord) -> String {
     } else {
         format!("  {:.0} samples/s  {}", r.samples_per_sec, render::duration(r.seconds))
     };
+    // Every step skipped on overflow: no loss was trained on (not a divergence).
+    let train_loss =
+        if r.train_loss.is_nan() && r.skipped_steps > 0 { "-".to_string() } else { format!("{:.4}", r.train_loss) };
     format!(
-        "epoch {:>3}  lr {:.2e}  train_loss {:.4}  val_loss {:.4}  {}{timing}",
+        "epoch {:>3}  lr {:.2e}  train_loss {train_loss}  val_loss {:.4}  {}{timing}",
         r.epoch,
         r.lr,
-        r.train_loss,
         r.val_loss,
         metrics.join("  "),
     )
@@ -990,6 +995,23 @@ mod tests {
             assert!(!tunes_kernels(&gpu, cached));
             assert_eq!(first_steps_note(&gpu, cached), Some("loading GPU kernels"));
         }
+    }
+
+    #[test]
+    fn an_epoch_whose_steps_all_overflowed_reads_as_such() {
+        // Every step skipped: no loss was trained on, and the rows were
+        // still stepped on (the throughput counts them).
+        let record: EpochRecord = serde_json::from_value(serde_json::json!({
+            "epoch": 2, "lr": 0.01, "train_loss": 0.0, "val_loss": 0.5, "metrics": {},
+            "samples_per_sec": 1200.0, "seconds": 0.1, "loss_scale": 4.3e29, "skipped_steps": 3,
+        }))
+        .unwrap();
+        let record = EpochRecord { train_loss: f64::NAN, ..record };
+        let line = epoch_line(&record);
+        assert!(line.contains("train_loss -  val_loss 0.5000"), "{line}");
+        assert!(line.contains("loss_scale 4.300e29  skipped 3") && line.contains("1200 samples/s"), "{line}");
+        let scaled = EpochRecord { loss_scale: Some(65536.0), ..record };
+        assert!(epoch_line(&scaled).contains("loss_scale 65536  skipped 3"));
     }
 
     #[test]

@@ -442,12 +442,12 @@ fn run<'scope, 'env>(
 
         let epoch_start = Instant::now();
         let mut tally = Tally::default();
-        // Rows of the order taken, and rows counted before this process.
+        // Rows of the order taken, and steps skipped before this process.
         let mut taken = skip;
-        let (mut seen_before, mut skipped_before) = (0, 0);
+        let mut skipped_before = 0;
         if let Some(p) = resumed {
             tally = Tally::resumed(&p, engine.kind() == EngineKind::Burn, &ad_device);
-            (seen_before, skipped_before) = (p.seen, p.skipped);
+            skipped_before = p.skipped;
             // The pre-clip norms of the steps before the interruption: the
             // epoch's mean is over all of its steps, summed in their order.
             if let Some(norms) = p.grad_norms {
@@ -565,7 +565,9 @@ fn run<'scope, 'env>(
         steps_taken += tally.take_steps();
         let (seen, skipped) = (tally.seen, tally.skipped);
         let train_loss = if seen == 0 { f64::NAN } else { tally.loss.read() / seen as f64 };
-        total_samples += seen.saturating_sub(seen_before);
+        // Throughput counts every row this process stepped on, a step
+        // skipped on overflow included: its work was done all the same.
+        total_samples += tally.rows;
         total_step_secs += step_secs;
 
         // The GPU's samples of the epoch's steps, before the evaluation's.
@@ -584,8 +586,8 @@ fn run<'scope, 'env>(
             train_loss,
             val_loss: outputs.loss,
             metrics: evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes),
-            // The rows this process trained, over its time.
-            samples_per_sec: seen.saturating_sub(seen_before) as f64 / step_secs,
+            // The rows this process stepped on, over its time.
+            samples_per_sec: tally.rows as f64 / step_secs,
             seconds: epoch_start.elapsed().as_secs_f64(),
             loss_scale: engine.loss_scale().map(|s| s.scale),
             skipped_steps: skipped,

@@ -1066,9 +1066,10 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         (w, p) => Applied {
             setting: "data loading",
             value: format!(
-                "{w} worker thread{}, up to {} batches prepared ahead",
+                "{w} worker thread{}, up to {} batches prepared ahead{}",
                 if w == 1 { "" } else { "s" },
-                p.unwrap_or(2 * w)
+                p.unwrap_or(2 * w),
+                crowding(w, std::thread::available_parallelism().map_or(0, usize::from))
             ),
             as_requested: true,
         },
@@ -1229,6 +1230,22 @@ fn pin_memory_note(kind: &DeviceKind) -> &'static str {
     }
 }
 
+/// A note when `workers` loader threads exceed the machine's spare cores
+/// (`cores` in all, one for the step; 0 when unknown): they then compete
+/// with the step for the cores, which the profile's verdict measures.
+fn crowding(workers: usize, cores: usize) -> String {
+    let spare = cores.saturating_sub(1);
+    if cores == 0 || workers <= spare {
+        return String::new();
+    }
+    format!(
+        "; more than this machine's spare cores ({cores} core{} in all, one for the step, so {} spare): \
+         they compete with the step, and num_workers = {spare} may be faster (`--profile` measures it)",
+        if cores == 1 { "" } else { "s" },
+        if spare == 0 { "none".to_string() } else { spare.to_string() }
+    )
+}
+
 /// The precision as the spec spells it: `fp32`, `fp16`, `bf16` or `tf32`.
 pub fn precision_name(p: Precision) -> &'static str {
     match p {
@@ -1285,6 +1302,22 @@ mod tests {
         for train in ["    precision = fp16\n", "", "    loss_scale = none\n"] {
             assert_eq!(line(train), None, "{train:?}");
         }
+    }
+
+    #[test]
+    fn loader_workers_beyond_the_spare_cores_are_noted() {
+        assert_eq!(crowding(1, 2), "");
+        assert_eq!(crowding(4, 8), "");
+        assert_eq!(crowding(7, 8), "");
+        assert_eq!(crowding(4, 0), "", "cores unknown: nothing said");
+        let note = crowding(8, 2);
+        assert!(note.contains("(2 cores in all, one for the step, so 1 spare)"), "{note}");
+        assert!(note.contains("num_workers = 1 may be faster"), "{note}");
+        let one = crowding(1, 1);
+        assert!(
+            one.contains("(1 core in all, one for the step, so none spare)") && one.contains("num_workers = 0"),
+            "{one}"
+        );
     }
 
     /// The rows of an accumulated step are their product, which no pair of

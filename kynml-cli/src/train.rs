@@ -250,6 +250,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let workers = file.spec.dataset.num_workers.value;
     let result = result.map_err(|e| match e {
         TrainError::Interrupted { epoch, step, checkpoint, profile } => {
+            let at = stopped_at(step, file.spec.train.accumulate.value);
             // The steps profiled so far are kept, with their verdict.
             let kept = match profile.map(|p| write_profile(&run_dir, &title, &p, workers)) {
                 Some(Ok(())) => format!("\n  the profile of the steps so far is in {}", run_dir.path.display()),
@@ -260,7 +261,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 ctrl_c::status(),
                 match checkpoint {
                     Some(path) => format!(
-                        "interrupted at epoch {epoch}, step {step}; checkpoint written to {}\n  \
+                        "interrupted at epoch {epoch}, {at}; checkpoint written to {}\n  \
                      to continue from there: {}\n  (--fresh starts over){kept}",
                         path.display(),
                         continue_here(),
@@ -268,7 +269,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                     None => match file.checkpoint_path() {
                         // The spec checkpoints, but this point's checkpoint failed (said above).
                         Some(path) => format!(
-                            "interrupted at epoch {epoch}, step {step}; the checkpoint of this point could not be \
+                            "interrupted at epoch {epoch}, {at}; the checkpoint of this point could not be \
                          written (see above){}{kept}",
                             if path.is_file() {
                                 format!(
@@ -281,7 +282,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                             }
                         ),
                         None => format!(
-                            "interrupted at epoch {epoch}, step {step}; nothing to resume from: the spec does not \
+                            "interrupted at epoch {epoch}, {at}; nothing to resume from: the spec does not \
                          checkpoint (add `checkpoint = checkpoint(every_n=1, path=\"...\")` to train:){kept}"
                         ),
                     },
@@ -484,6 +485,15 @@ fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel, run: &Path)
             ))
         }
     })
+}
+
+/// Where an interrupted epoch stopped: `step` counts batches, and with
+/// accumulation a stop waits for the end of an optimizer step, said so.
+fn stopped_at(step: usize, accumulate: usize) -> String {
+    match accumulate {
+        0 | 1 => format!("step {step}"),
+        n => format!("batch {step}, the end of an optimizer step of {n} batches"),
+    }
 }
 
 /// `num_workers` and `prefetch` far beyond an epoch's batches (see
@@ -995,6 +1005,12 @@ mod tests {
             assert!(!tunes_kernels(&gpu, cached));
             assert_eq!(first_steps_note(&gpu, cached), Some("loading GPU kernels"));
         }
+    }
+
+    #[test]
+    fn an_interruption_inside_accumulation_says_batches() {
+        assert_eq!(stopped_at(7, 1), "step 7");
+        assert_eq!(stopped_at(1004, 4), "batch 1004, the end of an optimizer step of 4 batches");
     }
 
     #[test]

@@ -61,6 +61,11 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     // An open `residual:` block: its line, and the layers indented below it so far.
     let mut group: Option<(&LayerLine, Vec<Spanned<Layer>>)> = None;
     for (index, line) in lines.iter().enumerate() {
+        // A problem on an earlier line (some end their line with `continue`):
+        // the layers so far are those above it.
+        if !ok && readable.is_none() {
+            readable = Some(layers.len());
+        }
         if let Some((header, _)) = &group {
             // Python's rule: one indentation must begin with the other, or
             // which is further depends on a tab's width.

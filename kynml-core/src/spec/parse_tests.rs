@@ -317,9 +317,16 @@ fn shape_problems_above_an_unreadable_line_are_reported_with_it() {
     assert!(e.iter().any(|m| m.contains("`attention` cannot take")), "{e:?}");
     assert!(e.iter().any(|m| m.contains("ff")), "{e:?}");
     // Below the unreadable line nothing is checked: its output is not known.
+    // So for a line that cannot be read at all (a stray comma), a second
+    // `input`, or a nested block.
     let model = "model M:\ninput 4\ntransformer heads=2\nattention heads=3\ndense 1 linear\n";
     let e = messages(&MINIMAL.replace("model M:\ninput 4\ndense 1 linear\n", model));
     assert_eq!(e.len(), 1, "{e:?}");
+    for bad in ["dense 6, relu", "input 6"] {
+        let model = format!("model M:\ninput 4\ndense 8 relu\n{bad}\nattention heads=3\ndense 1 linear\n");
+        let e = messages(&MINIMAL.replace("model M:\ninput 4\ndense 1 linear\n", &model));
+        assert_eq!(e.len(), 1, "{bad}: {e:?}");
+    }
 }
 
 #[test]

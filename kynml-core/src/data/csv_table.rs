@@ -505,8 +505,14 @@ pub fn parse_model_rows(
                     name: name.clone(),
                     count: feature_names.len(),
                     suggestion: suggest::did_you_mean(name, known).map(str::to_owned),
-                    layout: if header.iter().all(|h| h.trim().parse::<f64>().is_ok()) {
-                        Some(HeaderLayout::Numbers(feature_names.join(",")))
+                    layout: if no_header(&header, feature_names, target) {
+                        // The header to put first: the inputs, and the target
+                        // where the line has a cell for it.
+                        let mut names = feature_names.to_vec();
+                        if header.len() == names.len() + 1 {
+                            names.push(target.to_string());
+                        }
+                        Some(HeaderLayout::Numbers(names.join(",")))
                     } else {
                         (header.len() == 1 && header[0].contains([';', '\t', '|']))
                             .then(|| HeaderLayout::OneColumn(header[0].clone()))
@@ -804,6 +810,15 @@ fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
         }
     }
     Ok(())
+}
+
+/// Whether a first line is a row of data rather than a header: every cell a
+/// number, none of them one of the model's column names (pandas names
+/// columns `0`, `1`, ...), and as many cells as a row of the model has.
+fn no_header(first: &[String], features: &[String], target: &str) -> bool {
+    let named = |h: &String| features.contains(h) || h == target;
+    let width = first.len() == features.len() || first.len() == features.len() + 1;
+    width && first.iter().all(|h| h.trim().parse::<f64>().is_ok() && !named(h))
 }
 
 /// A cell's text, trimmed; `col` is 0-based, `name` its header (none while
@@ -1288,6 +1303,15 @@ mod tests {
             err.contains("line 1 holds numbers, not column names: the file has no header, so put one first: `a,x`"),
             "{err}"
         );
+        // With a cell for the target, the header names it too.
+        let err = model_rows(b"5.1,3.5,1\n", &["a", "x"], None).unwrap_err().to_string();
+        assert!(err.contains("so put one first: `a,x,y`"), "{err}");
+        // Columns named by numbers (pandas' 0, 1, ...) with one misnamed: a
+        // header, not data; nor is a line of another width.
+        for line in [&b"0,2\n1,2\n"[..], b"1,2,3,4\n"] {
+            let err = model_rows(line, &["0", "1"], None).unwrap_err().to_string();
+            assert!(!err.contains("no header"), "{err}");
+        }
     }
 
     #[test]

@@ -334,11 +334,11 @@ pub enum DataError {
         "{}:1: no column `{name}`: the model needs its {count} input columns{}",
         path.display(),
         match (suggestion, layout) {
-            (_, Some(HeaderLayout::Numbers(columns))) => format!(
+            (Some(s), _) => format!("; did you mean `{s}`?"),
+            (None, Some(HeaderLayout::Numbers(columns))) => format!(
                 "; line 1 holds numbers, not column names: the file has no header, so put one first: `{}`",
                 shown_header(columns)
             ),
-            (Some(s), _) => format!("; did you mean `{s}`?"),
             (None, Some(HeaderLayout::OneColumn(header))) => one_column_hint(header),
             (None, None) => String::new(),
         }
@@ -418,16 +418,15 @@ impl DataError {
     }
 }
 
-/// For a header read as one column that holds another separator: which
-/// one, the header with its tabs shown as `\t`, and how to make a CSV.
 /// Why a file's header lacks the model's columns, as its first line shows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HeaderLayout {
     /// The header is one column whose name holds `;`, a tab or `|`: the
     /// file is not comma-separated. Holds that name.
     OneColumn(String),
-    /// The first line is all numbers: the file has no header. Holds the
-    /// model's input columns, comma-separated, as the header to put first.
+    /// The first line is all numbers, none a column's name: the file has no
+    /// header. Holds the header to put first (the model's input columns, and
+    /// its target where the line has a cell for it), comma-separated.
     Numbers(String),
 }
 
@@ -440,6 +439,8 @@ fn shown_header(header: &str) -> String {
     header.chars().take(MAX).collect::<String>() + "..."
 }
 
+/// For a header read as one column that holds another separator: which
+/// one, the header with its tabs shown as `\t`, and how to make a CSV.
 fn one_column_hint(header: &str) -> String {
     let seps = [('\t', "tabs", "\\t"), (';', "semicolons", ";"), ('|', "bars", "|")];
     let (_, name, written) = seps.iter().max_by_key(|(c, ..)| header.matches(*c).count()).copied().unwrap_or(seps[0]);

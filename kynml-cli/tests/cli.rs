@@ -1508,6 +1508,19 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
         let out = kynml(&["predict", model, "rows.csv"], dir);
         assert!(out.status.success(), "{model}: {}", text(&out));
     }
+    // A sidecar written before it said what `padding` is (its description
+    // summed without it) still describes the same model: an export of the
+    // other format beside it shares it.
+    let mut old: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("same/m.json")).unwrap()).unwrap();
+    let files = old["weights"]["files"].clone();
+    for key in ["weights", "padding"] {
+        old.as_object_mut().unwrap().remove(key);
+    }
+    let description = format!("{:08x}", kynml_core::checkpoint::format::crc32c(&serde_json::to_vec(&old).unwrap()));
+    old["weights"] = serde_json::json!({"description": description, "files": files});
+    std::fs::write(dir.join("same/m.json"), serde_json::to_vec_pretty(&old).unwrap()).unwrap();
+    let out = kynml(&["export", "a", "--format", "burn", "--path", "same/m.mpk"], dir);
+    assert!(out.status.success(), "{}", text(&out));
     // A pair copied under another name still loads.
     std::fs::create_dir_all(dir.join("deploy")).unwrap();
     for (from, to) in [("same/m.mpk", "deploy/iris.mpk"), ("same/m.json", "deploy/iris.json")] {

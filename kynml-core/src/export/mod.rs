@@ -343,7 +343,14 @@ fn crc_text(bytes: &[u8]) -> String {
 fn sidecar_for(model: &ExportModel, path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ExportError> {
     let sidecar = path.with_extension("json");
     let mut json = torch::sidecar_json(model);
-    let description = crc_text(&serde_json::to_vec(&json).unwrap_or_default());
+    // The model's description, as sidecars have summed it since they named
+    // their weights: `padding`, added later, follows from `input_layout`, and
+    // left out, a sidecar written before it still describes the same model.
+    let mut described = json.clone();
+    if let Some(fields) = described.as_object_mut() {
+        fields.remove("padding");
+    }
+    let description = crc_text(&serde_json::to_vec(&described).unwrap_or_default());
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut files = serde_json::Map::new();
     let existing = std::fs::read(&sidecar).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());

@@ -891,7 +891,7 @@ fn epoch_line(r: &EpochRecord) -> String {
     if let Some(scale) = r.loss_scale {
         // Powers of two up to fp16's range read whole; a scale written far
         // beyond it (`init=1e30`) in exponent form, not as 30 digits.
-        let scale = if scale < 1e7 { format!("{scale}") } else { format!("{scale:.3e}") };
+        let scale = if (1e-3..1e7).contains(&scale) { format!("{scale}") } else { format!("{scale:.3e}") };
         metrics.push(format!("loss_scale {scale}  skipped {}", r.skipped_steps));
     }
     if let Some(norm) = r.grad_norm {
@@ -1026,8 +1026,11 @@ mod tests {
         let line = epoch_line(&record);
         assert!(line.contains("train_loss -  val_loss 0.5000"), "{line}");
         assert!(line.contains("loss_scale 4.300e29  skipped 3") && line.contains("1200 samples/s"), "{line}");
-        let scaled = EpochRecord { loss_scale: Some(65536.0), ..record };
+        let scaled = EpochRecord { loss_scale: Some(65536.0), ..record.clone() };
         assert!(epoch_line(&scaled).contains("loss_scale 65536  skipped 3"));
+        // Backed off 40 times from 65536: not 25 digits either.
+        let tiny = EpochRecord { loss_scale: Some(65536.0 * 0.5f64.powi(40)), ..record };
+        assert!(epoch_line(&tiny).contains("loss_scale 5.960e-8  skipped 3"), "{}", epoch_line(&tiny));
     }
 
     #[test]

@@ -340,6 +340,7 @@ fn a_squeezing_last_layer_before_a_loss_that_takes_logits_is_refused() {
         ),
         ("dense 1 tanh", "loss = bce", "the last layer applies `tanh`, but `bce` takes logits"),
         ("dense 3 sigmoid", "loss = cross_entropy", "`cross_entropy` takes logits and applies a softmax itself"),
+        ("dense 1 relu", "loss = bce", "the last layer applies `relu`, but `bce` takes logits"),
     ] {
         let source = spec(last, loss);
         let e = parse_spec(&source).unwrap_err();

@@ -71,14 +71,16 @@ pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<S
 /// last layer that squeezes its outputs (`sigmoid`, `tanh`) hands the loss
 /// logits in (0, 1) or (-1, 1): the model trains, but its probabilities
 /// cannot leave a narrow band (`dense 1 sigmoid` with `bce`: 0.5 to 0.73),
-/// silently. Written by PyTorch users used to `nn.Sigmoid` + `BCELoss`.
+/// silently; `relu` under `bce` keeps every probability at 0.5 or above. Written by PyTorch users used to `nn.Sigmoid` + `BCELoss`.
 fn squashed_logits(model: &ModelSpec, train: &TrainSpec) -> Option<Diagnostic> {
     let loss = &train.loss;
     let last = model.layers.last()?;
     let (Layer::Dense(dense), true) = (&last.value, loss.value.is_classification()) else { return None };
-    let (act, band) = match dense.activation {
-        Activation::Sigmoid => ("sigmoid", "(0, 1)"),
-        Activation::Tanh => ("tanh", "(-1, 1)"),
+    let (act, band) = match (dense.activation, loss.value) {
+        (Activation::Sigmoid, _) => ("sigmoid", "(0, 1)"),
+        (Activation::Tanh, _) => ("tanh", "(-1, 1)"),
+        // One logit that cannot go below 0: no row's probability below 0.5.
+        (Activation::Relu, Loss::Bce) => ("relu", "[0, inf)"),
         _ => return None,
     };
     let (name, applies, torch) = match loss.value {

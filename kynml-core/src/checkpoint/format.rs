@@ -36,6 +36,12 @@ use serde_json::{json, Value};
 /// The first (and last) eight bytes of every checkpoint.
 pub const MAGIC: [u8; 8] = *b"KYNCKPT\0";
 /// The format version this code writes, and the newest it reads.
+///
+/// A later version must keep the frame: the magic at both ends, and a
+/// footer holding the body's length and its CRC-32C over every byte before
+/// the footer. A file of a newer version whose frame holds together is
+/// named as newer; one whose sum fails is named as damaged, whatever its
+/// version reads (a flipped bit of the version is damage, not an upgrade).
 pub const FORMAT_VERSION: u32 = 1;
 
 /// Magic and version.

@@ -182,23 +182,23 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
 /// A mean step in milliseconds, the column's one unit, with the digits its
 /// size needs: `2175 ms`, `95.6 ms`, `2.16 ms`, `0.023 ms`.
 fn step_ms(seconds: f64) -> String {
-    let ms = seconds * 1e3;
-    match ms {
-        _ if ms >= 100.0 => format!("{ms:.0} ms"),
-        _ if ms >= 10.0 => format!("{ms:.1} ms"),
-        _ if ms >= 1.0 => format!("{ms:.2} ms"),
-        _ => format!("{ms:.3} ms"),
-    }
+    with_digits(seconds * 1e3, "ms")
 }
 
 /// A run's time in seconds, the column's one unit: `69.7 s`, `2.23 s`, `0.005 s`.
 fn run_seconds(seconds: f64) -> String {
-    match seconds {
-        _ if seconds >= 100.0 => format!("{seconds:.0} s"),
-        _ if seconds >= 10.0 => format!("{seconds:.1} s"),
-        _ if seconds >= 1.0 => format!("{seconds:.2} s"),
-        _ => format!("{seconds:.3} s"),
-    }
+    with_digits(seconds, "s")
+}
+
+/// `value` in `unit`, with the decimals its size needs (none from 100 up, three below 1).
+fn with_digits(value: f64, unit: &str) -> String {
+    let decimals = match value {
+        _ if value >= 100.0 => 0,
+        _ if value >= 10.0 => 1,
+        _ if value >= 1.0 => 2,
+        _ => 3,
+    };
+    format!("{value:.decimals$} {unit}")
 }
 
 /// Why a run folder gives no row.

@@ -337,7 +337,7 @@ pub enum DataError {
             (Some(s), _) => format!("; did you mean `{s}`?"),
             (None, Some(HeaderLayout::Numbers(columns))) => format!(
                 "; line 1 holds numbers, not column names: the file has no header, so put one first: `{}`",
-                shown_header(columns)
+                cut(columns, 120)
             ),
             (None, Some(HeaderLayout::OneColumn(header))) => one_column_hint(header),
             (None, None) => String::new(),
@@ -430,13 +430,12 @@ pub enum HeaderLayout {
     Numbers(String),
 }
 
-/// A header line to show, cut when long.
-fn shown_header(header: &str) -> String {
-    const MAX: usize = 120;
-    if header.chars().count() <= MAX {
+/// A header line to show, cut after `max` characters.
+fn cut(header: &str, max: usize) -> String {
+    if header.chars().count() <= max {
         return header.to_string();
     }
-    header.chars().take(MAX).collect::<String>() + "..."
+    header.chars().take(max).collect::<String>() + "..."
 }
 
 /// For a header read as one column that holds another separator: which
@@ -444,10 +443,7 @@ fn shown_header(header: &str) -> String {
 fn one_column_hint(header: &str) -> String {
     let seps = [('\t', "tabs", "\\t"), (';', "semicolons", ";"), ('|', "bars", "|")];
     let (_, name, written) = seps.iter().max_by_key(|(c, ..)| header.matches(*c).count()).copied().unwrap_or(seps[0]);
-    let mut shown: String = header.replace('\t', "\\t");
-    if shown.chars().count() > 60 {
-        shown = shown.chars().take(60).collect::<String>() + "...";
-    }
+    let shown = cut(&header.replace('\t', "\\t"), 60);
     format!(
         "; the header is one column, `{shown}`: KynML reads comma-separated files, and this one seems separated by \
          {name}; save it as CSV first (pandas: `pd.read_csv(path, sep=\"{written}\").to_csv(out, index=False)`)"

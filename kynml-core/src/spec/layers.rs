@@ -148,9 +148,10 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
             Some(layer) => into.push(Spanned { value: layer, span: line.span }),
             None => ok = false,
         }
-        if !ok && readable.is_none() {
-            readable = Some(layers.len());
-        }
+    }
+    // A problem on the last line: as at the start of a line above.
+    if !ok && readable.is_none() {
+        readable = Some(layers.len());
     }
     ok &= close_group(group.take(), &mut layers, d);
 

@@ -71,7 +71,8 @@ pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<S
 /// last layer that squeezes its outputs (`sigmoid`, `tanh`) hands the loss
 /// logits in (0, 1) or (-1, 1): the model trains, but its probabilities
 /// cannot leave a narrow band (`dense 1 sigmoid` with `bce`: 0.5 to 0.73),
-/// silently; `relu` under `bce` keeps every probability at 0.5 or above. Written by PyTorch users used to `nn.Sigmoid` + `BCELoss`.
+/// silently; `relu` under `bce` keeps every probability at 0.5 or above.
+/// Written by PyTorch users used to `nn.Sigmoid` + `BCELoss`.
 fn squashed_logits(model: &ModelSpec, train: &TrainSpec) -> Option<Diagnostic> {
     let loss = &train.loss;
     let last = model.layers.last()?;
@@ -91,7 +92,7 @@ fn squashed_logits(model: &ModelSpec, train: &TrainSpec) -> Option<Diagnostic> {
         Diagnostic::new(
             last.span,
             format!("the last layer applies `{act}`, but `{name}` takes logits and applies {applies} itself"),
-            format!("its outputs would reach `{name}` squeezed into {band}, so its probabilities could not leave a narrow band"),
+            format!("its outputs would reach `{name}` squeezed into {band}"),
         )
         .with_help(format!(
             "write `dense {} linear` here, as PyTorch's `{torch}` wants of the layer before it; \

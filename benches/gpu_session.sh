@@ -36,8 +36,8 @@
 # come back in $OUT (or ./gpu-out): summary.md (the lines for BENCHMARKS.md
 # and the closing note), rows.jsonl (one JSON object per measurement),
 # log.txt (everything printed), env.txt (GPU, driver, versions, commit), and
-# cache.tar.gz, the kernel cache: put it in gpu/ before the next call and
-# that call starts warm.
+# cache.tar.xz.00 (.01, ... past 15 MiB), the kernel cache: put the parts in
+# gpu/ before the next call on a fresh machine and that call starts warm.
 #
 # Environment: KYNML_GPU_DEVICE (default cuda), STAGE_SECONDS, CUDA_TESTS
 # and TEST_SECONDS (which checks, and each one's limit), START_RUNS ("deepnet
@@ -115,7 +115,16 @@ setup() {
         python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
             "$GPU_DIR/$f.xz" "$BIN/$f" && chmod +x "$BIN/$f"
     done
-    if [ -f "$GPU_DIR/cache.tar.gz" ]; then
+    # A warm machine keeps /tmp between calls: what the previous call on it
+    # tuned and compiled is newer than the carried cache, which must not be
+    # unpacked over it (session 25 lost a call's tuning that way).
+    if [ -n "$(ls -A "$CACHE" 2>/dev/null)" ]; then
+        echo "kernel cache: kept the one the previous call left on this machine (the carried one is older)"
+    elif compgen -G "$GPU_DIR/cache.tar.xz*" >/dev/null; then
+        cat "$GPU_DIR"/cache.tar.xz* |
+            python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)' |
+            tar -xf - -C "$CACHE" && echo "kernel cache: carried in (warm)"
+    elif [ -f "$GPU_DIR/cache.tar.gz" ]; then
         tar -xzf "$GPU_DIR/cache.tar.gz" -C "$CACHE" && echo "kernel cache: carried in (warm)"
     fi
     export KYNML_CACHE="$CACHE" PYTHONUNBUFFERED=1
@@ -336,14 +345,24 @@ stage_controls() {
 }
 
 finish() {
-    local size
-    tar -czf /tmp/kynml-cache.tar.gz -C "$CACHE" . 2>/dev/null
-    size=$(stat -c %s /tmp/kynml-cache.tar.gz 2>/dev/null || echo 0)
-    if [ "$size" -gt 0 ] && [ "$size" -lt $((15 * 1024 * 1024)) ]; then
-        cp /tmp/kynml-cache.tar.gz "$OUT_DIR/cache.tar.gz"
-        say "kernel cache: $((size / 1024)) KiB in cache.tar.gz (put it in gpu/ to start the next call warm)"
+    local size parts
+    # lzma at preset 2: 3 s for session 25's 174 MiB cache, which it brought
+    # to 8.3 MiB (gzip: 14.5 MiB); cut into 15 MiB parts, since the device
+    # tool brings back no file over 16 MiB. cache.tar.xz.00, .01, ... are
+    # joined in name order by the next call's setup.
+    rm -rf /tmp/kynml-cache-out && mkdir -p /tmp/kynml-cache-out
+    tar -cf - -C "$CACHE" . 2>/dev/null |
+        python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.stdout.buffer, "wb", preset=2) as out:
+    shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)' |
+        split -d -b 15M - /tmp/kynml-cache-out/cache.tar.xz.
+    size=$(cat /tmp/kynml-cache-out/cache.tar.xz.* 2>/dev/null | wc -c)
+    parts=$(ls /tmp/kynml-cache-out | wc -l)
+    if [ "$size" -gt 0 ]; then
+        cp /tmp/kynml-cache-out/cache.tar.xz.* "$OUT_DIR/"
+        say "kernel cache: $((size / 1024)) KiB in $parts file(s), cache.tar.xz.* (put them in gpu/, in place of any older cache.tar.*, to start the next call warm)"
     else
-        say "kernel cache: $((size / 1024)) KiB, too large to bring back (16 MiB a file)"
+        say "kernel cache: none written"
     fi
     say "whole command: $(($(date +%s) - STARTED)) s"
 }

@@ -183,7 +183,7 @@ impl SpecFile {
     pub fn checkpoint_at(&self, path: &Path, data: &Dataset) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {
         let Some(ckpt) = checkpoint::load(path)? else { return Ok(None) };
         let optimizer = AnyOptimizer::new(&self.spec.train.optimizer.value);
-        let state = resume::check(&ckpt, &self.spec.model, optimizer.name())?;
+        let state = resume::check(&ckpt, &self.spec.model, optimizer.name(), &self.spec.train.loss.value.written())?;
         resume::check_data(&state, &resume::DataOrigin::of(&self.spec, data))?;
         Ok(Some((ckpt, state)))
     }

@@ -524,6 +524,12 @@ fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
     assert!(err.to_string().contains("dense 12 silu") && err.to_string().contains("dense 13 silu"), "{err}");
     let err = find(&spec.replace("optimizer = adamw(lr=0.01)", "optimizer = sgd(lr=0.01)"));
     assert!(matches!(err, ResumeError::OptimizerMismatch { .. }), "{err}");
+    // Early stopping's best and the history are in the loss's units.
+    for other in ["loss = mae", "loss = huber(delta=1)"] {
+        let err = find(&spec.replace("loss = mse", other));
+        assert!(matches!(err, ResumeError::LossMismatch { .. }), "{other}: {err}");
+        assert!(err.to_string().contains("`loss = mse`"), "{err}");
+    }
 
     std::fs::write(&ckpt, &good[..good.len() - 100]).unwrap();
     let err = find(&spec);

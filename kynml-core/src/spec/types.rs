@@ -274,6 +274,17 @@ impl Loss {
     pub fn is_classification(&self) -> bool {
         matches!(self, Loss::CrossEntropy | Loss::Bce)
     }
+
+    /// As a spec writes it: `mse`, `huber(delta=2)`.
+    pub fn written(&self) -> String {
+        match self {
+            Loss::Mse => "mse".into(),
+            Loss::Mae => "mae".into(),
+            Loss::Huber { delta } => format!("huber(delta={delta})"),
+            Loss::CrossEntropy => "cross_entropy".into(),
+            Loss::Bce => "bce".into(),
+        }
+    }
 }
 
 /// Optimizers with PyTorch's argument names and PyTorch's defaults.

@@ -64,6 +64,11 @@ pub struct LoopState {
     /// in checkpoints from before it was saved.
     #[serde(default)]
     pub data: Option<DataOrigin>,
+    /// The loss the history's losses and early stopping's best were
+    /// measured in, as the spec writes it (`huber(delta=2)`); `None` in
+    /// checkpoints from before it was saved.
+    #[serde(default)]
+    pub loss: Option<String>,
 }
 
 impl LoopState {
@@ -83,6 +88,7 @@ impl LoopState {
             model: String::new(),
             partial: None,
             data: None,
+            loss: None,
         }
     }
 }
@@ -303,6 +309,18 @@ pub enum ResumeError {
         /// The rows then and now, in words.
         what: String,
     },
+    /// The checkpoint's losses were measured with another loss.
+    #[error(
+        "checkpoint was trained with `loss = {found}`, but the spec asks for `loss = {expected}`: its \
+         validation losses, and early stopping's best epoch, are in {found}'s units, so a resume would compare \
+         the two; run with `loss = {found}`, or pass --fresh to start over with {expected}"
+    )]
+    LossMismatch {
+        /// The spec's loss, as written.
+        expected: String,
+        /// The loss the checkpoint was written with.
+        found: String,
+    },
     /// A tensor or the loop state is missing, or does not fit the model.
     #[error("checkpoint is incomplete: {0}")]
     Incomplete(String),
@@ -359,20 +377,20 @@ pub struct Restored {
     pub state: LoopState,
 }
 
-/// Checks that `ckpt` fits this spec's model and optimizer, then loads it
+/// Checks that `ckpt` fits this spec's model, optimizer and loss, then loads it
 /// into `model` and `optimizer` (fresh ones, as the loop builds them).
 /// `best_template` is a fresh model without autodiff to load the best
-/// weights into.
+/// weights into; the devices are the autodiff one and its inner one.
 pub fn restore(
     ckpt: &Checkpoint,
     spec: &ModelSpec,
     model: Model<Kb>,
     optimizer: AnyOptimizer,
+    loss: &str,
     best_template: Model<Kb>,
-    ad_device: &DispatchDevice,
-    inner_device: &DispatchDevice,
+    (ad_device, inner_device): (&DispatchDevice, &DispatchDevice),
 ) -> Result<Restored, ResumeError> {
-    let state = check(ckpt, spec, optimizer.name())?;
+    let state = check(ckpt, spec, optimizer.name(), loss)?;
     let model = model.with_tensors(&ckpt.tensors, MODEL_PREFIX, ad_device)?;
     let optimizer = optimizer
         .with_state(&ckpt.tensors, &model.param_names(), OPTIM_PREFIX, inner_device)
@@ -385,7 +403,8 @@ pub fn restore(
 
 /// The checks of [`restore`] alone, for reporting a bad checkpoint before
 /// anything runs: the model hash, the loop state, the optimizer.
-pub fn check(ckpt: &Checkpoint, spec: &ModelSpec, optimizer: &str) -> Result<LoopState, ResumeError> {
+/// `loss` is the spec's, as [`Loss::written`](crate::spec::types::Loss::written) gives it.
+pub fn check(ckpt: &Checkpoint, spec: &ModelSpec, optimizer: &str, loss: &str) -> Result<LoopState, ResumeError> {
     let expected = model_hash(spec);
     if ckpt.check_model(&expected).is_err() {
         let found = ckpt.state.get("model").and_then(|m| m.as_str()).unwrap_or("(unknown)").to_string();
@@ -395,6 +414,9 @@ pub fn check(ckpt: &Checkpoint, spec: &ModelSpec, optimizer: &str) -> Result<Loo
         .map_err(|e| ResumeError::Incomplete(format!("its loop state cannot be read: {e}")))?;
     if state.optimizer != optimizer {
         return Err(ResumeError::OptimizerMismatch { expected: optimizer.into(), found: state.optimizer });
+    }
+    if let Some(found) = state.loss.as_ref().filter(|found| *found != loss) {
+        return Err(ResumeError::LossMismatch { expected: loss.into(), found: found.clone() });
     }
     Ok(state)
 }
@@ -545,6 +567,7 @@ mod tests {
                 rows: Some([80, 20]),
                 fingerprint: Some(u32::MAX),
             }),
+            loss: Some("huber(delta=0.5)".into()),
         };
         let text = serde_json::to_string(&state).unwrap();
         let back: LoopState = serde_json::from_str(&text).unwrap();
@@ -557,6 +580,7 @@ mod tests {
         assert_eq!(back.loss_scale, state.loss_scale);
         assert_eq!(back.partial, state.partial);
         assert_eq!(back.data, state.data);
+        assert_eq!(back.loss, state.loss);
         assert_eq!((r.loss_scale, r.skipped_steps), (Some(32768.0), 2));
         assert_eq!((back.order_rng, back.steps), (u64::MAX, 30));
         // Timings are not saved, so the same state gives the same text.

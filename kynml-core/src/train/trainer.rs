@@ -309,7 +309,15 @@ fn run<'scope, 'env>(
     let mut best_is_resumed = false;
     if let Some(ckpt) = &settings.resume_from {
         let template = Model::init(&spec.model, t.seed, &inner_device);
-        let restored = resume::restore(ckpt, &spec.model, model, optimizer, template, &ad_device, &inner_device)?;
+        let restored = resume::restore(
+            ckpt,
+            &spec.model,
+            model,
+            optimizer,
+            &loss_kind.written(),
+            template,
+            (&ad_device, &inner_device),
+        )?;
         let s = restored.state;
         (model, optimizer) = (restored.model, restored.optimizer);
         order_rng = Rng::new(s.order_rng);
@@ -371,8 +379,15 @@ fn run<'scope, 'env>(
                     let mut optimizer = AnyOptimizer::new(&t.optimizer.value);
                     if let Some(ckpt) = &settings.resume_from {
                         let template = Model::init(&spec.model, t.seed, &on.inner());
-                        let restored =
-                            resume::restore(ckpt, &spec.model, model, optimizer, template, &ad, &on.inner())?;
+                        let restored = resume::restore(
+                            ckpt,
+                            &spec.model,
+                            model,
+                            optimizer,
+                            &loss_kind.written(),
+                            template,
+                            (&ad, &on.inner()),
+                        )?;
                         (model, optimizer) = (restored.model, restored.optimizer);
                     }
                     others.push((burn_engine(model, optimizer, on, ad)?, on.inner()));
@@ -506,6 +521,7 @@ fn run<'scope, 'env>(
                 let mut saved = None;
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                     let mut state = loop_state(epoch - 1, steps_taken, optimizer_name, &order_rng, &dropout_rng);
+                    state.loss = Some(loss_kind.written());
                     state.early_stop = stopper.as_ref().map(|s| s.state());
                     state.loss_scale = engine.loss_scale();
                     state.history = history.clone();
@@ -623,6 +639,7 @@ fn run<'scope, 'env>(
         {
             if rule.due(epoch, last_epoch, stopped_early) {
                 let mut state = loop_state(epoch, steps_taken, optimizer_name, &order_rng, &dropout_rng);
+                state.loss = Some(loss_kind.written());
                 state.early_stop = stopper.as_ref().map(|s| s.state());
                 state.stopped_early = stopped_early;
                 state.loss_scale = engine.loss_scale();

@@ -230,15 +230,58 @@ pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
             "its file name is {name} bytes; {what}, more than the {NAME_MAX} a file name may have"
         )));
     }
+    // `data.csv/net.ckpt` with `data.csv` a file: the folder cannot be made.
+    let blocking = parent_dir(path).ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir());
+    if let Some(file) = blocking {
+        let e = io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is a file, so the checkpoint's folder cannot be made there: choose another checkpoint path",
+        );
+        return Err(io_error(file, e));
+    }
     let older = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
     for target in std::iter::once(path.to_path_buf()).chain(older) {
         if target.is_dir() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "it is a folder, not a file");
             return Err(io_error(&target, e));
         }
+        refuse_special(&target)?;
         refuse_foreign(&target)?;
     }
     Ok(())
+}
+
+/// An error when `path` is there but neither a regular file nor a folder
+/// (a FIFO, a device, a socket): reading a FIFO waits for a writer forever,
+/// and a checkpoint written in its place would replace a device node.
+fn refuse_special(path: &Path) -> Result<(), CheckpointError> {
+    let Ok(meta) = fs::metadata(path) else { return Ok(()) };
+    if meta.is_file() || meta.is_dir() {
+        return Ok(());
+    }
+    let kind = special_kind(&meta.file_type());
+    let e = io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("it is {kind}, not a regular file; a checkpoint is never read from or written over one: choose another checkpoint path"),
+    );
+    Err(io_error(path, e))
+}
+
+#[cfg(unix)]
+fn special_kind(t: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    match () {
+        _ if t.is_fifo() => "a named pipe (FIFO)",
+        _ if t.is_char_device() => "a character device",
+        _ if t.is_block_device() => "a block device",
+        _ if t.is_socket() => "a socket",
+        _ => "a special file",
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &fs::FileType) -> &'static str {
+    "a special file"
 }
 
 /// `Foreign` when `path` is a file that does not start as a KynML checkpoint
@@ -311,6 +354,7 @@ fn run(inbox: Receiver<Message>, keep: usize, log: &WriteLog) {
 /// crashed write left next to it are ignored ([`remove_stray_temps`] cleans
 /// them).
 pub fn load(path: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
+    refuse_special(path)?;
     match fs::read(path) {
         Ok(bytes) => decode(&bytes).map(Some),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -673,6 +717,29 @@ mod tests {
         writer.save_sync(single.clone(), snapshot(1), "h".into()).unwrap();
         writer.save_sync(single.clone(), snapshot(2), "h".into()).unwrap();
         assert!(!numbered(&single, 1).exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn special_files_and_files_in_the_folders_place_are_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.ckpt");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        // Reading a FIFO would wait for a writer forever; writing would replace it.
+        for (path, kind) in [(fifo.as_path(), "named pipe"), (Path::new("/dev/null"), "character device")] {
+            let err = load(path).expect_err("a special file is no checkpoint").to_string();
+            assert!(err.contains(kind) && err.contains("another checkpoint path"), "{err}");
+            let err = check_targets(path, 1).expect_err("nor a place to write one").to_string();
+            assert!(err.contains(kind), "{err}");
+        }
+        use std::os::unix::fs::FileTypeExt;
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO is left as it was");
+        let file = dir.path().join("data.csv");
+        fs::write(&file, "a,b\n").unwrap();
+        let err = prepare(&file.join("net.ckpt"), 1).expect_err("a file where the folder goes").to_string();
+        assert!(err.contains("data.csv") && err.contains("it is a file"), "{err}");
+        assert_eq!(fs::read_to_string(&file).unwrap(), "a,b\n");
     }
 
     #[test]

@@ -20,6 +20,9 @@ use crate::render;
 pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut file = SpecFile::load(&args.spec)?;
+    if let Some(path) = &args.json {
+        check_json_target(path)?;
+    }
     let from_spec = args.device.is_none();
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, ..Overrides::default() });
@@ -168,11 +171,29 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         json["fused"] = serde_json::json!(file.spec.train.optimizer.value.fused() == Some(true));
         json["autotune"] = serde_json::json!(kernel_cache::autotune().map(|l| l.name()));
         json["matmul_epilogue"] = serde_json::json!(kynml_core::model::dense::epilogue().name());
-        std::fs::write(path, serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        let text = serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n";
+        kynml_core::atomic_file::write(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());
     }
     Ok(())
+}
+
+/// `--json FILE` must be writable, and replaces only an earlier bench's
+/// figures: a spec, a data file or anything else there is refused before
+/// the bench runs (a cold GPU bench takes minutes), as bad input.
+fn check_json_target(path: &Path) -> Result<(), Failure> {
+    crate::predict::check_output(path)?;
+    let Ok(text) = std::fs::read(path) else { return Ok(()) };
+    let earlier = serde_json::from_slice::<serde_json::Value>(&text)
+        .is_ok_and(|v| v.get("samples_per_sec").is_some() && v.get("step_ms").is_some());
+    if earlier || text.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::input(format!(
+        "error: --json {}: the file is there and is not an earlier `kynml bench --json` file; it is left as it \
+         is: name another file, or move it away",
+        path.display()
+    )))
 }
 
 /// `--autotune LEVEL` in place of the spec's `autotune` (before the device

@@ -45,9 +45,9 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `--output` must name a file in a folder that exists: said before any
-/// work, as bad input (exit 2).
-fn check_output(output: &Path) -> Result<(), Failure> {
+/// `--output` (and `bench --json`) must name a file in a folder that
+/// exists: said before any work, as bad input (exit 2).
+pub(crate) fn check_output(output: &Path) -> Result<(), Failure> {
     let refuse = |why: String| Failure::input(format!("error: cannot write {}: {why}", output.display()));
     if output.is_dir() {
         return Err(refuse("it is a folder, not a file".into()));

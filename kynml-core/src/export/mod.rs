@@ -266,10 +266,24 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
         Format::Safetensors => ("a safetensors", "safetensors"),
         Format::Burn => ("a Burn", "mpk"),
     };
-    if let Some(ext) = ext.filter(|e| ["onnx", "safetensors", "mpk"].contains(&e.as_str()) && e != expected) {
+    if let Some(ext) = ext.as_ref().filter(|e| ["onnx", "safetensors", "mpk"].contains(&e.as_str()) && *e != expected) {
         return Err(ExportError::Unwritable {
             path: path.into(),
             reason: format!("{name} export named .{ext} would be taken for another format; name it .{expected}"),
+        });
+    }
+    // Predict and eval tell a Burn record by its name (Burn's loader adds `.mpk`).
+    if format == Format::Burn && ext.as_deref() != Some("mpk") {
+        return Err(ExportError::Unwritable {
+            path: path.into(),
+            reason: format!(
+                "a Burn export is read back by its .mpk name, which predict and eval go by; name it {}",
+                path.with_extension(match &ext {
+                    Some(e) => format!("{e}.mpk"),
+                    None => "mpk".into(),
+                })
+                .display()
+            ),
         });
     }
     let (what, looks_right): (&'static str, fn(&[u8]) -> bool) = match format {
@@ -472,6 +486,13 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     }
     let weights = if path.is_dir() { path.join(RUN_WEIGHTS) } else { path.to_path_buf() };
     let invalid = |reason: String| ExportError::Invalid { path: weights.clone(), reason };
+    if weights.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+        return Err(invalid(
+            "a .json file is an export's sidecar or a run's record, not a model; give the run folder, or the \
+             .safetensors or .mpk file beside the sidecar"
+                .into(),
+        ));
+    }
     if weights.extension().is_some_and(|e| e == "onnx") {
         return Err(invalid(
             "ONNX files are for other runtimes; give KynML the run folder or a safetensors or burn export".into(),

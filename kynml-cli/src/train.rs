@@ -830,6 +830,12 @@ impl Progress {
                 bar.enable_steady_tick(std::time::Duration::from_millis(250));
                 self.bar = Some(bar);
             }
+            // Without a terminal (a CI log), the wait is said once, in a plain line.
+            TrainEvent::EpochStart { epoch, epochs, .. } if self.first_steps.is_some() => {
+                if let Some(note) = self.first_steps.take() {
+                    println!("epoch {epoch}/{epochs}: {note} ...");
+                }
+            }
             TrainEvent::Step { step, loss, samples_per_sec, .. } => {
                 if self.first_steps.take().is_some() {
                     if let Some(bar) = &self.bar {

@@ -750,6 +750,16 @@ fn predict_into_a_missing_folder_is_bad_input_named_before_any_work() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("cannot write run: it is a folder, not a file"), "{t}");
+    // A run's record is no model; a Burn export is named .mpk, as predict reads it.
+    let out = kynml(&["predict", "run/metrics.json", "iris.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("a .json file is an export's sidecar or a run's record, not a model"), "{t}");
+    let out = kynml(&["export", "run", "--format", "burn", "--path", "m"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("a Burn export is read back by its .mpk name") && t.contains("name it m.mpk"), "{t}");
+    assert!(!dir.join("m").exists() && !dir.join("m.json").exists(), "{t}");
     // Onto the model, a checkpoint-like file or the rows themselves: refused,
     // each file left as it was. Onto an earlier predictions file: replaced.
     for (target, why) in [
@@ -1817,6 +1827,23 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     let rounds: Vec<f64> = json["rounds"].as_array().unwrap().iter().filter_map(|r| r.as_f64()).collect();
     assert!(sps > 0.0 && (sps - (rounds[0] + rounds[1]) / 2.0).abs() <= 1e-9 * sps, "{json}");
     assert!(json["startup_secs"].as_f64().unwrap() >= json["first_step_secs"].as_f64().unwrap(), "{json}");
+    // --json replaces an earlier bench's figures, and nothing else: refused
+    // before the bench runs, the file untouched.
+    let spec_text = std::fs::read(tmp.path().join("deepnet.kyn")).unwrap();
+    let short = ["bench", "deepnet.kyn", "--device", "cpu", "--synthetic", "600", "--steps", "2", "--rounds", "1"];
+    let out = kynml(&[&short[..], &["--json", "b.json"]].concat(), tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    for (target, why) in [
+        ("deepnet.kyn", "is not an earlier `kynml bench --json` file"),
+        ("nowhere/b.json", "does not exist"),
+        (".", "it is a folder"),
+    ] {
+        let out = kynml(&[&short[..], &["--json", target]].concat(), tmp.path());
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{target}: {t}");
+        assert!(t.contains(why) && !t.contains("warm-up round"), "{target}: {t}");
+    }
+    assert_eq!(std::fs::read(tmp.path().join("deepnet.kyn")).unwrap(), spec_text);
     // The spec's own data, and a precision this device cannot run, said so.
     let tmp = copy_example("iris");
     let out = kynml(
@@ -1930,6 +1957,8 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
         t.contains("autotune results and compiled kernels are reused; from KYNML_CACHE") && !t.contains("note:"),
         "{t}"
     );
+    // No terminal here: what the first steps wait for is a plain line, once.
+    assert_eq!(t.matches("epoch 1/1: loading GPU kernels ...").count(), 1, "{t}");
 
     // One byte changed after it was written: cleared, noted, and the run goes on.
     let tuned = root.join(tuned.unwrap());
@@ -1944,6 +1973,7 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
         "{t}"
     );
     assert!(t.contains("empty: this run tunes"), "{t}");
+    assert!(t.contains("epoch 1/1: tuning and compiling GPU kernels (minutes on a first run) ..."), "{t}");
 
     // A cache path that is a file: the cache is off, said in what runs; a
     // warm-up, which would keep nothing, is refused before it starts.

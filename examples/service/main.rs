@@ -52,8 +52,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut header = columns.clone();
-    for (n, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line?;
+    for (n, line) in std::io::stdin().lock().split(b'\n').enumerate() {
+        let mut line = line?;
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        // A line that is not UTF-8 is answered, like any row the model cannot take.
+        let line = match String::from_utf8(line) {
+            Ok(line) => line,
+            Err(e) => {
+                let at = e.utf8_error().valid_up_to();
+                let byte = e.as_bytes()[at];
+                let error = format!("the line is not UTF-8 text: byte 0x{byte:02x} at byte {} of the line", at + 1);
+                writeln!(out, "{}", serde_json::json!({ "error": error }))?;
+                continue;
+            }
+        };
         let line = if n == 0 { line.trim_start_matches('\u{feff}').to_string() } else { line };
         // A first line naming every input column is a header: the rows
         // that follow are read in its order. It gets no answer.

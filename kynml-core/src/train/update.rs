@@ -369,11 +369,11 @@ impl DeviceUpdate {
             }
             Rule::Sgd { .. } => (state.beta1_t.clone(), state.beta2_t.clone()),
         };
+        // The one-element flag is broadcast by the select itself: an
+        // `expand` first is an operation Burn's fuser does not take, and it
+        // left each select a kernel of its own (3 a parameter).
         let keep = |old: Tensor<Kb, 1>, new: Tensor<Kb, 1>| match finite {
-            Some(f) => {
-                let n = old.dims()[0];
-                old.mask_where(f.clone().expand([n]), new)
-            }
+            Some(f) => old.mask_where(f.clone(), new),
             None => new,
         };
         let mut updated = HashMap::new();
@@ -629,8 +629,8 @@ fn sgd(
     let (g, velocity) = match (momentum, velocity) {
         (Some((momentum, dampening, nesterov)), Some(v)) => {
             let continued = g.clone().mul_scalar(1.0 - dampening).add(v.mul_scalar(momentum));
-            let n = g.dims()[0];
-            let started = steps.clone().greater_elem(0.0).expand([n]);
+            // Broadcast by the select, as in `keep` (an `expand` is not fused).
+            let started = steps.clone().greater_elem(0.0);
             let v = g.clone().mask_where(started, continued);
             let g = if nesterov { v.clone().mul_scalar(momentum).add(g) } else { v.clone() };
             (g, Some(v))

@@ -21,6 +21,23 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     }
     crate::train::check_export_target(&file)?;
     println!("{}: ok", args.spec.display());
+    // A spec may be checked here for another machine: a GPU this one lacks
+    // is said, not refused.
+    if let kynml_core::spec::types::DeviceRequest::Cuda(index) = file.spec.train.device.value {
+        let wanted = index.unwrap_or(0);
+        let seen = match kynml_backend::probe_cuda() {
+            kynml_backend::CudaProbe::Available(gpus) => gpus.len(),
+            kynml_backend::CudaProbe::Unavailable(_) => 0,
+        };
+        if wanted >= seen {
+            let which = index.map_or("cuda".to_string(), |i| format!("cuda:{i}"));
+            let here = match seen {
+                0 => "this machine has no CUDA GPU".to_string(),
+                n => format!("this machine has {n} CUDA GPU{}", if n == 1 { "" } else { "s" }),
+            };
+            println!("note: `device = {which}`: {here}; `kynml train` would refuse it here (`--device` overrides it)");
+        }
+    }
     // A checkpoint already there is the next run's business (its --seed or
     // --fresh decide): said, not refused.
     if let Some(path) = file.checkpoint_path() {

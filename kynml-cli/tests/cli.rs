@@ -257,6 +257,12 @@ fn a_broken_csv_exits_2_naming_row_and_column() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("the data file `iris.csv` does not exist") && t.contains("--> iris.kyn:3:18"), "{t}");
     assert!(t.contains("relative to the spec's folder") && t.contains("--synthetic ROWS"), "{t}");
+    // A folder in the file's place: located the same way.
+    std::fs::create_dir(tmp.path().join("iris.csv")).unwrap();
+    let out = kynml(&["check", "iris.kyn"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("the data source `iris.csv` is a folder, not a file") && t.contains("--> iris.kyn:3:18"), "{t}");
     // An absolute path is not said to be relative to anything.
     let absent = tmp.path().join("absent.csv");
     let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
@@ -285,6 +291,11 @@ fn cuda_on_a_machine_without_it_is_a_clear_error() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("--> gpu.kyn:21:14") && t.contains("^^^^ this device") && t.contains("--device cpu"), "{t}");
+    // `check` may be run for another machine: ok, with the missing GPU said.
+    let out = kynml(&["check", "gpu.kyn"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("note: `device = cuda`: this machine has no CUDA GPU; `kynml train` would refuse it"), "{t}");
 }
 
 /// `--device cpu,cpu`: a data-parallel run on two CPU replicas, said in

@@ -339,6 +339,16 @@ impl SpecFile {
                 ));
                 return Err(self.located(vec![problem]));
             }
+            // So is a folder where the file should be.
+            Err(DataError::Io { .. }) if path.is_dir() => {
+                let problem = Diagnostic::new(
+                    d.source.span,
+                    format!("the data source `{}` is a folder, not a file", path.display()),
+                    "a folder",
+                )
+                .with_help("name the CSV file inside it, as in `source = csv(\"data/train.csv\")`");
+                return Err(self.located(vec![problem]));
+            }
             other => other?,
         };
         let data = Dataset::from_table(table, d.split.value, d.normalize, self.spec.train.seed)?;

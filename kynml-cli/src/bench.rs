@@ -2,7 +2,7 @@
 //! `cargo bench` measures it; `kynml warmup SPEC`: the kernel cache filled
 //! ahead of a spec's runs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -20,9 +20,7 @@ use crate::render;
 pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut file = SpecFile::load(&args.spec)?;
-    if let Some(path) = &args.json {
-        check_json_target(path)?;
-    }
+    let json_target = args.json.as_deref().map(check_json_target).transpose()?;
     let from_spec = args.device.is_none();
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, ..Overrides::default() });
@@ -172,7 +170,9 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         json["autotune"] = serde_json::json!(kernel_cache::autotune().map(|l| l.name()));
         json["matmul_epilogue"] = serde_json::json!(kynml_core::model::dense::epilogue().name());
         let text = serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n";
-        kynml_core::atomic_file::write(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+        let target = json_target.as_deref().unwrap_or(path);
+        kynml_core::atomic_file::write(target, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());
     }
     Ok(())
@@ -180,20 +180,43 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
 
 /// `--json FILE` must be writable, and replaces only an earlier bench's
 /// figures: a spec, a data file or anything else there is refused before
-/// the bench runs (a cold GPU bench takes minutes), as bad input.
-fn check_json_target(path: &Path) -> Result<(), Failure> {
-    crate::predict::check_output(path)?;
-    let Ok(text) = std::fs::read(path) else { return Ok(()) };
-    let earlier = serde_json::from_slice::<serde_json::Value>(&text)
-        .is_ok_and(|v| v.get("samples_per_sec").is_some() && v.get("step_ms").is_some());
-    if earlier || text.is_empty() {
-        return Ok(());
+/// the bench runs (a cold GPU bench takes minutes), as bad input; so is
+/// anything but a regular file (a FIFO would be read forever, a device
+/// node replaced). Returns the file to write: a symbolic link's target, so
+/// that the link stays a link.
+fn check_json_target(path: &Path) -> Result<PathBuf, Failure> {
+    use std::io::Read;
+    let refuse = |why: &str| Failure::input(format!("error: --json {}: {why}", path.display()));
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(_) => {
+            crate::predict::check_output(path)?;
+            return Ok(path.to_path_buf());
+        }
+    };
+    if meta.is_dir() {
+        return Err(refuse("it is a folder, not a file"));
     }
-    Err(Failure::input(format!(
-        "error: --json {}: the file is there and is not an earlier `kynml bench --json` file; it is left as it \
-         is: name another file, or move it away",
-        path.display()
-    )))
+    if !meta.is_file() {
+        return Err(refuse("it is not a regular file (a pipe, a device or a socket); --json writes a file"));
+    }
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    crate::predict::check_output(&target)?;
+    // A bench's figures are a few KiB: a bounded read tells them.
+    let mut head = Vec::new();
+    let read = std::fs::File::open(&target).and_then(|f| f.take(1 << 20).read_to_end(&mut head));
+    if let Err(e) = read {
+        return Err(refuse(&format!("it cannot be read: {e}")));
+    }
+    let earlier = serde_json::from_slice::<serde_json::Value>(&head)
+        .is_ok_and(|v| v.get("samples_per_sec").is_some() && v.get("step_ms").is_some());
+    if earlier || head.iter().all(u8::is_ascii_whitespace) {
+        return Ok(target);
+    }
+    Err(refuse(
+        "the file is there and is not an earlier `kynml bench --json` file; it is left as it is: name another \
+         file, or move it away",
+    ))
 }
 
 /// `--autotune LEVEL` in place of the spec's `autotune` (before the device

@@ -771,6 +771,9 @@ fn predict_into_a_missing_folder_is_bad_input_named_before_any_work() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("a Burn export is read back by its .mpk name") && t.contains("name it m.mpk"), "{t}");
     assert!(!dir.join("m").exists() && !dir.join("m.json").exists(), "{t}");
+    let out = kynml(&["export", "run", "--format", "burn", "--path", "m.MPK"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("name it m.mpk") && !dir.join("m.MPK").exists(), "{}", text(&out));
     // Onto the model, a checkpoint-like file or the rows themselves: refused,
     // each file left as it was. Onto an earlier predictions file: replaced.
     for (target, why) in [
@@ -1855,6 +1858,23 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
         assert!(t.contains(why) && !t.contains("warm-up round"), "{target}: {t}");
     }
     assert_eq!(std::fs::read(tmp.path().join("deepnet.kyn")).unwrap(), spec_text);
+    // A FIFO is refused unread (reading it would wait forever); a link to
+    // an earlier bench's file stays a link, its target rewritten.
+    #[cfg(unix)]
+    {
+        let made = std::process::Command::new("mkfifo").arg(tmp.path().join("p.json")).status().unwrap();
+        assert!(made.success());
+        let out = kynml(&[&short[..], &["--json", "p.json"]].concat(), tmp.path());
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{t}");
+        assert!(t.contains("it is not a regular file"), "{t}");
+        std::os::unix::fs::symlink("b.json", tmp.path().join("link.json")).unwrap();
+        let before = std::fs::read(tmp.path().join("b.json")).unwrap();
+        let out = kynml(&[&short[..], &["--json", "link.json"]].concat(), tmp.path());
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(std::fs::symlink_metadata(tmp.path().join("link.json")).unwrap().file_type().is_symlink());
+        assert_ne!(std::fs::read(tmp.path().join("b.json")).unwrap(), before, "the link's target is rewritten");
+    }
     // The spec's own data, and a precision this device cannot run, said so.
     let tmp = copy_example("iris");
     let out = kynml(

@@ -100,7 +100,7 @@ pub struct ExportArgs {
     /// onnx, safetensors or burn.
     #[arg(long)]
     pub format: String,
-    /// The file to write (safetensors and burn also write a .json sidecar beside it).
+    /// The file to write (safetensors and burn also write a .json sidecar beside it; a burn export is named .mpk).
     #[arg(long)]
     pub path: PathBuf,
 }

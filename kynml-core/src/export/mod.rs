@@ -273,14 +273,15 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
         });
     }
     // Predict and eval tell a Burn record by its name (Burn's loader adds `.mpk`).
-    if format == Format::Burn && ext.as_deref() != Some("mpk") {
+    let exact = path.extension().and_then(|e| e.to_str());
+    if format == Format::Burn && exact != Some("mpk") {
         return Err(ExportError::Unwritable {
             path: path.into(),
             reason: format!(
                 "a Burn export is read back by its .mpk name, which predict and eval go by; name it {}",
-                path.with_extension(match &ext {
-                    Some(e) => format!("{e}.mpk"),
-                    None => "mpk".into(),
+                path.with_extension(match (exact, ext.as_deref()) {
+                    (_, Some("mpk")) | (None, _) => "mpk".into(),
+                    (Some(e), _) => format!("{e}.mpk"),
                 })
                 .display()
             ),

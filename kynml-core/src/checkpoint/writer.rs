@@ -235,9 +235,12 @@ pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
     if let Some(file) = blocking {
         let e = io::Error::new(
             io::ErrorKind::InvalidInput,
-            "it is a file, so the checkpoint's folder cannot be made there: choose another checkpoint path",
+            format!(
+                "its folder cannot be made: `{}` is a file, not a folder; choose another checkpoint path",
+                file.display()
+            ),
         );
-        return Err(io_error(file, e));
+        return Err(io_error(path, e));
     }
     let older = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
     for target in std::iter::once(path.to_path_buf()).chain(older) {
@@ -738,7 +741,7 @@ mod tests {
         let file = dir.path().join("data.csv");
         fs::write(&file, "a,b\n").unwrap();
         let err = prepare(&file.join("net.ckpt"), 1).expect_err("a file where the folder goes").to_string();
-        assert!(err.contains("data.csv") && err.contains("it is a file"), "{err}");
+        assert!(err.contains("net.ckpt") && err.contains("data.csv` is a file, not a folder"), "{err}");
         assert_eq!(fs::read_to_string(&file).unwrap(), "a,b\n");
     }
 

@@ -312,8 +312,8 @@ pub enum ResumeError {
     /// The checkpoint's losses were measured with another loss.
     #[error(
         "checkpoint was trained with `loss = {found}`, but the spec asks for `loss = {expected}`: its \
-         validation losses, and early stopping's best epoch, are in {found}'s units, so a resume would compare \
-         the two; run with `loss = {found}`, or pass --fresh to start over with {expected}"
+         validation losses (and early stopping's best, when it stops early) are in {found}'s units, so a resume \
+         would compare the two; run with `loss = {found}`, or pass --fresh to start over with {expected}"
     )]
     LossMismatch {
         /// The spec's loss, as written.

@@ -119,13 +119,21 @@ setup() {
     # tuned and compiled is newer than the carried cache, which must not be
     # unpacked over it (session 25 lost a call's tuning that way).
     if [ -n "$(ls -A "$CACHE" 2>/dev/null)" ]; then
-        echo "kernel cache: kept the one the previous call left on this machine (the carried one is older)"
+        echo "kernel cache: kept the one the previous call left on this machine (newer than any carried one)"
     elif compgen -G "$GPU_DIR/cache.tar.xz*" >/dev/null; then
-        cat "$GPU_DIR"/cache.tar.xz* |
+        if cat "$GPU_DIR"/cache.tar.xz* |
             python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)' |
-            tar -xf - -C "$CACHE" && echo "kernel cache: carried in (warm)"
+            tar -xf - -C "$CACHE"; then
+            echo "kernel cache: carried in (warm)"
+        else
+            echo "kernel cache: the carried parts did not unpack; this call starts cold"
+        fi
     elif [ -f "$GPU_DIR/cache.tar.gz" ]; then
-        tar -xzf "$GPU_DIR/cache.tar.gz" -C "$CACHE" && echo "kernel cache: carried in (warm)"
+        if tar -xzf "$GPU_DIR/cache.tar.gz" -C "$CACHE"; then
+            echo "kernel cache: carried in (warm)"
+        else
+            echo "kernel cache: the carried cache.tar.gz did not unpack; this call starts cold"
+        fi
     fi
     export KYNML_CACHE="$CACHE" PYTHONUNBUFFERED=1
     {
@@ -351,18 +359,19 @@ finish() {
     # tool brings back no file over 16 MiB. cache.tar.xz.00, .01, ... are
     # joined in name order by the next call's setup.
     rm -rf /tmp/kynml-cache-out && mkdir -p /tmp/kynml-cache-out
-    tar -cf - -C "$CACHE" . 2>/dev/null |
+    if [ -z "$(ls -A "$CACHE" 2>/dev/null)" ]; then
+        say "kernel cache: empty, none written (keep the one in gpu/)"
+    elif tar -cf - -C "$CACHE" . 2>/dev/null |
         python3 -c 'import lzma, shutil, sys
 with lzma.open(sys.stdout.buffer, "wb", preset=2) as out:
     shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)' |
-        split -d -b 15M - /tmp/kynml-cache-out/cache.tar.xz.
-    size=$(cat /tmp/kynml-cache-out/cache.tar.xz.* 2>/dev/null | wc -c)
-    parts=$(ls /tmp/kynml-cache-out | wc -l)
-    if [ "$size" -gt 0 ]; then
+        split -d -b 15M - /tmp/kynml-cache-out/cache.tar.xz.; then
+        size=$(cat /tmp/kynml-cache-out/cache.tar.xz.* | wc -c)
+        parts=$(ls /tmp/kynml-cache-out | wc -l)
         cp /tmp/kynml-cache-out/cache.tar.xz.* "$OUT_DIR/"
         say "kernel cache: $((size / 1024)) KiB in $parts file(s), cache.tar.xz.* (put them in gpu/, in place of any older cache.tar.*, to start the next call warm)"
     else
-        say "kernel cache: none written"
+        say "kernel cache: packing failed, none written (keep the one in gpu/)"
     fi
     say "whole command: $(($(date +%s) - STARTED)) s"
 }

@@ -307,17 +307,14 @@ fn run<'scope, 'env>(
 
     // Early stopping added on resume takes the resumed weights as its best.
     let mut best_is_resumed = false;
+    // The checkpoint's weights and optimizer state on `ad`, its best weights on `inner`.
+    let loss_written = loss_kind.written();
+    let restore_on = |ckpt: &Checkpoint, model, optimizer, ad: &burn::DispatchDevice, inner: &burn::DispatchDevice| {
+        let template = Model::init(&spec.model, t.seed, inner);
+        resume::restore(ckpt, &spec.model, model, optimizer, &loss_written, template, (ad, inner))
+    };
     if let Some(ckpt) = &settings.resume_from {
-        let template = Model::init(&spec.model, t.seed, &inner_device);
-        let restored = resume::restore(
-            ckpt,
-            &spec.model,
-            model,
-            optimizer,
-            &loss_kind.written(),
-            template,
-            (&ad_device, &inner_device),
-        )?;
+        let restored = restore_on(ckpt, model, optimizer, &ad_device, &inner_device)?;
         let s = restored.state;
         (model, optimizer) = (restored.model, restored.optimizer);
         order_rng = Rng::new(s.order_rng);
@@ -378,16 +375,7 @@ fn run<'scope, 'env>(
                     let mut model = Model::init(&spec.model, t.seed, &ad);
                     let mut optimizer = AnyOptimizer::new(&t.optimizer.value);
                     if let Some(ckpt) = &settings.resume_from {
-                        let template = Model::init(&spec.model, t.seed, &on.inner());
-                        let restored = resume::restore(
-                            ckpt,
-                            &spec.model,
-                            model,
-                            optimizer,
-                            &loss_kind.written(),
-                            template,
-                            (&ad, &on.inner()),
-                        )?;
+                        let restored = restore_on(ckpt, model, optimizer, &ad, &on.inner())?;
                         (model, optimizer) = (restored.model, restored.optimizer);
                     }
                     others.push((burn_engine(model, optimizer, on, ad)?, on.inner()));
@@ -521,7 +509,7 @@ fn run<'scope, 'env>(
                 let mut saved = None;
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                     let mut state = loop_state(epoch - 1, steps_taken, optimizer_name, &order_rng, &dropout_rng);
-                    state.loss = Some(loss_kind.written());
+                    state.loss = Some(loss_written.clone());
                     state.early_stop = stopper.as_ref().map(|s| s.state());
                     state.loss_scale = engine.loss_scale();
                     state.history = history.clone();
@@ -639,7 +627,7 @@ fn run<'scope, 'env>(
         {
             if rule.due(epoch, last_epoch, stopped_early) {
                 let mut state = loop_state(epoch, steps_taken, optimizer_name, &order_rng, &dropout_rng);
-                state.loss = Some(loss_kind.written());
+                state.loss = Some(loss_written.clone());
                 state.early_stop = stopper.as_ref().map(|s| s.state());
                 state.stopped_early = stopped_early;
                 state.loss_scale = engine.loss_scale();

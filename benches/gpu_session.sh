@@ -27,6 +27,10 @@
 #                 (KYNML_MATMUL_EPILOGUE=fused) and alone (separate, the
 #                 default since session 21, so that it can take CubeCL's
 #                 plain TMA kernels), alternating
+#     kernels     CubeCL's profiler on wide and DeepNet in bf16 and fp32: each
+#                 kind of kernel's launches and device time a step
+#                 (benches/kernel_profile.py), which products took a slow
+#                 kernel and what the step's time is made of (issue 14)
 #     controls    wide bf16 at autotune fast and balanced, each from an empty
 #                 cache; DeepNet with `deterministic`; a deep model with
 #                 `checkpoint_activations` (issue 17)
@@ -47,6 +51,8 @@
 # START_LIMIT caps the cold run; START_SECOND=0 leaves the second run out
 # (the speed stage's first run of the spec, on the warm cache, is one);
 # SPEED_MIN_SECONDS (default 240) is what the speed stage needs to start.
+# KERNEL_RUNS picks the kernels stage's runs ("wide bf16|deepnet bf16|wide
+# fp32|deepnet fp32" by default, `|`-separated).
 
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -324,6 +330,47 @@ stage_epilogue() {
     done
 }
 
+# `profiled NAME LOG STEPS SPEC PRECISION ROWS`: one bench run with CubeCL's
+# profiler writing LOG; a warm-up round and one timed round of STEPS each.
+profiled() {
+    local name=$1 log=$2 steps=$3 spec=$4 precision=$5 rows=$6
+    rm -f "$log"
+    echo "\$ CUBECL_DEBUG_OPTION=profile kynml bench $spec --precision $precision --steps $steps --rounds 1" >>"$OUT_DIR/log.txt"
+    CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG="$log" timeout $(($(left) - 10)) "$BIN/kynml" bench "$spec" \
+        --device "$DEVICE" --precision "$precision" --synthetic "$rows" --steps "$steps" --rounds 1 \
+        --cache "$KYNML_CACHE" >>"$OUT_DIR/log.txt" 2>&1 || { say "- $name: the profiled run of $steps steps did not finish"; return 1; }
+}
+
+stage_kernels() {
+    say "## kernels: CubeCL's profiler, each kind of kernel's launches and device time a step"
+    local wide="$REPO/examples/wide/wide.kyn" deep="$REPO/examples/deepnet/deepnet.kyn" run name config precision spec rows
+    IFS='|' read -ra runs <<<"${KERNEL_RUNS:-wide bf16|deepnet bf16|wide fp32|deepnet fp32}"
+    for run in "${runs[@]}"; do
+        read -r config precision <<<"$run"
+        case $config in
+            wide) spec=$wide rows=256001 ;;
+            deepnet) spec=$deep rows=51200 ;;
+            *) say "- kernels: unknown config \`$config\` (wide or deepnet)"; continue ;;
+        esac
+        name="$config $precision"
+        enough 120 "kernels, $name" || continue
+        # A first unprofiled run tunes and compiles whatever the cache lacks,
+        # so that neither profiled run holds autotune's launches; the two
+        # profiled runs differ by 2 x 10 training steps (each has a warm-up
+        # round and a timed round), and their difference is those steps.
+        timeout $(($(left) - 10)) "$BIN/kynml" bench "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows" \
+            --steps 3 --rounds 1 --cache "$KYNML_CACHE" >>"$OUT_DIR/log.txt" 2>&1 || { say "- $name: the tuning run did not finish"; continue; }
+        local short=/tmp/kynml-prof-short.log long=/tmp/kynml-prof-long.log tag=${config}-${precision}
+        profiled "$name" "$short" 5 "$spec" "$precision" "$rows" || continue
+        profiled "$name" "$long" 15 "$spec" "$precision" "$rows" || continue
+        say "### $name ($(grep -c '^|' "$long") launches logged in the longer run)"
+        python3 "$HERE/kernel_profile.py" "$short" "$long" 20 --json "$OUT_DIR/kernels-$tag.json" | sed 's/^/    /' | tee -a "$OUT_DIR/summary.md"
+        # The products' shapes as autotune met them (only on a tuning run;
+        # empty when the cache already held them).
+        grep -o 'MatmulProblemDefinition { m: [0-9]*, n: [0-9]*, k: [0-9]*' "$long" | sort | uniq -c >>"$OUT_DIR/log.txt" || true
+    done
+}
+
 stage_controls() {
     say "## controls: autotune levels, deterministic, checkpoint_activations"
     local wide="$REPO/examples/wide/wide.kyn" deep="$REPO/examples/deepnet/deepnet.kyn"
@@ -387,8 +434,8 @@ main() {
     fi
     for stage in "$@"; do
         case $stage in
-            tests | start | speed | epilogue | controls) ;;
-            *) echo "gpu_session.sh: unknown stage \`$stage\` (tests, start, speed, epilogue, controls, or pack)" >&2; return 2 ;;
+            tests | start | speed | epilogue | kernels | controls) ;;
+            *) echo "gpu_session.sh: unknown stage \`$stage\` (tests, start, speed, epilogue, kernels, controls, or pack)" >&2; return 2 ;;
         esac
     done
     setup

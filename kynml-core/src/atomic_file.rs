@@ -75,6 +75,31 @@ pub fn probe_writable(dir: &Path) -> io::Result<()> {
     tempfile::tempfile_in(dir).map(drop)
 }
 
+/// What stands at `path` when it is there but neither a regular file nor a
+/// folder: "a named pipe (FIFO)", "a character device", "a block device",
+/// "a socket". Such a path is never opened: opening a FIFO waits for a
+/// writer forever, and a file written in a device's place replaces the node.
+pub fn special_kind(path: &Path) -> Option<&'static str> {
+    let meta = fs::metadata(path).ok()?;
+    if meta.is_file() || meta.is_dir() {
+        return None;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        Some(match () {
+            _ if t.is_fifo() => "a named pipe (FIFO)",
+            _ if t.is_char_device() => "a character device",
+            _ if t.is_block_device() => "a block device",
+            _ if t.is_socket() => "a socket",
+            _ => "a special file",
+        })
+    }
+    #[cfg(not(unix))]
+    Some("a special file")
+}
+
 /// The folder `path` lives in; `.` for a bare file name.
 pub fn folder(path: &Path) -> &Path {
     match path.parent() {

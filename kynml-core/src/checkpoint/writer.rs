@@ -192,6 +192,7 @@ pub fn lock(path: &Path) -> Result<PathLock, CheckpointError> {
         return Err(in_use());
     }
     fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    refuse_special_lock(&lock_path)?;
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -251,40 +252,31 @@ pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
         refuse_special(&target)?;
         refuse_foreign(&target)?;
     }
-    Ok(())
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    refuse_special_lock(&parent_dir(path).join(format!(".{name}.lock")))
+}
+
+/// An error when a FIFO, a device or a socket stands at the checkpoint's
+/// lock file: opening a FIFO for writing waits for a reader forever.
+fn refuse_special_lock(lock: &Path) -> Result<(), CheckpointError> {
+    let Some(kind) = crate::atomic_file::special_kind(lock) else { return Ok(()) };
+    let e = io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("the checkpoint's lock file is {kind}, not a regular file, and is never opened as one: remove it"),
+    );
+    Err(io_error(lock, e))
 }
 
 /// An error when `path` is there but neither a regular file nor a folder
 /// (a FIFO, a device, a socket): reading a FIFO waits for a writer forever,
 /// and a checkpoint written in its place would replace a device node.
 fn refuse_special(path: &Path) -> Result<(), CheckpointError> {
-    let Ok(meta) = fs::metadata(path) else { return Ok(()) };
-    if meta.is_file() || meta.is_dir() {
-        return Ok(());
-    }
-    let kind = special_kind(&meta.file_type());
+    let Some(kind) = crate::atomic_file::special_kind(path) else { return Ok(()) };
     let e = io::Error::new(
         io::ErrorKind::InvalidInput,
         format!("it is {kind}, not a regular file; a checkpoint is never read from or written over one: choose another checkpoint path"),
     );
     Err(io_error(path, e))
-}
-
-#[cfg(unix)]
-fn special_kind(t: &fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    match () {
-        _ if t.is_fifo() => "a named pipe (FIFO)",
-        _ if t.is_char_device() => "a character device",
-        _ if t.is_block_device() => "a block device",
-        _ if t.is_socket() => "a socket",
-        _ => "a special file",
-    }
-}
-
-#[cfg(not(unix))]
-fn special_kind(_: &fs::FileType) -> &'static str {
-    "a special file"
 }
 
 /// `Foreign` when `path` is a file that does not start as a KynML checkpoint
@@ -743,6 +735,14 @@ mod tests {
         let err = prepare(&file.join("net.ckpt"), 1).expect_err("a file where the folder goes").to_string();
         assert!(err.contains("net.ckpt") && err.contains("data.csv` is a file, not a folder"), "{err}");
         assert_eq!(fs::read_to_string(&file).unwrap(), "a,b\n");
+        // A FIFO at the lock file: opening it to write would wait for a reader.
+        let made = std::process::Command::new("mkfifo").arg(dir.path().join(".net.ckpt.lock")).status().unwrap();
+        assert!(made.success());
+        let path = dir.path().join("net.ckpt");
+        let err = check_targets(&path, 1).expect_err("a FIFO at the lock").to_string();
+        assert!(err.contains(".net.ckpt.lock") && err.contains("named pipe"), "{err}");
+        let err = lock(&path).map(drop).expect_err("a FIFO at the lock").to_string();
+        assert!(err.contains("remove it"), "{err}");
     }
 
     #[test]

@@ -297,6 +297,11 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
     };
     // Reads at most `limit` bytes: a model file is told by its first few.
     let foreign = |p: &Path, what: &'static str, limit: u64, ok: &dyn Fn(&[u8]) -> bool| -> Result<(), ExportError> {
+        // Never opened: a FIFO would wait for a writer forever.
+        if let Some(kind) = crate::atomic_file::special_kind(p) {
+            let reason = format!("{} is {kind}, not a regular file; an export never replaces one", p.display());
+            return Err(ExportError::Unwritable { path: path.into(), reason });
+        }
         if p.is_dir() {
             return Err(ExportError::Foreign { path: p.into(), what });
         }
@@ -494,7 +499,7 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
                 .into(),
         ));
     }
-    if weights.extension().is_some_and(|e| e == "onnx") {
+    if weights.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) {
         return Err(invalid(
             "ONNX files are for other runtimes; give KynML the run folder or a safetensors or burn export".into(),
         ));
@@ -508,6 +513,14 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
              run folder of the run that wrote it (runs/<spec>-<time>), or train the spec to its end and use that folder"
                 .into(),
         ));
+    }
+    // Burn's loader goes by the name with `.mpk` put back on: `m.MPK` would be looked for as `m.mpk`.
+    if let Some(e) = weights.extension().filter(|e| e.eq_ignore_ascii_case("mpk") && *e != "mpk") {
+        return Err(invalid(format!(
+            "a Burn record is read by its .mpk name, and this one ends .{}: rename it (and nothing else) to {}",
+            e.to_string_lossy(),
+            weights.with_extension("mpk").display()
+        )));
     }
     let sidecar_path = weights.with_extension("json");
     let read = |p: &Path| std::fs::read(p).map_err(|source| ExportError::Read { path: p.into(), source });
@@ -698,4 +711,45 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
     let dir = parent(path);
     std::fs::create_dir_all(dir).map_err(err)?;
     crate::atomic_file::write(path, bytes).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FIFO at the export's path or at its sidecar's is refused without
+    /// being opened (opening one waits for a writer: `check` used to hang).
+    #[cfg(unix)]
+    #[test]
+    fn a_named_pipe_at_the_export_or_its_sidecar_is_refused_unopened() {
+        let dir = tempfile::tempdir().unwrap();
+        for (format, name, pipe) in [
+            (Format::Onnx, "m.onnx", "m.onnx"),
+            (Format::Safetensors, "w.safetensors", "w.safetensors"),
+            (Format::Safetensors, "s.safetensors", "s.json"),
+            (Format::Burn, "b.mpk", "b.json"),
+        ] {
+            let made = std::process::Command::new("mkfifo").arg(dir.path().join(pipe)).status().unwrap();
+            assert!(made.success());
+            let path = dir.path().join(name);
+            let (send, recv) = std::sync::mpsc::channel();
+            std::thread::spawn(move || send.send(check_target(format, &path).map_err(|e| e.to_string())));
+            let result = recv.recv_timeout(std::time::Duration::from_secs(20)).expect("check_target opened the FIFO");
+            let message = result.expect_err(name);
+            assert!(message.contains(pipe) && message.contains("named pipe (FIFO)"), "{message}");
+        }
+    }
+
+    /// Extensions are told apart whatever their case, as the export's check does.
+    #[test]
+    fn upper_case_onnx_and_mpk_names_are_told() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, says) in [("m.ONNX", "ONNX files are for other runtimes"), ("m.MPK", "rename it (and nothing else)")]
+        {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"\x80").unwrap();
+            let message = load(&path).map(drop).expect_err(name).to_string();
+            assert!(message.contains(says), "{message}");
+        }
+    }
 }

@@ -79,8 +79,12 @@ impl Lexer<'_> {
             let start = self.pos;
             match c {
                 '#' => break,
-                // U+FEFF is the byte-order mark some editors put first.
-                c if c.is_whitespace() || c == '\u{feff}' => self.pos += 1,
+                c if c.is_whitespace() => self.pos += 1,
+                // U+FEFF is the byte-order mark some editors put first; anywhere
+                // else it is an invisible character like U+200B (an error).
+                '\u{feff}' if self.offset == 0 && self.chars[..self.pos].iter().all(|&(_, c)| c == '\u{feff}') => {
+                    self.pos += 1
+                }
                 c if c.is_ascii_alphabetic() || c == '_' => {
                     while self.peek(0).is_some_and(is_word_char) {
                         self.pos += 1;
@@ -397,6 +401,16 @@ mod tests {
         let (_, diags) = kinds("epochs = 3\u{200B}");
         assert_eq!(diags[0].message, "unexpected character U+200B");
         assert!(diags[0].help.as_deref().unwrap().contains("invisible"));
+        // A byte-order mark is one only where the file starts.
+        let mut diags = Vec::new();
+        assert_eq!(lex_line("\u{feff}\u{feff}epochs = 3", 0, &mut diags).len(), 3);
+        assert!(diags.is_empty(), "{diags:?}");
+        for (line, offset) in [("dense 8 re\u{feff}lu", 0), ("\u{feff}epochs = 3", 40)] {
+            let mut diags = Vec::new();
+            lex_line(line, offset, &mut diags);
+            assert_eq!(diags[0].message, "unexpected character U+FEFF", "{line:?}");
+            assert!(diags[0].help.as_deref().unwrap().contains("invisible"));
+        }
         let (_, diags) = kinds("target = \u{201C}y\u{201D}");
         assert_eq!(diags[0].message, "unexpected character `\u{201C}` (U+201C)");
         assert!(diags[0].help.as_deref().unwrap().contains("straight double quotes"));

@@ -440,14 +440,10 @@ mod exact {
 /// An optional float as [`exact`] text. It also reads a JSON number, as
 /// checkpoints from before these were saved as text hold them.
 mod exact_option {
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+    use std::fmt;
 
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Saved {
-        Text(String),
-        Number(f64),
-    }
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(value: &Option<f64>, serializer: S) -> Result<S::Ok, S::Error> {
         match value {
@@ -456,14 +452,46 @@ mod exact_option {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
-        match Option::<Saved>::deserialize(deserializer)? {
-            None => Ok(None),
-            Some(Saved::Number(x)) => Ok(Some(x)),
-            Some(Saved::Text(text)) => {
-                text.parse().map(Some).map_err(|_| D::Error::custom(format!("`{text}` is not a number")))
-            }
+    struct Float;
+
+    impl<'de> Visitor<'de> for Float {
+        type Value = Option<f64>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a number, as text or as a JSON number, or null")
         }
+
+        fn visit_str<E: Error>(self, text: &str) -> Result<Self::Value, E> {
+            text.parse().map(Some).map_err(|_| E::custom(format!("`{text}` is not a number")))
+        }
+
+        fn visit_f64<E: Error>(self, x: f64) -> Result<Self::Value, E> {
+            Ok(Some(x))
+        }
+
+        fn visit_u64<E: Error>(self, x: u64) -> Result<Self::Value, E> {
+            Ok(Some(x as f64))
+        }
+
+        fn visit_i64<E: Error>(self, x: i64) -> Result<Self::Value, E> {
+            Ok(Some(x as f64))
+        }
+
+        fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(Float)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+        deserializer.deserialize_option(Float)
     }
 }
 
@@ -619,6 +647,13 @@ mod tests {
         assert_ne!(old, text);
         let back: LoopState = serde_json::from_str(&old).unwrap();
         assert_eq!(back.history[0].grad_norm, Some(2.5));
+        // As a checkpoint reads it: through a `Value`.
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let back: LoopState = serde_json::from_value(value).unwrap();
+        assert_eq!(back.history[0].grad_norm.map(f64::to_bits), record.grad_norm.map(f64::to_bits));
+        let bad = text.replace("\"grad_norm\":\"9.378411369414867\"", "\"grad_norm\":true");
+        let err = serde_json::from_str::<LoopState>(&bad).unwrap_err().to_string();
+        assert!(err.contains("a number, as text or as a JSON number"), "{err}");
         assert_eq!((back.order_rng, back.steps), (u64::MAX, 30));
         // Timings are not saved, so the same state gives the same text.
         let mut other = state.clone();

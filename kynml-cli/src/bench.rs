@@ -190,8 +190,13 @@ fn check_json_target(path: &Path) -> Result<PathBuf, Failure> {
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
         Err(_) => {
-            crate::predict::check_output(path)?;
-            return Ok(path.to_path_buf());
+            // A link to a file not yet there: the file is made, the link kept.
+            let target = match std::fs::read_link(path) {
+                Ok(to) => kynml_core::atomic_file::folder(path).join(to),
+                Err(_) => path.to_path_buf(),
+            };
+            crate::predict::check_output(&target)?;
+            return Ok(target);
         }
     };
     if meta.is_dir() {

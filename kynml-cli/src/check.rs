@@ -23,19 +23,31 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     println!("{}: ok", args.spec.display());
     // A spec may be checked here for another machine: a GPU this one lacks
     // is said, not refused.
-    if let kynml_core::spec::types::DeviceRequest::Cuda(index) = file.spec.train.device.value {
-        let wanted = index.unwrap_or(0);
+    // `devices = [...]` names the GPUs of a data-parallel run; else `device`.
+    use kynml_core::spec::types::{DeviceRequest, DeviceSet};
+    let gpu = |d: &DeviceRequest| match d {
+        DeviceRequest::Cuda(index) => Some(index.unwrap_or(0) + 1),
+        _ => None,
+    };
+    let (setting, needed) = match file.spec.train.devices.as_ref().map(|d| &d.value) {
+        Some(DeviceSet::AllCuda) => ("devices = cuda:all".to_string(), Some(1)),
+        Some(DeviceSet::List(list)) => {
+            let names: Vec<String> = list.iter().map(|d| d.name()).collect();
+            (format!("devices = [{}]", names.join(", ")), list.iter().filter_map(gpu).max())
+        }
+        None => (format!("device = {}", file.spec.train.device.value.name()), gpu(&file.spec.train.device.value)),
+    };
+    if let Some(needed) = needed {
         let seen = match kynml_backend::probe_cuda() {
             kynml_backend::CudaProbe::Available(gpus) => gpus.len(),
             kynml_backend::CudaProbe::Unavailable(_) => 0,
         };
-        if wanted >= seen {
-            let which = index.map_or("cuda".to_string(), |i| format!("cuda:{i}"));
+        if needed > seen {
             let here = match seen {
                 0 => "this machine has no CUDA GPU".to_string(),
                 n => format!("this machine has {n} CUDA GPU{}", if n == 1 { "" } else { "s" }),
             };
-            println!("note: `device = {which}`: {here}; `kynml train` would refuse it here (`--device` overrides it)");
+            println!("note: `{setting}`: {here}; `kynml train` would refuse it here (`--device` overrides it)");
         }
     }
     // A checkpoint already there is the next run's business (its --seed or

@@ -52,6 +52,10 @@ pub(crate) fn check_output(output: &Path) -> Result<(), Failure> {
     if output.is_dir() {
         return Err(refuse("it is a folder, not a file".into()));
     }
+    // `out.csv/` names a folder, which the write would meet only at the end.
+    if output.as_os_str().to_string_lossy().ends_with(std::path::is_separator) {
+        return Err(refuse("a path ending in a separator names a folder; name a file".into()));
+    }
     let folder = kynml_core::atomic_file::folder(output);
     match std::fs::metadata(folder) {
         // A folder this process cannot write in (read-only, another

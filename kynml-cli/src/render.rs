@@ -196,6 +196,19 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
             if s.channels() == 1 { "" } else { "s" }
         ));
     }
+    // Category and token indices are left as they are: with no other column,
+    // `normalize = true` has nothing to standardize (said, not silently
+    // dropped).
+    let indices = !info.categories.is_empty() || info.tokens.is_some();
+    if let Some(n) = info.normalizer.as_ref().filter(|n| indices && n.mean.iter().all(|&m| m == 0.0)) {
+        if n.std.iter().all(|&s| s == 1.0) {
+            out.push(
+                "note: normalize = true changes nothing here: every input is a category index or a text's token id, \
+                 which are names, not quantities, and are left as they are"
+                    .into(),
+            );
+        }
+    }
     out
 }
 

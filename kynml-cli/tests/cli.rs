@@ -109,6 +109,18 @@ fn check_says_what_the_categorical_columns_and_the_text_hold() {
     assert!(out.status.success(), "{t}");
     assert!(t.contains("text: `text`, 32 tokens per row, a vocabulary of 45 tokens"), "{t}");
     assert!(t.contains("[batch, 32, 16]"), "{t}");
+    assert!(!t.contains("normalize"), "{t}");
+    // `normalize = true` over token ids alone has nothing to standardize: said.
+    let spec = std::fs::read_to_string(tmp.path().join("reviews.kyn")).unwrap();
+    std::fs::write(
+        tmp.path().join("reviews.kyn"),
+        spec.replace("    split = 0.8", "    split = 0.8\n    normalize = true"),
+    )
+    .unwrap();
+    let t = text(&kynml(&["check", "reviews.kyn"], tmp.path()));
+    assert!(t.contains("note: normalize = true changes nothing here"), "{t}");
+    // Numbers beside the categories are standardized: no note.
+    assert!(!text(&kynml(&["check", "rentals.kyn"], copy_example("rentals").path())).contains("normalize"));
 }
 
 #[test]
@@ -296,6 +308,13 @@ fn cuda_on_a_machine_without_it_is_a_clear_error() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(t.contains("note: `device = cuda`: this machine has no CUDA GPU; `kynml train` would refuse it"), "{t}");
+    // A data-parallel run's GPUs are named as the spec writes them.
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn"))
+        .unwrap()
+        .replace("device = auto", "devices = [\"cuda:0\", \"cuda:1\"]");
+    std::fs::write(tmp.path().join("gpus.kyn"), spec).unwrap();
+    let t = text(&kynml(&["check", "gpus.kyn"], tmp.path()));
+    assert!(t.contains("note: `devices = [cuda:0, cuda:1]`: this machine has no CUDA GPU"), "{t}");
 }
 
 /// `--device cpu,cpu`: a data-parallel run on two CPU replicas, said in
@@ -1851,6 +1870,7 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
         ("deepnet.kyn", "is not an earlier `kynml bench --json` file"),
         ("nowhere/b.json", "does not exist"),
         (".", "it is a folder"),
+        ("c.json/", "ending in a separator names a folder"),
     ] {
         let out = kynml(&[&short[..], &["--json", target]].concat(), tmp.path());
         let t = text(&out);
@@ -1874,6 +1894,12 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
         assert!(out.status.success(), "{}", text(&out));
         assert!(std::fs::symlink_metadata(tmp.path().join("link.json")).unwrap().file_type().is_symlink());
         assert_ne!(std::fs::read(tmp.path().join("b.json")).unwrap(), before, "the link's target is rewritten");
+        // A link to a file not there yet: the file is made, the link kept.
+        std::os::unix::fs::symlink("later.json", tmp.path().join("dangling.json")).unwrap();
+        let out = kynml(&[&short[..], &["--json", "dangling.json"]].concat(), tmp.path());
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(std::fs::symlink_metadata(tmp.path().join("dangling.json")).unwrap().file_type().is_symlink());
+        assert!(std::fs::read_to_string(tmp.path().join("later.json")).unwrap().contains("samples_per_sec"));
     }
     // The spec's own data, and a precision this device cannot run, said so.
     let tmp = copy_example("iris");

@@ -132,12 +132,14 @@ setup() {
             tar -xf - -C "$CACHE"; then
             echo "kernel cache: carried in (warm)"
         else
+            rm -rf "${CACHE:?}"/* "${CACHE:?}"/.[!.]* 2>/dev/null
             echo "kernel cache: the carried parts did not unpack; this call starts cold"
         fi
     elif [ -f "$GPU_DIR/cache.tar.gz" ]; then
         if tar -xzf "$GPU_DIR/cache.tar.gz" -C "$CACHE"; then
             echo "kernel cache: carried in (warm)"
         else
+            rm -rf "${CACHE:?}"/* "${CACHE:?}"/.[!.]* 2>/dev/null
             echo "kernel cache: the carried cache.tar.gz did not unpack; this call starts cold"
         fi
     fi
@@ -408,7 +410,9 @@ finish() {
     rm -rf /tmp/kynml-cache-out && mkdir -p /tmp/kynml-cache-out
     if [ -z "$(ls -A "$CACHE" 2>/dev/null)" ]; then
         say "kernel cache: empty, none written (keep the one in gpu/)"
-    elif tar -cf - -C "$CACHE" . 2>/dev/null |
+    # GNU tar exits 1 when a file changed while it was read (what it wrote
+    # is still whole); only a status above 1 fails the pack.
+    elif { tar -cf - -C "$CACHE" . 2>/dev/null; [ $? -le 1 ]; } |
         python3 -c 'import lzma, shutil, sys
 with lzma.open(sys.stdout.buffer, "wb", preset=2) as out:
     shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)' |

@@ -290,6 +290,7 @@ pub fn parse_csv_reporting(
         return Err(DataError::Empty { path: path.into() });
     };
     let header = header_names(&record, path, header_line)?;
+    check_named(&header, path, header_line)?;
     check_unique(&header, path)?;
     let target_col = header.iter().position(|name| *name == opts.target).ok_or_else(|| DataError::MissingTarget {
         path: path.into(),
@@ -802,6 +803,16 @@ fn header_names(record: &ByteRecord, path: &Path, line: usize) -> Result<Vec<Str
         .collect()
 }
 
+/// Every column of a training file has a name: an unnamed one (a pandas
+/// index, a trailing comma) would be read as a feature. (Rows to predict
+/// are read by name, so an extra unnamed column there is only passed over.)
+fn check_named(header: &[String], path: &Path, line: usize) -> Result<(), DataError> {
+    match header.iter().position(String::is_empty) {
+        Some(i) => Err(DataError::UnnamedColumn { path: path.into(), line, column: i + 1, of: header.len() }),
+        None => Ok(()),
+    }
+}
+
 fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
     for (i, name) in header.iter().enumerate() {
         if header[..i].contains(name) {
@@ -1110,6 +1121,23 @@ mod tests {
         let err = read(b"sepal,species\n1,a\n", &classes("outcome")).unwrap_err();
         assert!(matches!(&err, DataError::MissingTarget { suggestion: None, .. }), "{err:?}");
         assert!(err.to_string().ends_with("; the columns are `sepal`, `species`"), "{err}");
+    }
+
+    #[test]
+    fn an_unnamed_column_is_refused_with_its_likely_cause() {
+        for (text, column, cause) in [
+            (&b",a,y\n0,1,2\n1,3,4\n"[..], 1, "index=False"),
+            (b"a,y,\n1,2,\n3,4,\n", 3, "a comma at the end of every line"),
+            (b"a,,y\n1,2,3\n", 2, "two commas in a row"),
+            (b"\n\na, ,y\n1,2,3\n", 2, "two commas in a row"),
+        ] {
+            let err = read(text, &regression("y")).unwrap_err();
+            let DataError::UnnamedColumn { column: c, .. } = &err else { panic!("{err:?}") };
+            assert_eq!(*c, column);
+            assert!(err.to_string().contains(cause), "{err}");
+        }
+        let err = read(b"\n\na, ,y\n1,2,3\n", &regression("y")).unwrap_err().to_string();
+        assert!(err.contains(":3: column 2 of the header's 3 has no name"), "{err}");
     }
 
     #[test]

@@ -73,6 +73,28 @@ pub enum DataError {
         columns: Vec<usize>,
     },
 
+    /// A header cell with no name: a pandas index saved without
+    /// `index=False`, or a comma at the end of every line. Such a column
+    /// would be read as a feature, or fail on its empty cells.
+    #[error(
+        "{}:{line}: column {column} of the header's {of} has no name, and every column needs one ({}); \
+         name it, or remove the column",
+        path.display(),
+        if *column == 1 { "pandas writes its row index unnamed first unless saved with index=False" }
+        else if column == of { "a comma at the end of every line makes an empty last column" }
+        else { "two commas in a row in the header" }
+    )]
+    UnnamedColumn {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the header.
+        line: usize,
+        /// 1-based position of the unnamed column.
+        column: usize,
+        /// Columns in the header.
+        of: usize,
+    },
+
     /// A data row with a different number of cells from the header.
     #[error(
         "{}:{row}: expected {expected} cells as in the header, found {found}",

@@ -51,13 +51,17 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 // Its weights have taken steps of the next epoch: they are
                 // no longer the model of the epochs it counts as done.
                 return Err(Failure::input(format!(
-                    "error: {} was written partway through epoch {} ({} epochs done, then {} steps of the next): \
+                    "error: {} was written partway through epoch {} ({} epoch{} done, then {} of the next): \
                      its weights are not the model after {epochs} epoch{}\n  \
                      epochs = {} or more goes on from it (--epochs); --fresh starts over",
                     file.checkpoint_path().unwrap_or_default().display(),
                     state.epoch + 1,
                     state.epoch,
-                    partial.steps,
+                    if state.epoch == 1 { "" } else { "s" },
+                    match partial.steps {
+                        1 => "1 batch".to_string(),
+                        n => format!("{n} batches"),
+                    },
                     if epochs == 1 { "" } else { "s" },
                     state.epoch + 1,
                 )));
@@ -349,11 +353,12 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     println!("{}", render::metrics_table(&result.final_metrics, "validation"));
     if result.checkpoint_failures > 0 {
         let path = file.checkpoint_path().unwrap_or_default();
-        eprintln!(
-            "warning: {} checkpoint write(s) failed (see above); {} holds the last one that succeeded",
-            result.checkpoint_failures,
-            path.display()
-        );
+        let left = if path.is_file() {
+            format!("{} holds the last one that succeeded", path.display())
+        } else {
+            format!("none was written whole, so there is no {} to resume from", path.display())
+        };
+        eprintln!("warning: {} checkpoint write(s) failed (see above); {left}", result.checkpoint_failures);
     }
     let export_failed = match export_note {
         Some(Ok(note)) => {
@@ -547,6 +552,15 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
     let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
     let lock = checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(file, &path, e))?;
     if fresh {
+        // Given up at the run's first checkpoint, not before: said now.
+        let there: Vec<String> = checkpoint::discarded(&path, keep).iter().map(|p| p.display().to_string()).collect();
+        if !there.is_empty() {
+            println!(
+                "note: --fresh starts over: {} {} replaced when this run writes its first checkpoint",
+                there.join(", "),
+                if there.len() == 1 { "is" } else { "are" }
+            );
+        }
         return Ok((None, Some(lock)));
     }
     let found = file.find_checkpoint(data).map_err(|e| {
@@ -871,7 +885,8 @@ impl Progress {
             TrainEvent::CheckpointFailed { ref error } => {
                 self.finish();
                 eprintln!(
-                    "warning: a checkpoint write failed: {error}\n  training goes on; the previous checkpoint is kept"
+                    "warning: a checkpoint write failed: {error}\n  training goes on while epochs remain; a checkpoint \
+                     already at the path is left whole"
                 );
             }
             _ => {}

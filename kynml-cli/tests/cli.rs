@@ -614,7 +614,7 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     checkpointing_spec(dir, "spec.kyn", "ckpt/run.ckpt", 2);
     let out = kynml(&["train", "spec.kyn", "--out", "run1"], dir);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("checkpoints   every 1 epoch and at the end to `ckpt/run.ckpt`"), "{}", text(&out));
+    assert!(text(&out).contains("checkpoints   every epoch and at the end to `ckpt/run.ckpt`"), "{}", text(&out));
 
     // Complete: a resume has nothing to train, and says so.
     let out = kynml(&["train", "spec.kyn", "--out", "run2"], dir);
@@ -685,6 +685,8 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let out = kynml(&["train", "spec.kyn", "--fresh", "--out", "run4"], dir);
     let t = text(&out);
     assert!(out.status.success() && !t.contains("resume:") && t.matches("\nepoch ").count() == 2, "{t}");
+    // What --fresh gives up is said before it goes.
+    assert!(t.contains("note: --fresh starts over: ckpt/run.ckpt is replaced when this run writes"), "{t}");
 
     // A damaged checkpoint: exit 2, the path and the way out named, no run folder.
     let ckpt = dir.join("ckpt/run.ckpt");
@@ -1297,7 +1299,8 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
     let t = text(&out);
     assert!(out.status.success(), "training itself goes on: {t}");
     assert_eq!(t.matches("warning: a checkpoint write failed").count(), 2, "epochs 2 and 3: {t}");
-    assert!(t.contains("the previous checkpoint is kept") && t.contains("2 checkpoint write(s) failed"), "{t}");
+    assert!(t.contains("a checkpoint already at the path is left whole"), "{t}");
+    assert!(t.contains("2 checkpoint write(s) failed (see above); run.ckpt holds the last one that succeeded"), "{t}");
     assert!(std::fs::read(dir.join("run.ckpt")).unwrap() == first, "the path still holds epoch 1's checkpoint");
     let leftovers: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -1305,6 +1308,25 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
         .filter(|n| n.to_string_lossy().contains(".tmp-"))
         .collect();
     assert!(leftovers.is_empty(), "failed writes removed their temporary files: {leftovers:?}");
+    // No write whole: the closing warning does not speak of a checkpoint that is not there.
+    checkpointing_spec(dir, "none.kyn", "none.ckpt", 2);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    command.args(["train", "none.kyn", "--out", "none"]).current_dir(dir);
+    // SAFETY: as above.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            // Half a checkpoint: the run folder's files (the weights alone) still fit.
+            let rl = libc::rlimit { rlim_cur: limit / 2, rlim_max: limit / 2 };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let t = text(&command.output().unwrap());
+    assert!(t.contains("none was written whole, so there is no none.ckpt to resume from"), "{t}");
+    assert!(!dir.join("none.ckpt").exists());
 }
 
 #[test]

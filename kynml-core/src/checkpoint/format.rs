@@ -53,10 +53,12 @@ const MIN_FILE_LEN: usize = PREFIX_LEN + 8 + 2 + FOOTER_LEN;
 const MAX_HEADER_LEN: u64 = 100_000_000;
 /// numpy's limit on dimensions; a longer shape is damage, not a tensor.
 const MAX_RANK: usize = 64;
-/// The resume state is for counters, seeds and small settings; arrays (a
-/// shuffle order, say) belong in tensors. The cap bounds what parsing the
-/// JSON of a hostile file can cost.
-pub const MAX_STATE_LEN: usize = 16 << 20;
+/// The resume state is for counters, seeds, small settings and the epochs'
+/// records (about 300 bytes an epoch: 256 MiB holds some 900,000 epochs;
+/// 16 MiB, the cap before, ran out near 55,000); arrays (a shuffle order,
+/// say) belong in tensors. The cap bounds what parsing the JSON of a
+/// hostile file can cost.
+pub const MAX_STATE_LEN: usize = 256 << 20;
 
 const METADATA_KEY: &str = "__metadata__";
 const VERSION_KEY: &str = "format_version";

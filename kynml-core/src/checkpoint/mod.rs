@@ -39,5 +39,6 @@ pub use self::format::{
     FORMAT_VERSION,
 };
 pub use self::writer::{
-    check_targets, discard, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter, PathLock,
+    check_targets, discard, discarded, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter,
+    PathLock,
 };

@@ -389,13 +389,17 @@ pub fn remove_stray_temps(path: &Path) -> Result<Vec<PathBuf>, CheckpointError> 
 /// `--fresh` does before its first save, so that the run it discarded
 /// neither rotates into its copies nor is offered later as one of them.
 pub fn discard(path: &Path, keep: usize) -> Result<(), CheckpointError> {
-    let copies = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
-    for file in std::iter::once(path.to_path_buf()).chain(copies) {
-        if file.is_file() && refuse_foreign(&file).is_ok() {
-            fs::remove_file(&file).map_err(|e| io_error(&file, e))?;
-        }
+    for file in discarded(path, keep) {
+        fs::remove_file(&file).map_err(|e| io_error(&file, e))?;
     }
     Ok(())
+}
+
+/// The files [`discard`] removes now: the checkpoint at `path` and the
+/// older copies `keep` covers, those that are KynML checkpoints.
+pub fn discarded(path: &Path, keep: usize) -> Vec<PathBuf> {
+    let copies = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
+    std::iter::once(path.to_path_buf()).chain(copies).filter(|f| f.is_file() && refuse_foreign(f).is_ok()).collect()
 }
 
 /// Write to a temporary file in the target's folder, sync it, rotate older

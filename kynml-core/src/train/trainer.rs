@@ -642,6 +642,7 @@ fn run<'scope, 'env>(
                 } else {
                     writer.save_sync(path.clone(), snapshot, model_hash.clone())
                 };
+                let handed = written.is_ok();
                 if let Err(e) = written {
                     checkpoint_failures += 1;
                     on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
@@ -656,7 +657,9 @@ fn run<'scope, 'env>(
                         async_save: c.async_save,
                     });
                 }
-                on_event(TrainEvent::CheckpointSaved { epoch, path, seconds: waited.elapsed().as_secs_f64() });
+                if handed {
+                    on_event(TrainEvent::CheckpointSaved { epoch, path, seconds: waited.elapsed().as_secs_f64() });
+                }
             }
         }
         if stopped_early {

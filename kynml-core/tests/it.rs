@@ -625,6 +625,19 @@ fn export_round_trip(seed: u64, layers: &str, loss: &str, outputs: usize) {
     export::write(&exported, Format::Onnx, &dir.join("m.onnx")).unwrap();
     export::write(&exported, Format::Safetensors, &dir.join("m.safetensors")).unwrap();
     export::write(&exported, Format::Burn, &dir.join("b.mpk")).unwrap();
+    // The same weights give the same record bytes (Burn's parameter ids are numbered, not drawn).
+    export::write(&exported, Format::Burn, &dir.join("again.mpk")).unwrap();
+    let (a, b) = (std::fs::read(dir.join("b.mpk")).unwrap(), std::fs::read(dir.join("again.mpk")).unwrap());
+    if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {
+        panic!(
+            "{} vs {} bytes; first difference at {i}: {:?} / {:?}",
+            a.len(),
+            b.len(),
+            String::from_utf8_lossy(&a[i.saturating_sub(60)..(i + 40).min(a.len())]),
+            String::from_utf8_lossy(&b[i.saturating_sub(60)..(i + 40).min(b.len())])
+        );
+    }
+    assert_eq!(a.len(), b.len());
     let mut reference = None;
     for loaded in ["m.safetensors", "b.mpk"] {
         let p = Predictor::load(&dir.join(loaded), &cpu).unwrap().predict(&raw).unwrap();

@@ -220,6 +220,7 @@ pub fn to_model(e: &ExportModel, device: &DispatchDevice) -> Result<Model<Kb>, E
 fn build(e: &ExportModel, device: &DispatchDevice, strict: bool) -> Result<Model<Kb>, ExportError> {
     let shapes = e.shapes().map_err(ExportError::Model)?;
     let mut rng = crate::rng::SplitMix64::new(0);
+    let mut ids = NumberedIds(0);
     let layers = e
         .layers
         .iter()
@@ -238,7 +239,9 @@ fn build(e: &ExportModel, device: &DispatchDevice, strict: bool) -> Result<Model
                 }
                 Ok(layer.spec.torch_to_burn(name, values, burn_shape))
             };
-            let module = layer.spec.init(shape, &mut rng, device);
+            // Numbered before the weights go in: a layer's restore keeps its
+            // parameters' ids (batchnorm derives its running statistics' from them).
+            let module = layer.spec.init(shape, &mut rng, device).map(&mut ids);
             match module.restore(&mut get, device) {
                 Ok(module) => Ok(module),
                 Err(err) if strict => Err(ExportError::Model(format!("layer {i} ({}): {err}", layer.kind()))),
@@ -467,6 +470,46 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             write_atomic(&sidecar, &side)?;
             Ok(vec![path.into(), sidecar])
         }
+    }
+}
+
+/// Numbers a module's parameters 1, 2, ... in its own order. Burn draws a
+/// random id for each new parameter and writes it in the record, so without
+/// this the same weights gave other `.mpk` bytes (and another checksum in the
+/// sidecar) on every export. (Burn's `RunningState` keeps its own id through
+/// a mapper: batchnorm's restore derives it from the layer's weight.)
+struct NumberedIds(u64);
+
+impl NumberedIds {
+    fn next(&mut self) -> burn::module::ParamId {
+        self.0 += 1;
+        burn::module::ParamId::from(self.0)
+    }
+}
+
+impl<B: burn::tensor::backend::Backend> burn::module::ModuleMapper<B> for NumberedIds {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<burn::tensor::Tensor<B, D>>,
+    ) -> burn::module::Param<burn::tensor::Tensor<B, D>> {
+        let (_, value, mapper) = param.consume();
+        burn::module::Param::from_mapped_value(self.next(), value, mapper)
+    }
+
+    fn map_int<const D: usize>(
+        &mut self,
+        param: burn::module::Param<burn::tensor::Tensor<B, D, burn::tensor::Int>>,
+    ) -> burn::module::Param<burn::tensor::Tensor<B, D, burn::tensor::Int>> {
+        let (_, value, mapper) = param.consume();
+        burn::module::Param::from_mapped_value(self.next(), value, mapper)
+    }
+
+    fn map_bool<const D: usize>(
+        &mut self,
+        param: burn::module::Param<burn::tensor::Tensor<B, D, burn::tensor::Bool>>,
+    ) -> burn::module::Param<burn::tensor::Tensor<B, D, burn::tensor::Bool>> {
+        let (_, value, mapper) = param.consume();
+        burn::module::Param::from_mapped_value(self.next(), value, mapper)
     }
 }
 

@@ -198,8 +198,11 @@ impl LayerModule for BatchNorm<Kb> {
         let c = [self.gamma.dims()[0]];
         self.gamma = restore_param(self.gamma, "weight", get, device)?;
         self.beta = restore_param(self.beta, "bias", get, device)?;
-        self.running_mean = RunningState::new(Tensor::from_data(get("running_mean", &c)?, device));
-        self.running_var = RunningState::new(Tensor::from_data(get("running_var", &c)?, device));
+        // Ids from the weight's, not drawn: the same model gives the same
+        // Burn record bytes (export numbers the weights' ids first).
+        let id = |bit: u32| ParamId::from(self.gamma.id.val() ^ (1 << bit));
+        self.running_mean = RunningState::with_id(id(62), Tensor::from_data(get("running_mean", &c)?, device));
+        self.running_var = RunningState::with_id(id(63), Tensor::from_data(get("running_var", &c)?, device));
         Ok(self)
     }
 

@@ -1191,9 +1191,15 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         out.push(Applied {
             setting: "checkpoints",
             value: format!(
-                "every {} epoch{} and at the end to `{}`, {}{}",
-                c.every_n,
-                if c.every_n == 1 { "" } else { "s" },
+                "{} to `{}`, {}{}",
+                // `every_n` past the run's epochs leaves the save at the end alone: said.
+                match (c.every_n, t.epochs.value) {
+                    (1, _) => "every epoch and at the end".to_string(),
+                    (n, epochs) if n > epochs => {
+                        format!("at the end only (every_n = {n} is more than the run's {epochs} epochs)")
+                    }
+                    (n, _) => format!("every {n} epochs and at the end"),
+                },
                 c.path.display(),
                 if c.async_save { "written in the background" } else { "written before training goes on" },
                 if c.keep > 1 { format!(", keeping the last {}", c.keep) } else { String::new() }
@@ -1312,6 +1318,25 @@ mod tests {
         for train in ["    precision = fp16\n", "", "    loss_scale = none\n"] {
             assert_eq!(line(train), None, "{train:?}");
         }
+    }
+
+    #[test]
+    fn checkpoints_past_the_runs_epochs_are_said_to_come_at_the_end_only() {
+        let line = |every: usize| {
+            let text = format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
+                 train:\n    loss = mse\n    epochs = 40\n    checkpoint = checkpoint(every_n={every}, path=\"c.ckpt\")\n"
+            );
+            let spec = crate::spec::parse_spec(&text).expect("a valid spec");
+            what_runs(&spec, &Device::cpu()).into_iter().find(|a| a.setting == "checkpoints").unwrap().value
+        };
+        assert!(line(1).starts_with("every epoch and at the end to `c.ckpt`"), "{}", line(1));
+        assert!(line(40).starts_with("every 40 epochs and at the end"), "{}", line(40));
+        assert!(
+            line(100).starts_with("at the end only (every_n = 100 is more than the run's 40 epochs)"),
+            "{}",
+            line(100)
+        );
     }
 
     #[test]

@@ -60,7 +60,10 @@ impl<'a> RunLog<'a> {
         self.tensorboard.scalar("loss/train", e, r.train_loss as f32)?;
         self.tensorboard.scalar("loss/valid", e, r.val_loss as f32)?;
         self.tensorboard.scalar("lr", e, r.lr as f32)?;
-        self.tensorboard.scalar("throughput/samples_per_sec", e, r.samples_per_sec as f32)?;
+        // Epochs before a resume were timed by another process: not known (NaN), left out.
+        if r.samples_per_sec.is_finite() {
+            self.tensorboard.scalar("throughput/samples_per_sec", e, r.samples_per_sec as f32)?;
+        }
         if let Some(norm) = r.grad_norm {
             self.tensorboard.scalar("train/grad_norm", e, norm as f32)?;
         }
@@ -174,6 +177,26 @@ mod tests {
 
     fn count(haystack: &[u8], needle: &str) -> usize {
         haystack.windows(needle.len()).filter(|w| *w == needle.as_bytes()).count()
+    }
+
+    /// Epochs read back from a checkpoint have no throughput (NaN): TensorBoard gets none for them.
+    #[test]
+    fn a_resumed_runs_earlier_epochs_have_no_throughput_point() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::create_exact(&tmp.path().join("run")).unwrap();
+        let mut log = RunLog::create(&dir).unwrap();
+        let record: EpochRecord = serde_json::from_value(serde_json::json!({
+            "epoch": 1, "lr": 0.01, "train_loss": 0.5, "val_loss": 0.5, "metrics": {},
+            "samples_per_sec": 1200.0, "seconds": 0.1,
+        }))
+        .unwrap();
+        let earlier = [EpochRecord { samples_per_sec: f64::NAN, seconds: f64::NAN, ..record.clone() }];
+        log.on_event(&TrainEvent::Resumed { path: std::path::Path::new("c.ckpt"), epoch: 1, history: &earlier });
+        log.on_event(&TrainEvent::EpochEnd(&EpochRecord { epoch: 2, ..record }));
+        log.finish().unwrap();
+        let bytes = on_disk(&dir);
+        assert_eq!(count(&bytes, "loss/train"), 2);
+        assert_eq!(count(&bytes, "throughput/samples_per_sec"), 1);
     }
 
     #[test]

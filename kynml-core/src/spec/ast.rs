@@ -166,6 +166,13 @@ impl Value {
             ValueKind::Number(text) => format!("number `{}`", shorten(text)),
             ValueKind::Str(text) => format!("string \"{}\"", shorten(text)),
             ValueKind::Bool(b) => format!("`{b}`"),
+            // `1x28x28` is a word to the lexer (a shape, which `input` reads).
+            ValueKind::Ident(name) if name.starts_with("0x") => {
+                format!("`{}`, a hexadecimal number, which is not read (write it in decimal)", shorten(name))
+            }
+            ValueKind::Ident(name) if name.starts_with(|c: char| c.is_ascii_digit()) => {
+                format!("shape `{}`", shorten(name))
+            }
             ValueKind::Ident(name) => format!("name `{}`", shorten(name)),
             ValueKind::List(_) => "a list".into(),
             ValueKind::Call(call) => format!("`{}(...)`", shorten(&call.name.value)),

@@ -347,6 +347,11 @@ mod tests {
         assert_eq!(unsigned(&num("18446744073709551616"), "`seed`", &mut d), None);
         assert_eq!(count(&num(&"9".repeat(60)), "`n`", 0, &mut d), None);
         assert_eq!(d.len(), 5);
+        // `0x10` and `3x4` are words to the lexer (shapes, for `input`): said as what they look like.
+        assert_eq!(count(&word("0x10"), "`n`", 0, &mut d), None);
+        assert!(d[5].message.contains("`0x10`, a hexadecimal number, which is not read"), "{}", d[5].message);
+        assert_eq!(count(&word("3x4"), "`n`", 0, &mut d), None);
+        assert!(d[6].message.ends_with("found shape `3x4`"), "{}", d[6].message);
     }
 
     #[test]

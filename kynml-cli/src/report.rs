@@ -70,6 +70,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     let mut verdicts = Vec::new();
     for (dir, name) in finished {
         costs.push(cost_row(name, &dir.join("metrics.jsonl")).map_err(Failure::input)?);
+        notes.extend(history_notes(dir, name));
         // A damaged profile costs the run its phases, not the report.
         match read_profile(&dir.join("profile.json")) {
             Ok(Some((row, verdict))) => {
@@ -272,7 +273,10 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         }
         _ => "?".into(),
     };
-    let stopped = if m["stopped_early"].as_bool() == Some(true) { " (early stop)" } else { "" };
+    let mut stopped = if m["stopped_early"].as_bool() == Some(true) { " (early stop)" } else { "" }.to_string();
+    if let Some(r) = m["resumed_after"].as_u64().filter(|&r| r > 0) {
+        stopped += &format!(" (resumed at {r})");
+    }
     Ok(vec![
         name.to_string(),
         str_of("spec"),
@@ -285,6 +289,37 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         m["seconds"].as_f64().map_or("?".into(), run_seconds),
         m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v.round() as usize)),
     ])
+}
+
+/// What a reader of the run's row should know about its history: a resumed
+/// run's time and speed are those of the epochs after the resume only, and a
+/// `metrics.jsonl` with fewer epochs than `metrics.json` counts (cut short,
+/// edited) gives its best epoch from what it holds.
+fn history_notes(dir: &Path, name: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Some(m) =
+        std::fs::read_to_string(dir.join("metrics.json")).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    else {
+        return notes;
+    };
+    let run = m["epochs_run"].as_u64();
+    if let (Some(r), Some(e)) = (m["resumed_after"].as_u64().filter(|&r| r > 0), run) {
+        notes.push(format!(
+            "{name} resumed after epoch {r}: its time and samples/s are those of epoch{} {} only",
+            if e > r + 1 { "s" } else { "" },
+            if e > r + 1 { format!("{}-{e}", r + 1) } else { e.to_string() }
+        ));
+    }
+    let logged = std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+        .unwrap_or(0);
+    if let Some(e) = run.filter(|&e| logged < e) {
+        notes.push(format!(
+            "{name}: metrics.jsonl holds {logged} of the {e} epochs metrics.json counts (cut short or edited?); \
+             its best epoch is told from those"
+        ));
+    }
+    notes
 }
 
 /// The best value of `metric` over the epochs in `metrics.jsonl`: highest
@@ -344,6 +379,31 @@ mod tests {
             "verdict": {"advice": "compute-bound: ..."},
         })
         .to_string()
+    }
+
+    /// A resumed run, whose log was cut short: both said.
+    #[test]
+    fn a_resumed_run_and_a_short_epoch_log_are_noted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r1");
+        run_folder(&dir, 2.0, None);
+        let metrics = serde_json::json!({
+            "spec": "s.kyn", "model": "M", "precision": "fp32", "primary_metric": "accuracy",
+            "metrics": {"accuracy": 0.9, "val_loss": 0.3}, "epochs_run": 3, "resumed_after": 1, "seconds": 2.0,
+            "samples_per_sec": 10.0, "device": "cpu",
+        });
+        std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        let notes = r.notes.join("\n");
+        assert!(
+            notes.contains("r1 resumed after epoch 1: its time and samples/s are those of epochs 2-3 only"),
+            "{notes}"
+        );
+        assert!(notes.contains("r1: metrics.jsonl holds 1 of the 3 epochs metrics.json counts"), "{notes}");
+        assert!(r.text.contains("3 (resumed at 1)"), "{}", r.text);
+        // A run that was not resumed and whose log is whole: nothing said.
+        run_folder(&dir, 2.0, None);
+        assert!(report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message)).notes.is_empty());
     }
 
     #[test]

@@ -333,6 +333,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         "best_epoch": result.best_epoch,
         "stopped_early": result.stopped_early,
         "epochs_run": result.history.len(),
+        "resumed_after": result.resumed_after,
         "seconds": result.seconds,
         "samples_per_sec": result.samples_per_sec,
         "device": device.short_name(),

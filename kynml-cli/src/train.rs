@@ -138,6 +138,17 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             rows(data.train.len(), "training")
         );
     }
+    // A step ends with its epoch: accumulating more batches than an epoch
+    // has makes each epoch one optimizer step.
+    let accumulate = file.spec.train.accumulate.value;
+    let batches = data.train.len().div_ceil(batch.max(1));
+    if accumulate > 1 && accumulate > batches {
+        println!(
+            "note: accumulate = {accumulate} is more than the {batches} batch{} of an epoch: each epoch is one \
+             optimizer step",
+            if batches == 1 { "" } else { "es" }
+        );
+    }
     if let (Some(names), Labels::Classes(train), Labels::Classes(valid)) =
         (data.class_names(), &data.train.labels, &data.valid.labels)
     {

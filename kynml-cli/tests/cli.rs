@@ -229,6 +229,15 @@ fn autotune_and_clipping_say_what_applies() {
     assert!(t.contains("clipping") && t.contains("global L2 norm of 0.5"), "{t}");
     assert!(t.contains("2 batches of 16 per optimizer step (32 rows, or an epoch's"), "{t}");
     assert_eq!(t.lines().filter(|l| l.starts_with("epoch") && l.contains("grad_norm ")).count(), 2, "{t}");
+    assert!(!t.contains("note: accumulate"), "{t}");
+    // More batches than an epoch has (120 rows, batch 16: 8): said.
+    let spec = std::fs::read_to_string(tmp.path().join("c.kyn")).unwrap().replace("accumulate = 2", "accumulate = 20");
+    std::fs::write(tmp.path().join("c20.kyn"), spec).unwrap();
+    let t = text(&kynml(&["train", "c20.kyn", "--epochs", "1", "--device", "cpu", "--out", "r20"], tmp.path()));
+    assert!(
+        t.contains("note: accumulate = 20 is more than the 8 batches of an epoch: each epoch is one optimizer step"),
+        "{t}"
+    );
 }
 
 #[test]

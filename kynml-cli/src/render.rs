@@ -200,14 +200,14 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
     // `normalize = true` has nothing to standardize (said, not silently
     // dropped).
     let indices = !info.categories.is_empty() || info.tokens.is_some();
-    if let Some(n) = info.normalizer.as_ref().filter(|n| indices && n.mean.iter().all(|&m| m == 0.0)) {
-        if n.std.iter().all(|&s| s == 1.0) {
-            out.push(
-                "note: normalize = true changes nothing here: every input is a category index or a text's token id, \
-                 which are names, not quantities, and are left as they are"
-                    .into(),
-            );
-        }
+    let unchanged =
+        |n: &kynml_core::data::Normalizer| n.mean.iter().all(|&m| m == 0.0) && n.std.iter().all(|&s| s == 1.0);
+    if indices && info.normalizer.as_ref().is_some_and(unchanged) {
+        out.push(
+            "note: normalize = true changes nothing here: every input is a category index or a text's token id, \
+             which are names, not quantities, and are left as they are"
+                .into(),
+        );
     }
     out
 }

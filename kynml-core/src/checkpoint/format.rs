@@ -1168,5 +1168,9 @@ mod tests {
         assert!(invalid(vec![NamedTensor::f32("__metadata__", vec![], vec![1.0])]).contains("reserved"));
         let too_big = Checkpoint::new(vec![], Value::String("x".repeat(MAX_STATE_LEN)));
         assert!(matches!(try_encode(&too_big, "h"), Err(CheckpointError::StateTooLarge { .. })));
+        // 60,000 epochs' records (some 18 MiB of JSON, past the old 16 MiB cap) still save and read back.
+        let history = Checkpoint::new(vec![], Value::String("x".repeat(18 << 20)));
+        let bytes = try_encode(&history, "h").expect("a long history saves");
+        assert_eq!(decode(&bytes).expect("and reads back").state, history.state);
     }
 }

@@ -54,12 +54,21 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // --fresh decide): said, not refused.
     if let Some(path) = file.checkpoint_path() {
         match file.find_checkpoint(&data) {
-            Ok(Some((_, state))) => println!(
-                "checkpoint {}: {} of {} epochs done; `kynml train` resumes from it (--fresh starts over)",
-                path.display(),
-                state.epoch,
-                file.spec.train.epochs.value
-            ),
+            Ok(Some((_, state))) => {
+                println!(
+                    "checkpoint {}: {} of {} epochs done; `kynml train` resumes from it (--fresh starts over)",
+                    path.display(),
+                    state.epoch,
+                    file.spec.train.epochs.value
+                );
+                let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
+                    Some(DeviceSet::List(list)) => list.len(),
+                    _ => 1,
+                };
+                if let Some(note) = crate::train::batching_changed(&file.spec, devices, &state) {
+                    println!("{note}");
+                }
+            }
             Ok(None) => {}
             Err(e) => println!("note: `kynml train` as written would not resume from {}: {e}", path.display()),
         }

@@ -115,6 +115,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                     ""
                 },
             );
+            if let Some(note) = batching_changed(&file.spec, devices.len(), state) {
+                println!("{note}");
+            }
         }
     }
     let rows = |n: usize, what: &str| format!("{n} {what} row{}", if n == 1 { "" } else { "s" });
@@ -548,6 +551,25 @@ pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
         }
         _ => {}
     }
+}
+
+/// A note when the checkpoint trained with another batch, accumulation or
+/// device count than `spec` on `devices` (said by train and check alike).
+pub(crate) fn batching_changed(
+    spec: &kynml_core::spec::types::Spec,
+    devices: usize,
+    state: &LoopState,
+) -> Option<String> {
+    let t = &spec.train;
+    let now = kynml_core::train::resume::Batching { batch: t.batch.value, accumulate: t.accumulate.value, devices };
+    let changed = state.batching?.differences(&now);
+    (!changed.is_empty()).then(|| {
+        format!(
+            "note: the checkpoint trained with {}: the run goes on from where it stopped, in this run's steps, and \
+             is no longer the run an uninterrupted one would have been",
+            changed.join(", ")
+        )
+    })
 }
 
 /// The checkpoint to resume from, and the lock on the checkpoint path that

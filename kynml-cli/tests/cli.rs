@@ -701,6 +701,23 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     assert!(out.status.success() && t.contains("resumed after epoch 2") && t.matches("\nepoch ").count() == 2, "{t}");
     assert!(t.contains("trained 3 epochs (1 after resuming at 2) in"), "{t}");
     assert_eq!(std::fs::read_to_string(dir.join("run3/metrics.jsonl")).unwrap().lines().count(), 3);
+    assert!(!t.contains("note: the checkpoint trained with"), "the same batching is not noted: {t}");
+    // Other batching goes on, said: it is no longer the uninterrupted run.
+    std::fs::write(dir.join("batch.kyn"), spec.replace(" batch = 50\n", " batch = 25\n accumulate = 2\n")).unwrap();
+    let out = kynml(&["train", "batch.kyn", "--epochs", "4", "--out", "batch"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("resumed after epoch 3"), "{t}");
+    assert!(
+        t.contains(
+            "note: the checkpoint trained with batch = 50 (this run: 25), accumulate = 1 (this run: 2): the run"
+        ),
+        "{t}"
+    );
+    let t = text(&kynml(&["check", "spec.kyn"], dir));
+    assert!(
+        t.contains("note: the checkpoint trained with batch = 25 (this run: 50), accumulate = 2 (this run: 1)"),
+        "{t}"
+    );
     let out = kynml(&["train", "spec.kyn", "--fresh", "--out", "run4"], dir);
     let t = text(&out);
     assert!(out.status.success() && !t.contains("resume:") && t.matches("\nepoch ").count() == 2, "{t}");

@@ -69,6 +69,42 @@ pub struct LoopState {
     /// checkpoints from before it was saved.
     #[serde(default)]
     pub loss: Option<String>,
+    /// The batch, accumulation and device count the run trained with;
+    /// `None` in checkpoints from before it was saved.
+    #[serde(default)]
+    pub batching: Option<Batching>,
+}
+
+/// How a run cut its epochs into optimizer steps. A resume under other
+/// values goes on from the same row, but is no longer the run an
+/// uninterrupted one would have been: said, not refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batching {
+    /// The spec's `batch`.
+    pub batch: usize,
+    /// The spec's `accumulate`.
+    pub accumulate: usize,
+    /// The devices the batches were spread over (data-parallel replicas).
+    pub devices: usize,
+}
+
+impl Batching {
+    /// Each value that differs from `now`, in words with this run's value
+    /// (`batch = 32 (this run: 64)`); empty when none does.
+    pub fn differences(&self, now: &Batching) -> Vec<String> {
+        let mut said = Vec::new();
+        if self.batch != now.batch {
+            said.push(format!("batch = {} (this run: {})", self.batch, now.batch));
+        }
+        if self.accumulate != now.accumulate {
+            said.push(format!("accumulate = {} (this run: {})", self.accumulate, now.accumulate));
+        }
+        if self.devices != now.devices {
+            let n = |d: usize| format!("{d} device{}", if d == 1 { "" } else { "s" });
+            said.push(format!("{} (this run: {})", n(self.devices), n(now.devices)));
+        }
+        said
+    }
 }
 
 impl LoopState {
@@ -89,6 +125,7 @@ impl LoopState {
             partial: None,
             data: None,
             loss: None,
+            batching: None,
         }
     }
 }
@@ -627,6 +664,7 @@ mod tests {
                 fingerprint: Some(u32::MAX),
             }),
             loss: Some("huber(delta=0.5)".into()),
+            batching: Some(Batching { batch: 64, accumulate: 4, devices: 2 }),
         };
         let text = serde_json::to_string(&state).unwrap();
         let back: LoopState = serde_json::from_str(&text).unwrap();
@@ -640,6 +678,7 @@ mod tests {
         assert_eq!(back.partial, state.partial);
         assert_eq!(back.data, state.data);
         assert_eq!(back.loss, state.loss);
+        assert_eq!(back.batching, state.batching);
         assert_eq!((r.loss_scale, r.skipped_steps), (Some(32768.0), 2));
         assert_eq!(r.grad_norm.map(f64::to_bits), record.grad_norm.map(f64::to_bits));
         // Checkpoints from before these were text hold JSON numbers.

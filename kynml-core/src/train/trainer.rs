@@ -284,6 +284,8 @@ fn run<'scope, 'env>(
     // Recorded in checkpoints (a resume on other rows is refused): read only
     // by a run that checkpoints.
     let data_origin = checkpoint_path.is_some().then(|| resume::DataOrigin::of(spec, data));
+    let batching =
+        resume::Batching { batch: batch_size, accumulate: t.accumulate.value, devices: settings.replicas.len() + 1 };
     let writer = match (checkpoint, &checkpoint_path) {
         (Some(c), Some(path)) => Some(CheckpointWriter::try_spawn_with_keep(c.keep).map_err(|source| {
             TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io { path: path.clone(), source })
@@ -515,6 +517,7 @@ fn run<'scope, 'env>(
                     state.history = history.clone();
                     state.model = resume::describe_model(&spec.model);
                     state.data = data_origin.clone();
+                    state.batching = Some(batching);
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
                     discard_once(&mut discard_old, path, keep, on_event);
@@ -634,6 +637,7 @@ fn run<'scope, 'env>(
                 state.history = history.clone();
                 state.model = resume::describe_model(&spec.model);
                 state.data = data_origin.clone();
+                state.batching = Some(batching);
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 discard_once(&mut discard_old, path, keep, on_event);

@@ -1427,6 +1427,19 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
     );
     let out = kynml(&["export", "b", "--format", "onnx", "--path", "iris.csv/m.onnx"], dir);
     assert!(out.status.code() == Some(2) && text(&out).contains("iris.csv is a file"), "{}", text(&out));
+    // A path ending in a separator names a folder: refused before training
+    // (it was written through, then failed at the export), and by `export`.
+    std::fs::write(dir.join("iris.kyn"), spec.replace("w.onnx", "models/").replace("safetensors", "onnx")).unwrap();
+    for args in [&["check", "iris.kyn"][..], &["train", "iris.kyn", "--out", "d"]] {
+        let out = kynml(args, dir);
+        let (t, command) = (text(&out), args[0]);
+        assert_eq!(out.status.code(), Some(2), "{command}: {t}");
+        assert!(t.contains("a path ending in a separator names a folder; an export is a file"), "{command}: {t}");
+    }
+    assert!(!dir.join("d").exists() && !dir.join("models").exists());
+    let out = kynml(&["export", "b", "--format", "safetensors", "--path", "newdir/"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("names a folder") && !dir.join("newdir").exists(), "{}", text(&out));
 }
 
 /// A batch larger than the training rows is said: every step takes them all.

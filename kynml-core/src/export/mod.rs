@@ -257,6 +257,7 @@ fn build(e: &ExportModel, device: &DispatchDevice, strict: bool) -> Result<Model
 /// a file of another kind (or a folder) at `path` or at its `.json` sidecar
 /// is refused.
 pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
+    names_a_folder(path)?;
     let sidecar = path.with_extension("json");
     if sidecar == path && format != Format::Onnx {
         let reason = "a .json path would be overwritten by the sidecar; name the weights file .safetensors or .mpk";
@@ -331,6 +332,7 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
 /// or can be made, a folder this process may write in: its nearest existing
 /// folder takes a new (unnamed, at once removed) file.
 pub fn check_writable(path: &Path) -> Result<(), ExportError> {
+    names_a_folder(path)?;
     let mut dir = parent(path).to_path_buf();
     while !dir.exists() {
         match dir.parent() {
@@ -349,6 +351,20 @@ pub fn check_writable(path: &Path) -> Result<(), ExportError> {
         path: path.into(),
         reason: format!("its folder {} cannot be written: {e}", dir.display()),
     })
+}
+
+/// A path written with a separator at its end (`models/`) names a folder,
+/// where an export is a file: refused before anything is trained.
+fn names_a_folder(path: &Path) -> Result<(), ExportError> {
+    let written = path.as_os_str().to_string_lossy();
+    if written.ends_with(std::path::is_separator) {
+        let reason = format!(
+            "a path ending in a separator names a folder; an export is a file: name it, as in {}model.onnx",
+            written
+        );
+        return Err(ExportError::Unwritable { path: path.into(), reason });
+    }
+    Ok(())
 }
 
 /// The crc32c of `bytes`, as the sidecar writes it.

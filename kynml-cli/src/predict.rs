@@ -41,7 +41,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     };
     kynml_core::atomic_file::write(output, text.as_bytes())
         .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", output.display())))?;
-    println!("{} predictions written to {}", p.rows, output.display());
+    println!("{} prediction{} written to {}", p.rows, if p.rows == 1 { "" } else { "s" }, output.display());
     Ok(())
 }
 

@@ -494,6 +494,9 @@ pub fn parse_model_rows(
         return Err(DataError::Empty { path: path.into() });
     };
     let header = header_names(&record, path, header_line)?;
+    // A column with no name (a pandas index saved without `index=False`, a
+    // trailing comma) is passed over: the model's columns are read by name.
+    let named = |name: &String| !name.is_empty();
     check_unique(&header, path)?;
     let mut columns = Vec::with_capacity(feature_names.len());
     for name in feature_names {
@@ -524,7 +527,7 @@ pub fn parse_model_rows(
     }
     let target_col = header.iter().position(|h| h == target);
     if let Some((col, name)) =
-        header.iter().enumerate().find(|(col, _)| !columns.contains(col) && Some(*col) != target_col)
+        header.iter().enumerate().find(|(col, name)| !columns.contains(col) && Some(*col) != target_col && named(name))
     {
         return Err(DataError::ExtraColumn {
             path: path.into(),
@@ -814,7 +817,8 @@ fn check_named(header: &[String], path: &Path, line: usize) -> Result<(), DataEr
 }
 
 fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
-    for (i, name) in header.iter().enumerate() {
+    // Unnamed columns are refused (training) or passed over (predict) on their own.
+    for (i, name) in header.iter().enumerate().filter(|(_, name)| !name.is_empty()) {
         if header[..i].contains(name) {
             let columns = (1..=header.len()).filter(|&c| header[c - 1] == *name).collect();
             return Err(DataError::DuplicateColumn { path: path.into(), name: name.clone(), columns });
@@ -1297,6 +1301,16 @@ mod tests {
         let (_dir, path) = temp_csv(bytes);
         let names: Vec<String> = features.iter().map(|f| f.to_string()).collect();
         read_model_rows(&path, &names, &[], tokens, None, "y", false)
+    }
+
+    #[test]
+    fn rows_to_predict_pass_over_unnamed_columns() {
+        // A pandas index and a trailing comma: read by name, the rest passed over.
+        let rows = model_rows(b",a,x,\n0,1,2,\n1,3,4,\n", &["x", "a"], None).unwrap();
+        assert_eq!((rows.rows, &rows.features[..]), (2, &[2.0, 1.0, 4.0, 3.0][..]));
+        // A named column the model lacks is still refused.
+        let err = model_rows(b",a,x,b\n0,1,2,3\n", &["x", "a"], None).unwrap_err();
+        assert!(matches!(&err, DataError::ExtraColumn { column: 4, .. }), "{err:?}");
     }
 
     #[test]

@@ -54,11 +54,12 @@ const MAX_HEADER_LEN: u64 = 100_000_000;
 /// numpy's limit on dimensions; a longer shape is damage, not a tensor.
 const MAX_RANK: usize = 64;
 /// The resume state is for counters, seeds, small settings and the epochs'
-/// records (about 300 bytes an epoch: 256 MiB holds some 900,000 epochs;
+/// records (about 300 bytes an epoch: 47 MiB holds some 160,000 epochs;
 /// 16 MiB, the cap before, ran out near 55,000); arrays (a shuffle order,
-/// say) belong in tensors. The cap bounds what parsing the JSON of a
-/// hostile file can cost.
-pub const MAX_STATE_LEN: usize = 256 << 20;
+/// say) belong in tensors. The state is a string inside the header, where
+/// each `"` and `\` of its JSON is escaped: at worst twice its length, so
+/// that a state at the cap still fits [`MAX_HEADER_LEN`] and reads back.
+pub const MAX_STATE_LEN: usize = 47 << 20;
 
 const METADATA_KEY: &str = "__metadata__";
 const VERSION_KEY: &str = "format_version";
@@ -180,6 +181,19 @@ pub enum CheckpointError {
         len: usize,
         /// The limit in bytes, [`MAX_STATE_LEN`].
         max: usize,
+    },
+
+    /// The header (the state, escaped, and the tensors' entries) is longer
+    /// than safetensors reads back.
+    #[error(
+        "checkpoint header would be {len} bytes, more than the {max} safetensors reads back; keep large arrays in \
+         tensors, and fewer of them"
+    )]
+    HeaderTooLarge {
+        /// The header's length in bytes.
+        len: usize,
+        /// The limit in bytes, safetensors' own.
+        max: u64,
     },
 
     /// A file or folder could not be read, written, created or renamed.
@@ -368,6 +382,10 @@ pub(super) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>,
         (STATE_KEY.to_owned(), state),
     ]);
     let header = safetensors_header(&ckpt.tensors, &metadata);
+    // Never written when it could not be read back.
+    if header.len() as u64 > MAX_HEADER_LEN {
+        return Err(CheckpointError::HeaderTooLarge { len: header.len(), max: MAX_HEADER_LEN });
+    }
     let data_len: usize = ckpt.tensors.iter().map(|t| t.data.byte_len()).sum();
 
     let mut out = Vec::with_capacity(PREFIX_LEN + 8 + header.len() + data_len + FOOTER_LEN);
@@ -494,9 +512,8 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
     }
     let model_hash = take(MODEL_HASH_KEY)?;
     let state_text = take(STATE_KEY)?;
-    if state_text.len() > MAX_STATE_LEN {
-        return Err(corrupt(format!("its state is {} bytes, more than the {MAX_STATE_LEN} allowed", state_text.len())));
-    }
+    // Bounded by the header's own limit: checkpoints written under the
+    // larger cap of 2026-11-26 that fit it still read back.
     let state = serde_json::from_str(&state_text).map_err(|e| corrupt(format!("its state is not valid JSON: {e}")))?;
     Ok(Checkpoint { tensors, state, model_hash: Some(model_hash) })
 }
@@ -1172,5 +1189,16 @@ mod tests {
         let history = Checkpoint::new(vec![], Value::String("x".repeat(18 << 20)));
         let bytes = try_encode(&history, "h").expect("a long history saves");
         assert_eq!(decode(&bytes).expect("and reads back").state, history.state);
+        // The worst a state at the cap escapes to: every character of its
+        // JSON a quote or backslash (`"\"\"..."`), twice as long in the header.
+        let quotes = Checkpoint::new(vec![], Value::String("\"".repeat((MAX_STATE_LEN - 2) / 2)));
+        assert!(quotes.state.to_string().len() <= MAX_STATE_LEN);
+        let bytes = try_encode(&quotes, "h").expect("a state at the cap saves");
+        assert_eq!(decode(&bytes).expect("and reads back").state, quotes.state);
+        // A header past safetensors' limit is refused, never written.
+        let names: Vec<NamedTensor> =
+            (0..10_000).map(|i| NamedTensor::f32(format!("{i:0>120}"), vec![0], vec![])).collect();
+        let big = Checkpoint::new(names, quotes.state.clone());
+        assert!(matches!(try_encode(&big, "h"), Err(CheckpointError::HeaderTooLarge { .. })));
     }
 }

@@ -1335,6 +1335,9 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
     let t = text(&out);
     assert!(out.status.success(), "training itself goes on: {t}");
     assert_eq!(t.matches("warning: a checkpoint write failed").count(), 2, "epochs 2 and 3: {t}");
+    // Each epoch's snapshot was handed to the background writer: epoch 2's
+    // failure, said at epoch 3's hand-off, does not hide epoch 3's.
+    assert_eq!(t.matches("checkpoint: epoch ").count(), 3, "{t}");
     assert!(t.contains("a checkpoint already at the path is left whole"), "{t}");
     assert!(t.contains("2 checkpoint write(s) failed (see above); run.ckpt holds the last one that succeeded"), "{t}");
     assert!(std::fs::read(dir.join("run.ckpt")).unwrap() == first, "the path still holds epoch 1's checkpoint");

@@ -40,5 +40,5 @@ pub use self::format::{
 };
 pub use self::writer::{
     check_targets, discard, discarded, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter,
-    PathLock,
+    HandOff, PathLock,
 };

@@ -84,23 +84,38 @@ impl CheckpointWriter {
     /// is queued even when the previous write failed. A checkpoint that fails
     /// [`Checkpoint::validate`] is refused at once and nothing is queued.
     pub fn save_async(&self, path: PathBuf, ckpt: Checkpoint, model_hash: String) -> Result<(), CheckpointError> {
-        ckpt.validate()?;
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
-        let previous = wait(in_flight.take());
-        let (done, result) = mpsc::sync_channel(1);
-        let message = Message::Save { path, checkpoint: ckpt, model_hash, done };
-        if self.messages.send(message).is_err() {
-            return previous.and(Err(CheckpointError::WriterStopped));
-        }
-        *in_flight = Some(result);
-        previous
+        let HandOff { previous, this } = self.hand_off(path, ckpt, model_hash, false);
+        previous.and(this)
     }
 
     /// [`save_async`](Self::save_async), then waits for this write: its
     /// error if it failed, else the previous write's error, if any.
     pub fn save_sync(&self, path: PathBuf, ckpt: Checkpoint, model_hash: String) -> Result<(), CheckpointError> {
-        let previous = self.save_async(path, ckpt, model_hash);
-        self.flush().and(previous)
+        let HandOff { previous, this } = self.hand_off(path, ckpt, model_hash, true);
+        this.and(previous)
+    }
+
+    /// Hands `ckpt` to the writer as [`save_async`](Self::save_async) does
+    /// (and, with `wait`, waits for its write), keeping apart the previous
+    /// write's result and this checkpoint's: a caller says which one failed.
+    pub fn hand_off(&self, path: PathBuf, ckpt: Checkpoint, model_hash: String, wait_for_it: bool) -> HandOff {
+        if let Err(e) = ckpt.validate() {
+            return HandOff { previous: Ok(()), this: Err(e) };
+        }
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        let previous = wait(in_flight.take());
+        let (done, result) = mpsc::sync_channel(1);
+        let message = Message::Save { path, checkpoint: ckpt, model_hash, done };
+        if self.messages.send(message).is_err() {
+            return HandOff { previous, this: Err(CheckpointError::WriterStopped) };
+        }
+        let this = if wait_for_it {
+            wait(Some(result))
+        } else {
+            *in_flight = Some(result);
+            Ok(())
+        };
+        HandOff { previous, this }
     }
 
     /// Waits for the write in flight; returns its error, or `Ok` when it
@@ -127,6 +142,17 @@ impl CheckpointWriter {
         *in_flight = None;
         result
     }
+}
+
+/// What [`CheckpointWriter::hand_off`] did: the previous write's result
+/// (each error returned once), and this checkpoint's (queued, or written
+/// when waited for).
+#[derive(Debug)]
+pub struct HandOff {
+    /// The write before this one, if it was still pending or had failed unseen.
+    pub previous: Result<(), CheckpointError>,
+    /// This checkpoint: refused, queued or written.
+    pub this: Result<(), CheckpointError>,
 }
 
 /// Checks, before training starts, that checkpoints can be written to
@@ -658,6 +684,19 @@ mod tests {
         assert!(matches!(next, Err(CheckpointError::Io { .. })), "{next:?}");
         writer.flush().unwrap();
         assert_eq!(step_at(&good), 4, "the save after a failure is still written");
+
+        // A hand-off keeps the two apart: the earlier write failed, this one
+        // was queued (the trainer announces it), and with waiting, written.
+        writer.save_async(blocker.join("y.ckpt"), snapshot(5), "h".into()).unwrap();
+        let done = writer.hand_off(good.clone(), snapshot(6), "h".into(), false);
+        assert!(matches!(done.previous, Err(CheckpointError::Io { .. })) && done.this.is_ok(), "{done:?}");
+        writer.flush().unwrap();
+        writer.save_async(blocker.join("z.ckpt"), snapshot(7), "h".into()).unwrap();
+        let done = writer.hand_off(good.clone(), snapshot(8), "h".into(), true);
+        assert!(matches!(done.previous, Err(CheckpointError::Io { .. })) && done.this.is_ok(), "{done:?}");
+        assert_eq!(step_at(&good), 8, "written before hand_off returned");
+        let done = writer.hand_off(blocker.join("w.ckpt"), snapshot(9), "h".into(), true);
+        assert!(done.previous.is_ok() && matches!(done.this, Err(CheckpointError::Io { .. })), "{done:?}");
     }
 
     #[test]

@@ -521,9 +521,14 @@ fn run<'scope, 'env>(
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
                     discard_once(&mut discard_old, path, keep, on_event);
-                    match writer.save_sync(path.clone(), snapshot, model_hash.clone()) {
-                        Ok(()) => saved = Some(path.clone()),
-                        Err(e) => on_event(TrainEvent::CheckpointFailed { error: e.to_string() }),
+                    // An earlier background write's failure is said on its
+                    // own: this checkpoint may still be whole.
+                    let done = writer.hand_off(path.clone(), snapshot, model_hash.clone(), true);
+                    for e in [done.previous.as_ref().err(), done.this.as_ref().err()].into_iter().flatten() {
+                        on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+                    }
+                    if done.this.is_ok() {
+                        saved = Some(path.clone());
                     }
                 }
                 // What was profiled so far is the run's to keep: a slow run
@@ -641,16 +646,15 @@ fn run<'scope, 'env>(
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 discard_once(&mut discard_old, path, keep, on_event);
-                let written = if c.async_save {
-                    writer.save_async(path.clone(), snapshot, model_hash.clone())
-                } else {
-                    writer.save_sync(path.clone(), snapshot, model_hash.clone())
-                };
-                let handed = written.is_ok();
-                if let Err(e) = written {
+                // An earlier write's failure belongs to its own epoch: this
+                // checkpoint is announced when it was handed over (or, saved
+                // synchronously, written).
+                let done = writer.hand_off(path.clone(), snapshot, model_hash.clone(), !c.async_save);
+                for e in [done.previous.as_ref().err(), done.this.as_ref().err()].into_iter().flatten() {
                     checkpoint_failures += 1;
                     on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
                 }
+                let handed = done.this.is_ok();
                 if let Some(p) = profile.as_mut() {
                     let start = waited.saturating_duration_since(started).as_secs_f64();
                     p.checkpoints.push(CheckpointTiming {

@@ -26,16 +26,21 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // `devices = [...]` names the GPUs of a data-parallel run; else `device`.
     use kynml_core::spec::types::{DeviceRequest, DeviceSet};
     let gpu = |d: &DeviceRequest| match d {
-        DeviceRequest::Cuda(index) => Some(index.unwrap_or(0) + 1),
+        DeviceRequest::Cuda(index) => Some(index.unwrap_or(0).saturating_add(1)),
         _ => None,
     };
+    // As the spec writes it: a GPU with its index quoted (the name holds a colon).
+    let written = |d: &DeviceRequest| match d {
+        DeviceRequest::Cuda(Some(_)) => format!("\"{}\"", d.name()),
+        _ => d.name(),
+    };
     let (setting, needed) = match file.spec.train.devices.as_ref().map(|d| &d.value) {
-        Some(DeviceSet::AllCuda) => ("devices = cuda:all".to_string(), Some(1)),
+        Some(DeviceSet::AllCuda) => ("devices = \"cuda:all\"".to_string(), Some(1)),
         Some(DeviceSet::List(list)) => {
-            let names: Vec<String> = list.iter().map(|d| d.name()).collect();
+            let names: Vec<String> = list.iter().map(written).collect();
             (format!("devices = [{}]", names.join(", ")), list.iter().filter_map(gpu).max())
         }
-        None => (format!("device = {}", file.spec.train.device.value.name()), gpu(&file.spec.train.device.value)),
+        None => (format!("device = {}", written(&file.spec.train.device.value)), gpu(&file.spec.train.device.value)),
     };
     if let Some(needed) = needed {
         let seen = match kynml_backend::probe_cuda() {

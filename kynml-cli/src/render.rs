@@ -199,10 +199,11 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
     // Category and token indices are left as they are: with no other column,
     // `normalize = true` has nothing to standardize (said, not silently
     // dropped).
-    let indices = !info.categories.is_empty() || info.tokens.is_some();
-    let unchanged =
-        |n: &kynml_core::data::Normalizer| n.mean.iter().all(|&m| m == 0.0) && n.std.iter().all(|&s| s == 1.0);
-    if indices && info.normalizer.as_ref().is_some_and(unchanged) {
+    // Told from the columns' kinds, not the statistics (a constant numeric
+    // column is standardized to std 1 as well).
+    let only_indices =
+        info.tokens.is_some() || (!info.categories.is_empty() && info.categories.len() == info.feature_names.len());
+    if only_indices && info.normalizer.is_some() {
         out.push(
             "note: normalize = true changes nothing here: every input is a category index or a text's token id, \
              which are names, not quantities, and are left as they are"

@@ -274,8 +274,11 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         _ => "?".into(),
     };
     let mut stopped = if m["stopped_early"].as_bool() == Some(true) { " (early stop)" } else { "" }.to_string();
-    if let Some(r) = m["resumed_after"].as_u64().filter(|&r| r > 0) {
-        stopped += &format!(" (resumed at {r})");
+    // 0: resumed from a checkpoint taken inside the first epoch.
+    match m["resumed_after"].as_u64() {
+        Some(0) => stopped += " (resumed in epoch 1)",
+        Some(r) => stopped += &format!(" (resumed at {r})"),
+        None => {}
     }
     Ok(vec![
         name.to_string(),
@@ -303,12 +306,16 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
         return notes;
     };
     let run = m["epochs_run"].as_u64();
-    if let (Some(r), Some(e)) = (m["resumed_after"].as_u64().filter(|&r| r > 0), run) {
-        notes.push(format!(
+    match (m["resumed_after"].as_u64(), run) {
+        (Some(0), Some(_)) => notes.push(format!(
+            "{name} resumed inside epoch 1: its time and samples/s are those of the steps after the resume only"
+        )),
+        (Some(r), Some(e)) => notes.push(format!(
             "{name} resumed after epoch {r}: its time and samples/s are those of epoch{} {} only",
             if e > r + 1 { "s" } else { "" },
             if e > r + 1 { format!("{}-{e}", r + 1) } else { e.to_string() }
-        ));
+        )),
+        _ => {}
     }
     let logged = std::fs::read_to_string(dir.join("metrics.jsonl"))
         .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count() as u64)
@@ -401,6 +408,12 @@ mod tests {
         );
         assert!(notes.contains("r1: metrics.jsonl holds 1 of the 3 epochs metrics.json counts"), "{notes}");
         assert!(r.text.contains("3 (resumed at 1)"), "{}", r.text);
+        // Resumed from a checkpoint taken inside the first epoch: said too.
+        let first = serde_json::json!({"resumed_after": 0, "epochs_run": 1, "metrics": {"val_loss": 0.3}});
+        std::fs::write(dir.join("metrics.json"), first.to_string()).unwrap();
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.notes.join("\n").contains("r1 resumed inside epoch 1: its time"), "{:?}", r.notes);
+        assert!(r.text.contains("1 (resumed in epoch 1)"), "{}", r.text);
         // A run that was not resumed and whose log is whole: nothing said.
         run_folder(&dir, 2.0, None);
         assert!(report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message)).notes.is_empty());

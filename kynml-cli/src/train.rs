@@ -587,13 +587,19 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
     let lock = checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(file, &path, e))?;
     if fresh {
         // Given up at the run's first checkpoint, not before: said now.
-        let there: Vec<String> = checkpoint::discarded(&path, keep).iter().map(|p| p.display().to_string()).collect();
-        if !there.is_empty() {
-            println!(
-                "note: --fresh starts over: {} {} replaced when this run writes its first checkpoint",
-                there.join(", "),
-                if there.len() == 1 { "is" } else { "are" }
-            );
+        // The checkpoint is replaced; its older copies go (they belong to the run given up).
+        let there = checkpoint::discarded(&path, keep);
+        let copies: Vec<String> = there.iter().filter(|p| **p != path).map(|p| p.display().to_string()).collect();
+        let mut said = Vec::new();
+        if there.contains(&path) {
+            said.push(format!("{} is replaced", path.display()));
+        }
+        if !copies.is_empty() {
+            let (word, verb) = if copies.len() == 1 { ("copy", "is") } else { ("copies", "are") };
+            said.push(format!("its older {word} {} {verb} removed", copies.join(", ")));
+        }
+        if !said.is_empty() {
+            println!("note: --fresh starts over: {} when this run writes its first checkpoint", said.join(", and "));
         }
         return Ok((None, Some(lock)));
     }

@@ -121,6 +121,24 @@ fn check_says_what_the_categorical_columns_and_the_text_hold() {
     assert!(t.contains("note: normalize = true changes nothing here"), "{t}");
     // Numbers beside the categories are standardized: no note.
     assert!(!text(&kynml(&["check", "rentals.kyn"], copy_example("rentals").path())).contains("normalize"));
+    // Even when a number column is constant (standardized to mean 0, std 1
+    // as if left alone): it is a quantity, not an index.
+    let tmp = copy_example("rentals");
+    let csv = std::fs::read_to_string(tmp.path().join("rentals.csv")).unwrap();
+    let constant: String = csv
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let cells: Vec<&str> = l.split(',').collect();
+            let z = if i == 0 { "z" } else { "0" };
+            format!("{},{},{},{z},{}\n", cells[0], cells[1], cells[2], cells[5])
+        })
+        .collect();
+    std::fs::write(tmp.path().join("rentals.csv"), constant).unwrap();
+    let spec = std::fs::read_to_string(tmp.path().join("rentals.kyn")).unwrap().replace("input 5", "input 4");
+    std::fs::write(tmp.path().join("rentals.kyn"), spec).unwrap();
+    let out = kynml(&["check", "rentals.kyn"], tmp.path());
+    assert!(out.status.success() && !text(&out).contains("changes nothing"), "{}", text(&out));
 }
 
 #[test]
@@ -323,7 +341,15 @@ fn cuda_on_a_machine_without_it_is_a_clear_error() {
         .replace("device = auto", "devices = [\"cuda:0\", \"cuda:1\"]");
     std::fs::write(tmp.path().join("gpus.kyn"), spec).unwrap();
     let t = text(&kynml(&["check", "gpus.kyn"], tmp.path()));
-    assert!(t.contains("note: `devices = [cuda:0, cuda:1]`: this machine has no CUDA GPU"), "{t}");
+    assert!(t.contains("note: `devices = [\"cuda:0\", \"cuda:1\"]`: this machine has no CUDA GPU"), "{t}");
+    // The largest index is a GPU no machine has (it wrapped to GPU 0 and went unsaid).
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn"))
+        .unwrap()
+        .replace("device = auto", "device = \"cuda:18446744073709551615\"");
+    std::fs::write(tmp.path().join("far.kyn"), spec).unwrap();
+    let out = kynml(&["check", "far.kyn"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("note: `device = \"cuda:18446744073709551615\"`: this machine"), "{t}");
 }
 
 /// `--device cpu,cpu`: a data-parallel run on two CPU replicas, said in

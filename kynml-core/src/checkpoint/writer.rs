@@ -765,8 +765,17 @@ mod tests {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(made.success());
         // Reading a FIFO would wait for a writer forever; writing would replace it.
+        // Each call that could open a FIFO runs where a regression fails the
+        // test instead of hanging the suite.
+        fn unblocked<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+            let (send, recv) = std::sync::mpsc::channel();
+            std::thread::spawn(move || send.send(f()));
+            recv.recv_timeout(std::time::Duration::from_secs(20)).expect("blocked opening a special file")
+        }
         for (path, kind) in [(fifo.as_path(), "named pipe"), (Path::new("/dev/null"), "character device")] {
-            let err = load(path).expect_err("a special file is no checkpoint").to_string();
+            let owned = path.to_path_buf();
+            let err =
+                unblocked(move || load(&owned).map(drop)).expect_err("a special file is no checkpoint").to_string();
             assert!(err.contains(kind) && err.contains("another checkpoint path"), "{err}");
             let err = check_targets(path, 1).expect_err("nor a place to write one").to_string();
             assert!(err.contains(kind), "{err}");
@@ -784,7 +793,7 @@ mod tests {
         let path = dir.path().join("net.ckpt");
         let err = check_targets(&path, 1).expect_err("a FIFO at the lock").to_string();
         assert!(err.contains(".net.ckpt.lock") && err.contains("named pipe"), "{err}");
-        let err = lock(&path).map(drop).expect_err("a FIFO at the lock").to_string();
+        let err = unblocked(move || lock(&path).map(drop)).expect_err("a FIFO at the lock").to_string();
         assert!(err.contains("remove it"), "{err}");
     }
 

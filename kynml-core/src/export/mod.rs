@@ -563,6 +563,16 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
             "ONNX files are for other runtimes; give KynML the run folder or a safetensors or burn export".into(),
         ));
     }
+    let sidecar_path = weights.with_extension("json");
+    // Never opened: reading a named pipe would wait for a writer forever.
+    for p in [&weights, &sidecar_path] {
+        if let Some(kind) = crate::atomic_file::special_kind(p) {
+            return Err(ExportError::Invalid {
+                path: p.clone(),
+                reason: format!("it is {kind}, not a regular file; give the model's own files"),
+            });
+        }
+    }
     // A training checkpoint holds the model too, but it is not an export.
     let mut head = [0u8; 8];
     let head_read = std::fs::File::open(&weights).and_then(|mut f| std::io::Read::read(&mut f, &mut head));
@@ -581,8 +591,14 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
             weights.with_extension("mpk").display()
         )));
     }
-    let sidecar_path = weights.with_extension("json");
     let read = |p: &Path| std::fs::read(p).map_err(|source| ExportError::Read { path: p.into(), source });
+    // The weights alone do not say what model they are.
+    if weights.is_file() && !sidecar_path.exists() {
+        return Err(invalid(format!(
+            "its sidecar {} is missing: an export is read with the .json written beside it, which says what model              the weights are; copy it along with them (or export again from the run folder)",
+            sidecar_path.display()
+        )));
+    }
     let sidecar: Value = serde_json::from_slice(&read(&sidecar_path)?).map_err(|e| ExportError::Invalid {
         path: sidecar_path.clone(),
         reason: format!("the sidecar is not valid JSON: {e}"),
@@ -795,6 +811,28 @@ mod tests {
             std::thread::spawn(move || send.send(check_target(format, &path).map_err(|e| e.to_string())));
             let result = recv.recv_timeout(std::time::Duration::from_secs(20)).expect("check_target opened the FIFO");
             let message = result.expect_err(name);
+            assert!(message.contains(pipe) && message.contains("named pipe (FIFO)"), "{message}");
+        }
+    }
+
+    /// Reading an export never opens a named pipe at the weights or the
+    /// sidecar (predict and eval hung on one); weights without their sidecar
+    /// say what is missing.
+    #[cfg(unix)]
+    #[test]
+    fn a_named_pipe_or_a_missing_sidecar_is_said_when_loading() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().join("w.safetensors");
+        std::fs::write(&w, b"weights").unwrap();
+        let message = load(&w).map(drop).expect_err("no sidecar").to_string();
+        assert!(message.contains("its sidecar") && message.contains("w.json is missing"), "{message}");
+        for (weights, pipe) in [("p.safetensors", "p.safetensors"), ("w.safetensors", "w.json"), ("b.mpk", "b.mpk")] {
+            assert!(std::process::Command::new("mkfifo").arg(dir.path().join(pipe)).status().unwrap().success());
+            let path = dir.path().join(weights);
+            let (send, recv) = std::sync::mpsc::channel();
+            std::thread::spawn(move || send.send(load(&path).map(drop).map_err(|e| e.to_string())));
+            let result = recv.recv_timeout(std::time::Duration::from_secs(20)).expect("load opened the FIFO");
+            let message = result.expect_err(weights);
             assert!(message.contains(pipe) && message.contains("named pipe (FIFO)"), "{message}");
         }
     }

@@ -105,6 +105,13 @@ STARTED=$(date +%s)
 
 say() { echo "$*" | tee -a "$OUT_DIR/summary.md"; }
 left() { echo $((BUDGET - ($(date +%s) - STARTED))); }
+# `within MARGIN`: the seconds a command may take leaving MARGIN, or a
+# failure when under 5 remain (`timeout 0` would mean no limit at all).
+within() {
+    local t=$(($(left) - $1))
+    [ "$t" -ge 5 ] || return 1
+    echo "$t"
+}
 # `enough N`: at least N seconds remain; else it says what is left out.
 enough() {
     if [ "$(left)" -lt "$1" ]; then
@@ -162,6 +169,8 @@ bench() {
     local name=$1 limit=$2
     shift 2
     local json=/tmp/kynml-bench.json started=$(date +%s)
+    # `timeout 0` would mean no limit at all.
+    [ "$limit" -ge 5 ] || { say "- $name: no time left (a limit of $limit s)"; return 1; }
     rm -f "$json"
     echo "\$ kynml bench $*" >>"$OUT_DIR/log.txt"
     timeout "$limit" "$BIN/kynml" bench "$@" --steps "$STEPS" --rounds "$ROUNDS" --cache "$KYNML_CACHE" --json "$json" >>"$OUT_DIR/log.txt" 2>&1
@@ -337,8 +346,10 @@ stage_epilogue() {
 profiled() {
     local name=$1 log=$2 steps=$3 spec=$4 precision=$5 rows=$6
     rm -f "$log"
+    local limit
+    limit=$(within 10) || { say "- $name: no time left for the profiled run of $steps steps"; return 1; }
     echo "\$ CUBECL_DEBUG_OPTION=profile kynml bench $spec --precision $precision --steps $steps --rounds 1" >>"$OUT_DIR/log.txt"
-    CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG="$log" timeout $(($(left) - 10)) "$BIN/kynml" bench "$spec" \
+    CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG="$log" timeout "$limit" "$BIN/kynml" bench "$spec" \
         --device "$DEVICE" --precision "$precision" --synthetic "$rows" --steps "$steps" --rounds 1 \
         --cache "$KYNML_CACHE" >>"$OUT_DIR/log.txt" 2>&1 || { say "- $name: the profiled run of $steps steps did not finish"; return 1; }
 }
@@ -360,16 +371,15 @@ stage_kernels() {
         # so that neither profiled run holds autotune's launches; the two
         # profiled runs differ by 2 x 10 training steps (each has a warm-up
         # round and a timed round), and their difference is those steps.
-        timeout $(($(left) - 10)) "$BIN/kynml" bench "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows" \
+        local limit
+        limit=$(within 10) || { say "- $name: no time left for the tuning run"; continue; }
+        timeout "$limit" "$BIN/kynml" bench "$spec" --device "$DEVICE" --precision "$precision" --synthetic "$rows" \
             --steps 3 --rounds 1 --cache "$KYNML_CACHE" >>"$OUT_DIR/log.txt" 2>&1 || { say "- $name: the tuning run did not finish"; continue; }
         local short=/tmp/kynml-prof-short.log long=/tmp/kynml-prof-long.log tag=${config}-${precision}
         profiled "$name" "$short" 5 "$spec" "$precision" "$rows" || continue
         profiled "$name" "$long" 15 "$spec" "$precision" "$rows" || continue
-        say "### $name ($(grep -c '^|' "$long") launches logged in the longer run)"
+        say "### $name"
         python3 "$HERE/kernel_profile.py" "$short" "$long" 20 --json "$OUT_DIR/kernels-$tag.json" | sed 's/^/    /' | tee -a "$OUT_DIR/summary.md"
-        # The products' shapes as autotune met them (only on a tuning run;
-        # empty when the cache already held them).
-        grep -o 'MatmulProblemDefinition { m: [0-9]*, n: [0-9]*, k: [0-9]*' "$long" | sort | uniq -c >>"$OUT_DIR/log.txt" || true
     done
 }
 
@@ -410,9 +420,10 @@ finish() {
     rm -rf /tmp/kynml-cache-out && mkdir -p /tmp/kynml-cache-out
     if [ -z "$(ls -A "$CACHE" 2>/dev/null)" ]; then
         say "kernel cache: empty, none written (keep the one in gpu/)"
-    # GNU tar exits 1 when a file changed while it was read (what it wrote
-    # is still whole); only a status above 1 fails the pack.
-    elif { tar -cf - -C "$CACHE" . 2>/dev/null; [ $? -le 1 ]; } |
+    # GNU tar exits 1 when a file changed while it was read: what it wrote
+    # is whole, unless the file shrank (then tar pads it with zeros, and a
+    # torn kernel would be carried), which fails the pack.
+    elif { tar -cf - -C "$CACHE" . 2>/tmp/kynml-tar.err; rc=$?; [ $rc -eq 0 ] || { [ $rc -eq 1 ] && ! grep -q shrank /tmp/kynml-tar.err; }; } |
         python3 -c 'import lzma, shutil, sys
 with lzma.open(sys.stdout.buffer, "wb", preset=2) as out:
     shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)' |

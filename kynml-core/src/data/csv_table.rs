@@ -91,7 +91,7 @@ impl SequenceColumns {
         for (c, cell) in cells.iter().enumerate() {
             let (line, name, column) = at(c);
             let mut n = 0;
-            for (i, item) in cell.split(|ch: char| ch.is_whitespace() || ch == ',' || ch == ';').enumerate() {
+            for item in cell.split(|ch: char| ch.is_whitespace() || ch == ',' || ch == ';') {
                 if item.is_empty() {
                     continue;
                 }
@@ -101,13 +101,22 @@ impl SequenceColumns {
                         row: line,
                         column,
                         column_name: name.into(),
-                        position: i + 1,
+                        // Among the cell's values (runs of separators are one).
+                        position: n + 1,
                         value: shown(item),
                     })?;
                 if n < self.length {
                     out[start + n * self.channels() + c] = value;
                 }
                 n += 1;
+            }
+            if n == 0 {
+                return Err(DataError::SequenceEmpty {
+                    path: path.into(),
+                    row: line,
+                    column,
+                    column_name: name.into(),
+                });
             }
             match held {
                 None => held = Some((n, c)),
@@ -1311,6 +1320,20 @@ mod tests {
         // A named column the model lacks is still refused.
         let err = model_rows(b",a,x,b\n0,1,2,3\n", &["x", "a"], None).unwrap_err();
         assert!(matches!(&err, DataError::ExtraColumn { column: 4, .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_empty_or_overflowing_sequence_is_located() {
+        let (_dir, path) = temp_csv(b"s,t\n1 2,3 4\n\"\",\"\"\n");
+        let seq = SequenceColumns::new(vec!["s".into(), "t".into()], 4);
+        let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err();
+        assert!(matches!(&err, DataError::SequenceEmpty { row: 3, column: 1, .. }), "{err:?}");
+        assert!(err.to_string().contains(":3: column 1 (`s`) holds no values; a sequence needs at least one"), "{err}");
+        // Its position counts values, not separators; the reason is given.
+        let (_dir, path) = temp_csv(b"s\n0.1   1e39 0.3\n");
+        let seq = SequenceColumns::new(vec!["s".into()], 4);
+        let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err().to_string();
+        assert!(err.contains("its value 2 is \"1e39\", which is too large for a 32-bit float"), "{err}");
     }
 
     #[test]

@@ -283,8 +283,9 @@ pub enum DataError {
     /// A value of a sequence cell that is not a finite number.
     #[error(
         "{}:{row}: column {column} (`{column_name}`) holds a sequence of numbers separated by spaces, but its \
-         value {position} is {value:?}",
-        path.display()
+         value {position} is {value:?}{}",
+        path.display(),
+        beyond_f32(value)
     )]
     SequenceValue {
         /// The data file.
@@ -299,6 +300,23 @@ pub enum DataError {
         position: usize,
         /// The value's text.
         value: String,
+    },
+
+    /// A sequence cell with no value: nothing to train on or predict from.
+    #[error(
+        "{}:{row}: column {column} (`{column_name}`) holds no values; a sequence needs at least one (a missing \
+         sequence is not filled in: remove the row, or give its values)",
+        path.display()
+    )]
+    SequenceEmpty {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+        /// 1-based position in the file.
+        column: usize,
+        /// The column's name in the header.
+        column_name: String,
     },
 
     /// Two sequence columns of one row of different lengths.

@@ -60,12 +60,17 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     if let Some(path) = file.checkpoint_path() {
         match file.find_checkpoint(&data) {
             Ok(Some((_, state))) => {
-                println!(
-                    "checkpoint {}: {} of {} epochs done; `kynml train` resumes from it (--fresh starts over)",
-                    path.display(),
-                    state.epoch,
-                    file.spec.train.epochs.value
-                );
+                let epochs = file.spec.train.epochs.value;
+                // What `kynml train` would do with it, as train says it.
+                let next = if crate::train::still_stopped(&file.spec, &state) {
+                    "stopped early; `kynml train` trains nothing and writes its best model (a larger `patience`, \
+                     or no `early_stop`, goes on from it; --fresh starts over)"
+                } else if state.epoch >= epochs {
+                    "`kynml train` trains nothing and writes its model (raise `epochs` to go on; --fresh starts over)"
+                } else {
+                    "`kynml train` resumes from it (--fresh starts over)"
+                };
+                println!("checkpoint {}: {} of {epochs} epochs done; {next}", path.display(), state.epoch);
                 let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
                     Some(DeviceSet::List(list)) => list.len(),
                     _ => 1,

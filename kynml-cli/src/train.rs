@@ -76,12 +76,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         let epochs = file.spec.train.epochs.value;
         // A run that stopped early goes on where the spec's early stopping
         // now lets it (as the trainer decides it).
-        let still_stopped = state.stopped_early
-            && file.spec.train.early_stop.as_ref().zip(state.early_stop.as_ref()).is_some_and(|(rule, saved)| {
-                let mut stopper = EarlyStopper::new(&rule.value);
-                stopper.restore(saved);
-                stopper.exhausted()
-            });
+        let still_stopped = still_stopped(&file.spec, state);
         let left = if still_stopped { 0 } else { epochs.saturating_sub(state.epoch) };
         if still_stopped {
             println!(
@@ -551,6 +546,18 @@ pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
         }
         _ => {}
     }
+}
+
+/// Whether a checkpoint that stopped early stays stopped under `spec`'s
+/// early stopping (as the trainer decides it): a larger `patience`, or no
+/// `early_stop`, goes on from it.
+pub(crate) fn still_stopped(spec: &kynml_core::spec::types::Spec, state: &LoopState) -> bool {
+    state.stopped_early
+        && spec.train.early_stop.as_ref().zip(state.early_stop.as_ref()).is_some_and(|(rule, saved)| {
+            let mut stopper = EarlyStopper::new(&rule.value);
+            stopper.restore(saved);
+            stopper.exhausted()
+        })
 }
 
 /// A note when the checkpoint trained with another batch, accumulation or

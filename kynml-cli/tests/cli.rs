@@ -690,6 +690,7 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let out = kynml(&["check", "spec.kyn"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("checkpoint ckpt/run.ckpt: 2 of 2 epochs done"), "{t}");
+    assert!(t.contains("`kynml train` trains nothing and writes its model (raise `epochs`"), "as train says: {t}");
     std::fs::write(dir.join("onto_data.kyn"), spec.replace("ckpt/run.ckpt", "data.csv")).unwrap();
     let out = kynml(&["check", "onto_data.kyn"], dir);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

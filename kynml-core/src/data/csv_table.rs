@@ -296,7 +296,7 @@ pub fn parse_csv_reporting(
     let mut record = ByteRecord::new();
 
     let Some(header_line) = next_record(&mut reader, bytes, &mut record, path)? else {
-        return Err(DataError::Empty { path: path.into() });
+        return Err(DataError::Empty { path: path.into(), needed: crate::data::split::MIN_ROWS });
     };
     let header = header_names(&record, path, header_line)?;
     check_named(&header, path, header_line)?;
@@ -407,7 +407,7 @@ pub fn parse_csv_reporting(
     report(total, total);
     let targets = if opts.classification { encode_classes(&labels) } else { Targets::Regression(values) };
     if targets.is_empty() {
-        return Err(DataError::Empty { path: path.into() });
+        return Err(DataError::Empty { path: path.into(), needed: crate::data::split::MIN_ROWS });
     }
     let mut feature_names = header;
     let target_name = feature_names.remove(target_col);
@@ -500,7 +500,7 @@ pub fn parse_model_rows(
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*bytes);
     let mut record = ByteRecord::new();
     let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {
-        return Err(DataError::Empty { path: path.into() });
+        return Err(DataError::Empty { path: path.into(), needed: 1 });
     };
     let header = header_names(&record, path, header_line)?;
     // A column with no name (a pandas index saved without `index=False`, a
@@ -608,7 +608,7 @@ pub fn parse_model_rows(
         lines.push(line);
     }
     if rows == 0 {
-        return Err(DataError::Empty { path: path.into() });
+        return Err(DataError::Empty { path: path.into(), needed: 1 });
     }
     let target_column = target_col.map_or(0, |c| c + 1);
     let unseen = match tokens {

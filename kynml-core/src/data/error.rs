@@ -26,10 +26,17 @@ pub enum DataError {
     },
 
     /// The file has no header row, or a header and no data rows.
-    #[error("{}: no data: expected a header row and at least one data row", path.display())]
+    #[error(
+        "{}: no data: expected a header row and at least {}",
+        path.display(),
+        if *needed == 1 { "one data row".to_string() } else { format!("{needed} data rows (some held out for validation)") }
+    )]
     Empty {
         /// The data file.
         path: PathBuf,
+        /// The data rows the reader needs: 2 to train (one for each part of
+        /// the split), 1 to predict.
+        needed: usize,
     },
 
     /// The header has no column named as the target.

@@ -192,8 +192,14 @@ impl Lexer<'_> {
                 self.pos += 1;
             }
             let text = self.text(start, self.pos).to_string();
+            // `1D` may be meant as a name: say how names begin, too.
+            let help = if text.contains('.') {
+                "numbers are written like `100`, `0.5`, `-2` or `1e-3`"
+            } else {
+                "numbers are written like `100`, `0.5`, `-2` or `1e-3`; a name starts with a letter or `_`, as in `D1`"
+            };
             let d = Diagnostic::new(self.span(start, self.pos), format!("invalid number `{text}`"), "not a number")
-                .with_help("numbers are written like `100`, `0.5`, `-2` or `1e-3`");
+                .with_help(help);
             self.fail(start, d);
             return;
         }

@@ -131,12 +131,18 @@ impl SpecFile {
 
     /// Validates spec text already read; `path` is where it came from, for messages and relative paths.
     pub fn from_source(path: &Path, source: String) -> Result<Self, LoadError> {
-        // Lines that end in a lone `\r` (classic Mac OS) read as `\n` lines;
-        // the text keeps its length, so every span still points where it did.
-        let source = match crate::data::mac_line_breaks(source.as_bytes()) {
+        // A lone `\r` (classic Mac OS, or a stray one among `\n` lines) ends
+        // a line, as `\n` does; the text keeps its length, so every span
+        // still points where it did. (A spec has no multi-line cells, unlike
+        // a CSV file, so every lone one is a line end.)
+        let source = if source.contains('\r') {
+            let bytes = source.as_bytes();
+            let lone = |i: usize| bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n');
             // One ASCII byte for another: still UTF-8.
-            std::borrow::Cow::Owned(bytes) => String::from_utf8(bytes).unwrap_or_default(),
-            std::borrow::Cow::Borrowed(_) => source,
+            let text = (0..bytes.len()).map(|i| if lone(i) { b'\n' } else { bytes[i] }).collect::<Vec<u8>>();
+            String::from_utf8(text).unwrap_or(source)
+        } else {
+            source
         };
         match spec::parse_spec(&source) {
             Ok(spec) => Ok(SpecFile { path: path.to_path_buf(), source, spec }),
@@ -1389,5 +1395,9 @@ mod tests {
         };
         let at = error.diagnostics[0].span.start;
         assert_eq!(crate::spec::line_col(&source_text, at).0, 10);
+        // A stray `\r` among `\n` lines ends its line too (it ran two lines
+        // together: three problems, none about the `\r`).
+        let stray = lf.replacen("D:\n", "D:\r", 1).replacen("csv\")\n", "csv\")\r", 1);
+        assert_eq!(read(stray).unwrap().spec, want);
     }
 }

@@ -131,6 +131,14 @@ fn note_unseen(rows: &kynml_core::data::ModelRows, text: bool) {
             render::count(rows.rows, "row"),
         );
     }
+    if rows.empty > 0 {
+        eprintln!(
+            "note: {} of the {} {} no values: each is read as a sequence of padding alone",
+            rows.empty,
+            render::count(rows.rows, "row"),
+            if rows.empty == 1 { "holds" } else { "hold" },
+        );
+    }
     for (column, n) in &rows.unseen {
         if text {
             let are = if *n == 1 { "is" } else { "are" };

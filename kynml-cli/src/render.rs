@@ -184,10 +184,14 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
         ));
     }
     if let Some(s) = &info.sequence {
-        let cut = match s.cut {
+        let mut cut = match s.cut {
             0 => format!("; the longest holds {}", s.longest),
             n => format!("; {n} rows were longer and cut (the longest held {})", s.longest),
         };
+        // Read as all padding: such a row trains on its target alone.
+        if s.empty > 0 {
+            cut += &format!("; {} no values (all padding)", count_holding(s.empty));
+        }
         out.push(format!(
             "sequence: `{}`, {} positions of {} value{} per row, shorter rows padded{cut}",
             s.columns.join("`, `"),
@@ -211,6 +215,11 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
         );
     }
     out
+}
+
+/// `1 row holds`, `3 rows hold`.
+pub fn count_holding(n: usize) -> String {
+    format!("{} {}", count(n, "row"), if n == 1 { "holds" } else { "hold" })
 }
 
 /// `n` things, in the singular for one: `1 row`, `3 rows`.

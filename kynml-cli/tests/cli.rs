@@ -141,6 +141,25 @@ fn check_says_what_the_categorical_columns_and_the_text_hold() {
     assert!(out.status.success() && !text(&out).contains("changes nothing"), "{}", text(&out));
 }
 
+/// A sequence cell with no value reads as all padding: counted in the data
+/// summary and by `predict`, not passed over in silence.
+#[test]
+fn empty_sequences_are_said_in_the_summary_and_by_predict() {
+    let tmp = copy_example("gestures");
+    let dir = tmp.path();
+    let csv = std::fs::read_to_string(dir.join("gestures.csv")).unwrap();
+    let kept: String = csv.lines().take(80).map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("gestures.csv"), kept + "\"\",\"\",circle\n,,line\n").unwrap();
+    let t = text(&kynml(&["check", "gestures.kyn"], dir));
+    assert!(t.contains("; 2 rows hold no values (all padding)"), "{t}");
+    let out = kynml(&["train", "gestures.kyn", "--epochs", "1", "--out", "run"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::write(dir.join("rows.csv"), "x,y\n0.1 0.2,0.3 0.4\n\"\",\"\"\n").unwrap();
+    let out = kynml(&["predict", "run", "rows.csv", "--output", "p.csv"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("note: 1 of the 2 rows holds no values"), "{t}");
+}
+
 #[test]
 fn train_writes_a_complete_run_folder_and_says_what_runs() {
     let tmp = copy_example("iris");

@@ -61,12 +61,16 @@ pub struct SequenceColumns {
     /// The most positions any row held, when read for training.
     #[serde(default)]
     pub longest: usize,
+    /// Rows whose sequence held no value (all padding), when read for
+    /// training: said, since such a row trains on nothing but its target.
+    #[serde(default)]
+    pub empty: usize,
 }
 
 impl SequenceColumns {
     /// How a sequence model's reader is set up: nothing read yet.
     pub fn new(columns: Vec<String>, length: usize) -> Self {
-        SequenceColumns { columns, length, cut: 0, longest: 0 }
+        SequenceColumns { columns, length, cut: 0, longest: 0, empty: 0 }
     }
 
     /// Values per position.
@@ -109,14 +113,6 @@ impl SequenceColumns {
                     out[start + n * self.channels() + c] = value;
                 }
                 n += 1;
-            }
-            if n == 0 {
-                return Err(DataError::SequenceEmpty {
-                    path: path.into(),
-                    row: line,
-                    column,
-                    column_name: name.into(),
-                });
             }
             match held {
                 None => held = Some((n, c)),
@@ -379,6 +375,7 @@ pub fn parse_csv_reporting(
                 .collect::<Result<Vec<_>, _>>()?;
             let held = s.read_row(&cells, |c| (line, header[cols[c]].as_str(), cols[c] + 1), path, &mut features)?;
             s.cut += usize::from(held > s.length);
+            s.empty += usize::from(held == 0);
             s.longest = s.longest.max(held);
         }
         for (col, raw) in record.iter().enumerate() {
@@ -443,6 +440,9 @@ pub struct ModelRows {
     /// For a sequence model: the rows longer than its positions (their
     /// first positions are read), and the most positions a row held.
     pub cut: (usize, usize),
+    /// For a sequence model: the rows whose sequence held no value (read
+    /// as all padding).
+    pub empty: usize,
     /// The target cells with their line numbers, when the file has the
     /// target column.
     pub targets: Option<Vec<(usize, String)>>,
@@ -556,6 +556,7 @@ pub fn parse_model_rows(
 
     let (mut features, mut targets, mut rows, mut lines) = (Vec::new(), Vec::new(), 0, Vec::new());
     let mut cut = (0, 0);
+    let mut empty = 0;
     let vocab: Vec<Option<&Vocabulary>> =
         (0..columns.len()).map(|p| categories.iter().find(|v| v.position == p)).collect();
     let mut unseen = vec![0usize; columns.len()];
@@ -576,6 +577,7 @@ pub fn parse_model_rows(
             let held =
                 s.read_row(&cells, |c| (line, header[columns[c]].as_str(), columns[c] + 1), path, &mut features)?;
             cut = (cut.0 + usize::from(held > s.length), cut.1.max(held));
+            empty += usize::from(held == 0);
         }
         // A sequence's cells are read above, whole.
         let plain = if sequence.is_some() { &[][..] } else { &columns[..] };
@@ -617,7 +619,7 @@ pub fn parse_model_rows(
     };
     let unseen = unseen.into_iter().filter(|(_, n)| *n > 0).collect();
     let targets = target_col.map(|_| targets);
-    Ok(ModelRows { path: path.into(), features, rows, lines, cut, targets, target_column, unseen })
+    Ok(ModelRows { path: path.into(), features, rows, lines, cut, empty, targets, target_column, unseen })
 }
 
 /// Reads the next record that is not a blank line from `reader`, which reads
@@ -1323,12 +1325,11 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_or_overflowing_sequence_is_located() {
-        let (_dir, path) = temp_csv(b"s,t\n1 2,3 4\n\"\",\"\"\n");
+    fn empty_sequences_are_counted_and_an_overflow_is_located() {
+        let (_dir, path) = temp_csv(b"s,t\n1 2,3 4\n\"\",\"\"\n,\n");
         let seq = SequenceColumns::new(vec!["s".into(), "t".into()], 4);
-        let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err();
-        assert!(matches!(&err, DataError::SequenceEmpty { row: 3, column: 1, .. }), "{err:?}");
-        assert!(err.to_string().contains(":3: column 1 (`s`) holds no values; a sequence needs at least one"), "{err}");
+        let rows = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap();
+        assert_eq!((rows.rows, rows.empty), (3, 2), "read as all padding, and counted");
         // Its position counts values, not separators; the reason is given.
         let (_dir, path) = temp_csv(b"s\n0.1   1e39 0.3\n");
         let seq = SequenceColumns::new(vec!["s".into()], 4);

@@ -309,23 +309,6 @@ pub enum DataError {
         value: String,
     },
 
-    /// A sequence cell with no value: nothing to train on or predict from.
-    #[error(
-        "{}:{row}: column {column} (`{column_name}`) holds no values; a sequence needs at least one (a missing \
-         sequence is not filled in: remove the row, or give its values)",
-        path.display()
-    )]
-    SequenceEmpty {
-        /// The data file.
-        path: PathBuf,
-        /// 1-based line of the row in the file (the header is line 1).
-        row: usize,
-        /// 1-based position in the file.
-        column: usize,
-        /// The column's name in the header.
-        column_name: String,
-    },
-
     /// Two sequence columns of one row of different lengths.
     #[error(
         "{}:{row}: `{first}` holds {first_len} values and `{other}` {other_len}; each position of a sequence \

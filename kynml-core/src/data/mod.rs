@@ -24,7 +24,7 @@
 //! ```
 
 mod csv_table;
-pub(crate) use csv_table::{line_breaks, mac_line_breaks};
+pub(crate) use csv_table::line_breaks;
 mod dataset;
 mod error;
 mod info;

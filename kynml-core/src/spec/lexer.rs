@@ -85,11 +85,26 @@ impl Lexer<'_> {
                 '\u{feff}' if self.offset == 0 && self.chars[..self.pos].iter().all(|&(_, c)| c == '\u{feff}') => {
                     self.pos += 1
                 }
+                // Said, then passed over: the rest of the line reads as if it
+                // were not there, so that one pasted character is one problem
+                // (not a header or a value lost, and their follow-on errors).
+                c if is_invisible(c) => {
+                    self.pos += 1;
+                    self.invisible(start, c);
+                }
                 c if c.is_ascii_alphabetic() || c == '_' => {
-                    while self.peek(0).is_some_and(is_word_char) {
+                    // Inside a word too: `re\u{200B}lu` is `relu`, with the character said.
+                    let mut text = String::new();
+                    while let Some(c) = self.peek(0) {
+                        if is_word_char(c) {
+                            text.push(c);
+                        } else if is_invisible(c) && self.peek(1).is_some_and(is_word_char) {
+                            self.invisible(self.pos, c);
+                        } else {
+                            break;
+                        }
                         self.pos += 1;
                     }
-                    let text = self.text(start, self.pos).to_string();
                     self.push(TokenKind::Ident(text), start);
                 }
                 c if self.starts_number(c) => self.number(),
@@ -286,6 +301,18 @@ impl Lexer<'_> {
         self.tokens.push(Token { kind, span });
     }
 
+    /// The invisible character `c` at char index `at`, said (the line's
+    /// first problem is the one kept) without a token of its own.
+    fn invisible(&mut self, at: usize, c: char) {
+        if self.error.is_none() {
+            let message = format!("unexpected character U+{:04X}", c as u32);
+            self.error = Some(
+                Diagnostic::new(self.span(at, at + 1), message, "not part of the language")
+                    .with_help("an invisible character (pasted text brings them): delete it"),
+            );
+        }
+    }
+
     fn fail(&mut self, start: usize, d: Diagnostic) {
         if self.error.is_none() {
             self.error = Some(d);
@@ -417,6 +444,12 @@ mod tests {
             assert_eq!(diags[0].message, "unexpected character U+FEFF", "{line:?}");
             assert!(diags[0].help.as_deref().unwrap().contains("invisible"));
         }
+        // Passed over once said: the line reads as if it were not there.
+        let (tokens, diags) = kinds("\u{200B}train:");
+        assert_eq!((tokens, diags.len()), (vec![ident("train"), TokenKind::Colon], 1));
+        let (tokens, diags) = kinds("dense 8 re\u{200B}lu");
+        assert_eq!(tokens[2], ident("relu"));
+        assert_eq!((diags[0].span.start, diags[0].span.end), (10, 13), "the character itself (3 bytes)");
         let (_, diags) = kinds("target = \u{201C}y\u{201D}");
         assert_eq!(diags[0].message, "unexpected character `\u{201C}` (U+201C)");
         assert!(diags[0].help.as_deref().unwrap().contains("straight double quotes"));

@@ -547,6 +547,20 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     let opening: String = verdict.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
     assert!(svg.contains(&opening), "profile.svg has no verdict ({opening:?})");
     assert!(svg.contains("3 checkpoint hand-offs"), "profile.svg does not sum the hand-offs");
+    // Saved synchronously, the wait is the whole write: named so.
+    let sync = std::fs::read_to_string(tmp.path().join("ck.kyn")).unwrap().replace(", async_save=true", "");
+    std::fs::write(tmp.path().join("sync.kyn"), sync).unwrap();
+    let out = kynml(
+        &["train", "sync.kyn", "--epochs", "2", "--device", "cpu", "--out", "s", "--profile", "--fresh"],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("s/trace.json")).unwrap()).unwrap();
+    let named = |name: &str| trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == name).count();
+    assert_eq!((named("checkpoint save (waits for the write)"), named("checkpoint hand-off")), (2, 0), "{trace}");
+    let svg = std::fs::read_to_string(tmp.path().join("s/profile.svg")).unwrap();
+    assert!(svg.contains("2 checkpoint saves"), "profile.svg names synchronous saves as such");
     let png = std::fs::read(tmp.path().join("d/profile.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "profile.png is a PNG");
     // A stray file among the runs (`report runs/*`) is left out with a note.

@@ -553,8 +553,10 @@ impl Profile {
         if !self.checkpoints.is_empty() {
             let seconds: f64 = self.checkpoints.iter().map(|c| c.handoff).sum();
             let n = self.checkpoints.len();
+            // A synchronous save's wait is its whole write, not a hand-off.
+            let what = if self.checkpoints.iter().all(|c| c.async_save) { "hand-off" } else { "save" };
             parts.push(format!(
-                "{n} checkpoint hand-off{} {} (the training waited for {})",
+                "{n} checkpoint {what}{} {} (the training waited for {})",
                 if n == 1 { "" } else { "s" },
                 seconds_text(seconds),
                 if n == 1 { "it" } else { "them" }
@@ -642,7 +644,9 @@ impl Profile {
         }
         for c in &self.checkpoints {
             let args = json!({"epoch": c.epoch});
-            events.push(json!({"name": "checkpoint hand-off", "ph": "X", "pid": 1, "tid": 4, "ts": us(c.start), "dur": dur(c.start, c.handoff), "args": args}));
+            // Without `async_save` the training thread waits for the whole write.
+            let name = if c.async_save { "checkpoint hand-off" } else { "checkpoint save (waits for the write)" };
+            events.push(json!({"name": name, "ph": "X", "pid": 1, "tid": 4, "ts": us(c.start), "dur": dur(c.start, c.handoff), "args": args}));
             if let Some((start, seconds)) = c.write {
                 events.push(json!({"name": "write checkpoint", "ph": "X", "pid": 1, "tid": 5, "ts": us(start), "dur": dur(start, seconds), "args": args}));
             }

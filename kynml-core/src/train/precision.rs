@@ -150,8 +150,9 @@ fn resolve(wanted: Compute, device: &Device) -> (Compute, Option<String>) {
         (_, DeviceKind::Cpu { .. }) => (
             Compute::Fp32,
             Some(format!(
-                "{} requested, but the CPU trains in fp32 only: Burn's flex backend runs reduced precision \
-                 several times slower than KynML's native engine runs fp32 (BENCHMARKS.md)",
+                "{} requested, but the CPU trains in fp32 only: KynML's native engine has fp32 kernels alone, and \
+                 Burn's flex backend (which a data-parallel CPU run steps on) runs bf16 and fp16 at 0.74-0.77x \
+                 its own fp32, several times slower than the native engine's fp32 (BENCHMARKS.md)",
                 wanted.name()
             )),
         ),

@@ -420,10 +420,10 @@ finish() {
     rm -rf /tmp/kynml-cache-out && mkdir -p /tmp/kynml-cache-out
     if [ -z "$(ls -A "$CACHE" 2>/dev/null)" ]; then
         say "kernel cache: empty, none written (keep the one in gpu/)"
-    # GNU tar exits 1 when a file changed while it was read: what it wrote
-    # is whole, unless the file shrank (then tar pads it with zeros, and a
-    # torn kernel would be carried), which fails the pack.
-    elif { tar -cf - -C "$CACHE" . 2>/tmp/kynml-tar.err; rc=$?; [ $rc -eq 0 ] || { [ $rc -eq 1 ] && ! grep -q shrank /tmp/kynml-tar.err; }; } |
+    # GNU tar exits 1 when a file changed while it was read (grew, shrank
+    # and was padded with zeros, or was rewritten): a torn kernel would be
+    # carried, so that fails the pack; exit 1 for anything else does not.
+    elif { LC_ALL=C tar -cf - -C "$CACHE" . 2>/tmp/kynml-tar.err; rc=$?; [ $rc -eq 0 ] || { [ $rc -eq 1 ] && ! grep -qE 'shrank|changed as we read' /tmp/kynml-tar.err; }; } |
         python3 -c 'import lzma, shutil, sys
 with lzma.open(sys.stdout.buffer, "wb", preset=2) as out:
     shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)' |

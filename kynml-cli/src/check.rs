@@ -62,20 +62,36 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
             Ok(Some((_, state))) => {
                 let epochs = file.spec.train.epochs.value;
                 // What `kynml train` would do with it, as train says it.
-                let next = if crate::train::still_stopped(&file.spec, &state) {
+                let partway = state.partial.is_some() && !state.stopped_early;
+                let stopped = crate::train::still_stopped(&file.spec, &state);
+                let next = if partway && state.epoch >= epochs {
+                    // Its weights have taken steps of the next epoch: train refuses it.
+                    format!(
+                        "written partway through epoch {}, so `kynml train` would refuse it as the model of {epochs} \
+                         epoch{} (epochs = {} or more goes on from it; --fresh starts over)",
+                        state.epoch + 1,
+                        if epochs == 1 { "" } else { "s" },
+                        state.epoch + 1
+                    )
+                } else if stopped {
                     "stopped early; `kynml train` trains nothing and writes its best model (a larger `patience`, \
                      or no `early_stop`, goes on from it; --fresh starts over)"
+                        .into()
                 } else if state.epoch >= epochs {
                     "`kynml train` trains nothing and writes its model (raise `epochs` to go on; --fresh starts over)"
+                        .into()
                 } else {
-                    "`kynml train` resumes from it (--fresh starts over)"
+                    "`kynml train` resumes from it (--fresh starts over)".into()
                 };
                 println!("checkpoint {}: {} of {epochs} epochs done; {next}", path.display(), state.epoch);
+                // `cuda:all` left unresolved (no CUDA here) counts no devices.
                 let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
-                    Some(DeviceSet::List(list)) => list.len(),
-                    _ => 1,
+                    Some(DeviceSet::List(list)) => Some(list.len()),
+                    Some(DeviceSet::AllCuda) => None,
+                    None => Some(1),
                 };
-                if let Some(note) = crate::train::batching_changed(&file.spec, devices, &state) {
+                let trains = !stopped && state.epoch < epochs;
+                if let Some(note) = crate::train::batching_changed(&file.spec, devices, &state).filter(|_| trains) {
                     println!("{note}");
                 }
             }

@@ -110,7 +110,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                     ""
                 },
             );
-            if let Some(note) = batching_changed(&file.spec, devices.len(), state) {
+            // Only where something is left to train in the new steps.
+            if let Some(note) = batching_changed(&file.spec, Some(devices.len()), state).filter(|_| left > 0) {
                 println!("{note}");
             }
         }
@@ -561,15 +562,19 @@ pub(crate) fn still_stopped(spec: &kynml_core::spec::types::Spec, state: &LoopSt
 }
 
 /// A note when the checkpoint trained with another batch, accumulation or
-/// device count than `spec` on `devices` (said by train and check alike).
+/// device count than `spec` on `devices` (said by train and check alike;
+/// `None` when the count is not known here: `cuda:all` on a machine
+/// without CUDA).
 pub(crate) fn batching_changed(
     spec: &kynml_core::spec::types::Spec,
-    devices: usize,
+    devices: Option<usize>,
     state: &LoopState,
 ) -> Option<String> {
     let t = &spec.train;
+    let then = state.batching?;
+    let devices = devices.unwrap_or(then.devices);
     let now = kynml_core::train::resume::Batching { batch: t.batch.value, accumulate: t.accumulate.value, devices };
-    let changed = state.batching?.differences(&now);
+    let changed = then.differences(&now);
     (!changed.is_empty()).then(|| {
         format!(
             "note: the checkpoint trained with {}: the run goes on from where it stopped, in this run's steps, and \

@@ -773,7 +773,11 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
         ),
         "{t}"
     );
+    // Said by check too, where epochs are left to train (and only there).
     let t = text(&kynml(&["check", "spec.kyn"], dir));
+    assert!(!t.contains("note: the checkpoint trained with"), "nothing left to train: {t}");
+    std::fs::write(dir.join("more.kyn"), spec.replace("epochs = 2", "epochs = 6")).unwrap();
+    let t = text(&kynml(&["check", "more.kyn"], dir));
     assert!(
         t.contains("note: the checkpoint trained with batch = 25 (this run: 50), accumulate = 2 (this run: 1)"),
         "{t}"
@@ -1230,6 +1234,11 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("was written partway through epoch") && t.contains("--fresh starts over"), "{t}");
     assert!(!dir.join("fewer").exists(), "{t}");
+    // `check` says so too, rather than that train would write its model.
+    let spec = std::fs::read_to_string(dir.join("spec.kyn")).unwrap();
+    std::fs::write(dir.join("fewer.kyn"), spec.replace("epochs = 24", &format!("epochs = {epochs_done}"))).unwrap();
+    let t = text(&kynml(&["check", "fewer.kyn"], dir));
+    assert!(t.contains(&format!("written partway through epoch {at}, so `kynml train` would refuse it")), "{t}");
     let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
     // Beside a finished run (a glob catches both), the unfinished one is
@@ -1498,6 +1507,7 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
         let (t, command) = (text(&out), args[0]);
         assert_eq!(out.status.code(), Some(2), "{command}: {t}");
         assert!(t.contains("a path ending in a separator names a folder; an export is a file"), "{command}: {t}");
+        assert!(t.contains("name it, as in models/model.onnx"), "{command}: {t}");
     }
     assert!(!dir.join("d").exists() && !dir.join("models").exists());
     let out = kynml(&["export", "b", "--format", "safetensors", "--path", "newdir/"], dir);

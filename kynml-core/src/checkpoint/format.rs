@@ -58,7 +58,9 @@ const MAX_RANK: usize = 64;
 /// 16 MiB, the cap before, ran out near 55,000); arrays (a shuffle order,
 /// say) belong in tensors. The state is a string inside the header, where
 /// each `"` and `\` of its JSON is escaped: at worst twice its length, so
-/// that a state at the cap still fits [`MAX_HEADER_LEN`] and reads back.
+/// that a state at the cap leaves about 1.4 MB of [`MAX_HEADER_LEN`] for the
+/// tensors' entries (a realistic state, escaped by a fifth or so, leaves
+/// far more); a header past the limit is refused when encoding.
 pub const MAX_STATE_LEN: usize = 47 << 20;
 
 const METADATA_KEY: &str = "__metadata__";
@@ -363,9 +365,10 @@ impl Dtype {
 /// it belongs to.
 ///
 /// # Panics
-/// If `ckpt` fails [`Checkpoint::validate`] or its state is longer than
-/// [`MAX_STATE_LEN`] as JSON; the writer checks both and reports them as
-/// errors instead.
+/// If `ckpt` fails [`Checkpoint::validate`], its state is longer than
+/// [`MAX_STATE_LEN`] as JSON, or its header (the state escaped, and an entry
+/// for each tensor) is longer than safetensors reads back; the writer checks
+/// all three and reports them as errors instead.
 pub fn encode(ckpt: &Checkpoint, model_hash: &str) -> Vec<u8> {
     try_encode(ckpt, model_hash).unwrap_or_else(|e| panic!("cannot encode checkpoint: {e}"))
 }
@@ -406,7 +409,8 @@ pub(super) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>,
 /// `safetensors.numpy.load` and `safetensors.torch.load` read.
 ///
 /// # Panics
-/// If the tensors fail the checks of [`Checkpoint::validate`].
+/// If the tensors fail the checks of [`Checkpoint::validate`], or the header
+/// is longer than safetensors reads back.
 pub fn encode_safetensors(tensors: &[NamedTensor], metadata: &BTreeMap<String, String>) -> Vec<u8> {
     try_encode_safetensors(tensors, metadata).unwrap_or_else(|e| panic!("cannot encode safetensors: {e}"))
 }
@@ -419,6 +423,9 @@ pub fn try_encode_safetensors(
 ) -> Result<Vec<u8>, CheckpointError> {
     validate_tensors(tensors)?;
     let header = safetensors_header(tensors, metadata);
+    if header.len() as u64 > MAX_HEADER_LEN {
+        return Err(CheckpointError::HeaderTooLarge { len: header.len(), max: MAX_HEADER_LEN });
+    }
     let mut out = Vec::with_capacity(8 + header.len() + tensors.iter().map(|t| t.data.byte_len()).sum::<usize>());
     write_safetensors(&mut out, &header, tensors);
     Ok(out)

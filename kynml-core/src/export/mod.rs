@@ -257,7 +257,7 @@ fn build(e: &ExportModel, device: &DispatchDevice, strict: bool) -> Result<Model
 /// a file of another kind (or a folder) at `path` or at its `.json` sidecar
 /// is refused.
 pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
-    names_a_folder(path)?;
+    names_a_folder(path, Some(format))?;
     let sidecar = path.with_extension("json");
     if sidecar == path && format != Format::Onnx {
         let reason = "a .json path would be overwritten by the sidecar; name the weights file .safetensors or .mpk";
@@ -332,7 +332,7 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
 /// or can be made, a folder this process may write in: its nearest existing
 /// folder takes a new (unnamed, at once removed) file.
 pub fn check_writable(path: &Path) -> Result<(), ExportError> {
-    names_a_folder(path)?;
+    names_a_folder(path, None)?;
     let mut dir = parent(path).to_path_buf();
     while !dir.exists() {
         match dir.parent() {
@@ -355,13 +355,16 @@ pub fn check_writable(path: &Path) -> Result<(), ExportError> {
 
 /// A path written with a separator at its end (`models/`) names a folder,
 /// where an export is a file: refused before anything is trained.
-fn names_a_folder(path: &Path) -> Result<(), ExportError> {
+fn names_a_folder(path: &Path, format: Option<Format>) -> Result<(), ExportError> {
     let written = path.as_os_str().to_string_lossy();
     if written.ends_with(std::path::is_separator) {
-        let reason = format!(
-            "a path ending in a separator names a folder; an export is a file: name it, as in {}model.onnx",
-            written
-        );
+        let name = match format {
+            Some(Format::Onnx) => format!(", as in {written}model.onnx"),
+            Some(Format::Safetensors) => format!(", as in {written}model.safetensors"),
+            Some(Format::Burn) => format!(", as in {written}model.mpk"),
+            None => " in it".to_string(),
+        };
+        let reason = format!("a path ending in a separator names a folder; an export is a file: name it{name}");
         return Err(ExportError::Unwritable { path: path.into(), reason });
     }
     Ok(())
@@ -595,7 +598,8 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     // The weights alone do not say what model they are.
     if weights.is_file() && !sidecar_path.exists() {
         return Err(invalid(format!(
-            "its sidecar {} is missing: an export is read with the .json written beside it, which says what model              the weights are; copy it along with them (or export again from the run folder)",
+            "its sidecar {} is missing: an export is read with the .json written beside it, which says what \
+             model the weights are; copy it along with them (or export again from the run folder)",
             sidecar_path.display()
         )));
     }
@@ -826,6 +830,7 @@ mod tests {
         std::fs::write(&w, b"weights").unwrap();
         let message = load(&w).map(drop).expect_err("no sidecar").to_string();
         assert!(message.contains("its sidecar") && message.contains("w.json is missing"), "{message}");
+        assert!(message.contains("which says what model the weights are;"), "{message}");
         for (weights, pipe) in [("p.safetensors", "p.safetensors"), ("w.safetensors", "w.json"), ("b.mpk", "b.mpk")] {
             assert!(std::process::Command::new("mkfifo").arg(dir.path().join(pipe)).status().unwrap().success());
             let path = dir.path().join(weights);

@@ -189,6 +189,21 @@ fn crlf_tabs_trailing_blanks_and_bom_mean_the_same() {
     assert_same_meaning(USERS_SPEC, no_final_newline);
 }
 
+/// A pasted invisible character is one problem wherever it stands: before a
+/// header (which still opens its block), alone on a line, or before a comment.
+#[test]
+fn an_invisible_character_is_one_problem_wherever_it_stands() {
+    for source in [
+        USERS_SPEC.replace("train:\n", "\u{200B}train:\n"),
+        USERS_SPEC.replace("train:\n", "\u{200B}\ntrain:\n"),
+        USERS_SPEC.replace("train:\n", "  \u{2060}# note\ntrain:\n"),
+    ] {
+        let said = messages(&source);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with("unexpected character U+"), "{said:?}");
+    }
+}
+
 #[test]
 fn comments_anywhere_but_inside_strings() {
     let commented = USERS_SPEC

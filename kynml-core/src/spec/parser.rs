@@ -65,7 +65,11 @@ impl<'s> Parser<'s> {
     fn line(&mut self, line: &str, offset: usize, line_no: usize, diags: &mut Vec<Diagnostic>) {
         let mut lex_diags = Vec::new();
         let tokens = lex_line(line, offset, &mut lex_diags);
-        let Some(last) = tokens.last() else { return };
+        // A line of nothing but an invisible character (said by the lexer, no token).
+        let Some(last) = tokens.last() else {
+            diags.extend(lex_diags);
+            return;
+        };
         let span = Span { start: tokens[0].span.start, end: last.span.end };
         self.document.end = span.end;
         let lex_failed = !lex_diags.is_empty();

@@ -230,10 +230,29 @@ fn prepare(root: &Path, notes: &mut Vec<String>) -> CacheState {
     if let Err(e) = tempfile::tempfile_in(root) {
         return CacheState::Off { reason: format!("cannot write in {}: {e}", root.display()) };
     }
-    if let Err(problem) = check(root) {
-        notes.push(format!("the kernel cache {} {problem}; it was cleared and starts afresh", root.display()));
-        if let Err(e) = clear(root) {
-            return CacheState::Off { reason: format!("cannot clear {}: {e}", root.display()) };
+    match check(root) {
+        Ok(Trust::Sealed) => {}
+        // Its compiled kernels cannot be told whole (a damaged one makes the
+        // device fail at every later run); its tuning results, the costly
+        // part, CubeCL checks line by line.
+        Ok(Trust::Unsealed { compiled }) if !compiled.is_empty() => {
+            for name in &compiled {
+                if let Err(e) = std::fs::remove_file(root.join(name)) {
+                    return CacheState::Off { reason: format!("cannot clear {}: {e}", root.join(name).display()) };
+                }
+            }
+            notes.push(format!(
+                "the kernel cache {} was never sealed (a run that did not finish): its tuning results are kept, \
+                 its compiled kernels cleared and compiled again",
+                root.display()
+            ));
+        }
+        Ok(Trust::Unsealed { .. }) => {}
+        Err(problem) => {
+            notes.push(format!("the kernel cache {} {problem}; it was cleared and starts afresh", root.display()));
+            if let Err(e) = clear(root) {
+                return CacheState::Off { reason: format!("cannot clear {}: {e}", root.display()) };
+            }
         }
     }
     match inventory(root) {
@@ -246,8 +265,18 @@ fn prepare(root: &Path, notes: &mut Vec<String>) -> CacheState {
     }
 }
 
+/// How far a folder that passes [`check`] is trusted.
+#[derive(Debug, PartialEq)]
+enum Trust {
+    /// Every file recorded in the manifest is there, byte for byte.
+    Sealed,
+    /// No manifest: a run that did not finish wrote it. `compiled` names its
+    /// compiled-kernel files, which only a seal could vouch for.
+    Unsealed { compiled: Vec<String> },
+}
+
 /// Why the folder cannot be trusted, in words that follow its path.
-fn check(root: &Path) -> Result<(), String> {
+fn check(root: &Path) -> Result<Trust, String> {
     let files = inventory(root).map_err(|e| format!("cannot be read ({e})"))?;
     let manifest_path = root.join(MANIFEST);
     let manifest = match std::fs::read(&manifest_path) {
@@ -256,11 +285,8 @@ fn check(root: &Path) -> Result<(), String> {
         // damaged lines and entries at the end of its files, but not a file
         // it has lost, so with no manifest only whole files are trusted.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return if files.is_empty() || tables_have_chunks(&files) {
-                Ok(())
-            } else {
-                Err("has a table of kernels without its data".into())
-            };
+            let compiled = files.iter().map(|(name, _)| name.clone()).filter(|n| !n.starts_with("autotune/")).collect();
+            return Ok(Trust::Unsealed { compiled });
         }
         Err(e) => return Err(format!("has an unreadable {MANIFEST} ({e})")),
     };
@@ -284,17 +310,7 @@ fn check(root: &Path) -> Result<(), String> {
             Err(e) => return Err(format!("failed its check: `{name}` cannot be read ({e})")),
         }
     }
-    Ok(())
-}
-
-/// CubeCL's compiled-kernel caches keep a table of contents
-/// (`<runtime>/<version>/<kind>/toc.json.log`) beside their data chunk
-/// (`chunk0.cbor`), and panic on a table whose chunk is gone.
-fn tables_have_chunks(files: &[(String, u64)]) -> bool {
-    files.iter().filter_map(|(name, _)| name.strip_suffix("toc.json.log")).all(|folder| {
-        let chunk = format!("{folder}chunk0.cbor");
-        files.iter().any(|(name, _)| *name == chunk)
-    })
+    Ok(Trust::Sealed)
 }
 
 /// The CRC-32 of the first `len` bytes, `None` when the file is shorter.
@@ -480,11 +496,11 @@ mod tests {
     #[test]
     fn a_sealed_cache_passes_and_may_grow() {
         let dir = sealed_cache();
-        assert_eq!(check(dir.path()), Ok(()));
+        assert_eq!(check(dir.path()), Ok(Trust::Sealed));
         // CubeCL appends; what was recorded is still there.
         let log = dir.path().join("autotune/0.10.0/device-0-0-cuda/matmul.json.log");
         std::fs::write(&log, b"{\"key\":1}\n{\"key\":2}\n{\"key\":3}\n").unwrap();
-        assert_eq!(check(dir.path()), Ok(()));
+        assert_eq!(check(dir.path()), Ok(Trust::Sealed));
         let mut notes = Vec::new();
         let state = prepare(dir.path(), &mut notes);
         assert!(notes.is_empty(), "{notes:?}");
@@ -524,12 +540,19 @@ mod tests {
     }
 
     #[test]
-    fn an_unsealed_table_without_its_chunk_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), "vulkan/0.10.0/spirv/toc.json.log", b"{}\n");
-        assert!(check(dir.path()).is_err());
-        write(dir.path(), "vulkan/0.10.0/spirv/chunk0.cbor", b"");
-        assert_eq!(check(dir.path()), Ok(()));
+    fn an_unsealed_cache_keeps_its_tuning_and_loses_its_kernels() {
+        let dir = sealed_cache();
+        std::fs::remove_file(dir.path().join(MANIFEST)).unwrap();
+        let mut notes = Vec::new();
+        let state = prepare(dir.path(), &mut notes);
+        assert!(notes.len() == 1 && notes[0].contains("was never sealed"), "{notes:?}");
+        assert!(matches!(state, CacheState::On { files: 1, .. }), "{state:?}");
+        assert!(dir.path().join("autotune/0.10.0/device-0-0-cuda/matmul.json.log").is_file());
+        assert!(!dir.path().join("cuda/0.10.0/ptx/chunk0.cbor").exists());
+        // Tuning results alone: nothing to clear, nothing said.
+        let mut notes = Vec::new();
+        prepare(dir.path(), &mut notes);
+        assert!(notes.is_empty(), "{notes:?}");
     }
 
     #[test]

@@ -266,11 +266,12 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         TrainError::Interrupted { epoch, step, checkpoint, profile } => {
             let at = stopped_at(step, file.spec.train.accumulate.value);
             // The steps profiled so far are kept, with their verdict.
-            let kept = match profile.map(|p| write_profile(&run_dir, &title, &p, workers)) {
-                Some(Ok(())) => format!("\n  the profile of the steps so far is in {}", run_dir.path.display()),
-                Some(Err(e)) => format!("\n  the profile of the steps so far could not be written: {e:#}"),
-                None => String::new(),
-            };
+            let kept =
+                match profile.filter(|p| !p.steps.is_empty()).map(|p| write_profile(&run_dir, &title, &p, workers)) {
+                    Some(Ok(())) => format!("\n  the profile of the steps so far is in {}", run_dir.path.display()),
+                    Some(Err(e)) => format!("\n  the profile of the steps so far could not be written: {e:#}"),
+                    None => String::new(),
+                };
             Failure::interrupted(
                 ctrl_c::status(),
                 match checkpoint {
@@ -353,8 +354,13 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         .write_json("metrics.json", &summary)
         .context("writing metrics.json")
         .map_err(|e| results_unwritten(&e, &run_dir.path, &file))?;
-    if let Some(profile) = &result.profile {
-        write_profile(&run_dir, &title, profile, workers)?;
+    match &result.profile {
+        // A resume with no epoch left trains no step: nothing to profile.
+        Some(profile) if profile.steps.is_empty() => {
+            println!("note: --profile: no step was trained, so no profile is written")
+        }
+        Some(profile) => write_profile(&run_dir, &title, profile, workers)?,
+        None => {}
     }
 
     println!();

@@ -699,6 +699,11 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let t = text(&out);
     assert!(out.status.success() && t.contains("(2 of 2 epochs done; 0 to go"), "{t}");
     assert!(t.contains("no epoch left to train: the checkpoint's 2 epochs are the model"), "{t}");
+    // Profiled, it has no step to profile: said, not a failure.
+    let out = kynml(&["train", "spec.kyn", "--out", "run2p", "--profile"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("note: --profile: no step was trained"), "{t}");
+    assert!(!dir.join("run2p/profile.json").exists() && dir.join("run2p/model.safetensors").is_file(), "{t}");
     let out = kynml(&["train", "spec.kyn", "--epochs", "1", "--out", "run2b"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("(2 epochs done, more than the 1 asked: nothing to train"), "{t}");

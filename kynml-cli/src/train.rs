@@ -198,7 +198,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let cache = kynml_backend::kernel_cache::installed().map(|c| &c.state);
     let mut progress = Progress::new(first_steps_note(&device.kind, cache));
     let mut log = RunLog::create(&run_dir).context("creating the TensorBoard log")?;
-    let stop = ctrl_c::flag();
+    let stop = ctrl_c::flag(file.checkpoint_path().is_some());
     let settings = TrainSettings {
         checkpoint_path: file.checkpoint_path(),
         resume_from: resume.map(|(ckpt, _)| ckpt),
@@ -265,6 +265,12 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let result = result.map_err(|e| match e {
         TrainError::Interrupted { epoch, step, checkpoint, profile } => {
             let at = stopped_at(step, file.spec.train.accumulate.value);
+            // Between epochs: none of this one was trained.
+            let (epoch, at) = match (step, epoch) {
+                (0, 0 | 1) => (1, "before its first step".to_string()),
+                (0, e) => (e - 1, "its end".to_string()),
+                _ => (epoch, at),
+            };
             // The steps profiled so far are kept, with their verdict.
             let kept =
                 match profile.filter(|p| !p.steps.is_empty()).map(|p| write_profile(&run_dir, &title, &p, workers)) {
@@ -1003,11 +1009,14 @@ mod ctrl_c {
     static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
     /// The first signal that asked the run to stop.
     static SIGNAL: AtomicI32 = AtomicI32::new(0);
+    /// Whether the spec checkpoints: what a second signal's message says.
+    static CHECKPOINTS: AtomicBool = AtomicBool::new(false);
 
     /// Installs the handler of Ctrl-C (SIGINT) and of SIGTERM (how a
     /// cluster's scheduler or `kill` ends a job, with a grace period before
     /// SIGKILL) and returns the flag they set.
-    pub fn flag() -> Arc<AtomicBool> {
+    pub fn flag(checkpoints: bool) -> Arc<AtomicBool> {
+        CHECKPOINTS.store(checkpoints, Ordering::SeqCst);
         let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
         // SAFETY: the handler only reads an initialised OnceLock (an atomic
         // load), touches atomics and calls write(2) and _exit(2), which are
@@ -1034,8 +1043,12 @@ mod ctrl_c {
         if stop.swap(true, Ordering::SeqCst) {
             // The checkpoint file is only ever replaced by a rename, so
             // quitting mid-write leaves the previous one whole.
-            let message = b"\nquit at once; a checkpoint already at the spec's path is whole: run the command \
-                            again to resume from it (with a new --out folder, if it gave one)\n";
+            let message: &[u8] = if CHECKPOINTS.load(Ordering::SeqCst) {
+                b"\nquit at once; a checkpoint at the spec's path, if one was written, is whole: run the command \
+                  again to resume from it (with a new --out folder, if it gave one)\n"
+            } else {
+                b"\nquit at once; the spec does not checkpoint, so what this run trained is not kept\n"
+            };
             unsafe {
                 libc::write(2, message.as_ptr().cast(), message.len());
                 libc::_exit(128 + signal)

@@ -1179,8 +1179,9 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     let reference = std::fs::read(dir.join("ref.ckpt")).unwrap();
 
     checkpointing_spec(dir, "spec.kyn", "run.ckpt", 24);
-    // The signal goes in once the run has reported its second epoch, so
-    // that it lands in mid-training however fast the machine trains.
+    // The signal goes in half an epoch after the run has reported its
+    // second epoch, so that it lands inside the third however fast the
+    // machine trains (one that lands between epochs stops at the boundary).
     let interrupt = |signal: &str, signals: usize, out: &str, more: &[&str]| {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
@@ -1198,6 +1199,13 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
             seen += &line;
             seen.push('\n');
             if line.starts_with("epoch   2 ") {
+                // The line ends in the epoch's time: `41.2ms` or `1.3s`.
+                let last = line.split_whitespace().last().unwrap_or_default();
+                let seconds = match last.strip_suffix("ms") {
+                    Some(ms) => ms.parse::<f64>().map(|v| v / 1e3),
+                    None => last.trim_end_matches('s').parse::<f64>(),
+                };
+                std::thread::sleep(Duration::from_secs_f64(seconds.unwrap_or(0.02) / 2.0));
                 break;
             }
         }
@@ -1274,7 +1282,11 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     std::fs::remove_file(dir.join("run.ckpt")).unwrap();
     let out = interrupt("-INT", 2, "twice", &[]);
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
-    assert!(text(&out).contains("quit at once; a checkpoint already at the spec's path is whole"), "{}", text(&out));
+    assert!(
+        text(&out).contains("quit at once; a checkpoint at the spec's path, if one was written, is whole"),
+        "{}",
+        text(&out)
+    );
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
 }
 

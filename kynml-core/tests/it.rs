@@ -1127,6 +1127,45 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
     assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed run ends elsewhere");
 }
 
+/// A stop asked for between epochs (Ctrl-C during the evaluation) stops at
+/// the boundary: no step of the next epoch, the checkpoint that epoch's
+/// end, and a resume from it ends bit-identical to a run never stopped.
+#[test]
+fn a_stop_between_epochs_takes_no_step_of_the_next_and_resumes_bit_identical() {
+    use kynml_core::train::{TrainError, TrainEvent};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "whole.ckpt", true);
+    run_to(&whole, 4, false);
+    let cut = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "cut.ckpt", true);
+    let mut file = SpecFile::load(&cut).unwrap();
+    file.apply(&Overrides { epochs: Some(4), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let settings =
+        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop.clone()), ..TrainSettings::default() };
+    let mut steps_of_3 = 0;
+    let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| match event {
+        // After epoch 2's last step: as a Ctrl-C during its evaluation would.
+        TrainEvent::EpochEnd(record) if record.epoch == 2 => stop.store(true, Ordering::SeqCst),
+        TrainEvent::Step { epoch: 3, .. } => steps_of_3 += 1,
+        _ => {}
+    });
+    assert!(
+        matches!(outcome, Err(TrainError::Interrupted { epoch: 3, step: 0, checkpoint: Some(_), .. })),
+        "seed {seed}"
+    );
+    assert_eq!(steps_of_3, 0, "no step of epoch 3 was taken");
+    let (_, state) = file.find_checkpoint(&data).unwrap().unwrap();
+    assert_eq!((state.epoch, state.partial.is_none()), (2, true), "the end of epoch 2");
+    let resumed = run_to(&cut, 4, true);
+    assert_eq!(resumed.history.len(), 4);
+    let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
+    assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed run ends elsewhere");
+}
+
 /// An epoch interrupted at one batch size and resumed at another goes on
 /// from the first row its done steps did not take (the steps left are those
 /// of the rows left), not after as many steps of the new batch.
@@ -1192,8 +1231,10 @@ fn a_resume_before_a_dropped_lone_row_has_no_step_left() {
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let settings =
         TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop.clone()), ..TrainSettings::default() };
+    // Asked for as epoch 2 begins (its boundary already passed): it stops
+    // after that epoch's one step.
     let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
-        if let TrainEvent::Step { epoch: 1, step: 1, .. } = event {
+        if let TrainEvent::EpochStart { epoch: 2, .. } = event {
             stop.store(true, Ordering::SeqCst);
         }
     });

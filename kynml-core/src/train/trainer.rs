@@ -142,7 +142,8 @@ pub enum TrainError {
     Interrupted {
         /// The epoch in progress (1-based).
         epoch: usize,
-        /// The last step done in it (1-based).
+        /// The last step done in it (1-based); 0 when the stop came between
+        /// epochs, before this one's first step.
         step: usize,
         /// The checkpoint written at that point; `None` when the spec does not checkpoint or the
         /// write failed.
@@ -443,6 +444,40 @@ fn run<'scope, 'env>(
         // Which batches share an optimizer step (`accumulate`): a resumed
         // epoch restarted at a step's boundary, so its grouping starts anew.
         let parts = parts_of(&batches.iter().map(Vec::len).collect::<Vec<_>>(), t.accumulate.value);
+        // A stop asked for between epochs (during the evaluation, say) stops
+        // here, at the boundary: no step of this epoch is taken, and the
+        // checkpoint is the end of the last one, as if it had been due.
+        if done == 0 && settings.stop.as_ref().is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+            let mut saved = None;
+            if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
+                let mut state = loop_state(epoch - 1, steps_taken, optimizer_name, &order_rng, &dropout_rng);
+                // The order generator as the epoch found it, before its shuffle.
+                state.order_rng = order_state;
+                state.loss = Some(loss_written.clone());
+                state.early_stop = stopper.as_ref().map(|s| s.state());
+                state.loss_scale = engine.loss_scale();
+                state.history = history.clone();
+                state.model = resume::describe_model(&spec.model);
+                state.data = data_origin.clone();
+                state.batching = Some(batching);
+                let snapshot = engine.snapshot(best.as_ref(), &state);
+                discard_once(&mut discard_old, path, keep, on_event);
+                let done = writer.hand_off(path.clone(), snapshot, model_hash.clone(), true);
+                for e in [done.previous.as_ref().err(), done.this.as_ref().err()].into_iter().flatten() {
+                    on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+                }
+                if done.this.is_ok() {
+                    saved = Some(path.clone());
+                }
+            }
+            if let Some(p) = profile.as_mut() {
+                if let Some(m) = gpu_monitor.take() {
+                    p.gpu = m.finish();
+                }
+            }
+            let profile = profile.take().map(Box::new);
+            return Err(TrainError::Interrupted { epoch, step: 0, checkpoint: saved, profile });
+        }
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
 
         let epoch_start = Instant::now();

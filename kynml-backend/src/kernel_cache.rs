@@ -120,7 +120,10 @@ impl KernelCache {
                 root.display(),
                 human_bytes(*bytes)
             ),
-            CacheState::Off { reason } => format!("off ({reason}; kernels are tuned and compiled anew each run)"),
+            CacheState::Off { reason } => format!(
+                "off ({reason}; kernels are compiled anew each run, and CubeCL keeps its tuning results where it \
+                 does by default: a `target/` folder above this one, else ~/.cache/cubecl)"
+            ),
             CacheState::External => "CubeCL's own settings (CubeCL was configured before KynML could)".into(),
         }
     }

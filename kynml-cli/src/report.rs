@@ -284,7 +284,11 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         name.to_string(),
         str_of("spec"),
         str_of("model"),
-        str_of("device"),
+        // A data-parallel run names each device, as `--device` takes them.
+        match m["devices"].as_array().filter(|d| d.len() > 1) {
+            Some(devices) => devices.iter().map(|d| d.as_str().unwrap_or("?")).collect::<Vec<_>>().join(","),
+            None => str_of("device"),
+        },
         str_of("precision"),
         format!("{}{stopped}", m["epochs_run"].as_u64().map_or("?".into(), |e| e.to_string())),
         m["metrics"]["val_loss"].as_f64().map_or("?".into(), |v| format!("{v:.4}")),
@@ -309,6 +313,10 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
     match (m["resumed_after"].as_u64(), run) {
         (Some(0), Some(_)) => notes.push(format!(
             "{name} resumed inside epoch 1: its time and samples/s are those of the steps after the resume only"
+        )),
+        (Some(r), Some(e)) if e <= r => notes.push(format!(
+            "{name} resumed after epoch {r} and trained no epoch (its checkpoint's model is its model): its time \
+             and samples/s are of no training"
         )),
         (Some(r), Some(e)) => notes.push(format!(
             "{name} resumed after epoch {r}: its time and samples/s are those of epoch{} {} only",
@@ -414,6 +422,11 @@ mod tests {
         let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
         assert!(r.notes.join("\n").contains("r1 resumed inside epoch 1: its time"), "{:?}", r.notes);
         assert!(r.text.contains("1 (resumed in epoch 1)"), "{}", r.text);
+        // Resumed from a finished checkpoint: nothing trained, said so.
+        let done = serde_json::json!({"resumed_after": 3, "epochs_run": 3, "metrics": {"val_loss": 0.3}});
+        std::fs::write(dir.join("metrics.json"), done.to_string()).unwrap();
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.notes.join("\n").contains("r1 resumed after epoch 3 and trained no epoch"), "{:?}", r.notes);
         // A run that was not resumed and whose log is whole: nothing said.
         run_folder(&dir, 2.0, None);
         assert!(report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message)).notes.is_empty());

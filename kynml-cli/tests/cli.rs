@@ -386,6 +386,9 @@ fn a_data_parallel_run_on_two_cpu_replicas_says_so_and_trains() {
     let metrics: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run/metrics.json")).unwrap()).unwrap();
     assert_eq!(metrics["devices"], serde_json::json!(["cpu", "cpu"]));
+    // report names both devices (it said `cpu`).
+    let t = text(&kynml(&["report", "run"], tmp.path()));
+    assert!(t.contains(" cpu,cpu "), "{t}");
     assert!(metrics["metrics"]["accuracy"].as_f64().unwrap() > 0.5, "{metrics}");
     let out = kynml(&["bench", "iris.kyn", "--device", "cpu,cpu", "--steps", "3", "--rounds", "1"], tmp.path());
     let t = text(&out);

@@ -409,6 +409,8 @@ fn run<'scope, 'env>(
         _ => None,
     };
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
+    // The evaluation of the weights the engine holds now, when this process trained them.
+    let mut last_outputs = None;
     for epoch in first_epoch..=last_epoch {
         let lr = lr_at(t.optimizer.value.lr(), t.scheduler.as_ref().map(|s| &s.value), epoch - 1);
         // An interrupted epoch resumes with the same order, after its done steps.
@@ -652,8 +654,12 @@ fn run<'scope, 'env>(
         }
         history.push(record);
 
+        let observed = outputs.loss;
+        // The last epoch's evaluation is the final one when the last
+        // weights are kept: the run does not validate them twice.
+        last_outputs = Some(outputs);
         if let Some(stopper) = stopper.as_mut() {
-            match stopper.observe(epoch, outputs.loss) {
+            match stopper.observe(epoch, observed) {
                 Verdict::Improved => best = Some(engine.model()),
                 Verdict::Wait => {}
                 Verdict::Stop => {
@@ -727,11 +733,16 @@ fn run<'scope, 'env>(
         }
     }
 
-    let last = || engine.model();
     let (final_model, outputs) = match (stopper.is_some(), best) {
         // The engine evaluates (the native engine with its own kernels, far
         // faster than Burn's CPU backend), its own weights or the best ones.
-        (false, _) | (true, None) => (last(), engine.evaluate(data, Split::Valid)),
+        (false, _) | (true, None) => {
+            let outputs = match last_outputs.take() {
+                Some(outputs) => outputs,
+                None => engine.evaluate(data, Split::Valid),
+            };
+            (engine.model(), outputs)
+        }
         (true, Some(best)) => {
             let outputs = engine.evaluate_model(&best, data, Split::Valid, loss_kind, &inner_device);
             (best, outputs)

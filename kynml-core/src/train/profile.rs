@@ -269,10 +269,11 @@ impl Profile {
         let whole = |steps: &[StepTiming]| steps.iter().map(|s| s.wait + s.total).sum::<f64>();
         let warm_up = whole(&self.steps) - whole(&steady);
         let run = (self.run_seconds() - warm_up).max(1e-12);
-        let steps = steady.iter().map(|s| s.total).sum::<f64>() / run;
-        let wait = steady.iter().map(|s| s.wait).sum::<f64>() / run;
-        let evaluation = self.evals.iter().map(|e| e.seconds).sum::<f64>() / run;
-        let checkpoints = self.checkpoints.iter().map(|c| c.handoff).sum::<f64>() / run;
+        // `+ 0.0`: an empty sum of f64 is -0.0, which JSON and the report would show.
+        let steps = (steady.iter().map(|s| s.total).sum::<f64>() + 0.0) / run;
+        let wait = (steady.iter().map(|s| s.wait).sum::<f64>() + 0.0) / run;
+        let evaluation = (self.evals.iter().map(|e| e.seconds).sum::<f64>() + 0.0) / run;
+        let checkpoints = (self.checkpoints.iter().map(|c| c.handoff).sum::<f64>() + 0.0) / run;
         let rest = (1.0 - steps - wait - evaluation - checkpoints).max(0.0);
         RunShares { steps, wait, evaluation, checkpoints, rest }
     }
@@ -580,7 +581,7 @@ impl Profile {
             "peak_device_in_use": self.peak_in_use(),
             "gpu": super::gpu_monitor::summarize(&self.gpu),
             "phases": self.summary(),
-            "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>(),
+            "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>() + 0.0,
             "run_seconds": self.run_seconds(),
             "run_shares": self.run_shares(),
             "checkpoints": self.checkpoints.iter().map(|c| json!({
@@ -730,6 +731,10 @@ mod tests {
         let tids: Vec<u64> = prepared.iter().filter_map(|e| e["tid"].as_u64()).collect();
         assert_eq!(tids, [LOADER_TID as u64 + 1, LOADER_TID as u64]);
         assert_eq!(prepared[0]["ts"], 1_500_000.0);
+        // No evaluation and no checkpoint: their times are 0, not -0.0 (an
+        // empty sum of f64), which profile.json and the report showed.
+        let json = p.to_json(0).to_string();
+        assert!(!json.contains("-0.0"), "{json}");
     }
 
     #[test]

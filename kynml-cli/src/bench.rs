@@ -74,13 +74,22 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             ),
             None => String::new(),
         };
-        println!(
-            "note: the training split holds {n_train} rows: each round takes {steps} step{} of up to {} rows, not {} of \
-             {batch}{more}\n",
-            if steps == 1 { "" } else { "s" },
-            batch.min(n_train),
-            options.steps,
-        );
+        if steps == options.steps {
+            // As many steps, the last one short.
+            let last = n_train - (steps - 1) * batch;
+            println!(
+                "note: the training split holds {n_train} rows: each round's last step takes {last} of {batch} \
+                 rows{more}\n"
+            );
+        } else {
+            println!(
+                "note: the training split holds {n_train} rows: each round takes {steps} step{} of up to {} rows, not \
+                 {} of {batch}{more}\n",
+                if steps == 1 { "" } else { "s" },
+                batch.min(n_train),
+                options.steps,
+            );
+        }
     }
 
     if crate::train::tunes_kernels(&device.kind, kernel_cache::installed().map(|c| &c.state)) {

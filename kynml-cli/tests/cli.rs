@@ -2098,6 +2098,9 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     let out = kynml(&["bench", "one.kyn", "--device", "cpu", "--synthetic", "100"], tmp.path());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("one.kyn:") && text(&out).contains("the last layer has 1 output"), "{}", text(&out));
+    // As many steps as asked, the last one short: said as such.
+    let out = kynml(&["bench", "iris.kyn", "--device", "cpu", "--steps", "8", "--rounds", "1"], tmp.path());
+    assert!(text(&out).contains("120 rows: each round's last step takes 8 of 16 rows"), "{}", text(&out));
     let out = kynml(&["bench", "iris.kyn", "--precision", "fp8"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("expected fp32, tf32, bf16 or fp16"), "{}", text(&out));

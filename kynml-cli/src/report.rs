@@ -16,13 +16,19 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
         eprintln!("note: {note}");
     }
     println!("{}", report.text);
+    // The runs that could be read are shown; a damaged one is still an error.
+    if !report.problems.is_empty() {
+        return Err(Failure::input(report.problems.join("\n")));
+    }
     Ok(())
 }
 
-/// A report: its tables and verdicts, and the notes on what was left out.
+/// A report: its tables and verdicts, the notes on what was left out, and
+/// the runs that could not be read (each located; the exit status is 2).
 struct Report {
     text: String,
     notes: Vec<String>,
+    problems: Vec<String>,
 }
 
 fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
@@ -42,10 +48,11 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         }
     }
     let names = run_names(&dirs);
-    // Everything is read before anything is printed: a damaged run is an
-    // error, not half a report. What is not a run (a stray file a glob such
-    // as `runs/*` catches) and a run that did not finish (the interrupted
-    // and failed ones) are left out with a note, unless nothing else is left.
+    // Everything is read before anything is printed. A damaged run is an
+    // error, said after the report of the runs that could be read (a glob
+    // such as `runs/*` should not lose them all to one). What is not a run
+    // (a stray file) and a run that did not finish (the interrupted and
+    // failed ones) are left out with a note, unless nothing else is left.
     let mut rows = Vec::new();
     let mut finished = Vec::new();
     let mut left_out = Vec::new();
@@ -60,7 +67,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
             Err(Unread::Problem(message)) => problems.push(message),
         }
     }
-    if !problems.is_empty() || rows.is_empty() {
+    if rows.is_empty() {
         problems.extend(left_out.iter().map(|m| format!("error: {m}")));
         return Err(Failure::input(problems.join("\n")));
     }
@@ -69,7 +76,11 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     let mut phases = Vec::new();
     let mut verdicts = Vec::new();
     for (dir, name) in finished {
-        costs.push(cost_row(name, &dir.join("metrics.jsonl")).map_err(Failure::input)?);
+        match cost_row(name, &dir.join("metrics.jsonl")) {
+            Ok(row) => costs.push(row),
+            // Its results row stands (metrics.json was read); its epochs' costs cannot.
+            Err(e) => problems.push(e),
+        }
         notes.extend(history_notes(dir, name));
         // A damaged profile costs the run its phases, not the report.
         match read_profile(&dir.join("profile.json")) {
@@ -110,7 +121,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         );
     }
     text += &format!("\n\nverdicts\n{}", verdicts.join("\n"));
-    Ok(Report { text, notes })
+    Ok(Report { text, notes, problems })
 }
 
 /// Each run's name in the tables: its folder's name, or the path as given

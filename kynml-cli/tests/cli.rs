@@ -573,6 +573,8 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     assert!(t.contains("left out of the report") && t.contains("verdicts"), "{t}");
     let out = kynml(&["report", "a", "nope"], tmp.path());
     assert!(out.status.code() == Some(2) && text(&out).contains("`nope` does not exist"), "{}", text(&out));
+    // The runs that could be read are still shown (a glob should not lose them all to one).
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\n  a "), "{}", text(&out));
     std::fs::create_dir(tmp.path().join("empty")).unwrap();
     let out = kynml(&["report", "empty"], tmp.path());
     assert!(out.status.code() == Some(2) && text(&out).contains("`empty` is not a run folder"), "{}", text(&out));
@@ -589,6 +591,8 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("metrics.jsonl:2:12: not valid JSON: EOF while parsing a value\n"), "{t}");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("\n  a ") && !shown.contains("\n  b "), "a shown, b said as an error: {t}");
     std::fs::write(tmp.path().join("b/metrics.json"), "{\n").unwrap();
     let t = text(&kynml(&["report", "b"], tmp.path()));
     assert!(t.contains("metrics.json:2:1: not valid JSON: EOF while parsing an object\n"), "{t}");

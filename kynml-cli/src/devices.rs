@@ -155,6 +155,11 @@ pub fn run() -> Result<(), Failure> {
     let auto = select(DeviceChoice::Auto).map_err(|e| Failure::run(format!("error: {e}")))?;
     println!("\nauto picks: {}", auto.describe());
     match kynml_backend::kernel_cache::chosen() {
+        // What a GPU run would find there: a file stands where the folder goes.
+        (Some(dir), _) if dir.exists() && !dir.is_dir() => println!(
+            "kernel cache: off ({} is not a folder; a GPU run trains without the cache, and says so)",
+            dir.display()
+        ),
         (Some(dir), _) => println!(
             "kernel cache: {}/cubecl-{}/<GPU model>/ (--cache DIR or KYNML_CACHE moves it)",
             dir.display(),

@@ -448,6 +448,11 @@ fn devices_lists_the_cpu_and_what_auto_picks() {
     assert!(t.contains("cpu") && t.contains("threads") && t.contains("auto picks:"), "{t}");
     // Whatever CUDA state the machine is in, it is reported, never a panic.
     assert!(t.contains("cuda") && !t.contains("panicked"), "{t}");
+    // A file where the cache folder would go: said to be off, not named as a cache.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a-file"), "x").unwrap();
+    let t = text(&kynml(&["devices", "--cache", "a-file"], tmp.path()));
+    assert!(t.contains("kernel cache: off (") && t.contains("a-file is not a folder"), "{t}");
 }
 
 #[test]

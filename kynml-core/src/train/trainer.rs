@@ -464,13 +464,7 @@ fn run<'scope, 'env>(
                 state.batching = Some(batching);
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 discard_once(&mut discard_old, path, keep, on_event);
-                let done = writer.hand_off(path.clone(), snapshot, model_hash.clone(), true);
-                for e in [done.previous.as_ref().err(), done.this.as_ref().err()].into_iter().flatten() {
-                    on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
-                }
-                if done.this.is_ok() {
-                    saved = Some(path.clone());
-                }
+                saved = save_at_stop(writer, path, snapshot, &model_hash, on_event);
             }
             if let Some(p) = profile.as_mut() {
                 if let Some(m) = gpu_monitor.take() {
@@ -558,15 +552,7 @@ fn run<'scope, 'env>(
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
                     discard_once(&mut discard_old, path, keep, on_event);
-                    // An earlier background write's failure is said on its
-                    // own: this checkpoint may still be whole.
-                    let done = writer.hand_off(path.clone(), snapshot, model_hash.clone(), true);
-                    for e in [done.previous.as_ref().err(), done.this.as_ref().err()].into_iter().flatten() {
-                        on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
-                    }
-                    if done.this.is_ok() {
-                        saved = Some(path.clone());
-                    }
+                    saved = save_at_stop(writer, path, snapshot, &model_hash, on_event);
                 }
                 // What was profiled so far is the run's to keep: a slow run
                 // is the one a person profiles, then stops.
@@ -901,6 +887,23 @@ fn discard_once(discard: &mut bool, path: &std::path::Path, keep: usize, on_even
 }
 
 /// The loop's counters and generators; the caller fills in the rest.
+/// The checkpoint of a stopped run, written before the run returns: its
+/// path when it is whole. An earlier background write's failure is said on
+/// its own, since this checkpoint may still be whole.
+fn save_at_stop(
+    writer: &CheckpointWriter,
+    path: &std::path::Path,
+    snapshot: Checkpoint,
+    model_hash: &str,
+    on_event: &mut dyn FnMut(TrainEvent),
+) -> Option<std::path::PathBuf> {
+    let done = writer.hand_off(path.to_path_buf(), snapshot, model_hash.to_string(), true);
+    for e in [done.previous.as_ref().err(), done.this.as_ref().err()].into_iter().flatten() {
+        on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+    }
+    done.this.is_ok().then(|| path.to_path_buf())
+}
+
 fn loop_state(epoch: usize, steps: u64, optimizer: &str, order: &Rng, dropout: &Rng) -> LoopState {
     LoopState::new(epoch, steps, optimizer, order.state(), dropout.state())
 }

@@ -40,6 +40,10 @@ pub struct ConvSpec {
     pub stride: usize,
     /// Zeros added on each side; default 0. `padding=same` is `(K-1)/2` with stride 1 and an odd K.
     pub padding: usize,
+    /// Written as `padding=same`: echoed so in `kynml check`'s table (the
+    /// resolved number is what trains, is saved and is exported).
+    #[serde(skip)]
+    pub same: bool,
     /// Applied to the output; `Linear` for none.
     pub activation: Activation,
 }
@@ -136,7 +140,8 @@ impl Kind for ConvSpec {
         let stride = opts.count("stride", 1, 1, d);
         extra_args(line, 3, &form, d)?;
         let (channels, kernel, activation, stride) = (channels?, kernel?, activation?, stride?);
-        let padding = if opts.is_word("padding", "same") {
+        let same = opts.is_word("padding", "same");
+        let padding = if same {
             if stride != 1 || kernel % 2 == 0 {
                 d.push(
                     Diagnostic::new(opts.span("padding"), "`padding=same` needs stride 1 and an odd kernel", "here")
@@ -151,7 +156,7 @@ impl Kind for ConvSpec {
         } else {
             opts.count("padding", 0, 0, d)?
         };
-        Some(ConvSpec { dims, channels, kernel, stride, padding, activation })
+        Some(ConvSpec { dims, channels, kernel, stride, padding, same, activation })
     }
 
     fn word(&self) -> &'static str {
@@ -164,7 +169,9 @@ impl Kind for ConvSpec {
         if self.stride != 1 {
             s += &format!(" stride={}", self.stride);
         }
-        if self.padding != 0 {
+        if self.same {
+            s += " padding=same";
+        } else if self.padding != 0 {
             s += &format!(" padding={}", self.padding);
         }
         s
@@ -297,6 +304,7 @@ impl Kind for ConvSpec {
             kernel: json_size(v, kind, "kernel_size")?,
             stride: json_size(v, kind, "stride")?,
             padding: usize::try_from(padding).map_err(|_| format!("{kind} with `padding` {padding}, too large"))?,
+            same: false,
             activation: activation_from_json(v)?,
         })
     }

@@ -93,7 +93,15 @@ impl ResidualSpec {
 }
 
 fn conv1x1(dims: usize, channels: usize) -> LayerSpec {
-    LayerSpec::Conv(ConvSpec { dims, channels, kernel: 1, stride: 1, padding: 0, activation: Activation::Linear })
+    LayerSpec::Conv(ConvSpec {
+        dims,
+        channels,
+        kernel: 1,
+        stride: 1,
+        padding: 0,
+        same: false,
+        activation: Activation::Linear,
+    })
 }
 
 impl Kind for ResidualSpec {

@@ -688,3 +688,19 @@ fn residual_bodies_indented_with_no_break_spaces_read_as_spaces() {
     let m = messages(&with("\t"));
     assert!(m.iter().any(|m| m.contains("indented with tabs and spaces otherwise")), "{m:?}");
 }
+
+/// `padding=same` is echoed as written (the check table showed its number),
+/// while the number is what trains: a `padding=1` stays `padding=1`.
+#[test]
+fn padding_same_is_described_as_written() {
+    let model = |conv: &str| MINIMAL.replace("input 4\n", &format!("input 1x8x8\n{conv}\nflatten\n"));
+    let described = |conv: &str| {
+        let spec = ok(&model(conv));
+        let Layer::Conv(c) = &spec.model.layers[0].value else { panic!("{:?}", spec.model.layers[0].value) };
+        (spec.model.layers[0].value.describe(), c.padding)
+    };
+    assert_eq!(described("conv2d 4 3 relu padding=same"), ("conv2d 4 3 relu padding=same".into(), 1));
+    assert_eq!(described("conv2d 4 5 relu padding=same"), ("conv2d 4 5 relu padding=same".into(), 2));
+    assert_eq!(described("conv2d 4 3 relu padding=1"), ("conv2d 4 3 relu padding=1".into(), 1));
+    assert_eq!(described("conv2d 4 3 relu"), ("conv2d 4 3 relu".into(), 0));
+}

@@ -27,7 +27,7 @@ use crate::train::optimizer::AnyOptimizer;
 use crate::train::parallel::ParallelEngine;
 use crate::train::precision::{self, PrecisionPlan};
 use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
-use crate::train::resume::{self, LoopState, NormSum, PartialEpoch, ResumeError, StopState};
+use crate::train::resume::{self, LoopState, NormSum, PartialEpoch, ResumeError, ScaleState, StopState};
 use crate::train::schedule::lr_at;
 use crate::train::strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
 use crate::train::update::Update;
@@ -285,8 +285,19 @@ fn run<'scope, 'env>(
     // Recorded in checkpoints (a resume on other rows is refused): read only
     // by a run that checkpoints.
     let data_origin = checkpoint_path.is_some().then(|| resume::DataOrigin::of(spec, data));
-    let batching =
-        resume::Batching { batch: batch_size, accumulate: t.accumulate.value, devices: settings.replicas.len() + 1 };
+    // What every checkpoint of this run records alike; each save adds where
+    // the loop stands (`loop_state`).
+    let run_record = LoopState {
+        loss: Some(loss_kind.written()),
+        model: resume::describe_model(&spec.model),
+        data: data_origin,
+        batching: Some(resume::Batching {
+            batch: batch_size,
+            accumulate: t.accumulate.value,
+            devices: settings.replicas.len() + 1,
+        }),
+        ..LoopState::new(0, 0, optimizer_name, 0, 0)
+    };
     let writer = match (checkpoint, &checkpoint_path) {
         (Some(c), Some(path)) => Some(CheckpointWriter::try_spawn_with_keep(c.keep).map_err(|source| {
             TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io { path: path.clone(), source })
@@ -452,16 +463,11 @@ fn run<'scope, 'env>(
         if done == 0 && settings.stop.as_ref().is_some_and(|stop| stop.load(Ordering::SeqCst)) {
             let mut saved = None;
             if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
-                let mut state = loop_state(epoch - 1, steps_taken, optimizer_name, &order_rng, &dropout_rng);
+                let early_stop = stopper.as_ref().map(|s| s.state());
+                let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
+                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
                 // The order generator as the epoch found it, before its shuffle.
                 state.order_rng = order_state;
-                state.loss = Some(loss_written.clone());
-                state.early_stop = stopper.as_ref().map(|s| s.state());
-                state.loss_scale = engine.loss_scale();
-                state.history = history.clone();
-                state.model = resume::describe_model(&spec.model);
-                state.data = data_origin.clone();
-                state.batching = Some(batching);
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 discard_once(&mut discard_old, path, keep, on_event);
                 saved = save_at_stop(writer, path, snapshot, &model_hash, on_event);
@@ -541,14 +547,9 @@ fn run<'scope, 'env>(
                 };
                 let mut saved = None;
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
-                    let mut state = loop_state(epoch - 1, steps_taken, optimizer_name, &order_rng, &dropout_rng);
-                    state.loss = Some(loss_written.clone());
-                    state.early_stop = stopper.as_ref().map(|s| s.state());
-                    state.loss_scale = engine.loss_scale();
-                    state.history = history.clone();
-                    state.model = resume::describe_model(&spec.model);
-                    state.data = data_origin.clone();
-                    state.batching = Some(batching);
+                    let early_stop = stopper.as_ref().map(|s| s.state());
+                    let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
+                    let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
                     discard_once(&mut discard_old, path, keep, on_event);
@@ -661,15 +662,10 @@ fn run<'scope, 'env>(
         if let (Some(c), Some(rule), Some(writer), Some(path)) = (checkpoint, &checkpointing, &writer, &checkpoint_path)
         {
             if rule.due(epoch, last_epoch, stopped_early) {
-                let mut state = loop_state(epoch, steps_taken, optimizer_name, &order_rng, &dropout_rng);
-                state.loss = Some(loss_written.clone());
-                state.early_stop = stopper.as_ref().map(|s| s.state());
+                let early_stop = stopper.as_ref().map(|s| s.state());
+                let at = (epoch, steps_taken, &order_rng, &dropout_rng);
+                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
                 state.stopped_early = stopped_early;
-                state.loss_scale = engine.loss_scale();
-                state.history = history.clone();
-                state.model = resume::describe_model(&spec.model);
-                state.data = data_origin.clone();
-                state.batching = Some(batching);
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 discard_once(&mut discard_old, path, keep, on_event);
@@ -904,8 +900,26 @@ fn save_at_stop(
     done.this.is_ok().then(|| path.to_path_buf())
 }
 
-fn loop_state(epoch: usize, steps: u64, optimizer: &str, order: &Rng, dropout: &Rng) -> LoopState {
-    LoopState::new(epoch, steps, optimizer, order.state(), dropout.state())
+/// The run's record (`run_record`) at where the loop stands: the last
+/// finished epoch, the optimizer steps taken, the order and dropout
+/// generators, early stopping's and the loss scaler's progress, the history.
+fn loop_state(
+    run: &LoopState,
+    (epoch, steps, order, dropout): (usize, u64, &Rng, &Rng),
+    early_stop: Option<StopState>,
+    loss_scale: Option<ScaleState>,
+    history: &[EpochRecord],
+) -> LoopState {
+    LoopState {
+        epoch,
+        steps,
+        order_rng: order.state(),
+        dropout_rng: dropout.state(),
+        early_stop,
+        loss_scale,
+        history: history.to_vec(),
+        ..run.clone()
+    }
 }
 
 /// The spec's metrics, or the usual ones for the task when it names none.

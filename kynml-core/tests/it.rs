@@ -2753,6 +2753,15 @@ fn a_sequence_model_and_its_data_must_match() {
     assert!(t.contains(":3: column 1 (`x`)") && t.contains("its value 3 is \"b\""), "{t}");
     let t = load(&spec, Some("x,label,y\n1 2,a,3 4\n1 2,a,3 4 5\n"));
     assert!(t.contains(":3: `x` holds 2 values and `y` 3"), "{t}");
+    // Commas and semicolons separate two values: with nothing between them,
+    // or at an end, a value is missing (it read as a shorter sequence).
+    let t = load(&spec, Some("x,label,y\n\"1, 2\",a,3 4\n\"1,,2\",a,\"3,4,5\"\n"));
+    assert!(t.contains(":3: column 1 (`x`) misses its value 2"), "{t}");
+    let t = load(&spec, Some("x,label,y\n1 2,a,3 4\n\"1 ; 2\",a,\"3,4,\"\n"));
+    assert!(t.contains(":3: column 3 (`y`) misses its value 3"), "{t}");
+    let t = load(&spec, Some("x,label,y\n\",1\",a,3 4\n"));
+    assert!(t.contains(":2: column 1 (`x`) misses its value 1"), "{t}");
+    assert_eq!(load(&spec, Some("x,label,y\n\"1, 2\",a,\"3;4\"\n\" 1 ,2 \",b,3  4\n,a,\n")), "ok");
     let t = load(&spec, Some("x,label,y,z\n1 2,a,3 4,5\n"));
     assert!(t.contains("column 4 (`z`) is a feature beside the sequence `x`, `y`"), "{t}");
 }

@@ -95,24 +95,36 @@ impl SequenceColumns {
         for (c, cell) in cells.iter().enumerate() {
             let (line, name, column) = at(c);
             let mut n = 0;
-            for item in cell.split(|ch: char| ch.is_whitespace() || ch == ',' || ch == ';') {
-                if item.is_empty() {
-                    continue;
+            // Spaces separate values, any run of them; a comma or semicolon
+            // separates two values, so `1,,3` and a trailing `1,2,` miss one
+            // (an error, as an empty numeric cell is), not a shorter sequence.
+            let listed = cell.contains([',', ';']);
+            for part in cell.split([',', ';']) {
+                let before = n;
+                for item in part.split_whitespace() {
+                    let value =
+                        item.parse::<f32>().ok().filter(|v| v.is_finite()).ok_or_else(|| DataError::SequenceValue {
+                            path: path.into(),
+                            row: line,
+                            column,
+                            column_name: name.into(),
+                            position: n + 1,
+                            value: shown(item),
+                        })?;
+                    if n < self.length {
+                        out[start + n * self.channels() + c] = value;
+                    }
+                    n += 1;
                 }
-                let value =
-                    item.parse::<f32>().ok().filter(|v| v.is_finite()).ok_or_else(|| DataError::SequenceValue {
+                if listed && n == before {
+                    return Err(DataError::SequenceGap {
                         path: path.into(),
                         row: line,
                         column,
                         column_name: name.into(),
-                        // Among the cell's values (runs of separators are one).
                         position: n + 1,
-                        value: shown(item),
-                    })?;
-                if n < self.length {
-                    out[start + n * self.channels() + c] = value;
+                    });
                 }
-                n += 1;
             }
             match held {
                 None => held = Some((n, c)),

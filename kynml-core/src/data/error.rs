@@ -309,6 +309,26 @@ pub enum DataError {
         value: String,
     },
 
+    /// A sequence cell with nothing between two commas or semicolons, or
+    /// one at its start or end: a value is missing.
+    #[error(
+        "{}:{row}: column {column} (`{column_name}`) misses its value {position}: a comma or semicolon with no \
+         number before or after it; write the missing value, or separate the values by spaces only",
+        path.display()
+    )]
+    SequenceGap {
+        /// The data file.
+        path: PathBuf,
+        /// 1-based line of the row in the file (the header is line 1).
+        row: usize,
+        /// 1-based position in the file.
+        column: usize,
+        /// The column's name in the header.
+        column_name: String,
+        /// 1-based position of the missing value in the cell.
+        position: usize,
+    },
+
     /// Two sequence columns of one row of different lengths.
     #[error(
         "{}:{row}: `{first}` holds {first_len} values and `{other}` {other_len}; each position of a sequence \

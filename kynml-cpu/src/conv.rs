@@ -26,7 +26,10 @@ impl Window {
     /// rule that out).
     pub fn out_hw(&self) -> [usize; 2] {
         let [_, h, w] = self.input;
-        let size = |n: usize, i: usize| (n + 2 * self.padding[i] - self.kernel[i]) / self.stride[i] + 1;
+        let size = |n: usize, i: usize| {
+            let span = (n + 2 * self.padding[i]).checked_sub(self.kernel[i]);
+            span.expect("the window is larger than its padded input") / self.stride[i] + 1
+        };
         [size(h, 0), size(w, 1)]
     }
 
@@ -222,7 +225,7 @@ impl Window {
 
 /// Max pooling of `x` (`rows` rows, no padding): `out` per channel and
 /// output position, and in `arg` the input index each maximum came from
-/// (the first, on a tie; a NaN wins, as in PyTorch).
+/// (the first, on a tie; a NaN wins, the window's last NaN, as in PyTorch).
 pub(crate) fn maxpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &mut [f32], arg: &mut [u32]) {
     let (size, width) = (win.input_size(), win.pooled());
     assert_eq!(win.padding, [0, 0], "max pooling takes no padding");
@@ -244,7 +247,7 @@ pub(crate) fn maxpool(team: &Team, win: &Window, x: &[f32], rows: usize, out: &m
                     for ky in 0..kh {
                         for kx in 0..kw {
                             let v = x[first + ky * w + kx];
-                            if v > b || v.is_nan() && !b.is_nan() {
+                            if v > b || v.is_nan() {
                                 (b, i) = (v, first + ky * w + kx);
                             }
                         }
@@ -470,15 +473,15 @@ mod tests {
     }
 
     #[test]
-    fn max_pooling_takes_the_first_of_ties_and_a_nan_first() {
+    fn max_pooling_takes_the_first_of_ties_and_the_last_nan() {
         let team = Team::new(1);
         // One channel of 2x4, windows of 2x2 (stride 2): a tie in the first,
-        // NaNs in the second, the first of them at index 6.
+        // NaNs in the second at 6 and 7: the last wins (PyTorch's `val > max || isnan(val)`).
         let win = Window { input: [1, 2, 4], kernel: [2, 2], stride: [2, 2], padding: [0, 0] };
         let x = [1.0, 3.0, 0.0, 2.0, 3.0, -1.0, f32::NAN, f32::NAN];
         let (mut out, mut arg) = (vec![0.0; 2], vec![0u32; 2]);
         maxpool(&team, &win, &x, 1, &mut out, &mut arg);
-        assert_eq!(arg, [1, 6]);
+        assert_eq!(arg, [1, 7]);
         assert_eq!(out[0], 3.0);
         assert!(out[1].is_nan());
     }
@@ -513,12 +516,12 @@ mod tests {
             for n in 0..rows {
                 let x = &x[n * win.input_size()..][..win.input_size()];
                 for k in 0..width {
-                    // Row-major window order: the first largest, a NaN first.
+                    // Row-major window order: the first largest; the last NaN.
                     let mut want: Option<usize> = None;
                     for j in win.of(k) {
                         let better = match want {
                             None => true,
-                            Some(i) => x[j] > x[i] || x[j].is_nan() && !x[i].is_nan(),
+                            Some(i) => x[j] > x[i] || x[j].is_nan(),
                         };
                         if better {
                             want = Some(j);

@@ -1117,7 +1117,9 @@ impl Net {
         match clip {
             Clip::Norm(max) => {
                 let coef = max / (norm + 1e-6);
-                if coef < 1.0 {
+                // A NaN norm makes every gradient NaN, as in PyTorch and the
+                // Burn engine (`coef < 1.0` was false for it: the rest went on).
+                if coef < 1.0 || coef.is_nan() {
                     for p in params {
                         p.grad.iter_mut().for_each(|g| *g = (f64::from(*g) * coef) as f32);
                     }
@@ -1427,6 +1429,29 @@ mod tests {
         let rows = net.rows_of(x);
         net.forward(x, rows, Some(&mut FixedMask));
         loss::loss(loss, net.layers.last().unwrap().out(), net.output_width(), Targets::Values(y), None)
+    }
+
+    /// A NaN among the gradients makes their norm NaN, and clipping by it
+    /// makes every gradient NaN, as PyTorch's `clip_grad_norm_` and the Burn
+    /// engine do: the parameters the NaN did not reach do not train on.
+    #[test]
+    fn clipping_by_a_nan_norm_spreads_the_nan() {
+        let layers = [LayerConfig::Dense { units: 2, act: Act::Linear, positions: 1 }];
+        let mut net = Net::new(3, &layers);
+        net.set_clip(Some(Clip::Norm(1.0)));
+        for (i, p) in net.layers.iter_mut().flat_map(Layer::params_mut).enumerate() {
+            p.grad.iter_mut().enumerate().for_each(|(j, g)| *g = (i + j) as f32 * 0.1);
+        }
+        net.layers[0].params_mut()[0].grad[1] = f32::NAN;
+        net.clip_grads();
+        assert!(net.layers.iter().flat_map(Layer::params).all(|p| p.grad.iter().all(|g| g.is_nan())));
+        // Finite gradients over the limit are scaled to it.
+        for p in net.layers.iter_mut().flat_map(Layer::params_mut) {
+            p.grad.iter_mut().for_each(|g| *g = 3.0);
+        }
+        net.clip_grads();
+        let norm = net.layers.iter().flat_map(Layer::params).flat_map(|p| &p.grad).map(|g| g * g).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
     }
 
     /// Every parameter's gradient against a central difference of the

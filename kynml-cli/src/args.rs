@@ -115,7 +115,7 @@ pub struct PredictArgs {
     /// The same as INPUT, named.
     #[arg(long, value_name = "INPUT")]
     pub input: Option<PathBuf>,
-    /// CSV to write: one row per input row (without it, standard output).
+    /// CSV to write: one row per input row (without it, or with `-`, standard output).
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// Where to run: auto, cpu, cuda, cuda:N or wgpu.

@@ -16,20 +16,22 @@ fn load(model: &Path, device: DeviceRequest) -> Result<Predictor, Failure> {
 }
 
 pub fn predict(args: PredictArgs) -> Result<(), Failure> {
-    if let Some(output) = &args.output {
+    // `--output -` is standard output, as without `--output`.
+    let output = args.output.as_deref().filter(|p| p.as_os_str() != "-");
+    if let Some(output) = output {
         check_output(output)?;
     }
     let predictor = load(&args.model, args.device)?;
     let m = predictor.model();
     let header = predictions_header(&m.target, m.head.class_names(), m.output());
-    if let Some(output) = &args.output {
+    if let Some(output) = output {
         check_replaceable(output, args.rows(), &header)?;
     }
     let rows = m.read_rows(args.rows(), false).map_err(|e| Failure::input(format!("error: {e}")))?;
     note_unseen(&rows, m.tokens.is_some());
     let p = predictor.predict_rows(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
     let text = predictions_csv(&p, &header);
-    let Some(output) = &args.output else {
+    let Some(output) = output else {
         // A reader that stops early (`| head`) is not a failure.
         let mut out = std::io::stdout().lock();
         return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -158,7 +160,14 @@ fn note_unseen(rows: &kynml_core::data::ModelRows, text: bool) {
 /// column per class.
 fn predictions_header(target: &str, classes: &[String], width: usize) -> String {
     let header: Vec<String> = if !classes.is_empty() {
-        std::iter::once(quote(target)).chain(classes.iter().map(|c| quote(&format!("p_{c}")))).collect()
+        let probabilities: Vec<String> = classes.iter().map(|c| format!("p_{c}")).collect();
+        // A target named as a probability column (`p_yes`, a class `yes`)
+        // would give the header that name twice: the label's gets `_label`.
+        let mut label = target.to_string();
+        while probabilities.contains(&label) {
+            label += "_label";
+        }
+        std::iter::once(quote(&label)).chain(probabilities.iter().map(|p| quote(p))).collect()
     } else if width == 1 {
         vec![quote(target)]
     } else {
@@ -168,7 +177,8 @@ fn predictions_header(target: &str, classes: &[String], width: usize) -> String 
 }
 
 fn quote(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
+    // A lone `\r` ends a line for most CSV readers, as `\n` does.
+    if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.into()
@@ -194,4 +204,27 @@ fn predictions_csv(p: &Predictions, header: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_never_names_a_column_twice() {
+        let classes = ["yes".to_string(), "no".to_string()];
+        assert_eq!(predictions_header("answer", &classes, 2), "answer,p_yes,p_no");
+        // The target named as a probability column: the label column moves aside.
+        assert_eq!(predictions_header("p_yes", &classes, 2), "p_yes_label,p_yes,p_no");
+        let odd = ["yes".to_string(), "yes_label".to_string()];
+        assert_eq!(predictions_header("p_yes", &odd, 2), "p_yes_label_label,p_yes,p_yes_label");
+        assert_eq!(predictions_header("y", &[], 2), "y_0,y_1");
+    }
+
+    #[test]
+    fn a_lone_carriage_return_is_quoted() {
+        assert_eq!(quote("virgin\rica"), "\"virgin\rica\"");
+        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
+        assert_eq!(quote("plain"), "plain");
+    }
 }

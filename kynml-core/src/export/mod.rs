@@ -566,6 +566,14 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
             "ONNX files are for other runtimes; give KynML the run folder or a safetensors or burn export".into(),
         ));
     }
+    // `kynml predict rows.csv RUN`: the two arguments swapped.
+    if weights.extension().is_some_and(|e| ["csv", "tsv"].iter().any(|c| e.eq_ignore_ascii_case(c))) {
+        return Err(invalid(
+            "it is a CSV file, which holds rows, not a model; the model comes first: `kynml predict RUN ROWS.csv` \
+             (RUN a run folder or an export)"
+                .into(),
+        ));
+    }
     let sidecar_path = weights.with_extension("json");
     // Never opened: reading a named pipe would wait for a writer forever.
     for p in [&weights, &sidecar_path] {
@@ -846,8 +854,12 @@ mod tests {
     #[test]
     fn upper_case_onnx_and_mpk_names_are_told() {
         let dir = tempfile::tempdir().unwrap();
-        for (name, says) in [("m.ONNX", "ONNX files are for other runtimes"), ("m.MPK", "rename it (and nothing else)")]
-        {
+        for (name, says) in [
+            ("m.ONNX", "ONNX files are for other runtimes"),
+            ("m.MPK", "rename it (and nothing else)"),
+            // `kynml predict rows.csv RUN`: the arguments swapped.
+            ("rows.CSV", "the model comes first: `kynml predict RUN ROWS.csv`"),
+        ] {
             let path = dir.path().join(name);
             std::fs::write(&path, b"\x80").unwrap();
             let message = load(&path).map(drop).expect_err(name).to_string();

@@ -612,7 +612,7 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
     if fresh {
         // Given up at the run's first checkpoint, not before: said now.
         // The checkpoint is replaced; its older copies go (they belong to the run given up).
-        let there = checkpoint::discarded(&path, keep);
+        let there = checkpoint::discarded(&path);
         let copies: Vec<String> = there.iter().filter(|p| **p != path).map(|p| p.display().to_string()).collect();
         let mut said = Vec::new();
         if there.contains(&path) {

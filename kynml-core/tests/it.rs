@@ -357,6 +357,20 @@ fn a_fresh_start_replaces_the_discarded_runs_copies() {
     let (_, state) = file.find_checkpoint(&data).unwrap().expect("the new run's checkpoint");
     assert_eq!(state.epoch, 2, "seed {seed}");
     assert!(!copy(1).exists() && !copy(2).exists(), "seed {seed}: the discarded run's copies are gone");
+
+    // The fresh run keeping fewer copies than the one it discards: every
+    // copy goes all the same (`keep = 1` left them, and a damaged
+    // checkpoint's hint then offered the discarded run's).
+    run_to(&path, 6, true);
+    assert!(copy(1).is_file() && copy(2).is_file(), "seed {seed}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("keep=3", "keep=1")).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides { epochs: Some(2), ..Overrides::default() });
+    assert_eq!(kynml_core::checkpoint::discarded(&file.checkpoint_path().unwrap()).len(), 3, "seed {seed}");
+    let data = file.load_data().unwrap();
+    train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+    assert!(!copy(1).exists() && !copy(2).exists(), "seed {seed}: copies past the new keep are gone too");
 }
 
 /// A run that stopped early goes on when resumed under early stopping that

@@ -410,21 +410,23 @@ pub fn remove_stray_temps(path: &Path) -> Result<Vec<PathBuf>, CheckpointError> 
     Ok(removed)
 }
 
-/// Removes the checkpoint at `path` and its older copies (`path.1` ...
-/// `path.{keep-1}`), KynML checkpoints only: what a run started with
-/// `--fresh` does before its first save, so that the run it discarded
-/// neither rotates into its copies nor is offered later as one of them.
-pub fn discard(path: &Path, keep: usize) -> Result<(), CheckpointError> {
-    for file in discarded(path, keep) {
+/// Removes the checkpoint at `path` and its older copies (`path.1`,
+/// `path.2`, ..., however many an earlier `keep` left), KynML checkpoints
+/// only: what a run started with `--fresh` does before its first save, so
+/// that the run it discarded neither rotates into its copies nor is offered
+/// later as one of them.
+pub fn discard(path: &Path) -> Result<(), CheckpointError> {
+    for file in discarded(path) {
         fs::remove_file(&file).map_err(|e| io_error(&file, e))?;
     }
     Ok(())
 }
 
-/// The files [`discard`] removes now: the checkpoint at `path` and the
-/// older copies `keep` covers, those that are KynML checkpoints.
-pub fn discarded(path: &Path, keep: usize) -> Vec<PathBuf> {
-    let copies = kept_numbers(path, keep).into_iter().map(|n| numbered(path, n));
+/// The files [`discard`] removes now: the checkpoint at `path` and every
+/// older copy beside it (a lower `keep` than the discarded run's does not
+/// hide its copies), those that are KynML checkpoints.
+pub fn discarded(path: &Path) -> Vec<PathBuf> {
+    let copies = older_copies(path).into_iter();
     std::iter::once(path.to_path_buf()).chain(copies).filter(|f| f.is_file() && refuse_foreign(f).is_ok()).collect()
 }
 

@@ -305,7 +305,6 @@ fn run<'scope, 'env>(
         _ => None,
     };
     let mut checkpoint_failures = 0usize;
-    let keep = checkpoint.map_or(1, |c| c.keep);
     // A fresh start's first save removes the discarded run's checkpoints first.
     let mut discard_old = settings.fresh && settings.resume_from.is_none();
     // Held to the end of the run: no other run writes to this path meanwhile.
@@ -469,7 +468,7 @@ fn run<'scope, 'env>(
                 // The order generator as the epoch found it, before its shuffle.
                 state.order_rng = order_state;
                 let snapshot = engine.snapshot(best.as_ref(), &state);
-                discard_once(&mut discard_old, path, keep, on_event);
+                discard_once(&mut discard_old, path, on_event);
                 saved = save_at_stop(writer, path, snapshot, &model_hash, on_event);
             }
             if let Some(p) = profile.as_mut() {
@@ -552,7 +551,7 @@ fn run<'scope, 'env>(
                     let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
-                    discard_once(&mut discard_old, path, keep, on_event);
+                    discard_once(&mut discard_old, path, on_event);
                     saved = save_at_stop(writer, path, snapshot, &model_hash, on_event);
                 }
                 // What was profiled so far is the run's to keep: a slow run
@@ -668,7 +667,7 @@ fn run<'scope, 'env>(
                 state.stopped_early = stopped_early;
                 let waited = Instant::now();
                 let snapshot = engine.snapshot(best.as_ref(), &state);
-                discard_once(&mut discard_old, path, keep, on_event);
+                discard_once(&mut discard_old, path, on_event);
                 // An earlier write's failure belongs to its own epoch: this
                 // checkpoint is announced when it was handed over (or, saved
                 // synchronously, written).
@@ -874,15 +873,14 @@ impl LossSum {
 /// Before a fresh start's first save (`discard` set): removes the checkpoint
 /// at `path` and its older copies, once; a failure is reported like a
 /// failed save, and the save goes on.
-fn discard_once(discard: &mut bool, path: &std::path::Path, keep: usize, on_event: &mut dyn FnMut(TrainEvent)) {
+fn discard_once(discard: &mut bool, path: &std::path::Path, on_event: &mut dyn FnMut(TrainEvent)) {
     if std::mem::take(discard) {
-        if let Err(e) = crate::checkpoint::discard(path, keep) {
+        if let Err(e) = crate::checkpoint::discard(path) {
             on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
         }
     }
 }
 
-/// The loop's counters and generators; the caller fills in the rest.
 /// The checkpoint of a stopped run, written before the run returns: its
 /// path when it is whole. An earlier background write's failure is said on
 /// its own, since this checkpoint may still be whole.

@@ -112,6 +112,9 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         crate::render::inputs(&data),
         data.info.target,
     );
+    for note in crate::reading::float_notes(&data) {
+        println!("{note}");
+    }
     let vocabularies = render::vocabularies(&data.info);
     for line in &vocabularies {
         println!("{line}");

@@ -35,3 +35,42 @@ pub fn load_data(file: &mut SpecFile) -> Result<Dataset, LoadError> {
     bar.finish_and_clear();
     read
 }
+
+/// The feature columns whose variation 32-bit floats lose, in notes: a
+/// spread within a few float steps of the column's size (named whether or
+/// not the spec normalizes), and numbers that all read as one float.
+pub fn float_notes(data: &Dataset) -> Vec<String> {
+    let info = &data.info;
+    let mut notes = Vec::new();
+    for name in &data.collapsed {
+        notes.push(format!(
+            "note: `{name}` holds different numbers that all read as one 32-bit float: to the model it is a \
+             constant, and trains on nothing; subtract an offset from it in the data to keep its variation"
+        ));
+    }
+    // Category and token indices are names, not quantities; a sequence's
+    // positions share their column's statistics, fitted when normalizing.
+    let fitted;
+    let normalizer = match &info.normalizer {
+        Some(n) => n,
+        None if info.tokens.is_none() && info.sequence.is_none() && !data.train.features.is_empty() => {
+            fitted = kynml_core::data::Normalizer::fit(&data.train.features, info.n_features());
+            &fitted
+        }
+        None => return notes,
+    };
+    let categorical: Vec<usize> = info.categories.iter().map(|v| v.position).collect();
+    let mut named = std::collections::BTreeSet::new();
+    for c in normalizer.coarse_columns().into_iter().filter(|c| !categorical.contains(c)) {
+        let name = info.feature_names.get(c).cloned().unwrap_or_default();
+        if named.insert(name.clone()) {
+            notes.push(format!(
+                "note: `{name}` varies by about {:.3e} around {:.6e}, within a few steps of a 32-bit float there: \
+                 numbers are read as 32-bit floats, so most of its variation is lost; subtract an offset from it in \
+                 the data to keep it",
+                normalizer.std[c], normalizer.mean[c]
+            ));
+        }
+    }
+    notes
+}

@@ -164,19 +164,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     for line in render::vocabularies(&data.info) {
         println!("{line}");
     }
-    if let Some(normalizer) = &data.info.normalizer {
-        let mut named = std::collections::BTreeSet::new();
-        for c in normalizer.coarse_columns() {
-            let name = data.info.feature_names.get(c).cloned().unwrap_or_default();
-            if named.insert(name.clone()) {
-                println!(
-                    "note: `{name}` varies by about {:.3e} around {:.6e}, within a few steps of a 32-bit float \
-                     there: numbers are read as 32-bit floats, so most of its variation is lost; subtract an \
-                     offset from it in the data to keep it",
-                    normalizer.std[c], normalizer.mean[c]
-                );
-            }
-        }
+    for note in crate::reading::float_notes(&data) {
+        println!("{note}");
     }
     let memory = file.check_memory_for(&device, data.train.len())?;
     println!("{}", render::memory(&memory, &device));

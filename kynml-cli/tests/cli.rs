@@ -1142,6 +1142,27 @@ fn a_column_too_fine_for_32_bit_floats_is_named() {
         serde_json::from_str(&std::fs::read_to_string(tmp.path().join("r/data.json")).unwrap()).unwrap();
     let std = data["normalizer"]["std"][0].as_f64().unwrap();
     assert!(std > 0.01 && std < 0.1, "the spread of `a` is kept: {data}");
+
+    // Without `normalize` it is named all the same (the note hung on the
+    // normalizer), by `check` too; and a column whose numbers all read as
+    // one float (a timestamp in milliseconds, 7 apart) is named as a
+    // constant, which it had looked like.
+    let mut csv = String::from("a,b,ts,y\n");
+    for i in 0..400 {
+        let a = ((i * 37) % 11) as f64 * 0.01;
+        csv += &format!("{:.6},{},{},{}\n", 1e6 + a, i % 5, 1_700_000_000_000u64 + i * 7, (i % 5) as f64);
+    }
+    std::fs::write(tmp.path().join("d.csv"), csv).unwrap();
+    let plain = spec.replace("    normalize = true\n", "").replace("input 2", "input 3");
+    std::fs::write(tmp.path().join("s.kyn"), plain).unwrap();
+    for args in [&["check", "s.kyn"][..], &["train", "s.kyn", "--out", "r2"]] {
+        let out = kynml(args, tmp.path());
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        assert!(t.contains("note: `a` varies by about"), "{args:?}: {t}");
+        assert!(t.contains("note: `ts` holds different numbers that all read as one 32-bit float"), "{args:?}: {t}");
+        assert!(!t.contains("note: `b`") && !t.contains("note: `ts` varies"), "{args:?}: {t}");
+    }
 }
 
 /// A run folder starts empty and holds the run's own files: an export

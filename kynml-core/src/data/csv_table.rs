@@ -230,6 +230,9 @@ pub struct Table {
     /// A sequence model's columns, with the rows it cut and the longest
     /// sequence seen; its positions are all the features.
     pub sequence: Option<SequenceColumns>,
+    /// The numeric features (positions in `feature_names`) whose numbers
+    /// differ as written but all read as one 32-bit float.
+    pub collapsed: Vec<usize>,
 }
 
 /// The cells of one categorical column, trimmed, one per data row.
@@ -374,6 +377,7 @@ pub fn parse_csv_reporting(
     let mut values = Vec::new();
     let mut labels = Vec::new();
     let mut rows = 0usize;
+    let mut probes: Vec<Option<OneFloat>> = vec![None; header.len()];
     while let Some(line) = next_record(&mut reader, bytes, &mut record, path)? {
         rows += 1;
         if rows.is_multiple_of(REPORT_EVERY) {
@@ -403,7 +407,9 @@ pub fn parse_csv_reporting(
                 c.cells.push(cell.to_owned());
                 features.push(0.0);
             } else if col != target_col {
-                features.push(at.number()?);
+                let x = at.number()?;
+                OneFloat::probe(&mut probes[col], x, cell);
+                features.push(x);
             } else if opts.classification {
                 labels.push(at.label()?);
             } else {
@@ -429,7 +435,22 @@ pub fn parse_csv_reporting(
         feature_names = sequence_names(&s);
         s
     });
-    Ok(Table { path: path.into(), feature_names, target_name, features, targets, categorical, text, sequence })
+    // Feature positions: the header's columns less the target.
+    let collapsed = (probes.iter().enumerate())
+        .filter(|(_, p)| p.is_some_and(|p| p.collapsed()))
+        .map(|(col, _)| if col < target_col { col } else { col - 1 })
+        .collect();
+    Ok(Table {
+        path: path.into(),
+        feature_names,
+        target_name,
+        features,
+        targets,
+        categorical,
+        text,
+        sequence,
+        collapsed,
+    })
 }
 
 /// The features of a sequence model: `signal[0]`, or `x[0]`, `y[0]`, `x[1]`...
@@ -956,6 +977,40 @@ impl Cell<'_> {
             });
         }
         Ok(self.text.to_owned())
+    }
+}
+
+/// Whether a numeric column's numbers, all read as one 32-bit float, differ
+/// as written (`1700000000001`, `1700000000008`, ... all read as
+/// 1.7e12): such a column reads as a constant and trains on nothing. Each
+/// cell is read a second time, in f64, only while the column's floats are
+/// all the first one's.
+#[derive(Debug, Clone, Copy)]
+struct OneFloat {
+    float: f32,
+    exact: f64,
+    floats_differ: bool,
+    numbers_differ: bool,
+}
+
+impl OneFloat {
+    fn probe(probe: &mut Option<OneFloat>, x: f32, text: &str) {
+        let exact = || text.trim().parse::<f64>().unwrap_or(f64::from(x));
+        match probe {
+            None => *probe = Some(OneFloat { float: x, exact: exact(), floats_differ: false, numbers_differ: false }),
+            Some(p) if !p.floats_differ => {
+                if x != p.float {
+                    p.floats_differ = true;
+                } else if !p.numbers_differ && exact() != p.exact {
+                    p.numbers_differ = true;
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn collapsed(&self) -> bool {
+        !self.floats_differ && self.numbers_differ
     }
 }
 

@@ -183,6 +183,9 @@ pub struct Dataset {
     pub train: SplitData,
     /// The held-out validation part.
     pub valid: SplitData,
+    /// The numeric features whose numbers differ in the file but all read
+    /// as one 32-bit float (a constant to the model): said by `train`.
+    pub collapsed: Vec<String>,
 }
 
 impl Dataset {
@@ -211,6 +214,7 @@ impl Dataset {
             normalizer.apply(&mut valid.features);
             normalizer
         });
+        let collapsed = table.collapsed.iter().map(|&c| table.feature_names[c].clone()).collect();
         let info = DataInfo {
             source: table.path,
             feature_names: table.feature_names,
@@ -225,7 +229,7 @@ impl Dataset {
             train_rows: train.len(),
             valid_rows: valid.len(),
         };
-        Ok(Dataset { info, train, valid })
+        Ok(Dataset { info, train, valid, collapsed })
     }
 
     /// The number of feature columns.
@@ -347,6 +351,7 @@ mod tests {
             categorical: Vec::new(),
             text: None,
             sequence: None,
+            collapsed: Vec::new(),
         }
     }
 

@@ -154,6 +154,7 @@ mod tests {
             categorical: Vec::new(),
             text: None,
             sequence: None,
+            collapsed: Vec::new(),
         };
         Dataset::from_table(table, 0.8, false, 3).unwrap()
     }

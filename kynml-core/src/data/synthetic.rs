@@ -65,6 +65,7 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
         categorical: Vec::new(),
         text: None,
         sequence: None,
+        collapsed: Vec::new(),
     };
     Dataset::from_table(table, spec.dataset.split.value, spec.dataset.normalize, seed)
 }
@@ -108,6 +109,7 @@ fn synthetic_texts(spec: &Spec, rows: usize, seed: u64, classes: usize) -> Resul
         categorical: Vec::new(),
         text: Some(TextCells { options, cells }),
         sequence: None,
+        collapsed: Vec::new(),
     };
     Dataset::from_table(table, spec.dataset.split.value, false, seed)
 }

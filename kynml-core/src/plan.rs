@@ -189,8 +189,19 @@ impl SpecFile {
     pub fn checkpoint_at(&self, path: &Path, data: &Dataset) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {
         let Some(ckpt) = checkpoint::load(path)? else { return Ok(None) };
         let optimizer = AnyOptimizer::new(&self.spec.train.optimizer.value);
-        let state = resume::check(&ckpt, &self.spec.model, optimizer.name(), &self.spec.train.loss.value.written())?;
-        resume::check_data(&state, &resume::DataOrigin::of(&self.spec, data))?;
+        let now = resume::DataOrigin::of(&self.spec, data);
+        let state = resume::check(&ckpt, &self.spec.model, optimizer.name(), &self.spec.train.loss.value.written())
+            .map_err(|e| match e {
+                // A model bound to its data (vocabularies learned from the
+                // training rows) differs when the rows do: another seed or
+                // split is then the cause, and is said instead.
+                ResumeError::ModelMismatch { .. } => serde_json::from_value::<LoopState>(ckpt.state.clone())
+                    .ok()
+                    .and_then(|then| resume::check_data(&then, &now).err())
+                    .unwrap_or(e),
+                e => e,
+            })?;
+        resume::check_data(&state, &now)?;
         Ok(Some((ckpt, state)))
     }
 

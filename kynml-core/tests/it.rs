@@ -517,6 +517,29 @@ fn async_and_sync_saving_write_identical_files() {
     assert!(!tmp.path().join("async.ckpt.3").exists());
 }
 
+/// A text model's vocabulary is learned from its training rows: resumed
+/// under another seed it differs, and the refusal names the seed (it said
+/// "a different model", with two vocabulary hashes).
+#[test]
+fn a_text_models_checkpoint_under_another_seed_is_refused_for_the_seed() {
+    use kynml_core::train::resume::ResumeError;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = text_spec(tmp.path(), 5, " embedding 8\n global_avgpool");
+    let spec = std::fs::read_to_string(&path).unwrap() + " checkpoint = checkpoint(every_n=1, path=\"t.ckpt\")\n";
+    std::fs::write(&path, &spec).unwrap();
+    run_to(&path, 1, false);
+    let mut file = SpecFile::from_source(&path, spec.replace("seed = 5", "seed = 6")).unwrap();
+    let data = file.load_data().unwrap();
+    let err = file.find_checkpoint(&data).expect_err("refused");
+    assert!(matches!(err, ResumeError::DataMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("seed 5 (this run: 6"), "{err}");
+    // Another model is still said to be one.
+    let mut file = SpecFile::from_source(&path, spec.replace("embedding 8", "embedding 9")).unwrap();
+    let data = file.load_data().unwrap();
+    let err = file.find_checkpoint(&data).expect_err("refused");
+    assert!(matches!(err, ResumeError::ModelMismatch { .. }), "{err}");
+}
+
 #[test]
 fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
     use kynml_core::checkpoint::CheckpointError;
@@ -2344,8 +2367,9 @@ fn a_checkpoint_of_embedded_categories_needs_the_same_categories() {
     // One color renamed: five colors still, but not the same five.
     let csv = std::fs::read_to_string(tmp.path().join("data.csv")).unwrap().replace(",cyan,", ",teal,");
     std::fs::write(tmp.path().join("data.csv"), csv).unwrap();
+    // The vocabulary differs because the data does: the data is named as the cause.
     let err = found(&mut SpecFile::load(&path).unwrap()).expect_err("other categories");
-    assert!(matches!(err, ResumeError::ModelMismatch { .. }), "{err}");
+    assert!(matches!(err, ResumeError::DataChanged { .. }), "{err}");
 }
 
 #[test]

@@ -1801,6 +1801,37 @@ fn a_target_with_one_class_is_refused_at_the_loss() {
     assert!(!dir.join("run").exists(), "nothing written");
 }
 
+/// One mistyped label (`Setosa` among 50 `setosa`) makes a fourth class:
+/// the width error lists the classes' rows and names the rare one as a
+/// likely typo, instead of only asking for a wider last layer; `bce` on a
+/// binary target with one odd label likewise.
+#[test]
+fn a_class_of_one_row_is_named_as_a_likely_typo() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let csv = std::fs::read_to_string(dir.join("iris.csv")).unwrap();
+    std::fs::write(dir.join("iris.csv"), csv.replacen(",setosa", ",Setosa", 1)).unwrap();
+    let out = kynml(&["check", "iris.kyn"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("(4 classes in `species`)"), "{t}");
+    assert!(t.contains("rows of each class: `Setosa` 1, `setosa` 49, `versicolor` 50, `virginica` 50"), "{t}");
+    assert!(t.contains("`Setosa` may be a mistyped label: correct it in the data; or give the last layer 4"), "{t}");
+    // Binary: 0/1 labels and one `l`.
+    let mut csv = String::from("a,b,y\n");
+    for i in 0..60 {
+        csv += &format!("{},{},{}\n", i % 7, i % 3, if i == 17 { "l".to_string() } else { (i % 2).to_string() });
+    }
+    std::fs::write(dir.join("b.csv"), csv).unwrap();
+    let spec =
+        "dataset D:\n    source = csv(\"b.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
+                train:\n    loss = bce\n    epochs = 1\n";
+    std::fs::write(dir.join("b.kyn"), spec).unwrap();
+    let t = text(&kynml(&["check", "b.kyn"], dir));
+    assert!(t.contains("`bce` needs exactly 2 classes but `y` in `b.csv` has 3"), "{t}");
+    assert!(t.contains("`0` 30, `1` 29, `l` 1; `l` may be a mistyped label"), "{t}");
+}
+
 /// A model that ends in a `residual:` block outputs its block's width: a
 /// block of the wrong width is refused where it is written, before
 /// anything runs, and one of the right width trains.

@@ -643,6 +643,33 @@ impl SpecFile {
     }
 }
 
+/// Classes of one or two rows beside classes of many, said with every
+/// class's rows: such a class is most often a label mistyped in the data
+/// (`Setosa` among 50 `setosa`), which makes the class count wrong.
+fn rare_classes(data: &Dataset) -> Option<String> {
+    use crate::data::Labels;
+    let names = data.class_names()?;
+    let mut rows = vec![0usize; names.len()];
+    for part in [&data.train.labels, &data.valid.labels] {
+        if let Labels::Classes(labels) = part {
+            labels.iter().for_each(|&c| rows[c as usize] += 1);
+        }
+    }
+    let few: Vec<usize> = (0..names.len()).filter(|&c| rows[c] <= 2).collect();
+    if few.is_empty() || rows.iter().max().is_none_or(|&most| most < 10) {
+        return None;
+    }
+    let listed: Vec<String> = few.iter().map(|&c| format!("`{}`", names[c])).collect();
+    let (few_rows, rows_of) = if names.len() <= 12 {
+        let counted: Vec<String> = names.iter().zip(&rows).map(|(n, r)| format!("`{n}` {r}")).collect();
+        (String::new(), format!("rows of each class: {}; ", counted.join(", ")))
+    } else {
+        (" (of one or two rows each)".to_string(), String::new())
+    };
+    let (it, may) = if few.len() == 1 { ("it", "may be a mistyped label") } else { ("them", "may be mistyped labels") };
+    Some(format!("{rows_of}{}{few_rows} {may}: correct {it} in the data", listed.join(", ")))
+}
+
 /// Where the spec and its data disagree, located in the spec.
 pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnostic> {
     let mut problems = Vec::new();
@@ -703,6 +730,8 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
                 "`{}` looks like a continuous value ({classes} distinct numbers); for regression use `loss = mse`",
                 data.info.target
             ));
+        } else if let Some(rare) = rare_classes(data).filter(|_| loss.value == Loss::CrossEntropy) {
+            problem = problem.with_help(format!("{rare}; or give the last layer {classes} outputs"));
         }
         problems.push(problem);
     }
@@ -713,7 +742,10 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
                 format!("`bce` needs exactly 2 classes but `{}` in `{file}` has {classes}", data.info.target),
                 "binary loss on a non-binary target",
             )
-            .with_help("use `loss = cross_entropy` for more than two classes"),
+            .with_help(match rare_classes(data).filter(|_| classes > 2) {
+                Some(rare) => format!("{rare}; or use `loss = cross_entropy` for more than two classes"),
+                None => "use `loss = cross_entropy` for more than two classes".into(),
+            }),
         );
     }
     if let Some(problem) = batchnorm_on_lone_rows(spec, data) {

@@ -299,7 +299,7 @@ pub fn parse_csv_reporting(
     opts: &TableOptions,
     report: &mut dyn FnMut(u64, u64),
 ) -> Result<Table, DataError> {
-    let bytes = &*mac_line_breaks(bytes);
+    let bytes = &*line_ends(bytes);
     let total = bytes.len() as u64;
     // Headers and ragged rows are handled here rather than by `csv`, so that
     // every error names the line as the user sees it.
@@ -529,7 +529,7 @@ pub fn parse_model_rows(
         (None, Some(s)) => &s.columns[..],
         (None, None) => feature_names,
     };
-    let bytes = mac_line_breaks(bytes);
+    let bytes = line_ends(bytes);
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*bytes);
     let mut record = ByteRecord::new();
     let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {
@@ -788,22 +788,42 @@ fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
     None
 }
 
-/// A file whose lines end in a lone `\r` (as classic Mac OS and Excel for
-/// Mac write CSV) read as if they ended in `\n`: `csv` splits such lines,
-/// but counts only `\n` as a new line, so every row would be located on
-/// line 1 and blank lines would go unseen. A file is taken for one when its
-/// lone `\r`s outnumber its `\n`s (Excel for Mac ends rows in `\r` and
-/// lines inside a quoted cell in `\n`); only the lone `\r`s change.
-pub(crate) fn mac_line_breaks(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let (lone, lf) = line_breaks(bytes);
-    if lone == 0 || lone <= lf {
+/// Every line end of `bytes` outside quoted cells as `\n`, when the file
+/// has any `\r` that does not end a `\r\n`: `csv` splits lines at a lone
+/// `\r` but counts only `\n` as a new line, so rows after one would be
+/// located on the wrong line, and blank lines there go unseen.
+/// - a lone `\r` ends a line (classic Mac OS and Excel for Mac end rows so,
+///   and it may stray into a file of `\n`s); `\r\r` is a blank line;
+/// - `\r\r\n` ends one line: what Python's `csv.writer` writes on Windows to
+///   a file opened without `newline=''` (pandas reads it as one line end).
+///
+/// A quoted cell's own line breaks are kept as they are. Files without
+/// such a `\r` (`\n` or `\r\n` throughout) are read as they are.
+pub(crate) fn line_ends(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if line_breaks(bytes).0 == 0 {
         return std::borrow::Cow::Borrowed(bytes);
     }
-    let mut out = bytes.to_vec();
-    for i in 0..out.len() {
-        if out[i] == b'\r' && out.get(i + 1) != Some(&b'\n') {
-            out[i] = b'\n';
+    let mut out = Vec::with_capacity(bytes.len());
+    let (mut i, mut quoted) = (0, false);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                quoted = !quoted;
+                out.push(b'"');
+            }
+            b'\r' if !quoted => {
+                let run = bytes[i..].iter().take_while(|&&b| b == b'\r').count();
+                if bytes.get(i + run) == Some(&b'\n') {
+                    out.push(b'\n');
+                    i += run;
+                } else {
+                    out.extend(std::iter::repeat_n(b'\n', run));
+                    i += run - 1;
+                }
+            }
+            b => out.push(b),
         }
+        i += 1;
     }
     std::borrow::Cow::Owned(out)
 }
@@ -1262,6 +1282,16 @@ mod tests {
         let err = read(b"a,y\r1,\"p\nq\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
         let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
         assert_eq!(row, 5, "lines: header 1, the quoted cell's row 2-3, then 4 and 5");
+        // Python's csv.writer on Windows without `newline=''`: `\r\r\n`
+        // ends one line, as pandas reads it.
+        let err = read(b"a,y\r\r\n1,2\r\r\n3,4,5\r\r\n", &regression("y")).unwrap_err();
+        assert!(matches!(err, DataError::Ragged { row: 3, .. }), "{err:?}");
+        // A lone `\r` among `\n`s ends a line, and is counted as one.
+        let err = read(b"a,y\n1,2\r3,4\n5,6,7\n", &regression("y")).unwrap_err();
+        assert!(matches!(err, DataError::Ragged { row: 4, .. }), "{err:?}");
+        // A quoted cell keeps its own `\r`.
+        let table = read(b"a,y\n1,\"p\rq\"\n2,r\r3,s\n", &classes("y")).unwrap();
+        assert_eq!(table.targets.class_names().unwrap(), ["p\rq", "r", "s"]);
     }
 
     #[test]
@@ -1474,6 +1504,9 @@ mod tests {
             (b"a,x\n\n1,0\n", 2),
             (b"a,x\r\n1,0\r\n\r\n2,1\r\n", 3),
             (b"a,x\r1,0\r\r2,1\r", 3),
+            // A blank line of lone `\r`s in a file of `\n`s.
+            (b"a,x\n1,0\r\r2,1\n", 3),
+            (b"a,x\n1,0\n\r2,1\n", 3),
         ] {
             let features: &[&str] = if bytes.starts_with(b"a,") { &["a", "x"] } else { &["x"] };
             let err = model_rows(bytes, features, None).unwrap_err();
@@ -1481,6 +1514,9 @@ mod tests {
             assert_eq!(row, line, "{:?}", String::from_utf8_lossy(bytes));
             assert!(err.to_string().contains("blank line between rows"), "{err}");
         }
+        // `\r\r\n` line ends hold no blank line (it was refused at line 1).
+        let rows = model_rows(b"a,x\r\r\n1,0\r\r\n2,1\r\r\n", &["a", "x"], None).unwrap();
+        assert_eq!(rows.rows, 2);
         // An empty number in a one-column file is named, not skipped.
         let err = model_rows(b"x\n0\n\"\"\n1\n", &["x"], None).unwrap_err();
         assert!(matches!(err, DataError::NotNumeric { row: 3, .. }), "{err:?}");

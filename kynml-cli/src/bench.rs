@@ -319,12 +319,11 @@ fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, S
             let rows = usize::try_from(rows).unwrap_or(usize::MAX);
             let data = synthetic_for(&file.spec, rows, file.spec.train.seed)
                 .map_err(|e| Failure::input(format!("error: cannot make synthetic data: {e}")))?;
-            if file.spec.model.bind(&data.info).is_err() {
-                return Err(Failure::input(
-                    "error: synthetic rows are numbers or texts, and this model embeds categorical columns; \
-                     bench it on its own data (without --synthetic)"
-                        .to_string(),
-                ));
+            if let Err(e) = file.spec.model.bind(&data.info) {
+                return Err(Failure::input(format!(
+                    "error: the synthetic rows do not fit this model ({e:?}); bench it on its own data (without \
+                     --synthetic)"
+                )));
             }
             // Shaped for the spec, the data can still not fit it (one output for two classes).
             let problems = check_fit(&file.spec, &data, Path::new("the synthetic data"));

@@ -1,11 +1,12 @@
 //! Seeded synthetic data shaped for a spec, for measuring speed where the
 //! spec's own data is absent or too small (`kynml bench --synthetic ROWS`,
-//! `cargo bench`): standard-normal features and a target a model can learn,
-//! classes for a classification loss, a number for a regression loss.
+//! `cargo bench`): standard-normal features (and the dataset's categorical
+//! columns, of 12 categories each) and a target a model can learn, classes
+//! for a classification loss, a number for a regression loss.
 
 use std::path::PathBuf;
 
-use crate::data::{DataError, Dataset, Table, Targets, TextCells, TextOptions};
+use crate::data::{CategoryCells, DataError, Dataset, Table, Targets, TextCells, TextOptions};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Layer, Loss, Spec};
 
@@ -38,37 +39,70 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
         let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
         ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
     };
-    let features: Vec<f32> = (0..rows * width).map(|_| normal()).collect();
+    let mut features: Vec<f32> = (0..rows * width).map(|_| normal()).collect();
+    // The dataset's categorical columns are the last features: each holds
+    // one of CATEGORIES words, drawn evenly, and each word moves the target
+    // by its own fixed amount, so the model's embedding has something to learn.
+    let named = spec.dataset.categorical.len().min(width);
+    let first = width - named;
+    let offsets: Vec<f32> = (0..named * CATEGORIES * classes.max(1)).map(|_| normal()).collect();
+    let mut picker = SplitMix64::new(seed ^ 0xca7e_9041);
+    let mut drawn = vec![0usize; rows * named];
+    for (row, picks) in features.chunks_mut(width).zip(drawn.chunks_mut(named.max(1))) {
+        for (value, pick) in row[first..].iter_mut().zip(picks.iter_mut()) {
+            *pick = picker.below(CATEGORIES as u64) as usize;
+            *value = 0.0;
+        }
+    }
     // The target depends on the first few features only, through fixed
     // random directions: a model of any width learns it, so the loss falls
     // as in a real run, and every class is about as common as the others.
-    let used = width.min(8);
+    let used = first.min(8);
     let directions: Vec<f32> = (0..classes.max(1) * used).map(|_| normal()).collect();
-    let score = |row: &[f32], k: usize| -> f32 {
-        row[..used].iter().zip(&directions[k * used..(k + 1) * used]).map(|(x, w)| x * w).sum()
+    let score_at = |n: usize, row: &[f32], k: usize| -> f32 {
+        let plain: f32 = row[..used].iter().zip(&directions[k * used..(k + 1) * used]).map(|(x, w)| x * w).sum();
+        let picks = &drawn[n * named..(n + 1) * named];
+        let moved: f32 =
+            picks.iter().enumerate().map(|(c, &p)| offsets[(c * CATEGORIES + p) * classes.max(1) + k]).sum();
+        plain + moved
     };
+    let rows_of = || features.chunks(width).enumerate();
     let targets = if classes == 0 {
-        Targets::Regression(features.chunks(width).map(|r| score(r, 0).tanh() + r[0] * 0.5).collect())
+        let first_value = |r: &[f32]| if used > 0 { r[0] * 0.5 } else { 0.0 };
+        Targets::Regression(rows_of().map(|(n, r)| score_at(n, r, 0).tanh() + first_value(r)).collect())
     } else {
-        let indices = features
-            .chunks(width)
-            .map(|r| (0..classes).max_by(|&a, &b| score(r, a).total_cmp(&score(r, b))).unwrap_or(0) as u32)
+        let indices = rows_of()
+            .map(|(n, r)| {
+                (0..classes).max_by(|&a, &b| score_at(n, r, a).total_cmp(&score_at(n, r, b))).unwrap_or(0) as u32
+            })
             .collect();
         Targets::Classes { indices, names: (0..classes).map(|k| k.to_string()).collect() }
     };
+    let mut feature_names: Vec<String> = (0..first).map(|i| format!("f{i}")).collect();
+    feature_names.extend(spec.dataset.categorical.iter().take(named).map(|c| c.value.clone()));
+    let categorical = (spec.dataset.categorical.iter().take(named).enumerate())
+        .map(|(c, name)| CategoryCells {
+            name: name.value.clone(),
+            position: first + c,
+            cells: (0..rows).map(|n| format!("{}{}", name.value, drawn[n * named + c])).collect(),
+        })
+        .collect();
     let table = Table {
         path: PathBuf::from(format!("synthetic({rows} rows, seed {seed})")),
-        feature_names: (0..width).map(|i| format!("f{i}")).collect(),
+        feature_names,
         target_name: spec.dataset.target.value.clone(),
         features,
         targets,
-        categorical: Vec::new(),
+        categorical,
         text: None,
         sequence: None,
         collapsed: Vec::new(),
     };
     Dataset::from_table(table, spec.dataset.split.value, spec.dataset.normalize, seed)
 }
+
+/// Categories of each synthetic categorical column.
+const CATEGORIES: usize = 12;
 
 /// Words in synthetic texts.
 const WORDS: u64 = 1000;
@@ -124,6 +158,37 @@ mod tests {
              train:\n    model = M\n    data = D\n    loss = {loss}\n    optimizer = adam(lr=0.01)\n    epochs = 1\n"
         );
         crate::spec::parse_spec(&text).expect("a valid spec")
+    }
+
+    /// The dataset's categorical columns are the last features, each of 12
+    /// categories, and the model binds to them (`bench --synthetic` on a
+    /// model with `embedding` was refused).
+    #[test]
+    fn categorical_columns_are_made_for_an_embedding() {
+        let text = "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\n    categorical = [city, day]\n\
+                    model M:\n    input 4\n    embedding 3\n    dense 8 relu\n    dense 1 linear\n\
+                    train:\n    model = M\n    data = D\n    loss = mse\n    epochs = 1\n";
+        let mut s = crate::spec::parse_spec(text).expect("a valid spec");
+        let a = synthetic_for(&s, 600, 3).unwrap();
+        assert_eq!(a.info.feature_names, ["f0", "f1", "city", "day"]);
+        let vocab: Vec<(usize, usize)> = a.info.categories.iter().map(|v| (v.position, v.size())).collect();
+        // 12 categories and the reserved unseen one.
+        assert_eq!(vocab, [(2, 13), (3, 13)]);
+        s.model.bind(&a.info).expect("the model binds to the synthetic columns");
+        let b = synthetic_for(&s, 600, 3).unwrap();
+        assert_eq!(a.train.features, b.train.features, "seeded");
+        // The categories move the target: the mean target of one city's
+        // rows differs from another's by more than the plain features' noise.
+        let crate::data::Labels::Values(y) = &a.train.labels else { panic!("regression") };
+        let mut sums = [(0.0f64, 0usize); 13];
+        for (row, &t) in a.train.features.chunks(4).zip(y) {
+            let s = &mut sums[row[2] as usize];
+            (s.0, s.1) = (s.0 + f64::from(t), s.1 + 1);
+        }
+        let means: Vec<f64> = sums.iter().filter(|s| s.1 > 0).map(|s| s.0 / s.1 as f64).collect();
+        assert_eq!(means.len(), 12, "every city occurs");
+        let spread = means.iter().cloned().fold(f64::MIN, f64::max) - means.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(spread > 0.3, "{means:?}");
     }
 
     #[test]

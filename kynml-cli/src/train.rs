@@ -857,7 +857,7 @@ fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&CacheState>
     let gpu = !matches!(kind, kynml_backend::DeviceKind::Cpu { .. });
     gpu.then(|| match tunes_kernels(kind, cache) {
         true => "tuning and compiling GPU kernels (minutes on a first run)",
-        false => "loading GPU kernels",
+        false => "loading GPU kernels (tuning any the cache lacks)",
     })
 }
 
@@ -1084,7 +1084,7 @@ mod tests {
         }
         for cached in [Some(&warm), None] {
             assert!(!tunes_kernels(&gpu, cached));
-            assert_eq!(first_steps_note(&gpu, cached), Some("loading GPU kernels"));
+            assert_eq!(first_steps_note(&gpu, cached), Some("loading GPU kernels (tuning any the cache lacks)"));
         }
     }
 

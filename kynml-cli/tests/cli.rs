@@ -2174,6 +2174,12 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
         assert!(text(&out).contains("rows or fewer fit") && !text(&out).contains("panicked"), "{}", text(&out));
     }
+    // A model that embeds categorical columns gets synthetic categories (it was refused).
+    let rentals = copy_example("rentals");
+    let args = ["bench", "rentals.kyn", "--device", "cpu", "--synthetic", "600", "--steps", "2", "--rounds", "1"];
+    let out = kynml(&args, rentals.path());
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("600 synthetic rows") && text(&out).contains("samples/s"), "{}", text(&out));
 }
 
 /// `--fused` benches the optimizer's fused update and says so; RMSprop,
@@ -2243,7 +2249,7 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
         "{t}"
     );
     // No terminal here: what the first steps wait for is a plain line, once.
-    assert_eq!(t.matches("epoch 1/1: loading GPU kernels ...").count(), 1, "{t}");
+    assert_eq!(t.matches("epoch 1/1: loading GPU kernels (tuning any the cache lacks) ...").count(), 1, "{t}");
 
     // One byte changed after it was written: cleared, noted, and the run goes on.
     let tuned = root.join(tuned.unwrap());

@@ -83,7 +83,12 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                 } else {
                     "`kynml train` resumes from it (--fresh starts over)".into()
                 };
-                println!("checkpoint {}: {} of {epochs} epochs done; {next}", path.display(), state.epoch);
+                let inside = if partway && state.epoch < epochs {
+                    crate::train::partway(&file.spec, &data, &state)
+                } else {
+                    String::new()
+                };
+                println!("checkpoint {}: {} of {epochs} epochs done{inside}; {next}", path.display(), state.epoch);
                 // `cuda:all` left unresolved (no CUDA here) counts no devices.
                 let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
                     Some(DeviceSet::List(list)) => Some(list.len()),

@@ -95,11 +95,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 state.epoch,
             );
         } else {
-            // An interrupted epoch goes on from the first row it did not take.
-            let inside = state.partial.as_ref().map_or(String::new(), |p| {
-                let rows = p.rows.unwrap_or(p.steps * file.spec.train.batch.value).min(data.train.len());
-                format!(", epoch {} goes on after {rows} of its {} rows", state.epoch + 1, data.train.len())
-            });
+            let inside = partway(&file.spec, &data, state);
             println!(
                 "resume: from {} ({} of {epochs} epochs done{}{inside}; {left} to go; --fresh starts over)",
                 path.display(),
@@ -582,6 +578,16 @@ pub(crate) fn batching_changed(
              is no longer the run an uninterrupted one would have been",
             changed.join(", ")
         )
+    })
+}
+
+/// Where a checkpoint written inside an epoch goes on: `, epoch 4 goes on
+/// after 640 of its 1,200 rows`; empty for one written at an epoch's end.
+pub(crate) fn partway(spec: &kynml_core::spec::types::Spec, data: &Dataset, state: &LoopState) -> String {
+    // An interrupted epoch goes on from the first row it did not take.
+    state.partial.as_ref().map_or(String::new(), |p| {
+        let rows = p.rows.unwrap_or(p.steps * spec.train.batch.value).min(data.train.len());
+        format!(", epoch {} goes on after {rows} of its {} rows", state.epoch + 1, data.train.len())
     })
 }
 

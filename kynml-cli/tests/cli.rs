@@ -1285,6 +1285,9 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     std::fs::write(dir.join("fewer.kyn"), spec.replace("epochs = 24", &format!("epochs = {epochs_done}"))).unwrap();
     let t = text(&kynml(&["check", "fewer.kyn"], dir));
     assert!(t.contains(&format!("written partway through epoch {at}, so `kynml train` would refuse it")), "{t}");
+    // Checked as written, it says where the epoch goes on, as train does.
+    let t = text(&kynml(&["check", "spec.kyn"], dir));
+    assert!(t.contains(&format!("epochs done, epoch {at} goes on after ")) && t.contains("resumes from it"), "{t}");
     let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
     // Beside a finished run (a glob catches both), the unfinished one is

@@ -347,9 +347,15 @@ pub fn check_writable(path: &Path) -> Result<(), ExportError> {
         let reason = format!("{} is a file, so no folder can be made there", dir.display());
         return Err(ExportError::Unwritable { path: path.into(), reason });
     }
+    let folder = parent(path);
     crate::atomic_file::probe_writable(&dir).map_err(|e| ExportError::Unwritable {
         path: path.into(),
-        reason: format!("its folder {} cannot be written: {e}", dir.display()),
+        // A folder still to be made is named, with the one it would be made in.
+        reason: if dir == folder {
+            format!("its folder {} cannot be written: {e}", dir.display())
+        } else {
+            format!("its folder {} cannot be made in {}: {e}", folder.display(), dir.display())
+        },
     })
 }
 
@@ -848,6 +854,17 @@ mod tests {
             let message = result.expect_err(weights);
             assert!(message.contains(pipe) && message.contains("named pipe (FIFO)"), "{message}");
         }
+    }
+
+    /// An export whose folder is still to be made, in a folder that cannot
+    /// be written, names both (it named only the one above).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_folder_that_cannot_be_made_is_named() {
+        let message = check_writable(Path::new("/proc/kynml-nope/m.onnx")).expect_err("procfs").to_string();
+        assert!(message.contains("its folder /proc/kynml-nope cannot be made in /proc:"), "{message}");
+        let message = check_writable(Path::new("/proc/m.onnx")).expect_err("procfs").to_string();
+        assert!(message.contains("its folder /proc cannot be written:"), "{message}");
     }
 
     /// Extensions are told apart whatever their case, as the export's check does.

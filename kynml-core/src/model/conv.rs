@@ -177,6 +177,13 @@ impl Kind for ConvSpec {
         s
     }
 
+    /// The padding as its number, however written: `padding=same` and
+    /// `padding=1` (kernel 3) are one model, and checkpoints recorded the
+    /// number before `same` was echoed.
+    fn fingerprint(&self) -> String {
+        ConvSpec { same: false, ..*self }.describe()
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         let needs = if self.dims == 1 { "CxL (channels x length)" } else { "CxHxW (channels x height x width)" };
         if input.is_sequence() {

@@ -703,4 +703,11 @@ fn padding_same_is_described_as_written() {
     assert_eq!(described("conv2d 4 5 relu padding=same"), ("conv2d 4 5 relu padding=same".into(), 2));
     assert_eq!(described("conv2d 4 3 relu padding=1"), ("conv2d 4 3 relu padding=1".into(), 1));
     assert_eq!(described("conv2d 4 3 relu"), ("conv2d 4 3 relu".into(), 0));
+    // One model however written: a checkpoint's fingerprint holds the number
+    // (checkpoints written before `same` was echoed resume).
+    let hash = |conv: &str| crate::train::resume::model_hash(&ok(&model(conv)).model);
+    assert_eq!(hash("conv2d 4 3 relu padding=same"), hash("conv2d 4 3 relu padding=1"));
+    let residual = |conv: &str| format!("residual:\n  {conv}\n  conv2d 1 3 relu padding=1");
+    assert_eq!(hash(&residual("conv2d 4 3 relu padding=same")), hash(&residual("conv2d 4 3 relu padding=1")));
+    assert_ne!(hash("conv2d 4 3 relu padding=same"), hash("conv2d 4 3 relu"));
 }

@@ -96,10 +96,12 @@ impl SequenceColumns {
             let (line, name, column) = at(c);
             let mut n = 0;
             // Spaces separate values, any run of them; a comma or semicolon
-            // separates two values, so `1,,3` and a trailing `1,2,` miss one
-            // (an error, as an empty numeric cell is), not a shorter sequence.
+            // separates two values, so `1,,3` and `,1` miss one (an error,
+            // as an empty numeric cell is), not a shorter sequence. One at
+            // the end (`1,2,3,`, as a loop that writes `v,` leaves) ends it.
             let listed = cell.contains([',', ';']);
-            for part in cell.split([',', ';']) {
+            let trimmed = cell.trim_end().strip_suffix([',', ';']).unwrap_or(cell);
+            for part in trimmed.split([',', ';']) {
                 let before = n;
                 for item in part.split_whitespace() {
                     let value =
@@ -789,44 +791,79 @@ fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
 }
 
 /// Every line end of `bytes` outside quoted cells as `\n`, when the file
-/// has any `\r` that does not end a `\r\n`: `csv` splits lines at a lone
-/// `\r` but counts only `\n` as a new line, so rows after one would be
+/// has a `\r` there that does not end a `\r\n`: `csv` splits lines at a
+/// lone `\r` but counts only `\n` as a new line, so rows after one would be
 /// located on the wrong line, and blank lines there go unseen.
 /// - a lone `\r` ends a line (classic Mac OS and Excel for Mac end rows so,
 ///   and it may stray into a file of `\n`s); `\r\r` is a blank line;
 /// - `\r\r\n` ends one line: what Python's `csv.writer` writes on Windows to
 ///   a file opened without `newline=''` (pandas reads it as one line end).
 ///
-/// A quoted cell's own line breaks are kept as they are. Files without
-/// such a `\r` (`\n` or `\r\n` throughout) are read as they are.
+/// A quoted cell (one whose first byte is `"`, as `csv` takes them) keeps
+/// its own line breaks, except in a file of lone `\r`s (more of them than
+/// `\n`s), whose quoted lines end in them too. Other files are read as
+/// they are, without a copy.
 pub(crate) fn line_ends(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    if line_breaks(bytes).0 == 0 {
+    let (lone, lf) = line_breaks(bytes);
+    let mac = lone > lf;
+    if lone == 0 || !rewrite_line_ends(bytes, mac, None) {
         return std::borrow::Cow::Borrowed(bytes);
     }
     let mut out = Vec::with_capacity(bytes.len());
-    let (mut i, mut quoted) = (0, false);
-    while i < bytes.len() {
-        match bytes[i] {
-            b'"' => {
-                quoted = !quoted;
-                out.push(b'"');
-            }
-            b'\r' if !quoted => {
-                let run = bytes[i..].iter().take_while(|&&b| b == b'\r').count();
-                if bytes.get(i + run) == Some(&b'\n') {
-                    out.push(b'\n');
-                    i += run;
-                } else {
-                    out.extend(std::iter::repeat_n(b'\n', run));
-                    i += run - 1;
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
+    rewrite_line_ends(bytes, mac, Some(&mut out));
     std::borrow::Cow::Owned(out)
 }
+
+/// [`line_ends`]' pass: writes the file to `out`, or, without one, stops at
+/// the first byte it would change. Whether any changes.
+fn rewrite_line_ends(bytes: &[u8], mac: bool, mut out: Option<&mut Vec<u8>>) -> bool {
+    let (mut i, mut quoted, mut cell_start, mut changed) = (0, false, true, false);
+    while i < bytes.len() {
+        let b = bytes[i];
+        // What `bytes[i..i + used]` becomes.
+        let (emit, used): (&[u8], usize) = if quoted {
+            match b {
+                b'"' if bytes.get(i + 1) == Some(&b'"') => (b"\"\"", 2),
+                b'"' => {
+                    quoted = false;
+                    (b"\"", 1)
+                }
+                b'\r' if mac && bytes.get(i + 1) != Some(&b'\n') => (b"\n", 1),
+                _ => (&bytes[i..=i], 1),
+            }
+        } else {
+            let start = std::mem::replace(&mut cell_start, matches!(b, b',' | b'\n' | b'\r'));
+            match b {
+                b'"' if start => {
+                    quoted = true;
+                    (b"\"", 1)
+                }
+                b'\r' => {
+                    let run = bytes[i..].iter().take_while(|&&b| b == b'\r').count();
+                    if bytes.get(i + run) == Some(&b'\n') {
+                        (b"\n", run + 1)
+                    } else {
+                        (NEWLINES.get(..run).unwrap_or(b"\n"), if run <= NEWLINES.len() { run } else { 1 })
+                    }
+                }
+                _ => (&bytes[i..=i], 1),
+            }
+        };
+        if emit != &bytes[i..i + used] {
+            changed = true;
+        }
+        match out.as_deref_mut() {
+            Some(out) => out.extend_from_slice(emit),
+            None if changed => return true,
+            None => {}
+        }
+        i += used;
+    }
+    changed
+}
+
+/// Line ends for a run of lone `\r`s, a few at a time.
+const NEWLINES: &[u8] = b"\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n";
 
 /// The `\r`s not followed by `\n`, and the `\n`s, of `bytes`.
 pub(crate) fn line_breaks(bytes: &[u8]) -> (usize, usize) {
@@ -1282,6 +1319,15 @@ mod tests {
         let err = read(b"a,y\r1,\"p\nq\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
         let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
         assert_eq!(row, 5, "lines: header 1, the quoted cell's row 2-3, then 4 and 5");
+        // Its quoted lines may end in `\r` too: still a line each.
+        let err = read(b"a,y\r1,\"p\rq\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
+        assert!(matches!(err, DataError::Ragged { row: 5, .. }), "{err:?}");
+        // A `"` inside a cell (`55"`, inches) opens no quoted cell: the line
+        // ends after it are read as any others.
+        let err = read(b"a,y\r\r\n1,55\"\r\r\n2,r\r\r\n3,s,t\r\r\n", &classes("y")).unwrap_err();
+        assert!(matches!(err, DataError::Ragged { row: 4, .. }), "{err:?}");
+        let err = read(b"a,y\r1,55\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
+        assert!(matches!(err, DataError::Ragged { row: 4, .. }), "{err:?}");
         // Python's csv.writer on Windows without `newline=''`: `\r\r\n`
         // ends one line, as pandas reads it.
         let err = read(b"a,y\r\r\n1,2\r\r\n3,4,5\r\r\n", &regression("y")).unwrap_err();

@@ -319,11 +319,10 @@ fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, S
             let rows = usize::try_from(rows).unwrap_or(usize::MAX);
             let data = synthetic_for(&file.spec, rows, file.spec.train.seed)
                 .map_err(|e| Failure::input(format!("error: cannot make synthetic data: {e}")))?;
-            if let Err(e) = file.spec.model.bind(&data.info) {
-                return Err(Failure::input(format!(
-                    "error: the synthetic rows do not fit this model ({e:?}); bench it on its own data (without \
-                     --synthetic)"
-                )));
+            // The spec's own blocks disagree (an `embedding` with no
+            // categorical column declared): located, as with real data.
+            if let Err(why) = file.spec.model.bind(&data.info) {
+                return Err(file.unbound_error(why).into());
             }
             // Shaped for the spec, the data can still not fit it (one output for two classes).
             let problems = check_fit(&file.spec, &data, Path::new("the synthetic data"));

@@ -1833,6 +1833,17 @@ fn a_class_of_one_row_is_named_as_a_likely_typo() {
     let t = text(&kynml(&["check", "b.kyn"], dir));
     assert!(t.contains("`bce` needs exactly 2 classes but `y` in `b.csv` has 3"), "{t}");
     assert!(t.contains("`0` 30, `1` 29, `l` 1; `l` may be a mistyped label"), "{t}");
+    // A rare class the model could not do without (two classes, one of two
+    // rows, and one output): no typo is suggested.
+    let mut csv = String::from("a,b,y\n");
+    for i in 0..60 {
+        csv += &format!("{},{},{}\n", i % 7, i % 3, u8::from(i % 30 == 1));
+    }
+    std::fs::write(dir.join("b.csv"), csv).unwrap();
+    std::fs::write(dir.join("b.kyn"), spec.replace("loss = bce", "loss = cross_entropy")).unwrap();
+    let t = text(&kynml(&["check", "b.kyn"], dir));
+    assert!(t.contains("has 1 output(s) but `cross_entropy` needs one output per class (2 classes"), "{t}");
+    assert!(!t.contains("mistyped"), "{t}");
 }
 
 /// A model that ends in a `residual:` block outputs its block's width: a

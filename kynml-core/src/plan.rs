@@ -190,12 +190,13 @@ impl SpecFile {
         let Some(ckpt) = checkpoint::load(path)? else { return Ok(None) };
         let optimizer = AnyOptimizer::new(&self.spec.train.optimizer.value);
         let now = resume::DataOrigin::of(&self.spec, data);
+        let bound = !data.info.categories.is_empty() || data.info.tokens.is_some();
         let state = resume::check(&ckpt, &self.spec.model, optimizer.name(), &self.spec.train.loss.value.written())
             .map_err(|e| match e {
                 // A model bound to its data (vocabularies learned from the
                 // training rows) differs when the rows do: another seed or
                 // split is then the cause, and is said instead.
-                ResumeError::ModelMismatch { .. } => serde_json::from_value::<LoopState>(ckpt.state.clone())
+                ResumeError::ModelMismatch { .. } if bound => serde_json::from_value::<LoopState>(ckpt.state.clone())
                     .ok()
                     .and_then(|then| resume::check_data(&then, &now).err())
                     .unwrap_or(e),
@@ -581,6 +582,12 @@ impl SpecFile {
         Err(error)
     }
 
+    /// [`Self::load_data`]'s error for a model that does not fit its data's
+    /// categorical columns or text, for data made otherwise (`bench --synthetic`).
+    pub fn unbound_error(&self, why: Unbound) -> LoadError {
+        self.located(vec![self.unbound(why)])
+    }
+
     /// The located message for a model that does not fit the data's categorical columns.
     fn unbound(&self, why: Unbound) -> Diagnostic {
         let (model, data) = (&self.spec.model, &self.spec.dataset);
@@ -644,9 +651,10 @@ impl SpecFile {
 }
 
 /// Classes of one or two rows beside classes of many, said with every
-/// class's rows: such a class is most often a label mistyped in the data
+/// class's rows, when without them the classes are the `fits` the model
+/// takes: such a class is most often a label mistyped in the data
 /// (`Setosa` among 50 `setosa`), which makes the class count wrong.
-fn rare_classes(data: &Dataset) -> Option<String> {
+fn rare_classes(data: &Dataset, fits: usize) -> Option<String> {
     use crate::data::Labels;
     let names = data.class_names()?;
     let mut rows = vec![0usize; names.len()];
@@ -656,10 +664,13 @@ fn rare_classes(data: &Dataset) -> Option<String> {
         }
     }
     let few: Vec<usize> = (0..names.len()).filter(|&c| rows[c] <= 2).collect();
-    if few.is_empty() || rows.iter().max().is_none_or(|&most| most < 10) {
+    if few.is_empty() || fits < 2 || names.len() - few.len() != fits || rows.iter().max().is_none_or(|&m| m < 10) {
         return None;
     }
-    let listed: Vec<String> = few.iter().map(|&c| format!("`{}`", names[c])).collect();
+    let mut listed: Vec<String> = few.iter().take(8).map(|&c| format!("`{}`", names[c])).collect();
+    if few.len() > 8 {
+        listed.push(format!("{} more", few.len() - 8));
+    }
     let (few_rows, rows_of) = if names.len() <= 12 {
         let counted: Vec<String> = names.iter().zip(&rows).map(|(n, r)| format!("`{n}` {r}")).collect();
         (String::new(), format!("rows of each class: {}; ", counted.join(", ")))
@@ -730,7 +741,7 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
                 "`{}` looks like a continuous value ({classes} distinct numbers); for regression use `loss = mse`",
                 data.info.target
             ));
-        } else if let Some(rare) = rare_classes(data).filter(|_| loss.value == Loss::CrossEntropy) {
+        } else if let Some(rare) = rare_classes(data, units).filter(|_| loss.value == Loss::CrossEntropy) {
             problem = problem.with_help(format!("{rare}; or give the last layer {classes} outputs"));
         }
         problems.push(problem);
@@ -742,7 +753,7 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
                 format!("`bce` needs exactly 2 classes but `{}` in `{file}` has {classes}", data.info.target),
                 "binary loss on a non-binary target",
             )
-            .with_help(match rare_classes(data).filter(|_| classes > 2) {
+            .with_help(match rare_classes(data, 2).filter(|_| classes > 2) {
                 Some(rare) => format!("{rare}; or use `loss = cross_entropy` for more than two classes"),
                 None => "use `loss = cross_entropy` for more than two classes".into(),
             }),

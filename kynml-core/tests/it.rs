@@ -363,6 +363,8 @@ fn a_fresh_start_replaces_the_discarded_runs_copies() {
     // checkpoint's hint then offered the discarded run's).
     run_to(&path, 6, true);
     assert!(copy(1).is_file() && copy(2).is_file(), "seed {seed}");
+    // A copy kept by hand under another number is not the rotation's.
+    std::fs::copy(copy(2), copy(20261127)).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, text.replace("keep=3", "keep=1")).unwrap();
     let mut file = SpecFile::load(&path).unwrap();
@@ -371,6 +373,7 @@ fn a_fresh_start_replaces_the_discarded_runs_copies() {
     let data = file.load_data().unwrap();
     train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
     assert!(!copy(1).exists() && !copy(2).exists(), "seed {seed}: copies past the new keep are gone too");
+    assert!(copy(20261127).is_file(), "seed {seed}: the copy kept by hand stays");
 }
 
 /// A run that stopped early goes on when resumed under early stopping that

@@ -422,11 +422,15 @@ pub fn discard(path: &Path) -> Result<(), CheckpointError> {
     Ok(())
 }
 
-/// The files [`discard`] removes now: the checkpoint at `path` and every
-/// older copy beside it (a lower `keep` than the discarded run's does not
-/// hide its copies), those that are KynML checkpoints.
+/// The files [`discard`] removes now: the checkpoint at `path` and the
+/// older copies rotation left beside it, `path.1`, `path.2`, ... up to the
+/// first number missing (a lower `keep` than the discarded run's does not
+/// hide its copies; a `path.20261127` kept by hand is not one), those that
+/// are KynML checkpoints.
 pub fn discarded(path: &Path) -> Vec<PathBuf> {
-    let copies = older_copies(path).into_iter();
+    let numbers = kept_numbers(path, usize::MAX);
+    let rotated = numbers.iter().enumerate().take_while(|&(i, &n)| n == i + 1).count();
+    let copies = numbers[..rotated].iter().map(|&n| numbered(path, n));
     std::iter::once(path.to_path_buf()).chain(copies).filter(|f| f.is_file() && refuse_foreign(f).is_ok()).collect()
 }
 

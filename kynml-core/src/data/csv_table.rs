@@ -301,14 +301,15 @@ pub fn parse_csv_reporting(
     opts: &TableOptions,
     report: &mut dyn FnMut(u64, u64),
 ) -> Result<Table, DataError> {
-    let bytes = &*line_ends(bytes);
+    let ends = line_ends(bytes);
+    let bytes = &*ends.bytes;
     let total = bytes.len() as u64;
     // Headers and ragged rows are handled here rather than by `csv`, so that
     // every error names the line as the user sees it.
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(bytes);
     let mut record = ByteRecord::new();
 
-    let Some(header_line) = next_record(&mut reader, bytes, &mut record, path)? else {
+    let Some(header_line) = next_record(&mut reader, &ends, &mut record, path)? else {
         return Err(DataError::Empty { path: path.into(), needed: crate::data::split::MIN_ROWS });
     };
     let header = header_names(&record, path, header_line)?;
@@ -380,7 +381,7 @@ pub fn parse_csv_reporting(
     let mut labels = Vec::new();
     let mut rows = 0usize;
     let mut probes: Vec<Option<OneFloat>> = vec![None; header.len()];
-    while let Some(line) = next_record(&mut reader, bytes, &mut record, path)? {
+    while let Some(line) = next_record(&mut reader, &ends, &mut record, path)? {
         rows += 1;
         if rows.is_multiple_of(REPORT_EVERY) {
             report(reader.position().byte(), total);
@@ -531,10 +532,10 @@ pub fn parse_model_rows(
         (None, Some(s)) => &s.columns[..],
         (None, None) => feature_names,
     };
-    let bytes = line_ends(bytes);
-    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*bytes);
+    let text = line_ends(bytes);
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*text.bytes);
     let mut record = ByteRecord::new();
-    let Some(header_line) = next_record(&mut reader, &bytes, &mut record, path)? else {
+    let Some(header_line) = next_record(&mut reader, &text, &mut record, path)? else {
         return Err(DataError::Empty { path: path.into(), needed: 1 });
     };
     let header = header_names(&record, path, header_line)?;
@@ -599,8 +600,8 @@ pub fn parse_model_rows(
     // Predictions are written one line a row, in order; `eval` (which needs
     // the target) only sums the rows, so it skips blank lines as training does.
     let next = |reader: &mut csv::Reader<&[u8]>, record: &mut ByteRecord| match need_target {
-        true => next_record(reader, &bytes, record, path),
-        false => next_row(reader, &bytes, record, path, header.len()),
+        true => next_record(reader, &text, record, path),
+        false => next_row(reader, &text, record, path, header.len()),
     };
     while let Some(line) = next(&mut reader, &mut record)? {
         check_width(&record, header.len(), path, line)?;
@@ -662,10 +663,11 @@ pub fn parse_model_rows(
 /// quote runs on to the end of the file is an error at that quote.
 fn next_record(
     reader: &mut csv::Reader<&[u8]>,
-    bytes: &[u8],
+    text: &LineEnds<'_>,
     record: &mut ByteRecord,
     path: &Path,
 ) -> Result<Option<usize>, DataError> {
+    let bytes = &*text.bytes;
     loop {
         let more =
             reader.read_byte_record(record).map_err(|err| DataError::Io { path: path.into(), source: err.into() })?;
@@ -674,7 +676,7 @@ fn next_record(
         }
         let blank = record.len() == 1 && record[0].iter().all(u8::is_ascii_whitespace);
         if !blank {
-            let line = record.position().map_or(0, |p| true_line(bytes, p));
+            let line = record.position().map_or(0, |p| true_line(text, p));
             check_quotes(reader, bytes, record, path, line)?;
             return Ok(Some(line));
         }
@@ -687,11 +689,12 @@ fn next_record(
 /// empty cell (`""`) is a row. Blank lines at the end of the file are fine.
 fn next_row(
     reader: &mut csv::Reader<&[u8]>,
-    bytes: &[u8],
+    text: &LineEnds<'_>,
     record: &mut ByteRecord,
     path: &Path,
     width: usize,
 ) -> Result<Option<usize>, DataError> {
+    let bytes = &*text.bytes;
     let mut blank_at = None;
     loop {
         let more =
@@ -700,7 +703,7 @@ fn next_row(
             return Ok(None);
         }
         let Some(position) = record.position().cloned() else { continue };
-        let line = true_line(bytes, &position);
+        let line = true_line(text, &position);
         // `csv` itself passes over empty lines: they are the line breaks
         // where it began reading, less the `\n` that ends the last line's
         // `\r\n` (where `csv` stops reading a line).
@@ -790,6 +793,23 @@ fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
     None
 }
 
+/// A file's bytes as `csv` reads them ([`line_ends`]), and where a quoted
+/// cell's own line ends that `csv` does not count (lone `\r`s) fall.
+pub(crate) struct LineEnds<'a> {
+    /// The file, every line end outside quoted cells a `\n` or `\r\n`.
+    pub bytes: std::borrow::Cow<'a, [u8]>,
+    /// Offsets in `bytes` of the lone `\r`s inside quoted cells: a line
+    /// each to a person's editor, none to `csv`.
+    quoted: Vec<usize>,
+}
+
+impl LineEnds<'_> {
+    /// The lines before byte `at` that `csv` does not count.
+    fn uncounted_before(&self, at: usize) -> usize {
+        self.quoted.partition_point(|&q| q < at)
+    }
+}
+
 /// Every line end of `bytes` outside quoted cells as `\n`, when the file
 /// has a `\r` there that does not end a `\r\n`: `csv` splits lines at a
 /// lone `\r` but counts only `\n` as a new line, so rows after one would be
@@ -797,53 +817,72 @@ fn unclosed_quote(bytes: &[u8]) -> Option<(usize, usize)> {
 /// - a lone `\r` ends a line (classic Mac OS and Excel for Mac end rows so,
 ///   and it may stray into a file of `\n`s); `\r\r` is a blank line;
 /// - `\r\r\n` ends one line: what Python's `csv.writer` writes on Windows to
-///   a file opened without `newline=''` (pandas reads it as one line end).
+///   a file opened without `newline=''` (pandas reads it as one line end);
+///   each `\r` more before it is one more (`\r\r\r\n` holds a blank line).
 ///
 /// A quoted cell (one whose first byte is `"`, as `csv` takes them) keeps
-/// its own line breaks, except in a file of lone `\r`s (more of them than
-/// `\n`s), whose quoted lines end in them too. Other files are read as
-/// they are, without a copy.
-pub(crate) fn line_ends(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let (lone, lf) = line_breaks(bytes);
-    let mac = lone > lf;
-    if lone == 0 || !rewrite_line_ends(bytes, mac, None) {
-        return std::borrow::Cow::Borrowed(bytes);
+/// its bytes, as pandas reads them; its lone `\r`s are counted as lines for
+/// errors. Files that need no change are read without a copy.
+pub(crate) fn line_ends(bytes: &[u8]) -> LineEnds<'_> {
+    let mut quoted = Vec::new();
+    if line_breaks(bytes).0 == 0 {
+        return LineEnds { bytes: std::borrow::Cow::Borrowed(bytes), quoted };
+    }
+    if !rewrite_line_ends(bytes, None, &mut quoted) {
+        return LineEnds { bytes: std::borrow::Cow::Borrowed(bytes), quoted };
     }
     let mut out = Vec::with_capacity(bytes.len());
-    rewrite_line_ends(bytes, mac, Some(&mut out));
-    std::borrow::Cow::Owned(out)
+    quoted.clear();
+    rewrite_line_ends(bytes, Some(&mut out), &mut quoted);
+    LineEnds { bytes: std::borrow::Cow::Owned(out), quoted }
 }
 
 /// [`line_ends`]' pass: writes the file to `out`, or, without one, stops at
-/// the first byte it would change. Whether any changes.
-fn rewrite_line_ends(bytes: &[u8], mac: bool, mut out: Option<&mut Vec<u8>>) -> bool {
-    let (mut i, mut quoted, mut cell_start, mut changed) = (0, false, true, false);
+/// the first byte it would change; notes in `quoted` where the lone `\r`s
+/// of quoted cells fall in the output. Whether anything changes.
+fn rewrite_line_ends(bytes: &[u8], mut out: Option<&mut Vec<u8>>, quoted: &mut Vec<usize>) -> bool {
+    let (mut i, mut written, mut in_quotes, mut cell_start, mut changed) = (0, 0, false, true, false);
     while i < bytes.len() {
         let b = bytes[i];
+        let run = || bytes[i..].iter().take_while(|&&b| b == b'\r').count();
         // What `bytes[i..i + used]` becomes.
-        let (emit, used): (&[u8], usize) = if quoted {
+        let (emit, used): (&[u8], usize) = if in_quotes {
             match b {
                 b'"' if bytes.get(i + 1) == Some(&b'"') => (b"\"\"", 2),
                 b'"' => {
-                    quoted = false;
+                    in_quotes = false;
                     (b"\"", 1)
                 }
-                b'\r' if mac && bytes.get(i + 1) != Some(&b'\n') => (b"\n", 1),
+                b'\r' => {
+                    // Kept; each `\r` of a run that no `\n` ends is a line.
+                    let k = run();
+                    if bytes.get(i + k) != Some(&b'\n') {
+                        quoted.extend((0..k).map(|j| written + j));
+                    }
+                    (&bytes[i..i + k], k)
+                }
                 _ => (&bytes[i..=i], 1),
             }
         } else {
             let start = std::mem::replace(&mut cell_start, matches!(b, b',' | b'\n' | b'\r'));
             match b {
                 b'"' if start => {
-                    quoted = true;
+                    in_quotes = true;
                     (b"\"", 1)
                 }
                 b'\r' => {
-                    let run = bytes[i..].iter().take_while(|&&b| b == b'\r').count();
-                    if bytes.get(i + run) == Some(&b'\n') {
-                        (b"\n", run + 1)
-                    } else {
-                        (NEWLINES.get(..run).unwrap_or(b"\n"), if run <= NEWLINES.len() { run } else { 1 })
+                    let k = run();
+                    match (k, bytes.get(i + k) == Some(&b'\n')) {
+                        // `\r\n` as it is; `\r\r\n` one line end too.
+                        (1, true) => (&bytes[i..i + 2], 2),
+                        (2, true) => (b"\r\n", 3),
+                        // Every other `\r` ends a line (those before a
+                        // `\r\r\n` too), a few at a time.
+                        (k, ended) => {
+                            let lone = if ended { k - 2 } else { k };
+                            let take = lone.min(NEWLINES.len());
+                            (&NEWLINES[..take], take)
+                        }
                     }
                 }
                 _ => (&bytes[i..=i], 1),
@@ -857,6 +896,7 @@ fn rewrite_line_ends(bytes: &[u8], mac: bool, mut out: Option<&mut Vec<u8>>) -> 
             None if changed => return true,
             None => {}
         }
+        written += emit.len();
         i += used;
     }
     changed
@@ -874,9 +914,9 @@ pub(crate) fn line_breaks(bytes: &[u8]) -> (usize, usize) {
 
 /// `csv` gives a record the position where it started reading, which is
 /// before any empty lines it skipped on the way; count those too.
-fn true_line(bytes: &[u8], position: &csv::Position) -> usize {
-    let (_, breaks) = breaks_before(bytes, position);
-    position.line() as usize + breaks.iter().filter(|&&b| b == b'\n').count()
+fn true_line(text: &LineEnds<'_>, position: &csv::Position) -> usize {
+    let (start, breaks) = breaks_before(&text.bytes, position);
+    position.line() as usize + breaks.iter().filter(|&&b| b == b'\n').count() + text.uncounted_before(start)
 }
 
 /// Where `csv` began reading a record, and the run of line breaks there
@@ -1319,9 +1359,20 @@ mod tests {
         let err = read(b"a,y\r1,\"p\nq\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
         let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
         assert_eq!(row, 5, "lines: header 1, the quoted cell's row 2-3, then 4 and 5");
-        // Its quoted lines may end in `\r` too: still a line each.
+        // Its quoted lines may end in `\r` too: still a line each, and the
+        // cell keeps its bytes, as pandas reads it, whatever the file's ends.
         let err = read(b"a,y\r1,\"p\rq\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
         assert!(matches!(err, DataError::Ragged { row: 5, .. }), "{err:?}");
+        for file in [&b"a,y\r1,\"p\rq\"\r2,r\r"[..], b"a,y\n1,\"p\rq\"\n2,r\n", b"a,y\r\n1,\"p\rq\"\r\n2,r\r"] {
+            let table = read(file, &classes("y")).unwrap();
+            assert_eq!(table.targets.class_names().unwrap(), ["p\rq", "r"], "{:?}", String::from_utf8_lossy(file));
+        }
+        // In a file of `\n`s a quoted lone `\r` is a line to an editor too.
+        let err = read(b"a,y\n1,\"p\rq\"\n2,r\n3,s,t\n", &classes("y")).unwrap_err();
+        assert!(matches!(err, DataError::Ragged { row: 5, .. }), "{err:?}");
+        // `\r\r\r\n`: a lone `\r`, then `\r\r\n`: a blank line between.
+        let err = read(b"a,y\n1,2\r\r\r\n3,4,5\n", &regression("y")).unwrap_err();
+        assert!(matches!(err, DataError::Ragged { row: 4, .. }), "{err:?}");
         // A `"` inside a cell (`55"`, inches) opens no quoted cell: the line
         // ends after it are read as any others.
         let err = read(b"a,y\r\r\n1,55\"\r\r\n2,r\r\r\n3,s,t\r\r\n", &classes("y")).unwrap_err();
@@ -1553,6 +1604,7 @@ mod tests {
             // A blank line of lone `\r`s in a file of `\n`s.
             (b"a,x\n1,0\r\r2,1\n", 3),
             (b"a,x\n1,0\n\r2,1\n", 3),
+            (b"a,x\n1,0\r\r\r\n2,1\n", 3),
         ] {
             let features: &[&str] = if bytes.starts_with(b"a,") { &["a", "x"] } else { &["x"] };
             let err = model_rows(bytes, features, None).unwrap_err();
@@ -1560,6 +1612,9 @@ mod tests {
             assert_eq!(row, line, "{:?}", String::from_utf8_lossy(bytes));
             assert!(err.to_string().contains("blank line between rows"), "{err}");
         }
+        // After a quoted lone `\r` (here in the header), one line more.
+        let err = model_rows(b"a,\"x\rq\"\n1,0\n\n2,1\n", &["a", "x\rq"], None).unwrap_err();
+        assert!(matches!(err, DataError::BlankRow { row: 4, .. }), "{err:?}");
         // `\r\r\n` line ends hold no blank line (it was refused at line 1).
         let rows = model_rows(b"a,x\r\r\n1,0\r\r\n2,1\r\r\n", &["a", "x"], None).unwrap();
         assert_eq!(rows.rows, 2);

@@ -1206,6 +1206,59 @@ fn a_stop_between_epochs_takes_no_step_of_the_next_and_resumes_bit_identical() {
     assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed run ends elsewhere");
 }
 
+/// A `checkpoint_activations` run on Burn resumes, from an epoch's end and
+/// from inside one, and ends bit-identical to a run never stopped, for an
+/// optimizer with state and under clipping, fused or not: restored optimizer
+/// state and the resumed norm sum carry the autodiff device's checkpointing
+/// mark, which Burn requires of tensors added together (the first step
+/// after such a resume panicked).
+#[test]
+fn checkpointed_activations_resume_bit_identical() {
+    use kynml_core::train::{EngineChoice, TrainEvent};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    for (i, optimizer) in ["sgd(lr=0.05, momentum=0.9)", "adamw(lr=0.01, fused=true)"].into_iter().enumerate() {
+        let spec = |ckpt: &str| {
+            let path = checkpointed_spec(tmp.path(), seed, &format!("optimizer = {optimizer}"), ckpt, false);
+            let text =
+                std::fs::read_to_string(&path).unwrap() + " checkpoint_activations = true\n clip_grad_norm = 0.5\n";
+            let named = tmp.path().join(format!("{i}-{ckpt}.kyn"));
+            std::fs::write(&named, text).unwrap();
+            named
+        };
+        let whole = spec("whole.ckpt");
+        run_to_on(&whole, 4, false, EngineChoice::Burn);
+        // Stopped at epoch 3's second step, then resumed to the end.
+        let cut = spec("cut.ckpt");
+        let mut file = SpecFile::load(&cut).unwrap();
+        file.apply(&Overrides { epochs: Some(4), ..Overrides::default() });
+        let data = file.load_data().unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let settings = TrainSettings {
+            checkpoint_path: file.checkpoint_path(),
+            stop: Some(stop.clone()),
+            engine: EngineChoice::Burn,
+            ..TrainSettings::default()
+        };
+        let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
+            if let TrainEvent::Step { epoch: 3, step: 2, .. } = event {
+                stop.store(true, Ordering::SeqCst);
+            }
+        });
+        assert!(outcome.is_err(), "seed {seed}, {optimizer}: interrupted");
+        run_to_on(&cut, 4, true, EngineChoice::Burn);
+        let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
+        assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}, {optimizer}: the resumed run ends elsewhere");
+        for f in ["whole.ckpt", "cut.ckpt"] {
+            for p in [tmp.path().join(f)].into_iter().chain((1..3).map(|n| tmp.path().join(format!("{f}.{n}")))) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
 /// An epoch interrupted at one batch size and resumed at another goes on
 /// from the first row its done steps did not take (the steps left are those
 /// of the rows left), not after as many steps of the new batch.

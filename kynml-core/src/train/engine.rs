@@ -219,8 +219,11 @@ impl Norms {
         };
         self.sum = Some(match (self.sum.take(), self.seed.take()) {
             (Some(s), _) => s + norm,
-            // As an f32 on the device: the sum of an uninterrupted run was one.
-            (None, Some(seed)) => Tensor::from_floats([seed as f32], &norm.device()) + norm,
+            // As an f32 on the device: the sum of an uninterrupted run was one
+            // (added to the norm itself, which keeps its autodiff device's
+            // checkpointing mark: a tensor made on the plain device carries
+            // none, and Burn refuses to add the two).
+            (None, Some(seed)) => norm.add_scalar(seed as f32),
             (None, None) => norm,
         });
     }

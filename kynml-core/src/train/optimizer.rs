@@ -187,8 +187,18 @@ fn host<const D: usize>(t: Tensor<Kb, D>) -> Vec<f32> {
     t.into_data().convert::<f32>().into_vec::<f32>().unwrap_or_default()
 }
 
+/// Optimizer state on `device`. On an autodiff device it is the inner
+/// tensor, as a step's own state is: Burn tags each tensor with its autodiff
+/// device's checkpointing strategy (`checkpoint_activations`) and refuses to
+/// add two of different strategies, so state made on the plain device
+/// could not meet a checkpointed run's gradients.
 fn device_tensor<const D: usize>(values: &[f32], shape: &[usize], device: &DispatchDevice) -> Tensor<Kb, D> {
-    Tensor::from_data(BurnData::new(values.to_vec(), shape.to_vec()), device)
+    let t = Tensor::from_data(BurnData::new(values.to_vec(), shape.to_vec()), device);
+    if matches!(device, DispatchDevice::Autodiff(_)) {
+        t.inner()
+    } else {
+        t
+    }
 }
 
 /// Reads a field Burn keeps private through its record item, whose fields are public.

@@ -429,9 +429,26 @@ pub fn restore(
 ) -> Result<Restored, ResumeError> {
     let state = check(ckpt, spec, optimizer.name(), loss)?;
     let model = model.with_tensors(&ckpt.tensors, MODEL_PREFIX, ad_device)?;
-    let optimizer = optimizer
+    let mut optimizer = optimizer
         .with_state(&ckpt.tensors, &model.param_names(), OPTIM_PREFIX, inner_device)
         .map_err(ResumeError::Incomplete)?;
+    // Burn tags every tensor with its autodiff device's checkpointing
+    // strategy, optimizer state included, and refuses to add two of
+    // different strategies: state read onto the plain device has none, where
+    // a `checkpoint_activations` run's gradients have Burn's balanced one.
+    // Its state is made again through the autodiff device (the first step
+    // after such a resume panicked).
+    if *ad_device != DispatchDevice::autodiff(inner_device.clone()) {
+        let names = model.param_names();
+        let shape = |name: &str| {
+            let stored = ckpt.tensors.iter().find(|t| t.name == format!("{MODEL_PREFIX}{name}"));
+            stored.map(|t| t.shape.clone()).unwrap_or_default()
+        };
+        let shapes: Vec<Vec<usize>> = names.iter().map(|(_, name)| shape(name)).collect();
+        let states = optimizer.native_states(&names, &shapes, inner_device).map_err(ResumeError::Incomplete)?;
+        let states: Vec<Option<&kynml_cpu::ParamState>> = states.iter().map(Option::as_ref).collect();
+        optimizer = optimizer.with_native_states(&names, &shapes, &states, ad_device);
+    }
     let has_best = ckpt.tensors.iter().any(|t| t.name.starts_with(BEST_PREFIX));
     let best =
         if has_best { Some(best_template.with_tensors(&ckpt.tensors, BEST_PREFIX, inner_device)?) } else { None };

@@ -188,12 +188,18 @@ impl Grads {
         let mut parts: Vec<Option<Tensor<Kb, 1>>> =
             slots.0.iter().map(|s| by_rank!(s.shape.len(), take(&mut grads, s))).collect();
         if fused {
-            let device = parts.iter().flatten().next().map(Tensor::device);
-            let Some(device) = device else { return Grads { parts: vec![None] } };
+            // Zeros for a parameter without a gradient, made from one that
+            // has one, so that they carry its checkpointing mark (Burn
+            // refuses to join tensors of two); a comparison never true, NaN
+            // or not, gives 0.
+            let Some(zero) = parts.iter().flatten().next().map(|g| g.clone().slice(0..1).lower_elem(f32::NEG_INFINITY))
+            else {
+                return Grads { parts: vec![None] };
+            };
             let whole = parts
                 .iter_mut()
                 .zip(&slots.0)
-                .map(|(g, s)| g.take().unwrap_or_else(|| Tensor::zeros([s.len()], &device)))
+                .map(|(g, s)| g.take().unwrap_or_else(|| zero.clone().float().repeat_dim(0, s.len())))
                 .collect();
             parts = vec![Some(Tensor::cat(whole, 0))];
         }

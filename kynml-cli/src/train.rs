@@ -387,7 +387,11 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     } else {
         println!(
             "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s); results in {}",
-            result.resumed_after.map_or(String::new(), |r| format!(" ({now} after resuming at {r})")),
+            result.resumed_after.map_or(String::new(), |r| match r {
+                // No epoch done: the checkpoint was written inside the first.
+                0 => " (resumed inside epoch 1)".to_string(),
+                r => format!(" ({now} after resuming at {r})"),
+            }),
             render::duration(result.seconds),
             result.samples_per_sec,
             run_dir.path.display()
@@ -998,12 +1002,20 @@ fn epoch_line(r: &EpochRecord) -> String {
 /// Ctrl-C while training: the first stops after the step in progress (with a
 /// checkpoint when the spec checkpoints), the second quits at once.
 mod ctrl_c {
-    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
     use std::sync::{Arc, OnceLock};
 
     static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
     /// The first signal that asked the run to stop.
     static SIGNAL: AtomicI32 = AtomicI32::new(0);
+    /// Who sent it (0 for the terminal's Ctrl-C) and when, in monotonic
+    /// nanoseconds: GNU `timeout` sends its signal twice, to the run and
+    /// then to its process group, microseconds apart; one request, not two.
+    static FIRST_FROM: AtomicI32 = AtomicI32::new(-1);
+    static FIRST_AT: AtomicU64 = AtomicU64::new(0);
+    /// A second signal of the same kind from the same sender sooner than
+    /// this is the first one's echo (two presses of Ctrl-C are further apart).
+    const ECHO_NS: u64 = 50_000_000;
     /// Whether the spec checkpoints: what a second signal's message says.
     static CHECKPOINTS: AtomicBool = AtomicBool::new(false);
 
@@ -1014,13 +1026,25 @@ mod ctrl_c {
         CHECKPOINTS.store(checkpoints, Ordering::SeqCst);
         let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
         // SAFETY: the handler only reads an initialised OnceLock (an atomic
-        // load), touches atomics and calls write(2) and _exit(2), which are
-        // async-signal-safe.
+        // load), touches atomics and calls clock_gettime(2), write(2) and
+        // _exit(2), which are async-signal-safe. SA_RESTART as `signal`
+        // gives on Linux; SA_SIGINFO for the sender.
         unsafe {
-            libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-            libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+            libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
         }
         flag
+    }
+
+    fn monotonic_ns() -> u64 {
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid timespec to write to; async-signal-safe.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
     }
 
     /// The exit status of a run a signal stopped: 128 and the signal's
@@ -1032,10 +1056,22 @@ mod ctrl_c {
         }
     }
 
-    extern "C" fn on_signal(signal: libc::c_int) {
+    extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
         let Some(stop) = STOP.get() else { return };
-        let _ = SIGNAL.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+        // SAFETY: the kernel passes a valid siginfo_t with SA_SIGINFO.
+        let from = if info.is_null() { -1 } else { unsafe { (*info).si_pid() } };
+        let now = monotonic_ns();
+        if SIGNAL.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            FIRST_FROM.store(from, Ordering::SeqCst);
+            FIRST_AT.store(now, Ordering::SeqCst);
+        }
         if stop.swap(true, Ordering::SeqCst) {
+            let echo = signal == SIGNAL.load(Ordering::SeqCst)
+                && from == FIRST_FROM.load(Ordering::SeqCst)
+                && now.saturating_sub(FIRST_AT.load(Ordering::SeqCst)) < ECHO_NS;
+            if echo {
+                return;
+            }
             // The checkpoint file is only ever replaced by a rename, so
             // quitting mid-write leaves the previous one whole.
             let message: &[u8] = if CHECKPOINTS.load(Ordering::SeqCst) {

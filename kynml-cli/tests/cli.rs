@@ -1242,6 +1242,13 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
                 break;
             }
         }
+        if signals == 0 {
+            // One sender, the same signal twice at once, as GNU `timeout`
+            // sends it (to the run, then to its process group).
+            let pid = child.id();
+            let twice = format!("kill {signal} {pid}; kill {signal} {pid}");
+            Command::new("sh").args(["-c", &twice]).status().unwrap();
+        }
         for _ in 0..signals {
             Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
             std::thread::sleep(Duration::from_millis(2));
@@ -1313,6 +1320,14 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     assert_eq!(out.status.code(), Some(143), "{t}");
     assert!(t.contains("terminated (SIGTERM): stopping after this step"), "{t}");
     assert!(t.contains("checkpoint written to run.ckpt") && t.contains(" train spec.kyn --out term-2\n"), "{t}");
+
+    // The same signal twice at once from one sender is one request: a stop
+    // with its checkpoint, not a quit (`timeout -s INT` quit 1 run in 8).
+    std::fs::remove_file(dir.join("run.ckpt")).unwrap();
+    let out = interrupt("-INT", 0, "echo", &[]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(130), "{t}");
+    assert!(t.contains("checkpoint written to run.ckpt") && !t.contains("quit at once"), "{t}");
 
     // Twice: out at once, and whatever is at the path is whole.
     std::fs::remove_file(dir.join("run.ckpt")).unwrap();

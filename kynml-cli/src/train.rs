@@ -387,11 +387,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     } else {
         println!(
             "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s); results in {}",
-            result.resumed_after.map_or(String::new(), |r| match r {
-                // No epoch done: the checkpoint was written inside the first.
-                0 => " (resumed inside epoch 1)".to_string(),
-                r => format!(" ({now} after resuming at {r})"),
-            }),
+            result.resumed_after.map_or(String::new(), |r| resumed_at(r, now)),
             render::duration(result.seconds),
             result.samples_per_sec,
             run_dir.path.display()
@@ -999,6 +995,16 @@ fn epoch_line(r: &EpochRecord) -> String {
     )
 }
 
+/// How a resumed run's final line says where it resumed: after `done`
+/// epochs, `now` of them trained by this run.
+fn resumed_at(done: usize, now: usize) -> String {
+    match done {
+        // No epoch done: the checkpoint was written inside the first.
+        0 => " (resumed inside epoch 1)".to_string(),
+        done => format!(" ({now} after resuming at {done})"),
+    }
+}
+
 /// Ctrl-C while training: the first stops after the step in progress (with a
 /// checkpoint when the spec checkpoints), the second quits at once.
 mod ctrl_c {
@@ -1101,6 +1107,12 @@ mod tests {
 
     fn args(line: &str) -> Vec<String> {
         line.split(' ').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_resume_inside_the_first_epoch_is_said_so() {
+        assert_eq!(resumed_at(0, 3), " (resumed inside epoch 1)");
+        assert_eq!(resumed_at(2, 3), " (3 after resuming at 2)");
     }
 
     #[test]

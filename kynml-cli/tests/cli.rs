@@ -1246,7 +1246,9 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
             // One sender, the same signal twice at once, as GNU `timeout`
             // sends it (to the run, then to its process group).
             let pid = child.id();
-            let twice = format!("kill {signal} {pid}; kill {signal} {pid}");
+            // 10 ms apart, so that the two arrive as two (at once they
+            // may merge into one pending signal, which proves nothing).
+            let twice = format!("kill {signal} {pid}; sleep 0.01; kill {signal} {pid}");
             Command::new("sh").args(["-c", &twice]).status().unwrap();
         }
         for _ in 0..signals {

@@ -741,7 +741,7 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
                 "`{}` looks like a continuous value ({classes} distinct numbers); for regression use `loss = mse`",
                 data.info.target
             ));
-        } else if let Some(rare) = rare_classes(data, units).filter(|_| loss.value == Loss::CrossEntropy) {
+        } else if let Some(rare) = (loss.value == Loss::CrossEntropy).then(|| rare_classes(data, units)).flatten() {
             problem = problem.with_help(format!("{rare}; or give the last layer {classes} outputs"));
         }
         problems.push(problem);
@@ -753,7 +753,7 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
                 format!("`bce` needs exactly 2 classes but `{}` in `{file}` has {classes}", data.info.target),
                 "binary loss on a non-binary target",
             )
-            .with_help(match rare_classes(data, 2).filter(|_| classes > 2) {
+            .with_help(match rare_classes(data, 2) {
                 Some(rare) => format!("{rare}; or use `loss = cross_entropy` for more than two classes"),
                 None => "use `loss = cross_entropy` for more than two classes".into(),
             }),

@@ -532,10 +532,10 @@ pub fn parse_model_rows(
         (None, Some(s)) => &s.columns[..],
         (None, None) => feature_names,
     };
-    let text = line_ends(bytes);
-    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*text.bytes);
+    let ends = line_ends(bytes);
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*ends.bytes);
     let mut record = ByteRecord::new();
-    let Some(header_line) = next_record(&mut reader, &text, &mut record, path)? else {
+    let Some(header_line) = next_record(&mut reader, &ends, &mut record, path)? else {
         return Err(DataError::Empty { path: path.into(), needed: 1 });
     };
     let header = header_names(&record, path, header_line)?;
@@ -600,8 +600,8 @@ pub fn parse_model_rows(
     // Predictions are written one line a row, in order; `eval` (which needs
     // the target) only sums the rows, so it skips blank lines as training does.
     let next = |reader: &mut csv::Reader<&[u8]>, record: &mut ByteRecord| match need_target {
-        true => next_record(reader, &text, record, path),
-        false => next_row(reader, &text, record, path, header.len()),
+        true => next_record(reader, &ends, record, path),
+        false => next_row(reader, &ends, record, path, header.len()),
     };
     while let Some(line) = next(&mut reader, &mut record)? {
         check_width(&record, header.len(), path, line)?;
@@ -663,11 +663,11 @@ pub fn parse_model_rows(
 /// quote runs on to the end of the file is an error at that quote.
 fn next_record(
     reader: &mut csv::Reader<&[u8]>,
-    text: &LineEnds<'_>,
+    ends: &LineEnds<'_>,
     record: &mut ByteRecord,
     path: &Path,
 ) -> Result<Option<usize>, DataError> {
-    let bytes = &*text.bytes;
+    let bytes = &*ends.bytes;
     loop {
         let more =
             reader.read_byte_record(record).map_err(|err| DataError::Io { path: path.into(), source: err.into() })?;
@@ -676,7 +676,7 @@ fn next_record(
         }
         let blank = record.len() == 1 && record[0].iter().all(u8::is_ascii_whitespace);
         if !blank {
-            let line = record.position().map_or(0, |p| true_line(text, p));
+            let line = record.position().map_or(0, |p| true_line(ends, p));
             check_quotes(reader, bytes, record, path, line)?;
             return Ok(Some(line));
         }
@@ -689,12 +689,12 @@ fn next_record(
 /// empty cell (`""`) is a row. Blank lines at the end of the file are fine.
 fn next_row(
     reader: &mut csv::Reader<&[u8]>,
-    text: &LineEnds<'_>,
+    ends: &LineEnds<'_>,
     record: &mut ByteRecord,
     path: &Path,
     width: usize,
 ) -> Result<Option<usize>, DataError> {
-    let bytes = &*text.bytes;
+    let bytes = &*ends.bytes;
     let mut blank_at = None;
     loop {
         let more =
@@ -703,7 +703,7 @@ fn next_row(
             return Ok(None);
         }
         let Some(position) = record.position().cloned() else { continue };
-        let line = true_line(text, &position);
+        let line = true_line(ends, &position);
         // `csv` itself passes over empty lines: they are the line breaks
         // where it began reading, less the `\n` that ends the last line's
         // `\r\n` (where `csv` stops reading a line).
@@ -914,9 +914,9 @@ pub(crate) fn line_breaks(bytes: &[u8]) -> (usize, usize) {
 
 /// `csv` gives a record the position where it started reading, which is
 /// before any empty lines it skipped on the way; count those too.
-fn true_line(text: &LineEnds<'_>, position: &csv::Position) -> usize {
-    let (start, breaks) = breaks_before(&text.bytes, position);
-    position.line() as usize + breaks.iter().filter(|&&b| b == b'\n').count() + text.uncounted_before(start)
+fn true_line(ends: &LineEnds<'_>, position: &csv::Position) -> usize {
+    let (start, breaks) = breaks_before(&ends.bytes, position);
+    position.line() as usize + breaks.iter().filter(|&&b| b == b'\n').count() + ends.uncounted_before(start)
 }
 
 /// Where `csv` began reading a record, and the run of line breaks there
@@ -1092,7 +1092,8 @@ struct OneFloat {
 
 impl OneFloat {
     fn probe(probe: &mut Option<OneFloat>, x: f32, text: &str) {
-        let exact = || text.trim().parse::<f64>().unwrap_or(f64::from(x));
+        // `text` is the trimmed cell that read as `x`.
+        let exact = || text.parse::<f64>().unwrap_or(f64::from(x));
         match probe {
             None => *probe = Some(OneFloat { float: x, exact: exact(), floats_differ: false, numbers_differ: false }),
             Some(p) if !p.floats_differ => {
@@ -1359,33 +1360,33 @@ mod tests {
         let err = read(b"a,y\r1,\"p\nq\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
         let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
         assert_eq!(row, 5, "lines: header 1, the quoted cell's row 2-3, then 4 and 5");
-        // Its quoted lines may end in `\r` too: still a line each, and the
-        // cell keeps its bytes, as pandas reads it, whatever the file's ends.
-        let err = read(b"a,y\r1,\"p\rq\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
-        assert!(matches!(err, DataError::Ragged { row: 5, .. }), "{err:?}");
+        // The line a ragged row is on, as an editor counts it.
+        for (file, opts, line) in [
+            // A Mac file's quoted lines may end in `\r` too: still a line each.
+            (&b"a,y\r1,\"p\rq\"\r2,r\r3,s,t\r"[..], classes("y"), 5),
+            // In a file of `\n`s a quoted lone `\r` is a line to an editor too.
+            (b"a,y\n1,\"p\rq\"\n2,r\n3,s,t\n", classes("y"), 5),
+            // `\r\r\r\n`: a lone `\r`, then `\r\r\n`: a blank line between.
+            (b"a,y\n1,2\r\r\r\n3,4,5\n", regression("y"), 4),
+            // A `"` inside a cell (`55"`, inches) opens no quoted cell: the
+            // line ends after it are read as any others.
+            (b"a,y\r\r\n1,55\"\r\r\n2,r\r\r\n3,s,t\r\r\n", classes("y"), 4),
+            (b"a,y\r1,55\"\r2,r\r3,s,t\r", classes("y"), 4),
+            // Python's csv.writer on Windows without `newline=''`: `\r\r\n`
+            // ends one line, as pandas reads it.
+            (b"a,y\r\r\n1,2\r\r\n3,4,5\r\r\n", regression("y"), 3),
+            // A lone `\r` among `\n`s ends a line, and is counted as one.
+            (b"a,y\n1,2\r3,4\n5,6,7\n", regression("y"), 4),
+        ] {
+            let err = read(file, &opts).unwrap_err();
+            let DataError::Ragged { row, .. } = err else { panic!("{err:?}") };
+            assert_eq!(row, line, "{:?}", String::from_utf8_lossy(file));
+        }
+        // A quoted cell keeps its bytes, as pandas reads it, whatever the file's ends.
         for file in [&b"a,y\r1,\"p\rq\"\r2,r\r"[..], b"a,y\n1,\"p\rq\"\n2,r\n", b"a,y\r\n1,\"p\rq\"\r\n2,r\r"] {
             let table = read(file, &classes("y")).unwrap();
             assert_eq!(table.targets.class_names().unwrap(), ["p\rq", "r"], "{:?}", String::from_utf8_lossy(file));
         }
-        // In a file of `\n`s a quoted lone `\r` is a line to an editor too.
-        let err = read(b"a,y\n1,\"p\rq\"\n2,r\n3,s,t\n", &classes("y")).unwrap_err();
-        assert!(matches!(err, DataError::Ragged { row: 5, .. }), "{err:?}");
-        // `\r\r\r\n`: a lone `\r`, then `\r\r\n`: a blank line between.
-        let err = read(b"a,y\n1,2\r\r\r\n3,4,5\n", &regression("y")).unwrap_err();
-        assert!(matches!(err, DataError::Ragged { row: 4, .. }), "{err:?}");
-        // A `"` inside a cell (`55"`, inches) opens no quoted cell: the line
-        // ends after it are read as any others.
-        let err = read(b"a,y\r\r\n1,55\"\r\r\n2,r\r\r\n3,s,t\r\r\n", &classes("y")).unwrap_err();
-        assert!(matches!(err, DataError::Ragged { row: 4, .. }), "{err:?}");
-        let err = read(b"a,y\r1,55\"\r2,r\r3,s,t\r", &classes("y")).unwrap_err();
-        assert!(matches!(err, DataError::Ragged { row: 4, .. }), "{err:?}");
-        // Python's csv.writer on Windows without `newline=''`: `\r\r\n`
-        // ends one line, as pandas reads it.
-        let err = read(b"a,y\r\r\n1,2\r\r\n3,4,5\r\r\n", &regression("y")).unwrap_err();
-        assert!(matches!(err, DataError::Ragged { row: 3, .. }), "{err:?}");
-        // A lone `\r` among `\n`s ends a line, and is counted as one.
-        let err = read(b"a,y\n1,2\r3,4\n5,6,7\n", &regression("y")).unwrap_err();
-        assert!(matches!(err, DataError::Ragged { row: 4, .. }), "{err:?}");
         // A quoted cell keeps its own `\r`.
         let table = read(b"a,y\n1,\"p\rq\"\n2,r\r3,s\n", &classes("y")).unwrap();
         assert_eq!(table.targets.class_names().unwrap(), ["p\rq", "r", "s"]);

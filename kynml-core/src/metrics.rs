@@ -39,9 +39,10 @@ pub fn rmse(pred: &[f32], target: &[f32]) -> f64 {
 /// A constant target has `SS_tot = 0`, where the ratio is undefined; as in
 /// scikit-learn (`force_finite=True`), the score is then 1.0 if every
 /// prediction is exact and 0.0 otherwise, so it stays finite and comparable.
+/// Fewer than two rows leave it undefined: NaN, as scikit-learn gives.
 pub fn r2(pred: &[f32], target: &[f32]) -> f64 {
     check_lengths(pred.len(), target.len());
-    if target.is_empty() {
+    if target.len() < 2 {
         return f64::NAN;
     }
     let mean = target.iter().map(|&t| f64::from(t)).sum::<f64>() / target.len() as f64;
@@ -191,6 +192,8 @@ mod tests {
     #[test]
     fn r2_with_a_constant_target() {
         assert_eq!(r2(&[5.0, 5.0], &[5.0, 5.0]), 1.0);
+        // One row is no spread at all: undefined, as scikit-learn says.
+        assert!(r2(&[5.0], &[5.0]).is_nan() && r2(&[4.0], &[5.0]).is_nan());
         assert_eq!(r2(&[5.0, 6.0], &[5.0, 5.0]), 0.0);
     }
 

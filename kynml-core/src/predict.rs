@@ -30,7 +30,7 @@ use burn::tensor::{Tensor, TensorData};
 use burn::DispatchDevice;
 
 use crate::data::{DataError, Labels, ModelRows};
-use crate::evaluate::{compute_metrics, Outputs};
+use crate::evaluate::{compute_metrics, predicted_classes, Outputs};
 use crate::export::{self, ExportError, ExportModel, Head};
 use crate::model::{Mode, Model};
 use crate::spec::types::{Loss, Metric};
@@ -139,6 +139,7 @@ impl Predictor {
         let mut outputs = Vec::with_capacity(n * width);
         for (c, chunk) in rows.chunks(CHUNK * width_in).enumerate() {
             self.check_indices(chunk, c * CHUNK)?;
+            self.check_finite(chunk, c * CHUNK)?;
             // One copy per chunk: normalised in place, then moved into the tensor.
             let mut x = chunk.to_vec();
             if let Some((mean, std)) = &self.model.normalizer {
@@ -173,16 +174,17 @@ impl Predictor {
             outputs.extend(y);
         }
         let probabilities = self.model.probabilities(&outputs);
-        let labels = match (&probabilities, self.model.head.class_names()) {
-            (Some(p), names) if !names.is_empty() => Some(
-                p.chunks(names.len())
-                    .map(|row| {
-                        let best = row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i);
-                        names[best].clone()
-                    })
-                    .collect(),
-            ),
-            _ => None,
+        // Decided from the logits as training and `evaluate` decide (the
+        // first of tied logits; a sigmoid's logit above 0), not from the
+        // probabilities, which f32 rounding can tie where the logits differ.
+        let labels = match &self.model.head {
+            head if head.class_names().is_empty() => None,
+            head => {
+                let loss = if matches!(head, Head::Sigmoid { .. }) { Loss::Bce } else { Loss::CrossEntropy };
+                let decided = Outputs { values: outputs.clone(), width, loss: f64::NAN };
+                let names = head.class_names();
+                Some(predicted_classes(&decided, loss).into_iter().map(|c| names[c as usize].clone()).collect())
+            }
         };
         Ok(Predictions { rows: n, outputs, width, probabilities, labels })
     }
@@ -190,6 +192,22 @@ impl Predictor {
     /// Feature `i` as an error names it.
     fn feature(&self, i: usize) -> String {
         self.model.feature_names.get(i).map_or_else(|| format!("value {}", i + 1), |n| format!("`{n}`"))
+    }
+
+    /// Every value of `rows` (the first being row `first`) is a number: NaN
+    /// only where a sequence model's positions are padded, infinities never
+    /// (a row read from a file is checked as it is read; rows built in code
+    /// are checked here).
+    fn check_finite(&self, rows: &[f32], first: usize) -> Result<(), PredictError> {
+        let padded = self.model.sequence.is_some();
+        match rows.iter().position(|v| v.is_infinite() || (v.is_nan() && !padded)) {
+            None => Ok(()),
+            Some(i) => Err(PredictError::NotFinite {
+                row: first + i / self.model.input,
+                feature: self.feature(i % self.model.input),
+                value: rows[i],
+            }),
+        }
     }
 
     /// Every categorical and token feature of `rows` (the first being row
@@ -259,7 +277,7 @@ impl Predictor {
                 let classes = targets
                     .iter()
                     .map(|(line, text)| {
-                        names.iter().position(|n| n == text).map(|i| i as u32).ok_or_else(|| DataError::UnknownClass {
+                        crate::data::class_of(names, text).map(|i| i as u32).ok_or_else(|| DataError::UnknownClass {
                             path: data.path.clone(),
                             row: *line,
                             column,
@@ -369,6 +387,17 @@ pub enum PredictError {
         /// Their spread.
         std: f32,
     },
+    /// A value that is not a number (NaN, where no sequence is padded) or
+    /// is infinite.
+    #[error("row {}: {}", row + 1, self.what())]
+    NotFinite {
+        /// The row, 0-based.
+        row: usize,
+        /// The feature, as messages name it.
+        feature: String,
+        /// What it held.
+        value: f32,
+    },
     /// The model's output for the row is not a finite number.
     #[error("row {}: {}", row + 1, self.what())]
     Overflow {
@@ -385,9 +414,10 @@ impl PredictError {
     pub fn row(&self) -> Option<usize> {
         match self {
             PredictError::Shape { .. } | PredictError::Rows { .. } | PredictError::Backend(_) => None,
-            PredictError::NotAnIndex { row, .. } | PredictError::Range { row, .. } | PredictError::Overflow { row } => {
-                Some(*row)
-            }
+            PredictError::NotAnIndex { row, .. }
+            | PredictError::Range { row, .. }
+            | PredictError::NotFinite { row, .. }
+            | PredictError::Overflow { row } => Some(*row),
         }
     }
 
@@ -417,6 +447,9 @@ impl PredictError {
                 "{feature} = {value:e} is beyond what the model can take: normalised with the training rows' mean \
                  {mean:.4} and spread {std:.4}, it exceeds a 32-bit float (about 3.4e38)"
             ),
+            PredictError::NotFinite { feature, value, .. } => {
+                format!("{feature} = {value} is not a finite number: the model takes numbers only")
+            }
             PredictError::Overflow { .. } => "the model's output for this row is not a finite number: its values \
                  overflow the model's 32-bit arithmetic (values far beyond those it was trained on?)"
                 .into(),

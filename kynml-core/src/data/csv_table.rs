@@ -18,6 +18,7 @@
 //! # Ok::<(), kynml_core::data::DataError>(())
 //! ```
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use csv::ByteRecord;
@@ -1112,31 +1113,52 @@ impl OneFloat {
     }
 }
 
-/// Maps labels to indices into their sorted, deduplicated names.
+/// Maps labels to indices into their sorted, deduplicated names. Whole
+/// numbers are one class per value (`02` and `2` alike, as a numeric column
+/// reads them), sorted by value (`2` before `10`), and named as the data
+/// writes the value most often (`01` stays `01`); other labels sort as text.
 fn encode_classes(labels: &[String]) -> Targets {
     let integers: Option<Vec<i64>> = labels.iter().map(|l| l.parse().ok()).collect();
-    match integers {
-        Some(values) => {
-            let mut classes = values.clone();
-            classes.sort_unstable();
-            classes.dedup();
-            let indices = values.iter().map(|v| position(&classes, v)).collect();
-            let names = classes.iter().map(i64::to_string).collect();
-            Targets::Classes { indices, names }
-        }
-        None => {
-            let mut names = labels.to_vec();
-            names.sort_unstable();
-            names.dedup();
-            let indices = labels.iter().map(|l| position(&names, l)).collect();
-            Targets::Classes { indices, names }
-        }
+    let Some(values) = integers else {
+        let mut names = labels.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        let index: HashMap<&str, u32> = names.iter().enumerate().map(|(i, n)| (n.as_str(), class_index(i))).collect();
+        let indices = labels.iter().map(|l| index[l.as_str()]).collect();
+        return Targets::Classes { indices, names };
+    };
+    // Each value's spellings, counted: the most frequent names it (the
+    // first in text order on a tie).
+    let mut spellings: std::collections::BTreeMap<i64, std::collections::BTreeMap<&str, usize>> = Default::default();
+    for (label, value) in labels.iter().zip(&values) {
+        *spellings.entry(*value).or_default().entry(label.as_str()).or_default() += 1;
     }
+    let names: Vec<String> = spellings
+        .values()
+        .map(|counts| {
+            let most = counts.values().max().copied().unwrap_or(0);
+            counts.iter().find(|(_, &n)| n == most).map_or(String::new(), |(text, _)| (*text).to_string())
+        })
+        .collect();
+    let index: HashMap<i64, u32> = spellings.keys().enumerate().map(|(i, v)| (*v, class_index(i))).collect();
+    let indices = values.iter().map(|v| index[v]).collect();
+    Targets::Classes { indices, names }
 }
 
-fn position<T: Ord>(sorted: &[T], item: &T) -> u32 {
-    let index = sorted.binary_search(item).expect("every label is among the classes");
-    u32::try_from(index).expect("fewer than 2^32 classes")
+fn class_index(i: usize) -> u32 {
+    u32::try_from(i).expect("fewer than 2^32 classes")
+}
+
+/// The class among `names` (a model's classes, as [`Table`] names them)
+/// that `label` is: the same text, or, where every class is a whole number,
+/// the same number written otherwise (`02` for `2`).
+pub fn class_of(names: &[String], label: &str) -> Option<usize> {
+    if let Some(i) = names.iter().position(|n| n == label) {
+        return Some(i);
+    }
+    let value: i64 = label.parse().ok()?;
+    let values: Option<Vec<i64>> = names.iter().map(|n| n.parse().ok()).collect();
+    values?.iter().position(|v| *v == value)
 }
 
 #[cfg(test)]
@@ -1252,13 +1274,31 @@ mod tests {
     }
 
     #[test]
-    fn integer_labels_sort_numerically() {
+    fn integer_labels_sort_numerically_and_keep_their_spelling() {
         let t = read(b"x,y\n0,10\n0,2\n0,-1\n0,02\n", &classes("y")).unwrap();
-        // "02" and "2" are the same integer, hence the same class.
+        // "02" and "2" are the same integer, hence the same class, named
+        // by the spelling first in text order on a tie.
         assert_eq!(
             t.targets,
-            Targets::Classes { indices: vec![2, 1, 0, 1], names: vec!["-1".into(), "2".into(), "10".into()] }
+            Targets::Classes { indices: vec![2, 1, 0, 1], names: vec!["-1".into(), "02".into(), "10".into()] }
         );
+        // Zero-padded codes keep their padding; `+1` its sign; the most
+        // frequent spelling names a value written two ways.
+        let t = read(b"x,y\n0,01\n0,10\n0,02\n0,+1\n0,01\n0,2\n0,02\n", &classes("y")).unwrap();
+        assert_eq!(
+            t.targets,
+            Targets::Classes { indices: vec![0, 2, 1, 0, 0, 1, 1], names: vec!["01".into(), "02".into(), "10".into()] }
+        );
+        let names = t.targets.class_names().unwrap();
+        for (label, class) in [("01", 0), ("1", 0), ("+1", 0), ("2", 1), ("02", 1), ("010", 2)] {
+            assert_eq!(class_of(names, label), Some(class), "{label}");
+        }
+        for label in ["3", "1.0", "one", ""] {
+            assert_eq!(class_of(names, label), None, "{label}");
+        }
+        // Text classes match as written only.
+        let text = ["a".to_string(), "2".to_string()];
+        assert_eq!((class_of(&text, "2"), class_of(&text, "02")), (Some(1), None));
     }
 
     #[test]

@@ -621,7 +621,11 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
         path: sidecar_path.clone(),
         reason: format!("the sidecar is not valid JSON: {e}"),
     })?;
-    let meta = from_sidecar(&sidecar).map_err(|reason| ExportError::Invalid { path: sidecar_path.clone(), reason })?;
+    // The sidecar's sizes are checked against the weights before a skeleton
+    // of them is made: a damaged one could ask for terabytes.
+    let weights_bytes = std::fs::metadata(&weights).map_or(u64::MAX, |m| m.len());
+    let meta = from_sidecar(&sidecar, weights_bytes)
+        .map_err(|reason| ExportError::Invalid { path: sidecar_path.clone(), reason })?;
     let bytes = read(&weights)?;
     let mpk = weights.extension().is_some_and(|e| e == "mpk");
     let model = if mpk {
@@ -674,8 +678,10 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     Ok(model)
 }
 
-/// A model from [`torch::sidecar_json`]'s description, with zero weights.
-fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
+/// A model from [`torch::sidecar_json`]'s description, with zero weights;
+/// refused when its weights could not fit in `weights_bytes` (two bytes a
+/// value at the least).
+fn from_sidecar(v: &Value, weights_bytes: u64) -> Result<ExportModel, String> {
     let field = |v: &Value, key: &str| v.get(key).cloned().ok_or_else(|| format!("no `{key}`"));
     let size =
         |v: &Value, key: &str| field(v, key)?.as_u64().map(|n| n as usize).ok_or(format!("`{key}` is not a size"));
@@ -712,12 +718,21 @@ fn from_sidecar(v: &Value) -> Result<ExportModel, String> {
     };
     let mut layers = Vec::new();
     let mut current = shape.clone();
+    let mut values = 0u64;
     for l in field(v, "layers")?.as_array().ok_or("`layers` is not a list")? {
         let kind = l.get("kind").and_then(Value::as_str).unwrap_or_default();
         let spec = LayerSpec::from_json(kind, l)?;
         // Sizes no device holds are refused before anything is allocated.
         if let Some((_, problem)) = crate::model::too_large(&current, std::slice::from_ref(&spec)) {
             return Err(format!("layer {} ({kind}): {problem}", layers.len()));
+        }
+        values += spec.tensors(&current).iter().map(|d| d.len() as u64).sum::<u64>();
+        if values.saturating_mul(2) > weights_bytes {
+            return Err(format!(
+                "its layers up to layer {} ({kind}) hold {values} values, more than its weights file of \
+                 {weights_bytes} bytes can: the sidecar is damaged or belongs to another model",
+                layers.len()
+            ));
         }
         let layer = ExportLayer::zeros(spec, &current);
         current = layer.spec.output(&current).map_err(|e| format!("layer {} ({kind}): {e}", layers.len()))?;
@@ -865,6 +880,53 @@ mod tests {
         assert!(message.contains("its folder /proc/kynml-nope cannot be made in /proc:"), "{message}");
         let message = check_writable(Path::new("/proc/m.onnx")).expect_err("procfs").to_string();
         assert!(message.contains("its folder /proc cannot be written:"), "{message}");
+    }
+
+    /// A sidecar whose sizes its weights file cannot hold is refused before
+    /// its skeleton is made (a 2^40-wide input asked for 4 TiB and aborted
+    /// the process); one that fits is read.
+    #[test]
+    fn a_sidecar_larger_than_its_weights_is_refused_before_allocating() {
+        let sidecar = |input: u64| {
+            serde_json::json!({
+                "format": torch::SIDECAR_FORMAT, "format_version": 1, "name": "M", "target": "y",
+                "input": input, "input_layout": "values", "input_shape": [input], "feature_names": [],
+                "categories": [], "normalizer": null, "sequence": null, "tokens": null,
+                "head": {"kind": "regression", "class_names": []},
+                "layers": [{"kind": "dense", "in_features": input, "out_features": 1, "activation": "linear"}],
+            })
+        };
+        let message = from_sidecar(&sidecar(1 << 39), 460).map(drop).expect_err("too large");
+        assert!(
+            message.contains(&format!("hold {} values, more than its weights file of 460 bytes", (1u64 << 39) + 1)),
+            "{message}"
+        );
+        // Three weights and a bias: 16 bytes of f32 fit in 16.
+        assert!(from_sidecar(&sidecar(3), 16).is_ok());
+        assert!(from_sidecar(&sidecar(3), 7).is_err());
+    }
+
+    /// Tied logits give the first class, and a sigmoid's logit of 0 the
+    /// first, as training and `evaluate` decide (`predict` took the last of
+    /// tied probabilities): a model of zero weights ties every row.
+    #[test]
+    fn predictions_break_ties_as_training_does() {
+        let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).unwrap();
+        for (kind, units, names, first) in [
+            ("softmax", 3, vec!["setosa", "versicolor", "virginica"], "setosa"),
+            ("sigmoid", 1, vec!["no", "yes"], "no"),
+        ] {
+            let sidecar = serde_json::json!({
+                "format": torch::SIDECAR_FORMAT, "format_version": 1, "name": "M", "target": "y",
+                "input": 2, "input_layout": "values", "input_shape": [2], "feature_names": ["a", "b"],
+                "categories": [], "normalizer": null, "sequence": null, "tokens": null,
+                "head": {"kind": kind, "class_names": names},
+                "layers": [{"kind": "dense", "in_features": 2, "out_features": units, "activation": "linear"}],
+            });
+            let model = from_sidecar(&sidecar, u64::MAX).unwrap();
+            let p = crate::predict::Predictor::new(model, &cpu).unwrap().predict(&[0.5, -1.0, 3.0, 2.0]).unwrap();
+            assert_eq!(p.labels.unwrap(), [first, first], "{kind}");
+        }
     }
 
     /// Extensions are told apart whatever their case, as the export's check does.

@@ -31,12 +31,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let spec_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/iris/iris.kyn");
             let mut spec = SpecFile::load(&spec_path)?;
             let data = spec.load_data()?;
-            let result = train(&spec.spec, &data, &device, &TrainSettings::default(), &mut |event| {
+            // Checkpoints (where the spec keeps them) as `kynml train` keeps them.
+            let settings: TrainSettings = spec.train_settings(&data, false)?;
+            let result = train(&spec.spec, &data, &device, &settings, &mut |event| {
                 if let TrainEvent::EpochEnd(r) = event {
                     eprint!("\rtraining: epoch {} val_loss {:.4}   ", r.epoch, r.val_loss);
                 }
             })?;
             eprintln!();
+            // The GPU kernels tuned and compiled, kept for the next start.
+            kynml_backend::kernel_cache::seal()?;
             let model = export::from_model(&result.model, &spec.spec.model, &data.info, spec.spec.train.loss.value);
             Predictor::new(model, &device)?
         }

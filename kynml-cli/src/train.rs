@@ -930,8 +930,14 @@ impl Progress {
                 }
                 println!("{line}");
             }
-            TrainEvent::EarlyStop { epoch, best_epoch } => {
-                println!("early stop at epoch {epoch}: no improvement since epoch {best_epoch}");
+            TrainEvent::EarlyStop { epoch, best_epoch: Some(best) } => {
+                println!("early stop at epoch {epoch}: no improvement since epoch {best}");
+            }
+            TrainEvent::EarlyStop { epoch, best_epoch: None } => {
+                println!(
+                    "early stop at epoch {epoch}: the validation loss was not a finite number in any epoch; the last \
+                     weights are kept"
+                );
             }
             TrainEvent::Resumed { epoch, history, .. } => {
                 if let Some(last) = history.last() {

@@ -8,7 +8,11 @@
 //!    ([`plan::SpecFile::from_source`]); every problem comes back at once as
 //!    located diagnostics ([`spec::render`] prints them as `kynml` does).
 //! 2. **Train** with [`train::train`], which reports [`train::TrainEvent`]s
-//!    (epochs, steps, checkpoints) to a callback as it goes.
+//!    (epochs, steps, checkpoints) to a callback as it goes. Its settings
+//!    from [`plan::SpecFile::train_settings`] checkpoint where the spec says,
+//!    relative to the spec's folder, and resume from a checkpoint already
+//!    there, as `kynml train` does; [`plan::SpecFile::check_memory_for`]
+//!    tells before it whether the run fits the device.
 //! 3. **Predict** with [`predict::Predictor`], from the model just trained or
 //!    from a run folder or export on disk ([`export::load`]), on raw rows
 //!    in memory.
@@ -23,8 +27,9 @@
 //! let data = spec.load_data()?;
 //! let device = kynml_backend::select(kynml_backend::DeviceChoice::Cpu)?;
 //!
+//! let settings: TrainSettings = spec.train_settings(&data, false)?;
 //! let mut epochs = 0;
-//! let result = train(&spec.spec, &data, &device, &TrainSettings::default(), &mut |event| {
+//! let result = train(&spec.spec, &data, &device, &settings, &mut |event| {
 //!     if let TrainEvent::EpochEnd(record) = event {
 //!         epochs += 1;
 //!         assert!(record.val_loss.is_finite());
@@ -41,6 +46,11 @@
 //! assert_eq!(p.labels.unwrap(), ["setosa", "virginica"]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! On a GPU, the kernels a run tunes and compiles are kept in a cache
+//! ([`kynml_backend::kernel_cache`]); call
+//! [`kynml_backend::kernel_cache::seal`] after training, as `kynml` does, so
+//! that the next process trusts and reuses them.
 
 #![warn(missing_docs)]
 

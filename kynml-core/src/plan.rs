@@ -184,6 +184,29 @@ impl SpecFile {
         self.checkpoint_at(&path, data)
     }
 
+    /// The [`TrainSettings`](crate::train::TrainSettings) that run this spec
+    /// as `kynml train` runs it: checkpoints at the spec's path resolved
+    /// against its folder ([`checkpoint_path`](Self::checkpoint_path)), that
+    /// path checked and locked for the run (never over a file that is not a
+    /// KynML checkpoint; another run there is refused), and the checkpoint
+    /// already there resumed, once [`find_checkpoint`](Self::find_checkpoint)
+    /// has found it fits this spec and `data`. `fresh` starts over instead:
+    /// the run's first save replaces that checkpoint and its older copies.
+    /// Set the settings' other fields (a `stop` flag, say) on the value
+    /// returned.
+    pub fn train_settings(&self, data: &Dataset, fresh: bool) -> Result<crate::train::TrainSettings, ResumeError> {
+        let mut settings =
+            crate::train::TrainSettings { checkpoint_path: self.checkpoint_path(), fresh, ..Default::default() };
+        let (Some(path), Some(c)) = (&settings.checkpoint_path, &self.spec.train.checkpoint) else {
+            return Ok(settings);
+        };
+        settings.checkpoint_lock = Some(std::sync::Arc::new(checkpoint::prepare(path, c.value.keep)?));
+        if !fresh {
+            settings.resume_from = self.find_checkpoint(data)?.map(|(ckpt, _)| ckpt);
+        }
+        Ok(settings)
+    }
+
     /// [`find_checkpoint`](Self::find_checkpoint) on the checkpoint at
     /// `path` (an older copy, say): `None` when there is no file there.
     pub fn checkpoint_at(&self, path: &Path, data: &Dataset) -> Result<Option<(Checkpoint, LoopState)>, ResumeError> {

@@ -335,6 +335,133 @@ fn run_to_on(
     train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap()
 }
 
+/// A program's run is as safe as `kynml train`'s: `train` never writes over
+/// a file that is not a checkpoint, nor over a checkpoint it was neither
+/// told to resume nor to replace, and resumes only on the rows it trained on;
+/// `SpecFile::train_settings` resolves the path against the spec's folder
+/// and resumes what is there. A spec changed in code to values no run can
+/// take is refused, not a panic.
+#[test]
+fn a_library_run_never_replaces_a_file_or_a_checkpoint_unasked() {
+    use kynml_core::checkpoint::CheckpointError;
+    use kynml_core::train::resume::ResumeError;
+    use kynml_core::train::TrainError;
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "ck/run.ckpt", false);
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides { epochs: Some(2), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    let ckpt = tmp.path().join("ck/run.ckpt");
+
+    let settings = file.train_settings(&data, false).unwrap();
+    assert_eq!(settings.checkpoint_path.as_deref(), Some(ckpt.as_path()));
+    assert!(settings.resume_from.is_none() && settings.checkpoint_lock.is_some());
+    // The path is locked while the settings hold it.
+    assert!(matches!(file.train_settings(&data, false), Err(ResumeError::Checkpoint(CheckpointError::InUse { .. }))));
+    train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+    drop(settings);
+    let written = std::fs::read(&ckpt).unwrap();
+
+    // Plain settings at that path: refused, the checkpoint untouched.
+    let plain = TrainSettings { checkpoint_path: Some(ckpt.clone()), ..TrainSettings::default() };
+    match train(&file.spec, &data, &cpu, &plain, &mut |_| {}) {
+        Err(e @ TrainError::CheckpointExists { .. }) => assert!(e.to_string().contains("TrainSettings::fresh"), "{e}"),
+        other => panic!("{:?}", other.map(|r| r.final_metrics)),
+    }
+    assert_eq!(std::fs::read(&ckpt).unwrap(), written);
+
+    // A file that is not a checkpoint is never written over.
+    let foreign = tmp.path().join("ck/model.pt");
+    std::fs::write(&foreign, b"PK\x03\x04 a pytorch zip").unwrap();
+    for fresh in [false, true] {
+        let there = TrainSettings { checkpoint_path: Some(foreign.clone()), fresh, ..TrainSettings::default() };
+        match train(&file.spec, &data, &cpu, &there, &mut |_| {}) {
+            Err(TrainError::Checkpoint(CheckpointError::Foreign { .. })) => {}
+            other => panic!("{:?}", other.map(|r| r.final_metrics)),
+        }
+    }
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"PK\x03\x04 a pytorch zip");
+
+    // A checkpoint loaded by hand, resumed under another seed (other
+    // rows): refused for the data.
+    let by_hand = kynml_core::checkpoint::load(&ckpt).unwrap().unwrap();
+    let mut other = SpecFile::load(&path).unwrap();
+    other.apply(&Overrides { epochs: Some(3), seed: Some(seed ^ 1), ..Overrides::default() });
+    let other_data = other.load_data().unwrap();
+    let resumed = TrainSettings {
+        resume_from: Some(by_hand),
+        checkpoint_path: Some(tmp.path().join("other.ckpt")),
+        ..TrainSettings::default()
+    };
+    match train(&other.spec, &other_data, &cpu, &resumed, &mut |_| {}) {
+        Err(TrainError::Resume(ResumeError::DataMismatch { differences })) => {
+            assert!(differences.contains("seed"), "{differences}")
+        }
+        other => panic!("{:?}", other.map(|r| r.final_metrics)),
+    }
+
+    // `train_settings` resumes the checkpoint there; `fresh` starts over.
+    file.apply(&Overrides { epochs: Some(3), ..Overrides::default() });
+    let settings = file.train_settings(&data, false).unwrap();
+    assert!(settings.resume_from.is_some());
+    assert_eq!(train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap().resumed_after, Some(2));
+    drop(settings);
+    let settings = file.train_settings(&data, true).unwrap();
+    assert!(settings.resume_from.is_none() && settings.fresh);
+    assert_eq!(train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap().resumed_after, None);
+    drop(settings);
+
+    // Values a run cannot take, set in code after reading: said, not a panic.
+    let mut zero = file.spec.clone();
+    zero.train.batch.value = 0;
+    zero.train.accumulate.value = 0;
+    zero.train.checkpoint = None;
+    match train(&zero, &data, &cpu, &TrainSettings::default(), &mut |_| {}) {
+        Err(e @ TrainError::DoesNotFit { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("`batch` is 0") && text.contains("`accumulate` is 0"), "{text}");
+        }
+        other => panic!("{:?}", other.map(|r| r.final_metrics)),
+    }
+    let mut classes = file.spec.clone();
+    classes.train.loss.value = kynml_core::spec::types::Loss::CrossEntropy;
+    classes.train.checkpoint = None;
+    assert!(matches!(
+        train(&classes, &data, &cpu, &TrainSettings::default(), &mut |_| {}),
+        Err(TrainError::DoesNotFit { .. })
+    ));
+}
+
+/// Early stopping on a validation loss that is never finite (a NaN target,
+/// set in code; a file's is refused, but a target far past the model's
+/// range can overflow the loss) stops with no best epoch, and says so,
+/// rather than naming the epoch it stopped at as the best.
+#[test]
+fn early_stopping_with_no_finite_validation_loss_names_no_best_epoch() {
+    use kynml_core::data::Labels;
+    use kynml_core::train::TrainEvent;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = random_regression_spec(tmp.path(), clock_seed(), " dense 8 relu\n dense 1 linear");
+    let text = std::fs::read_to_string(&path).unwrap() + " early_stop = early_stop(patience=2)\n";
+    std::fs::write(&path, text).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    let mut data = file.load_data().unwrap();
+    let Labels::Values(values) = &mut data.valid.labels else { panic!("regression") };
+    values[0] = f32::NAN;
+    let mut stops = Vec::new();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let result = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |e| {
+        if let TrainEvent::EarlyStop { epoch, best_epoch } = e {
+            stops.push((epoch, best_epoch));
+        }
+    })
+    .unwrap();
+    assert_eq!(stops, [(2, None)]);
+    assert_eq!((result.best_epoch, result.stopped_early), (None, true));
+}
+
 /// `--fresh` discards the run at the checkpoint path: its first save removes
 /// that run's checkpoint and older copies, which would otherwise rotate into
 /// the new run's copies (and later be offered as a whole checkpoint to
@@ -1087,6 +1214,8 @@ fn the_fused_update_and_the_device_side_overflow_skip_train_alike_and_resume_exa
             precision,
             checkpoint_path: file.checkpoint_path(),
             resume_from,
+            // A run that does not resume starts over at the path.
+            fresh: !resume,
             update,
             ..TrainSettings::default()
         };
@@ -2365,6 +2494,24 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
                 assert!(e.is_bad_input());
                 let text = e.to_string();
                 assert!(text.starts_with("row 2: `color` = ") && text.contains(&format!("to {}", size - 1)), "{text}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    // A number column given NaN or an infinity in code (a file's rows are
+    // refused as read) is refused too, not predicted from or called an overflow.
+    for (at, bad, says) in
+        [(0, f32::NAN, "`x` = NaN"), (3, f32::INFINITY, "`z` = inf"), (3, f32::NEG_INFINITY, "`z` = -inf")]
+    {
+        let mut raw = rows.features.clone();
+        raw[4 + at] = bad;
+        match predictor.predict(&raw) {
+            Err(e @ PredictError::NotFinite { row: 1, .. }) => {
+                assert!(e.is_bad_input());
+                assert_eq!(
+                    e.to_string(),
+                    format!("row 2: {says} is not a finite number: the model takes numbers only")
+                );
             }
             other => panic!("{bad}: {other:?}"),
         }

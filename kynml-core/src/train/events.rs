@@ -101,8 +101,10 @@ pub enum TrainEvent<'a> {
     EarlyStop {
         /// The last epoch trained (1-based).
         epoch: usize,
-        /// The epoch (1-based) whose weights are kept.
-        best_epoch: usize,
+        /// The epoch (1-based) whose weights are kept; `None` when no
+        /// epoch's validation loss was a finite number (the last weights
+        /// are kept).
+        best_epoch: Option<usize>,
     },
     /// Training continues from a checkpoint; `history` holds the epochs it
     /// had finished.

@@ -108,7 +108,10 @@ pub struct TrainSettings {
     /// to [`train`] (which evaluates, checkpoints and holds the model that
     /// is returned): each takes a slice of every batch, and the gradients
     /// are summed over all of them with Burn's all-reduce (see
-    /// [`crate::train::parallel`]). Empty: one device.
+    /// [`crate::train::parallel`]). Empty: one device. Burn keeps one
+    /// all-reduce server per process, so data-parallel runs of one process
+    /// take turns: a second waits until the first returns before it starts
+    /// (single-device runs never wait).
     pub replicas: Vec<Device>,
 }
 
@@ -166,6 +169,27 @@ pub enum TrainError {
     NotBound {
         /// The model block's name.
         model: String,
+    },
+    /// The spec does not fit the data (the input or output width, the kind
+    /// of target), or holds a value that no run can take: a spec changed in
+    /// code after it was read is checked here, as reading checked its text.
+    #[error("the spec does not fit its data: {}", problems.join("; "))]
+    DoesNotFit {
+        /// Each problem in words.
+        problems: Vec<String>,
+    },
+    /// A checkpoint is already at the spec's checkpoint path, and the
+    /// settings neither resume from it nor start over: the run would
+    /// replace it.
+    #[error(
+        "{} already holds a checkpoint: resume from it (`SpecFile::find_checkpoint`, into \
+         `TrainSettings::resume_from`; `SpecFile::train_settings` does both) or start over and replace it \
+         (`TrainSettings::fresh`)",
+        path.display()
+    )]
+    CheckpointExists {
+        /// The checkpoint path.
+        path: PathBuf,
     },
 }
 
@@ -228,6 +252,7 @@ fn run<'scope, 'env>(
     if bound.bind(&data.info).is_err() || bound != spec.model {
         return Err(TrainError::NotBound { model: spec.model.name.value.clone() });
     }
+    check_fit(spec, data)?;
     let t = &spec.train;
     let loss_kind = t.loss.value;
     let metrics = metrics_for(spec, loss_kind);
@@ -284,7 +309,8 @@ fn run<'scope, 'env>(
     let model_hash = resume::model_hash(&spec.model);
     // Recorded in checkpoints (a resume on other rows is refused): read only
     // by a run that checkpoints.
-    let data_origin = checkpoint_path.is_some().then(|| resume::DataOrigin::of(spec, data));
+    let data_origin =
+        (checkpoint_path.is_some() || settings.resume_from.is_some()).then(|| resume::DataOrigin::of(spec, data));
     // What every checkpoint of this run records alike; each save adds where
     // the loop stands (`loop_state`).
     let run_record = LoopState {
@@ -298,6 +324,25 @@ fn run<'scope, 'env>(
         }),
         ..LoopState::new(0, 0, optimizer_name, 0, 0)
     };
+    // Held to the end of the run, and declared before the writer so that it
+    // is let go after it: no other run writes to this path while a save of
+    // this one may still be in flight.
+    let _lock = match (checkpoint, &checkpoint_path, &settings.checkpoint_lock) {
+        (Some(_), Some(_), Some(held)) => Some(held.clone()),
+        // Not prepared by the caller: checked here as `kynml train` checks
+        // it (never over a file or folder that is not a KynML checkpoint).
+        (Some(c), Some(path), None) => {
+            Some(Arc::new(crate::checkpoint::prepare(path, c.keep).map_err(TrainError::Checkpoint)?))
+        }
+        _ => None,
+    };
+    // A checkpoint already at the path is resumed or given up, never
+    // replaced unasked.
+    if let (Some(_), Some(path), None, false) = (checkpoint, &checkpoint_path, &settings.resume_from, settings.fresh) {
+        if path.is_file() {
+            return Err(TrainError::CheckpointExists { path: path.clone() });
+        }
+    }
     let writer = match (checkpoint, &checkpoint_path) {
         (Some(c), Some(path)) => Some(CheckpointWriter::try_spawn_with_keep(c.keep).map_err(|source| {
             TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io { path: path.clone(), source })
@@ -307,12 +352,6 @@ fn run<'scope, 'env>(
     let mut checkpoint_failures = 0usize;
     // A fresh start's first save removes the discarded run's checkpoints first.
     let mut discard_old = settings.fresh && settings.resume_from.is_none();
-    // Held to the end of the run: no other run writes to this path meanwhile.
-    let _lock = match (&writer, &checkpoint_path, &settings.checkpoint_lock) {
-        (Some(_), Some(_), Some(held)) => Some(held.clone()),
-        (Some(_), Some(path), None) => Some(Arc::new(crate::checkpoint::lock(path).map_err(TrainError::Checkpoint)?)),
-        _ => None,
-    };
     if let Some(path) = &checkpoint_path {
         // Left by an earlier process that died mid-write; never a checkpoint.
         let _ = remove_stray_temps(path);
@@ -329,6 +368,11 @@ fn run<'scope, 'env>(
     if let Some(ckpt) = &settings.resume_from {
         let restored = restore_on(ckpt, model, optimizer, &ad_device, &inner_device)?;
         let s = restored.state;
+        // The rows it trained on (`SpecFile::find_checkpoint` checks this
+        // too; a checkpoint loaded by hand is checked here).
+        if let Some(now) = &run_record.data {
+            resume::check_data(&s, now)?;
+        }
         (model, optimizer) = (restored.model, restored.optimizer);
         order_rng = Rng::new(s.order_rng);
         dropout_rng = Rng::new(s.dropout_rng);
@@ -649,7 +693,7 @@ fn run<'scope, 'env>(
                 Verdict::Improved => best = Some(engine.model()),
                 Verdict::Wait => {}
                 Verdict::Stop => {
-                    on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch().unwrap_or(epoch) });
+                    on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch() });
                     stopped_early = true;
                 }
             }
@@ -873,6 +917,31 @@ impl LossSum {
 /// Before a fresh start's first save (`discard` set): removes the checkpoint
 /// at `path` and its older copies, once; a failure is reported like a
 /// failed save, and the save goes on.
+/// What [`train`] needs of the spec and the data before it allocates
+/// anything: the values a run divides by, and the fit that
+/// [`SpecFile::load_data`](crate::plan::SpecFile::load_data) checks (a
+/// dataset built in code, or a spec changed after it was read, has not been).
+fn check_fit(spec: &Spec, data: &Dataset) -> Result<(), TrainError> {
+    let t = &spec.train;
+    let mut problems = Vec::new();
+    if t.batch.value == 0 {
+        problems.push("`batch` is 0: a batch holds at least 1 row".to_string());
+    }
+    if t.accumulate.value == 0 {
+        problems.push("`accumulate` is 0: a step takes at least 1 batch".to_string());
+    }
+    let source = &spec.dataset.source.value;
+    problems.extend(crate::plan::check_fit(spec, data, source).into_iter().map(|d| match d.help {
+        Some(help) => format!("{} ({help})", d.message),
+        None => d.message,
+    }));
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(TrainError::DoesNotFit { problems })
+    }
+}
+
 fn discard_once(discard: &mut bool, path: &std::path::Path, on_event: &mut dyn FnMut(TrainEvent)) {
     if std::mem::take(discard) {
         if let Err(e) = crate::checkpoint::discard(path) {

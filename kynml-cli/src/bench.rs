@@ -103,9 +103,9 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
                 steady_at = Some(started.elapsed().as_secs_f64());
             }
             eprintln!(
-                "{what}: {:.0} samples/s, train loss {:.4}, {}",
+                "{what}: {:.0} samples/s, train loss {}, {}",
                 r.samples_per_sec,
-                r.train_loss,
+                render::number(r.train_loss),
                 render::duration(r.seconds)
             );
         }
@@ -155,7 +155,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     }
     rows.push(vec![
         "train loss".into(),
-        format!("{:.4}", report.final_train_loss),
+        render::number(report.final_train_loss),
         "at the end of the last round".into(),
     ]);
     let engine = match report.engine {

@@ -107,9 +107,20 @@ pub fn profile_table(profile: &kynml_core::train::profile::Profile) -> String {
     )
 }
 
+/// A loss or metric as printed: four decimals, or three significant
+/// digits in exponent form below 0.001, where four decimals would show a
+/// well-fitted model's loss on a small-unit target as 0.0000.
+pub fn number(v: f64) -> String {
+    if v != 0.0 && v.abs() < 1e-3 {
+        format!("{v:.3e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
 /// Metrics in two columns; `on` names the rows they were measured on.
 pub fn metrics_table(metrics: &BTreeMap<String, f64>, on: &str) -> String {
-    let rows: Vec<Vec<String>> = metrics.iter().map(|(k, v)| vec![k.clone(), format!("{v:.4}")]).collect();
+    let rows: Vec<Vec<String>> = metrics.iter().map(|(k, v)| vec![k.clone(), number(*v)]).collect();
     table(&["metric", on], &rows)
 }
 
@@ -246,6 +257,18 @@ pub fn inputs(data: &kynml_core::data::Dataset) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loss of 8.25e-5 (a target in small units) is not printed as
+    /// 0.0000; ordinary values keep four decimals.
+    #[test]
+    fn small_losses_keep_their_digits() {
+        assert_eq!(number(8.25e-5), "8.250e-5");
+        assert_eq!(number(-4.2e-7), "-4.200e-7");
+        assert_eq!(number(0.0012), "0.0012");
+        assert_eq!(number(0.0), "0.0000");
+        assert_eq!(number(12345.678), "12345.6780");
+        assert_eq!(number(f64::NAN), "NaN");
+    }
 
     #[test]
     fn thousands_groups_digits() {

@@ -277,10 +277,10 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
     let metric = match (m["metrics"][primary.as_str()].as_f64(), kept) {
         (Some(v), Some(epoch)) => {
             let elsewhere = match best_epoch_value(&dir.join("metrics.jsonl"), &primary)? {
-                Some((e, b)) if e != epoch && b != v => format!("; best {b:.4} at epoch {e}"),
+                Some((e, b)) if e != epoch && b != v => format!("; best {} at epoch {e}", render::number(b)),
                 _ => String::new(),
             };
-            format!("{primary} {v:.4} (epoch {epoch}{elsewhere})")
+            format!("{primary} {} (epoch {epoch}{elsewhere})", render::number(v))
         }
         _ => "?".into(),
     };
@@ -302,7 +302,7 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         },
         str_of("precision"),
         format!("{}{stopped}", m["epochs_run"].as_u64().map_or("?".into(), |e| e.to_string())),
-        m["metrics"]["val_loss"].as_f64().map_or("?".into(), |v| format!("{v:.4}")),
+        m["metrics"]["val_loss"].as_f64().map_or("?".into(), render::number),
         metric,
         m["seconds"].as_f64().map_or("?".into(), run_seconds),
         m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v.round() as usize)),

@@ -919,7 +919,7 @@ impl Progress {
                 if let Some(bar) = &self.bar {
                     bar.set_position(step as u64);
                     if let Some(loss) = loss {
-                        bar.set_message(format!("loss {loss:.4}  {samples_per_sec:.0} samples/s"));
+                        bar.set_message(format!("loss {}  {samples_per_sec:.0} samples/s", render::number(loss)));
                     }
                 }
             }
@@ -973,7 +973,7 @@ fn bar_style() -> ProgressStyle {
 }
 
 fn epoch_line(r: &EpochRecord) -> String {
-    let mut metrics: Vec<String> = r.metrics.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
+    let mut metrics: Vec<String> = r.metrics.iter().map(|(k, v)| format!("{k} {}", render::number(*v))).collect();
     if let Some(scale) = r.loss_scale {
         // Powers of two up to fp16's range read whole; a scale written far
         // beyond it (`init=1e30`) in exponent form, not as 30 digits.
@@ -981,7 +981,7 @@ fn epoch_line(r: &EpochRecord) -> String {
         metrics.push(format!("loss_scale {scale}  skipped {}", r.skipped_steps));
     }
     if let Some(norm) = r.grad_norm {
-        metrics.push(format!("grad_norm {norm:.4}"));
+        metrics.push(format!("grad_norm {}", render::number(norm)));
     }
     // A resumed run's earlier epochs come from the checkpoint, without timings.
     let timing = if r.seconds.is_nan() {
@@ -991,12 +991,12 @@ fn epoch_line(r: &EpochRecord) -> String {
     };
     // Every step skipped on overflow: no loss was trained on (not a divergence).
     let train_loss =
-        if r.train_loss.is_nan() && r.skipped_steps > 0 { "-".to_string() } else { format!("{:.4}", r.train_loss) };
+        if r.train_loss.is_nan() && r.skipped_steps > 0 { "-".to_string() } else { render::number(r.train_loss) };
     format!(
-        "epoch {:>3}  lr {:.2e}  train_loss {train_loss}  val_loss {:.4}  {}{timing}",
+        "epoch {:>3}  lr {:.2e}  train_loss {train_loss}  val_loss {}  {}{timing}",
         r.epoch,
         r.lr,
-        r.val_loss,
+        render::number(r.val_loss),
         metrics.join("  "),
     )
 }

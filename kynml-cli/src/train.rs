@@ -248,7 +248,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
     let workers = file.spec.dataset.num_workers.value;
     let result = result.map_err(|e| match e {
-        TrainError::Interrupted { epoch, step, checkpoint, profile } => {
+        TrainError::Interrupted { epoch, step, checkpoint, profile, .. } => {
             let at = stopped_at(step, file.spec.train.accumulate.value);
             // Between epochs: none of this one was trained.
             let (epoch, at) = match (step, epoch) {

@@ -1282,8 +1282,14 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
         }
     });
     match outcome {
-        Err(TrainError::Interrupted { epoch: 3, step: 3, checkpoint: Some(path), .. }) => {
-            assert!(path.ends_with("cut.ckpt"))
+        Err(TrainError::Interrupted { epoch: 3, step: 3, checkpoint: Some(path), model, .. }) => {
+            assert!(path.ends_with("cut.ckpt"));
+            // The weights reached come back with the interruption: those
+            // the checkpoint holds.
+            let saved = kynml_core::checkpoint::load(&path).unwrap().unwrap().tensors;
+            let prefix = kynml_core::train::resume::MODEL_PREFIX;
+            let saved: Vec<_> = saved.into_iter().filter(|t| t.name.starts_with(prefix)).collect();
+            assert!(!saved.is_empty() && model.tensors(prefix) == saved, "seed {seed}");
         }
         other => panic!("expected an interruption at epoch 3, step 3, got {:?}", other.map(|r| r.history.len())),
     }

@@ -153,6 +153,10 @@ pub enum TrainError {
         checkpoint: Option<PathBuf>,
         /// The steps profiled up to that point, when [`TrainSettings::profile`] was set.
         profile: Option<Box<Profile>>,
+        /// The weights reached (not the best epoch's under early stopping:
+        /// the checkpoint keeps those), so that a program that stops a run
+        /// without checkpoints keeps what it trained.
+        model: Box<Model<Kb>>,
     },
     /// The checkpoints cannot be written where they should: another run
     /// writes there, or the folder cannot be created.
@@ -521,7 +525,13 @@ fn run<'scope, 'env>(
                 }
             }
             let profile = profile.take().map(Box::new);
-            return Err(TrainError::Interrupted { epoch, step: 0, checkpoint: saved, profile });
+            return Err(TrainError::Interrupted {
+                epoch,
+                step: 0,
+                checkpoint: saved,
+                profile,
+                model: Box::new(engine.model()),
+            });
         }
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
 
@@ -607,7 +617,8 @@ fn run<'scope, 'env>(
                     }
                 }
                 let profile = profile.take().map(Box::new);
-                return Err(TrainError::Interrupted { epoch, step, checkpoint: saved, profile });
+                let model = Box::new(engine.model());
+                return Err(TrainError::Interrupted { epoch, step, checkpoint: saved, profile, model });
             }
             let samples_per_sec = |tally: &Tally| tally.rows as f64 / epoch_start.elapsed().as_secs_f64();
             if finite == Some(false) {

@@ -260,6 +260,48 @@ impl Table {
         self.feature_names.len()
     }
 
+    /// Checks that a table built in code holds together as a file's does:
+    /// `n_rows × n_features` feature values, every one a number (NaN only
+    /// as a sequence's padding), a cell per row in each categorical and text
+    /// column, class indices among the names. [`Dataset::from_table`] calls
+    /// it.
+    ///
+    /// [`Dataset::from_table`]: crate::data::Dataset::from_table
+    pub fn check(&self) -> Result<(), DataError> {
+        let (rows, width) = (self.n_rows(), self.n_features());
+        let wrong = |what: String| Err(DataError::Inconsistent { path: self.path.clone(), what });
+        if self.features.len() != rows.saturating_mul(width) {
+            return wrong(format!("{} feature values are not {rows} rows of {width} features", self.features.len()));
+        }
+        let padded = self.sequence.is_some();
+        if let Some(i) = self.features.iter().position(|v| v.is_infinite() || (v.is_nan() && !padded)) {
+            let name = self.feature_names.get(i % width.max(1)).map_or("?", String::as_str);
+            return wrong(format!("row {} (0-based) holds {} in `{name}`", i / width.max(1), self.features[i]));
+        }
+        for c in &self.categorical {
+            if c.cells.len() != rows || c.position >= width {
+                return wrong(format!(
+                    "categorical column `{}` has {} cells at position {} (rows: {rows}, features: {width})",
+                    c.name,
+                    c.cells.len(),
+                    c.position
+                ));
+            }
+        }
+        if let Some(t) = self.text.as_ref().filter(|t| t.cells.len() != rows) {
+            return wrong(format!("the text column has {} cells for {rows} rows", t.cells.len()));
+        }
+        match &self.targets {
+            Targets::Classes { indices, names } if indices.iter().any(|&i| i as usize >= names.len()) => {
+                wrong(format!("a class index is not below the {} class names", names.len()))
+            }
+            Targets::Regression(values) if values.iter().any(|v| !v.is_finite()) => {
+                wrong("a regression target is not a finite number".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The features of data row `index` (0-based, header not counted).
     pub fn row(&self, index: usize) -> &[f32] {
         let width = self.n_features();
@@ -1299,6 +1341,31 @@ mod tests {
         // Text classes match as written only.
         let text = ["a".to_string(), "2".to_string()];
         assert_eq!((class_of(&text, "2"), class_of(&text, "02")), (Some(1), None));
+    }
+
+    /// A table built or changed in code that does not hold together is an
+    /// error from `Dataset::from_table`, not a panic or a silent NaN.
+    #[test]
+    fn a_table_that_does_not_hold_together_is_refused() {
+        let table = read(b"a,b,y\n1,2,x\n3,4,y\n5,6,x\n7,8,y\n9,10,x\n", &classes("y")).unwrap();
+        assert!(table.check().is_ok());
+        let refused = |change: &dyn Fn(&mut Table), says: &str| {
+            let mut t = table.clone();
+            change(&mut t);
+            let e = crate::data::Dataset::from_table(t, 0.8, true, 1).map(drop).unwrap_err();
+            assert!(matches!(e, DataError::Inconsistent { .. }) && e.to_string().contains(says), "{e}");
+        };
+        refused(&|t| t.features.pop().map(drop).unwrap_or(()), "9 feature values are not 5 rows of 2 features");
+        refused(&|t| t.features[3] = f32::NAN, "row 1 (0-based) holds NaN in `b`");
+        refused(&|t| t.features[0] = f32::INFINITY, "holds inf in `a`");
+        refused(
+            &|t| {
+                if let Targets::Classes { indices, .. } = &mut t.targets {
+                    indices[0] = 7;
+                }
+            },
+            "not below the 2 class names",
+        );
     }
 
     #[test]

@@ -193,6 +193,7 @@ impl Dataset {
     /// is set, standardizes both parts with statistics of the training part
     /// alone.
     pub fn from_table(table: Table, train_fraction: f64, normalize: bool, seed: u64) -> Result<Dataset, DataError> {
+        table.check()?;
         let (train_rows, valid_rows) = split_indices(table.n_rows(), train_fraction, seed)
             .map_err(|err| DataError::from_split(table.path.clone(), err))?;
         let mut train = take_rows(&table, train_rows);

@@ -444,6 +444,15 @@ pub enum DataError {
         /// The model's class names, in output order.
         known: Vec<String>,
     },
+    /// A [`Table`](crate::data::Table) built in code whose parts do not
+    /// agree (a file's table always does).
+    #[error("the table of {} does not hold together: {what}", path.display())]
+    Inconsistent {
+        /// The table's `path`.
+        path: PathBuf,
+        /// What disagrees, in words.
+        what: String,
+    },
 }
 
 impl DataError {

@@ -368,6 +368,22 @@ def main(argv):
             sys.exit(f"{path}:{line}: column {name}: {cell!r} is not a finite number")
         return v
 
+    def sequence_values(line, name, cell):
+        # Spaces separate values, any run of them; a comma or semicolon
+        # separates two, so `1,,3` and `,1` miss one (an error, as `kynml
+        # predict` says); one at the end (`1,2,3,`) ends the cell.
+        listed = "," in cell or ";" in cell
+        trimmed = cell.rstrip(WHITESPACE)
+        trimmed = trimmed[:-1] if trimmed[-1:] in (",", ";") else cell
+        vs = []
+        for part in re.split("[,;]", trimmed):
+            items = [t for t in re.split(f"[{WHITESPACE}]+", part) if t]
+            if listed and not items:
+                sys.exit(f"{path}:{line}: column {name} misses its value {len(vs) + 1}: a comma or semicolon with "
+                         "no number before or after it")
+            vs += [value(line, name, t) for t in items]
+        return vs
+
     if text:
         # The text column: split at whitespace, ids 2.. for the vocabulary,
         # 1 for a token it lacks, cut or padded with 0 to `length`.
@@ -386,7 +402,7 @@ def main(argv):
             row = [float("nan")] * (length * len(names))
             held = None
             for c, cell in enumerate(cells):
-                vs = [value(line, names[c], v) for v in re.split(f"[{WHITESPACE},;]", cell) if v]
+                vs = sequence_values(line, names[c], cell)
                 if held is not None and len(vs) != held:
                     sys.exit(f"{path}:{line}: {names[0]} holds {held} values, {names[c]} {len(vs)}")
                 held = len(vs)

@@ -58,15 +58,17 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     // How many of `layers` came before the first line that could not be
     // read: they still chain from the input, and are checked.
     let mut readable: Option<usize> = None;
-    // An open `residual:` block: its line, and the layers indented below it so far.
-    let mut group: Option<(&LayerLine, Vec<Spanned<Layer>>)> = None;
+    // An open `residual:` block: its line, the layers indented below it so
+    // far, and whether any line is (a line that could not be read, said
+    // already, leaves the block without layers but not empty).
+    let mut group: Option<(&LayerLine, Vec<Spanned<Layer>>, bool)> = None;
     for (index, line) in lines.iter().enumerate() {
         // A problem on an earlier line (some end their line with `continue`):
         // the layers so far are those above it.
         if !ok && readable.is_none() {
             readable = Some(layers.len());
         }
-        if let Some((header, _)) = &group {
+        if let Some((header, _, _)) = &group {
             // Python's rule: one indentation must begin with the other, or
             // which is further depends on a tab's width.
             // Any whitespace but a tab is one column (a no-break space pasted
@@ -92,6 +94,9 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
                 ok &= close_group(group.take(), &mut layers, d);
             }
         }
+        if let Some((_, _, lines)) = &mut group {
+            *lines = true;
+        }
         if line.damaged {
             ok = false;
             unsure = true;
@@ -104,7 +109,7 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
                 ));
                 ok = false;
             } else {
-                group = Some((line, Vec::new()));
+                group = Some((line, Vec::new(), false));
             }
             continue;
         }
@@ -141,7 +146,7 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
             }
         };
         let into = match &mut group {
-            Some((_, inner)) => inner,
+            Some((_, inner, _)) => inner,
             None => &mut layers,
         };
         match layer {
@@ -242,14 +247,18 @@ fn chain(shape: &Shape, layers: &[Spanned<Layer>], whole: bool, d: &mut Vec<Diag
 }
 
 /// Ends a `residual:` block: its layers become one layer of the model.
-/// False when it has none (reported).
+/// False when it has none (reported, unless its lines could not be read:
+/// those were).
 fn close_group(
-    group: Option<(&LayerLine, Vec<Spanned<Layer>>)>,
+    group: Option<(&LayerLine, Vec<Spanned<Layer>>, bool)>,
     layers: &mut Vec<Spanned<Layer>>,
     d: &mut Vec<Diagnostic>,
 ) -> bool {
-    let Some((header, inner)) = group else { return true };
+    let Some((header, inner, lines)) = group else { return true };
     let Some(last) = inner.last() else {
+        if lines {
+            return false;
+        }
         d.push(
             Diagnostic::new(header.span, format!("`{}` has no layers", header.name.value), "empty block")
                 .with_help("indent the block's layers below it, further than this line"),

@@ -39,8 +39,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             })?;
             eprintln!();
-            // The GPU kernels tuned and compiled, kept for the next start.
-            kynml_backend::kernel_cache::seal()?;
+            // The GPU kernels tuned and compiled, kept for the next start
+            // (a failure only means the next start checks them less).
+            if let Err(e) = kynml_backend::kernel_cache::seal() {
+                eprintln!("note: the kernel cache could not record this run's kernels ({e})");
+            }
             let model = export::from_model(&result.model, &spec.spec.model, &data.info, spec.spec.train.loss.value);
             Predictor::new(model, &device)?
         }

@@ -190,8 +190,11 @@ impl SpecFile {
     /// path checked and locked for the run (never over a file that is not a
     /// KynML checkpoint; another run there is refused), and the checkpoint
     /// already there resumed, once [`find_checkpoint`](Self::find_checkpoint)
-    /// has found it fits this spec and `data`. `fresh` starts over instead:
-    /// the run's first save replaces that checkpoint and its older copies.
+    /// has found it fits this spec and `data`; with none there, an older
+    /// copy beside it that is a whole checkpoint of this spec is an error
+    /// ([`ResumeError::OlderCopy`]), as starting over would rotate it away.
+    /// `fresh` starts over instead: the run's first save replaces that
+    /// checkpoint and its older copies.
     /// Set the settings' other fields (a `stop` flag, say) on the value
     /// returned.
     pub fn train_settings(&self, data: &Dataset, fresh: bool) -> Result<crate::train::TrainSettings, ResumeError> {
@@ -201,8 +204,20 @@ impl SpecFile {
             return Ok(settings);
         };
         settings.checkpoint_lock = Some(std::sync::Arc::new(checkpoint::prepare(path, c.value.keep)?));
-        if !fresh {
-            settings.resume_from = self.find_checkpoint(data)?.map(|(ckpt, _)| ckpt);
+        if fresh {
+            return Ok(settings);
+        }
+        match self.find_checkpoint(data)? {
+            Some((ckpt, _)) => settings.resume_from = Some(ckpt),
+            // An earlier run's whole copy would rotate away: the caller's choice.
+            None => {
+                let whole = checkpoint::older_copies(path).into_iter().find_map(|copy| {
+                    self.checkpoint_at(&copy, data).ok().flatten().map(|(_, state)| (copy, state.epoch))
+                });
+                if let Some((copy, epoch)) = whole {
+                    return Err(ResumeError::OlderCopy { path: path.clone(), copy, epoch });
+                }
+            }
         }
         Ok(settings)
     }

@@ -413,6 +413,20 @@ fn a_library_run_never_replaces_a_file_or_a_checkpoint_unasked() {
     assert_eq!(train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap().resumed_after, None);
     drop(settings);
 
+    // The checkpoint gone, its older copy (epoch 2, kept by `keep = 3`) is
+    // not rotated away unasked either.
+    let copy = tmp.path().join("ck/run.ckpt.1");
+    assert!(copy.is_file());
+    std::fs::rename(&ckpt, tmp.path().join("elsewhere.ckpt")).unwrap();
+    match file.train_settings(&data, false) {
+        Err(e @ ResumeError::OlderCopy { epoch: 2, .. }) => assert!(e.to_string().contains("run.ckpt.1"), "{e}"),
+        other => panic!("{:?}", other.map(|s| s.resume_from.is_some())),
+    }
+    match train(&file.spec, &data, &cpu, &plain, &mut |_| {}) {
+        Err(TrainError::CheckpointExists { path }) => assert_eq!(path, copy),
+        other => panic!("{:?}", other.map(|r| r.final_metrics)),
+    }
+
     // Values a run cannot take, set in code after reading: said, not a panic.
     let mut zero = file.spec.clone();
     zero.train.batch.value = 0;
@@ -432,6 +446,14 @@ fn a_library_run_never_replaces_a_file_or_a_checkpoint_unasked() {
         train(&classes, &data, &cpu, &TrainSettings::default(), &mut |_| {}),
         Err(TrainError::DoesNotFit { .. })
     ));
+    // And a regression loss on class labels (iris's species).
+    let mut iris = SpecFile::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/iris/iris.kyn")).unwrap();
+    let flowers = iris.load_data().unwrap();
+    iris.spec.train.loss.value = kynml_core::spec::types::Loss::Mse;
+    match train(&iris.spec, &flowers, &cpu, &TrainSettings::default(), &mut |_| {}) {
+        Err(e @ TrainError::DoesNotFit { .. }) => assert!(e.to_string().contains("targets are classes"), "{e}"),
+        other => panic!("{:?}", other.map(|r| r.final_metrics)),
+    }
 }
 
 /// Early stopping on a validation loss that is never finite (a NaN target,
@@ -1295,6 +1317,19 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
     }
     let (_, state) = file.find_checkpoint(&data).unwrap().unwrap();
     assert_eq!((state.epoch, state.partial.as_ref().map(|p| p.steps)), (2, Some(3)));
+    // Its weights have taken steps of epoch 3: they are not a 2-epoch model.
+    let mut two = SpecFile::load(&cut).unwrap();
+    two.apply(&Overrides { epochs: Some(2), ..Overrides::default() });
+    let settings = two.train_settings(&data, false).unwrap();
+    match train(&two.spec, &data, &cpu, &settings, &mut |_| {}) {
+        Err(TrainError::Resume(kynml_core::train::resume::ResumeError::PartwayPastTheEnd {
+            epoch: 2,
+            steps: 3,
+            epochs: 2,
+        })) => {}
+        other => panic!("{:?}", other.map(|r| r.history.len())),
+    }
+    drop(settings);
 
     let resumed = run_to(&cut, 6, true);
     assert_eq!(resumed.history.len(), 6);

@@ -174,12 +174,15 @@ pub enum Targets {
     /// One number per row, for regression.
     Regression(Vec<f32>),
     /// `indices[row]` is a position in `names`. Names are sorted: integers
-    /// numerically when every label is an integer (`2` before `10`),
-    /// otherwise as strings, byte by byte (so `1.5` and `10` sort as text).
+    /// numerically when every label is an integer (`2` before `10`; one
+    /// class per value, `02` and `2` alike, named by its most frequent
+    /// spelling), otherwise as strings, byte by byte (so `1.5` and `10`
+    /// sort as text).
     Classes {
         /// One class index per row.
         indices: Vec<u32>,
-        /// Every distinct label once, sorted as above.
+        /// Every distinct label (whole numbers: every distinct value) once,
+        /// sorted as above.
         names: Vec<String>,
     },
 }

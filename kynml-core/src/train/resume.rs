@@ -361,6 +361,40 @@ pub enum ResumeError {
     /// A tensor or the loop state is missing, or does not fit the model.
     #[error("checkpoint is incomplete: {0}")]
     Incomplete(String),
+    /// The checkpoint was written partway through the epoch after `epoch`,
+    /// and the run asks for no more than `epoch` epochs: its weights have
+    /// taken steps past the model it would stand for.
+    #[error(
+        "checkpoint was written partway through epoch {} ({epoch} done, then {steps} batches of the next): its \
+         weights are not the model after {epochs} epochs; {} or more epochs go on from it, or start over",
+        epoch + 1,
+        epoch + 1
+    )]
+    PartwayPastTheEnd {
+        /// Epochs it finished.
+        epoch: usize,
+        /// Batches of the next it took.
+        steps: usize,
+        /// The epochs this run asks for.
+        epochs: usize,
+    },
+    /// No checkpoint at `path`, but an older copy beside it is a whole
+    /// checkpoint of this spec (an earlier run's): starting over would
+    /// rotate it away.
+    #[error(
+        "{} is missing, but {} holds a whole checkpoint (epoch {epoch}) of an earlier run: rename it to the \
+         checkpoint path to resume from it, or start over (its checkpoints then replace the older copies)",
+        path.display(),
+        copy.display()
+    )]
+    OlderCopy {
+        /// The checkpoint path.
+        path: std::path::PathBuf,
+        /// The copy.
+        copy: std::path::PathBuf,
+        /// The epoch it ends.
+        epoch: usize,
+    },
 }
 
 impl From<StateError> for ResumeError {

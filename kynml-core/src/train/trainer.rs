@@ -73,14 +73,16 @@ pub struct TrainSettings {
     pub fresh: bool,
     /// A checkpoint to continue from (see
     /// [`SpecFile::find_checkpoint`](crate::plan::SpecFile::find_checkpoint));
-    /// `None` starts from fresh weights.
+    /// `None` starts from fresh weights, where no checkpoint is at the
+    /// path already ([`TrainError::CheckpointExists`]; `fresh` replaces it).
     pub resume_from: Option<Checkpoint>,
     /// The precision to run, overriding what [`precision::plan`] decides for
     /// the spec and device (tests and benches compare precisions this way).
     pub precision: Option<PrecisionPlan>,
     /// The lock on the checkpoint path that
     /// [`checkpoint::prepare`](crate::checkpoint::prepare) took, held
-    /// through the run; without it, the run takes its own.
+    /// through the run; without it, the run checks the path and takes its
+    /// own lock, as `prepare` does.
     pub checkpoint_lock: Option<Arc<crate::checkpoint::PathLock>>,
     /// Set it (from a Ctrl-C handler, or a service cancelling one run) to
     /// stop after the step in progress: a checkpoint of that point is
@@ -142,6 +144,7 @@ pub enum TrainError {
     Resume(#[from] ResumeError),
     /// [`TrainSettings::stop`] was set; `checkpoint` holds the point reached.
     #[error("interrupted at epoch {epoch}, step {step}")]
+    #[non_exhaustive]
     Interrupted {
         /// The epoch in progress (1-based).
         epoch: usize,
@@ -156,10 +159,11 @@ pub enum TrainError {
         /// The weights reached (not the best epoch's under early stopping:
         /// the checkpoint keeps those), so that a program that stops a run
         /// without checkpoints keeps what it trained.
-        model: Box<Model<Kb>>,
+        model: Box<Reached>,
     },
     /// The checkpoints cannot be written where they should: another run
-    /// writes there, or the folder cannot be created.
+    /// writes there, a file or folder that is not a KynML checkpoint is in
+    /// the way, or the folder cannot be created or written.
     #[error("{0}")]
     Checkpoint(crate::checkpoint::CheckpointError),
     /// A data-parallel run lost a replica, or its replicas could not meet.
@@ -182,7 +186,8 @@ pub enum TrainError {
         /// Each problem in words.
         problems: Vec<String>,
     },
-    /// A checkpoint is already at the spec's checkpoint path, and the
+    /// A checkpoint is already at the spec's checkpoint path (or, where the
+    /// caller did not prepare the path, an older copy beside it), and the
     /// settings neither resume from it nor start over: the run would
     /// replace it.
     #[error(
@@ -195,6 +200,24 @@ pub enum TrainError {
         /// The checkpoint path.
         path: PathBuf,
     },
+}
+
+/// The weights an interrupted run reached ([`TrainError::Interrupted`]): the
+/// model, which it dereferences to; its `Debug` leaves the tensors out, so
+/// that printing the error stays short.
+pub struct Reached(pub Model<Kb>);
+
+impl std::fmt::Debug for Reached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reached(..)")
+    }
+}
+
+impl std::ops::Deref for Reached {
+    type Target = Model<Kb>;
+    fn deref(&self) -> &Model<Kb> {
+        &self.0
+    }
 }
 
 /// What a finished run leaves behind.
@@ -340,11 +363,16 @@ fn run<'scope, 'env>(
         }
         _ => None,
     };
-    // A checkpoint already at the path is resumed or given up, never
+    // A checkpoint already at the path, or (for a caller that did not
+    // prepare the path, as `SpecFile::train_settings` does) an older copy
+    // beside it that rotation would move, is resumed or given up, never
     // replaced unasked.
     if let (Some(_), Some(path), None, false) = (checkpoint, &checkpoint_path, &settings.resume_from, settings.fresh) {
-        if path.is_file() {
-            return Err(TrainError::CheckpointExists { path: path.clone() });
+        let copy = || crate::checkpoint::older_copies(path).into_iter().next();
+        let there =
+            if path.is_file() { Some(path.clone()) } else { settings.checkpoint_lock.is_none().then(copy).flatten() };
+        if let Some(there) = there {
+            return Err(TrainError::CheckpointExists { path: there });
         }
     }
     let writer = match (checkpoint, &checkpoint_path) {
@@ -376,6 +404,17 @@ fn run<'scope, 'env>(
         // too; a checkpoint loaded by hand is checked here).
         if let Some(now) = &run_record.data {
             resume::check_data(&s, now)?;
+        }
+        // Weights that have taken steps of the epoch after the last one asked
+        // for are not the model of those epochs.
+        if let (Some(partial), false) = (&s.partial, s.stopped_early) {
+            if t.epochs.value <= s.epoch {
+                return Err(TrainError::Resume(ResumeError::PartwayPastTheEnd {
+                    epoch: s.epoch,
+                    steps: partial.steps,
+                    epochs: t.epochs.value,
+                }));
+            }
         }
         (model, optimizer) = (restored.model, restored.optimizer);
         order_rng = Rng::new(s.order_rng);
@@ -530,7 +569,7 @@ fn run<'scope, 'env>(
                 step: 0,
                 checkpoint: saved,
                 profile,
-                model: Box::new(engine.model()),
+                model: Box::new(Reached(engine.model())),
             });
         }
         on_event(TrainEvent::EpochStart { epoch, epochs: t.epochs.value, steps, lr });
@@ -617,7 +656,7 @@ fn run<'scope, 'env>(
                     }
                 }
                 let profile = profile.take().map(Box::new);
-                let model = Box::new(engine.model());
+                let model = Box::new(Reached(engine.model()));
                 return Err(TrainError::Interrupted { epoch, step, checkpoint: saved, profile, model });
             }
             let samples_per_sec = |tally: &Tally| tally.rows as f64 / epoch_start.elapsed().as_secs_f64();
@@ -925,9 +964,6 @@ impl LossSum {
     }
 }
 
-/// Before a fresh start's first save (`discard` set): removes the checkpoint
-/// at `path` and its older copies, once; a failure is reported like a
-/// failed save, and the save goes on.
 /// What [`train`] needs of the spec and the data before it allocates
 /// anything: the values a run divides by, and the fit that
 /// [`SpecFile::load_data`](crate::plan::SpecFile::load_data) checks (a
@@ -941,6 +977,10 @@ fn check_fit(spec: &Spec, data: &Dataset) -> Result<(), TrainError> {
     if t.accumulate.value == 0 {
         problems.push("`accumulate` is 0: a step takes at least 1 batch".to_string());
     }
+    if !t.loss.value.is_classification() && data.class_names().is_some() {
+        problems
+            .push(format!("`loss = {}` predicts numbers, but the data's targets are classes", t.loss.value.written()));
+    }
     let source = &spec.dataset.source.value;
     problems.extend(crate::plan::check_fit(spec, data, source).into_iter().map(|d| match d.help {
         Some(help) => format!("{} ({help})", d.message),
@@ -953,6 +993,9 @@ fn check_fit(spec: &Spec, data: &Dataset) -> Result<(), TrainError> {
     }
 }
 
+/// Before a fresh start's first save (`discard` set): removes the checkpoint
+/// at `path` and its older copies, once; a failure is reported like a
+/// failed save, and the save goes on.
 fn discard_once(discard: &mut bool, path: &std::path::Path, on_event: &mut dyn FnMut(TrainEvent)) {
     if std::mem::take(discard) {
         if let Err(e) = crate::checkpoint::discard(path) {

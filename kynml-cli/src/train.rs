@@ -634,7 +634,7 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
             "\n  (--fresh ignores it and starts over; its checkpoints then replace it and the older copies)"
         };
         let older =
-            damaged.then(|| whole_older_copy(file, data, &path)).flatten().map_or(String::new(), |(copy, epoch)| {
+            damaged.then(|| file.whole_older_copy(&path, data)).flatten().map_or(String::new(), |(copy, epoch)| {
                 format!(
                     "\n  {} is a whole checkpoint (epoch {epoch}): to resume from it instead, `mv {} {}`",
                     copy.display(),
@@ -647,7 +647,7 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
     // No checkpoint at the path, but older copies beside it: starting over
     // would rotate them away, so it is the person's choice.
     if found.is_none() {
-        if let Some((copy, epoch)) = whole_older_copy(file, data, &path) {
+        if let Some((copy, epoch)) = file.whole_older_copy(&path, data) {
             return Err(Failure::input(format!(
                 "error: {} is missing, but {} holds a whole checkpoint (epoch {epoch}) of an earlier run\n  \
                  to resume from it: `mv {} {}`, then this command again\n  \
@@ -660,14 +660,6 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
         }
     }
     Ok((found, Some(lock)))
-}
-
-/// The newest of the older copies beside `path` that this spec and data
-/// can resume from, with the epoch it ends.
-fn whole_older_copy(file: &SpecFile, data: &Dataset, path: &Path) -> Option<(std::path::PathBuf, usize)> {
-    checkpoint::older_copies(path)
-        .into_iter()
-        .find_map(|copy| file.checkpoint_at(&copy, data).ok().flatten().map(|(_, state)| (copy, state.epoch)))
 }
 
 /// Checkpoints cannot go to `path`: bad input, said alike by train and check.

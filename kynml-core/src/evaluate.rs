@@ -127,10 +127,14 @@ pub fn compute_metrics(
 
 /// Class decisions: argmax of the logits, or logit > 0 for `bce`.
 pub fn predicted_classes(outputs: &Outputs, loss_kind: Loss) -> Vec<u32> {
-    let w = outputs.width.max(1);
-    outputs
-        .values
-        .chunks(w)
+    decide_classes(&outputs.values, outputs.width, loss_kind)
+}
+
+/// [`predicted_classes`] on logits `width` to a row: the first of tied
+/// logits, and for `bce` the second class only above 0.
+pub fn decide_classes(values: &[f32], width: usize, loss_kind: Loss) -> Vec<u32> {
+    values
+        .chunks(width.max(1))
         .map(|row| {
             if loss_kind == Loss::Bce {
                 u32::from(row[0] > 0.0)

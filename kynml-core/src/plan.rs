@@ -211,15 +211,20 @@ impl SpecFile {
             Some((ckpt, _)) => settings.resume_from = Some(ckpt),
             // An earlier run's whole copy would rotate away: the caller's choice.
             None => {
-                let whole = checkpoint::older_copies(path).into_iter().find_map(|copy| {
-                    self.checkpoint_at(&copy, data).ok().flatten().map(|(_, state)| (copy, state.epoch))
-                });
-                if let Some((copy, epoch)) = whole {
+                if let Some((copy, epoch)) = self.whole_older_copy(path, data) {
                     return Err(ResumeError::OlderCopy { path: path.clone(), copy, epoch });
                 }
             }
         }
         Ok(settings)
+    }
+
+    /// The newest of the older copies beside the checkpoint `path` that this
+    /// spec and `data` can resume from, with the epoch it ends.
+    pub fn whole_older_copy(&self, path: &Path, data: &Dataset) -> Option<(PathBuf, usize)> {
+        checkpoint::older_copies(path)
+            .into_iter()
+            .find_map(|copy| self.checkpoint_at(&copy, data).ok().flatten().map(|(_, state)| (copy, state.epoch)))
     }
 
     /// [`find_checkpoint`](Self::find_checkpoint) on the checkpoint at

@@ -30,7 +30,7 @@ use burn::tensor::{Tensor, TensorData};
 use burn::DispatchDevice;
 
 use crate::data::{DataError, Labels, ModelRows};
-use crate::evaluate::{compute_metrics, predicted_classes, Outputs};
+use crate::evaluate::{compute_metrics, decide_classes, Outputs};
 use crate::export::{self, ExportError, ExportModel, Head};
 use crate::model::{Mode, Model};
 use crate::spec::types::{Loss, Metric};
@@ -181,9 +181,8 @@ impl Predictor {
             head if head.class_names().is_empty() => None,
             head => {
                 let loss = if matches!(head, Head::Sigmoid { .. }) { Loss::Bce } else { Loss::CrossEntropy };
-                let decided = Outputs { values: outputs.clone(), width, loss: f64::NAN };
                 let names = head.class_names();
-                Some(predicted_classes(&decided, loss).into_iter().map(|c| names[c as usize].clone()).collect())
+                Some(decide_classes(&outputs, width, loss).into_iter().map(|c| names[c as usize].clone()).collect())
             }
         };
         Ok(Predictions { rows: n, outputs, width, probabilities, labels })

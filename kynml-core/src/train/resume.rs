@@ -365,9 +365,10 @@ pub enum ResumeError {
     /// and the run asks for no more than `epoch` epochs: its weights have
     /// taken steps past the model it would stand for.
     #[error(
-        "checkpoint was written partway through epoch {} ({epoch} done, then {steps} batches of the next): its \
+        "checkpoint was written partway through epoch {} ({epoch} done, then {steps} batch{} of the next): its \
          weights are not the model after {epochs} epochs; {} or more epochs go on from it, or start over",
         epoch + 1,
+        if *steps == 1 { "" } else { "es" },
         epoch + 1
     )]
     PartwayPastTheEnd {

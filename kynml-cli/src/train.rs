@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use kynml_backend::kernel_cache::CacheState;
+use kynml_core::checkpoint;
 use kynml_core::checkpoint::CheckpointError;
-use kynml_core::checkpoint::{self, Checkpoint};
 use kynml_core::data::{Dataset, Labels};
 use kynml_core::export::{self, Format};
-use kynml_core::plan::{what_runs_on, Overrides, SpecFile};
+use kynml_core::plan::{what_runs_on, Overrides, ResumePlan, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
 use kynml_core::train::resume::{LoopState, ResumeError};
@@ -43,7 +43,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     }
     let data = crate::reading::load_data(&mut file)?;
     fit_loader(&mut file, &data);
-    let (resume, checkpoint_lock) = resume_plan(&file, &data, args.fresh)?;
+    let ResumePlan { found: resume, lock: checkpoint_lock } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {
         let epochs = file.spec.train.epochs.value;
         if let (Some(partial), false) = (&state.partial, state.stopped_early) {
@@ -592,18 +592,55 @@ pub(crate) fn partway(spec: &kynml_core::spec::types::Spec, data: &Dataset, stat
 }
 
 /// The checkpoint to resume from, and the lock on the checkpoint path that
-/// the run holds to its end.
-type ResumePlan = (Option<(Checkpoint, LoopState)>, Option<checkpoint::PathLock>);
-
+/// the run holds to its end ([`SpecFile::resume_plan`]), with what the
+/// choice means said: what `--fresh` will replace, and each refusal with
+/// the command that gets past it.
 fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePlan, Failure> {
     let Some(path) = file.checkpoint_path() else {
         if fresh {
             eprintln!("note: --fresh has no effect: the spec does not checkpoint");
         }
-        return Ok((None, None));
+        return Ok(ResumePlan::default());
     };
-    let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-    let lock = checkpoint::prepare(&path, keep).map_err(|e| cannot_checkpoint(file, &path, e))?;
+    let mv = |copy: &Path| {
+        format!("`mv {} {}`", shell_quote(&copy.display().to_string()), shell_quote(&path.display().to_string()))
+    };
+    let plan = file.resume_plan(data, fresh).map_err(|e| match e {
+        ResumeError::Unwritable { error, .. } => cannot_checkpoint(file, &path, error),
+        // No checkpoint at the path, but older copies beside it: starting
+        // over would rotate them away, so it is the person's choice.
+        ResumeError::OlderCopy { copy, epoch, .. } => Failure::input(format!(
+            "error: {} is missing, but {} holds a whole checkpoint (epoch {epoch}) of an earlier run\n  \
+             to resume from it: {}, then this command again\n  \
+             to start over: --fresh (its checkpoints will replace the older copies)",
+            path.display(),
+            copy.display(),
+            mv(&copy),
+        )),
+        e => {
+            // Only a damaged file is worth replacing by an older copy: one of
+            // another model, optimizer or data refuses the copies alike.
+            let damaged = matches!(
+                e,
+                ResumeError::Checkpoint(CheckpointError::Corrupt { .. } | CheckpointError::Truncated { .. })
+            );
+            let e = e.to_string();
+            let fresh = if e.contains("--fresh") {
+                ""
+            } else {
+                "\n  (--fresh ignores it and starts over; its checkpoints then replace it and the older copies)"
+            };
+            let older =
+                damaged.then(|| file.whole_older_copy(&path, data)).flatten().map_or(String::new(), |(copy, epoch)| {
+                    format!(
+                        "\n  {} is a whole checkpoint (epoch {epoch}): to resume from it instead, {}",
+                        copy.display(),
+                        mv(&copy)
+                    )
+                });
+            Failure::input(format!("error: cannot resume from {}: {e}{older}{fresh}", path.display()))
+        }
+    })?;
     if fresh {
         // Given up at the run's first checkpoint, not before: said now.
         // The checkpoint is replaced; its older copies go (they belong to the run given up).
@@ -620,46 +657,8 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
         if !said.is_empty() {
             println!("note: --fresh starts over: {} when this run writes its first checkpoint", said.join(", and "));
         }
-        return Ok((None, Some(lock)));
     }
-    let found = file.find_checkpoint(data).map_err(|e| {
-        // Only a damaged file is worth replacing by an older copy: one of
-        // another model, optimizer or data refuses the copies alike.
-        let damaged =
-            matches!(e, ResumeError::Checkpoint(CheckpointError::Corrupt { .. } | CheckpointError::Truncated { .. }));
-        let e = e.to_string();
-        let fresh = if e.contains("--fresh") {
-            ""
-        } else {
-            "\n  (--fresh ignores it and starts over; its checkpoints then replace it and the older copies)"
-        };
-        let older =
-            damaged.then(|| file.whole_older_copy(&path, data)).flatten().map_or(String::new(), |(copy, epoch)| {
-                format!(
-                    "\n  {} is a whole checkpoint (epoch {epoch}): to resume from it instead, `mv {} {}`",
-                    copy.display(),
-                    shell_quote(&copy.display().to_string()),
-                    shell_quote(&path.display().to_string())
-                )
-            });
-        Failure::input(format!("error: cannot resume from {}: {e}{older}{fresh}", path.display()))
-    })?;
-    // No checkpoint at the path, but older copies beside it: starting over
-    // would rotate them away, so it is the person's choice.
-    if found.is_none() {
-        if let Some((copy, epoch)) = file.whole_older_copy(&path, data) {
-            return Err(Failure::input(format!(
-                "error: {} is missing, but {} holds a whole checkpoint (epoch {epoch}) of an earlier run\n  \
-                 to resume from it: `mv {} {}`, then this command again\n  \
-                 to start over: --fresh (its checkpoints will replace the older copies)",
-                path.display(),
-                copy.display(),
-                shell_quote(&copy.display().to_string()),
-                shell_quote(&path.display().to_string())
-            )));
-        }
-    }
-    Ok((found, Some(lock)))
+    Ok(plan)
 }
 
 /// Checkpoints cannot go to `path`: bad input, said alike by train and check.

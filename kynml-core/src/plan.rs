@@ -28,6 +28,18 @@ pub struct Overrides {
     pub seed: Option<u64>,
 }
 
+/// Where a run starts ([`SpecFile::resume_plan`]).
+#[derive(Debug, Default)]
+pub struct ResumePlan {
+    /// The lock on the checkpoint path, for the run to hold to its end
+    /// ([`TrainSettings::checkpoint_lock`](crate::train::TrainSettings::checkpoint_lock));
+    /// `None` when the spec does not checkpoint.
+    pub lock: Option<checkpoint::PathLock>,
+    /// The checkpoint to go on from, with its loop state; `None` to start
+    /// from the beginning.
+    pub found: Option<(Checkpoint, LoopState)>,
+}
+
 /// A spec file, read and validated.
 #[derive(Debug, Clone)]
 pub struct SpecFile {
@@ -184,39 +196,52 @@ impl SpecFile {
         self.checkpoint_at(&path, data)
     }
 
-    /// The [`TrainSettings`](crate::train::TrainSettings) that run this spec
-    /// as `kynml train` runs it: checkpoints at the spec's path resolved
-    /// against its folder ([`checkpoint_path`](Self::checkpoint_path)), that
-    /// path checked and locked for the run (never over a file that is not a
-    /// KynML checkpoint; another run there is refused), and the checkpoint
-    /// already there resumed, once [`find_checkpoint`](Self::find_checkpoint)
-    /// has found it fits this spec and `data`; with none there, an older
-    /// copy beside it that is a whole checkpoint of this spec is an error
-    /// ([`ResumeError::OlderCopy`]), as starting over would rotate it away.
-    /// `fresh` starts over instead: the run's first save replaces that
-    /// checkpoint and its older copies.
-    /// Set the settings' other fields (a `stop` flag, say) on the value
-    /// returned.
-    pub fn train_settings(&self, data: &Dataset, fresh: bool) -> Result<crate::train::TrainSettings, ResumeError> {
-        let mut settings =
-            crate::train::TrainSettings { checkpoint_path: self.checkpoint_path(), fresh, ..Default::default() };
-        let (Some(path), Some(c)) = (&settings.checkpoint_path, &self.spec.train.checkpoint) else {
-            return Ok(settings);
+    /// Where a run of this spec starts, as `kynml train` decides it: the
+    /// spec's checkpoint path ([`checkpoint_path`](Self::checkpoint_path))
+    /// checked and locked for the run (never over a file that is not a
+    /// KynML checkpoint; another run there is refused:
+    /// [`ResumeError::Unwritable`]), and the checkpoint already there, once
+    /// [`find_checkpoint`](Self::find_checkpoint) has found it fits this spec
+    /// and `data`. With none there, an older copy beside it that is a whole
+    /// checkpoint of this spec is an error ([`ResumeError::OlderCopy`]), as
+    /// starting over would rotate it away. `fresh` starts over instead: the
+    /// run's first save replaces that checkpoint and its older copies.
+    pub fn resume_plan(&self, data: &Dataset, fresh: bool) -> Result<ResumePlan, ResumeError> {
+        let (Some(path), Some(c)) = (self.checkpoint_path(), &self.spec.train.checkpoint) else {
+            return Ok(ResumePlan::default());
         };
-        settings.checkpoint_lock = Some(std::sync::Arc::new(checkpoint::prepare(path, c.value.keep)?));
+        let lock = checkpoint::prepare(&path, c.value.keep)
+            .map_err(|error| ResumeError::Unwritable { path: path.clone(), error })?;
+        let mut plan = ResumePlan { lock: Some(lock), found: None };
         if fresh {
-            return Ok(settings);
+            return Ok(plan);
         }
-        match self.find_checkpoint(data)? {
-            Some((ckpt, _)) => settings.resume_from = Some(ckpt),
-            // An earlier run's whole copy would rotate away: the caller's choice.
-            None => {
-                if let Some((copy, epoch)) = self.whole_older_copy(path, data) {
-                    return Err(ResumeError::OlderCopy { path: path.clone(), copy, epoch });
-                }
+        plan.found = self.find_checkpoint(data)?;
+        // An earlier run's whole copy would rotate away: the caller's choice.
+        if plan.found.is_none() {
+            if let Some((copy, epoch)) = self.whole_older_copy(&path, data) {
+                return Err(ResumeError::OlderCopy { path, copy, epoch });
             }
         }
-        Ok(settings)
+        Ok(plan)
+    }
+
+    /// The [`TrainSettings`](crate::train::TrainSettings) that run this spec
+    /// as `kynml train` runs it: checkpoints at the spec's path resolved
+    /// against its folder, that path locked for the run and the checkpoint
+    /// there resumed, as [`resume_plan`](Self::resume_plan) decides; `fresh`
+    /// starts over (the run's first save replaces that checkpoint and its
+    /// older copies). Set the settings' other fields (a `stop` flag, say)
+    /// on the value returned.
+    pub fn train_settings(&self, data: &Dataset, fresh: bool) -> Result<crate::train::TrainSettings, ResumeError> {
+        let plan = self.resume_plan(data, fresh)?;
+        Ok(crate::train::TrainSettings {
+            checkpoint_path: self.checkpoint_path(),
+            fresh,
+            resume_from: plan.found.map(|(ckpt, _)| ckpt),
+            checkpoint_lock: plan.lock.map(std::sync::Arc::new),
+            ..Default::default()
+        })
     }
 
     /// The newest of the older copies beside the checkpoint `path` that this

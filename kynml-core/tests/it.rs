@@ -365,7 +365,10 @@ fn a_library_run_never_replaces_a_file_or_a_checkpoint_unasked() {
     assert_eq!(settings.checkpoint_path.as_deref(), Some(ckpt.as_path()));
     assert!(settings.resume_from.is_none() && settings.checkpoint_lock.is_some());
     // The path is locked while the settings hold it.
-    assert!(matches!(file.train_settings(&data, false), Err(ResumeError::Checkpoint(CheckpointError::InUse { .. }))));
+    assert!(matches!(
+        file.train_settings(&data, false),
+        Err(ResumeError::Unwritable { error: CheckpointError::InUse { .. }, .. })
+    ));
     train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
     drop(settings);
     let written = std::fs::read(&ckpt).unwrap();

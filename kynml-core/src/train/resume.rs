@@ -379,6 +379,15 @@ pub enum ResumeError {
         /// The epochs this run asks for.
         epochs: usize,
     },
+    /// The checkpoint path cannot take this run's checkpoints: a file there
+    /// that is not a KynML checkpoint, a folder, another run writing there.
+    #[error("checkpoints cannot be written to {}: {error}", path.display())]
+    Unwritable {
+        /// The checkpoint path.
+        path: std::path::PathBuf,
+        /// Why not.
+        error: CheckpointError,
+    },
     /// No checkpoint at `path`, but an older copy beside it is a whole
     /// checkpoint of this spec (an earlier run's): starting over would
     /// rotate it away.

@@ -1305,16 +1305,26 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let settings =
-        TrainSettings { checkpoint_path: file.checkpoint_path(), stop: Some(stop.clone()), ..TrainSettings::default() };
+    // Profiled: what was profiled up to the stop comes back with it.
+    let settings = TrainSettings {
+        checkpoint_path: file.checkpoint_path(),
+        stop: Some(stop.clone()),
+        profile: true,
+        ..TrainSettings::default()
+    };
     let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
         if let TrainEvent::Step { epoch: 3, step: 2, .. } = event {
             stop.store(true, Ordering::SeqCst); // as Ctrl-C would
         }
     });
     match outcome {
-        Err(TrainError::Interrupted { epoch: 3, step: 3, checkpoint: Some(path), model, .. }) => {
+        Err(TrainError::Interrupted { epoch: 3, step: 3, checkpoint: Some(path), model, profile, .. }) => {
             assert!(path.ends_with("cut.ckpt"));
+            // The epoch-2 checkpoint, written in the background, with the
+            // writer's time (the save at the stop is not one of the run's).
+            let profile = profile.expect("a profile");
+            let saves: Vec<_> = profile.checkpoints.iter().map(|c| (c.epoch, c.write.is_some())).collect();
+            assert_eq!(saves, [(2, true)], "seed {seed}");
             // The weights reached come back with the interruption: those
             // the checkpoint holds.
             let saved = kynml_core::checkpoint::load(&path).unwrap().unwrap().tensors;

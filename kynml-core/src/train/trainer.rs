@@ -562,6 +562,10 @@ fn run<'scope, 'env>(
                 if let Some(m) = gpu_monitor.take() {
                     p.gpu = m.finish();
                 }
+                // The stop's save waited for every earlier write.
+                if let Some(writer) = &writer {
+                    attach_writes(p, &writer.writes(), usize::from(saved.is_some()), started);
+                }
             }
             let profile = profile.take().map(Box::new);
             return Err(TrainError::Interrupted {
@@ -653,6 +657,10 @@ fn run<'scope, 'env>(
                     p.skipped_steps += tally.skipped.saturating_sub(skipped_before);
                     if let Some(m) = gpu_monitor.take() {
                         p.gpu = m.finish();
+                    }
+                    // The stop's save waited for every earlier write.
+                    if let Some(writer) = &writer {
+                        attach_writes(p, &writer.writes(), usize::from(saved.is_some()), started);
                     }
                 }
                 let profile = profile.take().map(Box::new);
@@ -800,12 +808,7 @@ fn run<'scope, 'env>(
     }
     // The writer's writes, one per checkpoint of this run, in order.
     if let (Some(p), Some(writer)) = (profile.as_mut(), &writer) {
-        let since = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
-        let writes = writer.writes();
-        let ours = writes.iter().rev().take(p.checkpoints.len()).rev();
-        for (c, (start, end)) in p.checkpoints.iter_mut().zip(ours) {
-            c.write = Some((since(*start), end.saturating_duration_since(*start).as_secs_f64()));
-        }
+        attach_writes(p, &writer.writes(), 0, started);
     }
 
     let (final_model, outputs) = match (stopper.is_some(), best) {
@@ -1001,6 +1004,19 @@ fn discard_once(discard: &mut bool, path: &std::path::Path, on_event: &mut dyn F
         if let Err(e) = crate::checkpoint::discard(path) {
             on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
         }
+    }
+}
+
+/// The writer's write of each checkpoint in `profile`, from its `writes()`
+/// in order: the last `later` writes (the save at a stop, which the
+/// profile does not count) came after them. Call it when no write is in
+/// flight.
+fn attach_writes(profile: &mut Profile, writes: &[(Instant, Instant)], later: usize, started: Instant) {
+    let since = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
+    let ours = &writes[..writes.len().saturating_sub(later)];
+    let ours = &ours[ours.len().saturating_sub(profile.checkpoints.len())..];
+    for (c, (start, end)) in profile.checkpoints.iter_mut().zip(ours) {
+        c.write = Some((since(*start), end.saturating_duration_since(*start).as_secs_f64()));
     }
 }
 

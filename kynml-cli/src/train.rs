@@ -225,6 +225,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         Err(TrainError::Interrupted { profile, .. }) => profile.as_deref(),
         Err(_) => None,
     };
+    // A resume with no epoch left trains no step: nothing to profile.
+    let profiled = profiled.filter(|p| !p.steps.is_empty());
     if let Some(profile) = profiled {
         log.profile(profile);
     }
@@ -396,7 +398,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     if let Some(line) = time_and_memory(&result.history) {
         println!("{line}");
     }
-    if let Some(profile) = &result.profile {
+    if let Some(profile) = result.profile.as_ref().filter(|p| !p.steps.is_empty()) {
         println!("\n{}", render::profile_table(profile));
         println!("verdict: {}", profile.verdict(workers).advice);
         if let Some(peak) = profile.peak_in_use() {

@@ -716,6 +716,8 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let t = text(&out);
     assert!(out.status.success() && t.contains("note: --profile: no step was trained"), "{t}");
     assert!(!dir.join("run2p/profile.json").exists() && dir.join("run2p/model.safetensors").is_file(), "{t}");
+    // Nor is an empty profile shown, or files named that were not written.
+    assert!(!t.contains("profile of 0 steps") && !t.contains("verdict:") && !t.contains("trace.json"), "{t}");
     let out = kynml(&["train", "spec.kyn", "--epochs", "1", "--out", "run2b"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("(2 epochs done, more than the 1 asked: nothing to train"), "{t}");

@@ -199,6 +199,10 @@ pub const SKIPPED_SHARE: f64 = 0.05;
 /// compiled or tuned, buffers allocated), left out of the verdict, as the
 /// run's first step always is.
 pub const WARM_UP_FACTOR: f64 = 20.0;
+/// A run's first evaluation this many times the median of the later ones
+/// is warm-up (the validation pass's kernels compiled), left out of the
+/// verdict.
+pub const EVAL_WARM_UP_FACTOR: f64 = 4.0;
 /// Fewer steps than this after warm-up are too few for a verdict.
 pub const MIN_STEADY_STEPS: usize = 3;
 /// The share of the run's time above which evaluation or checkpoint
@@ -253,6 +257,21 @@ impl Profile {
         rest.iter().filter(|s| s.epoch != first.epoch || s.total <= WARM_UP_FACTOR * median).cloned().collect()
     }
 
+    /// The evaluations a verdict reads: all but a first one over
+    /// [`EVAL_WARM_UP_FACTOR`] times the median of the later ones, whose
+    /// time went to start-up work (a GPU compiling the kernels of the
+    /// validation pass), as the warm-up steps' did. A run's only
+    /// evaluation is always read.
+    pub fn steady_evals(&self) -> &[EvalTiming] {
+        let Some((first, rest)) = self.evals.split_first() else { return &self.evals };
+        let mut later: Vec<f64> = rest.iter().map(|e| e.seconds).collect();
+        later.sort_by(f64::total_cmp);
+        match later.get(later.len() / 2) {
+            Some(&median) if first.seconds > EVAL_WARM_UP_FACTOR * median => rest,
+            _ => &self.evals,
+        }
+    }
+
     /// Seconds from the start of training to the end of the last profiled
     /// step, evaluation or checkpoint hand-off.
     pub fn run_seconds(&self) -> f64 {
@@ -263,16 +282,17 @@ impl Profile {
     }
 
     /// Where the run's time went, as shares of [`run_seconds`](Self::run_seconds)
-    /// with the warm-up steps' time taken out of it.
+    /// with the warm-up steps' and warm-up evaluation's time taken out of it.
     pub fn run_shares(&self) -> RunShares {
         let steady = self.steady_steps();
         let whole = |steps: &[StepTiming]| steps.iter().map(|s| s.wait + s.total).sum::<f64>();
-        let warm_up = whole(&self.steps) - whole(&steady);
+        let evals = |evals: &[EvalTiming]| evals.iter().map(|e| e.seconds).sum::<f64>();
+        let warm_up = whole(&self.steps) - whole(&steady) + evals(&self.evals) - evals(self.steady_evals());
         let run = (self.run_seconds() - warm_up).max(1e-12);
         // `+ 0.0`: an empty sum of f64 is -0.0, which JSON and the report would show.
         let steps = (steady.iter().map(|s| s.total).sum::<f64>() + 0.0) / run;
         let wait = (steady.iter().map(|s| s.wait).sum::<f64>() + 0.0) / run;
-        let evaluation = (self.evals.iter().map(|e| e.seconds).sum::<f64>() + 0.0) / run;
+        let evaluation = (evals(self.steady_evals()) + 0.0) / run;
         let checkpoints = (self.checkpoints.iter().map(|c| c.handoff).sum::<f64>() + 0.0) / run;
         let rest = (1.0 - steps - wait - evaluation - checkpoints).max(0.0);
         RunShares { steps, wait, evaluation, checkpoints, rest }
@@ -347,13 +367,18 @@ impl Profile {
         let pct = |share: f64| format!("{:.0}%", 100.0 * share);
 
         // Evaluation and checkpoints, weighed against the run's time.
+        let evals = self.steady_evals();
+        let first = match (evals.len() < self.evals.len(), self.evals.first()) {
+            (true, Some(first)) => format!("; the first, {} with start-up work, left out", seconds_text(first.seconds)),
+            _ => String::new(),
+        };
         let evaluation = format!(
-            "evaluation takes {} of the run's time ({} evaluation{}, {}, one after each epoch): a larger `split` \
-             in the dataset block validates on fewer rows",
+            "evaluation takes {} of the run's time ({} evaluation{}, {}, one after each epoch{first}): a larger \
+             `split` in the dataset block validates on fewer rows",
             pct(run.evaluation),
-            self.evals.len(),
-            if self.evals.len() == 1 { "" } else { "s" },
-            seconds_text(self.evals.iter().map(|e| e.seconds).sum())
+            evals.len(),
+            if evals.len() == 1 { "" } else { "s" },
+            seconds_text(evals.iter().map(|e| e.seconds).sum())
         );
         let n = self.checkpoints.len();
         let saves = format!(
@@ -879,6 +904,44 @@ mod tests {
             Vec::new()
         };
         Profile { steps, evals, checkpoints, ..Profile::default() }
+    }
+
+    #[test]
+    fn a_first_evaluation_that_compiled_kernels_is_warm_up() {
+        // Six epochs of five 10 ms steps, each followed by an evaluation of
+        // 5 ms; the first evaluation took 185 ms (a GPU compiling the
+        // validation pass's kernels).
+        let epoch_of = |first_eval: f64| {
+            let mut p = Profile::default();
+            let mut at = 0.0;
+            for epoch in 1..=6 {
+                for step in 1..=5 {
+                    let phases = StepPhases { copy: 0.0, forward: 0.004, backward: 0.004, optimizer: 0.002, in_use: 0 };
+                    p.steps.push(StepTiming { epoch, step, start: at, wait: 0.0, phases, total: 0.01, prepared: None });
+                    at += 0.01;
+                }
+                let seconds = if epoch == 1 { first_eval } else { 0.005 };
+                p.evals.push(EvalTiming { epoch, start: at, seconds });
+                at += seconds;
+            }
+            p
+        };
+        let p = epoch_of(0.185);
+        assert_eq!(p.steady_evals().len(), 5);
+        let shares = p.run_shares();
+        // 29 steady steps (0.29 s) and 5 evaluations (0.025 s).
+        assert!((shares.evaluation - 0.025 / 0.315).abs() < 1e-9, "{shares:?}");
+        let v = p.verdict(0);
+        assert_ne!(v.bound, Bound::Evaluation, "{}", v.advice);
+        // One twice as long as the others is the run's own.
+        let p = epoch_of(0.010);
+        assert_eq!(p.steady_evals().len(), 6);
+        // A heavy validation still leads, its first left out and said.
+        let mut p = epoch_of(0.900);
+        p.evals.iter_mut().skip(1).for_each(|e| e.seconds = 0.2);
+        let v = p.verdict(0);
+        assert_eq!(v.bound, Bound::Evaluation, "{}", v.advice);
+        assert!(v.advice.contains("(5 evaluations, 1.00 s, one after each epoch; the first, 900 ms"), "{}", v.advice);
     }
 
     #[test]

@@ -532,6 +532,20 @@ fn a_fresh_start_replaces_the_discarded_runs_copies() {
     train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
     assert!(!copy(1).exists() && !copy(2).exists(), "seed {seed}: copies past the new keep are gone too");
     assert!(copy(20261127).is_file(), "seed {seed}: the copy kept by hand stays");
+
+    // A run killed inside a rotation (its copies moved up one, the
+    // checkpoint not yet linked to `.1`) leaves `.2` without `.1`: it is the
+    // discarded run's all the same.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("keep=1", "keep=3")).unwrap();
+    run_to(&path, 6, true);
+    std::fs::remove_file(copy(1)).unwrap();
+    assert!(copy(2).is_file(), "seed {seed}");
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides { epochs: Some(2), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+    assert!(!copy(2).exists(), "seed {seed}: the discarded run's copy past a gap is gone");
 }
 
 /// A run that stopped early goes on when resumed under early stopping that

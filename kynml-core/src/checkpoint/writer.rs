@@ -426,10 +426,13 @@ pub fn discard(path: &Path) -> Result<(), CheckpointError> {
 /// older copies rotation left beside it, `path.1`, `path.2`, ... up to the
 /// first number missing (a lower `keep` than the discarded run's does not
 /// hide its copies; a `path.20261127` kept by hand is not one), those that
-/// are KynML checkpoints.
+/// are KynML checkpoints. `path.1` alone may be missing: a run killed in
+/// the middle of a rotation, after its copies moved up one and before the
+/// checkpoint was linked to `path.1`, leaves `path.2`, `path.3`, ...
 pub fn discarded(path: &Path) -> Vec<PathBuf> {
     let numbers = kept_numbers(path, usize::MAX);
-    let rotated = numbers.iter().enumerate().take_while(|&(i, &n)| n == i + 1).count();
+    let first = if numbers.first() == Some(&2) { 2 } else { 1 };
+    let rotated = numbers.iter().enumerate().take_while(|&(i, &n)| n == i + first).count();
     let copies = numbers[..rotated].iter().map(|&n| numbered(path, n));
     std::iter::once(path.to_path_buf()).chain(copies).filter(|f| f.is_file() && refuse_foreign(f).is_ok()).collect()
 }

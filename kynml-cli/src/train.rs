@@ -778,9 +778,16 @@ pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
     if let Some(e) = &file.spec.export {
         if let Ok(format) = Format::from_spec(e.format.value) {
             let path = file.resolve(&e.path.value);
-            export::check_target(format, &path).and_then(|()| export::check_writable(&path)).map_err(|err| {
+            let checkpoint = file.checkpoint_path().and_then(|c| clashes_with_checkpoint(&path, &c));
+            let checked = match checkpoint {
+                Some(reason) => Err(reason),
+                None => export::check_target(format, &path)
+                    .and_then(|()| export::check_writable(&path))
+                    .map_err(|err| err.to_string()),
+            };
+            checked.map_err(|err| {
                 // Located at the spec's `path = ...`.
-                let problem = kynml_core::spec::Diagnostic::new(e.path.span, err.to_string(), "the export path");
+                let problem = kynml_core::spec::Diagnostic::new(e.path.span, err, "the export path");
                 let summary = "cannot export as the spec says; nothing was trained or written";
                 Failure::input(kynml_core::spec::render_with(
                     &file.path.display().to_string(),
@@ -792,6 +799,44 @@ pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// Why an export to `path` (or its `.json` sidecar) would fall on the
+/// spec's checkpoint at `checkpoint` or one of its older copies
+/// (`checkpoint.1`, ...), which the run writes first: `None` when it would not.
+fn clashes_with_checkpoint(path: &Path, checkpoint: &Path) -> Option<String> {
+    let checkpoint = lexical_absolute(checkpoint);
+    let (folder, name) = (checkpoint.parent()?, checkpoint.file_name()?.to_str()?);
+    let taken = |p: &Path| {
+        let p = lexical_absolute(p);
+        let copy = p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix(name)?.strip_prefix('.'));
+        p == checkpoint
+            || (p.parent() == Some(folder)
+                && copy.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+    };
+    let what = |p: &Path| {
+        if lexical_absolute(p) == checkpoint {
+            "the spec's checkpoint path".to_string()
+        } else {
+            format!("one of the older copies of the spec's checkpoint {}", checkpoint.display())
+        }
+    };
+    let sidecar = path.with_extension("json");
+    if taken(path) {
+        Some(format!(
+            "{} is {}: the export would replace the checkpoint; choose another export path",
+            path.display(),
+            what(path)
+        ))
+    } else if taken(&sidecar) {
+        Some(format!(
+            "the export's sidecar {} is {}: the export would replace the checkpoint; choose another export path",
+            sidecar.display(),
+            what(&sidecar)
+        ))
+    } else {
+        None
+    }
 }
 
 /// [`continue_command`] for this process's own command line.

@@ -628,6 +628,35 @@ fn checkpointing_spec(dir: &Path, name: &str, ckpt: &str, epochs: usize) -> Path
     path
 }
 
+/// An export that would fall on the spec's checkpoint or one of its older
+/// copies (the weights or their sidecar) is refused before anything runs,
+/// by `check` as by `train`: it trained the whole run, then failed there.
+#[test]
+fn an_export_onto_the_checkpoint_is_refused_before_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let spec = checkpointing_spec(dir, "s.kyn", "ck/m.ckpt", 1);
+    let text_of = std::fs::read_to_string(&spec).unwrap();
+    for (export, said) in [
+        ("format = onnx\n path = \"ck/../ck/m.ckpt\"", "is the spec's checkpoint path"),
+        ("format = onnx\n path = \"ck/m.ckpt.2\"", "one of the older copies of the spec's checkpoint"),
+        ("format = safetensors\n path = \"ck/m.safetensors\"", ""),
+    ] {
+        std::fs::write(&spec, format!("{text_of}export:\n {export}\n")).unwrap();
+        for command in [&["check", "s.kyn"][..], &["train", "s.kyn", "--out", "run"]] {
+            let out = kynml(command, dir);
+            let (t, command) = (text(&out), command[0]);
+            if said.is_empty() {
+                assert!(out.status.success(), "{command}: {t}");
+                continue;
+            }
+            assert_eq!(out.status.code(), Some(2), "{command}: {t}");
+            assert!(t.contains(said) && t.contains("s.kyn:") && t.contains("the export path"), "{command}: {t}");
+            assert!(!dir.join("run").exists() && !dir.join("ck/m.ckpt").exists(), "{command}: {t}");
+        }
+    }
+}
+
 #[test]
 fn sigkill_at_random_moments_never_leaves_a_bad_checkpoint_and_resume_ends_identical() {
     use std::time::Duration;

@@ -269,6 +269,15 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         }
     })?;
     let m: Value = serde_json::from_str(&text).map_err(|e| bad_json(&path, None, &e))?;
+    // JSON, but not what a run writes: an error, not a row of `?`.
+    if !m["metrics"].is_object() {
+        return Err(format!(
+            "error: {}: not a KynML run's metrics.json: expected a JSON object holding `metrics` (the kept model's \
+             validation loss and metrics)",
+            path.display()
+        )
+        .into());
+    }
     let str_of = |key: &str| m[key].as_str().unwrap_or("?").to_string();
     let primary = str_of("primary_metric");
     // The run's model is its last epoch's, or its best epoch's under early

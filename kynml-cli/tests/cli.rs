@@ -601,6 +601,15 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     std::fs::write(tmp.path().join("b/metrics.json"), "{\n").unwrap();
     let t = text(&kynml(&["report", "b"], tmp.path()));
     assert!(t.contains("metrics.json:2:1: not valid JSON: EOF while parsing an object\n"), "{t}");
+    // JSON, but not a run's: an error, not a row of `?`.
+    std::fs::write(tmp.path().join("b/metrics.json"), "[1, 2, 3]").unwrap();
+    let out = kynml(&["report", "a", "b"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("metrics.json: not a KynML run's metrics.json: expected a JSON object holding `metrics`"),
+        "{t}"
+    );
 }
 
 // ---- checkpoints, resume and interruption ----

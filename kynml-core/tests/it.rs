@@ -2084,6 +2084,10 @@ fn data_parallel_with_batchnorm_and_dropout_fits_as_well_and_resumes_exactly() {
     assert_eq!(resumed.history.len(), 6);
     let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
     assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed data-parallel run ends elsewhere");
+    // Run again with no epoch left: the same final metrics, validated in the
+    // same passes as the run that wrote the checkpoint.
+    let again = run_replicated(&cut, 6, true, 1);
+    assert_eq!(again.final_metrics, resumed.final_metrics, "seed {seed}");
 }
 
 /// A step with fewer rows than devices (a last batch of 2 rows on three

@@ -61,6 +61,12 @@ pub trait Engine {
         None
     }
 
+    /// Tells the engine the rows of the run's first step (`batch`, or
+    /// every training row when fewer) before any step, so that
+    /// [`eval_rows`](Self::eval_rows) is the same whether or not a step ran:
+    /// a resume with no epoch left validates as the run that wrote it did.
+    fn expect_rows(&mut self, _rows: usize) {}
+
     /// `model`'s outputs and loss on a split (early stopping's best
     /// weights), as [`evaluate`](Self::evaluate) gives them; by default
     /// through Burn on `device`, in [`half`](Self::half) and passes of
@@ -485,6 +491,10 @@ impl Engine for BurnEngine {
 
     fn eval_rows(&self) -> Option<usize> {
         (self.step_rows > 0).then_some(self.step_rows)
+    }
+
+    fn expect_rows(&mut self, rows: usize) {
+        self.step_rows = self.step_rows.max(rows);
     }
 
     fn model(&self) -> Model<Kb> {

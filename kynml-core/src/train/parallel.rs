@@ -349,6 +349,11 @@ impl Engine for ParallelEngine {
         self.lead.eval_rows()
     }
 
+    fn expect_rows(&mut self, rows: usize) {
+        // The lead's slice of a batch (`Batch::split`: the larger parts first).
+        self.lead.expect_rows(rows.div_ceil(self.devices()));
+    }
+
     fn model(&self) -> Model<Kb> {
         self.lead.model()
     }

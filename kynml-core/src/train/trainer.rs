@@ -489,6 +489,7 @@ fn run<'scope, 'env>(
     }
     let last_epoch = if stopped_early { 0 } else { t.epochs.value };
     engine.set_profiling(settings.profile);
+    engine.expect_rows(batch_size.min(data.train.len()));
     let mut profile = settings.profile.then(|| Profile {
         synchronised: engine.kind() == EngineKind::Burn && device.has_fusion(),
         half_precision: half.is_some(),

@@ -105,7 +105,10 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         }
     }
     let classes = match data.class_names() {
-        Some(names) => format!(", {} classes ({})", names.len(), names.join(", ")),
+        Some(names) => {
+            let names: Vec<String> = names.iter().map(|n| render::shown(n)).collect();
+            format!(", {} classes ({})", names.len(), names.join(", "))
+        }
         None => String::new(),
     };
     println!(
@@ -115,7 +118,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         data.train.len(),
         data.valid.len(),
         crate::render::inputs(&data),
-        data.info.target,
+        render::shown(&data.info.target),
     );
     for note in crate::reading::float_notes(&data) {
         println!("{note}");

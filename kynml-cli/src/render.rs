@@ -254,9 +254,25 @@ pub fn inputs(data: &kynml_core::data::Dataset) -> String {
     }
 }
 
+/// A value from the user's data (a class name, a column name) as a
+/// terminal shows it safely: control characters (an escape sequence that
+/// would clear the screen, a newline inside a label) written as escapes.
+pub fn shown(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A label holding a terminal escape or a line break is printed as
+    /// escapes; other text, accents and all, as it is.
+    #[test]
+    fn data_values_show_their_control_characters_as_escapes() {
+        assert_eq!(shown("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(shown("two\nlines\t"), "two\\nlines\\t");
+        assert_eq!(shown("café, 猫"), "café, 猫");
+    }
 
     /// A loss of 8.25e-5 (a target in small units) is not printed as
     /// 0.0000; ordinary values keep four decimals.

@@ -153,7 +153,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             println!(
                 "note: class `{}` is only in the validation rows: the model never sees it in training (a larger \
                  `split`, another `seed` or more rows of it would)",
-                names[class as usize]
+                render::shown(&names[class as usize])
             );
         }
     }

@@ -130,6 +130,14 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             }
         }],
         vec![
+            "arithmetic".into(),
+            format!("{}FLOP/s", render::si(report.flops_per_sec.round() as u64)),
+            format!(
+                "the products' {} multiply-adds a sample, forward and backward (6 FLOP each), at that speed",
+                render::si(report.multiply_adds)
+            ),
+        ],
+        vec![
             "first step".into(),
             render::duration(report.first_step_secs),
             "after training started: kernel tuning and compilation, unless cached".into(),

@@ -93,6 +93,13 @@ pub struct BenchReport {
     /// The training loss at the end of the last round: a bench that trains
     /// nothing is no bench.
     pub final_train_loss: f64,
+    /// Multiply-adds of the model's products in one sample's forward pass
+    /// ([`ModelSummary::multiply_adds`](crate::model::ModelSummary)).
+    pub multiply_adds: u64,
+    /// The products' arithmetic per second at the median round's speed:
+    /// 2 FLOP a multiply-add, forward and backward's two products
+    /// (`6 x multiply_adds x samples_per_sec`); element-wise work aside.
+    pub flops_per_sec: f64,
 }
 
 fn engine_name<S: serde::Serializer>(e: &EngineKind, s: S) -> Result<S::Ok, S::Error> {
@@ -163,6 +170,7 @@ pub fn run(
     let n_train = data.train.len();
     let batch = spec.train.batch.value.min(n_train).max(1);
     let round_rows = n_train.min(steps.max(1) * batch);
+    let multiply_adds = crate::model::summarize(&spec.model).multiply_adds;
     Ok(BenchReport {
         device: device.describe(),
         engine: result.engine,
@@ -174,6 +182,8 @@ pub fn run(
         rounds: rounds_measured,
         samples_per_sec,
         step_ms: 1e3 * round_rows as f64 / steps.max(1) as f64 / samples_per_sec,
+        multiply_adds,
+        flops_per_sec: 6.0 * multiply_adds as f64 * samples_per_sec,
         peak_device_memory: peak,
         peak_host_bytes: peak_rss(),
         final_train_loss: result.history.last().map_or(f64::NAN, |r| r.train_loss),

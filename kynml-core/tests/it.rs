@@ -86,6 +86,23 @@ fn users_deepnet_spec_has_pytorchs_parameter_count() {
     assert_eq!(summary.total_params, 215_425);
 }
 
+/// A sample's forward multiply-adds, counted by hand: DeepNet's four
+/// products; the CNN's convolutions at every output position (28x28x16x9,
+/// then 14x14x32x16x9) and its two dense layers; the transformer's blocks
+/// (4 L D^2 projections, 2 L^2 D scores and weighted sums, 2 L D F
+/// feed-forward, with L = 64, D = 128, F = 512) and its last layer.
+#[test]
+fn the_examples_multiply_adds_are_counted_as_by_hand() {
+    let count = |name: &str| {
+        let file = SpecFile::load(&example(name)).unwrap();
+        kynml_core::model::summarize(&file.spec.model).multiply_adds
+    };
+    assert_eq!(count("deepnet/deepnet.kyn"), 128 * 512 + 512 * 256 + 256 * 64 + 64);
+    assert_eq!(count("cnn28/cnn28.kyn"), 28 * 28 * 16 * 9 + 14 * 14 * 32 * 16 * 9 + 1568 * 128 + 128 * 10);
+    let (l, d, f) = (64, 128, 512);
+    assert_eq!(count("transformer/transformer.kyn"), 2 * (4 * l * d * d + 2 * l * l * d + 2 * l * d * f) + d * 2);
+}
+
 #[test]
 fn vulkan_computes_the_same_dropout_masks_as_the_host() {
     dropout_masks_match_the_host(

@@ -77,6 +77,10 @@ impl Kind for AttentionSpec {
         Ok(input.clone())
     }
 
+    fn multiply_adds(&self, input: &Shape) -> u64 {
+        multiply_adds(input)
+    }
+
     fn tensors(&self, input: &Shape) -> Vec<Decl> {
         decls(width(input), "")
     }
@@ -127,6 +131,15 @@ impl Kind for AttentionSpec {
 }
 
 /// D, the width of each position.
+/// Self-attention's multiply-adds over a text of `L` positions of width
+/// `D`: the query, key, value and output projections at each position
+/// (`4 L D²`), then each head's scores and weighted sums over every pair of
+/// positions (`2 L² D` over all heads), padding included.
+pub(crate) fn multiply_adds(input: &Shape) -> u64 {
+    let (l, d) = (input.dims()[0] as u64, width(input) as u64);
+    4 * l * d * d + 2 * l * l * d
+}
+
 pub(crate) fn width(input: &Shape) -> usize {
     input.dims().get(1).copied().unwrap_or(0)
 }

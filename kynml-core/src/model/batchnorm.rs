@@ -57,6 +57,11 @@ impl Kind for BatchNormSpec {
         "batchnorm".into()
     }
 
+    /// Element-wise.
+    fn multiply_adds(&self, _input: &Shape) -> u64 {
+        0
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         if input.is_sequence() {
             return Err("`batchnorm` normalises features or channels; on a text's positions use `layernorm`".into());

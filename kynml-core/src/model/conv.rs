@@ -208,6 +208,12 @@ impl Kind for ConvSpec {
         }
     }
 
+    /// Its whole weight at every output position.
+    fn multiply_adds(&self, input: &Shape) -> u64 {
+        let positions: usize = self.out_hw(input).map_or(0, |[h, w]| h * w);
+        (positions * self.weight_shape(input).iter().product::<usize>()) as u64
+    }
+
     fn tensors(&self, input: &Shape) -> Vec<Decl> {
         vec![Decl::param("weight", self.weight_shape(input)), Decl::param("bias", vec![self.channels])]
     }

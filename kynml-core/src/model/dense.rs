@@ -149,6 +149,12 @@ impl Kind for DenseSpec {
         }
     }
 
+    /// Its weight, once at each position (one for plain features).
+    fn multiply_adds(&self, input: &Shape) -> u64 {
+        let positions = if input.is_sequence() { input.dims()[0] } else { 1 };
+        (positions * self.units * d_in(input)) as u64
+    }
+
     fn tensors(&self, input: &Shape) -> Vec<Decl> {
         vec![Decl::param("weight", vec![self.units, d_in(input)]), Decl::param("bias", vec![self.units])]
     }

@@ -75,6 +75,11 @@ impl Kind for DropoutSpec {
         format!("dropout {}", self.p)
     }
 
+    /// Element-wise.
+    fn multiply_adds(&self, _input: &Shape) -> u64 {
+        0
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         Ok(input.clone())
     }

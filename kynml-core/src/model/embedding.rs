@@ -135,6 +135,11 @@ impl Kind for EmbeddingSpec {
         )
     }
 
+    /// Lookups, not products.
+    fn multiply_adds(&self, _input: &Shape) -> u64 {
+        0
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         if input.is_tokens() {
             return Ok(Shape::sequence(input.size(), self.dim));

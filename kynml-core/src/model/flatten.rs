@@ -42,6 +42,11 @@ impl Kind for FlattenSpec {
         "flatten".into()
     }
 
+    /// Nothing: a view.
+    fn multiply_adds(&self, _input: &Shape) -> u64 {
+        0
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         Ok(Shape::flat(input.size()))
     }

@@ -338,6 +338,14 @@ pub(crate) trait Kind: Sized {
     /// the layer needs, for the spec's located message.
     fn output(&self, input: &Shape) -> Result<Shape, String>;
 
+    /// The multiply-adds of its matrix products in the forward pass of one
+    /// sample of `input` (a convolution's at every output position,
+    /// attention's projections, scores and weighted sums): the arithmetic
+    /// that decides a step's time on a fast device. Element-wise work
+    /// (activations, norms, pooling, dropout, lookups) is not counted. A
+    /// training step's backward pass does about twice the forward's.
+    fn multiply_adds(&self, input: &Shape) -> u64;
+
     /// The tensors it owns for an input of `input`, in PyTorch's layout and
     /// state-dict order.
     fn tensors(&self, _input: &Shape) -> Vec<Decl> {

@@ -46,6 +46,11 @@ impl Kind for LayerNormSpec {
         "layernorm".into()
     }
 
+    /// Element-wise.
+    fn multiply_adds(&self, _input: &Shape) -> u64 {
+        0
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         match input.rank() {
             1 | 2 => Ok(input.clone()),

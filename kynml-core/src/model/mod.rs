@@ -163,6 +163,11 @@ macro_rules! catalogue {
                 match self { $(LayerSpec::$variant(s) => s.output(input),)* $(LayerSpec::$bvariant(s) => s.output(input),)* }
             }
 
+            /// The multiply-adds of its products in the forward pass of one sample of `input`.
+            pub fn multiply_adds(&self, input: &Shape) -> u64 {
+                match self { $(LayerSpec::$variant(s) => s.multiply_adds(input),)* $(LayerSpec::$bvariant(s) => s.multiply_adds(input),)* }
+            }
+
             /// Its tensors for `input`, in PyTorch's layout.
             pub fn tensors(&self, input: &Shape) -> Vec<Decl> {
                 match self { $(LayerSpec::$variant(s) => s.tensors(input),)* $(LayerSpec::$bvariant(s) => s.tensors(input),)* }

@@ -138,6 +138,11 @@ impl Kind for PoolSpec {
         }
     }
 
+    /// Comparisons and sums, not products.
+    fn multiply_adds(&self, _input: &Shape) -> u64 {
+        0
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         if input.is_sequence() {
             return match self.op {

@@ -44,6 +44,11 @@ impl Kind for PositionalSpec {
         "positional".into()
     }
 
+    /// An addition, not a product.
+    fn multiply_adds(&self, _input: &Shape) -> u64 {
+        0
+    }
+
     fn output(&self, input: &Shape) -> Result<Shape, String> {
         if !input.is_sequence() {
             return Err("`positional` adds a vector per position of a text: put it after `embedding D`".into());

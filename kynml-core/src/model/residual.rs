@@ -137,6 +137,20 @@ impl Kind for ResidualSpec {
         Ok(out)
     }
 
+    /// Its layers', and its projection's where it has one.
+    fn multiply_adds(&self, input: &Shape) -> u64 {
+        let mut shape = input.clone();
+        let mut total = 0;
+        for layer in &self.layers {
+            total += layer.multiply_adds(&shape);
+            shape = layer.output(&shape).unwrap_or(shape.clone());
+        }
+        match self.projection(input, &shape) {
+            Ok(Some(p)) => total + p.multiply_adds(input),
+            _ => total,
+        }
+    }
+
     fn tensors(&self, input: &Shape) -> Vec<Decl> {
         let mut out = Vec::new();
         let mut shape = input.clone();

@@ -17,6 +17,10 @@ pub struct LayerSummary {
     /// Trainable parameters (batchnorm's running statistics are buffers, as
     /// in PyTorch, and are not counted).
     pub params: usize,
+    /// Multiply-adds of its products in the forward pass of one sample
+    /// (see [`LayerSpec::multiply_adds`]); a block's row counts its
+    /// projection's, its layers have rows of their own.
+    pub multiply_adds: u64,
 }
 
 /// A `model` block as a table, as `kynml check` prints it.
@@ -32,6 +36,8 @@ pub struct ModelSummary {
     pub layers: Vec<LayerSummary>,
     /// Trainable parameters of all layers together.
     pub total_params: usize,
+    /// Multiply-adds of the forward pass of one sample, all layers together.
+    pub multiply_adds: u64,
     /// Width of the model's output: the last layer's.
     pub output_width: usize,
 }
@@ -46,6 +52,7 @@ pub fn summarize(spec: &ModelSpec) -> ModelSummary {
         input: spec.input.value,
         input_shape: spec.shape.clone(),
         total_params: layers.iter().map(|l| l.params).sum(),
+        multiply_adds: layers.iter().map(|l| l.multiply_adds).sum(),
         output_width: output.size(),
         layers,
     }
@@ -73,16 +80,38 @@ fn rows<'a>(
             output_width: next.size(),
             output_shape: next.clone(),
             params: total,
+            multiply_adds: layer.multiply_adds(&shape),
         });
         if !layer.children().is_empty() {
             let before = out.len();
             rows(&shape, layer.children().iter(), &format!("{indent}  "), out);
             let inner: usize = out[before..].iter().map(|l| l.params).sum();
             out[at].params = total - inner;
+            let inner: u64 = out[before..].iter().map(|l| l.multiply_adds).sum();
+            out[at].multiply_adds -= inner;
             let added = if out[at].params > 0 { "projected input" } else { "input" };
             out[at].layer = format!("{indent}{} (+ {added})", layer.describe());
         }
         shape = next;
     }
     shape
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A residual block's row counts its projection's multiply-adds, its
+    /// layers their own, and the model's total counts each once.
+    #[test]
+    fn a_blocks_row_counts_its_projection_and_its_layers_their_own() {
+        let source =
+            "dataset D:\nsource = csv(\"d.csv\")\ntarget = \"y\"\nmodel M:\ninput 16\nresidual:\n  dense 32 relu\n  \
+                      dense 24 linear\ndense 1 linear\ntrain:\nloss = mse\nepochs = 3\n";
+        let spec = crate::spec::parse_spec(source).unwrap();
+        let s = summarize(&spec.model);
+        let each: Vec<u64> = s.layers.iter().map(|l| l.multiply_adds).collect();
+        assert_eq!(each, [16 * 24, 16 * 32, 32 * 24, 24]);
+        assert_eq!(s.multiply_adds, 16 * 24 + 16 * 32 + 32 * 24 + 24);
+    }
 }

@@ -123,6 +123,12 @@ impl Kind for TransformerSpec {
         Ok(input.clone())
     }
 
+    /// Its attention, then the feed-forward pair at each position.
+    fn multiply_adds(&self, input: &Shape) -> u64 {
+        let (l, d) = (input.dims()[0] as u64, attention::width(input) as u64);
+        attention::multiply_adds(input) + 2 * l * d * self.ff as u64
+    }
+
     fn tensors(&self, input: &Shape) -> Vec<Decl> {
         let (d, f) = (attention::width(input), self.ff);
         let mut out = attention::decls(d, "self_attn.");

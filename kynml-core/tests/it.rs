@@ -1356,6 +1356,9 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
             let profile = profile.expect("a profile");
             let saves: Vec<_> = profile.checkpoints.iter().map(|c| (c.epoch, c.write.is_some())).collect();
             assert_eq!(saves, [(2, true)], "seed {seed}");
+            // Its own write, not the stop's save (which began after the last step).
+            let last = profile.steps.last().map(|s| s.start + s.wait + s.total).unwrap();
+            assert!(profile.checkpoints[0].write.unwrap().0 < last, "seed {seed}: the stop's save was taken for it");
             // The weights reached come back with the interruption: those
             // the checkpoint holds.
             let saved = kynml_core::checkpoint::load(&path).unwrap().unwrap().tensors;

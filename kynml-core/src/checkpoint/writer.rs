@@ -84,14 +84,14 @@ impl CheckpointWriter {
     /// is queued even when the previous write failed. A checkpoint that fails
     /// [`Checkpoint::validate`] is refused at once and nothing is queued.
     pub fn save_async(&self, path: PathBuf, ckpt: Checkpoint, model_hash: String) -> Result<(), CheckpointError> {
-        let HandOff { previous, this } = self.hand_off(path, ckpt, model_hash, false);
+        let HandOff { previous, this, .. } = self.hand_off(path, ckpt, model_hash, false);
         previous.and(this)
     }
 
     /// [`save_async`](Self::save_async), then waits for this write: its
     /// error if it failed, else the previous write's error, if any.
     pub fn save_sync(&self, path: PathBuf, ckpt: Checkpoint, model_hash: String) -> Result<(), CheckpointError> {
-        let HandOff { previous, this } = self.hand_off(path, ckpt, model_hash, true);
+        let HandOff { previous, this, .. } = self.hand_off(path, ckpt, model_hash, true);
         this.and(previous)
     }
 
@@ -99,15 +99,16 @@ impl CheckpointWriter {
     /// (and, with `wait`, waits for its write), keeping apart the previous
     /// write's result and this checkpoint's: a caller says which one failed.
     pub fn hand_off(&self, path: PathBuf, ckpt: Checkpoint, model_hash: String, wait_for_it: bool) -> HandOff {
-        if let Err(e) = ckpt.validate() {
-            return HandOff { previous: Ok(()), this: Err(e) };
-        }
         let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        // The previous write ends first, whatever becomes of this one.
         let previous = wait(in_flight.take());
+        if let Err(e) = ckpt.validate() {
+            return HandOff { previous, this: Err(e), queued: false };
+        }
         let (done, result) = mpsc::sync_channel(1);
         let message = Message::Save { path, checkpoint: ckpt, model_hash, done };
         if self.messages.send(message).is_err() {
-            return HandOff { previous, this: Err(CheckpointError::WriterStopped) };
+            return HandOff { previous, this: Err(CheckpointError::WriterStopped), queued: false };
         }
         let this = if wait_for_it {
             wait(Some(result))
@@ -115,7 +116,7 @@ impl CheckpointWriter {
             *in_flight = Some(result);
             Ok(())
         };
-        HandOff { previous, this }
+        HandOff { previous, this, queued: true }
     }
 
     /// Waits for the write in flight; returns its error, or `Ok` when it
@@ -153,6 +154,10 @@ pub struct HandOff {
     pub previous: Result<(), CheckpointError>,
     /// This checkpoint: refused, queued or written.
     pub this: Result<(), CheckpointError>,
+    /// Whether this checkpoint reached the writer (which then writes it,
+    /// and logs the write in [`CheckpointWriter::writes`] whatever its
+    /// outcome); `false` when it was refused before.
+    pub queued: bool,
 }
 
 /// Checks, before training starts, that checkpoints can be written to

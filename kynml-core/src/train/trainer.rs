@@ -548,7 +548,7 @@ fn run<'scope, 'env>(
         // here, at the boundary: no step of this epoch is taken, and the
         // checkpoint is the end of the last one, as if it had been due.
         if done == 0 && settings.stop.as_ref().is_some_and(|stop| stop.load(Ordering::SeqCst)) {
-            let mut saved = None;
+            let (mut saved, mut queued) = (None, false);
             if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                 let early_stop = stopper.as_ref().map(|s| s.state());
                 let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
@@ -557,7 +557,7 @@ fn run<'scope, 'env>(
                 state.order_rng = order_state;
                 let snapshot = engine.snapshot(best.as_ref(), &state);
                 discard_once(&mut discard_old, path, on_event);
-                saved = save_at_stop(writer, path, snapshot, &model_hash, on_event);
+                StopSave { saved, queued } = save_at_stop(writer, path, snapshot, &model_hash, on_event);
             }
             if let Some(p) = profile.as_mut() {
                 if let Some(m) = gpu_monitor.take() {
@@ -565,7 +565,7 @@ fn run<'scope, 'env>(
                 }
                 // The stop's save waited for every earlier write.
                 if let Some(writer) = &writer {
-                    attach_writes(p, &writer.writes(), usize::from(saved.is_some()), started);
+                    attach_writes(p, &writer.writes(), usize::from(queued), started);
                 }
             }
             let profile = profile.take().map(Box::new);
@@ -642,7 +642,7 @@ fn run<'scope, 'env>(
                     skipped: tally.skipped,
                     grad_norms: engine.grad_norms(),
                 };
-                let mut saved = None;
+                let (mut saved, mut queued) = (None, false);
                 if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                     let early_stop = stopper.as_ref().map(|s| s.state());
                     let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
@@ -650,7 +650,7 @@ fn run<'scope, 'env>(
                     state.partial = Some(here);
                     let snapshot = engine.snapshot(best.as_ref(), &state);
                     discard_once(&mut discard_old, path, on_event);
-                    saved = save_at_stop(writer, path, snapshot, &model_hash, on_event);
+                    StopSave { saved, queued } = save_at_stop(writer, path, snapshot, &model_hash, on_event);
                 }
                 // What was profiled so far is the run's to keep: a slow run
                 // is the one a person profiles, then stops.
@@ -661,7 +661,7 @@ fn run<'scope, 'env>(
                     }
                     // The stop's save waited for every earlier write.
                     if let Some(writer) = &writer {
-                        attach_writes(p, &writer.writes(), usize::from(saved.is_some()), started);
+                        attach_writes(p, &writer.writes(), usize::from(queued), started);
                     }
                 }
                 let profile = profile.take().map(Box::new);
@@ -780,7 +780,8 @@ fn run<'scope, 'env>(
                     on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
                 }
                 let handed = done.this.is_ok();
-                if let Some(p) = profile.as_mut() {
+                // A checkpoint refused before the writer took it has no write to time.
+                if let Some(p) = profile.as_mut().filter(|_| done.queued) {
                     let start = waited.saturating_duration_since(started).as_secs_f64();
                     p.checkpoints.push(CheckpointTiming {
                         epoch,
@@ -1015,8 +1016,8 @@ fn discard_once(discard: &mut bool, path: &std::path::Path, on_event: &mut dyn F
 fn attach_writes(profile: &mut Profile, writes: &[(Instant, Instant)], later: usize, started: Instant) {
     let since = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
     let ours = &writes[..writes.len().saturating_sub(later)];
-    let ours = &ours[ours.len().saturating_sub(profile.checkpoints.len())..];
-    for (c, (start, end)) in profile.checkpoints.iter_mut().zip(ours) {
+    // Paired from the last: the profile's checkpoints are those the writer took.
+    for (c, (start, end)) in profile.checkpoints.iter_mut().rev().zip(ours.iter().rev()) {
         c.write = Some((since(*start), end.saturating_duration_since(*start).as_secs_f64()));
     }
 }
@@ -1024,18 +1025,28 @@ fn attach_writes(profile: &mut Profile, writes: &[(Instant, Instant)], later: us
 /// The checkpoint of a stopped run, written before the run returns: its
 /// path when it is whole. An earlier background write's failure is said on
 /// its own, since this checkpoint may still be whole.
+/// Every earlier write has ended when it returns; the writer logged this
+/// one's write too ([`CheckpointWriter::writes`]) when `queued` says it took it.
 fn save_at_stop(
     writer: &CheckpointWriter,
     path: &std::path::Path,
     snapshot: Checkpoint,
     model_hash: &str,
     on_event: &mut dyn FnMut(TrainEvent),
-) -> Option<std::path::PathBuf> {
+) -> StopSave {
     let done = writer.hand_off(path.to_path_buf(), snapshot, model_hash.to_string(), true);
     for e in [done.previous.as_ref().err(), done.this.as_ref().err()].into_iter().flatten() {
         on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
     }
-    done.this.is_ok().then(|| path.to_path_buf())
+    StopSave { saved: done.this.is_ok().then(|| path.to_path_buf()), queued: done.queued }
+}
+
+/// What [`save_at_stop`] did.
+struct StopSave {
+    /// The checkpoint's path, when it is whole.
+    saved: Option<std::path::PathBuf>,
+    /// Whether the writer took it (and logged its write, whole or not).
+    queued: bool,
 }
 
 /// The run's record (`run_record`) at where the loop stands: the last

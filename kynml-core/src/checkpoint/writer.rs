@@ -431,14 +431,24 @@ pub fn discard(path: &Path) -> Result<(), CheckpointError> {
 /// older copies rotation left beside it, `path.1`, `path.2`, ... up to the
 /// first number missing (a lower `keep` than the discarded run's does not
 /// hide its copies; a `path.20261127` kept by hand is not one), those that
-/// are KynML checkpoints. `path.1` alone may be missing: a run killed in
-/// the middle of a rotation, after its copies moved up one and before the
-/// checkpoint was linked to `path.1`, leaves `path.2`, `path.3`, ...
+/// are KynML checkpoints. One number may be missing where `path` is there:
+/// a run killed inside a rotation, which moves the copies up one from the
+/// oldest down with `path` in place, leaves such a gap (`path.1` missing
+/// once the copies moved, or `path.2` between two moves).
 pub fn discarded(path: &Path) -> Vec<PathBuf> {
-    let numbers = kept_numbers(path, usize::MAX);
-    let first = if numbers.first() == Some(&2) { 2 } else { 1 };
-    let rotated = numbers.iter().enumerate().take_while(|&(i, &n)| n == i + first).count();
-    let copies = numbers[..rotated].iter().map(|&n| numbered(path, n));
+    let mut gap = path.is_file();
+    let mut next = 1;
+    let mut copies = Vec::new();
+    for n in kept_numbers(path, usize::MAX) {
+        if n == next + 1 && std::mem::take(&mut gap) {
+            next += 1;
+        }
+        if n != next {
+            break;
+        }
+        copies.push(numbered(path, n));
+        next += 1;
+    }
     std::iter::once(path.to_path_buf()).chain(copies).filter(|f| f.is_file() && refuse_foreign(f).is_ok()).collect()
 }
 
@@ -631,6 +641,30 @@ mod tests {
             fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
         names
+    }
+
+    /// The copies a run killed inside a rotation left are the run's: one
+    /// number may be missing, beside its checkpoint; not two, and not
+    /// without it (`path.2` alone is someone's, not the rotation's).
+    #[test]
+    fn discarded_copies_pass_over_the_one_gap_a_rotation_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let writer = CheckpointWriter::spawn_with_keep(6);
+        for step in 1..=6 {
+            writer.save_sync(path.clone(), snapshot(step), "h".into()).unwrap();
+        }
+        let copy = |n: usize| numbered(&path, n);
+        let names = |files: Vec<PathBuf>| files.iter().map(|f| f.file_name().unwrap().to_owned()).collect::<Vec<_>>();
+        assert_eq!(discarded(&path).len(), 6);
+        fs::remove_file(copy(2)).unwrap();
+        let all_but_2: Vec<PathBuf> = [path.clone(), copy(1), copy(3), copy(4), copy(5)].into();
+        assert_eq!(names(discarded(&path)), names(all_but_2));
+        fs::remove_file(copy(4)).unwrap();
+        assert_eq!(names(discarded(&path)), names(vec![path.clone(), copy(1), copy(3)]), "one gap, not two");
+        fs::remove_file(&path).unwrap();
+        fs::remove_file(copy(1)).unwrap();
+        assert!(discarded(&path).is_empty(), "no checkpoint beside them: copies kept by hand");
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     }
     let data = crate::reading::load_data(&mut file)?;
     fit_loader(&mut file, &data);
+    check_export_target(&file)?;
     let ResumePlan { found: resume, lock: checkpoint_lock } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {
         let epochs = file.spec.train.epochs.value;
@@ -68,7 +69,6 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             }
         }
     }
-    check_export_target(&file)?;
 
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
     if let Some((_, state)) = &resume {
@@ -778,7 +778,8 @@ pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
     if let Some(e) = &file.spec.export {
         if let Ok(format) = Format::from_spec(e.format.value) {
             let path = file.resolve(&e.path.value);
-            let checkpoint = file.checkpoint_path().and_then(|c| clashes_with_checkpoint(&path, &c));
+            let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
+            let checkpoint = file.checkpoint_path().and_then(|c| clashes_with_checkpoint(&path, format, &c, keep));
             let checked = match checkpoint {
                 Some(reason) => Err(reason),
                 None => export::check_target(format, &path)
@@ -801,42 +802,60 @@ pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Why an export to `path` (or its `.json` sidecar) would fall on the
-/// spec's checkpoint at `checkpoint` or one of its older copies
-/// (`checkpoint.1`, ...), which the run writes first: `None` when it would not.
-fn clashes_with_checkpoint(path: &Path, checkpoint: &Path) -> Option<String> {
-    let checkpoint = lexical_absolute(checkpoint);
-    let (folder, name) = (checkpoint.parent()?, checkpoint.file_name()?.to_str()?);
+/// Why an export to `path` in `format` (or its `.json` sidecar: ONNX has
+/// none) would fall on the spec's checkpoint at `checkpoint` or one of the
+/// `keep - 1` older copies its rotation writes (`checkpoint.1`, ...):
+/// `None` when it would not. Links are followed where the folders exist.
+fn clashes_with_checkpoint(path: &Path, format: Format, checkpoint: &Path, keep: usize) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let checkpoint = resolved(checkpoint);
     let taken = |p: &Path| {
-        let p = lexical_absolute(p);
-        let copy = p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix(name)?.strip_prefix('.'));
-        p == checkpoint
-            || (p.parent() == Some(folder)
-                && copy.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
-    };
-    let what = |p: &Path| {
-        if lexical_absolute(p) == checkpoint {
-            "the spec's checkpoint path".to_string()
-        } else {
-            format!("one of the older copies of the spec's checkpoint {}", checkpoint.display())
+        let p = resolved(p);
+        if p == checkpoint {
+            return Some("the spec's checkpoint path".to_string());
         }
+        let (name, folder) = (checkpoint.file_name()?.as_bytes(), checkpoint.parent()?);
+        let number = p.file_name()?.as_bytes().strip_prefix(name)?.strip_prefix(b".")?;
+        let n: usize =
+            std::str::from_utf8(number).ok().filter(|n| n.bytes().all(|b| b.is_ascii_digit()))?.parse().ok()?;
+        (p.parent() == Some(folder) && (1..keep).contains(&n))
+            .then(|| format!("the older copy {} that the spec's checkpoint rotation keeps", p.display()))
     };
-    let sidecar = path.with_extension("json");
-    if taken(path) {
-        Some(format!(
-            "{} is {}: the export would replace the checkpoint; choose another export path",
-            path.display(),
-            what(path)
-        ))
-    } else if taken(&sidecar) {
-        Some(format!(
-            "the export's sidecar {} is {}: the export would replace the checkpoint; choose another export path",
-            sidecar.display(),
-            what(&sidecar)
-        ))
-    } else {
-        None
+    let replaces = "the export and the checkpoint would replace each other; choose another export path";
+    if let Some(what) = taken(path) {
+        return Some(format!("{} is {what}: {replaces}", path.display()));
     }
+    let sidecar = path.with_extension("json");
+    match taken(&sidecar) {
+        Some(what) if format != Format::Onnx => {
+            Some(format!("the export's sidecar {} is {what}: {replaces}", sidecar.display()))
+        }
+        _ => None,
+    }
+}
+
+/// `path` made absolute, with links followed in the part of it that
+/// exists and `.` and `..` taken away lexically in the rest.
+fn resolved(path: &Path) -> PathBuf {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // The longest leading part that exists, whose links and `..` the system resolves.
+    let parts: Vec<_> = path.components().collect();
+    let mut known = parts.len();
+    while known > 0 && !parts[..known].iter().collect::<PathBuf>().exists() {
+        known -= 1;
+    }
+    let base: PathBuf = parts[..known].iter().collect();
+    let mut out = base.canonicalize().unwrap_or(base);
+    for part in &parts[known..] {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// [`continue_command`] for this process's own command line.

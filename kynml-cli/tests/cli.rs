@@ -645,14 +645,25 @@ fn an_export_onto_the_checkpoint_is_refused_before_training() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let spec = checkpointing_spec(dir, "s.kyn", "ck/m.ckpt", 1);
-    let text_of = std::fs::read_to_string(&spec).unwrap();
-    for (export, said) in [
+    let text_of = std::fs::read_to_string(&spec).unwrap().replace("async_save=true)", "async_save=true, keep=3)");
+    // A link to the checkpoint's folder is the same folder.
+    std::fs::create_dir(dir.join("ck")).unwrap();
+    std::os::unix::fs::symlink(dir.join("ck"), dir.join("ln")).unwrap();
+    for (i, (export, said)) in [
         ("format = onnx\n path = \"ck/../ck/m.ckpt\"", "is the spec's checkpoint path"),
-        ("format = onnx\n path = \"ck/m.ckpt.2\"", "one of the older copies of the spec's checkpoint"),
+        ("format = onnx\n path = \"ln/m.ckpt\"", "is the spec's checkpoint path"),
+        ("format = onnx\n path = \"ck/m.ckpt.2\"", "is the older copy"),
+        ("format = safetensors\n path = \"ck/m.ckpt.1.safetensors\"", ""),
+        // Past the copies kept, and an ONNX model (no sidecar) beside them.
+        ("format = onnx\n path = \"ck/m.ckpt.3\"", ""),
         ("format = safetensors\n path = \"ck/m.safetensors\"", ""),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         std::fs::write(&spec, format!("{text_of}export:\n {export}\n")).unwrap();
-        for command in [&["check", "s.kyn"][..], &["train", "s.kyn", "--out", "run"]] {
+        let run = format!("run{i}");
+        for command in [&["check", "s.kyn"][..], &["train", "s.kyn", "--out", &run]] {
             let out = kynml(command, dir);
             let (t, command) = (text(&out), command[0]);
             if said.is_empty() {
@@ -661,7 +672,8 @@ fn an_export_onto_the_checkpoint_is_refused_before_training() {
             }
             assert_eq!(out.status.code(), Some(2), "{command}: {t}");
             assert!(t.contains(said) && t.contains("s.kyn:") && t.contains("the export path"), "{command}: {t}");
-            assert!(!dir.join("run").exists() && !dir.join("ck/m.ckpt").exists(), "{command}: {t}");
+            assert!(!dir.join(&run).exists() && !dir.join("ck/m.ckpt").exists(), "{command}: {t}");
+            assert!(!dir.join("ck/.m.ckpt.lock").exists(), "{command}: refused before the path was locked: {t}");
         }
     }
 }

@@ -284,11 +284,16 @@ pub fn inputs(data: &kynml_core::data::Dataset) -> String {
     }
 }
 
-/// A value from the user's data (a class name, a column name) as a
-/// terminal shows it safely: control characters (an escape sequence that
-/// would clear the screen, a newline inside a label) written as escapes.
+/// A value from the user's data (a class name) as a terminal shows it
+/// safely: control characters (an escape sequence that would clear the
+/// screen, a newline inside a label) and the marks that reorder or break
+/// the text around them (bidirectional overrides, line and paragraph
+/// separators) written as escapes.
 pub fn shown(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
+    let hidden = |c: char| {
+        c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    text.chars().map(|c| if hidden(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
 }
 
 #[cfg(test)]
@@ -313,7 +318,8 @@ mod tests {
     #[test]
     fn data_values_show_their_control_characters_as_escapes() {
         assert_eq!(shown("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
-        assert_eq!(shown("two\nlines\t"), "two\\nlines\\t");
+        assert_eq!(shown("two\nlines\t"), "two\\u{a}lines\\u{9}");
+        assert_eq!(shown("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(shown("café, 猫"), "café, 猫");
     }
 

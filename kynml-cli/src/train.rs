@@ -44,7 +44,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let data = crate::reading::load_data(&mut file)?;
     fit_loader(&mut file, &data);
     check_export_target(&file)?;
-    let ResumePlan { found: resume, lock: checkpoint_lock } = resume_plan(&file, &data, args.fresh)?;
+    let ResumePlan { found: resume, lock: checkpoint_lock, .. } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {
         let epochs = file.spec.train.epochs.value;
         if let (Some(partial), false) = (&state.partial, state.stopped_early) {

@@ -30,6 +30,7 @@ pub struct Overrides {
 
 /// Where a run starts ([`SpecFile::resume_plan`]).
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct ResumePlan {
     /// The lock on the checkpoint path, for the run to hold to its end
     /// ([`TrainSettings::checkpoint_lock`](crate::train::TrainSettings::checkpoint_lock));

@@ -260,10 +260,12 @@ impl Profile {
     /// The evaluations a verdict reads: all but a first one over
     /// [`EVAL_WARM_UP_FACTOR`] times the median of the later ones, whose
     /// time went to start-up work (a GPU compiling the kernels of the
-    /// validation pass), as the warm-up steps' did. A run's only
-    /// evaluation is always read.
+    /// validation pass), as the warm-up steps' did. With fewer than two
+    /// later ones to compare with, every evaluation is read.
     pub fn steady_evals(&self) -> &[EvalTiming] {
-        let Some((first, rest)) = self.evals.split_first() else { return &self.evals };
+        let Some((first, rest)) = self.evals.split_first().filter(|(_, rest)| rest.len() >= 2) else {
+            return &self.evals;
+        };
         let mut later: Vec<f64> = rest.iter().map(|e| e.seconds).collect();
         later.sort_by(f64::total_cmp);
         match later.get(later.len() / 2) {
@@ -936,6 +938,10 @@ mod tests {
         // One twice as long as the others is the run's own.
         let p = epoch_of(0.010);
         assert_eq!(p.steady_evals().len(), 6);
+        // With one later evaluation there is nothing to compare with.
+        let mut p = epoch_of(0.185);
+        p.evals.truncate(2);
+        assert_eq!(p.steady_evals().len(), 2);
         // A heavy validation still leads, its first left out and said.
         let mut p = epoch_of(0.900);
         p.evals.iter_mut().skip(1).for_each(|e| e.seconds = 0.2);

@@ -1152,6 +1152,10 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
             value: "off (compile = true, but the CPU backend has no kernel fusion)".into(),
             as_requested: false,
         },
+        // Left to its default, `compile` asks nothing.
+        (false, true) if !t.written(&t.compile) => {
+            Applied { setting: "fusion", value: "on (Burn kernel fusion and autotune)".into(), as_requested: true }
+        }
         (false, true) => Applied {
             setting: "fusion",
             value: "on (compile = false, but fusion is built into this binary's GPU backends and cannot be switched off at run time yet)".into(),
@@ -1425,6 +1429,34 @@ mod tests {
         // on the CPU steps on Burn's.
         let parallel = file("adam(lr=0.01, fused=true)\n    devices = [cpu, cpu]").check_memory(&cpu).unwrap();
         assert!(parallel.optimizer > plain.optimizer);
+    }
+
+    /// Fusion on a GPU backend is marked as not applied only where the
+    /// spec wrote `compile = false`: left out, it asks nothing.
+    #[test]
+    fn fusion_is_marked_only_against_a_written_compile_false() {
+        let spec = |train: &str| {
+            let text = format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
+                 train:\n    loss = mse\n    epochs = 1\n{train}"
+            );
+            crate::spec::parse_spec(&text).expect("a valid spec")
+        };
+        let lavapipe = Device::described(DeviceKind::Wgpu(kynml_backend::WgpuAdapter {
+            name: "llvmpipe".into(),
+            driver: "mesa".into(),
+            kind: kynml_backend::WgpuAdapterKind::Cpu,
+            index_of_kind: 0,
+            shader_f16: true,
+        }));
+        let fusion =
+            |train: &str| what_runs(&spec(train), &lavapipe).into_iter().find(|a| a.setting == "fusion").unwrap();
+        for train in ["", "    compile = true\n"] {
+            let line = fusion(train);
+            assert!(line.as_requested && line.value.starts_with("on (Burn kernel fusion"), "{train:?}: {line:?}");
+        }
+        let line = fusion("    compile = false\n");
+        assert!(!line.as_requested && line.value.contains("compile = false, but"), "{line:?}");
     }
 
     /// `loss_scale` written for a run without half-precision products is

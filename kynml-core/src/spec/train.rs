@@ -88,6 +88,7 @@ fn train_spec(
     });
     let seed = s.optional("seed", |v| values::unsigned(v, "`seed`", d));
     Some(TrainSpec {
+        header: s.block().header,
         model: model?,
         data: data?,
         loss: loss?,

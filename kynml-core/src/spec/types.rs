@@ -208,6 +208,16 @@ pub struct TrainSpec {
     pub clip: Option<Spanned<Clip>>,
     /// Default 42.
     pub seed: u64,
+    /// The `train:` line, whose span the settings left to their defaults carry.
+    #[serde(skip)]
+    pub header: Span,
+}
+
+impl TrainSpec {
+    /// Whether `setting` (one of this block's) was written, not defaulted.
+    pub fn written<T>(&self, setting: &Spanned<T>) -> bool {
+        setting.span != self.header
+    }
 }
 
 /// `autotune = off | fast | balanced | full`: how hard CubeCL searches for

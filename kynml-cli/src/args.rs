@@ -91,6 +91,11 @@ pub struct WarmupArgs {
     /// off, fast, balanced or full (overrides the spec's `autotune`).
     #[arg(long, value_parser = parse_autotune)]
     pub autotune: Option<Autotune>,
+    /// Warm up on this many rows of seeded synthetic data shaped for the
+    /// spec, instead of reading its data file (as `bench --synthetic`): the
+    /// real data's row count gives its batch shapes.
+    #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = at_least::<2>)]
+    pub synthetic: Option<u64>,
 }
 
 #[derive(Args, Debug)]

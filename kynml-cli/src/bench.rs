@@ -140,7 +140,11 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         vec![
             "first step".into(),
             render::duration(report.first_step_secs),
-            "after training started: kernel tuning and compilation, unless cached".into(),
+            if device.has_fusion() {
+                "after training started: kernel tuning and compilation, unless cached".into()
+            } else {
+                "after training started".into()
+            },
         ],
         vec![
             "start-up".into(),
@@ -275,8 +279,9 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
         );
         *batch = per_device;
     }
-    let data = crate::reading::load_data(&mut file)?;
+    let (data, source) = bench_data(&mut file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
+    println!("data: {source}");
     file.check_memory_for(&device, data.train.len())?;
     if !device.has_fusion() {
         println!("nothing to warm up: {} has no kernels to tune or compile", device.describe());
@@ -285,6 +290,8 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     let Some(cache) = kernel_cache::installed().filter(|c| c.root().is_some()) else {
         return Err(Failure::input("error: the kernel cache is off (see above), so a warm-up would keep nothing"));
     };
+    // The first step waits for all of it: said, not a silent minute.
+    eprintln!("warm-up: {} ...", crate::train::first_steps_note(&device.kind, Some(&cache.state)).unwrap_or_default());
     let started = Instant::now();
     let settings = TrainSettings { shapes_only: true, ..TrainSettings::default() };
     let mut steps = 0;

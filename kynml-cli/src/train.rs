@@ -916,11 +916,11 @@ pub(crate) fn tunes_kernels(kind: &kynml_backend::DeviceKind, cache: Option<&Cac
 /// What the first steps of a run on a GPU backend wait for, said on the
 /// progress bar until the first step ends (see [`tunes_kernels`]). `None`
 /// on the CPU.
-fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&CacheState>) -> Option<&'static str> {
+pub(crate) fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&CacheState>) -> Option<&'static str> {
     let gpu = !matches!(kind, kynml_backend::DeviceKind::Cpu { .. });
     gpu.then(|| match tunes_kernels(kind, cache) {
         true => "tuning and compiling GPU kernels (minutes on a first run)",
-        false => "loading GPU kernels (tuning any the cache lacks)",
+        false => "loading GPU kernels, and tuning and compiling those the cache lacks (minutes when it lacks many)",
     })
 }
 
@@ -1201,7 +1201,12 @@ mod tests {
         }
         for cached in [Some(&warm), None] {
             assert!(!tunes_kernels(&gpu, cached));
-            assert_eq!(first_steps_note(&gpu, cached), Some("loading GPU kernels (tuning any the cache lacks)"));
+            assert_eq!(
+                first_steps_note(&gpu, cached),
+                Some(
+                    "loading GPU kernels, and tuning and compiling those the cache lacks (minutes when it lacks many)"
+                )
+            );
         }
     }
 

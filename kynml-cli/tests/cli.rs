@@ -2298,6 +2298,20 @@ fn fused_updates_and_the_overflow_check_say_where_they_run() {
     assert!(text(&out).contains("--fused: `rmsprop` has no fused update"), "{}", text(&out));
 }
 
+/// `warmup --synthetic ROWS` needs no data file, as `bench --synthetic`
+/// (a spec whose data is made by the bench, on a node with the binary alone).
+#[test]
+fn warmup_takes_synthetic_rows_instead_of_the_data_file() {
+    let tmp = copy_example("iris");
+    std::fs::remove_file(tmp.path().join("iris.csv")).unwrap();
+    let out = kynml(&["warmup", "iris.kyn", "--device", "cpu", "--synthetic", "150"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("data: 150 synthetic rows") && t.contains("nothing to warm up"), "{t}");
+    let out = kynml(&["warmup", "iris.kyn", "--device", "cpu"], tmp.path());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
 #[test]
 fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleared() {
     // Needs lavapipe (scripts/test.sh installs it): the cache is CubeCL's,
@@ -2308,6 +2322,8 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
     assert!(out.status.success(), "{t}");
     assert!(t.contains("kernel cache") && t.contains("empty: this run tunes"), "{t}");
     assert!(t.contains("warm-up: 2 steps (every batch shape of an epoch)"), "{t}");
+    // The long first step is said before it starts.
+    assert!(t.contains("warm-up: tuning and compiling GPU kernels (minutes on a first run) ..."), "{t}");
     // One folder per device model, below one per CubeCL version.
     let models: Vec<PathBuf> =
         std::fs::read_dir(tmp.path().join("cache/cubecl-0.10.0")).unwrap().map(|e| e.unwrap().path()).collect();
@@ -2332,7 +2348,8 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
         "{t}"
     );
     // No terminal here: what the first steps wait for is a plain line, once.
-    assert_eq!(t.matches("epoch 1/1: loading GPU kernels (tuning any the cache lacks) ...").count(), 1, "{t}");
+    let loading = "epoch 1/1: loading GPU kernels, and tuning and compiling those the cache lacks (minutes when it lacks many) ...";
+    assert_eq!(t.matches(loading).count(), 1, "{t}");
 
     // One byte changed after it was written: cleared, noted, and the run goes on.
     let tuned = root.join(tuned.unwrap());

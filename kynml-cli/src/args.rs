@@ -178,6 +178,11 @@ pub struct TrainArgs {
 pub struct CheckArgs {
     /// The `.kyn` spec to check.
     pub spec: PathBuf,
+    /// Check it against this many rows of seeded synthetic data shaped for
+    /// the spec, instead of its data file (as `bench --synthetic`: for the
+    /// specs whose data the bench makes).
+    #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = at_least::<2>)]
+    pub synthetic: Option<u64>,
 }
 
 #[derive(Args, Debug)]

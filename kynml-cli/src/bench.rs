@@ -316,7 +316,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
 }
 
 /// The spec's data, or synthetic rows shaped for it; and a name for it.
-fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, String), Failure> {
+pub(crate) fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<(Dataset, String), Failure> {
     match synthetic {
         Some(rows) => {
             // Each row's values and its target.

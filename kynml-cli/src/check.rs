@@ -11,7 +11,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
     // `cuda:all` counted as train counts it (batchnorm's rows a device).
     crate::devices::resolve_all_cuda(&mut file.spec.train);
-    let data = crate::reading::load_data(&mut file)?;
+    let (data, source) = crate::bench::bench_data(&mut file, args.synthetic)?;
     // Where `kynml train` would write, `check` looks too: a checkpoint or
     // export path onto another kind of file is refused, as train refuses it.
     if let Some(path) = file.checkpoint_path() {
@@ -113,7 +113,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     };
     println!(
         "data {}: {} rows ({} train, {} validation), {}, target `{}`{classes}\n",
-        file.data_path().display(),
+        if args.synthetic.is_some() { source } else { file.data_path().display().to_string() },
         data.train.len() + data.valid.len(),
         data.train.len(),
         data.valid.len(),

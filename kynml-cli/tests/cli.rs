@@ -2298,7 +2298,7 @@ fn fused_updates_and_the_overflow_check_say_where_they_run() {
     assert!(text(&out).contains("--fused: `rmsprop` has no fused update"), "{}", text(&out));
 }
 
-/// `warmup --synthetic ROWS` needs no data file, as `bench --synthetic`
+/// `warmup --synthetic ROWS` and `check --synthetic ROWS` need no data file, as `bench --synthetic`
 /// (a spec whose data is made by the bench, on a node with the binary alone).
 #[test]
 fn warmup_takes_synthetic_rows_instead_of_the_data_file() {
@@ -2310,6 +2310,10 @@ fn warmup_takes_synthetic_rows_instead_of_the_data_file() {
     assert!(t.contains("data: 150 synthetic rows") && t.contains("nothing to warm up"), "{t}");
     let out = kynml(&["warmup", "iris.kyn", "--device", "cpu"], tmp.path());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // And `check`, which then prints the model of a spec whose data the bench makes.
+    let out = kynml(&["check", "iris.kyn", "--synthetic", "150"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("data 150 synthetic rows") && t.contains("model IrisNet"), "{t}");
 }
 
 #[test]

@@ -37,9 +37,9 @@ fn looks_numeric(cell: &str) -> bool {
     cell.starts_with('[')
         || number(cell)
         || cell.strip_suffix('%').is_some_and(number)
-        || cell
-            .split_once(' ')
-            .is_some_and(|(n, unit)| number(n) && matches!(unit, "ms" | "s" | "B" | "KiB" | "MiB" | "GiB" | "TiB"))
+        || cell.split_once(' ').is_some_and(|(n, unit)| {
+            number(n) && matches!(unit, "ms" | "s" | "B" | "KiB" | "MiB" | "GiB" | "TiB" | "k" | "M" | "G" | "T" | "P")
+        })
 }
 
 /// Seconds for a person: `0.8ms`, `42ms`, `0.42s`, `12.3s`, `4m 05s`, `1h 02m`.

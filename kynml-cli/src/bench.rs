@@ -133,7 +133,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             "arithmetic".into(),
             format!("{}FLOP/s", render::si(report.flops_per_sec.round() as u64)),
             format!(
-                "the products' {} multiply-adds a sample, forward and backward (6 FLOP each), at that speed",
+                "the products' {} multiply-adds a sample at that speed, about 6 FLOP each over forward and backward",
                 render::si(report.multiply_adds)
             ),
         ],

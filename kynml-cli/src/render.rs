@@ -34,11 +34,15 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 /// right-aligned; words left-aligned.
 fn looks_numeric(cell: &str) -> bool {
     let number = |s: &str| s.replace(',', "").parse::<f64>().is_ok();
+    const UNITS: &[&str] = &["ms", "s", "B", "KiB", "MiB", "GiB", "TiB", "k", "M", "G", "T", "P"];
     cell.starts_with('[')
         || number(cell)
         || cell.strip_suffix('%').is_some_and(number)
+        // A duration as `duration` writes it: `16ms`, `1.83s`, `4m 05s`.
+        || cell.strip_suffix("ms").or_else(|| cell.strip_suffix('s')).is_some_and(number)
+        || cell.split_once("m ").is_some_and(|(m, s)| number(m) && s.strip_suffix('s').is_some_and(number))
         || cell.split_once(' ').is_some_and(|(n, unit)| {
-            number(n) && matches!(unit, "ms" | "s" | "B" | "KiB" | "MiB" | "GiB" | "TiB" | "k" | "M" | "G" | "T" | "P")
+            number(n) && (UNITS.contains(&unit) || unit.strip_suffix("FLOP/s").is_some_and(|p| p.len() <= 1))
         })
 }
 
@@ -357,5 +361,11 @@ mod tests {
     fn table_aligns_columns() {
         let t = table(&["a", "bb"], &[vec!["xyz".into(), "1".into()]]);
         assert_eq!(t, "  a     bb\n  ---   --\n  xyz    1");
+        for cell in ["16ms", "1.83s", "4m 05s", "128 GFLOP/s", "203 M", "12.5 MiB", "41%"] {
+            assert!(looks_numeric(cell), "{cell}");
+        }
+        for cell in ["relu", "ms", "1 box", "4m apart"] {
+            assert!(!looks_numeric(cell), "{cell}");
+        }
     }
 }

@@ -94,7 +94,36 @@ pub struct Profile {
     /// Steps (batches) in a whole epoch (0: not known); 1 when one batch
     /// holds every training row, and no larger batch is to be had.
     pub steps_per_epoch: usize,
+    /// The FLOP of a whole batch's products in a training step (about 6 a
+    /// multiply-add of the model's forward pass; 0: not known).
+    pub step_flop: f64,
+    /// On a GPU backend, the rate of products below which a step is held up
+    /// by its fixed costs (launches, waits for the device) rather than its
+    /// arithmetic ([`SLOW_GPU_RATE`], [`SLOW_SOFTWARE_RATE`]); 0 on the CPU,
+    /// whose steps are judged by their length ([`SHORT_STEP`]).
+    pub slow_rate: f64,
 }
+
+/// `n` in three significant digits with an SI prefix and a space: `120 k`,
+/// `2.40 G`.
+fn si(n: f64) -> String {
+    let (value, prefix) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|&(unit, _)| n >= unit)
+        .map_or((n, ""), |(unit, prefix)| (n / unit, prefix));
+    match value {
+        v if v >= 99.95 => format!("{v:.0} {prefix}"),
+        v if v >= 9.995 => format!("{v:.1} {prefix}"),
+        v => format!("{v:.2} {prefix}"),
+    }
+}
+
+/// A GPU's products below this rate (100 GFLOP/s, a small fraction of
+/// what any GPU computes) are held up by the step's fixed costs.
+pub const SLOW_GPU_RATE: f64 = 1e11;
+/// The same for a software Vulkan driver (lavapipe) that computes on the
+/// CPU's cores: 1 GFLOP/s.
+pub const SLOW_SOFTWARE_RATE: f64 = 1e9;
 
 /// One checkpoint: the training thread's hand-off (the snapshot copied to
 /// the host and passed to the writer, or written, with `async_save = false`),
@@ -469,6 +498,28 @@ impl Profile {
         let mut totals: Vec<f64> = steady.iter().map(|s| s.total).collect();
         totals.sort_by(f64::total_cmp);
         let work = totals.get(totals.len() / 2).copied().unwrap_or(0.0);
+        // On a GPU backend, a step's length says little; its products' rate does.
+        let rate = self.step_flop / work.max(1e-12);
+        if self.slow_rate > 0.0 && self.step_flop > 0.0 && rate < self.slow_rate {
+            let helps = if whole_batch {
+                "the run is small: one batch already holds every training row, so the batch cannot grow; on so \
+                 small a model the CPU is likely faster (`--device cpu`)"
+            } else {
+                "a larger batch does more work for the same costs"
+            };
+            return Verdict {
+                bound: Bound::Overhead,
+                advice: format!(
+                    "the steps are short for this device: a step's products ({}FLOP) ran at {}FLOP/s ({:.3} ms a \
+                     step, the median), far below what it computes, so fixed per-step costs (launches, waits for \
+                     the device, the optimizer's pass over every tensor) outweigh the batch's arithmetic; \
+                     {helps}{notes}{warm_up}",
+                    si(self.step_flop),
+                    si(rate),
+                    work * 1e3
+                ),
+            };
+        }
         if work < SHORT_STEP {
             let helps = if whole_batch {
                 "the run is small: one batch already holds every training row, so the batch cannot grow"
@@ -906,6 +957,38 @@ mod tests {
             Vec::new()
         };
         Profile { steps, evals, checkpoints, ..Profile::default() }
+    }
+
+    /// On a GPU backend a tiny model's steps are long for their arithmetic
+    /// (launches, waits for the device): judged by the products' rate, not
+    /// by the step's length, which on the CPU alone says "short".
+    #[test]
+    fn a_gpu_step_whose_products_crawl_is_overhead_bound() {
+        let steps = |flop: f64, slow_rate: f64| {
+            let steps = (1..=20)
+                .map(|i| StepTiming {
+                    epoch: 1,
+                    step: i,
+                    start: i as f64 * 0.003,
+                    wait: 0.0,
+                    phases: StepPhases { copy: 0.0, forward: 0.001, backward: 0.0015, optimizer: 0.0005, in_use: 0 },
+                    total: 0.003,
+                    prepared: None,
+                })
+                .collect();
+            Profile { steps, step_flop: flop, slow_rate, steps_per_epoch: 8, fp16: true, ..Profile::default() }
+        };
+        // Iris on lavapipe: 6 x 1,248 multiply-adds x 16 rows in 3 ms, 40 MFLOP/s.
+        let v = steps(119_808.0, SLOW_SOFTWARE_RATE).verdict(0);
+        assert_eq!(v.bound, Bound::Overhead, "{}", v.advice);
+        assert!(v.advice.contains("a step's products (120 kFLOP) ran at 39.9 MFLOP/s"), "{}", v.advice);
+        assert!(!v.advice.contains("fp16"), "{}", v.advice);
+        // 30 MFLOP in 3 ms (10 GFLOP/s): the software driver's own arithmetic.
+        assert_eq!(steps(3e7, SLOW_SOFTWARE_RATE).verdict(0).bound, Bound::Compute);
+        // The same on a hardware GPU is far below what it computes.
+        assert_eq!(steps(3e7, SLOW_GPU_RATE).verdict(0).bound, Bound::Overhead);
+        // On the CPU, 3 ms steps are the model's own work.
+        assert_eq!(steps(119_808.0, 0.0).verdict(0).bound, Bound::Compute);
     }
 
     #[test]

@@ -496,6 +496,14 @@ fn run<'scope, 'env>(
         cores: std::thread::available_parallelism().map_or(0, usize::from),
         bf16: super::precision::runs_on(super::precision::Compute::Bf16, device),
         fp16: super::precision::runs_on(super::precision::Compute::Fp16, device),
+        step_flop: 6.0 * crate::model::summarize(&spec.model).multiply_adds as f64 * batch_size.min(n_train) as f64,
+        slow_rate: match &device.kind {
+            kynml_backend::DeviceKind::Cpu { .. } => 0.0,
+            kynml_backend::DeviceKind::Wgpu(a) if a.kind == kynml_backend::WgpuAdapterKind::Cpu => {
+                super::profile::SLOW_SOFTWARE_RATE
+            }
+            _ => super::profile::SLOW_GPU_RATE,
+        },
         ..Profile::default()
     });
 

@@ -11,6 +11,7 @@ use kynml_core::bench::{self, BenchOptions};
 use kynml_core::data::{synthetic_for, Dataset};
 use kynml_core::plan::{check_fit, what_runs, what_runs_on, LoadError, Overrides, SpecFile};
 use kynml_core::spec::SpecError;
+use kynml_core::train::memory::si;
 use kynml_core::train::{train, EngineKind, TrainEvent, TrainSettings};
 
 use crate::args::{BenchArgs, WarmupArgs};
@@ -131,10 +132,10 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         }],
         vec![
             "arithmetic".into(),
-            format!("{}FLOP/s", render::si(report.flops_per_sec.round() as u64)),
+            si(report.flops_per_sec, "FLOP/s"),
             format!(
                 "the products' {} multiply-adds a sample at that speed, about 6 FLOP each over forward and backward",
-                render::si(report.multiply_adds)
+                si(report.multiply_adds as f64, "")
             ),
         ],
         vec![

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use kynml_core::model::ModelSummary;
 use kynml_core::plan::Applied;
+use kynml_core::train::memory::si;
 
 /// Columns padded to their widest cell; numbers right-aligned.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -71,7 +72,7 @@ pub fn model_table(summary: &ModelSummary) -> String {
     let input = format!("input {}", summary.input_shape);
     let mut rows = vec![vec![input, shape(&summary.input_shape), "0".to_string(), "0".to_string()]];
     for l in &summary.layers {
-        rows.push(vec![l.layer.clone(), shape(&l.output_shape), thousands(l.params), si(l.multiply_adds)]);
+        rows.push(vec![l.layer.clone(), shape(&l.output_shape), thousands(l.params), si(l.multiply_adds as f64, "")]);
     }
     format!(
         "model {}\n{}\n  total trainable parameters: {}\n  multiply-adds of a sample's forward pass: {} (a training \
@@ -79,36 +80,8 @@ pub fn model_table(summary: &ModelSummary) -> String {
         summary.name,
         table(&["layer", "output shape", "parameters", "multiply-adds"], &rows),
         thousands(summary.total_params),
-        si(summary.multiply_adds),
+        si(summary.multiply_adds as f64, ""),
     )
-}
-
-/// A count in three significant digits with an SI prefix: `640`,
-/// `12.3 k`, `1.05 M`, `3.20 G`.
-pub fn si(n: u64) -> String {
-    if n < 1000 {
-        return n.to_string();
-    }
-    let (value, prefix) = [(1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T"), (1e15, "P")]
-        .into_iter()
-        .rev()
-        .find(|&(unit, _)| n as f64 >= unit)
-        .map(|(unit, prefix)| (n as f64 / unit, prefix))
-        .unwrap_or((n as f64, ""));
-    // Three significant digits; a value that rounds up to 1000 moves to the next prefix's 1.00.
-    let text = match value {
-        v if v >= 99.95 => format!("{v:.0}"),
-        v if v >= 9.995 => format!("{v:.1}"),
-        v => format!("{v:.2}"),
-    };
-    if text == "1000" && prefix != "P" {
-        let next = ["k", "M", "G", "T", "P"]
-            .iter()
-            .position(|p| *p == prefix)
-            .map_or("", |i| ["k", "M", "G", "T", "P"][i + 1]);
-        return format!("1.00 {next}");
-    }
-    format!("{text} {prefix}")
 }
 
 /// A profiled run's phases: total, mean, p50 and p95 per step, and share.
@@ -303,19 +276,6 @@ pub fn shown(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_take_three_significant_digits_and_a_prefix() {
-        assert_eq!(si(0), "0");
-        assert_eq!(si(999), "999");
-        assert_eq!(si(1000), "1.00 k");
-        assert_eq!(si(12_345), "12.3 k");
-        assert_eq!(si(999_499), "999 k");
-        assert_eq!(si(999_949), "1.00 M");
-        assert_eq!(si(999_999), "1.00 M");
-        assert_eq!(si(203_000_000), "203 M");
-        assert_eq!(si(3_200_000_000), "3.20 G");
-    }
 
     /// A label holding a terminal escape or a line break is printed as
     /// escapes; other text, accents and all, as it is.

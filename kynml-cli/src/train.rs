@@ -760,17 +760,21 @@ fn check_outside_run_folder(file: &SpecFile, out: &Path) -> Result<(), Failure> 
 /// taken away by its components alone (the folder may not exist yet).
 fn lexical_absolute(path: &Path) -> PathBuf {
     let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut out = PathBuf::new();
-    for part in path.components() {
+    push_lexically(PathBuf::new(), path.components())
+}
+
+/// `base` with `parts` appended, `.` passed over and `..` taking a folder off.
+fn push_lexically<'a>(mut base: PathBuf, parts: impl IntoIterator<Item = std::path::Component<'a>>) -> PathBuf {
+    for part in parts {
         match part {
             std::path::Component::CurDir => {}
             std::path::Component::ParentDir => {
-                out.pop();
+                base.pop();
             }
-            other => out.push(other),
+            other => base.push(other),
         }
     }
-    out
+    base
 }
 
 /// That the spec's `export:` path holds nothing but an earlier export of its format.
@@ -845,17 +849,7 @@ fn resolved(path: &Path) -> PathBuf {
         known -= 1;
     }
     let base: PathBuf = parts[..known].iter().collect();
-    let mut out = base.canonicalize().unwrap_or(base);
-    for part in &parts[known..] {
-        match part {
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
+    push_lexically(base.canonicalize().unwrap_or(base), parts[known..].iter().copied())
 }
 
 /// [`continue_command`] for this process's own command line.

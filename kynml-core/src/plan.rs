@@ -1431,17 +1431,19 @@ mod tests {
         assert!(parallel.optimizer > plain.optimizer);
     }
 
+    /// A one-layer spec with these `train:` lines added.
+    fn spec(train: &str) -> Spec {
+        let text = format!(
+            "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
+             train:\n    loss = mse\n    epochs = 1\n{train}"
+        );
+        crate::spec::parse_spec(&text).expect("a valid spec")
+    }
+
     /// Fusion on a GPU backend is marked as not applied only where the
     /// spec wrote `compile = false`: left out, it asks nothing.
     #[test]
     fn fusion_is_marked_only_against_a_written_compile_false() {
-        let spec = |train: &str| {
-            let text = format!(
-                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
-                 train:\n    loss = mse\n    epochs = 1\n{train}"
-            );
-            crate::spec::parse_spec(&text).expect("a valid spec")
-        };
         let lavapipe = Device::described(DeviceKind::Wgpu(kynml_backend::WgpuAdapter {
             name: "llvmpipe".into(),
             driver: "mesa".into(),
@@ -1463,13 +1465,6 @@ mod tests {
     /// marked as not applied, where precision falls back and where fp32 is asked.
     #[test]
     fn loss_scaling_that_cannot_apply_is_marked() {
-        let spec = |train: &str| {
-            let text = format!(
-                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
-                 train:\n    loss = mse\n    epochs = 1\n{train}"
-            );
-            crate::spec::parse_spec(&text).expect("a valid spec")
-        };
         let cpu = Device::cpu();
         let line = |train: &str| what_runs(&spec(train), &cpu).into_iter().find(|a| a.setting == "loss scale");
         for train in ["    precision = fp16\n    loss_scale = dynamic(init=1024)\n", "    loss_scale = dynamic\n"] {

@@ -193,6 +193,29 @@ pub fn data_bytes(rows: u64, values: u64) -> u64 {
     rows.saturating_mul(values).saturating_mul(2 * 4)
 }
 
+/// A count with an SI prefix and `unit`, in three significant digits:
+/// `si(640.0, "")` is `640`, `si(12_345.0, "")` `12.3 k`, `si(2.4e9,
+/// "FLOP/s")` `2.40 GFLOP/s`; a value that rounds up to 1000 takes the next
+/// prefix (`1.00 M`).
+pub fn si(n: f64, unit: &str) -> String {
+    const PREFIXES: [&str; 6] = ["", "k", "M", "G", "T", "P"];
+    let scale = |i: usize| 1000f64.powi(i as i32);
+    let mut i = (1..PREFIXES.len()).take_while(|&i| n >= scale(i)).last().unwrap_or(0);
+    let text = |i: usize| match n / scale(i) {
+        v if i == 0 && v.fract() == 0.0 => format!("{v:.0}"),
+        v if v >= 99.95 => format!("{v:.0}"),
+        v if v >= 9.995 => format!("{v:.1}"),
+        v => format!("{v:.2}"),
+    };
+    let mut shown = text(i);
+    if shown == "1000" && i + 1 < PREFIXES.len() {
+        i += 1;
+        shown = text(i);
+    }
+    let space = if PREFIXES[i].is_empty() && unit.is_empty() { "" } else { " " };
+    format!("{shown}{space}{}{unit}", PREFIXES[i])
+}
+
 /// Bytes as a person reads them: `512 B`, `3.4 MiB`, `1.2 GiB`.
 pub fn bytes(n: u64) -> String {
     let n = n as f64;
@@ -216,6 +239,21 @@ pub fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_take_three_significant_digits_and_a_prefix() {
+        assert_eq!(si(0.0, ""), "0");
+        assert_eq!(si(999.0, ""), "999");
+        assert_eq!(si(1000.0, ""), "1.00 k");
+        assert_eq!(si(12_345.0, ""), "12.3 k");
+        assert_eq!(si(999_499.0, ""), "999 k");
+        assert_eq!(si(999_949.0, ""), "1.00 M");
+        assert_eq!(si(203e6, ""), "203 M");
+        assert_eq!(si(3.2e9, ""), "3.20 G");
+        assert_eq!(si(119_808.0, "FLOP"), "120 kFLOP");
+        assert_eq!(si(39.9e6, "FLOP/s"), "39.9 MFLOP/s");
+        assert_eq!(si(12.5, "FLOP/s"), "12.5 FLOP/s");
+    }
 
     fn spec(model: &str, train: &str) -> Spec {
         let tokens = if model.contains("seq") { " tokens = \"t\"\n" } else { "" };

@@ -104,20 +104,6 @@ pub struct Profile {
     pub slow_rate: f64,
 }
 
-/// `n` in three significant digits with an SI prefix and a space: `120 k`,
-/// `2.40 G`.
-fn si(n: f64) -> String {
-    let (value, prefix) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
-        .into_iter()
-        .find(|&(unit, _)| n >= unit)
-        .map_or((n, ""), |(unit, prefix)| (n / unit, prefix));
-    match value {
-        v if v >= 99.95 => format!("{v:.0} {prefix}"),
-        v if v >= 9.995 => format!("{v:.1} {prefix}"),
-        v => format!("{v:.2} {prefix}"),
-    }
-}
-
 /// A GPU's products below this rate (100 GFLOP/s, a small fraction of
 /// what any GPU computes) are held up by the step's fixed costs.
 pub const SLOW_GPU_RATE: f64 = 1e11;
@@ -510,12 +496,12 @@ impl Profile {
             return Verdict {
                 bound: Bound::Overhead,
                 advice: format!(
-                    "the steps are short for this device: a step's products ({}FLOP) ran at {}FLOP/s ({:.3} ms a \
+                    "the steps are short for this device: a step's products ({}) ran at {} ({:.3} ms a \
                      step, the median), far below what it computes, so fixed per-step costs (launches, waits for \
                      the device, the optimizer's pass over every tensor) outweigh the batch's arithmetic; \
                      {helps}{notes}{warm_up}",
-                    si(self.step_flop),
-                    si(rate),
+                    super::memory::si(self.step_flop, "FLOP"),
+                    super::memory::si(rate, "FLOP/s"),
                     work * 1e3
                 ),
             };

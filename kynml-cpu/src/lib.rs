@@ -55,6 +55,8 @@ mod team;
 pub use conv::Window;
 pub use loss::{LossConfig, Targets};
 pub use math::Act;
-pub use net::{Clip, LayerConfig, MaskSource, Net, NoDropout, TensorInfo, BATCHNORM_MOMENTUM, NORM_EPS};
+pub use net::{
+    values_per_row, Clip, LayerConfig, MaskSource, Net, NoDropout, TensorInfo, BATCHNORM_MOMENTUM, NORM_EPS,
+};
 pub use optim::{OptimConfig, ParamState};
 pub use team::Team;

@@ -143,6 +143,109 @@ pub enum LayerConfig {
     },
 }
 
+impl LayerConfig {
+    /// Values per row of this layer's output, for `input` values per row in.
+    pub fn width(&self, input: usize) -> usize {
+        match self {
+            LayerConfig::Dense { units, positions, .. } => units.saturating_mul((*positions).max(1)),
+            LayerConfig::Conv { window, channels, .. } => channels.saturating_mul(window.positions()),
+            LayerConfig::MaxPool(window) | LayerConfig::AvgPool(window) => {
+                window.input[0].saturating_mul(window.positions())
+            }
+            LayerConfig::GlobalAvgPool { positions } => input / (*positions).max(1),
+            LayerConfig::Tokens { dim, .. } => input.saturating_mul(*dim),
+            LayerConfig::Categorical { dim, columns } => {
+                input.saturating_add(columns.len().saturating_mul(dim.saturating_sub(1)))
+            }
+            LayerConfig::SequenceMean { dim, .. } => *dim,
+            LayerConfig::Residual { layers, .. } => layers.iter().fold(input, |w, l| l.width(w)),
+            LayerConfig::BatchNorm
+            | LayerConfig::ChannelBatchNorm { .. }
+            | LayerConfig::LayerNorm { .. }
+            | LayerConfig::Dropout(_)
+            | LayerConfig::Flatten
+            | LayerConfig::Positional
+            | LayerConfig::Attention { .. }
+            | LayerConfig::Transformer { .. } => input,
+        }
+    }
+
+    /// Values per row that this layer's buffers hold through a training
+    /// step on `input` values per row: what it keeps for the backward pass
+    /// and its own gradient scratch (`input_grad`: the step takes the
+    /// gradient of this layer's input, as for every layer but the first).
+    fn values_per_row(&self, input: usize, input_grad: bool) -> usize {
+        let out = self.width(input);
+        let act_out = |act: &Act| usize::from(*act != Act::Linear);
+        let sum = |parts: &[usize]| parts.iter().fold(0usize, |a, &b| a.saturating_add(b));
+        let times = |a: usize, b: usize| a.saturating_mul(b);
+        match self {
+            // The product plus bias, and the activation's output.
+            LayerConfig::Dense { act, .. } => times(out, 1 + act_out(act)),
+            // The normalised values and the output; channels-first rows
+            // also pass through two transposed copies.
+            LayerConfig::BatchNorm => times(2, input),
+            LayerConfig::ChannelBatchNorm { positions } => times(if *positions > 1 { 4 } else { 2 }, input),
+            // The normalised values, the output, and one deviation per position.
+            LayerConfig::LayerNorm { positions } => sum(&[times(2, input), (*positions).max(1)]),
+            LayerConfig::Dropout(p) => times(if *p > 0.0 { 2 } else { 1 }, input),
+            LayerConfig::Conv { window, channels, act } => {
+                // The patches (and their gradient), the product in both
+                // layouts and the activation's output.
+                let (positions, patch) = (window.positions(), window.patch());
+                let patches = times(positions, patch);
+                sum(&[
+                    times(patches, 1 + usize::from(input_grad)),
+                    times(times(positions, *channels), 2 + act_out(act)),
+                ])
+            }
+            // The output and the index of each window's largest value.
+            LayerConfig::MaxPool(_) => times(2, out),
+            LayerConfig::Flatten | LayerConfig::Positional => input,
+            LayerConfig::AvgPool(_)
+            | LayerConfig::GlobalAvgPool { .. }
+            | LayerConfig::Tokens { .. }
+            | LayerConfig::Categorical { .. }
+            | LayerConfig::SequenceMean { .. } => out,
+            LayerConfig::Attention { length, dim, heads } => Attention::values_per_row(*length, *dim, *heads, false),
+            LayerConfig::Transformer { length, dim, heads, ff, dropout } => {
+                Block::values_per_row(*length, *dim, *heads, *ff, *dropout > 0.0)
+            }
+            LayerConfig::Residual { layers, projection } => {
+                // The inner layers, each at the width that reaches it, the
+                // projection, the sum, and four gradient buffers as wide as
+                // the widest of them.
+                let (mut width, mut inner, mut widest) = (input, 0usize, input);
+                for (i, layer) in layers.iter().enumerate() {
+                    inner = inner.saturating_add(layer.values_per_row(width, i > 0 || input_grad));
+                    width = layer.width(width);
+                    widest = widest.max(width);
+                }
+                if let Some(p) = projection {
+                    inner = inner.saturating_add(p.values_per_row(input, input_grad));
+                    widest = widest.max(p.width(input));
+                }
+                sum(&[inner, out, times(4, widest)])
+            }
+        }
+    }
+}
+
+/// Values per row that a network of `input` features and these layers
+/// holds through a training step: the input batch, every layer's buffers
+/// ([`LayerConfig::values_per_row`]) and the two gradient buffers as wide as
+/// its widest layer. Times the batch's rows and 4 bytes, the memory a batch
+/// costs, computed without building the network (whose weights may be large).
+pub fn values_per_row(input: usize, layers: &[LayerConfig]) -> usize {
+    let (mut width, mut own, mut widest) = (input, 0usize, input);
+    for (i, layer) in layers.iter().enumerate() {
+        own = own.saturating_add(layer.values_per_row(width, i > 0));
+        width = layer.width(width);
+        widest = widest.max(width);
+    }
+    own.saturating_add(input).saturating_add(widest.saturating_mul(2))
+}
+
 /// Where dropout masks come from. The Burn engine draws the same masks from
 /// the same source, which is what keeps the two engines' runs comparable.
 pub trait MaskSource {
@@ -296,12 +399,15 @@ struct Pass<'a> {
 }
 
 impl Layer {
+    /// The layer of `config` on `width` values per row, which becomes its
+    /// output's width.
     fn new(config: &LayerConfig, width: &mut usize) -> Layer {
+        let input = *width;
+        *width = config.width(input);
         match *config {
             LayerConfig::Dense { units, act, positions } => {
                 let positions = positions.max(1);
-                let d_in = *width / positions;
-                *width = units * positions;
+                let d_in = input / positions;
                 Layer::Dense { positions, lin: Linear::new(d_in, units, act) }
             }
             LayerConfig::BatchNorm | LayerConfig::ChannelBatchNorm { .. } => {
@@ -309,7 +415,7 @@ impl Layer {
                     LayerConfig::ChannelBatchNorm { positions } => (*positions).max(1),
                     _ => 1,
                 };
-                let c = *width / positions;
+                let c = input / positions;
                 Layer::BatchNorm {
                     width: c,
                     positions,
@@ -324,61 +430,39 @@ impl Layer {
                     yt: Vec::new(),
                 }
             }
-            LayerConfig::LayerNorm { positions } => Layer::Norm(Norm::new(*width / positions.max(1))),
+            LayerConfig::LayerNorm { positions } => Layer::Norm(Norm::new(input / positions.max(1))),
             LayerConfig::Dropout(prob) => Layer::Dropout { prob, mask: Vec::new(), out: Vec::new() },
-            LayerConfig::Conv { window, channels, act } => {
-                *width = channels * window.positions();
-                Layer::Conv {
-                    window,
-                    channels,
-                    act,
-                    weight: Param::new(channels * window.patch(), 0.0),
-                    bias: Param::new(channels, 0.0),
-                    cols: Vec::new(),
-                    zt: Vec::new(),
-                    dcols: Vec::new(),
-                    z: Vec::new(),
-                    out: Vec::new(),
-                }
-            }
-            LayerConfig::MaxPool(window) => {
-                *width = window.input[0] * window.positions();
-                Layer::MaxPool { window, arg: Vec::new(), out: Vec::new() }
-            }
-            LayerConfig::AvgPool(window) => {
-                *width = window.input[0] * window.positions();
-                Layer::AvgPool { window, out: Vec::new() }
-            }
+            LayerConfig::Conv { window, channels, act } => Layer::Conv {
+                window,
+                channels,
+                act,
+                weight: Param::new(channels * window.patch(), 0.0),
+                bias: Param::new(channels, 0.0),
+                cols: Vec::new(),
+                zt: Vec::new(),
+                dcols: Vec::new(),
+                z: Vec::new(),
+                out: Vec::new(),
+            },
+            LayerConfig::MaxPool(window) => Layer::MaxPool { window, arg: Vec::new(), out: Vec::new() },
+            LayerConfig::AvgPool(window) => Layer::AvgPool { window, out: Vec::new() },
             LayerConfig::Flatten => Layer::Flatten { out: Vec::new() },
             LayerConfig::GlobalAvgPool { positions } => {
-                let positions = positions.max(1);
-                *width /= positions;
-                Layer::GlobalAvgPool { channels: *width, positions, out: Vec::new() }
+                Layer::GlobalAvgPool { channels: *width, positions: positions.max(1), out: Vec::new() }
             }
-            LayerConfig::Tokens { tokens, dim } => {
-                let length = *width;
-                *width *= dim;
-                Layer::Tokens(Tokens::new(tokens, length, dim))
-            }
-            LayerConfig::Categorical { dim, ref columns } => {
-                let tables = Tables::new(*width, dim, columns);
-                *width = tables.width();
-                Layer::Categorical(tables)
-            }
-            LayerConfig::Positional => Layer::Positional(Positional::new(*width)),
+            LayerConfig::Tokens { tokens, dim } => Layer::Tokens(Tokens::new(tokens, input, dim)),
+            LayerConfig::Categorical { dim, ref columns } => Layer::Categorical(Tables::new(input, dim, columns)),
+            LayerConfig::Positional => Layer::Positional(Positional::new(input)),
             LayerConfig::Attention { length, dim, heads } => {
                 Layer::Attention(Box::new(Attention::new(length, dim, heads, 0.0)))
             }
             LayerConfig::Transformer { length, dim, heads, ff, dropout } => {
                 Layer::Transformer(Box::new(Block::new(length, dim, heads, ff, dropout)))
             }
-            LayerConfig::SequenceMean { length, dim } => {
-                *width = dim;
-                Layer::SequenceMean(Mean { length, dim, out: Vec::new() })
-            }
+            LayerConfig::SequenceMean { length, dim } => Layer::SequenceMean(Mean { length, dim, out: Vec::new() }),
             LayerConfig::Residual { ref layers, ref projection } => {
-                let input = *width;
-                let block = layers.iter().map(|c| Layer::new(c, width)).collect();
+                let mut inner = input;
+                let block = layers.iter().map(|c| Layer::new(c, &mut inner)).collect();
                 let projection = projection.as_deref().map(|c| Layer::new(c, &mut input.clone()));
                 Layer::Residual(Box::new(Residual {
                     block,
@@ -546,36 +630,6 @@ impl Layer {
             | Layer::Positional(_)
             | Layer::Attention(_)
             | Layer::Transformer(_) => None,
-        }
-    }
-
-    /// The values a forward pass keeps per row.
-    fn values_per_row(&self, input: usize) -> usize {
-        match self {
-            Layer::Conv { window, channels, .. } => window.positions() * (window.patch() + 3 * channels),
-            Layer::Dense { lin, positions } => 2 * lin.d_out * positions,
-            Layer::BatchNorm { width, positions, .. } => 4 * width * positions,
-            Layer::Norm(_) => 2 * input,
-            Layer::MaxPool { window, .. } => 2 * window.input[0] * window.positions(),
-            Layer::AvgPool { window, .. } => window.input[0] * window.positions(),
-            Layer::GlobalAvgPool { channels, .. } => *channels,
-            Layer::Tokens(t) => input * t.dim,
-            Layer::Categorical(t) => t.width(),
-            Layer::Positional(_) => input,
-            Layer::Attention(a) => a.values_per_row(),
-            Layer::Transformer(b) => b.values_per_row(),
-            Layer::SequenceMean(m) => m.dim,
-            Layer::Residual(r) => {
-                // Each inner layer sized by the width that reaches it.
-                let mut width = r.input;
-                let mut inner = r.projection.as_ref().map_or(0, |p| p.values_per_row(r.input));
-                for layer in &r.block {
-                    inner += layer.values_per_row(width);
-                    width = layer.width().unwrap_or(width);
-                }
-                inner + r.width + 4 * r.widest()
-            }
-            Layer::Dropout { .. } | Layer::Flatten { .. } => 0,
         }
     }
 
@@ -895,6 +949,8 @@ impl Residual {
 #[derive(Debug)]
 pub struct Net {
     input: usize,
+    /// What the layers were built from.
+    configs: Vec<LayerConfig>,
     layers: Vec<Layer>,
     /// As many threads as rayon's global pool has (`RAYON_NUM_THREADS`
     /// sets it), the caller included.
@@ -937,10 +993,12 @@ impl Net {
     /// weights with [`tensors_mut`](Self::tensors_mut).
     pub fn new(input: usize, layers: &[LayerConfig]) -> Self {
         let mut width = input;
+        let layers_config = layers.to_vec();
         let layers = layers.iter().map(|config| Layer::new(config, &mut width)).collect();
         let team = Team::new(rayon::current_num_threads());
         Net {
             input,
+            configs: layers_config,
             layers,
             team,
             grad_a: Vec::new(),
@@ -1153,16 +1211,10 @@ impl Net {
         x.len() / self.input
     }
 
-    /// The values a forward pass keeps per row, over every layer's buffers
-    /// (a convolution's patches the most): what a batch of rows costs.
+    /// The values a training step holds per row ([`values_per_row`]): what
+    /// a batch of rows costs.
     pub fn values_per_row(&self) -> usize {
-        let mut width = self.input;
-        let mut own = 0;
-        for layer in &self.layers {
-            own += layer.values_per_row(width);
-            width = layer.width().unwrap_or(width);
-        }
-        own + self.input + 2 * self.widest()
+        values_per_row(self.input, &self.configs)
     }
 
     fn widest(&self) -> usize {

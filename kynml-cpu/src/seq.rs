@@ -264,10 +264,16 @@ impl Attention {
         [&mut a.weight, &mut a.bias, &mut b.weight, &mut b.bias]
     }
 
-    /// Values a forward pass keeps per row.
-    pub fn values_per_row(&self) -> usize {
-        let (l, d) = (self.length, self.dim);
-        l * (8 * d) + 4 * self.heads * l * l
+    /// Values per row that the buffers of attention over `length`
+    /// positions of `dim` in `heads` hold through a training step (`drops`:
+    /// its weights are dropped out): the projections' outputs and
+    /// gradients (`3D`, `D`, `3D`), the heads' outputs and their gradient,
+    /// and the weights, their gradient, and when dropped, their mask and the
+    /// kept weights (`H x L x L` each).
+    pub fn values_per_row(length: usize, dim: usize, heads: usize, drops: bool) -> usize {
+        let scores = heads.saturating_mul(length).saturating_mul(length);
+        let per_position = length.saturating_mul(dim).saturating_mul(9);
+        per_position.saturating_add(scores.saturating_mul(if drops { 4 } else { 2 }))
     }
 
     pub fn forward(&mut self, team: &Team, x: &[f32], present: Option<&[f32]>, masks: Option<&mut dyn MaskSource>) {
@@ -500,10 +506,17 @@ impl Block {
         out
     }
 
-    /// Values a forward pass keeps per row.
-    pub fn values_per_row(&self) -> usize {
-        let (l, d, f) = (self.attn.length, self.attn.dim, self.linear1.d_out);
-        self.attn.values_per_row() + l * (12 * d + 4 * f)
+    /// Values per row that the buffers of a block over `length` positions
+    /// of `dim` (`heads`, feed-forward width `ff`) hold through a training
+    /// step (`drops`: with dropout): the attention's, per position the two
+    /// norms' (`2D + 1` each), the sum after attention and the output, the
+    /// feed-forward's (`2F` through gelu, `D`), the gradient scratch (`2D +
+    /// F`), and with dropout three masks and their outputs (`2 x (2D + F)`).
+    pub fn values_per_row(length: usize, dim: usize, heads: usize, ff: usize, drops: bool) -> usize {
+        let (d, f) = (dim, ff);
+        let drop = if drops { 2 * (2 * d + f) } else { 0 };
+        let per_position = (2 * d + 1) * 2 + 2 * d + (2 * f + d) + (2 * d + f) + drop;
+        Attention::values_per_row(length, dim, heads, drops).saturating_add(length.saturating_mul(per_position))
     }
 
     pub fn forward(&mut self, team: &Team, x: &[f32], present: Option<&[f32]>, mut masks: Option<&mut dyn MaskSource>) {

@@ -1,0 +1,146 @@
+//! `values_per_row` is what KynML's memory estimate for the native engine
+//! multiplies by the batch: checked here against the bytes a training step
+//! really keeps allocated, counted by the allocator, for every kind of
+//! layer. (The most a step holds at once is that and gemm's packing space,
+//! about the same for any batch: a few MiB.)
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kynml_cpu::{values_per_row, Act, LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, Team, Window};
+
+/// The system allocator, counting the bytes held.
+struct Counting;
+
+static NOW: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            NOW.fetch_add(layout.size(), Ordering::SeqCst);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(p, layout) };
+        NOW.fetch_sub(layout.size(), Ordering::SeqCst);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Keeps every value, doubled: dropout's masks without a generator.
+struct Halves;
+
+impl MaskSource for Halves {
+    fn dropout(&mut self, _: &Team, _: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
+        mask.fill(2.0);
+        out.iter_mut().zip(x).for_each(|(o, x)| *o = 2.0 * x);
+    }
+}
+
+fn window(input: [usize; 3], kernel: usize, stride: usize, padding: usize) -> Window {
+    Window { input, kernel: [kernel, kernel], stride: [stride, stride], padding: [padding, padding] }
+}
+
+/// The bytes that a step of `rows` rows leaves allocated beyond a one-row
+/// step's (which also makes the optimizer's state).
+fn step_bytes(input: usize, layers: &[LayerConfig], rows: usize, ids: Option<usize>) -> usize {
+    // On one thread: gemm's packing space then does not depend on which
+    // threads took part.
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    one.install(|| step_bytes_here(input, layers, rows, ids))
+}
+
+fn step_bytes_here(input: usize, layers: &[LayerConfig], rows: usize, ids: Option<usize>) -> usize {
+    let mut net = Net::new(input, layers);
+    // Small weights, so that no value overflows; token ids below the table's rows.
+    for t in net.tensors_mut() {
+        t.iter_mut().enumerate().for_each(|(i, v)| *v = ((i % 7) as f32 - 3.0) * 0.01);
+    }
+    let x_of = |rows: usize| -> Vec<f32> {
+        (0..rows * input).map(|i| ids.map_or(((i % 11) as f32 - 5.0) * 0.1, |n| (1 + i % (n - 1)) as f32)).collect()
+    };
+    let classes = |rows: usize| (0..rows as u32).map(|i| i % 3).collect::<Vec<u32>>();
+    let adam = OptimConfig::AdamW { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 };
+    let (x, y) = (x_of(1), classes(1));
+    net.train_step(&x, Targets::Classes(&y), LossConfig::CrossEntropy, &adam, 1e-3, &mut Halves);
+    let (x, y) = (x_of(rows), classes(rows));
+    let before = NOW.load(Ordering::SeqCst);
+    net.train_step(&x, Targets::Classes(&y), LossConfig::CrossEntropy, &adam, 1e-3, &mut Halves);
+    NOW.load(Ordering::SeqCst) - before
+}
+
+#[test]
+fn a_steps_buffers_are_what_values_per_row_counts() {
+    let dense = |units, act| LayerConfig::Dense { units, act, positions: 1 };
+    let cases: Vec<(&str, usize, Vec<LayerConfig>, Option<usize>)> = vec![
+        (
+            "dense, norms and dropout",
+            32,
+            vec![
+                dense(256, Act::Relu),
+                LayerConfig::BatchNorm,
+                dense(192, Act::Gelu),
+                LayerConfig::Dropout(0.5),
+                LayerConfig::LayerNorm { positions: 1 },
+                dense(3, Act::Linear),
+            ],
+            None,
+        ),
+        (
+            "convolutions and pooling",
+            3 * 16 * 16,
+            vec![
+                LayerConfig::Conv { window: window([3, 16, 16], 3, 1, 1), channels: 8, act: Act::Relu },
+                LayerConfig::ChannelBatchNorm { positions: 256 },
+                LayerConfig::MaxPool(window([8, 16, 16], 2, 2, 0)),
+                LayerConfig::Conv { window: window([8, 8, 8], 3, 1, 0), channels: 6, act: Act::Tanh },
+                LayerConfig::AvgPool(window([6, 6, 6], 2, 2, 0)),
+                LayerConfig::Flatten,
+                dense(3, Act::Linear),
+            ],
+            None,
+        ),
+        (
+            "residual blocks",
+            48,
+            vec![
+                LayerConfig::Residual {
+                    layers: vec![dense(96, Act::Silu), LayerConfig::LayerNorm { positions: 1 }],
+                    projection: Some(Box::new(dense(96, Act::Linear))),
+                },
+                LayerConfig::Residual { layers: vec![dense(96, Act::Relu)], projection: None },
+                dense(3, Act::Linear),
+            ],
+            None,
+        ),
+        (
+            "tokens, a transformer and attention",
+            24,
+            vec![
+                LayerConfig::Tokens { tokens: 40, dim: 16 },
+                LayerConfig::Positional,
+                LayerConfig::Transformer { length: 24, dim: 16, heads: 2, ff: 32, dropout: 0.1 },
+                LayerConfig::Attention { length: 24, dim: 16, heads: 4 },
+                LayerConfig::SequenceMean { length: 24, dim: 16 },
+                dense(3, Act::Linear),
+            ],
+            Some(40),
+        ),
+    ];
+    // Per row: the difference between two batches' steps (gemm keeps
+    // packing space of its own, the same for both).
+    let (small, large) = (1024, 3072);
+    for (name, input, layers, ids) in cases {
+        let kept = |rows| step_bytes(input, &layers, rows, ids) as f64;
+        let measured = (kept(large) - kept(small)) / (large - small) as f64 / 4.0;
+        // The input batch is made before the step, not by it.
+        let counted = (values_per_row(input, &layers) - input) as f64;
+        println!("{name}: a step kept {measured} values a row, values_per_row counts {counted}");
+        assert!((measured / counted - 1.0).abs() < 0.01, "{name}: {measured} values a row kept, {counted} counted");
+    }
+}

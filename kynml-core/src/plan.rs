@@ -475,13 +475,22 @@ impl SpecFile {
             let mut spec = self.spec.clone();
             spec.train.batch.value = spec.train.batch.value.min(train_rows.max(1));
             // The native engine has no fused update (said in what runs), so
-            // no buffers of one; a data-parallel run steps on Burn's.
-            if engine == crate::train::EngineKind::Native && self.spec.train.devices.is_none() {
-                if let Some(plain) = spec.train.optimizer.value.with_fused(false) {
-                    spec.train.optimizer.value = plain;
+            // no buffers of one, and buffers of its own; a data-parallel run
+            // steps on Burn's.
+            let native = (engine == crate::train::EngineKind::Native && self.spec.train.devices.is_none())
+                .then(|| crate::train::native::native_layers(&self.spec.model).ok())
+                .flatten();
+            let on_host = matches!(device.kind, DeviceKind::Cpu { .. });
+            match native {
+                Some(layers) => {
+                    if let Some(plain) = spec.train.optimizer.value.with_fused(false) {
+                        spec.train.optimizer.value = plain;
+                    }
+                    crate::train::memory::estimate_native(&spec, &layers).with_host_copies(true)
                 }
+                None if on_host => crate::train::memory::estimate(&spec, precision.compute).with_host_copies(false),
+                None => crate::train::memory::estimate(&spec, precision.compute),
             }
-            crate::train::memory::estimate(&spec, precision.compute)
         };
         let (model, train) = (&self.spec.model, &self.spec.train);
         let on = device.short_name();
@@ -1429,6 +1438,33 @@ mod tests {
         // on the CPU steps on Burn's.
         let parallel = file("adam(lr=0.01, fused=true)\n    devices = [cpu, cpu]").check_memory(&cpu).unwrap();
         assert!(parallel.optimizer > plain.optimizer);
+    }
+
+    /// On the CPU the estimate is the engine's that runs: the native
+    /// engine's buffers per row (not Burn's) and, the run's memory being
+    /// the host's, the copies saving makes; Burn's engine on the CPU (a
+    /// data-parallel run) is charged its own activations and the copies.
+    #[test]
+    fn the_cpu_estimate_is_the_running_engines_with_the_copies_saving_makes() {
+        let file = |extra: &str| {
+            let text = format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 10\n    dense 20 gelu\n    \
+                 dense 1 linear\ntrain:\n    loss = mse\n    epochs = 1\n    batch = 8\n    optimizer = adam(lr=0.01){extra}\n"
+            );
+            SpecFile::from_source(Path::new("a.kyn"), text).unwrap()
+        };
+        let native = file("").check_memory(&Device::cpu()).unwrap();
+        // 10 -> 20 -> 1: 241 parameters. Per row: the input 10, gelu's
+        // product and output 40, the last product 1, two gradient buffers of 20.
+        assert_eq!(native.per_row, 4 * (10 + 40 + 1 + 40));
+        assert_eq!(native.activations, 8 * native.per_row);
+        // The checkpoint's copy of weights and state, and the Burn model's weights.
+        assert_eq!(native.copies, 4 * 241 + 8 * 241 + 4 * 241);
+        assert_eq!(native.total(), 4 * 241 * 2 + 8 * 241 + native.copies + native.activations);
+        assert!(native.breakdown().contains(", copies to save 3.8 KiB,"), "{}", native.breakdown());
+        let burn = file("\n    devices = [cpu, cpu]").check_memory(&Device::cpu()).unwrap();
+        assert_eq!(burn.per_row, crate::train::memory::estimate(&file("").spec, Compute::Fp32).per_row);
+        assert_eq!(burn.copies, 4 * 241 + 8 * 241);
     }
 
     /// A one-layer spec with these `train:` lines added.

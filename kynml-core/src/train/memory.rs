@@ -34,6 +34,12 @@ pub struct MemoryEstimate {
     pub gradients: u64,
     /// The optimizer's running averages.
     pub optimizer: u64,
+    /// Copies in host memory that the run makes to save: a checkpoint or
+    /// the model file is made from a copy of the weights and optimizer
+    /// state, and the native CPU engine also keeps its weights in the Burn
+    /// model that names them (see [`MemoryEstimate::with_host_copies`]); 0
+    /// where the run's memory is a GPU's.
+    pub copies: u64,
     /// What one batch adds: `batch x per_row`.
     pub activations: u64,
     /// Rows per batch.
@@ -62,22 +68,38 @@ impl MemoryEstimate {
         self.fixed().saturating_add(self.activations)
     }
 
-    /// What does not depend on the batch: weights, gradients, optimizer state.
+    /// What does not depend on the batch: weights, gradients, optimizer
+    /// state and the copies made to save.
     pub fn fixed(&self) -> u64 {
-        self.weights.saturating_add(self.gradients).saturating_add(self.optimizer)
+        self.weights.saturating_add(self.gradients).saturating_add(self.optimizer).saturating_add(self.copies)
     }
 
     /// Its parts in words: `weights 1.0 MiB, gradients 1.0 MiB, optimizer
-    /// state 2.0 MiB, activations of a batch of 16: 128.4 KiB`.
+    /// state 2.0 MiB, activations of a batch of 16: 128.4 KiB` (and `copies
+    /// to save 3.0 MiB` before the activations, where there are any).
     pub fn breakdown(&self) -> String {
+        let copies = if self.copies > 0 { format!(", copies to save {}", bytes(self.copies)) } else { String::new() };
         format!(
-            "weights {}, gradients {}, optimizer state {}, activations of a batch of {}: {}",
+            "weights {}, gradients {}, optimizer state {}{copies}, activations of a batch of {}: {}",
             bytes(self.weights),
             bytes(self.gradients),
             bytes(self.optimizer),
             self.batch,
             bytes(self.activations)
         )
+    }
+
+    /// This estimate for a run whose memory is the host's (on the CPU),
+    /// where saving takes room beside training: while a checkpoint or the
+    /// model file is made and written, a copy of the weights and optimizer
+    /// state is held (a tensor at a time is made, the file is written from
+    /// it a piece at a time); and with `native`, the native engine's second
+    /// copy of the weights, in the Burn model that names them for
+    /// checkpoints and exports.
+    pub fn with_host_copies(mut self, native: bool) -> Self {
+        let kept = if native { self.weights } else { 0 };
+        self.copies = self.weights.saturating_add(self.optimizer).saturating_add(kept);
+        self
     }
 
     /// The largest batch whose estimate fits in `capacity` bytes, if any does.
@@ -178,11 +200,26 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         weights: params.saturating_mul(4),
         gradients: params.saturating_mul(4),
         optimizer: params.saturating_mul(4 * state_per_param(&spec.train.optimizer.value)),
+        copies: 0,
         activations: (batch as u64).saturating_mul(per_row),
         batch,
         per_row,
         largest,
     }
+}
+
+/// The estimate for a run on the native CPU engine (fp32), whose network
+/// is built from `layers`: the weights, gradients and optimizer state as
+/// [`estimate`] counts them, and per row what the network's buffers hold
+/// through a step ([`kynml_cpu::values_per_row`]: the input, each layer's
+/// kept values and scratch, two gradient buffers as wide as the widest
+/// layer), which is not what Burn keeps.
+pub fn estimate_native(spec: &Spec, layers: &[kynml_cpu::LayerConfig]) -> MemoryEstimate {
+    let mut e = estimate(spec, Compute::Fp32);
+    let values = kynml_cpu::values_per_row(spec.model.input.value, layers);
+    e.per_row = 4u64.saturating_mul(u64::try_from(values).unwrap_or(u64::MAX));
+    e.activations = (e.batch as u64).saturating_mul(e.per_row);
+    e
 }
 
 /// The host memory that `rows` rows of `values` f32 values each take while

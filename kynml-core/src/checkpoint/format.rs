@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::io::{self, Write as _};
 use std::path::PathBuf;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -321,17 +322,25 @@ impl TensorData {
         }
     }
 
-    /// Appends the values as little-endian bytes. Filling a zeroed region
-    /// chunk by chunk compiles to plain copies, several times faster than
-    /// pushing value by value.
-    fn write_le(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.resize(start + self.byte_len(), 0);
-        let dst = &mut out[start..];
+    /// Writes the values as little-endian bytes, a piece at a time through
+    /// a small buffer (filling a zeroed region chunk by chunk compiles to
+    /// plain copies, several times faster than value by value), so that a
+    /// large tensor is never copied whole.
+    fn write_le(&self, out: &mut impl io::Write) -> io::Result<()> {
+        const PIECE: usize = 64 << 10;
+        let mut buffer = vec![0u8; PIECE];
         match self {
-            TensorData::F32(v) => dst.chunks_exact_mut(4).zip(v).for_each(|(d, x)| d.copy_from_slice(&x.to_le_bytes())),
-            TensorData::I64(v) => dst.chunks_exact_mut(8).zip(v).for_each(|(d, x)| d.copy_from_slice(&x.to_le_bytes())),
-            TensorData::U8(v) => dst.copy_from_slice(v),
+            TensorData::F32(v) => v.chunks(PIECE / 4).try_for_each(|c| {
+                let dst = &mut buffer[..c.len() * 4];
+                dst.chunks_exact_mut(4).zip(c).for_each(|(d, x)| d.copy_from_slice(&x.to_le_bytes()));
+                out.write_all(dst)
+            }),
+            TensorData::I64(v) => v.chunks(PIECE / 8).try_for_each(|c| {
+                let dst = &mut buffer[..c.len() * 8];
+                dst.chunks_exact_mut(8).zip(c).for_each(|(d, x)| d.copy_from_slice(&x.to_le_bytes()));
+                out.write_all(dst)
+            }),
+            TensorData::U8(v) => out.write_all(v),
         }
     }
 }
@@ -374,6 +383,16 @@ pub fn encode(ckpt: &Checkpoint, model_hash: &str) -> Vec<u8> {
 }
 
 pub(super) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>, CheckpointError> {
+    let header = checkpoint_header(ckpt, model_hash)?;
+    let data_len: usize = ckpt.tensors.iter().map(|t| t.data.byte_len()).sum();
+    let mut out = Vec::with_capacity(PREFIX_LEN + 8 + header.len() + data_len + FOOTER_LEN);
+    write_checkpoint(&mut out, &header, &ckpt.tensors).expect("writing to memory never fails");
+    Ok(out)
+}
+
+/// The safetensors header of `ckpt`'s file, after the checks that
+/// [`encode`] would panic on: what [`write_checkpoint`] writes the file from.
+pub(super) fn checkpoint_header(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>, CheckpointError> {
     ckpt.validate()?;
     let state = ckpt.state.to_string();
     if state.len() > MAX_STATE_LEN {
@@ -389,19 +408,43 @@ pub(super) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>,
     if header.len() as u64 > MAX_HEADER_LEN {
         return Err(CheckpointError::HeaderTooLarge { len: header.len(), max: MAX_HEADER_LEN });
     }
-    let data_len: usize = ckpt.tensors.iter().map(|t| t.data.byte_len()).sum();
+    Ok(header)
+}
 
-    let mut out = Vec::with_capacity(PREFIX_LEN + 8 + header.len() + data_len + FOOTER_LEN);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    write_safetensors(&mut out, &header, &ckpt.tensors);
-    let body_len = out.len() as u64;
-    let crc = crc32c(&out);
-    out.extend_from_slice(&body_len.to_le_bytes());
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&[0; 12]);
-    out.extend_from_slice(&MAGIC);
-    Ok(out)
+/// Writes the checkpoint file of `tensors` under `header` (from
+/// [`checkpoint_header`]) to `out`, laid out as the module describes, a
+/// tensor at a time: the CRC and length of the footer are kept as the bytes
+/// pass, so the file is never held whole in memory.
+pub(super) fn write_checkpoint(out: &mut impl io::Write, header: &[u8], tensors: &[NamedTensor]) -> io::Result<()> {
+    let mut body = Summed { out, crc: 0, len: 0 };
+    body.write_all(&MAGIC)?;
+    body.write_all(&FORMAT_VERSION.to_le_bytes())?;
+    write_safetensors(&mut body, header, tensors)?;
+    let (crc, len) = (body.crc, body.len);
+    out.write_all(&len.to_le_bytes())?;
+    out.write_all(&crc.to_le_bytes())?;
+    out.write_all(&[0; 12])?;
+    out.write_all(&MAGIC)
+}
+
+/// A writer that passes bytes on, keeping their CRC-32C and count.
+struct Summed<'a, W: io::Write> {
+    out: &'a mut W,
+    crc: u32,
+    len: u64,
+}
+
+impl<W: io::Write> io::Write for Summed<'_, W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(bytes)?;
+        self.crc = crc32c_append(self.crc, &bytes[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// A plain safetensors file of `tensors`, in order, with `metadata` as its
@@ -427,7 +470,7 @@ pub fn try_encode_safetensors(
         return Err(CheckpointError::HeaderTooLarge { len: header.len(), max: MAX_HEADER_LEN });
     }
     let mut out = Vec::with_capacity(8 + header.len() + tensors.iter().map(|t| t.data.byte_len()).sum::<usize>());
-    write_safetensors(&mut out, &header, tensors);
+    write_safetensors(&mut out, &header, tensors).expect("writing to memory never fails");
     Ok(out)
 }
 
@@ -449,12 +492,10 @@ fn safetensors_header(tensors: &[NamedTensor], metadata: &BTreeMap<String, Strin
     header
 }
 
-fn write_safetensors(out: &mut Vec<u8>, header: &[u8], tensors: &[NamedTensor]) {
-    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    out.extend_from_slice(header);
-    for t in tensors {
-        t.data.write_le(out);
-    }
+fn write_safetensors(out: &mut impl io::Write, header: &[u8], tensors: &[NamedTensor]) -> io::Result<()> {
+    out.write_all(&(header.len() as u64).to_le_bytes())?;
+    out.write_all(header)?;
+    tensors.iter().try_for_each(|t| t.data.write_le(out))
 }
 
 fn validate_tensors(tensors: &[NamedTensor]) -> Result<(), CheckpointError> {
@@ -761,8 +802,14 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
 
 /// CRC-32C (Castagnoli, as in iSCSI and ext4), eight bytes at a time.
 pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc32c_append(0, bytes)
+}
+
+/// The CRC-32C of the bytes whose CRC-32C is `crc` followed by `bytes`
+/// (`crc32c_append(0, b)` is `crc32c(b)`).
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
     const T: [[u32; 256]; 8] = crc32c_tables();
-    let mut crc = !0u32;
+    let mut crc = !crc;
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
         let lo = crc ^ u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -892,6 +939,10 @@ mod tests {
     fn crc32c_matches_known_vectors() {
         assert_eq!(crc32c(b""), 0);
         assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+        // In pieces, split anywhere, the same sum as whole.
+        for at in 0..=9 {
+            assert_eq!(crc32c_append(crc32c(&b"123456789"[..at]), &b"123456789"[at..]), 0xe306_9283, "split at {at}");
+        }
         // RFC 3720, appendix B.4.
         assert_eq!(crc32c(&[0; 32]), 0x8a91_36aa);
         assert_eq!(crc32c(&[0xff; 32]), 0x62a8_ab43);
@@ -914,6 +965,34 @@ mod tests {
         assert_eq!(&bytes[..8], b"KYNCKPT\0");
         assert_eq!(&bytes[bytes.len() - 8..], b"KYNCKPT\0");
         assert_eq!(encode(&back, "mlp-128-512-256-1"), bytes, "encoding is deterministic");
+    }
+
+    #[test]
+    fn tensors_larger_than_a_write_piece_round_trip_through_a_file() {
+        // Written a 64 KiB piece at a time: values across several pieces and
+        // a last piece cut short, for each element width.
+        let floats: Vec<f32> = (0..40_003).map(|i| i as f32 * 0.25 - 7.0).collect();
+        let ints: Vec<i64> = (0..20_001).map(|i| i * 3 - 11).collect();
+        let bytes: Vec<u8> = (0..70_001u32).map(|i| (i % 251) as u8).collect();
+        let data = TensorData::U8(bytes.clone());
+        let ckpt = Checkpoint::new(
+            vec![
+                NamedTensor::f32("w", vec![40_003], floats),
+                NamedTensor::i64("order", vec![20_001], ints),
+                NamedTensor { name: "raw".into(), shape: vec![70_001], data },
+            ],
+            json!({"epoch": 1}),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.ckpt");
+        let header = checkpoint_header(&ckpt, "h").unwrap();
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        write_checkpoint(&mut file, &header, &ckpt.tensors).unwrap();
+        drop(file);
+        let written = std::fs::read(&path).unwrap();
+        assert_eq!(written, encode(&ckpt, "h"));
+        let back = decode(&written).unwrap();
+        assert_eq!((back.tensors, back.state), (ckpt.tensors, ckpt.state));
     }
 
     #[test]

@@ -15,14 +15,14 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use super::format::{decode, try_encode, Checkpoint, CheckpointError};
+use super::format::{checkpoint_header, decode, write_checkpoint, Checkpoint, CheckpointError};
 
 /// The longest file name, in bytes, that Linux, macOS and Windows file systems take.
 const NAME_MAX: usize = 255;
@@ -362,9 +362,10 @@ fn run(inbox: Receiver<Message>, keep: usize, log: &WriteLog) {
         match message {
             Message::Save { path, checkpoint, model_hash, done } => {
                 let start = std::time::Instant::now();
-                let result = try_encode(&checkpoint, &model_hash).and_then(|bytes| {
-                    drop(checkpoint);
-                    write_atomic(&path, &bytes, keep)
+                // Written a tensor at a time: the file is never a second
+                // copy of the checkpoint in memory.
+                let result = checkpoint_header(&checkpoint, &model_hash).and_then(|header| {
+                    write_atomic(&path, keep, |file| write_checkpoint(file, &header, &checkpoint.tensors))
                 });
                 log.lock().unwrap_or_else(PoisonError::into_inner).push((start, std::time::Instant::now()));
                 // Nobody waits for it once the writer is being dropped.
@@ -455,14 +456,18 @@ pub fn discarded(path: &Path) -> Vec<PathBuf> {
 /// Write to a temporary file in the target's folder, sync it, rotate older
 /// copies, rename it over `path`, sync the folder. On failure the temporary
 /// file is removed and `path` is untouched.
-fn write_atomic(path: &Path, bytes: &[u8], keep: usize) -> WriteResult {
+fn write_atomic(
+    path: &Path,
+    keep: usize,
+    body: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
+) -> WriteResult {
     let name = path.file_name().ok_or_else(|| {
         io_error(path, io::Error::new(io::ErrorKind::InvalidInput, "the checkpoint path does not name a file"))
     })?;
     let dir = parent_dir(path);
     fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     let temp = dir.join(temp_name(name));
-    let placed = write_and_place(&temp, path, bytes, keep);
+    let placed = write_and_place(&temp, path, body, keep);
     if placed.is_err() {
         let _ = fs::remove_file(&temp);
     }
@@ -470,9 +475,16 @@ fn write_atomic(path: &Path, bytes: &[u8], keep: usize) -> WriteResult {
     sync_dir(dir).map_err(|e| io_error(dir, e))
 }
 
-fn write_and_place(temp: &Path, path: &Path, bytes: &[u8], keep: usize) -> WriteResult {
-    let mut file = OpenOptions::new().write(true).create_new(true).open(temp).map_err(|e| io_error(temp, e))?;
-    file.write_all(bytes).map_err(|e| io_error(temp, e))?;
+fn write_and_place(
+    temp: &Path,
+    path: &Path,
+    body: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
+    keep: usize,
+) -> WriteResult {
+    let file = OpenOptions::new().write(true).create_new(true).open(temp).map_err(|e| io_error(temp, e))?;
+    let mut out = io::BufWriter::with_capacity(1 << 20, file);
+    body(&mut out).map_err(|e| io_error(temp, e))?;
+    let file = out.into_inner().map_err(|e| io_error(temp, e.into_error()))?;
     file.sync_all().map_err(|e| io_error(temp, e))?;
     drop(file);
     rotate(path, keep)?;
@@ -931,7 +943,7 @@ mod tests {
     fn paths_without_a_folder_or_a_name() {
         assert_eq!(parent_dir(Path::new("x.ckpt")), Path::new("."));
         assert_eq!(numbered(Path::new("a/x.ckpt"), 2), Path::new("a/x.ckpt.2"));
-        let err = write_atomic(Path::new("/"), b"", 1).unwrap_err();
+        let err = write_atomic(Path::new("/"), 1, |f| io::Write::write_all(f, b"")).unwrap_err();
         assert!(err.to_string().contains("does not name a file"), "{err}");
     }
 }

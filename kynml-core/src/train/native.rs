@@ -247,6 +247,7 @@ impl NativeEngine {
 
     /// The optimizer state as Burn's optimizer, keyed by the parameter ids
     /// of [`Engine::model`]'s models.
+    #[cfg(test)]
     fn burn_optimizer(&self) -> AnyOptimizer {
         let info = self.net.tensor_info();
         let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
@@ -308,8 +309,29 @@ impl Engine for NativeEngine {
             .expect("the native engine's tensors fit its own model")
     }
 
+    /// What [`resume::snapshot`] saves of [`model`](Engine::model) and the
+    /// Burn optimizer, made from the network's tensors and states a tensor
+    /// at a time, without building either: a save holds one more copy of
+    /// the weights and optimizer state (the checkpoint), not three.
     fn snapshot(&self, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {
-        resume::snapshot(&self.model(), &self.burn_optimizer(), best, state)
+        let info = self.net.tensor_info();
+        let model = (info.iter().zip(self.net.tensors()))
+            .map(|(t, v)| NamedTensor::f32(format!("{}{}", resume::MODEL_PREFIX, t.name), t.shape.clone(), v.to_vec()))
+            .collect();
+        let optimizer = || {
+            let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
+            let params = self.template.param_names();
+            let states = self.net.optimizer_states();
+            let prefix = resume::OPTIM_PREFIX;
+            AnyOptimizer::new(&self.optimizer_spec).native_state_tensors(
+                &params,
+                &shapes,
+                &states,
+                prefix,
+                &self.device,
+            )
+        };
+        resume::snapshot_in_parts(model, best, optimizer, state)
     }
 
     /// The native engine runs fp32 only, without loss scaling.
@@ -333,5 +355,81 @@ impl Engine for NativeEngine {
     fn last_phases(&self) -> Option<StepPhases> {
         let [forward, backward, optimizer] = self.net.last_phases();
         self.profiling.then_some(StepPhases { copy: 0.0, forward, backward, optimizer, in_use: 0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The native engine saves its weights and optimizer state straight
+    /// from the network; the checkpoint must be what building the Burn model
+    /// and optimizer from it and saving those gives, tensor for tensor and in
+    /// the same order, for every layer kind and optimizer.
+    #[test]
+    fn a_snapshot_saves_what_the_burn_model_and_optimizer_would() {
+        let cases = [
+            (
+                "    input 6\n    dense 8 gelu\n    batchnorm\n    dropout 0.2\n    layernorm\n    dense 3 linear\n",
+                "",
+                "cross_entropy",
+                "adamw(lr=0.01)",
+            ),
+            (
+                "    input 1x4x4\n    conv2d 3 2 relu padding=1\n    batchnorm\n    maxpool 2\n    conv2d 2 1 tanh\n    \
+                 avgpool 1\n    flatten\n    dense 1 linear\n",
+                "",
+                "mse",
+                "sgd(lr=0.1, momentum=0.9)",
+            ),
+            (
+                "    input 5\n    residual:\n        dense 7 relu\n        layernorm\n    residual:\n        \
+                 dense 7 silu\n    dense 1 linear\n",
+                "",
+                "mse",
+                "rmsprop(lr=0.01, centered=true, momentum=0.5)",
+            ),
+            (
+                "    input seq 6\n    embedding 8\n    positional\n    transformer heads=2 ff=16\n    attention heads=2\n    \
+                 global_avgpool\n    dense 2 linear\n",
+                "    tokens = \"t\"\n",
+                "cross_entropy",
+                "adam(lr=0.01)",
+            ),
+            (
+                "    input 4\n    embedding 3\n    dense 5 relu\n    dense 1 linear\n",
+                "    categorical = [city]\n",
+                "mse",
+                "adamw(lr=0.01)",
+            ),
+        ];
+        let device = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).unwrap();
+        let (ad, inner) = (device.autodiff(), device.inner());
+        for (layers, columns, loss, optimizer) in cases {
+            let text = format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\n{columns}model M:\n{layers}train:\n    \
+                 model = M\n    data = D\n    loss = {loss}\n    optimizer = {optimizer}\n    epochs = 1\n"
+            );
+            let mut spec = crate::spec::parse_spec(&text).unwrap_or_else(|e| panic!("{layers}: {e:?}"));
+            let data = crate::data::synthetic_for(&spec, 64, 3).unwrap();
+            spec.model.bind(&data.info).unwrap_or_else(|e| panic!("{layers}: {e:?}"));
+            let model = Model::init(&spec.model, 5, &ad);
+            let burn = AnyOptimizer::new(&spec.train.optimizer.value);
+            let mut engine = NativeEngine::from_burn(&spec, &model, &burn, &inner).unwrap();
+            // Two steps: the optimizers' state holds more than its first values.
+            let mut rng = SplitMix64::new(9);
+            for rows in [0..16, 16..32] {
+                let mut batch = Batch::default();
+                data.gather(Split::Train, &rows.collect::<Vec<_>>(), &mut batch);
+                engine.step(batch, 0.01, &mut rng, crate::train::engine::Part::WHOLE);
+            }
+            let state = LoopState::new(1, 2, burn.name(), 1, 2);
+            let saved = engine.snapshot(None, &state);
+            let built = resume::snapshot(&engine.model(), &engine.burn_optimizer(), None, &state);
+            let names = |c: &Checkpoint| c.tensors.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+            assert_eq!(names(&saved), names(&built), "{layers}");
+            assert!(names(&saved).iter().any(|n| n.starts_with(resume::OPTIM_PREFIX)), "{layers}: no optimizer state");
+            assert_eq!(saved, built, "{layers}");
+        }
     }
 }

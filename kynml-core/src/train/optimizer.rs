@@ -329,16 +329,43 @@ fn states_from_native<O: NativeState>(
     records.clear();
     for (((id, _), shape), state) in params.iter().zip(shapes).zip(states) {
         let Some(state) = state else { continue };
-        // Ranks 1 to 4, as parameters have (a convolution's weight has 4).
-        let record = match shape.len() {
-            1 => AdaptorRecord::from_state::<1>(O::from_native::<1>(state, shape, device)),
-            2 => AdaptorRecord::from_state::<2>(O::from_native::<2>(state, shape, device)),
-            3 => AdaptorRecord::from_state::<3>(O::from_native::<3>(state, shape, device)),
-            _ => AdaptorRecord::from_state::<4>(O::from_native::<4>(state, shape, device)),
-        };
-        records.insert(*id, record);
+        records.insert(*id, record_of_native::<O>(state, shape, device));
     }
     optimizer.load_record(records)
+}
+
+/// Burn's record of one parameter's native `state` (of `shape`).
+fn record_of_native<O: NativeState>(
+    state: &ParamState,
+    shape: &[usize],
+    device: &DispatchDevice,
+) -> AdaptorRecord<O, Kb> {
+    // Ranks 1 to 4, as parameters have (a convolution's weight has 4).
+    match shape.len() {
+        1 => AdaptorRecord::from_state::<1>(O::from_native::<1>(state, shape, device)),
+        2 => AdaptorRecord::from_state::<2>(O::from_native::<2>(state, shape, device)),
+        3 => AdaptorRecord::from_state::<3>(O::from_native::<3>(state, shape, device)),
+        _ => AdaptorRecord::from_state::<4>(O::from_native::<4>(state, shape, device)),
+    }
+}
+
+/// What [`AnyOptimizer::state_tensors`] saves for an optimizer holding the
+/// native `states`, made a parameter at a time.
+fn native_state_tensors_of<O: NativeState>(
+    params: &[(ParamId, String)],
+    shapes: &[Vec<usize>],
+    states: &[Option<&ParamState>],
+    prefix: &str,
+    device: &DispatchDevice,
+) -> Vec<NamedTensor> {
+    let each = params.iter().zip(shapes).zip(states);
+    each.filter_map(|(((_, name), shape), state)| {
+        let record = record_of_native::<O>((*state)?, shape, device);
+        // Encoding plain numbers to MessagePack cannot fail.
+        let bytes = Recorder::<Kb>::record(&recorder(), record, ()).unwrap_or_default();
+        Some(NamedTensor::bytes(format!("{prefix}{name}"), bytes))
+    })
+    .collect()
 }
 
 impl AnyOptimizer {
@@ -356,6 +383,29 @@ impl AnyOptimizer {
             AnyOptimizer::Adam(o) => states_to_native(o, params, shapes, device),
             AnyOptimizer::Sgd(o) => states_to_native(o, params, shapes, device),
             AnyOptimizer::RmsProp(o) => states_to_native(o, params, shapes, device),
+        }
+    }
+
+    /// What [`state_tensors`](Self::state_tensors) saves for this kind of
+    /// optimizer holding the native engine's `states` (in `params` order, of
+    /// `shapes`), made a parameter at a time: without the whole state copied
+    /// into an optimizer first, a save holds one more copy of it, not two.
+    ///
+    /// # Panics
+    /// If a state belongs to another optimizer.
+    pub fn native_state_tensors(
+        &self,
+        params: &[(ParamId, String)],
+        shapes: &[Vec<usize>],
+        states: &[Option<&ParamState>],
+        prefix: &str,
+        device: &DispatchDevice,
+    ) -> Vec<NamedTensor> {
+        match self {
+            AnyOptimizer::AdamW(_) => native_state_tensors_of::<AdamW>(params, shapes, states, prefix, device),
+            AnyOptimizer::Adam(_) => native_state_tensors_of::<Adam>(params, shapes, states, prefix, device),
+            AnyOptimizer::Sgd(_) => native_state_tensors_of::<Sgd<Kb>>(params, shapes, states, prefix, device),
+            AnyOptimizer::RmsProp(_) => native_state_tensors_of::<RmsProp>(params, shapes, states, prefix, device),
         }
     }
 

@@ -233,8 +233,8 @@ impl LayerConfig {
 
 /// Values per row that a network of `input` features and these layers
 /// holds through a training step: the input batch, every layer's buffers
-/// ([`LayerConfig::values_per_row`]) and the two gradient buffers as wide as
-/// its widest layer. Times the batch's rows and 4 bytes, the memory a batch
+/// ([`LayerConfig::values_per_row`]), the two gradient buffers as wide as
+/// its widest layer, and a text's padding mask (one value a position). Times the batch's rows and 4 bytes, the memory a batch
 /// costs, computed without building the network (whose weights may be large).
 pub fn values_per_row(input: usize, layers: &[LayerConfig]) -> usize {
     let (mut width, mut own, mut widest) = (input, 0usize, input);
@@ -243,7 +243,8 @@ pub fn values_per_row(input: usize, layers: &[LayerConfig]) -> usize {
         width = layer.width(width);
         widest = widest.max(width);
     }
-    own.saturating_add(input).saturating_add(widest.saturating_mul(2))
+    let mask = if matches!(layers.first(), Some(LayerConfig::Tokens { .. })) { input } else { 0 };
+    own.saturating_add(input).saturating_add(widest.saturating_mul(2)).saturating_add(mask)
 }
 
 /// Where dropout masks come from. The Burn engine draws the same masks from

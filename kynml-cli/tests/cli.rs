@@ -93,6 +93,13 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     assert!(t.contains("dense 512 gelu") && t.contains("[batch, 512]") && t.contains("66,048"), "{t}");
     // 215,425 fp32 parameters, their gradients, and AdamW's two moments.
     assert!(t.contains("weights 841.5 KiB, gradients 841.5 KiB, optimizer state 1.6 MiB"), "{t}");
+    // On a GPU and on the CPU, where saving's copies of the weights and
+    // state, and the native engine's second copy of the weights, count too.
+    let line = |on: &str| t.lines().find(|l| l.starts_with("memory: about ") && l.contains(on)).map(str::to_owned);
+    let gpu = line(" in bf16 on a GPU (").unwrap_or_else(|| panic!("{t}"));
+    let cpu = line(" on the CPU (").unwrap_or_else(|| panic!("{t}"));
+    assert!(!gpu.contains("copies to save"), "{gpu}");
+    assert!(cpu.contains("optimizer state 1.6 MiB, copies to save 3.3 MiB, activations"), "{cpu}");
 }
 
 #[test]

@@ -450,15 +450,43 @@ impl SpecFile {
         }
     }
 
-    /// The run's memory, estimated from the spec ([`memory::estimate`]) at
-    /// the precision that will run on `device`, and checked against what the
-    /// device can hold: a tensor larger than the device allocates at once,
+    /// The run's memory on `device` for `train_rows` training rows, as
+    /// [`check_memory_for`](Self::check_memory_for) estimates it, without
+    /// checking it against the device: the engine that would run (the native
+    /// CPU engine's own buffers, Burn's elsewhere) at the precision the
+    /// device runs, with the copies saving makes where the memory is the host's.
+    pub fn memory_for(&self, device: &Device, train_rows: usize) -> MemoryEstimate {
+        let precision = crate::train::precision::plan(&self.spec.train, device);
+        let engine =
+            crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto, &self.spec.model);
+        let mut spec = self.spec.clone();
+        spec.train.batch.value = spec.train.batch.value.min(train_rows.max(1));
+        // The native engine has no fused update (said in what runs), so no
+        // buffers of one, and buffers of its own; a data-parallel run steps
+        // on Burn's.
+        let native = (engine == crate::train::EngineKind::Native && self.spec.train.devices.is_none())
+            .then(|| crate::train::native::native_layers(&self.spec.model).ok())
+            .flatten();
+        let on_host = matches!(device.kind, DeviceKind::Cpu { .. });
+        match native {
+            Some(layers) => {
+                if let Some(plain) = spec.train.optimizer.value.with_fused(false) {
+                    spec.train.optimizer.value = plain;
+                }
+                crate::train::memory::estimate_native(&spec, &layers).with_host_copies(true)
+            }
+            None if on_host => crate::train::memory::estimate(&spec, precision.compute).with_host_copies(false),
+            None => crate::train::memory::estimate(&spec, precision.compute),
+        }
+    }
+
+    /// The run's memory, estimated from the spec ([`memory_for`](Self::memory_for))
+    /// for the engine and precision that will run on `device`, and checked
+    /// against what the device can hold: a tensor larger than the device allocates at once,
     /// or a total larger than its memory (a CUDA device's, the host's
     /// available memory on the CPU; wgpu cannot say), is a located error
     /// before anything is allocated, with a batch that would fit where the
     /// batch is what does not.
-    ///
-    /// [`memory::estimate`]: crate::train::memory::estimate
     pub fn check_memory(&self, device: &Device) -> Result<MemoryEstimate, LoadError> {
         self.check_memory_for(device, usize::MAX)
     }
@@ -468,30 +496,7 @@ impl SpecFile {
     /// the spec's `batch`.
     pub fn check_memory_for(&self, device: &Device, train_rows: usize) -> Result<MemoryEstimate, LoadError> {
         use crate::train::memory::bytes;
-        let precision = crate::train::precision::plan(&self.spec.train, device);
-        let engine =
-            crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto, &self.spec.model);
-        let e = {
-            let mut spec = self.spec.clone();
-            spec.train.batch.value = spec.train.batch.value.min(train_rows.max(1));
-            // The native engine has no fused update (said in what runs), so
-            // no buffers of one, and buffers of its own; a data-parallel run
-            // steps on Burn's.
-            let native = (engine == crate::train::EngineKind::Native && self.spec.train.devices.is_none())
-                .then(|| crate::train::native::native_layers(&self.spec.model).ok())
-                .flatten();
-            let on_host = matches!(device.kind, DeviceKind::Cpu { .. });
-            match native {
-                Some(layers) => {
-                    if let Some(plain) = spec.train.optimizer.value.with_fused(false) {
-                        spec.train.optimizer.value = plain;
-                    }
-                    crate::train::memory::estimate_native(&spec, &layers).with_host_copies(true)
-                }
-                None if on_host => crate::train::memory::estimate(&spec, precision.compute).with_host_copies(false),
-                None => crate::train::memory::estimate(&spec, precision.compute),
-            }
-        };
+        let e = self.memory_for(device, train_rows);
         let (model, train) = (&self.spec.model, &self.spec.train);
         let on = device.short_name();
         if let Some(max) = device.max_allocation().filter(|&max| e.largest.bytes > max) {

@@ -529,6 +529,13 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
     let found = bytes.len() as u64;
     let head = &bytes[..bytes.len().min(MAGIC.len())];
     if head != &MAGIC[..head.len()] {
+        // The magic closes the file too: with that end whole, a damaged
+        // start is a damaged checkpoint, not another kind of file.
+        if bytes.len() >= MIN_FILE_LEN && bytes[bytes.len() - MAGIC.len()..] == MAGIC {
+            return Err(checked_body(bytes)
+                .err()
+                .unwrap_or_else(|| corrupt("its first bytes are not the checkpoint's")));
+        }
         return Err(CheckpointError::NotACheckpoint);
     }
     if bytes.len() < PREFIX_LEN {
@@ -1035,6 +1042,26 @@ mod tests {
                 assert!(decode(&damaged).is_err(), "flip of bit {bit} at byte {at} went unnoticed");
             }
         }
+    }
+
+    /// The magic opens and closes a checkpoint: a flipped bit in the first
+    /// eight bytes, the end whole, is a damaged checkpoint (its sum fails),
+    /// not a file of another kind.
+    #[test]
+    fn a_damaged_opening_magic_is_damage_not_a_foreign_file() {
+        let bytes = small();
+        for at in 0..MAGIC.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x10;
+            let e = decode(&damaged).unwrap_err();
+            assert!(is_checksum_mismatch(&e), "byte {at}: {e}");
+        }
+        // Both ends gone: not a checkpoint.
+        let mut both = bytes.clone();
+        let n = both.len();
+        both[0] ^= 1;
+        both[n - 1] ^= 1;
+        assert!(matches!(decode(&both), Err(CheckpointError::NotACheckpoint)));
     }
 
     #[test]

@@ -310,15 +310,24 @@ fn refuse_special(path: &Path) -> Result<(), CheckpointError> {
     Err(io_error(path, e))
 }
 
-/// `Foreign` when `path` is a file that does not start as a KynML checkpoint
-/// does: a write or a rotation must never replace it.
+/// `Foreign` when `path` is a file that neither starts nor ends as a KynML
+/// checkpoint does (the magic is at both ends: one damaged is a damaged
+/// checkpoint, which `--fresh` may replace): a write or a rotation must
+/// never replace it.
 fn refuse_foreign(path: &Path) -> Result<(), CheckpointError> {
+    use std::io::{Read, Seek, SeekFrom};
     if !path.is_file() {
         return Ok(());
     }
-    let mut head = [0u8; 8];
-    let read = File::open(path).and_then(|mut f| io::Read::read(&mut f, &mut head));
-    if !matches!(read, Ok(8)) || head != super::format::MAGIC {
+    let (mut head, mut tail) = ([0u8; 8], [0u8; 8]);
+    let read = File::open(path).and_then(|mut f| {
+        let n = f.read(&mut head)?;
+        let tail_read = f.seek(SeekFrom::End(-8)).and_then(|_| f.read_exact(&mut tail)).is_ok();
+        Ok((n, tail_read))
+    });
+    let magic = super::format::MAGIC;
+    let ours = matches!(read, Ok((8, _))) && head == magic || matches!(read, Ok((_, true))) && tail == magic;
+    if !ours {
         return Err(CheckpointError::Foreign { path: path.to_path_buf(), kind: foreign_kind(&head) });
     }
     Ok(())
@@ -796,6 +805,25 @@ mod tests {
         fs::write(numbered(&path, 7), "not a checkpoint").unwrap();
         assert!(matches!(check_targets(&path, keep), Err(CheckpointError::Foreign { .. })));
         assert!(check_targets(&path, 7).is_ok(), "x.ckpt.7 is beyond what keep = 7 touches");
+    }
+
+    /// A checkpoint whose first bytes are damaged still ends in the magic:
+    /// it is ours to replace (`--fresh`, a rotation), and a file that is
+    /// another kind at both ends is not.
+    #[test]
+    fn a_checkpoint_damaged_at_its_start_is_still_ours_to_replace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let writer = CheckpointWriter::spawn();
+        writer.save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[2] ^= 0x40;
+        fs::write(&path, &bytes).unwrap();
+        check_targets(&path, 1).unwrap();
+        writer.save_sync(path.clone(), snapshot(2), "h".into()).unwrap();
+        assert_eq!(step_at(&path), 2);
+        fs::write(&path, "step,loss\n1,0.5\n").unwrap();
+        assert!(matches!(check_targets(&path, 1), Err(CheckpointError::Foreign { .. })));
     }
 
     #[test]

@@ -473,9 +473,9 @@ impl SpecFile {
                 if let Some(plain) = spec.train.optimizer.value.with_fused(false) {
                     spec.train.optimizer.value = plain;
                 }
-                crate::train::memory::estimate_native(&spec, &layers).with_host_copies(true)
+                crate::train::memory::estimate_native(&spec, &layers).with_host_copies(&spec, true)
             }
-            None if on_host => crate::train::memory::estimate(&spec, precision.compute).with_host_copies(false),
+            None if on_host => crate::train::memory::estimate(&spec, precision.compute).with_host_copies(&spec, false),
             None => crate::train::memory::estimate(&spec, precision.compute),
         }
     }
@@ -542,8 +542,12 @@ impl SpecFile {
                 Some(rows) => Diagnostic::new(train.batch.span, what, "too large a batch for this device")
                     .with_help(format!("a batch of {rows} or fewer fits: `batch = {rows}`")),
                 None if e.fixed() > capacity => {
-                    Diagnostic::new(model.name.span, what, "too large a model for this device")
-                        .with_help("the weights, gradients and optimizer state alone do not fit: use a smaller model")
+                    let copies = if e.copies > 0 { " and the copies that saving makes" } else { "" };
+                    let best = if e.best > 0 { ", the best epoch's weights" } else { "" };
+                    Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
+                        "the weights, gradients, optimizer state{best}{copies} alone need {}: use a smaller model",
+                        bytes(e.fixed())
+                    ))
                 }
                 None => Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
                     "one row's activations alone need {}: use a shorter input or narrower layers",
@@ -1463,13 +1467,13 @@ mod tests {
         // product and output 40, the last product 1, two gradient buffers of 20.
         assert_eq!(native.per_row, 4 * (10 + 40 + 1 + 40));
         assert_eq!(native.activations, 8 * native.per_row);
-        // The checkpoint's copy of weights and state, and the Burn model's weights.
-        assert_eq!(native.copies, 4 * 241 + 8 * 241 + 4 * 241);
+        // The model file's two copies of the weights, and the Burn model's.
+        assert_eq!(native.copies, 3 * 4 * 241);
         assert_eq!(native.total(), 4 * 241 * 2 + 8 * 241 + native.copies + native.activations);
-        assert!(native.breakdown().contains(", copies to save 3.8 KiB,"), "{}", native.breakdown());
+        assert!(native.breakdown().contains(", copies to save 2.8 KiB,"), "{}", native.breakdown());
         let burn = file("\n    devices = [cpu, cpu]").check_memory(&Device::cpu()).unwrap();
         assert_eq!(burn.per_row, crate::train::memory::estimate(&file("").spec, Compute::Fp32).per_row);
-        assert_eq!(burn.copies, 4 * 241 + 8 * 241);
+        assert_eq!(burn.copies, 2 * 4 * 241);
     }
 
     /// A one-layer spec with these `train:` lines added.

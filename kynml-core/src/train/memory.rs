@@ -30,16 +30,20 @@ use crate::train::precision::Compute;
 pub struct MemoryEstimate {
     /// The parameters, in fp32.
     pub weights: u64,
-    /// One gradient per parameter.
+    /// One gradient per parameter; two with `accumulate` (the earlier
+    /// batches' sum beside the last batch's).
     pub gradients: u64,
     /// The optimizer's running averages.
     pub optimizer: u64,
-    /// Copies in host memory that the run makes to save: a checkpoint or
-    /// the model file is made from a copy of the weights and optimizer
-    /// state, and the native CPU engine also keeps its weights in the Burn
-    /// model that names them (see [`MemoryEstimate::with_host_copies`]); 0
-    /// where the run's memory is a GPU's.
+    /// With early stopping, the best epoch's weights, kept beside the
+    /// model, and a second copy while a better epoch replaces them.
+    pub best: u64,
+    /// Copies in host memory that the run makes to save (see
+    /// [`MemoryEstimate::with_host_copies`]); 0 where the run's memory is a
+    /// GPU's.
     pub copies: u64,
+    /// The largest parameter, in bytes.
+    pub largest_param: u64,
     /// What one batch adds: `batch x per_row`.
     pub activations: u64,
     /// Rows per batch.
@@ -71,16 +75,19 @@ impl MemoryEstimate {
     /// What does not depend on the batch: weights, gradients, optimizer
     /// state and the copies made to save.
     pub fn fixed(&self) -> u64 {
-        self.weights.saturating_add(self.gradients).saturating_add(self.optimizer).saturating_add(self.copies)
+        let parts = [self.weights, self.gradients, self.optimizer, self.best, self.copies];
+        parts.into_iter().fold(0u64, u64::saturating_add)
     }
 
     /// Its parts in words: `weights 1.0 MiB, gradients 1.0 MiB, optimizer
-    /// state 2.0 MiB, activations of a batch of 16: 128.4 KiB` (and `copies
-    /// to save 3.0 MiB` before the activations, where there are any).
+    /// state 2.0 MiB, activations of a batch of 16: 128.4 KiB` (and `best
+    /// weights 2.0 MiB` and `copies to save 3.0 MiB` before the
+    /// activations, where there are any).
     pub fn breakdown(&self) -> String {
-        let copies = if self.copies > 0 { format!(", copies to save {}", bytes(self.copies)) } else { String::new() };
+        let part = |name: &str, n: u64| if n > 0 { format!(", {name} {}", bytes(n)) } else { String::new() };
+        let (best, copies) = (part("best weights", self.best), part("copies to save", self.copies));
         format!(
-            "weights {}, gradients {}, optimizer state {}{copies}, activations of a batch of {}: {}",
+            "weights {}, gradients {}, optimizer state {}{best}{copies}, activations of a batch of {}: {}",
             bytes(self.weights),
             bytes(self.gradients),
             bytes(self.optimizer),
@@ -89,16 +96,29 @@ impl MemoryEstimate {
         )
     }
 
-    /// This estimate for a run whose memory is the host's (on the CPU),
-    /// where saving takes room beside training: while a checkpoint or the
-    /// model file is made and written, a copy of the weights and optimizer
-    /// state is held (a tensor at a time is made, the file is written from
-    /// it a piece at a time); and with `native`, the native engine's second
-    /// copy of the weights, in the Burn model that names them for
-    /// checkpoints and exports.
-    pub fn with_host_copies(mut self, native: bool) -> Self {
+    /// This estimate for `spec`'s run where its memory is the host's (on
+    /// the CPU), where saving takes room beside training: the larger of
+    /// - the model file written at the end: the weights in the export's
+    ///   layout and the file's bytes (two copies of the weights);
+    /// - a checkpoint, when the spec writes them: a copy of the weights, the
+    ///   best weights when kept, and the optimizer state (the file is
+    ///   written from it a piece at a time), and while one parameter's state
+    ///   is encoded, two more copies of it (the largest parameter's counted);
+    ///
+    /// and with `native`, the native engine's second copy of the weights, in
+    /// the Burn model that names them for checkpoints and exports.
+    pub fn with_host_copies(mut self, spec: &Spec, native: bool) -> Self {
         let kept = if native { self.weights } else { 0 };
-        self.copies = self.weights.saturating_add(self.optimizer).saturating_add(kept);
+        let export = self.weights.saturating_mul(2);
+        let checkpoint = if spec.train.checkpoint.is_some() {
+            // Values of state per parameter, times the largest parameter's bytes.
+            let encoding = (self.optimizer / self.weights.max(1)).saturating_mul(self.largest_param).saturating_mul(2);
+            let best = self.best / 2;
+            [self.weights, best, self.optimizer, encoding].into_iter().fold(0u64, u64::saturating_add)
+        } else {
+            0
+        };
+        self.copies = kept.saturating_add(export.max(checkpoint));
         self
     }
 
@@ -147,7 +167,7 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         _ => 4,
     };
     let batch = spec.train.batch.value;
-    let mut params = 0u64;
+    let (mut params, mut largest_param) = (0u64, 0u64);
     let mut largest = Largest { bytes: 0, layer: None, what: String::new() };
     let input = spec.model.shape.size() as u64;
     let mut kept = input;
@@ -160,6 +180,7 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         for t in layer.value.tensors(&shape).iter().filter(|t| t.role == Role::Param) {
             let bytes = 4 * t.len() as u64;
             params = params.saturating_add(t.len() as u64);
+            largest_param = largest_param.max(bytes);
             if bytes > largest.bytes {
                 largest = Largest { bytes, layer: Some(index), what: format!("{} {:?}", t.name, t.shape) };
             }
@@ -196,11 +217,15 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
     if batch_bytes > largest.bytes {
         largest = Largest { bytes: batch_bytes, layer: None, what: format!("a batch's {what} [{batch}, {width}]") };
     }
+    let weights = params.saturating_mul(4);
+    let gradient_sets = if spec.train.accumulate.value > 1 { 2 } else { 1 };
     MemoryEstimate {
-        weights: params.saturating_mul(4),
-        gradients: params.saturating_mul(4),
+        weights,
+        gradients: weights.saturating_mul(gradient_sets),
         optimizer: params.saturating_mul(4 * state_per_param(&spec.train.optimizer.value)),
+        best: if spec.train.early_stop.is_some() { weights.saturating_mul(2) } else { 0 },
         copies: 0,
+        largest_param,
         activations: (batch as u64).saturating_mul(per_row),
         batch,
         per_row,
@@ -321,6 +346,42 @@ mod tests {
         assert_eq!((half.weights, half.per_row), (e.weights, e.per_row / 2));
         let sgd = spec(" input 10\n dense 20 relu\n dense 1 linear", " optimizer = sgd(lr=0.1)\n batch = 8\n");
         assert_eq!(estimate(&sgd, Compute::Fp32).optimizer, 0);
+    }
+
+    /// Accumulating keeps a second set of gradients; early stopping the best
+    /// weights (twice while they are replaced); on the host, saving's
+    /// copies: the model file's two copies of the weights, or a
+    /// checkpoint's weights, best weights and state with the largest
+    /// parameter's state encoded twice more, whichever is larger, and the
+    /// native engine's second copy of the weights.
+    #[test]
+    fn accumulation_early_stopping_and_saving_are_counted() {
+        let model = " input 10\n dense 20 relu\n dense 1 linear";
+        // 241 parameters, the largest 200 (the first weight).
+        let (w, largest) = (4 * 241, 4 * 200);
+        let plain = spec(model, " optimizer = adam(lr=0.01)\n");
+        let e = estimate(&plain, Compute::Fp32);
+        assert_eq!((e.gradients, e.best, e.copies, e.largest_param), (w, 0, 0, largest));
+        let more = spec(model, " optimizer = adam(lr=0.01)\n accumulate = 4\n early_stop = early_stop(patience=2)\n");
+        let e = estimate(&more, Compute::Fp32);
+        assert_eq!((e.gradients, e.best), (2 * w, 2 * w));
+        assert!(
+            e.breakdown().contains("optimizer state 1.9 KiB, best weights 1.9 KiB, activations"),
+            "{}",
+            e.breakdown()
+        );
+        // No checkpoint: the model file's two copies (and the native engine's third).
+        assert_eq!(estimate(&plain, Compute::Fp32).with_host_copies(&plain, false).copies, 2 * w);
+        assert_eq!(estimate(&plain, Compute::Fp32).with_host_copies(&plain, true).copies, 3 * w);
+        // Adam's checkpoint: weights, two moments, and the largest weight's two moments twice more.
+        let saved = spec(model, " optimizer = adam(lr=0.01)\n checkpoint = checkpoint(every_n=1, path=\"c.ckpt\")\n");
+        let e = estimate(&saved, Compute::Fp32).with_host_copies(&saved, false);
+        assert_eq!(e.copies, w + 2 * w + 2 * 2 * largest);
+        assert!(e.breakdown().contains(&format!(", copies to save {},", bytes(e.copies))), "{}", e.breakdown());
+        assert_eq!(e.fixed(), w + w + 2 * w + e.copies);
+        // Plain SGD's checkpoint is the weights alone: the model file's two copies are more.
+        let sgd = spec(model, " optimizer = sgd(lr=0.1)\n checkpoint = checkpoint(every_n=1, path=\"c.ckpt\")\n");
+        assert_eq!(estimate(&sgd, Compute::Fp32).with_host_copies(&sgd, false).copies, 2 * w);
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let data = crate::reading::load_data(&mut file)?;
     fit_loader(&mut file, &data);
     check_export_target(&file)?;
+    // Before the checkpoint's folder and lock are made: a run refused as
+    // too large writes nothing.
+    let memory = file.check_memory_for(&device, data.train.len())?;
     let ResumePlan { found: resume, lock: checkpoint_lock, .. } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {
         let epochs = file.spec.train.epochs.value;
@@ -163,7 +166,6 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     for note in crate::reading::float_notes(&data) {
         println!("{note}");
     }
-    let memory = file.check_memory_for(&device, data.train.len())?;
     println!("{}", render::memory(&memory, &device));
 
     let run_dir = match &args.out {
@@ -395,7 +397,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             run_dir.path.display()
         );
     }
-    if let Some(line) = time_and_memory(&result.history) {
+    // The process's peak so far: the last checkpoint and the model files,
+    // written after the last epoch's record, included.
+    if let Some(line) = time_and_memory(&result.history, kynml_core::bench::peak_rss()) {
         println!("{line}");
     }
     if let Some(profile) = result.profile.as_ref().filter(|p| !p.steps.is_empty()) {
@@ -436,9 +440,10 @@ fn write_profile(
 }
 
 /// Where this run's time and memory went, from its epoch records: the share
-/// of epoch time spent waiting for batches, the peak host memory and the
-/// device allocator's pool.
-fn time_and_memory(history: &[EpochRecord]) -> Option<String> {
+/// of epoch time spent waiting for batches, the peak host memory (the
+/// larger of the epochs' and `peak_now`, the process's peak after saving)
+/// and the device allocator's pool.
+fn time_and_memory(history: &[EpochRecord], peak_now: Option<u64>) -> Option<String> {
     let timed: Vec<&EpochRecord> = history.iter().filter(|r| r.data_wait.is_some() && !r.seconds.is_nan()).collect();
     if timed.is_empty() {
         return None;
@@ -450,7 +455,7 @@ fn time_and_memory(history: &[EpochRecord]) -> Option<String> {
     // own share of the steps' time, so each says what it is a share of.
     let mut parts =
         vec![format!("waiting for batches {:.0}% of epoch time (evaluation included)", 100.0 * wait / total.max(1e-9))];
-    if let Some(rss) = timed.iter().filter_map(|r| r.peak_rss).max() {
+    if let Some(rss) = timed.iter().filter_map(|r| r.peak_rss).chain(peak_now).max() {
         parts.push(format!("peak host memory {:.0} MiB", mib(rss)));
     }
     if let Some(pool) = timed.iter().filter_map(|r| r.device_reserved).max() {
@@ -1239,11 +1244,17 @@ mod tests {
             "samples_per_sec": 10.0, "seconds": 4.0, "data_wait": 1.0,
         }))
         .unwrap();
-        let line = time_and_memory(&[record]).unwrap();
+        let line = time_and_memory(std::slice::from_ref(&record), None).unwrap();
         assert!(
             line.starts_with("time and memory: waiting for batches 25% of epoch time (evaluation included)"),
             "{line}"
         );
+        // The host's peak: the larger of the epochs' and the process's after saving.
+        let epoch = EpochRecord { peak_rss: Some(3 << 20), ..record };
+        assert!(time_and_memory(std::slice::from_ref(&epoch), Some(5 << 20))
+            .unwrap()
+            .ends_with("peak host memory 5 MiB"));
+        assert!(time_and_memory(&[epoch], Some(2 << 20)).unwrap().ends_with("peak host memory 3 MiB"));
     }
 
     #[test]

@@ -93,13 +93,19 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     assert!(t.contains("dense 512 gelu") && t.contains("[batch, 512]") && t.contains("66,048"), "{t}");
     // 215,425 fp32 parameters, their gradients, and AdamW's two moments.
     assert!(t.contains("weights 841.5 KiB, gradients 841.5 KiB, optimizer state 1.6 MiB"), "{t}");
-    // On a GPU and on the CPU, where saving's copies of the weights and
-    // state, and the native engine's second copy of the weights, count too.
+    // On a GPU and on the CPU, where saving's copies count too: the native
+    // engine's second copy of the weights (841.5 KiB), and the checkpoint's
+    // weights, best weights and Adam state (3.3 MiB) with the largest
+    // weight's moments (512 KiB each) encoded twice more (2 MiB).
     let line = |on: &str| t.lines().find(|l| l.starts_with("memory: about ") && l.contains(on)).map(str::to_owned);
     let gpu = line(" in bf16 on a GPU (").unwrap_or_else(|| panic!("{t}"));
     let cpu = line(" on the CPU (").unwrap_or_else(|| panic!("{t}"));
     assert!(!gpu.contains("copies to save"), "{gpu}");
-    assert!(cpu.contains("optimizer state 1.6 MiB, copies to save 3.3 MiB, activations"), "{cpu}");
+    assert!(
+        cpu.contains("optimizer state 1.6 MiB, best weights 1.6 MiB, copies to save 6.1 MiB, activations"),
+        "{cpu}"
+    );
+    assert!(gpu.contains("optimizer state 1.6 MiB, best weights 1.6 MiB, activations"), "{gpu}");
 }
 
 #[test]
@@ -2520,13 +2526,19 @@ fn a_run_too_large_for_the_device_is_refused_before_it_starts() {
     let t = text(&out);
     assert!(out.status.success() && t.contains("activations of a batch of 120:"), "{t}");
 
-    let huge = spec.replacen("dense 32 relu", "dense 200000 relu", 2);
+    // With a checkpoint: refused before its folder and lock are made.
+    let huge = spec.replacen("dense 32 relu", "dense 200000 relu", 2).replacen(
+        "    seed = 7\n",
+        "    seed = 7\n    checkpoint = checkpoint(every_n=1, path=\"ck/huge.ckpt\")\n",
+        1,
+    );
     std::fs::write(tmp.path().join("huge.kyn"), huge).unwrap();
     let out = kynml(&["train", "huge.kyn", "--device", "cpu", "--epochs", "1", "--out", "h"], tmp.path());
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("training needs about") && t.contains("available") && t.contains("use a smaller model"), "{t}");
-    for dir in ["w", "b", "h"] {
+    assert!(t.contains("copies that saving makes alone need"), "{t}");
+    for dir in ["w", "b", "h", "ck"] {
         assert!(!tmp.path().join(dir).exists(), "{dir} was created");
     }
 

@@ -46,7 +46,13 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     check_export_target(&file)?;
     // Before the checkpoint's folder and lock are made: a run refused as
     // too large writes nothing.
-    let memory = file.check_memory_for(&device, data.train.len())?;
+    // A checkpoint there is resumed from (or the run is refused): it is read
+    // and held through the run.
+    let resumed = match file.checkpoint_path() {
+        Some(path) if !args.fresh => std::fs::metadata(path).ok().filter(|m| m.is_file()).map_or(0, |m| m.len()),
+        _ => 0,
+    };
+    let memory = file.check_memory_resuming(&device, data.train.len(), resumed)?;
     let ResumePlan { found: resume, lock: checkpoint_lock, .. } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {
         let epochs = file.spec.train.epochs.value;

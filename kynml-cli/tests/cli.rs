@@ -1362,8 +1362,12 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     // Checked as written, it says where the epoch goes on, as train does.
     let t = text(&kynml(&["check", "spec.kyn"], dir));
     assert!(t.contains(&format!("epochs done, epoch {at} goes on after ")) && t.contains("resumes from it"), "{t}");
+    let size = std::fs::metadata(dir.join("run.ckpt")).unwrap().len();
     let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
+    // The checkpoint read is held through the run, and counted.
+    let held = format!(", the checkpoint resumed from {},", kynml_core::train::memory::bytes(size));
+    assert!(text(&out).lines().any(|l| l.starts_with("memory: about ") && l.contains(&held)), "{}", text(&out));
     // Beside a finished run (a glob catches both), the unfinished one is
     // left out with a note, not the whole report refused.
     let report = kynml(&["report", "first", "first-2"], dir);

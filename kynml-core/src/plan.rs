@@ -495,8 +495,23 @@ impl SpecFile {
     /// training rows: a step never holds more rows than there are, whatever
     /// the spec's `batch`.
     pub fn check_memory_for(&self, device: &Device, train_rows: usize) -> Result<MemoryEstimate, LoadError> {
+        self.check_memory_resuming(device, train_rows, 0)
+    }
+
+    /// [`check_memory_for`](Self::check_memory_for) for a run that resumes
+    /// from a checkpoint of `resumed` bytes, which it reads and holds (in
+    /// host memory) through the run.
+    pub fn check_memory_resuming(
+        &self,
+        device: &Device,
+        train_rows: usize,
+        resumed: u64,
+    ) -> Result<MemoryEstimate, LoadError> {
         use crate::train::memory::bytes;
-        let e = self.memory_for(device, train_rows);
+        let mut e = self.memory_for(device, train_rows);
+        if matches!(device.kind, DeviceKind::Cpu { .. }) {
+            e.resumed = resumed;
+        }
         let (model, train) = (&self.spec.model, &self.spec.train);
         let on = device.short_name();
         if let Some(max) = device.max_allocation().filter(|&max| e.largest.bytes > max) {
@@ -1474,6 +1489,14 @@ mod tests {
         let burn = file("\n    devices = [cpu, cpu]").check_memory(&Device::cpu()).unwrap();
         assert_eq!(burn.per_row, crate::train::memory::estimate(&file("").spec, Compute::Fp32).per_row);
         assert_eq!(burn.copies, 2 * 4 * 241);
+        // A resumed run holds the checkpoint it read: on the host, counted.
+        let resumed = file("").check_memory_resuming(&Device::cpu(), usize::MAX, 5000).unwrap();
+        assert_eq!((resumed.resumed, resumed.total()), (5000, native.total() + 5000));
+        assert!(
+            resumed.breakdown().contains(", the checkpoint resumed from 4.9 KiB, activations"),
+            "{}",
+            resumed.breakdown()
+        );
     }
 
     /// A one-layer spec with these `train:` lines added.

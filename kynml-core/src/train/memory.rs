@@ -44,6 +44,9 @@ pub struct MemoryEstimate {
     pub copies: u64,
     /// The largest parameter, in bytes.
     pub largest_param: u64,
+    /// A resumed run's checkpoint, read and held through the run (about
+    /// its file's size); 0 for a run that starts afresh.
+    pub resumed: u64,
     /// What one batch adds: `batch x per_row`.
     pub activations: u64,
     /// Rows per batch.
@@ -75,7 +78,7 @@ impl MemoryEstimate {
     /// What does not depend on the batch: weights, gradients, optimizer
     /// state and the copies made to save.
     pub fn fixed(&self) -> u64 {
-        let parts = [self.weights, self.gradients, self.optimizer, self.best, self.copies];
+        let parts = [self.weights, self.gradients, self.optimizer, self.best, self.copies, self.resumed];
         parts.into_iter().fold(0u64, u64::saturating_add)
     }
 
@@ -86,8 +89,9 @@ impl MemoryEstimate {
     pub fn breakdown(&self) -> String {
         let part = |name: &str, n: u64| if n > 0 { format!(", {name} {}", bytes(n)) } else { String::new() };
         let (best, copies) = (part("best weights", self.best), part("copies to save", self.copies));
+        let resumed = part("the checkpoint resumed from", self.resumed);
         format!(
-            "weights {}, gradients {}, optimizer state {}{best}{copies}, activations of a batch of {}: {}",
+            "weights {}, gradients {}, optimizer state {}{best}{copies}{resumed}, activations of a batch of {}: {}",
             bytes(self.weights),
             bytes(self.gradients),
             bytes(self.optimizer),
@@ -226,6 +230,7 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         best: if spec.train.early_stop.is_some() { weights.saturating_mul(2) } else { 0 },
         copies: 0,
         largest_param,
+        resumed: 0,
         activations: (batch as u64).saturating_mul(per_row),
         batch,
         per_row,

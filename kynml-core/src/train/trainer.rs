@@ -449,7 +449,11 @@ fn run<'scope, 'env>(
     // The engine takes the weights, the optimizer state and the scaler from here on.
     let mut engine: Box<dyn Engine> = match engine_kind {
         EngineKind::Native => {
-            Box::new(NativeEngine::from_burn(spec, &model, &optimizer, &inner_device).map_err(ResumeError::Incomplete)?)
+            let engine = NativeEngine::from_burn(spec, &model, &optimizer, &inner_device);
+            // The engine holds its own copies: a resumed optimizer's state
+            // is not kept twice through the run.
+            drop((model, optimizer));
+            Box::new(engine.map_err(ResumeError::Incomplete)?)
         }
         EngineKind::Burn => {
             // Every replica's engine alike, from its own model and optimizer state.

@@ -44,14 +44,14 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let data = crate::reading::load_data(&mut file)?;
     fit_loader(&mut file, &data);
     check_export_target(&file)?;
-    // Before the checkpoint's folder and lock are made: a run refused as
-    // too large writes nothing.
     // A checkpoint there is resumed from (or the run is refused): it is read
     // and held through the run.
     let resumed = match file.checkpoint_path() {
         Some(path) if !args.fresh => std::fs::metadata(path).ok().filter(|m| m.is_file()).map_or(0, |m| m.len()),
         _ => 0,
     };
+    // Before the checkpoint's folder and lock are made: a run refused as
+    // too large writes nothing.
     let memory = file.check_memory_resuming(&device, data.train.len(), resumed)?;
     let ResumePlan { found: resume, lock: checkpoint_lock, .. } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {

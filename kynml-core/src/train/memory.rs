@@ -4,11 +4,16 @@
 //!
 //! The estimate, in bytes (fp32 storage; activations at the compute
 //! precision's width):
-//! - **weights** and **gradients**: 4 bytes per parameter each;
+//! - **weights** and **gradients**: 4 bytes per parameter each (gradients
+//!   twice with `accumulate`);
 //! - **optimizer state**: Adam and AdamW keep two values per parameter, SGD
 //!   and RMSprop one per running average they keep (momentum, square mean,
 //!   centred mean);
-//! - **activations** of one batch: the input and every layer's output (kept
+//! - **best weights** with early stopping (twice the weights);
+//! - on the host only, the **copies to save** (see
+//!   [`MemoryEstimate::with_host_copies`]) and a resumed run's checkpoint;
+//! - **activations** of one batch (on Burn's engines; the native CPU engine's
+//!   own buffers are counted by [`estimate_native`]): the input and every layer's output (kept
 //!   for the backward pass; twice for layers whose derivative also needs
 //!   their input, such as gelu, or their normalised values, as norms do),
 //!   twice the widest layer output (the gradients flowing back through it;
@@ -76,7 +81,7 @@ impl MemoryEstimate {
     }
 
     /// What does not depend on the batch: weights, gradients, optimizer
-    /// state and the copies made to save.
+    /// state, best weights, the copies made to save and a resumed checkpoint.
     pub fn fixed(&self) -> u64 {
         let parts = [self.weights, self.gradients, self.optimizer, self.best, self.copies, self.resumed];
         parts.into_iter().fold(0u64, u64::saturating_add)
@@ -85,7 +90,8 @@ impl MemoryEstimate {
     /// Its parts in words: `weights 1.0 MiB, gradients 1.0 MiB, optimizer
     /// state 2.0 MiB, activations of a batch of 16: 128.4 KiB` (and `best
     /// weights 2.0 MiB` and `copies to save 3.0 MiB` before the
-    /// activations, where there are any).
+    /// activations, where there are any, and `the checkpoint resumed from
+    /// 3.0 MiB`).
     pub fn breakdown(&self) -> String {
         let part = |name: &str, n: u64| if n > 0 { format!(", {name} {}", bytes(n)) } else { String::new() };
         let (best, copies) = (part("best weights", self.best), part("copies to save", self.copies));

@@ -318,19 +318,15 @@ impl Engine for NativeEngine {
         let model = (info.iter().zip(self.net.tensors()))
             .map(|(t, v)| NamedTensor::f32(format!("{}{}", resume::MODEL_PREFIX, t.name), t.shape.clone(), v.to_vec()))
             .collect();
-        let optimizer = || {
-            let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
-            let params = self.template.param_names();
-            let states = self.net.optimizer_states();
-            let prefix = resume::OPTIM_PREFIX;
-            AnyOptimizer::new(&self.optimizer_spec).native_state_tensors(
-                &params,
-                &shapes,
-                &states,
-                prefix,
-                &self.device,
-            )
-        };
+        let shapes: Vec<Vec<usize>> = info.iter().filter(|t| t.trainable).map(|t| t.shape.clone()).collect();
+        let (params, states) = (self.template.param_names(), self.net.optimizer_states());
+        let optimizer = AnyOptimizer::new(&self.optimizer_spec).native_state_tensors(
+            &params,
+            &shapes,
+            &states,
+            resume::OPTIM_PREFIX,
+            &self.device,
+        );
         resume::snapshot_in_parts(model, best, optimizer, state)
     }
 

@@ -142,15 +142,15 @@ fn encode_state<O: SimpleOptimizer<Kb>>(
     prefix: &str,
 ) -> Vec<NamedTensor> {
     let mut records = optimizer.to_record();
-    params
-        .iter()
-        .filter_map(|(id, name)| {
-            let record = records.remove(id)?;
-            // Encoding plain numbers to MessagePack cannot fail.
-            let bytes = Recorder::<Kb>::record(&recorder(), record, ()).unwrap_or_default();
-            Some(NamedTensor::bytes(format!("{prefix}{name}"), bytes))
-        })
-        .collect()
+    params.iter().filter_map(|(id, name)| Some(encoded(records.remove(id)?, prefix, name))).collect()
+}
+
+/// One parameter's record as the checkpoint stores it: MessagePack bytes
+/// named `{prefix}{name}`.
+fn encoded<O: SimpleOptimizer<Kb>>(record: AdaptorRecord<O, Kb>, prefix: &str, name: &str) -> NamedTensor {
+    // Encoding plain numbers to MessagePack cannot fail.
+    let bytes = Recorder::<Kb>::record(&recorder(), record, ()).unwrap_or_default();
+    NamedTensor::bytes(format!("{prefix}{name}"), bytes)
 }
 
 fn decode_state<O: SimpleOptimizer<Kb>>(
@@ -360,10 +360,7 @@ fn native_state_tensors_of<O: NativeState>(
 ) -> Vec<NamedTensor> {
     let each = params.iter().zip(shapes).zip(states);
     each.filter_map(|(((_, name), shape), state)| {
-        let record = record_of_native::<O>((*state)?, shape, device);
-        // Encoding plain numbers to MessagePack cannot fail.
-        let bytes = Recorder::<Kb>::record(&recorder(), record, ()).unwrap_or_default();
-        Some(NamedTensor::bytes(format!("{prefix}{name}"), bytes))
+        Some(encoded(record_of_native::<O>((*state)?, shape, device), prefix, name))
     })
     .collect()
 }

@@ -437,25 +437,24 @@ pub fn snapshot(
     best: Option<&Model<Kb>>,
     state: &LoopState,
 ) -> Checkpoint {
-    let optimizer = || optimizer.state_tensors(&model.param_names(), OPTIM_PREFIX);
+    let optimizer = optimizer.state_tensors(&model.param_names(), OPTIM_PREFIX);
     snapshot_in_parts(model.tensors(MODEL_PREFIX), best, optimizer, state)
 }
 
 /// [`snapshot`] from the model's tensors (named with [`MODEL_PREFIX`]) and
-/// what makes the optimizer's (with [`OPTIM_PREFIX`]), called after the
-/// model's are in place: an engine that builds a Burn model and optimizer
-/// only to save them (the native engine) then holds one of them at a time.
+/// the optimizer's (with [`OPTIM_PREFIX`]), for an engine that makes them
+/// without a Burn model and optimizer (the native engine).
 pub fn snapshot_in_parts(
     model: Vec<NamedTensor>,
     best: Option<&Model<Kb>>,
-    optimizer: impl FnOnce() -> Vec<NamedTensor>,
+    optimizer: Vec<NamedTensor>,
     state: &LoopState,
 ) -> Checkpoint {
     let mut tensors = model;
     if let Some(best) = best {
         tensors.extend(best.tensors(BEST_PREFIX));
     }
-    tensors.extend(optimizer());
+    tensors.extend(optimizer);
     // Serialising plain numbers and strings to JSON cannot fail.
     Checkpoint::new(tensors, serde_json::to_value(state).unwrap_or_default())
 }

@@ -325,6 +325,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     })?;
 
     let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
+    // The exported copy is what is saved from here on.
+    drop(result.model);
     let results = || -> anyhow::Result<()> {
         export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
             .context("saving model.safetensors")?;

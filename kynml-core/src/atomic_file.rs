@@ -25,18 +25,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// and never name the temporary file (the caller names `path`); on failure
 /// the temporary file is removed and `path` is untouched.
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_with(path, |out| out.write_all(bytes))
+}
+
+/// [`write`], of the bytes `body` writes to its writer (buffered), so that
+/// a large file need not be held whole in memory; an error from `body` is
+/// the write's.
+pub fn write_with(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
     let Some(name) = path.file_name() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "the path does not name a file"));
     };
     remove_dead_temps(path, name);
     let temp = folder(path).join(temp_name(name));
     // OpenOptions' default mode is File::create's: 0666, less the umask.
-    let mut file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
+    let file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
     let written = (|| {
         if let Some(old) = fs::metadata(path).ok().filter(|m| m.is_file()) {
             file.set_permissions(old.permissions())?;
         }
-        file.write_all(bytes)?;
+        let mut out = io::BufWriter::with_capacity(1 << 20, file);
+        body(&mut out)?;
+        let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
         file.sync_all()?;
         fs::rename(&temp, path)
     })();

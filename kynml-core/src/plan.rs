@@ -556,6 +556,12 @@ impl SpecFile {
             let problem = match e.batch_that_fits(capacity) {
                 Some(rows) => Diagnostic::new(train.batch.span, what, "too large a batch for this device")
                     .with_help(format!("a batch of {rows} or fewer fits: `batch = {rows}`")),
+                None if e.at_the_end > capacity => {
+                    Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
+                        "saving the model at the end alone needs {} (three copies of its weights): use a smaller model",
+                        bytes(e.at_the_end)
+                    ))
+                }
                 None if e.fixed() > capacity => {
                     let copies = if e.copies > 0 { " and the copies that saving makes" } else { "" };
                     let best = if e.best > 0 { ", the best epoch's weights" } else { "" };
@@ -1482,13 +1488,19 @@ mod tests {
         // product and output 40, the last product 1, two gradient buffers of 20.
         assert_eq!(native.per_row, 4 * (10 + 40 + 1 + 40));
         assert_eq!(native.activations, 8 * native.per_row);
-        // The model file's two copies of the weights, and the Burn model's.
-        assert_eq!(native.copies, 3 * 4 * 241);
+        // The Burn model's copy of the weights; at the end, three copies.
+        assert_eq!((native.copies, native.at_the_end), (4 * 241, 3 * 4 * 241));
         assert_eq!(native.total(), 4 * 241 * 2 + 8 * 241 + native.copies + native.activations);
-        assert!(native.breakdown().contains(", copies to save 2.8 KiB,"), "{}", native.breakdown());
+        assert!(native.breakdown().contains(", copies to save 964 B,"), "{}", native.breakdown());
         let burn = file("\n    devices = [cpu, cpu]").check_memory(&Device::cpu()).unwrap();
         assert_eq!(burn.per_row, crate::train::memory::estimate(&file("").spec, Compute::Fp32).per_row);
-        assert_eq!(burn.copies, 2 * 4 * 241);
+        assert_eq!((burn.copies, burn.at_the_end), (0, 3 * 4 * 241));
+        // Early stopping's best weights, and on the native engine the
+        // largest weight (10 x 20) twice more while they are copied out.
+        let stopping = "\n    early_stop = early_stop(patience=2)";
+        assert_eq!(file(stopping).check_memory(&Device::cpu()).unwrap().best, 4 * 241 + 2 * 4 * 200);
+        let burn = file(&format!("{stopping}\n    devices = [cpu, cpu]")).check_memory(&Device::cpu()).unwrap();
+        assert_eq!(burn.best, 4 * 241);
         // A resumed run holds the checkpoint it read: on the host, counted.
         let resumed = file("").check_memory_resuming(&Device::cpu(), usize::MAX, 5000).unwrap();
         assert_eq!((resumed.resumed, resumed.total()), (5000, native.total() + 5000));

@@ -889,6 +889,23 @@ impl Layer {
             _ => self.params_mut().into_iter().map(|p| &mut p.value[..]).collect(),
         }
     }
+
+    /// [`values`](Self::values), moved out (the layer keeps empty ones).
+    fn take_values(&mut self) -> Vec<Vec<f32>> {
+        match self {
+            Layer::BatchNorm { gamma, beta, running_mean, running_var, .. } => [
+                &mut gamma.value,
+                &mut beta.value,
+                running_mean,
+                running_var,
+            ]
+            .into_iter()
+            .map(std::mem::take)
+            .collect(),
+            Layer::Residual(r) => r.block.iter_mut().chain(&mut r.projection).flat_map(Layer::take_values).collect(),
+            _ => self.params_mut().into_iter().map(|p| std::mem::take(&mut p.value)).collect(),
+        }
+    }
 }
 
 impl Residual {
@@ -1053,6 +1070,13 @@ impl Net {
     /// Every tensor's values, writable, in [`tensor_info`](Self::tensor_info)'s order.
     pub fn tensors_mut(&mut self) -> Vec<&mut [f32]> {
         self.layers.iter_mut().flat_map(Layer::values_mut).collect()
+    }
+
+    /// Every tensor's values, in [`tensor_info`](Self::tensor_info)'s
+    /// order, moved out of the network, which is then freed (gradients,
+    /// optimizer state and buffers): the weights with no copy made.
+    pub fn into_tensors(mut self) -> Vec<Vec<f32>> {
+        self.layers.iter_mut().flat_map(Layer::take_values).collect()
     }
 
     /// The optimizer state of every trainable tensor, in
@@ -1642,6 +1666,56 @@ mod tests {
         let Layer::Categorical(t) = &net.layers[0] else { panic!("the tables") };
         let (t0, t1) = (&t.tables[0].value, &t.tables[1].value);
         assert_eq!(t.out[..6], [0.5, t0[4], t0[5], -1.0, t1[6], t1[7]]);
+    }
+
+    /// The weights moved out are the ones `tensors` lists, in its order,
+    /// through batchnorm's running statistics, residual blocks, categorical
+    /// tables and a transformer.
+    #[test]
+    fn into_tensors_moves_what_tensors_lists() {
+        let (length, dim) = (4, 8);
+        let stacks = [
+            (
+                3,
+                vec![
+                    LayerConfig::BatchNorm,
+                    LayerConfig::Dense { units: 5, act: Act::Relu, positions: 1 },
+                    LayerConfig::Dropout(0.25),
+                    LayerConfig::Residual {
+                        layers: vec![LayerConfig::Dense { units: 3, act: Act::Gelu, positions: 1 }],
+                        projection: Some(Box::new(LayerConfig::Dense { units: 3, act: Act::Linear, positions: 1 })),
+                    },
+                    LayerConfig::BatchNorm,
+                    LayerConfig::Dense { units: 2, act: Act::Linear, positions: 1 },
+                ],
+            ),
+            (
+                4,
+                vec![
+                    LayerConfig::Categorical { dim: 2, columns: vec![(1, 3), (3, 4)] },
+                    LayerConfig::Dense { units: 2, act: Act::Linear, positions: 1 },
+                ],
+            ),
+            (
+                length,
+                vec![
+                    LayerConfig::Tokens { tokens: 7, dim },
+                    LayerConfig::Positional,
+                    LayerConfig::Transformer { length, dim, heads: 2, ff: 12, dropout: 0.0 },
+                    LayerConfig::SequenceMean { length, dim },
+                    LayerConfig::Dense { units: 2, act: Act::Linear, positions: 1 },
+                ],
+            ),
+        ];
+        for (input, layers) in stacks {
+            let mut net = Net::new(input, &layers);
+            for (i, t) in net.tensors_mut().into_iter().enumerate() {
+                t.iter_mut().enumerate().for_each(|(j, v)| *v += pseudo(100 * i + j));
+            }
+            let expected: Vec<Vec<f32>> = net.tensors().into_iter().map(<[f32]>::to_vec).collect();
+            assert_eq!(net.tensor_info().len(), expected.len());
+            assert_eq!(net.into_tensors(), expected);
+        }
     }
 
     #[test]

@@ -96,6 +96,29 @@ pub struct NamedTensor {
     pub data: TensorData,
 }
 
+/// A tensor the safetensors writer reads, its values borrowed (from a
+/// [`NamedTensor`], or from a model being exported).
+#[derive(Debug, Clone)]
+pub struct TensorView<'a> {
+    /// Unique within a file; `__metadata__` is reserved.
+    pub name: std::borrow::Cow<'a, str>,
+    /// Row-major; `[]` is a scalar holding one value.
+    pub shape: &'a [usize],
+    /// Exactly as many values as the product of `shape`.
+    pub data: &'a TensorData,
+}
+
+impl NamedTensor {
+    /// This tensor, borrowed.
+    pub fn view(&self) -> TensorView<'_> {
+        TensorView { name: self.name.as_str().into(), shape: &self.shape, data: &self.data }
+    }
+}
+
+fn views(tensors: &[NamedTensor]) -> Vec<TensorView<'_>> {
+    tensors.iter().map(NamedTensor::view).collect()
+}
+
 /// A tensor's values, in one of the element types a checkpoint stores.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TensorData {
@@ -263,7 +286,7 @@ impl Checkpoint {
     /// Checks what [`encode`] relies on: unique names, none of them
     /// `__metadata__`, and each shape holding exactly its data.
     pub fn validate(&self) -> Result<(), CheckpointError> {
-        validate_tensors(&self.tensors)
+        validate_tensors(&views(&self.tensors))
     }
 
     /// The tensor named `name`, or `None` when there is none.
@@ -403,7 +426,7 @@ pub(super) fn checkpoint_header(ckpt: &Checkpoint, model_hash: &str) -> Result<V
         (MODEL_HASH_KEY.to_owned(), model_hash.to_owned()),
         (STATE_KEY.to_owned(), state),
     ]);
-    let header = safetensors_header(&ckpt.tensors, &metadata);
+    let header = safetensors_header(&views(&ckpt.tensors), &metadata);
     // Never written when it could not be read back.
     if header.len() as u64 > MAX_HEADER_LEN {
         return Err(CheckpointError::HeaderTooLarge { len: header.len(), max: MAX_HEADER_LEN });
@@ -419,7 +442,7 @@ pub(super) fn write_checkpoint(out: &mut impl io::Write, header: &[u8], tensors:
     let mut body = Summed { out, crc: 0, len: 0 };
     body.write_all(&MAGIC)?;
     body.write_all(&FORMAT_VERSION.to_le_bytes())?;
-    write_safetensors(&mut body, header, tensors)?;
+    write_safetensors(&mut body, header, &views(tensors))?;
     let (crc, len) = (body.crc, body.len);
     out.write_all(&len.to_le_bytes())?;
     out.write_all(&crc.to_le_bytes())?;
@@ -428,13 +451,13 @@ pub(super) fn write_checkpoint(out: &mut impl io::Write, header: &[u8], tensors:
 }
 
 /// A writer that passes bytes on, keeping their CRC-32C and count.
-struct Summed<'a, W: io::Write> {
+struct Summed<'a, W: io::Write + ?Sized> {
     out: &'a mut W,
     crc: u32,
     len: u64,
 }
 
-impl<W: io::Write> io::Write for Summed<'_, W> {
+impl<W: io::Write + ?Sized> io::Write for Summed<'_, W> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         let n = self.out.write(bytes)?;
         self.crc = crc32c_append(self.crc, &bytes[..n]);
@@ -464,19 +487,41 @@ pub fn try_encode_safetensors(
     tensors: &[NamedTensor],
     metadata: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>, CheckpointError> {
+    let tensors = views(tensors);
+    let header = plan_safetensors(&tensors, metadata)?;
+    let mut out = Vec::with_capacity(8 + header.len() + tensors.iter().map(|t| t.data.byte_len()).sum::<usize>());
+    write_safetensors(&mut out, &header, &tensors).expect("writing to memory never fails");
+    Ok(out)
+}
+
+/// The header of a plain safetensors file of `tensors`, in order, with
+/// `metadata` (see [`encode_safetensors`]), after its checks: what
+/// [`stream_safetensors`] writes the file from.
+pub fn plan_safetensors(
+    tensors: &[TensorView],
+    metadata: &BTreeMap<String, String>,
+) -> Result<Vec<u8>, CheckpointError> {
     validate_tensors(tensors)?;
     let header = safetensors_header(tensors, metadata);
     if header.len() as u64 > MAX_HEADER_LEN {
         return Err(CheckpointError::HeaderTooLarge { len: header.len(), max: MAX_HEADER_LEN });
     }
-    let mut out = Vec::with_capacity(8 + header.len() + tensors.iter().map(|t| t.data.byte_len()).sum::<usize>());
-    write_safetensors(&mut out, &header, tensors).expect("writing to memory never fails");
-    Ok(out)
+    Ok(header)
+}
+
+/// Writes the safetensors file of `tensors` under `header` (from
+/// [`plan_safetensors`] for the same tensors) to `out`, a piece at a time,
+/// so that the file is never held whole in memory. Returns its length and
+/// CRC-32C.
+pub fn stream_safetensors(out: &mut (impl io::Write + ?Sized), header: &[u8], tensors: &[TensorView]) -> io::Result<(u64, u32)> {
+    let mut summed = Summed { out, crc: 0, len: 0 };
+    write_safetensors(&mut summed, header, tensors)?;
+    Ok((summed.len, summed.crc))
 }
 
 /// The JSON header, padded with spaces so that the data starts 8-byte aligned
 /// (as the reference implementation does).
-fn safetensors_header(tensors: &[NamedTensor], metadata: &BTreeMap<String, String>) -> Vec<u8> {
+fn safetensors_header(tensors: &[TensorView], metadata: &BTreeMap<String, String>) -> Vec<u8> {
     let mut map = serde_json::Map::new();
     if !metadata.is_empty() {
         map.insert(METADATA_KEY.to_owned(), json!(metadata));
@@ -484,7 +529,10 @@ fn safetensors_header(tensors: &[NamedTensor], metadata: &BTreeMap<String, Strin
     let mut offset = 0;
     for t in tensors {
         let end = offset + t.data.byte_len();
-        map.insert(t.name.clone(), json!({ "dtype": t.data.dtype(), "shape": t.shape, "data_offsets": [offset, end] }));
+        map.insert(
+            t.name.clone().into_owned(),
+            json!({ "dtype": t.data.dtype(), "shape": t.shape, "data_offsets": [offset, end] }),
+        );
         offset = end;
     }
     let mut header = Value::Object(map).to_string().into_bytes();
@@ -492,20 +540,20 @@ fn safetensors_header(tensors: &[NamedTensor], metadata: &BTreeMap<String, Strin
     header
 }
 
-fn write_safetensors(out: &mut impl io::Write, header: &[u8], tensors: &[NamedTensor]) -> io::Result<()> {
+fn write_safetensors(out: &mut impl io::Write, header: &[u8], tensors: &[TensorView]) -> io::Result<()> {
     out.write_all(&(header.len() as u64).to_le_bytes())?;
     out.write_all(header)?;
     tensors.iter().try_for_each(|t| t.data.write_le(out))
 }
 
-fn validate_tensors(tensors: &[NamedTensor]) -> Result<(), CheckpointError> {
+fn validate_tensors(tensors: &[TensorView]) -> Result<(), CheckpointError> {
     let mut names = BTreeSet::new();
     for t in tensors {
-        let invalid = |reason: String| CheckpointError::InvalidTensor { name: t.name.clone(), reason };
+        let invalid = |reason: String| CheckpointError::InvalidTensor { name: t.name.clone().into_owned(), reason };
         if t.name == METADATA_KEY {
             return Err(invalid("the name `__metadata__` is reserved by safetensors".into()));
         }
-        if !names.insert(t.name.as_str()) {
+        if !names.insert(t.name.as_ref()) {
             return Err(invalid("another tensor has the same name".into()));
         }
         if t.shape.len() > MAX_RANK {

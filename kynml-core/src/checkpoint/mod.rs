@@ -35,8 +35,8 @@ pub mod format;
 pub mod writer;
 
 pub use self::format::{
-    decode, decode_safetensors, encode, encode_safetensors, Checkpoint, CheckpointError, NamedTensor, TensorData,
-    FORMAT_VERSION,
+    decode, decode_safetensors, encode, encode_safetensors, plan_safetensors, stream_safetensors, Checkpoint,
+    CheckpointError, NamedTensor, TensorData, TensorView, FORMAT_VERSION,
 };
 pub use self::writer::{
     check_targets, discard, discarded, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter,

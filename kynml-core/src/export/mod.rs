@@ -292,8 +292,14 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
         });
     }
     let (what, looks_right): (&'static str, fn(&[u8]) -> bool) = match format {
-        // A ModelProto starts with field 1 (ir_version), a varint: tag byte 0x08.
-        Format::Onnx => ("an ONNX model", |head| head.first() == Some(&0x08)),
+        // A ModelProto starts with field 1 (ir_version), a varint: tag byte
+        // 0x08; KynML's then names its producer (field 2): `kynml`. Another
+        // tool's ONNX model (PyTorch's, say) is not replaced.
+        Format::Onnx => ("an ONNX model KynML exported", |head| {
+            let Some(rest) = head.strip_prefix(&[0x08]) else { return false };
+            let varint = rest.iter().position(|b| b & 0x80 == 0).map_or(rest.len(), |i| i + 1);
+            rest[varint..].starts_with(b"\x12\x05kynml")
+        }),
         // An 8-byte header length, then the JSON header.
         Format::Safetensors => ("a safetensors file", |head| head.get(8) == Some(&b'{')),
         // Burn's named MessagePack record: a map (0x80-0x8f, 0xde or 0xdf).
@@ -324,6 +330,25 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
                 .is_ok_and(|v| v.get("format").and_then(Value::as_str) == Some(torch::SIDECAR_FORMAT))
         };
         foreign(&sidecar, "a KynML model sidecar", u64::MAX, &is_sidecar)?;
+        // The weights file is KynML's when its sidecar names it (one written
+        // before sidecars named their files is KynML's by its format): a
+        // safetensors file another tool wrote has none.
+        if path.is_file() {
+            let side = std::fs::read(&sidecar).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let named = match side.as_ref().map(|v| (v, v.pointer("/weights/files"))) {
+                Some((_, Some(Value::Object(files)))) => files.contains_key(&name),
+                Some((v, None)) => v.get("format").and_then(Value::as_str) == Some(torch::SIDECAR_FORMAT),
+                _ => false,
+            };
+            if !named {
+                let what = match format {
+                    Format::Burn => "a Burn export of KynML's (no KynML sidecar beside it names it)",
+                    _ => "a safetensors export of KynML's (no KynML sidecar beside it names it)",
+                };
+                return Err(ExportError::Foreign { path: path.into(), what });
+            }
+        }
     }
     Ok(())
 }
@@ -381,14 +406,32 @@ fn crc_text(bytes: &[u8]) -> String {
     format!("{:08x}", crate::checkpoint::format::crc32c(bytes))
 }
 
-/// The sidecar for `model`, written beside the weights `path` that hold
-/// `bytes`, with its `weights` entry: `{description, files}`, the checksum
+/// The length and CRC-32C of the file at `path`, read a piece at a time.
+fn sum_file(path: &Path) -> std::io::Result<(u64, u32)> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let (mut piece, mut len, mut crc) = (vec![0u8; 1 << 20], 0u64, 0u32);
+    loop {
+        match file.read(&mut piece) {
+            Ok(0) => return Ok((len, crc)),
+            Ok(n) => {
+                crc = crate::checkpoint::format::crc32c_append(crc, &piece[..n]);
+                len += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The sidecar for `model`, written beside the weights `path`, a file of
+/// `len` bytes summing to `crc`, with its `weights` entry: `{description, files}`, the checksum
 /// of the model's description and, per weights file it describes, its
 /// `{bytes, crc32c}`. A burn and a safetensors export of one name share the
 /// sidecar: the other file keeps its entry when the description is the
 /// same, and the export is refused when it is not (the other file could no
 /// longer be read).
-fn sidecar_for(model: &ExportModel, path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ExportError> {
+fn sidecar_for(model: &ExportModel, path: &Path, (len, crc): (u64, u32)) -> Result<Vec<u8>, ExportError> {
     let sidecar = path.with_extension("json");
     let mut json = torch::sidecar_json(model);
     // The model's description, as sidecars have summed it since they named
@@ -412,7 +455,7 @@ fn sidecar_for(model: &ExportModel, path: &Path, bytes: &[u8]) -> Result<Vec<u8>
             return Err(ExportError::SharedSidecar { path: path.into(), sidecar, owner: owner.to_string() });
         }
     }
-    files.insert(name, serde_json::json!({"bytes": bytes.len(), "crc32c": crc_text(bytes)}));
+    files.insert(name, serde_json::json!({"bytes": len, "crc32c": format!("{crc:08x}")}));
     json["weights"] = serde_json::json!({"description": description, "files": files});
     Ok(serde_json::to_vec_pretty(&json).unwrap_or_default())
 }
@@ -467,9 +510,14 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             Ok(vec![path.into()])
         }
         Format::Safetensors => {
-            let bytes = torch::to_safetensors(&torch::state_dict(model)).map_err(ExportError::Model)?;
-            let side = sidecar_for(model, path, &bytes)?;
-            write_atomic(path, &bytes)?;
+            // Written from the model's tensors a piece at a time: a first
+            // pass sums the file for its sidecar (checked before anything
+            // is written), the second writes it.
+            let (header, entries) = torch::plan_safetensors(torch::state_dict(model)).map_err(ExportError::Model)?;
+            let sums = torch::write_safetensors(&mut std::io::sink(), &header, &entries)
+                .map_err(|source| ExportError::Write { path: path.into(), source })?;
+            let side = sidecar_for(model, path, sums)?;
+            write_atomic_with(path, |out| torch::write_safetensors(out, &header, &entries).map(drop))?;
             write_atomic(&sidecar, &side)?;
             Ok(vec![path.into(), sidecar])
         }
@@ -489,8 +537,8 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
                 .save_file(&staged, &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
                 .map_err(|e| ExportError::Write { path: path.into(), source: std::io::Error::other(e.to_string()) })?;
             let staged = staged.with_extension("mpk");
-            let bytes = std::fs::read(&staged).map_err(|source| ExportError::Write { path: path.into(), source })?;
-            let side = sidecar_for(model, path, &bytes)?;
+            let sums = sum_file(&staged).map_err(|source| ExportError::Write { path: path.into(), source })?;
+            let side = sidecar_for(model, path, sums)?;
             std::fs::rename(staged, path).map_err(|source| ExportError::Write { path: path.into(), source })?;
             write_atomic(&sidecar, &side)?;
             Ok(vec![path.into(), sidecar])
@@ -672,7 +720,8 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
             ))
         })?;
         check_owner(&sidecar, &sidecar_path, &weights, &bytes)?;
-        fill(meta, &tensors).map_err(invalid)?
+        drop(bytes);
+        fill(meta, tensors).map_err(invalid)?
     };
     model.validate().map_err(invalid)?;
     Ok(model)
@@ -779,27 +828,29 @@ fn from_sidecar(v: &Value, weights_bytes: u64) -> Result<ExportModel, String> {
     })
 }
 
-/// `meta`'s layers with the weights of a PyTorch-named state dict.
-fn fill(mut meta: ExportModel, tensors: &[crate::checkpoint::NamedTensor]) -> Result<ExportModel, String> {
-    let get = |name: String, len: usize| -> Result<Vec<f32>, String> {
-        let t = tensors.iter().find(|t| t.name == name).ok_or(format!("the weights have no tensor `{name}`"))?;
-        match &t.data {
-            Stored::F32(v) if v.len() == len => Ok(v.clone()),
-            Stored::F32(v) => Err(format!("tensor `{name}` holds {} values, the sidecar's layer needs {len}", v.len())),
-            other => Err(format!("tensor `{name}` is {}, expected F32", other.dtype())),
-        }
-    };
+/// `meta`'s layers with the weights of a PyTorch-named state dict, moved
+/// into them (not copied).
+fn fill(mut meta: ExportModel, mut tensors: Vec<crate::checkpoint::NamedTensor>) -> Result<ExportModel, String> {
     for (i, layer) in meta.layers.iter_mut().enumerate() {
         for t in &mut layer.tensors {
             let name = format!("{i}.{}", t.name);
-            match &mut t.data {
-                TorchTensor::F32(values) => *values = get(name, values.len())?,
-                // `num_batches_tracked` is not used at inference; keep it when present.
-                TorchTensor::I64(n) => {
-                    if let Some(Stored::I64(v)) = tensors.iter().find(|s| s.name == name).map(|s| &s.data) {
-                        *n = v.clone();
-                    }
+            let stored = tensors.iter_mut().find(|s| s.name == name).map(|s| &mut s.data);
+            match (&mut t.data, stored) {
+                (TorchTensor::F32(values), Some(Stored::F32(v))) if v.len() == values.len() => *values = std::mem::take(v),
+                (TorchTensor::F32(values), Some(Stored::F32(v))) => {
+                    return Err(format!(
+                        "tensor `{name}` holds {} values, the sidecar's layer needs {}",
+                        v.len(),
+                        values.len()
+                    ))
                 }
+                (TorchTensor::F32(_), Some(other)) => {
+                    return Err(format!("tensor `{name}` is {}, expected F32", other.dtype()))
+                }
+                (TorchTensor::F32(_), None) => return Err(format!("the weights have no tensor `{name}`")),
+                // `num_batches_tracked` is not used at inference; keep it when present.
+                (TorchTensor::I64(n), Some(Stored::I64(v))) => *n = std::mem::take(v),
+                (TorchTensor::I64(_) | TorchTensor::U8(_), _) => {}
             }
         }
     }
@@ -815,15 +866,58 @@ fn parent(path: &Path) -> &Path {
 
 /// A temporary file in the target's folder, synced, renamed over `path`.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
+    write_atomic_with(path, |out| out.write_all(bytes))
+}
+
+/// [`write_atomic`], of what `body` writes.
+fn write_atomic_with(
+    path: &Path,
+    body: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<(), ExportError> {
     let err = |source| ExportError::Write { path: path.into(), source };
     let dir = parent(path);
     std::fs::create_dir_all(dir).map_err(err)?;
-    crate::atomic_file::write(path, bytes).map_err(err)
+    crate::atomic_file::write_with(path, body).map_err(err)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An ONNX model or a safetensors file another tool wrote is never
+    /// replaced by an export; KynML's own earlier export is.
+    #[test]
+    fn another_tools_model_file_is_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str| dir.path().join(name);
+        let onnx = |producer: &str| {
+            let mut b = vec![0x08, 0x08, 0x12, producer.len() as u8];
+            b.extend(producer.as_bytes());
+            b
+        };
+        std::fs::write(at("torch.onnx"), onnx("pytorch")).unwrap();
+        std::fs::write(at("ours.onnx"), onnx("kynml")).unwrap();
+        let refused = check_target(Format::Onnx, &at("torch.onnx")).unwrap_err().to_string();
+        assert!(refused.contains("is not an ONNX model KynML exported"), "{refused}");
+        check_target(Format::Onnx, &at("ours.onnx")).unwrap();
+
+        // A safetensors file with no sidecar, or one whose sidecar names
+        // other files, is another tool's; one its sidecar names is ours.
+        let weights = crate::checkpoint::encode_safetensors(&[], &Default::default());
+        for name in ["torch.safetensors", "w.safetensors"] {
+            std::fs::write(at(name), &weights).unwrap();
+        }
+        let refused = check_target(Format::Safetensors, &at("torch.safetensors")).unwrap_err().to_string();
+        assert!(refused.contains("refusing to overwrite it"), "{refused}");
+        let sidecar = |files: Value| serde_json::json!({"format": torch::SIDECAR_FORMAT, "weights": {"files": files}});
+        std::fs::write(at("w.json"), sidecar(serde_json::json!({"w.mpk": {}})).to_string()).unwrap();
+        assert!(check_target(Format::Safetensors, &at("w.safetensors")).is_err());
+        std::fs::write(at("w.json"), sidecar(serde_json::json!({"w.safetensors": {}})).to_string()).unwrap();
+        check_target(Format::Safetensors, &at("w.safetensors")).unwrap();
+        // A sidecar from before sidecars named their files.
+        std::fs::write(at("w.json"), serde_json::json!({"format": torch::SIDECAR_FORMAT}).to_string()).unwrap();
+        check_target(Format::Safetensors, &at("w.safetensors")).unwrap();
+    }
 
     /// A FIFO at the export's path or at its sidecar's is refused without
     /// being opened (opening one waits for a writer: `check` used to hang).

@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::checkpoint::format::try_encode_safetensors;
-use crate::checkpoint::{NamedTensor, TensorData};
+use crate::checkpoint::TensorView;
 
 use super::graph::{ExportModel, Head};
 
@@ -22,40 +21,14 @@ pub const SIDECAR_FORMAT: &str = "kynml-pytorch";
 /// `format_version` of the sidecar JSON.
 pub const SIDECAR_VERSION: u32 = 1;
 
-/// The values of one state-dict tensor.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TorchTensor {
-    /// A float32 tensor (weights, biases, norm parameters, running statistics).
-    F32(Vec<f32>),
-    /// An int64 tensor (BatchNorm's `num_batches_tracked`).
-    I64(Vec<i64>),
-}
+/// The values of one state-dict tensor: float32 (weights, biases, norm
+/// parameters, running statistics) or int64 (BatchNorm's
+/// `num_batches_tracked`), stored as a checkpoint stores them.
+pub use crate::checkpoint::TensorData as TorchTensor;
 
-/// One state-dict entry: name, shape (row-major; `[]` is a scalar holding one value), values.
-pub type StateEntry = (String, Vec<usize>, TorchTensor);
-
-impl TorchTensor {
-    /// Number of values.
-    pub fn len(&self) -> usize {
-        match self {
-            TorchTensor::F32(v) => v.len(),
-            TorchTensor::I64(v) => v.len(),
-        }
-    }
-
-    /// Whether there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The safetensors dtype: `F32` or `I64`.
-    pub fn dtype(&self) -> &'static str {
-        match self {
-            TorchTensor::F32(_) => "F32",
-            TorchTensor::I64(_) => "I64",
-        }
-    }
-}
+/// One state-dict entry: name, shape (row-major; `[]` is a scalar holding
+/// one value), values, borrowed from the model.
+pub type StateEntry<'a> = TensorView<'a>;
 
 /// The model's weights named as the state dict of the `nn.Sequential` described by
 /// [`sidecar_json`], in layer order: dense i gives `i.weight` `[out, in]` and `i.bias` `[out]`;
@@ -63,40 +36,55 @@ impl TorchTensor {
 /// (all `[features]`) and `i.num_batches_tracked` (int64 scalar, shape `[]`); layernorm i gives
 /// `i.weight` and `i.bias`; dropout gives nothing. The normalizer is not a module: its mean and
 /// std are in the sidecar. The shapes come from the layers' declared sizes, so validate the
-/// model first ([`ExportModel::validate`]) to be sure they match the data.
-pub fn state_dict(model: &ExportModel) -> Vec<StateEntry> {
+/// model first ([`ExportModel::validate`]) to be sure they match the data. The values are
+/// the model's own, borrowed: nothing is copied.
+pub fn state_dict(model: &ExportModel) -> Vec<StateEntry<'_>> {
     let mut out = Vec::new();
     for (i, layer) in model.layers.iter().enumerate() {
-        out.extend(layer.tensors.iter().map(|t| (format!("{i}.{}", t.name), t.shape.clone(), t.data.clone())));
+        out.extend(layer.tensors.iter().map(|t| TensorView {
+            name: format!("{i}.{}", t.name).into(),
+            shape: &t.shape,
+            data: &t.data,
+        }));
     }
     out
 }
 
-/// Encodes state-dict entries as a safetensors file (the checkpoint
-/// format's writer): an 8-byte little-endian header length, a JSON header
-/// (keys sorted, `__metadata__` = `{"format": "pt"}`, each tensor's `dtype`,
-/// `shape` and `data_offsets`) padded with spaces to a multiple of 8 bytes,
-/// then the tensors' raw little-endian bytes in name order. Fails on a
+/// The header of the safetensors file of state-dict entries (the
+/// checkpoint format's writer): an 8-byte little-endian header length, a
+/// JSON header (keys sorted, `__metadata__` = `{"format": "pt"}`, each
+/// tensor's `dtype`, `shape` and `data_offsets`) padded with spaces to a
+/// multiple of 8 bytes; and the entries in name order, whose raw
+/// little-endian bytes follow it ([`write_safetensors`]). Fails on a
 /// repeated name, a name starting with `__`, or values that do not fill
 /// their shape.
-pub fn to_safetensors(entries: &[StateEntry]) -> Result<Vec<u8>, String> {
-    let mut tensors: Vec<NamedTensor> = entries
-        .iter()
-        .map(|(name, shape, values)| NamedTensor {
-            name: name.clone(),
-            shape: shape.clone(),
-            data: match values {
-                TorchTensor::F32(v) => TensorData::F32(v.clone()),
-                TorchTensor::I64(v) => TensorData::I64(v.clone()),
-            },
-        })
-        .collect();
-    if let Some(t) = tensors.iter().find(|t| t.name.starts_with("__")) {
+pub fn plan_safetensors<'a>(mut entries: Vec<StateEntry<'a>>) -> Result<(Vec<u8>, Vec<StateEntry<'a>>), String> {
+    if let Some(t) = entries.iter().find(|t| t.name.starts_with("__")) {
         return Err(format!("tensor name '{}' starts with '__', which safetensors reserves", t.name));
     }
-    tensors.sort_by(|a, b| a.name.cmp(&b.name));
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
     let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
-    try_encode_safetensors(&tensors, &metadata).map_err(|e| e.to_string())
+    let header = crate::checkpoint::plan_safetensors(&entries, &metadata).map_err(|e| e.to_string())?;
+    Ok((header, entries))
+}
+
+/// Writes the safetensors file planned by [`plan_safetensors`] to `out`, a
+/// piece at a time; returns its length and CRC-32C.
+pub fn write_safetensors(
+    out: &mut (impl std::io::Write + ?Sized),
+    header: &[u8],
+    entries: &[StateEntry],
+) -> std::io::Result<(u64, u32)> {
+    crate::checkpoint::stream_safetensors(out, header, entries)
+}
+
+/// The safetensors file of state-dict entries, in memory (see
+/// [`plan_safetensors`]).
+pub fn to_safetensors(entries: Vec<StateEntry>) -> Result<Vec<u8>, String> {
+    let (header, entries) = plan_safetensors(entries)?;
+    let mut out = Vec::new();
+    write_safetensors(&mut out, &header, &entries).map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 /// The JSON sidecar next to the weights: everything a PyTorch user needs to rebuild the model
@@ -166,12 +154,13 @@ pub fn sidecar_json(model: &ExportModel) -> Value {
     };
     let tensors: Vec<Value> = state_dict(model)
         .iter()
-        .map(|(name, shape, values)| {
-            let dtype = match values {
+        .map(|t| {
+            let dtype = match t.data {
                 TorchTensor::F32(_) => "float32",
                 TorchTensor::I64(_) => "int64",
+                TorchTensor::U8(_) => "uint8",
             };
-            json!({"name": name, "shape": shape, "dtype": dtype})
+            json!({"name": t.name, "shape": t.shape, "dtype": dtype})
         })
         .collect();
     json!({
@@ -235,8 +224,9 @@ mod tests {
 
     #[test]
     fn state_dict_names_follow_the_layer_index() {
-        let entries = state_dict(&sample());
-        let names: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
+        let model = sample();
+        let entries = state_dict(&model);
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_ref()).collect();
         assert_eq!(
             names,
             [
@@ -251,17 +241,18 @@ mod tests {
                 "3.bias"
             ]
         );
-        assert_eq!(entries[0].1, [4, 3]);
-        assert_eq!(entries[5], ("1.running_var".to_string(), vec![4], TorchTensor::F32(vec![2.0; 4])));
-        assert_eq!(entries[6], ("1.num_batches_tracked".to_string(), vec![], TorchTensor::I64(vec![42])));
-        assert_eq!(entries[7].1, [1, 4]);
+        assert_eq!(entries[0].shape, [4, 3]);
+        let entry = |e: &StateEntry| (e.name.to_string(), e.shape.to_vec(), e.data.clone());
+        assert_eq!(entry(&entries[5]), ("1.running_var".to_string(), vec![4], TorchTensor::F32(vec![2.0; 4])));
+        assert_eq!(entry(&entries[6]), ("1.num_batches_tracked".to_string(), vec![], TorchTensor::I64(vec![42])));
+        assert_eq!(entries[7].shape, [1, 4]);
 
         let ln = ExportModel {
             layers: vec![ExportLayer::layernorm(vec![1.0; 3], vec![0.0; 3])],
             head: Head::Regression,
             ..sample()
         };
-        let names: Vec<String> = state_dict(&ln).into_iter().map(|e| e.0).collect();
+        let names: Vec<String> = state_dict(&ln).into_iter().map(|e| e.name.into_owned()).collect();
         assert_eq!(names, ["0.weight", "0.bias"]);
     }
 
@@ -303,7 +294,7 @@ mod tests {
 
     #[test]
     fn safetensors_layout() {
-        let bytes = to_safetensors(&state_dict(&sample())).unwrap();
+        let bytes = to_safetensors(state_dict(&sample())).unwrap();
         let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
         assert_eq!(header_len % 8, 0);
         let header: Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
@@ -326,10 +317,25 @@ mod tests {
 
     #[test]
     fn safetensors_refuses_bad_entries() {
-        let one = |name: &str, shape: Vec<usize>, n: usize| (name.to_string(), shape, TorchTensor::F32(vec![0.0; n]));
-        assert!(to_safetensors(&[one("a", vec![2], 2), one("a", vec![2], 2)]).unwrap_err().contains("same name"));
-        assert!(to_safetensors(&[one("a", vec![2, 2], 3)]).unwrap_err().contains("shape"));
-        assert!(to_safetensors(&[one("__x", vec![1], 1)]).is_err());
-        assert!(to_safetensors(&[]).is_ok());
+        let (two, three, one) = (TorchTensor::F32(vec![0.0; 2]), TorchTensor::F32(vec![0.0; 3]), TorchTensor::F32(vec![0.0]));
+        let entry = |name: &'static str, shape: &'static [usize], data| TensorView { name: name.into(), shape, data };
+        let same = to_safetensors(vec![entry("a", &[2], &two), entry("a", &[2], &two)]);
+        assert!(same.unwrap_err().contains("same name"));
+        assert!(to_safetensors(vec![entry("a", &[2, 2], &three)]).unwrap_err().contains("shape"));
+        assert!(to_safetensors(vec![entry("__x", &[1], &one)]).is_err());
+        assert!(to_safetensors(vec![]).is_ok());
+    }
+
+    /// The file written a piece at a time is the one made in memory, and
+    /// its length and sum are the file's.
+    #[test]
+    fn streamed_safetensors_are_the_bytes_made_in_memory() {
+        let model = sample();
+        let bytes = to_safetensors(state_dict(&model)).unwrap();
+        let (header, entries) = plan_safetensors(state_dict(&model)).unwrap();
+        let mut streamed = Vec::new();
+        let (len, crc) = write_safetensors(&mut streamed, &header, &entries).unwrap();
+        assert_eq!(streamed, bytes);
+        assert_eq!((len, crc), (bytes.len() as u64, crate::checkpoint::format::crc32c(&bytes)));
     }
 }

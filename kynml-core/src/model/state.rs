@@ -86,11 +86,23 @@ impl Model<Kb> {
         prefix: &str,
         device: &DispatchDevice,
     ) -> Result<Self, StateError> {
+        self.with_values(|name, shape| find(stored, &format!("{prefix}{name}"), shape).map(<[f32]>::to_vec), device)
+    }
+
+    /// This model with every tensor replaced by `values(name, shape)`, the
+    /// values of the tensor `{layer}.{field}` (which must hold `shape`), on
+    /// `device`, a tensor at a time: each old layer is freed once its new
+    /// one is made. Parameter ids are kept. Fails, and gives no model, at
+    /// the first error `values` gives.
+    pub fn with_values(
+        self,
+        mut values: impl FnMut(&str, &[usize]) -> Result<Vec<f32>, StateError>,
+        device: &DispatchDevice,
+    ) -> Result<Self, StateError> {
         let mut layers = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.into_iter().enumerate() {
             let mut get = |field: &str, shape: &[usize]| -> Result<TensorData, StateError> {
-                let values = find(stored, &format!("{prefix}{i}.{field}"), shape)?;
-                Ok(TensorData::new(values.to_vec(), shape.to_vec()))
+                Ok(TensorData::new(values(&format!("{i}.{field}"), shape)?, shape.to_vec()))
             };
             layers.push(layer.restore(&mut get, device)?);
         }

@@ -68,11 +68,12 @@ pub trait Engine {
     fn expect_rows(&mut self, _rows: usize) {}
 
     /// `model`'s outputs and loss on a split (early stopping's best
-    /// weights), as [`evaluate`](Self::evaluate) gives them; by default
-    /// through Burn on `device`, in [`half`](Self::half) and passes of
+    /// weights, at the run's end: the engine is done), as
+    /// [`evaluate`](Self::evaluate) gives them; by default through Burn on
+    /// `device`, in [`half`](Self::half) and passes of
     /// [`eval_rows`](Self::eval_rows).
     fn evaluate_model(
-        &mut self,
+        self: Box<Self>,
         model: &Model<Kb>,
         data: &Dataset,
         split: Split,
@@ -84,6 +85,12 @@ pub trait Engine {
 
     /// The weights as they stand, as a Burn model without autodiff.
     fn model(&self) -> Model<Kb>;
+
+    /// [`model`](Self::model), from an engine that is done: one that can
+    /// frees what only training needs (gradients, optimizer state) first.
+    fn into_model(self: Box<Self>) -> Model<Kb> {
+        self.model()
+    }
 
     /// A checkpoint of the weights and optimizer state, with early
     /// stopping's `best` weights and the loop's `state`.

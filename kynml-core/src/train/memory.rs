@@ -9,9 +9,11 @@
 //! - **optimizer state**: Adam and AdamW keep two values per parameter, SGD
 //!   and RMSprop one per running average they keep (momentum, square mean,
 //!   centred mean);
-//! - **best weights** with early stopping (twice the weights);
-//! - on the host only, the **copies to save** (see
+//! - **best weights** with early stopping (one copy of the weights: the
+//!   earlier best is freed before a better epoch's is made);
+//! - on the host only, the **copies to save** checkpoints (see
 //!   [`MemoryEstimate::with_host_copies`]) and a resumed run's checkpoint;
+//!   and **saving the model at the end**, once training's memory is freed;
 //! - **activations** of one batch (on Burn's engines; the native CPU engine's
 //!   own buffers are counted by [`estimate_native`]): the input and every layer's output (kept
 //!   for the backward pass; twice for layers whose derivative also needs
@@ -41,12 +43,17 @@ pub struct MemoryEstimate {
     /// The optimizer's running averages.
     pub optimizer: u64,
     /// With early stopping, the best epoch's weights, kept beside the
-    /// model, and a second copy while a better epoch replaces them.
+    /// model (the earlier best is freed before a better epoch's is made).
     pub best: u64,
     /// Copies in host memory that the run makes to save (see
     /// [`MemoryEstimate::with_host_copies`]); 0 where the run's memory is a
     /// GPU's.
     pub copies: u64,
+    /// On the host, what saving the model at the end holds, once
+    /// training's memory is freed: three copies of the weights (see
+    /// [`MemoryEstimate::with_host_copies`]); 0 where the run's memory is
+    /// a GPU's.
+    pub at_the_end: u64,
     /// The largest parameter, in bytes.
     pub largest_param: u64,
     /// A resumed run's checkpoint, read and held through the run (about
@@ -75,9 +82,10 @@ pub struct Largest {
 }
 
 impl MemoryEstimate {
-    /// Everything together.
+    /// The most held at once: training's parts together, or saving the
+    /// model at the end, whichever is more.
     pub fn total(&self) -> u64 {
-        self.fixed().saturating_add(self.activations)
+        self.fixed().saturating_add(self.activations).max(self.at_the_end)
     }
 
     /// What does not depend on the batch: weights, gradients, optimizer
@@ -91,13 +99,19 @@ impl MemoryEstimate {
     /// state 2.0 MiB, activations of a batch of 16: 128.4 KiB` (and `best
     /// weights 2.0 MiB` and `copies to save 3.0 MiB` before the
     /// activations, where there are any, and `the checkpoint resumed from
-    /// 3.0 MiB`).
+    /// 3.0 MiB`), then, where there is one, `; then, to save the model at
+    /// the end, 3.0 MiB`.
     pub fn breakdown(&self) -> String {
         let part = |name: &str, n: u64| if n > 0 { format!(", {name} {}", bytes(n)) } else { String::new() };
         let (best, copies) = (part("best weights", self.best), part("copies to save", self.copies));
         let resumed = part("the checkpoint resumed from", self.resumed);
+        let end = if self.at_the_end > 0 {
+            format!("; then, to save the model at the end, {}", bytes(self.at_the_end))
+        } else {
+            String::new()
+        };
         format!(
-            "weights {}, gradients {}, optimizer state {}{best}{copies}{resumed}, activations of a batch of {}: {}",
+            "weights {}, gradients {}, optimizer state {}{best}{copies}{resumed}, activations of a batch of {}: {}{end}",
             bytes(self.weights),
             bytes(self.gradients),
             bytes(self.optimizer),
@@ -107,33 +121,39 @@ impl MemoryEstimate {
     }
 
     /// This estimate for `spec`'s run where its memory is the host's (on
-    /// the CPU), where saving takes room beside training: the larger of
-    /// - the model file written at the end: the weights in the export's
-    ///   layout and the file's bytes (two copies of the weights);
-    /// - a checkpoint, when the spec writes them: a copy of the weights, the
-    ///   best weights when kept, and the optimizer state (the file is
-    ///   written from it a piece at a time), and while one parameter's state
-    ///   is encoded, two more copies of it (the largest parameter's counted);
-    ///
-    /// and with `native`, the native engine's second copy of the weights, in
-    /// the Burn model that names them for checkpoints and exports.
+    /// the CPU), where saving takes room beside training:
+    /// - while training, a checkpoint, when the spec writes them: a copy of
+    ///   the weights, the best weights when kept, and the optimizer state
+    ///   (the file is written from it a piece at a time), and while one
+    ///   parameter's state is encoded, two more copies of it (the largest
+    ///   parameter's counted); and with `native`, the native engine's second
+    ///   copy of the weights, in the Burn model that names them for
+    ///   checkpoints and exports;
+    /// - at the end, once training's memory is freed, the model files: the
+    ///   weights in the export's layout (the safetensors file is written
+    ///   from them a piece at a time), and the Burn model and record that
+    ///   `model.mpk` is written from: three copies of the weights.
     pub fn with_host_copies(mut self, spec: &Spec, native: bool) -> Self {
         let kept = if native { self.weights } else { 0 };
-        let export = self.weights.saturating_mul(2);
         let checkpoint = if spec.train.checkpoint.is_some() {
             // Values of state per parameter, times the largest parameter's bytes.
             let encoding = (self.optimizer / self.weights.max(1)).saturating_mul(self.largest_param).saturating_mul(2);
-            let best = self.best / 2;
+            // The best weights' copy, when kept (`best` may count more: how they are made).
+            let best = if self.best > 0 { self.weights } else { 0 };
             [self.weights, best, self.optimizer, encoding].into_iter().fold(0u64, u64::saturating_add)
         } else {
             0
         };
-        self.copies = kept.saturating_add(export.max(checkpoint));
+        self.copies = kept.saturating_add(checkpoint);
+        self.at_the_end = self.weights.saturating_mul(3);
         self
     }
 
     /// The largest batch whose estimate fits in `capacity` bytes, if any does.
     pub fn batch_that_fits(&self, capacity: u64) -> Option<usize> {
+        if self.at_the_end > capacity {
+            return None;
+        }
         let room = capacity.checked_sub(self.fixed())?;
         let rows = room / self.per_row.max(1);
         (rows >= 1).then(|| usize::try_from(rows).unwrap_or(usize::MAX))
@@ -233,8 +253,9 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         weights,
         gradients: weights.saturating_mul(gradient_sets),
         optimizer: params.saturating_mul(4 * state_per_param(&spec.train.optimizer.value)),
-        best: if spec.train.early_stop.is_some() { weights.saturating_mul(2) } else { 0 },
+        best: if spec.train.early_stop.is_some() { weights } else { 0 },
         copies: 0,
+        at_the_end: 0,
         largest_param,
         resumed: 0,
         activations: (batch as u64).saturating_mul(per_row),
@@ -249,9 +270,15 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
 /// [`estimate`] counts them, and per row what the network's buffers hold
 /// through a step ([`kynml_cpu::values_per_row`]: the input, each layer's
 /// kept values and scratch, two gradient buffers as wide as the widest
-/// layer), which is not what Burn keeps.
+/// layer), which is not what Burn keeps. With early stopping, the best
+/// weights are copied out of the network a tensor at a time, each through
+/// two copies on its way into a Burn model: the largest parameter's two are
+/// counted with them.
 pub fn estimate_native(spec: &Spec, layers: &[kynml_cpu::LayerConfig]) -> MemoryEstimate {
     let mut e = estimate(spec, Compute::Fp32);
+    if e.best > 0 {
+        e.best = e.best.saturating_add(e.largest_param.saturating_mul(2));
+    }
     let values = kynml_cpu::values_per_row(spec.model.input.value, layers);
     e.per_row = 4u64.saturating_mul(u64::try_from(values).unwrap_or(u64::MAX));
     e.activations = (e.batch as u64).saturating_mul(e.per_row);
@@ -360,11 +387,10 @@ mod tests {
     }
 
     /// Accumulating keeps a second set of gradients; early stopping the best
-    /// weights (twice while they are replaced); on the host, saving's
-    /// copies: the model file's two copies of the weights, or a
-    /// checkpoint's weights, best weights and state with the largest
-    /// parameter's state encoded twice more, whichever is larger, and the
-    /// native engine's second copy of the weights.
+    /// weights; on the host, while training, a checkpoint's weights, best
+    /// weights and state with the largest parameter's state encoded twice
+    /// more, and the native engine's second copy of the weights; at the end,
+    /// saving the model's three copies of the weights.
     #[test]
     fn accumulation_early_stopping_and_saving_are_counted() {
         let model = " input 10\n dense 20 relu\n dense 1 linear";
@@ -375,24 +401,34 @@ mod tests {
         assert_eq!((e.gradients, e.best, e.copies, e.largest_param), (w, 0, 0, largest));
         let more = spec(model, " optimizer = adam(lr=0.01)\n accumulate = 4\n early_stop = early_stop(patience=2)\n");
         let e = estimate(&more, Compute::Fp32);
-        assert_eq!((e.gradients, e.best), (2 * w, 2 * w));
+        assert_eq!((e.gradients, e.best), (2 * w, w));
         assert!(
-            e.breakdown().contains("optimizer state 1.9 KiB, best weights 1.9 KiB, activations"),
+            e.breakdown().contains("optimizer state 1.9 KiB, best weights 964 B, activations"),
             "{}",
             e.breakdown()
         );
-        // No checkpoint: the model file's two copies (and the native engine's third).
-        assert_eq!(estimate(&plain, Compute::Fp32).with_host_copies(&plain, false).copies, 2 * w);
-        assert_eq!(estimate(&plain, Compute::Fp32).with_host_copies(&plain, true).copies, 3 * w);
+        // No checkpoint: nothing while training (but the native engine's
+        // second copy); at the end, three copies of the weights.
+        let e = estimate(&plain, Compute::Fp32).with_host_copies(&plain, false);
+        assert_eq!((e.copies, e.at_the_end), (0, 3 * w));
+        assert_eq!(e.total(), e.fixed() + e.activations);
+        assert_eq!(estimate(&plain, Compute::Fp32).with_host_copies(&plain, true).copies, w);
         // Adam's checkpoint: weights, two moments, and the largest weight's two moments twice more.
         let saved = spec(model, " optimizer = adam(lr=0.01)\n checkpoint = checkpoint(every_n=1, path=\"c.ckpt\")\n");
         let e = estimate(&saved, Compute::Fp32).with_host_copies(&saved, false);
         assert_eq!(e.copies, w + 2 * w + 2 * 2 * largest);
         assert!(e.breakdown().contains(&format!(", copies to save {},", bytes(e.copies))), "{}", e.breakdown());
         assert_eq!(e.fixed(), w + w + 2 * w + e.copies);
-        // Plain SGD's checkpoint is the weights alone: the model file's two copies are more.
+        // Plain SGD's checkpoint is the weights alone.
         let sgd = spec(model, " optimizer = sgd(lr=0.1)\n checkpoint = checkpoint(every_n=1, path=\"c.ckpt\")\n");
-        assert_eq!(estimate(&sgd, Compute::Fp32).with_host_copies(&sgd, false).copies, 2 * w);
+        assert_eq!(estimate(&sgd, Compute::Fp32).with_host_copies(&sgd, false).copies, w);
+        // Where saving the model at the end holds more than training did,
+        // that is the total, and no batch fits below it.
+        let mut e = estimate(&plain, Compute::Fp32).with_host_copies(&plain, false);
+        e.at_the_end = e.fixed() + e.activations + 1;
+        assert_eq!(e.total(), e.at_the_end);
+        assert!(e.breakdown().ends_with(&format!("; then, to save the model at the end, {}", bytes(e.at_the_end))));
+        assert_eq!(e.batch_that_fits(e.at_the_end - 1), None);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use burn::DispatchDevice;
 use kynml_backend::{Backend as Kb, Device, DeviceKind};
 use kynml_cpu::{LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, Team};
 
-use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
+use crate::checkpoint::{Checkpoint, NamedTensor};
 use crate::data::{Batch, Dataset, Labels, Split};
 use crate::evaluate::Outputs;
 use crate::model::{dropout_piece, MaskKey, Model, MASK_PIECE};
@@ -150,19 +150,44 @@ fn network(input: usize, layers: &[LayerConfig], channels: usize, model: &Model<
     if channels > 0 {
         net.read_sequences(channels);
     }
-    let stored = model.tensors("");
-    let info = net.tensor_info();
-    for (t, values) in info.iter().zip(net.tensors_mut()) {
-        let found = stored.iter().find(|s| s.name == t.name).and_then(|s| match &s.data {
-            TensorData::F32(v) => Some(v),
-            _ => None,
-        });
-        let Some(found) = found.filter(|f| f.len() == values.len()) else {
-            return Err(format!("tensor `{}` does not fit the native engine's layer", t.name));
-        };
-        values.copy_from_slice(found);
-    }
+    load(&mut net, model)?;
     Ok(net)
+}
+
+/// Puts `model`'s tensors in place of `net`'s, a layer at a time (no copy
+/// of the whole model is made); every one of `net`'s must be found.
+fn load(net: &mut Net, model: &Model<Kb>) -> Result<(), String> {
+    let info = net.tensor_info();
+    let mut tensors = net.tensors_mut();
+    let mut filled = vec![false; info.len()];
+    for (i, layer) in model.layers.iter().enumerate() {
+        for (field, data) in layer.state() {
+            let name = format!("{i}.{field}");
+            let Some(at) = info.iter().position(|t| t.name == name) else { continue };
+            let values = data.convert::<f32>().into_vec::<f32>().unwrap_or_default();
+            if values.len() != tensors[at].len() {
+                return Err(format!("tensor `{name}` does not fit the native engine's layer"));
+            }
+            tensors[at].copy_from_slice(&values);
+            filled[at] = true;
+        }
+    }
+    match filled.iter().position(|f| !f) {
+        Some(at) => Err(format!("tensor `{}` does not fit the native engine's layer", info[at].name)),
+        None => Ok(()),
+    }
+}
+
+/// Where the tensor `name` is in the network's list, which must hold
+/// `shape` there.
+fn named(info: &[kynml_cpu::TensorInfo], name: &str, shape: &[usize]) -> Result<usize, crate::model::StateError> {
+    let at = info.iter().position(|t| t.name == name);
+    let at = at.ok_or_else(|| crate::model::StateError::Missing { name: name.into() })?;
+    if info[at].shape != shape {
+        let (expected, found) = (shape.to_vec(), info[at].shape.clone());
+        return Err(crate::model::StateError::Shape { name: name.into(), expected, found });
+    }
+    Ok(at)
 }
 
 /// `net`'s outputs and mean loss on a split, in chunks whose buffers stay
@@ -187,10 +212,6 @@ fn evaluate_net(net: &mut Net, data: &Dataset, split: Split, loss: Loss, scratch
 /// The native engine with what the loop needs around it.
 pub struct NativeEngine {
     net: Net,
-    /// What builds another network of the same spec (for other weights).
-    layers: Vec<LayerConfig>,
-    input: usize,
-    channels: usize,
     optimizer: OptimConfig,
     /// The spec's optimizer, for its state as Burn's in checkpoints.
     optimizer_spec: Optimizer,
@@ -232,9 +253,6 @@ impl NativeEngine {
         }
         Ok(NativeEngine {
             net,
-            layers,
-            input,
-            channels,
             optimizer: optim_config(&spec.train.optimizer.value),
             optimizer_spec: spec.train.optimizer.value,
             loss: spec.train.loss.value,
@@ -278,35 +296,42 @@ impl Engine for NativeEngine {
         evaluate_net(&mut self.net, data, split, self.loss, &mut self.float_targets)
     }
 
-    /// On a network of its own holding `model`'s weights.
+    /// On its own network, the run being over: `model`'s weights are put
+    /// in place of its own (no second network is made).
     fn evaluate_model(
-        &mut self,
+        mut self: Box<Self>,
         model: &Model<Kb>,
         data: &Dataset,
         split: Split,
         loss: Loss,
         device: &DispatchDevice,
     ) -> Outputs {
-        match network(self.input, &self.layers, self.channels, model) {
-            Ok(mut net) => evaluate_net(&mut net, data, split, loss, &mut self.float_targets),
+        match load(&mut self.net, model) {
+            Ok(()) => evaluate_net(&mut self.net, data, split, loss, &mut self.float_targets),
             // The model comes from this engine's spec; Burn evaluates it otherwise.
             Err(_) => crate::evaluate::run_split(model, data, split, loss, device, None, None),
         }
     }
 
     fn model(&self) -> Model<Kb> {
-        let named: Vec<NamedTensor> = self
-            .net
-            .tensor_info()
-            .into_iter()
-            .zip(self.net.tensors())
-            .map(|(t, v)| NamedTensor::f32(t.name, t.shape, v.to_vec()))
-            .collect();
+        let (info, tensors) = (self.net.tensor_info(), self.net.tensors());
+        let values = |name: &str, shape: &[usize]| named(&info, name, shape).map(|at| tensors[at].to_vec());
         // The names and shapes come from the same spec, so this cannot miss.
-        self.template
-            .clone()
-            .with_tensors(&named, "", &self.device)
-            .expect("the native engine's tensors fit its own model")
+        self.template.clone().with_values(values, &self.device).expect("the native engine's tensors fit its own model")
+    }
+
+    /// The weights moved out of the network, which is freed with its
+    /// gradients, optimizer state and buffers before the Burn model is
+    /// filled: the run's end holds no more than a step did.
+    fn into_model(self: Box<Self>) -> Model<Kb> {
+        let NativeEngine { net, template, device, .. } = *self;
+        let info = net.tensor_info();
+        let mut tensors: Vec<Option<Vec<f32>>> = net.into_tensors().into_iter().map(Some).collect();
+        let values = |name: &str, shape: &[usize]| {
+            let at = named(&info, name, shape)?;
+            tensors[at].take().ok_or_else(|| crate::model::StateError::Missing { name: name.into() })
+        };
+        template.with_values(values, &device).expect("the native engine's tensors fit its own model")
     }
 
     /// What [`resume::snapshot`] saves of [`model`](Engine::model) and the

@@ -761,7 +761,12 @@ fn run<'scope, 'env>(
         last_outputs = Some(outputs);
         if let Some(stopper) = stopper.as_mut() {
             match stopper.observe(epoch, observed) {
-                Verdict::Improved => best = Some(engine.model()),
+                Verdict::Improved => {
+                    // The earlier best is freed before the new one is made:
+                    // one copy of the best weights is kept, never two.
+                    drop(best.take());
+                    best = Some(engine.model());
+                }
                 Verdict::Wait => {}
                 Verdict::Stop => {
                     on_event(TrainEvent::EarlyStop { epoch, best_epoch: stopper.best_epoch() });
@@ -833,7 +838,7 @@ fn run<'scope, 'env>(
                 Some(outputs) => outputs,
                 None => engine.evaluate(data, Split::Valid),
             };
-            (engine.model(), outputs)
+            (engine.into_model(), outputs)
         }
         (true, Some(best)) => {
             let outputs = engine.evaluate_model(&best, data, Split::Valid, loss_kind, &inner_device);

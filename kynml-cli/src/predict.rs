@@ -73,7 +73,7 @@ pub(crate) fn check_output(output: &Path) -> Result<(), Failure> {
 }
 
 /// An existing `--output` is replaced only when it is an earlier
-/// predictions file of this model (its header the one `header` is), and
+/// predictions file with this model's columns (its header `header`), and
 /// never when it is the rows' own file: a model, a checkpoint or a data file
 /// at that path is refused, as bad input, before any work.
 fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Failure> {
@@ -105,7 +105,7 @@ fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Fai
         head.strip_prefix(header.as_bytes()).is_some_and(|rest| rest.starts_with(b"\n") || rest.starts_with(b"\r\n"));
     if read.is_err() || !ours {
         return Err(refuse(&format!(
-            "exists and is not a predictions file of this model (whose header is `{header}`)"
+            "exists and is not a predictions file with this model's columns (whose header is `{header}`)"
         )));
     }
     Ok(())
@@ -169,7 +169,9 @@ fn predictions_header(target: &str, classes: &[String], width: usize) -> String 
         }
         std::iter::once(quote(&label)).chain(probabilities.iter().map(|p| quote(p))).collect()
     } else if width == 1 {
-        vec![quote(target)]
+        // Not the target's own name: a file of true values under it is
+        // never taken for earlier predictions (and replaced).
+        vec![quote(&format!("{target}_predicted"))]
     } else {
         (0..width).map(|i| quote(&format!("{target}_{i}"))).collect()
     };

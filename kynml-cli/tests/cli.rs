@@ -982,8 +982,8 @@ fn predict_into_a_missing_folder_is_bad_input_named_before_any_work() {
     // Onto the model, a checkpoint-like file or the rows themselves: refused,
     // each file left as it was. Onto an earlier predictions file: replaced.
     for (target, why) in [
-        ("run/model.safetensors", "is not a predictions file of this model"),
-        ("iris.kyn", "is not a predictions file of this model"),
+        ("run/model.safetensors", "is not a predictions file with this model's columns"),
+        ("iris.kyn", "is not a predictions file with this model's columns"),
         ("iris.csv", "is the file the rows are read from"),
     ] {
         let before = std::fs::read(dir.join(target)).unwrap();
@@ -1693,6 +1693,30 @@ fn a_missing_target_is_named_at_its_row_not_blamed_on_the_loss() {
     std::fs::write(dir.join("d.csv"), format!("a,b,y\n1,2,3\n4,5,tall\n{rows}")).unwrap();
     let t = text(&kynml(&["check", "s.kyn"], dir));
     assert!(t.contains("holds labels (line 3: \"tall\")") && t.contains("s.kyn:"), "{t}");
+}
+
+/// A regression model's predictions are named apart from its target, so
+/// that a file of true values under the target's name is never replaced as
+/// if it held earlier predictions; an earlier predictions file is.
+#[test]
+fn a_file_of_true_values_is_not_taken_for_predictions() {
+    let tmp = copy_example("diabetes");
+    let dir = tmp.path();
+    let out = kynml(&["train", "diabetes.kyn", "--device", "cpu", "--epochs", "1", "--out", "run"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let truth = "progression\n151.0\n75.0\n";
+    std::fs::write(dir.join("truth.csv"), truth).unwrap();
+    let out = kynml(&["predict", "run", "diabetes.csv", "--output", "truth.csv"], dir);
+    let t = text(&out);
+    assert!(out.status.code() == Some(2) && t.contains("refusing to overwrite"), "{t}");
+    assert_eq!(std::fs::read_to_string(dir.join("truth.csv")).unwrap(), truth);
+    for _ in 0..2 {
+        let out = kynml(&["predict", "run", "diabetes.csv", "--output", "p.csv"], dir);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let p = std::fs::read_to_string(dir.join("p.csv")).unwrap();
+    assert_eq!(p.lines().next(), Some("progression_predicted"));
+    assert_eq!(p.lines().count(), 1 + std::fs::read_to_string(dir.join("diabetes.csv")).unwrap().lines().count() - 1);
 }
 
 /// A sidecar edited by hand to a size of 0 (a stride, a pooling window, a

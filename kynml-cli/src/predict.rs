@@ -125,17 +125,19 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
 /// Says, per categorical column, how many rows hold a value the model never
 /// saw in training (they are predicted as its unseen category).
 fn note_unseen(rows: &kynml_core::data::ModelRows, text: bool) {
+    let (positions, values, a_sequence) =
+        if text { ("tokens", "no token", "a text") } else { ("positions", "no values", "a sequence") };
     if let (n @ 1.., longest) = rows.cut {
         let holds = if n == 1 { "holds" } else { "hold" };
         eprintln!(
-            "note: {n} of the {} {holds} more positions than the model reads (the longest, {longest}); it reads \
+            "note: {n} of the {} {holds} more {positions} than the model reads (the longest, {longest}); it reads \
              their first ones, as training did",
             render::count(rows.rows, "row"),
         );
     }
     if rows.empty > 0 {
         eprintln!(
-            "note: {} of the {} {} no values: each is read as a sequence of padding alone",
+            "note: {} of the {} {} {values}: each is read as {a_sequence} of padding alone",
             rows.empty,
             render::count(rows.rows, "row"),
             if rows.empty == 1 { "holds" } else { "hold" },

@@ -194,8 +194,17 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
             1 => "; 1 validation token is not in it".to_string(),
             n => format!("; {n} validation tokens are not in it"),
         };
+        let cut = match t.cut {
+            (0, longest) => format!("; the longest holds {}", count(longest, "token")),
+            (1, longest) => format!("; 1 row was longer and cut (it held {longest})"),
+            (n, longest) => format!("; {n} rows were longer and cut (the longest held {longest})"),
+        };
+        let empty = match t.empty {
+            0 => String::new(),
+            n => format!("; {} no token (all padding)", count_holding(n)),
+        };
         out.push(format!(
-            "text: `{}`, {} per row, a vocabulary of {}{unseen}",
+            "text: `{}`, {} per row, a vocabulary of {}{unseen}{cut}{empty}",
             t.column,
             count(t.length, "token"),
             count(t.tokens.len(), "token")

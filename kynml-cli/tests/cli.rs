@@ -134,6 +134,22 @@ fn check_says_what_the_categorical_columns_and_the_text_hold() {
     .unwrap();
     let t = text(&kynml(&["check", "reviews.kyn"], tmp.path()));
     assert!(t.contains("note: normalize = true changes nothing here"), "{t}");
+    assert!(t.contains("a vocabulary of 45 tokens; the longest holds 23 tokens"), "{t}");
+    // Texts longer than the model reads are said, in check and train, and
+    // by predict for the rows it reads.
+    let spec = std::fs::read_to_string(tmp.path().join("reviews.kyn")).unwrap();
+    std::fs::write(tmp.path().join("reviews.kyn"), spec.replace("input seq 32", "input seq 8")).unwrap();
+    let t = text(&kynml(&["check", "reviews.kyn"], tmp.path()));
+    assert!(
+        t.contains("8 tokens per row, a vocabulary of 45 tokens; 2651 rows were longer and cut (the longest held 23)"),
+        "{t}"
+    );
+    let out = kynml(&["train", "reviews.kyn", "--device", "cpu", "--epochs", "1", "--out", "run"], tmp.path());
+    assert!(out.status.success() && text(&out).contains("2651 rows were longer and cut"), "{}", text(&out));
+    std::fs::write(tmp.path().join("rows.csv"), "text\n\"\"\n\"a b c d e f g h i j k\"\ngood\n").unwrap();
+    let t = text(&kynml(&["predict", "run", "rows.csv"], tmp.path()));
+    assert!(t.contains("1 of the 3 rows holds more tokens than the model reads (the longest, 11)"), "{t}");
+    assert!(t.contains("1 of the 3 rows holds no token: each is read as a text of padding alone"), "{t}");
     // Numbers beside the categories are standardized: no note.
     assert!(!text(&kynml(&["check", "rentals.kyn"], copy_example("rentals").path())).contains("normalize"));
     // Even when a number column is constant (standardized to mean 0, std 1

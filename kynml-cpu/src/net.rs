@@ -893,15 +893,9 @@ impl Layer {
     /// [`values`](Self::values), moved out (the layer keeps empty ones).
     fn take_values(&mut self) -> Vec<Vec<f32>> {
         match self {
-            Layer::BatchNorm { gamma, beta, running_mean, running_var, .. } => [
-                &mut gamma.value,
-                &mut beta.value,
-                running_mean,
-                running_var,
-            ]
-            .into_iter()
-            .map(std::mem::take)
-            .collect(),
+            Layer::BatchNorm { gamma, beta, running_mean, running_var, .. } => {
+                [&mut gamma.value, &mut beta.value, running_mean, running_var].into_iter().map(std::mem::take).collect()
+            }
             Layer::Residual(r) => r.block.iter_mut().chain(&mut r.projection).flat_map(Layer::take_values).collect(),
             _ => self.params_mut().into_iter().map(|p| std::mem::take(&mut p.value)).collect(),
         }

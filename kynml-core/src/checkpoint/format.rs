@@ -513,7 +513,11 @@ pub fn plan_safetensors(
 /// [`plan_safetensors`] for the same tensors) to `out`, a piece at a time,
 /// so that the file is never held whole in memory. Returns its length and
 /// CRC-32C.
-pub fn stream_safetensors(out: &mut (impl io::Write + ?Sized), header: &[u8], tensors: &[TensorView]) -> io::Result<(u64, u32)> {
+pub fn stream_safetensors(
+    out: &mut (impl io::Write + ?Sized),
+    header: &[u8],
+    tensors: &[TensorView],
+) -> io::Result<(u64, u32)> {
     let mut summed = Summed { out, crc: 0, len: 0 };
     write_safetensors(&mut summed, header, tensors)?;
     Ok((summed.len, summed.crc))

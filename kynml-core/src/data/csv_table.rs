@@ -519,11 +519,12 @@ pub struct ModelRows {
     pub rows: usize,
     /// The 1-based line of each row in the file.
     pub lines: Vec<usize>,
-    /// For a sequence model: the rows longer than its positions (their
-    /// first positions are read), and the most positions a row held.
+    /// For a sequence or text model: the rows longer than its positions
+    /// (their first positions are read), and the most positions (values or
+    /// tokens) a row held.
     pub cut: (usize, usize),
-    /// For a sequence model: the rows whose sequence held no value (read
-    /// as all padding).
+    /// For a sequence or text model: the rows whose sequence or text held
+    /// no value or token (read as all padding).
     pub empty: usize,
     /// The target cells with their line numbers, when the file has the
     /// target column.
@@ -668,7 +669,9 @@ pub fn parse_model_rows(
             if let (Some(t), Some(index)) = (tokens, &token_index) {
                 let at = features.len();
                 features.resize(at + t.length, 0.0);
-                unseen[p] += t.encode_with(index, text, &mut features[at..]);
+                let found = t.encode_with(index, text, &mut features[at..]);
+                found.count(t.length, &mut cut, &mut empty);
+                unseen[p] += found.unseen;
                 continue;
             }
             match vocab[p] {

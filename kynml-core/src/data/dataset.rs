@@ -301,15 +301,19 @@ fn index_tokens(table: &Table, train: &mut SplitData, valid: &mut SplitData) -> 
     let mut v =
         TokenVocabulary::fit(&o.column, o.length, train.rows.iter().map(|&r| text.cells[r].as_str()), o.vocab_limit);
     let index = v.index();
+    let (mut cut, mut empty) = ((0, 0), 0);
     for (p, &r) in train.rows.iter().enumerate() {
-        v.encode_with(&index, &text.cells[r], &mut train.features[p * o.length..(p + 1) * o.length]);
+        let found = v.encode_with(&index, &text.cells[r], &mut train.features[p * o.length..(p + 1) * o.length]);
+        found.count(o.length, &mut cut, &mut empty);
     }
     let mut unseen = 0;
     for (p, &r) in valid.rows.iter().enumerate() {
-        unseen += v.encode_with(&index, &text.cells[r], &mut valid.features[p * o.length..(p + 1) * o.length]);
+        let found = v.encode_with(&index, &text.cells[r], &mut valid.features[p * o.length..(p + 1) * o.length]);
+        found.count(o.length, &mut cut, &mut empty);
+        unseen += found.unseen;
     }
     drop(index);
-    v.unseen_in_validation = unseen;
+    (v.unseen_in_validation, v.cut, v.empty) = (unseen, cut, empty);
     Some(v)
 }
 

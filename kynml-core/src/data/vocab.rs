@@ -94,7 +94,7 @@ mod tests {
 /// assert_eq!(v.encode("good new film", &mut ids), 1); // one unseen token
 /// assert_eq!(ids, [4.0, 1.0, 2.0, 0.0]);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TokenVocabulary {
     /// The text column's name.
     pub column: String,
@@ -105,7 +105,26 @@ pub struct TokenVocabulary {
     /// Tokens of the validation rows the training rows never held.
     #[serde(default)]
     pub unseen_in_validation: usize,
+    /// The rows (training and validation) whose text held more than
+    /// `length` tokens (their first ones are read), and the most a text
+    /// held: said when the data is read, not saved with the model.
+    #[serde(skip)]
+    pub cut: (usize, usize),
+    /// The rows whose text held no token (read as padding alone); not saved.
+    #[serde(skip)]
+    pub empty: usize,
 }
+
+/// Equal as vocabularies: the counts of the texts read (`cut`, `empty`),
+/// which a saved model does not keep, are left out.
+impl PartialEq for TokenVocabulary {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.column, self.length, &self.tokens, self.unseen_in_validation)
+            == (&other.column, other.length, &other.tokens, other.unseen_in_validation)
+    }
+}
+
+impl Eq for TokenVocabulary {}
 
 impl TokenVocabulary {
     /// The index of padding.
@@ -131,7 +150,7 @@ impl TokenVocabulary {
         by_count.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         by_count.truncate(limit.unwrap_or(usize::MAX));
         let tokens = by_count.into_iter().map(|(t, _)| t.to_owned()).collect();
-        TokenVocabulary { column: column.to_owned(), length, tokens, unseen_in_validation: 0 }
+        TokenVocabulary { column: column.to_owned(), length, tokens, unseen_in_validation: 0, cut: (0, 0), empty: 0 }
     }
 
     /// The number of indices: padding, unseen, then the known tokens.
@@ -142,7 +161,7 @@ impl TokenVocabulary {
     /// Writes the indices of `text`'s first `out.len()` tokens into `out`,
     /// padding the rest; returns how many of them the vocabulary lacks.
     pub fn encode(&self, text: &str, out: &mut [f32]) -> usize {
-        self.encode_with(&self.index(), text, out)
+        self.encode_with(&self.index(), text, out).unseen
     }
 
     /// The lookup table [`encode_with`](Self::encode_with) takes.
@@ -150,16 +169,38 @@ impl TokenVocabulary {
         self.tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i as u32 + 2)).collect()
     }
 
-    /// [`encode`](Self::encode) with a lookup table built once.
-    pub fn encode_with(&self, index: &std::collections::HashMap<&str, u32>, text: &str, out: &mut [f32]) -> usize {
+    /// [`encode`](Self::encode) with a lookup table built once; also says
+    /// how many tokens the text held (past `out.len()` too).
+    pub fn encode_with(&self, index: &std::collections::HashMap<&str, u32>, text: &str, out: &mut [f32]) -> Encoded {
         out.fill(Self::PAD as f32);
-        let mut unseen = 0;
-        for (slot, token) in out.iter_mut().zip(text.split_whitespace()) {
-            let id = index.get(token).copied().unwrap_or(Self::UNSEEN);
-            unseen += usize::from(id == Self::UNSEEN);
-            *slot = id as f32;
+        let (mut unseen, mut held) = (0, 0);
+        for token in text.split_whitespace() {
+            if let Some(slot) = out.get_mut(held) {
+                let id = index.get(token).copied().unwrap_or(Self::UNSEEN);
+                unseen += usize::from(id == Self::UNSEEN);
+                *slot = id as f32;
+            }
+            held += 1;
         }
-        unseen
+        Encoded { unseen, held }
+    }
+}
+
+/// What [`TokenVocabulary::encode_with`] found in a text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Encoded {
+    /// Tokens read (the first `length`) that the vocabulary lacks.
+    pub unseen: usize,
+    /// Tokens the text held, read or cut.
+    pub held: usize,
+}
+
+impl Encoded {
+    /// Adds this text to `cut` (texts longer than `length`, the most a text
+    /// held) and `empty` (texts with no token).
+    pub fn count(&self, length: usize, cut: &mut (usize, usize), empty: &mut usize) {
+        *cut = (cut.0 + usize::from(self.held > length), cut.1.max(self.held));
+        *empty += usize::from(self.held == 0);
     }
 }
 
@@ -181,5 +222,13 @@ mod token_tests {
         assert_eq!(ids, [1.0, 3.0, 2.0]);
         assert_eq!(capped.encode("", &mut ids), 0);
         assert_eq!(ids, [0.0; 3]);
+        // Every token is counted, those past the length too.
+        let index = capped.index();
+        assert_eq!(capped.encode_with(&index, "a b c d e", &mut ids), Encoded { unseen: 1, held: 5 });
+        let (mut cut, mut empty) = ((0, 0), 0);
+        for text in ["a b c d e", "a", "", "a b c"] {
+            capped.encode_with(&index, text, &mut ids).count(3, &mut cut, &mut empty);
+        }
+        assert_eq!((cut, empty), ((1, 5), 1));
     }
 }

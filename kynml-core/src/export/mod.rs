@@ -836,7 +836,9 @@ fn fill(mut meta: ExportModel, mut tensors: Vec<crate::checkpoint::NamedTensor>)
             let name = format!("{i}.{}", t.name);
             let stored = tensors.iter_mut().find(|s| s.name == name).map(|s| &mut s.data);
             match (&mut t.data, stored) {
-                (TorchTensor::F32(values), Some(Stored::F32(v))) if v.len() == values.len() => *values = std::mem::take(v),
+                (TorchTensor::F32(values), Some(Stored::F32(v))) if v.len() == values.len() => {
+                    *values = std::mem::take(v)
+                }
                 (TorchTensor::F32(values), Some(Stored::F32(v))) => {
                     return Err(format!(
                         "tensor `{name}` holds {} values, the sidecar's layer needs {}",

@@ -317,7 +317,8 @@ mod tests {
 
     #[test]
     fn safetensors_refuses_bad_entries() {
-        let (two, three, one) = (TorchTensor::F32(vec![0.0; 2]), TorchTensor::F32(vec![0.0; 3]), TorchTensor::F32(vec![0.0]));
+        let (two, three, one) =
+            (TorchTensor::F32(vec![0.0; 2]), TorchTensor::F32(vec![0.0; 3]), TorchTensor::F32(vec![0.0]));
         let entry = |name: &'static str, shape: &'static [usize], data| TensorView { name: name.into(), shape, data };
         let same = to_safetensors(vec![entry("a", &[2], &two), entry("a", &[2], &two)]);
         assert!(same.unwrap_err().contains("same name"));

@@ -76,7 +76,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     let mut phases = Vec::new();
     let mut verdicts = Vec::new();
     for (dir, name) in finished {
-        match cost_row(name, &dir.join("metrics.jsonl")) {
+        match cost_row(name, dir) {
             Ok(row) => costs.push(row),
             // Its results row stands (metrics.json was read); its epochs' costs cannot.
             Err(e) => problems.push(e),
@@ -148,8 +148,11 @@ fn bad_json(path: &Path, line: Option<usize>, e: &serde_json::Error) -> String {
 }
 
 /// Over a run's epochs: the share of epoch time spent waiting for batches,
-/// the steps fp16 skipped, the largest device pool and host memory.
-fn cost_row(name: &str, path: &Path) -> Result<Vec<String>, String> {
+/// the steps fp16 skipped, the largest device pool and host memory (the
+/// run's own peak, saving included, as its end line printed it, where its
+/// metrics.json has it).
+fn cost_row(name: &str, dir: &Path) -> Result<Vec<String>, String> {
+    let path = &dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {}: {e}", path.display()))?;
     let (mut wait, mut seconds, mut skipped, mut pool, mut rss) = (0.0, 0.0, 0u64, None::<u64>, None::<u64>);
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -160,6 +163,9 @@ fn cost_row(name: &str, path: &Path) -> Result<Vec<String>, String> {
         pool = pool.max(r["device_reserved"].as_u64());
         rss = rss.max(r["peak_rss"].as_u64());
     }
+    let summary = std::fs::read_to_string(dir.join("metrics.json")).ok();
+    let summary = summary.and_then(|t| serde_json::from_str::<Value>(&t).ok());
+    rss = rss.max(summary.and_then(|m| m["peak_rss"].as_u64()));
     let mib = |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20)));
     let share = if seconds > 0.0 { format!("{:.0}%", 100.0 * wait / seconds) } else { "?".into() };
     Ok(vec![name.to_string(), share, skipped.to_string(), mib(pool), mib(rss)])
@@ -348,11 +354,16 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
     let logged = std::fs::read_to_string(dir.join("metrics.jsonl"))
         .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count() as u64)
         .unwrap_or(0);
-    if let Some(e) = run.filter(|&e| logged < e) {
-        notes.push(format!(
+    match run {
+        Some(e) if logged < e => notes.push(format!(
             "{name}: metrics.jsonl holds {logged} of the {e} epochs metrics.json counts (cut short or edited?); \
              its best epoch is told from those"
-        ));
+        )),
+        Some(e) if logged > e => notes.push(format!(
+            "{name}: metrics.jsonl holds {logged} epochs, more than the {e} metrics.json counts (edited, or another \
+             run's lines added?); its best epoch is told from all of them"
+        )),
+        _ => {}
     }
     notes
 }
@@ -447,6 +458,12 @@ mod tests {
         std::fs::write(dir.join("metrics.json"), done.to_string()).unwrap();
         let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
         assert!(r.notes.join("\n").contains("r1 resumed after epoch 3 and trained no epoch"), "{:?}", r.notes);
+        // A log holding more epochs than the run counts: said too.
+        run_folder(&dir, 2.0, None);
+        let epoch = serde_json::json!({"epoch": 1, "metrics": {"accuracy": 0.9}, "seconds": 2.0, "data_wait": 0.5});
+        std::fs::write(dir.join("metrics.jsonl"), format!("{epoch}\n{epoch}\n")).unwrap();
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.notes.join("\n").contains("r1: metrics.jsonl holds 2 epochs, more than the 1"), "{:?}", r.notes);
         // A run that was not resumed and whose log is whole: nothing said.
         run_folder(&dir, 2.0, None);
         assert!(report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message)).notes.is_empty());

@@ -338,6 +338,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     results().map_err(|e| results_unwritten(&e, &run_dir.path, &file))?;
     let export_note = export_as_spec_says(&file, &exported, &run_dir.path);
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
+    // The process's peak so far: the last checkpoint and the model files,
+    // written after the last epoch's record, included.
+    let peak = result.history.iter().filter_map(|r| r.peak_rss).chain(kynml_core::bench::peak_rss()).max();
     let summary = serde_json::json!({
         "spec": args.spec.display().to_string(),
         "model": file.spec.model.name.value,
@@ -352,6 +355,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         "samples_per_sec": result.samples_per_sec,
         "device": device.short_name(),
         "devices": devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>(),
+        "peak_rss": peak,
     });
     run_dir
         .write_json("metrics.json", &summary)
@@ -405,9 +409,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             run_dir.path.display()
         );
     }
-    // The process's peak so far: the last checkpoint and the model files,
-    // written after the last epoch's record, included.
-    if let Some(line) = time_and_memory(&result.history, kynml_core::bench::peak_rss()) {
+    if let Some(line) = time_and_memory(&result.history, peak) {
         println!("{line}");
     }
     if let Some(profile) = result.profile.as_ref().filter(|p| !p.steps.is_empty()) {

@@ -489,13 +489,21 @@ fn devices_lists_the_cpu_and_what_auto_picks() {
 #[test]
 fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     let tmp = copy_example("iris");
+    let mut printed = String::new();
     for (dir, epochs) in [("a", "2"), ("b", "4")] {
         let out = kynml(&["train", "iris.kyn", "--epochs", epochs, "--device", "cpu", "--out", dir], tmp.path());
         assert!(out.status.success(), "{}", text(&out));
+        printed = text(&out);
     }
     let out = kynml(&["report", "a", "b"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
+    // The peak host memory a run printed at its end (saving included) is
+    // the one the report shows.
+    let peak = printed.split("peak host memory ").nth(1).and_then(|r| r.split(' ').next()).unwrap_or_default();
+    let costs = t.split("time and memory").nth(1).unwrap_or_default();
+    let b = costs.lines().find(|l| l.trim_start().starts_with("b ")).unwrap_or_else(|| panic!("{t}"));
+    assert!(!peak.is_empty() && b.trim_end().ends_with(&format!(" {peak} MiB")), "{peak} MiB printed: {t}");
     let results = t.split("time and memory").next().unwrap_or_default();
     let rows: Vec<&str> =
         results.lines().filter(|l| l.trim_start().starts_with("a ") || l.trim_start().starts_with("b ")).collect();

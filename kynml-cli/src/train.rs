@@ -153,6 +153,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             if batches == 1 { "" } else { "es" }
         );
     }
+    if let Some(note) = batchnorm_leaves_out(file.spec.model.has_batchnorm(), data.train.len(), batch, devices.len()) {
+        println!("{note}");
+    }
     if let (Some(names), Labels::Classes(train), Labels::Classes(valid)) =
         (data.class_names(), &data.train.labels, &data.valid.labels)
     {
@@ -472,6 +475,27 @@ fn time_and_memory(history: &[EpochRecord], peak_now: Option<u64>) -> Option<Str
         parts.push(format!("device memory pool {:.0} MiB", mib(pool)));
     }
     Some(format!("time and memory: {}", parts.join("; ")))
+}
+
+/// With batchnorm, a last batch that leaves a device fewer than 2 rows is
+/// left out of each epoch (as PyTorch's `drop_last`): said, with the
+/// nearest batch size that leaves none out.
+fn batchnorm_leaves_out(has_batchnorm: bool, rows: usize, batch: usize, devices: usize) -> Option<String> {
+    let least = 2 * devices.max(1);
+    let short = |b: usize| rows > b && (1..least).contains(&(rows % b));
+    if !has_batchnorm || !short(batch) {
+        return None;
+    }
+    let last = rows % batch;
+    let fits = (1..batch).flat_map(|d| [batch + d, batch - d]).find(|&b| b >= least && b < rows && !short(b));
+    let per = if devices > 1 { " on each device" } else { "" };
+    Some(format!(
+        "note: the last batch of each epoch holds {last} row{}, too few for batchnorm{per}: it is left out (as \
+         PyTorch's drop_last), so each epoch trains on {} of the {rows} training rows{}",
+        if last == 1 { "" } else { "s" },
+        rows - last,
+        fits.map_or(String::new(), |b| format!("; `batch = {b}` leaves none out"))
+    ))
 }
 
 /// The spec's `export` block: what was written, or why nothing was.
@@ -1176,6 +1200,23 @@ mod ctrl_c {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_last_batch_batchnorm_cannot_normalise_is_said_with_a_batch_that_keeps_it() {
+        // 120 rows in batches of 7: a last batch of 1 row.
+        let note = batchnorm_leaves_out(true, 120, 7, 1).unwrap();
+        assert!(note.contains("holds 1 row, too few for batchnorm: it is left out"), "{note}");
+        assert!(note.contains("trains on 119 of the 120 training rows; `batch = 8` leaves none out"), "{note}");
+        assert_eq!(batchnorm_leaves_out(false, 120, 7, 1), None);
+        assert_eq!(batchnorm_leaves_out(true, 120, 8, 1), None);
+        let note = batchnorm_leaves_out(true, 121, 8, 1).unwrap();
+        assert!(note.ends_with("trains on 120 of the 121 training rows; `batch = 9` leaves none out"), "{note}");
+        // Two devices: a last batch of 3 rows leaves one of them 1 row.
+        let note = batchnorm_leaves_out(true, 123, 8, 2).unwrap();
+        assert!(note.contains("holds 3 rows, too few for batchnorm on each device"), "{note}");
+        // A batch of every row: nothing left out.
+        assert_eq!(batchnorm_leaves_out(true, 5, 8, 1), None);
+    }
 
     fn args(line: &str) -> Vec<String> {
         line.split(' ').map(str::to_owned).collect()

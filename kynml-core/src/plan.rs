@@ -1176,16 +1176,22 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         });
     }
     let native = engine == crate::train::EngineKind::Native;
+    // A written `compile = true` is answered by name: this is what it gives.
+    let asked = if t.compile.value { "compile = true: " } else { "" };
     out.push(match (t.compile.value, device.has_fusion()) {
         // Nothing to compile either way: the native engine's passes are fused
         // as written, which changes no result, so `compile = false` is not
         // overridden in any way a user would see.
         (_, _) if native => Applied {
             setting: "fusion",
-            value: "built in (the native CPU engine runs bias, activation, normalisation and dropout as fused passes)".into(),
+            value: format!(
+                "built in ({asked}the native CPU engine runs bias, activation, normalisation and dropout as fused passes)"
+            ),
             as_requested: true,
         },
-        (true, true) => Applied { setting: "fusion", value: "on (Burn kernel fusion and autotune)".into(), as_requested: true },
+        (true, true) => {
+            Applied { setting: "fusion", value: format!("on ({asked}Burn kernel fusion and autotune)"), as_requested: true }
+        }
         (true, false) => Applied {
             setting: "fusion",
             value: "off (compile = true, but the CPU backend has no kernel fusion)".into(),
@@ -1533,10 +1539,14 @@ mod tests {
         }));
         let fusion =
             |train: &str| what_runs(&spec(train), &lavapipe).into_iter().find(|a| a.setting == "fusion").unwrap();
-        for train in ["", "    compile = true\n"] {
-            let line = fusion(train);
-            assert!(line.as_requested && line.value.starts_with("on (Burn kernel fusion"), "{train:?}: {line:?}");
-        }
+        let line = fusion("");
+        assert!(line.as_requested && line.value.starts_with("on (Burn kernel fusion"), "{line:?}");
+        // A written `compile = true` is answered by name.
+        let line = fusion("    compile = true\n");
+        assert!(line.as_requested && line.value.starts_with("on (compile = true: Burn kernel fusion"), "{line:?}");
+        let native =
+            what_runs(&spec("    compile = true\n"), &Device::cpu()).into_iter().find(|a| a.setting == "fusion");
+        assert!(native.is_some_and(|l| l.value.starts_with("built in (compile = true: the native")));
         let line = fusion("    compile = false\n");
         assert!(!line.as_requested && line.value.contains("compile = false, but"), "{line:?}");
     }

@@ -87,6 +87,14 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
+    /// Whether a layer, inside a `residual:` block too, is a batchnorm,
+    /// whose batch statistics need two rows a step on each device.
+    pub fn has_batchnorm(&self) -> bool {
+        self.layers.iter().any(|l| {
+            std::iter::once(&l.value).chain(l.value.children()).any(|layer| matches!(layer, Layer::BatchNorm(_)))
+        })
+    }
+
     /// Fills in what the layers learn from the data: the categorical
     /// columns an `embedding` layer embeds, from `info`'s vocabularies.
     pub fn bind(&mut self, info: &crate::data::DataInfo) -> Result<(), Unbound> {

@@ -18,7 +18,7 @@ use crate::data::{Dataset, Loader, Split};
 use crate::evaluate::{self, IntoScalarF64};
 use crate::model::Model;
 use crate::rng::SplitMix64 as Rng;
-use crate::spec::types::{Layer, Loss, Metric, Spec};
+use crate::spec::types::{Loss, Metric, Spec};
 use crate::train::engine::{BurnEngine, Engine, Part, StepLoss};
 use crate::train::events::{EpochRecord, TrainEvent};
 use crate::train::loss_scale::LossScaler;
@@ -300,11 +300,7 @@ fn run<'scope, 'env>(
     let mut best: Option<Model<Kb>> = None;
     let mut order_rng = Rng::stream(t.seed, DATA_STREAM);
     let batch_size = t.batch.value;
-    // Inside a `residual:` block too.
-    let has_batchnorm =
-        spec.model.layers.iter().any(|l| {
-            std::iter::once(&l.value).chain(l.value.children()).any(|layer| matches!(layer, Layer::BatchNorm(_)))
-        });
+    let has_batchnorm = spec.model.has_batchnorm();
     let n_train = data.train.len();
     let workers = spec.dataset.num_workers.value;
     // No more workers or queued batches than an epoch has batches.

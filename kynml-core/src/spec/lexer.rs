@@ -208,13 +208,16 @@ impl Lexer<'_> {
             }
             let text = self.text(start, self.pos).to_string();
             // `1D` may be meant as a name: say how names begin, too.
-            let help = if text.contains('.') {
-                "numbers are written like `100`, `0.5`, `-2` or `1e-3`"
+            let d = if text.contains('.') {
+                Diagnostic::new(self.span(start, self.pos), format!("invalid number `{text}`"), "not a number")
+                    .with_help("numbers are written like `100`, `0.5`, `-2` or `1e-3`")
             } else {
-                "numbers are written like `100`, `0.5`, `-2` or `1e-3`; a name starts with a letter or `_`, as in `D1`"
+                let what = format!("`{text}` is neither a number nor a name");
+                Diagnostic::new(self.span(start, self.pos), what, "a name cannot start with a digit").with_help(
+                    "a name starts with a letter or `_`, as in `D1`; numbers are written like `100`, `0.5`, `-2` \
+                     or `1e-3`",
+                )
             };
-            let d = Diagnostic::new(self.span(start, self.pos), format!("invalid number `{text}`"), "not a number")
-                .with_help(help);
             self.fail(start, d);
             return;
         }

@@ -16,12 +16,13 @@ const SOURCES: &[&str] = &["csv"];
 pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetSpec> {
     let s = settings(block, d);
     let source = s.required("source", "source = csv(\"data/train.csv\")", d).and_then(|v| source(v, d));
-    let target = s.required("target", "target = \"label\"", d).and_then(|v| values::string(v, "`target`", d));
+    let target =
+        s.required("target", "target = \"label\"", d).and_then(|v| values::string(v, "`target`", d)).map(trimmed);
     let categorical =
         s.optional("categorical", |v| columns(v, "categorical", target.as_ref(), d)).map(Option::unwrap_or_default);
     let sequence =
         s.optional("sequence", |v| columns(v, "sequence", target.as_ref(), d)).map(Option::unwrap_or_default);
-    let tokens = s.optional("tokens", |v| values::string(v, "`tokens`", d));
+    let tokens = s.optional("tokens", |v| values::string(v, "`tokens`", d).map(trimmed));
     let vocab = s.optional("vocab", |v| values::count(v, "`vocab`", 1, d).map(|value| Spanned { value, span: v.span }));
     if let (Some(Some(t)), Some(target)) = (&tokens, &target) {
         if t.value == target.value {
@@ -80,6 +81,15 @@ pub(super) fn dataset(block: &Block, d: &mut Vec<Diagnostic>) -> Option<DatasetS
 
 /// `categorical = ["city", "color"]`, `sequence = ["x", "y"]`: column
 /// names, as strings or bare words, under `key`.
+/// A column's name as the data's header gives it: without the spaces
+/// around it, which a CSV header's names are read without.
+fn trimmed(mut name: Spanned<String>) -> Spanned<String> {
+    if name.value.trim().len() != name.value.len() {
+        name.value = name.value.trim().to_string();
+    }
+    name
+}
+
 fn columns(
     v: &Value,
     key: &str,
@@ -108,7 +118,7 @@ fn columns(
         let name = match &item.kind {
             ValueKind::Ident(name) => Spanned { value: name.clone(), span: item.span },
             _ => match values::string(item, &format!("a column of `{key}`"), d) {
-                Some(name) => name,
+                Some(name) => trimmed(name),
                 None => {
                     ok = false;
                     continue;

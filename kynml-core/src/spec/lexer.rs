@@ -208,7 +208,7 @@ impl Lexer<'_> {
             }
             let text = self.text(start, self.pos).to_string();
             // `1D` may be meant as a name: say how names begin, too.
-            let d = if text.contains('.') {
+            let d = if text.contains('.') || text.starts_with(['-', '+']) {
                 Diagnostic::new(self.span(start, self.pos), format!("invalid number `{text}`"), "not a number")
                     .with_help("numbers are written like `100`, `0.5`, `-2` or `1e-3`")
             } else {

@@ -215,6 +215,16 @@ fn comments_anywhere_but_inside_strings() {
     assert_eq!(spec.dataset.target.value, "y#1");
 }
 
+/// Column names are matched as a CSV header's names are read: without
+/// the spaces around them.
+#[test]
+fn column_names_are_read_without_surrounding_spaces() {
+    let spec = ok(&MINIMAL.replace("target = \"y\"", "target = \" y \"\ncategorical = [\"city \", color]"));
+    assert_eq!(spec.dataset.target.value, "y");
+    let names: Vec<&str> = spec.dataset.categorical.iter().map(|c| c.value.as_str()).collect();
+    assert_eq!(names, ["city", "color"]);
+}
+
 #[test]
 fn defaults() {
     let spec = ok(MINIMAL);

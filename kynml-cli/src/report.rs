@@ -88,6 +88,14 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
                 phases.push(std::iter::once(name.clone()).chain(row).collect());
                 verdicts.push(format!("  {name}: {verdict}"));
             }
+            // Profiled, by what it left beside it, but its profile is gone.
+            Ok(None) if ["trace.json", "profile.svg", "profile.png"].iter().any(|f| dir.join(f).is_file()) => {
+                notes.push(format!(
+                    "{name} was profiled (its trace.json or profile chart is there) but has no profile.json; it is \
+                     shown as not profiled"
+                ));
+                verdicts.push(format!("  {name}: not profiled (its profile.json is missing)"));
+            }
             Ok(None) => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
             Err(e) => {
                 let e = e.strip_prefix("error: ").unwrap_or(&e);
@@ -181,6 +189,20 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
     };
     let p: Value = serde_json::from_str(&text).map_err(|e| bad_json(path, None, &e))?;
     let phases = p["phases"].as_array().ok_or_else(|| format!("error: {}: no `phases`", path.display()))?;
+    // Every phase a run writes, each with its mean and share: without one,
+    // the shares and the mean step would be of part of the step.
+    let missing: Vec<&str> = kynml_core::train::profile::PHASES
+        .into_iter()
+        .filter(|name| !phases.iter().any(|x| x["phase"] == *name && x["mean"].is_number() && x["share"].is_number()))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "error: {}: no mean and share for the phase{} {} (edited, or cut short?)",
+            path.display(),
+            if missing.len() == 1 { "" } else { "s" },
+            missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
     let share = |name: &str| {
         phases
             .iter()
@@ -191,7 +213,7 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
     // The mean step with its wait, as the chart's and the shares' step.
     let mean: f64 = phases.iter().filter_map(|x| x["mean"].as_f64()).sum();
     let mut row = vec![p["steps"].as_u64().map_or("?".into(), |n| n.to_string())];
-    row.extend(["wait", "copy", "forward", "backward", "optimizer", "other"].map(share));
+    row.extend(kynml_core::train::profile::PHASES.map(share));
     row.push(step_ms(mean));
     let verdict = p["verdict"]["advice"].as_str().unwrap_or("no verdict recorded").to_string();
     Ok(Some((row, verdict)))
@@ -421,7 +443,8 @@ mod tests {
             |name: &str, mean: f64, share: f64| serde_json::json!({"phase": name, "mean": mean, "share": share});
         serde_json::json!({
             "steps": 4,
-            "phases": [phase("wait", 0.0, 0.0), phase("forward", 2.175408, 1.0)],
+            "phases": kynml_core::train::profile::PHASES
+                .map(|name| if name == "forward" { phase(name, 2.175408, 1.0) } else { phase(name, 0.0, 0.0) }),
             "verdict": {"advice": "compute-bound: ..."},
         })
         .to_string()
@@ -498,6 +521,18 @@ mod tests {
         let phases = t.split("where the step time goes").nth(1).unwrap();
         assert!(phases.lines().any(|l| l.trim_start().starts_with("w0") && l.ends_with(" 2175 ms")), "{t}");
         assert!(t.contains("waiting for batches (of epoch time)"), "{t}");
+
+        // A profile lacking phases is not shown as if whole; a profiled run
+        // whose profile.json is gone (its trace is there) is said to be one.
+        let short = serde_json::json!({"steps": 4, "phases": [{"phase": "forward", "mean": 1.0, "share": 1.0}]});
+        std::fs::write(runs.join("w0/profile.json"), short.to_string()).unwrap();
+        std::fs::write(runs.join("w1/trace.json"), "[]").unwrap();
+        std::fs::remove_file(runs.join("w1/profile.json")).unwrap();
+        let r = report(&[runs.join("w0"), runs.join("w1")]).unwrap_or_else(|f| panic!("{}", f.message));
+        let notes = r.notes.join("\n");
+        assert!(notes.contains("no mean and share for the phases `wait`, `copy`, `backward`"), "{notes}");
+        assert!(notes.contains("w1 was profiled (its trace.json or profile chart is there) but has no profile.json"));
+        assert!(r.text.contains("w1: not profiled (its profile.json is missing)"), "{}", r.text);
 
         // Nothing but strays: an error, naming them.
         let strays: Vec<PathBuf> = ["notes.txt", "empty"].iter().map(|p| runs.join(p)).collect();

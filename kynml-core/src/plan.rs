@@ -556,18 +556,18 @@ impl SpecFile {
             let problem = match e.batch_that_fits(capacity) {
                 Some(rows) => Diagnostic::new(train.batch.span, what, "too large a batch for this device")
                     .with_help(format!("a batch of {rows} or fewer fits: `batch = {rows}`")),
-                None if e.at_the_end > capacity => {
-                    Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
-                        "saving the model at the end alone needs {} (three copies of its weights): use a smaller model",
-                        bytes(e.at_the_end)
-                    ))
-                }
                 None if e.fixed() > capacity => {
                     let copies = if e.copies > 0 { " and the copies that saving makes" } else { "" };
                     let best = if e.best > 0 { ", the best epoch's weights" } else { "" };
                     Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
                         "the weights, gradients, optimizer state{best}{copies} alone need {}: use a smaller model",
                         bytes(e.fixed())
+                    ))
+                }
+                None if e.at_the_end > capacity => {
+                    Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
+                        "saving the model at the end alone needs {} (three copies of its weights): use a smaller model",
+                        bytes(e.at_the_end)
                     ))
                 }
                 None => Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(

@@ -517,8 +517,11 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             let sums = torch::write_safetensors(&mut std::io::sink(), &header, &entries)
                 .map_err(|source| ExportError::Write { path: path.into(), source })?;
             let side = sidecar_for(model, path, sums)?;
-            write_atomic_with(path, |out| torch::write_safetensors(out, &header, &entries).map(drop))?;
+            // The sidecar first: a weights file is ever in place only beside
+            // a sidecar that names it (so that an export cut short between
+            // the two is KynML's to replace, not taken for another tool's).
             write_atomic(&sidecar, &side)?;
+            write_atomic_with(path, |out| torch::write_safetensors(out, &header, &entries).map(drop))?;
             Ok(vec![path.into(), sidecar])
         }
         Format::Burn => {
@@ -539,8 +542,9 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             let staged = staged.with_extension("mpk");
             let sums = sum_file(&staged).map_err(|source| ExportError::Write { path: path.into(), source })?;
             let side = sidecar_for(model, path, sums)?;
-            std::fs::rename(staged, path).map_err(|source| ExportError::Write { path: path.into(), source })?;
+            // The sidecar first, as for safetensors.
             write_atomic(&sidecar, &side)?;
+            std::fs::rename(staged, path).map_err(|source| ExportError::Write { path: path.into(), source })?;
             Ok(vec![path.into(), sidecar])
         }
     }

@@ -70,7 +70,7 @@ pub fn to_onnx(model: &ExportModel) -> Result<Vec<u8>, String> {
         ));
     }
     let graph = build_graph(model);
-    Ok(encode_model(model, &graph))
+    Ok(encode_model(model, graph))
 }
 
 /// A node attribute.
@@ -101,6 +101,16 @@ struct Initializer {
 enum Values {
     F32(Vec<f32>),
     I64(Vec<i64>),
+}
+
+impl Values {
+    /// The size of the values in bytes.
+    fn bytes(&self) -> usize {
+        match self {
+            Values::F32(v) => 4 * v.len(),
+            Values::I64(v) => 8 * v.len(),
+        }
+    }
 }
 
 /// The graph under construction: nodes in execution order, initializers, and the graph's outputs
@@ -255,14 +265,19 @@ pub(crate) fn activate(g: &mut Graph, p: &str, x: String, activation: Activation
     }
 }
 
-fn encode_model(model: &ExportModel, g: &Graph) -> Vec<u8> {
-    let mut graph = Proto::default();
+/// The model's file. The graph's initializers are taken one at a time and
+/// freed once encoded, and each message is laid out in room made for it at
+/// once, so that the weights are held about three times at the most (the
+/// export's, the graph message's, the file's), not five.
+fn encode_model(model: &ExportModel, mut g: Graph) -> Vec<u8> {
+    let weights: usize = g.initializers.iter().map(|i| i.data.bytes() + i.name.len() + 64).sum();
+    let mut graph = Proto(Vec::with_capacity(weights + (1 << 16)));
     for node in &g.nodes {
         graph.message(1, &encode_node(node));
     }
     graph.string(2, &model.name);
-    for init in &g.initializers {
-        graph.message(5, &encode_initializer(init));
+    for init in std::mem::take(&mut g.initializers) {
+        graph.message(5, &encode_initializer(&init));
     }
     graph.string(
         10,
@@ -283,7 +298,7 @@ fn encode_model(model: &ExportModel, g: &Graph) -> Vec<u8> {
     opset.string(1, "");
     opset.int(2, OPSET);
 
-    let mut out = Proto::default();
+    let mut out = Proto(Vec::with_capacity(graph.0.len() + (1 << 16)));
     out.int(1, IR_VERSION);
     out.string(2, "kynml");
     out.string(3, env!("CARGO_PKG_VERSION"));
@@ -360,22 +375,19 @@ fn encode_node(node: &Node) -> Proto {
 }
 
 fn encode_initializer(init: &Initializer) -> Proto {
-    let mut p = Proto::default();
+    let mut p = Proto(Vec::with_capacity(init.data.bytes() + init.name.len() + 64));
     for dim in &init.dims {
         p.int(1, *dim as i64);
     }
-    let raw: Vec<u8> = match &init.data {
-        Values::F32(v) => {
-            p.int(2, FLOAT);
-            v.iter().flat_map(|v| v.to_le_bytes()).collect()
-        }
-        Values::I64(v) => {
-            p.int(2, INT64);
-            v.iter().flat_map(|v| v.to_le_bytes()).collect()
-        }
-    };
+    p.int(2, if matches!(init.data, Values::F32(_)) { FLOAT } else { INT64 });
     p.string(8, &init.name);
-    p.bytes(9, &raw);
+    // The raw bytes, laid out in place: no second copy of the values.
+    p.key(9, LEN);
+    put_varint(&mut p.0, init.data.bytes() as u64);
+    match &init.data {
+        Values::F32(v) => v.iter().for_each(|v| p.0.extend_from_slice(&v.to_le_bytes())),
+        Values::I64(v) => v.iter().for_each(|v| p.0.extend_from_slice(&v.to_le_bytes())),
+    }
     p
 }
 

@@ -327,16 +327,22 @@ mod tests {
         assert!(to_safetensors(vec![]).is_ok());
     }
 
-    /// The file written a piece at a time is the one made in memory, and
-    /// its length and sum are the file's.
+    /// The file an export writes (a piece at a time, through a buffer) is
+    /// the one the layout test reads, and its sidecar records that file's
+    /// own length and CRC-32C, read back from the disk.
     #[test]
-    fn streamed_safetensors_are_the_bytes_made_in_memory() {
+    fn an_export_writes_the_file_its_sidecar_sums() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
         let model = sample();
-        let bytes = to_safetensors(state_dict(&model)).unwrap();
-        let (header, entries) = plan_safetensors(state_dict(&model)).unwrap();
-        let mut streamed = Vec::new();
-        let (len, crc) = write_safetensors(&mut streamed, &header, &entries).unwrap();
-        assert_eq!(streamed, bytes);
-        assert_eq!((len, crc), (bytes.len() as u64, crate::checkpoint::format::crc32c(&bytes)));
+        crate::export::write(&model, crate::export::Format::Safetensors, &path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes, to_safetensors(state_dict(&model)).unwrap());
+        let (tensors, _) = crate::checkpoint::decode_safetensors(&bytes).unwrap();
+        let weight = tensors.iter().find(|t| t.name == "0.weight").unwrap();
+        assert_eq!(weight.data, TorchTensor::F32((0..12).map(|i| i as f32).collect()));
+        let side: Value = serde_json::from_slice(&std::fs::read(dir.path().join("m.json")).unwrap()).unwrap();
+        let crc = format!("{:08x}", crate::checkpoint::format::crc32c(&bytes));
+        assert_eq!(side["weights"]["files"]["m.safetensors"], json!({"bytes": bytes.len(), "crc32c": crc}));
     }
 }

@@ -132,7 +132,10 @@ impl MemoryEstimate {
     /// - at the end, once training's memory is freed, the model files: the
     ///   weights in the export's layout (the safetensors file is written
     ///   from them a piece at a time), and the Burn model and record that
-    ///   `model.mpk` is written from: three copies of the weights.
+    ///   `model.mpk` is written from: three copies of the weights (an
+    ///   ONNX export holds as many: the exported weights, the graph's
+    ///   message and the file's bytes, and one parameter's initializer
+    ///   while it is laid out).
     pub fn with_host_copies(mut self, spec: &Spec, native: bool) -> Self {
         let kept = if native { self.weights } else { 0 };
         let checkpoint = if spec.train.checkpoint.is_some() {
@@ -145,7 +148,9 @@ impl MemoryEstimate {
             0
         };
         self.copies = kept.saturating_add(checkpoint);
-        self.at_the_end = self.weights.saturating_mul(3);
+        // An ONNX file is laid out a parameter at a time beside the three.
+        let onnx = spec.export.as_ref().is_some_and(|e| e.format.value == crate::spec::types::ExportFormat::Onnx);
+        self.at_the_end = self.weights.saturating_mul(3).saturating_add(if onnx { self.largest_param } else { 0 });
         self
     }
 
@@ -413,6 +418,9 @@ mod tests {
         assert_eq!((e.copies, e.at_the_end), (0, 3 * w));
         assert_eq!(e.total(), e.fixed() + e.activations);
         assert_eq!(estimate(&plain, Compute::Fp32).with_host_copies(&plain, true).copies, w);
+        // An ONNX export lays one parameter's initializer out beside them.
+        let onnx = spec(model, " optimizer = adam(lr=0.01)\nexport:\n format = onnx\n path = \"m.onnx\"\n");
+        assert_eq!(estimate(&onnx, Compute::Fp32).with_host_copies(&onnx, false).at_the_end, 3 * w + largest);
         // Adam's checkpoint: weights, two moments, and the largest weight's two moments twice more.
         let saved = spec(model, " optimizer = adam(lr=0.01)\n checkpoint = checkpoint(every_n=1, path=\"c.ckpt\")\n");
         let e = estimate(&saved, Compute::Fp32).with_host_copies(&saved, false);

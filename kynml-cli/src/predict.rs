@@ -127,21 +127,20 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
 fn note_unseen(rows: &kynml_core::data::ModelRows, text: bool) {
     let (positions, values, a_sequence) =
         if text { ("tokens", "no token", "a text") } else { ("positions", "no values", "a sequence") };
+    // `3 of the 40 rows hold`; of a single row, `the row holds`.
+    let of = |n: usize| match rows.rows {
+        1 => "the row holds".to_string(),
+        all => format!("{n} of the {} {}", render::count(all, "row"), if n == 1 { "holds" } else { "hold" }),
+    };
     if let (n @ 1.., longest) = rows.cut {
-        let holds = if n == 1 { "holds" } else { "hold" };
         eprintln!(
-            "note: {n} of the {} {holds} more {positions} than the model reads (the longest, {longest}); it reads \
-             their first ones, as training did",
-            render::count(rows.rows, "row"),
+            "note: {} more {positions} than the model reads (the longest, {longest}); it reads their first ones, \
+             as training did",
+            of(n)
         );
     }
     if rows.empty > 0 {
-        eprintln!(
-            "note: {} of the {} {} {values}: each is read as {a_sequence} of padding alone",
-            rows.empty,
-            render::count(rows.rows, "row"),
-            if rows.empty == 1 { "holds" } else { "hold" },
-        );
+        eprintln!("note: {} {values}: each is read as {a_sequence} of padding alone", of(rows.empty));
     }
     for (column, n) in &rows.unseen {
         if text {

@@ -373,9 +373,19 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
         )),
         _ => {}
     }
-    let logged = std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count() as u64)
-        .unwrap_or(0);
+    let lines = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap_or_default();
+    let epochs: Vec<Option<u64>> = (lines.lines().filter(|l| !l.trim().is_empty()))
+        .map(|l| serde_json::from_str::<Value>(l).ok().and_then(|r| r["epoch"].as_u64()))
+        .collect();
+    let logged = epochs.len() as u64;
+    // A run logs its epochs once each, in order, one after the other.
+    if epochs.windows(2).any(|w| !matches!(w, [Some(a), Some(b)] if *b == a + 1)) {
+        let shown: Vec<String> = epochs.iter().map(|e| e.map_or("?".into(), |e| e.to_string())).collect();
+        notes.push(format!(
+            "{name}: metrics.jsonl's epochs are not one after another ({}): edited, or lines of another run?",
+            shown.join(", ")
+        ));
+    }
     match run {
         Some(e) if logged < e => notes.push(format!(
             "{name}: metrics.jsonl holds {logged} of the {e} epochs metrics.json counts (cut short or edited?); \
@@ -487,6 +497,7 @@ mod tests {
         std::fs::write(dir.join("metrics.jsonl"), format!("{epoch}\n{epoch}\n")).unwrap();
         let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
         assert!(r.notes.join("\n").contains("r1: metrics.jsonl holds 2 epochs, more than the 1"), "{:?}", r.notes);
+        assert!(r.notes.join("\n").contains("r1: metrics.jsonl's epochs are not one after another (1, 1)"));
         // A run that was not resumed and whose log is whole: nothing said.
         run_folder(&dir, 2.0, None);
         assert!(report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message)).notes.is_empty());

@@ -553,7 +553,7 @@ impl SpecFile {
                 bytes(capacity),
                 if matches!(device.kind, DeviceKind::Cpu { .. }) { " available" } else { "" }
             );
-            let problem = match e.batch_that_fits(capacity) {
+            let problem = match e.batch_to_suggest(capacity) {
                 Some(rows) => Diagnostic::new(train.batch.span, what, "too large a batch for this device")
                     .with_help(format!("a batch of {rows} or fewer fits: `batch = {rows}`")),
                 None if e.fixed() > capacity => {

@@ -154,6 +154,14 @@ impl MemoryEstimate {
         self
     }
 
+    /// The batch a refusal suggests for `capacity` bytes: the largest that
+    /// leaves a twentieth of them free, for what the estimate leaves out
+    /// (the process's own start, the allocator's rounding), as one that
+    /// fits to the byte may not; where none does, the largest that fits.
+    pub fn batch_to_suggest(&self, capacity: u64) -> Option<usize> {
+        self.batch_that_fits(capacity - capacity / 20).or_else(|| self.batch_that_fits(capacity))
+    }
+
     /// The largest batch whose estimate fits in `capacity` bytes, if any does.
     pub fn batch_that_fits(&self, capacity: u64) -> Option<usize> {
         if self.at_the_end > capacity {
@@ -453,6 +461,20 @@ mod tests {
         // The input batch is the largest tensor the batch brings: [100, 4096].
         assert_eq!((e.largest.bytes, e.largest.layer), (100 * 4 * 4096, None));
         assert_eq!(e.largest.what, "a batch's input [100, 4096]");
+    }
+
+    #[test]
+    fn the_batch_suggested_leaves_room() {
+        let s = spec(" input 10\n dense 20 gelu\n dense 1 linear", " batch = 100000\n");
+        let e = estimate(&s, Compute::Fp32);
+        let capacity = e.fixed() + 1000 * e.per_row;
+        let room = capacity - capacity / 20;
+        let rows = e.batch_to_suggest(capacity).unwrap() as u64;
+        assert!(rows < 1000 && e.fixed() + rows * e.per_row <= room, "{rows}");
+        assert!(e.fixed() + (rows + 1) * e.per_row > room, "{rows}: the most that leaves room");
+        // Room for one row only to the byte: that row is suggested.
+        assert_eq!(e.batch_to_suggest(e.fixed() + e.per_row), Some(1));
+        assert_eq!(e.batch_to_suggest(e.fixed()), None);
     }
 
     #[test]

@@ -1343,7 +1343,19 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
         profile: true,
         ..TrainSettings::default()
     };
+    let ck = file.checkpoint_path().unwrap();
     let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
+        // The epoch-2 checkpoint, written in the background, is on disk
+        // before the last step: on a busy machine its writer may otherwise
+        // start after the steps end, where the stop's save would.
+        if let TrainEvent::Step { epoch: 3, step: 1, .. } = event {
+            let waited = std::time::Instant::now();
+            let epoch = || kynml_core::checkpoint::load(&ck).ok().flatten().and_then(|c| c.state["epoch"].as_u64());
+            while epoch() != Some(2) && waited.elapsed() < std::time::Duration::from_secs(60) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert_eq!(epoch(), Some(2), "seed {seed}: the epoch-2 checkpoint was not written in a minute");
+        }
         if let TrainEvent::Step { epoch: 3, step: 2, .. } = event {
             stop.store(true, Ordering::SeqCst); // as Ctrl-C would
         }

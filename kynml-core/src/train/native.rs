@@ -164,7 +164,7 @@ fn load(net: &mut Net, model: &Model<Kb>) -> Result<(), String> {
         for (field, data) in layer.state() {
             let name = format!("{i}.{field}");
             let Some(at) = info.iter().position(|t| t.name == name) else { continue };
-            let values = data.convert::<f32>().into_vec::<f32>().unwrap_or_default();
+            let values = crate::model::kind::host(data);
             if values.len() != tensors[at].len() {
                 return Err(format!("tensor `{name}` does not fit the native engine's layer"));
             }

@@ -346,6 +346,54 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
     ])
 }
 
+/// The fields of a metrics.json that hold a value of the wrong kind (edited
+/// by hand, or written by something else): each said with what it holds and
+/// what a run writes there, since the report can only show `?` for it. A
+/// field that is absent or `null` is not a mistake (an older run, no early
+/// stop, no resume).
+fn mistyped_fields(m: &Value) -> Vec<String> {
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Text,
+        Count,
+        Number,
+        Flag,
+    }
+    let fields = [
+        ("spec", Kind::Text),
+        ("model", Kind::Text),
+        ("device", Kind::Text),
+        ("precision", Kind::Text),
+        ("primary_metric", Kind::Text),
+        ("epochs_run", Kind::Count),
+        ("best_epoch", Kind::Count),
+        ("resumed_after", Kind::Count),
+        ("seconds", Kind::Number),
+        ("samples_per_sec", Kind::Number),
+        ("stopped_early", Kind::Flag),
+    ];
+    let mut out = Vec::new();
+    let mut check = |label: String, v: &Value, kind: Kind| {
+        let (fits, expected) = match kind {
+            Kind::Text => (v.is_string(), "a string"),
+            Kind::Count => (v.is_u64(), "a whole number"),
+            Kind::Number => (v.is_number(), "a number"),
+            Kind::Flag => (v.is_boolean(), "true or false"),
+        };
+        if !v.is_null() && !fits {
+            out.push(format!("`{label}` is {v}, not {expected}"));
+        }
+    };
+    for (key, kind) in fields {
+        check(key.to_string(), &m[key], kind);
+    }
+    check("metrics.val_loss".into(), &m["metrics"]["val_loss"], Kind::Number);
+    if let Some(primary) = m["primary_metric"].as_str() {
+        check(format!("metrics.{primary}"), &m["metrics"][primary], Kind::Number);
+    }
+    out
+}
+
 /// What a reader of the run's row should know about its history: a resumed
 /// run's time and speed are those of the epochs after the resume only, and a
 /// `metrics.jsonl` with fewer epochs than `metrics.json` counts (cut short,
@@ -357,6 +405,7 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
     else {
         return notes;
     };
+    notes.extend(mistyped_fields(&m).into_iter().map(|n| format!("{name}: metrics.json's {n}; shown as `?`")));
     let run = m["epochs_run"].as_u64();
     match (m["resumed_after"].as_u64(), run) {
         (Some(0), Some(_)) => notes.push(format!(
@@ -501,6 +550,32 @@ mod tests {
         // A run that was not resumed and whose log is whole: nothing said.
         run_folder(&dir, 2.0, None);
         assert!(report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message)).notes.is_empty());
+    }
+
+    /// A field edited to the wrong kind of value is shown as `?` and said,
+    /// with what it holds and what belongs there.
+    #[test]
+    fn a_field_of_the_wrong_kind_is_said() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r1");
+        run_folder(&dir, 2.0, None);
+        let metrics = serde_json::json!({
+            "spec": "s.kyn", "model": "M", "precision": "fp32", "primary_metric": "accuracy",
+            "metrics": {"accuracy": "high", "val_loss": 0.3}, "epochs_run": "three", "seconds": 2.0,
+            "samples_per_sec": 10.0, "device": "cpu", "best_epoch": null, "stopped_early": 1,
+        });
+        std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        let notes = r.notes.join("\n");
+        assert!(
+            notes.contains("r1: metrics.json's `epochs_run` is \"three\", not a whole number; shown as `?`"),
+            "{notes}"
+        );
+        assert!(notes.contains("`stopped_early` is 1, not true or false"), "{notes}");
+        assert!(notes.contains("`metrics.accuracy` is \"high\", not a number"), "{notes}");
+        // `null` (no early stop) and the fields of the right kind: nothing said of them.
+        assert_eq!(r.notes.len(), 3, "{notes}");
+        assert!(r.text.contains('?'), "{}", r.text);
     }
 
     #[test]

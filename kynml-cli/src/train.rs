@@ -458,12 +458,16 @@ fn write_profile(
 /// and the device allocator's pool.
 fn time_and_memory(history: &[EpochRecord], peak_now: Option<u64>) -> Option<String> {
     let timed: Vec<&EpochRecord> = history.iter().filter(|r| r.data_wait.is_some() && !r.seconds.is_nan()).collect();
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     if timed.is_empty() {
-        return None;
+        // No epoch timed here (a resume with none left): this process's
+        // peak, loading the checkpoint and saving the model, is still said.
+        return peak_now.map(|rss| {
+            format!("time and memory: no epoch trained in this process; peak host memory {:.0} MiB", mib(rss))
+        });
     }
     let wait: f64 = timed.iter().filter_map(|r| r.data_wait).sum();
     let total: f64 = timed.iter().map(|r| r.seconds).sum();
-    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     // Of epoch time, evaluation included: the profile's verdict says its
     // own share of the steps' time, so each says what it is a share of.
     let mut parts =
@@ -1301,11 +1305,18 @@ mod tests {
             "{line}"
         );
         // The host's peak: the larger of the epochs' and the process's after saving.
-        let epoch = EpochRecord { peak_rss: Some(3 << 20), ..record };
+        let epoch = EpochRecord { peak_rss: Some(3 << 20), ..record.clone() };
         assert!(time_and_memory(std::slice::from_ref(&epoch), Some(5 << 20))
             .unwrap()
             .ends_with("peak host memory 5 MiB"));
         assert!(time_and_memory(&[epoch], Some(2 << 20)).unwrap().ends_with("peak host memory 3 MiB"));
+        // A resume with no epoch left: only this process's peak, said as such.
+        let untimed = EpochRecord { data_wait: None, ..record };
+        assert_eq!(
+            time_and_memory(&[untimed], Some(7 << 20)).as_deref(),
+            Some("time and memory: no epoch trained in this process; peak host memory 7 MiB")
+        );
+        assert_eq!(time_and_memory(&[], None), None);
     }
 
     #[test]

@@ -800,6 +800,7 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let t = text(&out);
     assert!(out.status.success() && t.contains("(2 of 2 epochs done; 0 to go"), "{t}");
     assert!(t.contains("no epoch left to train: the checkpoint's 2 epochs are the model"), "{t}");
+    assert!(t.contains("time and memory: no epoch trained in this process; peak host memory "), "{t}");
     // Profiled, it has no step to profile: said, not a failure.
     let out = kynml(&["train", "spec.kyn", "--out", "run2p", "--profile"], dir);
     let t = text(&out);

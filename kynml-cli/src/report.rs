@@ -122,7 +122,16 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         ["run", "waiting for batches (of epoch time)", "skipped fp16 steps", "peak device pool", "peak host memory"];
     text += &format!("\n\ntime and memory\n{}", render::table(&header, &costs));
     if !phases.is_empty() {
-        let header = ["run", "steps", "wait", "copy", "forward", "backward", "optimizer", "other", "mean step"];
+        let mut header = vec!["run", "steps", "wait", "copy", "forward", "backward", "sync", "optimizer", "other"];
+        header.push("mean step");
+        // The replicas' meeting: a column only where a data-parallel run is shown.
+        let sync = header.iter().position(|h| *h == "sync").unwrap_or(0);
+        if phases.iter().all(|row: &Vec<String>| row.get(sync).is_none_or(|v| v == "-")) {
+            header.remove(sync);
+            for row in &mut phases {
+                row.remove(sync);
+            }
+        }
         text += &format!(
             "\n\nwhere the step time goes (profiled runs; shares of the step time, waiting for the batch included)\n{}",
             render::table(&header, &phases)
@@ -191,8 +200,10 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
     let phases = p["phases"].as_array().ok_or_else(|| format!("error: {}: no `phases`", path.display()))?;
     // Every phase a run writes, each with its mean and share: without one,
     // the shares and the mean step would be of part of the step.
+    // `sync` is a data-parallel run's alone.
     let missing: Vec<&str> = kynml_core::train::profile::PHASES
         .into_iter()
+        .filter(|name| *name != "sync")
         .filter(|name| !phases.iter().any(|x| x["phase"] == *name && x["mean"].is_number() && x["share"].is_number()))
         .collect();
     if !missing.is_empty() {
@@ -203,12 +214,9 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
             missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
         ));
     }
-    let share = |name: &str| {
-        phases
-            .iter()
-            .find(|x| x["phase"] == name)
-            .and_then(|x| x["share"].as_f64())
-            .map_or("?".into(), |s| format!("{:.1}%", 100.0 * s))
+    let share = |name: &str| match phases.iter().find(|x| x["phase"] == name) {
+        None if name == "sync" => "-".into(),
+        found => found.and_then(|x| x["share"].as_f64()).map_or("?".into(), |s| format!("{:.1}%", 100.0 * s)),
     };
     // The mean step with its wait, as the chart's and the shares' step.
     let mean: f64 = phases.iter().filter_map(|x| x["mean"].as_f64()).sum();
@@ -496,14 +504,26 @@ mod tests {
         }
     }
 
-    /// A profile.json whose mean step is 2.175408 s (all of it forward).
+    /// A one-device run's profile.json whose mean step is 2.175408 s (all of it forward).
     fn profile_json() -> String {
-        let phase =
-            |name: &str, mean: f64, share: f64| serde_json::json!({"phase": name, "mean": mean, "share": share});
+        profile_with(&[("forward", 2.175408, 1.0)], false)
+    }
+
+    /// A profile.json with the given phases' means and shares (the others
+    /// 0), and a `sync` phase where `data_parallel`.
+    fn profile_with(given: &[(&str, f64, f64)], data_parallel: bool) -> String {
+        let phase = |name: &str| {
+            let (mean, share) = given.iter().find(|g| g.0 == name).map_or((0.0, 0.0), |g| (g.1, g.2));
+            serde_json::json!({"phase": name, "mean": mean, "share": share})
+        };
+        let phases: Vec<serde_json::Value> = kynml_core::train::profile::PHASES
+            .into_iter()
+            .filter(|name| *name != "sync" || data_parallel)
+            .map(phase)
+            .collect();
         serde_json::json!({
             "steps": 4,
-            "phases": kynml_core::train::profile::PHASES
-                .map(|name| if name == "forward" { phase(name, 2.175408, 1.0) } else { phase(name, 0.0, 0.0) }),
+            "phases": phases,
             "verdict": {"advice": "compute-bound: ..."},
         })
         .to_string()
@@ -550,6 +570,28 @@ mod tests {
         // A run that was not resumed and whose log is whole: nothing said.
         run_folder(&dir, 2.0, None);
         assert!(report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message)).notes.is_empty());
+    }
+
+    /// The replicas' meeting is a column only where a data-parallel run is
+    /// shown, `-` for the runs on one device beside it.
+    #[test]
+    fn the_sync_column_is_shown_with_a_data_parallel_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+        run_folder(&one, 2.0, Some(&profile_json()));
+        run_folder(&two, 2.0, Some(&profile_with(&[("forward", 0.002, 0.6), ("sync", 0.001, 0.4)], true)));
+        let column = |dirs: &[PathBuf]| {
+            let r = report(dirs).unwrap_or_else(|f| panic!("{}", f.message));
+            let phases = r.text.split("where the step time goes").nth(1).unwrap().to_string();
+            phases
+        };
+        let both = column(&[one.clone(), two]);
+        let header = both.lines().find(|l| l.contains("forward")).unwrap();
+        assert!(header.contains(" backward   sync    optimizer "), "{both}");
+        assert!(both.lines().any(|l| l.trim_start().starts_with("two") && l.contains(" 40.0% ")), "{both}");
+        assert!(both.lines().any(|l| l.trim_start().starts_with("one") && l.contains(" - ")), "{both}");
+        let alone = column(&[one]);
+        assert!(!alone.contains("sync"), "{alone}");
     }
 
     /// A field edited to the wrong kind of value is shown as `?` and said,

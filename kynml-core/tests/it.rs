@@ -2216,6 +2216,22 @@ fn profiled_phases_add_up_to_the_step_time_on_every_engine() {
     {
         profiled_phases_add_up(name, device, engine, &file, &data);
     }
+    // Two replicas: each step's meeting (the all-reduce, the wait for the
+    // other replica) is a phase of its own, and the phases with it still
+    // fit in the step.
+    let settings = TrainSettings {
+        engine: EngineChoice::Burn,
+        profile: true,
+        replicas: vec![cpu.clone()],
+        ..TrainSettings::default()
+    };
+    let profile = profiled_steps("flex, two replicas", &cpu, &settings, &file, &data);
+    assert!(profile.data_parallel() && profile.steps.iter().all(|s| s.phases.sync > 0.0));
+    assert!(profile.summary().iter().any(|p| p.phase == "sync" && p.share > 0.0));
+    for s in &profile.steps {
+        let p = s.phases;
+        assert!(p.copy + p.forward + p.backward + p.sync + p.optimizer <= s.total * 1.0001, "{s:?}");
+    }
     // With two workers, every batch is on the track of the worker that gathered it.
     file.spec.dataset.num_workers.value = 2;
     let settings = TrainSettings { profile: true, ..TrainSettings::default() };

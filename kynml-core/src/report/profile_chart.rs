@@ -66,16 +66,19 @@ pub fn render_png(figure: &ProfileFigure) -> Result<Vec<u8>, PlotError> {
 // ---------------------------------------------------------------------------
 // What is drawn
 
-const PHASE_COLORS: [RGBColor; 6] = [
+/// How many phases a step has ([`PHASES`]).
+const N: usize = PHASES.len();
+const PHASE_COLORS: [RGBColor; N] = [
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x94, 0x67, 0xbd),
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x17, 0xbe, 0xcf),
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0xa8, 0xa8, 0xa8),
 ];
-const PHASE_NAMES: [&str; 6] =
-    ["waiting for the batch", "copy to the device", "forward", "backward", "optimizer", "other"];
+const PHASE_NAMES: [&str; N] =
+    ["waiting for the batch", "copy to the device", "forward", "backward", "replicas' meeting", "optimizer", "other"];
 
 /// The title's band, above its subtitle and verdict lines.
 const TITLE_H: f64 = 52.0;
@@ -95,7 +98,7 @@ const ROW_LABEL_W: f64 = 150.0;
 struct Row {
     label: String,
     /// Milliseconds per step, per phase in [`PHASES`] order.
-    ms: [f64; 6],
+    ms: [f64; N],
 }
 
 /// The second panel.
@@ -104,7 +107,7 @@ struct Steps {
     /// The x of each point: the step number, or a group's middle.
     xs: Vec<f64>,
     /// Milliseconds per phase at each point.
-    ms: Vec<[f64; 6]>,
+    ms: Vec<[f64; N]>,
     /// Steps per point (1 up to [`MAX_POINTS`] steps).
     group: usize,
     /// The top of the drawn data; higher totals are cut.
@@ -127,20 +130,22 @@ struct Chart {
     /// The unit of the second panel's axis.
     steps_unit: Unit,
     /// Each phase's share of the run.
-    shares: [f64; 6],
+    shares: [f64; N],
+    /// The phases in the legend: all but the replicas' meeting of a run on one device.
+    shown: Vec<usize>,
     rows: Vec<Row>,
     steps: Steps,
 }
 
-fn ms_of(s: &crate::train::profile::StepTiming) -> [f64; 6] {
+fn ms_of(s: &crate::train::profile::StepTiming) -> [f64; N] {
     std::array::from_fn(|k| 1e3 * s.phase(PHASES[k]))
 }
 
-fn mean_ms<'a>(steps: impl Iterator<Item = &'a crate::train::profile::StepTiming>) -> [f64; 6] {
-    let (mut sum, mut n) = ([0.0; 6], 0usize);
+fn mean_ms<'a>(steps: impl Iterator<Item = &'a crate::train::profile::StepTiming>) -> [f64; N] {
+    let (mut sum, mut n) = ([0.0; N], 0usize);
     for s in steps {
         let ms = ms_of(s);
-        for k in 0..6 {
+        for k in 0..N {
             sum[k] += ms[k];
         }
         n += 1;
@@ -155,7 +160,7 @@ impl Chart {
             return Err(PlotError::NoSteps);
         }
         let summary = f.profile.summary();
-        let shares: [f64; 6] =
+        let shares: [f64; N] =
             std::array::from_fn(|k| summary.iter().find(|p| p.phase == PHASES[k]).map_or(0.0, |p| p.share));
 
         // The bars: epochs, grouped evenly when there are too many.
@@ -176,7 +181,7 @@ impl Chart {
 
         // Every step, or the means of groups of them.
         let group = steps.len().div_ceil(MAX_POINTS);
-        let (xs, ms): (Vec<f64>, Vec<[f64; 6]>) = steps
+        let (xs, ms): (Vec<f64>, Vec<[f64; N]>) = steps
             .chunks(group)
             .enumerate()
             .map(|(i, chunk)| ((i * group) as f64 + (chunk.len() as f64 + 1.0) / 2.0, mean_ms(chunk.iter())))
@@ -223,6 +228,7 @@ impl Chart {
             bars_unit: Unit::for_ms(rows.iter().map(|r| r.ms.iter().sum::<f64>()).fold(0.0, f64::max)),
             steps_unit: Unit::for_ms(top),
             shares,
+            shown: (0..N).filter(|&k| PHASES[k] != "sync" || f.profile.data_parallel()).collect(),
             rows,
             steps: Steps { xs, ms, group, top, cut, epoch_starts },
         })
@@ -245,18 +251,19 @@ impl Chart {
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let font = st.font(LEGEND_SIZE, TEXT).pos(Pos::new(HPos::Left, VPos::Center));
         let labels: Vec<String> =
-            (0..6).map(|k| format!("{} {:.0}%", PHASE_NAMES[k], 100.0 * self.shares[k])).collect();
+            self.shown.iter().map(|&k| format!("{} {:.0}%", PHASE_NAMES[k], 100.0 * self.shares[k])).collect();
         let (swatch, gap) = (st.px(16.0), st.px(28.0));
         let widths: Vec<i32> =
             labels.iter().map(|l| area.estimate_text_size(l, &font).map_or(0, |(w, _)| w as i32)).collect();
-        let total: i32 = widths.iter().map(|w| w + swatch + st.px(8.0)).sum::<i32>() + gap * 5;
+        let gaps = labels.len().saturating_sub(1) as i32;
+        let total: i32 = widths.iter().map(|w| w + swatch + st.px(8.0)).sum::<i32>() + gap * gaps;
         let (w, h) = area.dim_in_pixel();
         let mut x = (w as i32 - total).max(0) / 2;
         let y = h as i32 / 2;
-        for k in 0..6 {
+        for (i, &k) in self.shown.iter().enumerate() {
             area.draw(&Rectangle::new([(x, y - swatch / 2), (x + swatch, y + swatch / 2)], PHASE_COLORS[k].filled()))?;
-            area.draw(&Text::new(labels[k].as_str(), (x + swatch + st.px(8.0), y), font.clone()))?;
-            x += swatch + st.px(8.0) + widths[k] + gap;
+            area.draw(&Text::new(labels[i].as_str(), (x + swatch + st.px(8.0), y), font.clone()))?;
+            x += swatch + st.px(8.0) + widths[i] + gap;
         }
         Ok(())
     }
@@ -382,7 +389,7 @@ impl Chart {
             .axis_style(AXIS.stroke_width(st.upx(1.0)))
             .draw()?;
         let mut below = vec![0.0; s.ms.len()];
-        for k in 0..6 {
+        for k in 0..N {
             let above: Vec<f64> = below.iter().zip(&s.ms).map(|(b, m)| b + m[k]).collect();
             if above.iter().zip(&below).any(|(a, b)| a > b) {
                 let clip = |v: f64| v.min(s.top);
@@ -547,7 +554,7 @@ mod tests {
             step,
             start: 0.0,
             wait: 0.001,
-            phases: StepPhases { copy: 0.0005, forward, backward: 0.004, optimizer: 0.002, in_use: 0 },
+            phases: StepPhases { copy: 0.0005, forward, backward: 0.004, sync: 0.0, optimizer: 0.002, in_use: 0 },
             total: 0.0005 + forward + 0.004 + 0.002 + 0.0005,
             prepared: None,
         }
@@ -571,7 +578,7 @@ mod tests {
         assert_eq!(labels, ["epoch 1", "epoch 2", "epoch 3", "all steps"]);
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert!(close(c.rows[1].ms[2], 6.0) && close(c.rows[3].ms[2], 6.0), "{:?}", c.rows);
-        assert!(close(c.rows[0].ms[0], 1.0) && close(c.rows[0].ms[5], 0.5));
+        assert!(close(c.rows[0].ms[0], 1.0) && close(c.rows[0].ms[6], 0.5));
         // Shares add up to the whole, and every step is a point.
         assert!(close(c.shares.iter().sum(), 1.0));
         assert_eq!((c.steps.xs.len(), c.steps.group), (15, 1));
@@ -628,7 +635,14 @@ mod tests {
                 step: i,
                 start: 0.0,
                 wait: 0.0,
-                phases: StepPhases { copy: 0.0, forward: 60e-6, backward: 40e-6, optimizer: 20e-6, in_use: 0 },
+                phases: StepPhases {
+                    copy: 0.0,
+                    forward: 60e-6,
+                    backward: 40e-6,
+                    sync: 0.0,
+                    optimizer: 20e-6,
+                    in_use: 0,
+                },
                 total: 120e-6,
                 prepared: None,
             })

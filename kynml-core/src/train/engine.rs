@@ -400,6 +400,7 @@ impl Engine for BurnEngine {
         self.step_rows = self.step_rows.max(batch.len());
         let (x, y) = batch_tensors(batch, self.n_features, self.loss, &self.autodiff);
         self.phases.in_use = 0;
+        self.phases.sync = 0.0;
         self.phases.copy = laps.lap();
         self.note_memory();
         let pred = model.forward_in(x, Mode::Train(dropout), self.half);
@@ -436,6 +437,7 @@ impl Engine for BurnEngine {
                     return None;
                 }
             }
+            self.phases.sync = laps.lap();
         }
         // Loss scaling: unscale, and note on the device whether anything
         // overflowed. Burn's optimizer updates whatever it is given, so on

@@ -375,7 +375,7 @@ impl Engine for NativeEngine {
     /// The native engine times its passes on every step (a few clock reads).
     fn last_phases(&self) -> Option<StepPhases> {
         let [forward, backward, optimizer] = self.net.last_phases();
-        self.profiling.then_some(StepPhases { copy: 0.0, forward, backward, optimizer, in_use: 0 })
+        self.profiling.then_some(StepPhases { copy: 0.0, forward, backward, sync: 0.0, optimizer, in_use: 0 })
     }
 }
 

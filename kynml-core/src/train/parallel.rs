@@ -136,6 +136,8 @@ pub struct ParallelEngine {
     /// kept), where the replicas' losses are added up.
     device: DispatchDevice,
     failed: Option<String>,
+    /// Seconds the lead waited for the other replicas' steps to end, last step.
+    waited: f64,
     _one_run: MutexGuard<'static, ()>,
 }
 
@@ -181,6 +183,7 @@ impl ParallelEngine {
             replicas,
             device: autodiff.clone(),
             failed: None,
+            waited: 0.0,
             _one_run: one_run,
         };
         if let Err(e) = registered {
@@ -295,6 +298,9 @@ impl Engine for ParallelEngine {
             self.failed.get_or_insert(why);
         }
         let mut losses = vec![lead];
+        // The lead's wait for the other replicas to end their steps: part
+        // of their meeting, in the profile's `sync`.
+        let waiting = std::time::Instant::now();
         for (i, r) in self.replicas.iter().enumerate() {
             match r.replies.recv() {
                 Ok(Ok(loss)) => losses.push(loss),
@@ -309,6 +315,7 @@ impl Engine for ParallelEngine {
                 }
             }
         }
+        self.waited = waiting.elapsed().as_secs_f64();
         if self.failed.is_some() {
             return None;
         }
@@ -379,7 +386,7 @@ impl Engine for ParallelEngine {
     }
 
     fn last_phases(&self) -> Option<StepPhases> {
-        self.lead.last_phases()
+        self.lead.last_phases().map(|p| StepPhases { sync: p.sync + self.waited, ..p })
     }
 
     fn failure(&mut self) -> Option<String> {

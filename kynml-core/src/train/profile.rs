@@ -2,8 +2,9 @@
 //!
 //! With profiling on, every step is timed in phases: the wait for its batch
 //! from the loader, the copy of the batch to the device, the forward pass
-//! (and the loss), the backward pass, and the optimizer (with loss-scale
-//! check and clipping). On a GPU the Burn engine waits for the device after
+//! (and the loss), the backward pass, on several devices the replicas'
+//! meeting (the gradients' all-reduce and the wait for the slowest replica),
+//! and the optimizer (with loss-scale check and clipping). On a GPU the Burn engine waits for the device after
 //! each phase, so that each phase's time is its own; that waiting costs,
 //! which is why it is not on by default. Each epoch's evaluation is timed
 //! too. The result: a summary per phase ([`Profile::summary`], written as
@@ -23,6 +24,10 @@ pub struct StepPhases {
     pub forward: f64,
     /// The backward pass.
     pub backward: f64,
+    /// Data-parallel runs only (0 on one device): the gradients' all-reduce
+    /// and the wait for the other replicas, which includes their share of
+    /// any work that is slower than the lead's.
+    pub sync: f64,
     /// Loss-scale check, clipping and the optimizer's update.
     pub optimizer: f64,
     /// The most device memory in use (bytes) read at the ends of the
@@ -228,7 +233,9 @@ pub const BETWEEN_STEPS_SHARE: f64 = 0.3;
 pub const NOTE_SHARE: f64 = 0.1;
 
 /// The phases in step order; `other` is what the step spent outside them.
-pub const PHASES: [&str; 6] = ["wait", "copy", "forward", "backward", "optimizer", "other"];
+/// `sync` is a data-parallel run's alone: a run on one device has none, and
+/// its summary, table, chart and trace leave it out.
+pub const PHASES: [&str; 7] = ["wait", "copy", "forward", "backward", "sync", "optimizer", "other"];
 
 impl StepTiming {
     /// The phase's seconds in this step.
@@ -239,8 +246,9 @@ impl StepTiming {
             "copy" => p.copy,
             "forward" => p.forward,
             "backward" => p.backward,
+            "sync" => p.sync,
             "optimizer" => p.optimizer,
-            _ => (self.total - p.copy - p.forward - p.backward - p.optimizer).max(0.0),
+            _ => (self.total - p.copy - p.forward - p.backward - p.sync - p.optimizer).max(0.0),
         }
     }
 }
@@ -524,6 +532,10 @@ impl Profile {
         let hint = match phase {
             "copy" if whole_batch => "the copy to the device leads; one batch already holds every training row",
             "copy" => "the copy to the device leads: a larger batch copies less often per row",
+            "sync" => {
+                "the replicas' meeting leads (the gradients' all-reduce, and waiting for the slowest replica): a \
+                 larger batch gives each device more work per meeting, and devices of one kind keep pace"
+            }
             "optimizer" if whole_batch => "the optimizer's update leads; one batch already holds every training row",
             "optimizer" => "the optimizer's update leads: a larger batch updates less often per row",
             _ if self.half_precision && !whole_batch => {
@@ -630,6 +642,11 @@ impl Profile {
         (!parts.is_empty()).then(|| format!("between the steps: {}", parts.join(", ")))
     }
 
+    /// Whether the steps were a data-parallel run's: any replica meeting timed.
+    pub fn data_parallel(&self) -> bool {
+        self.steps.iter().any(|s| s.phases.sync > 0.0)
+    }
+
     /// The most device memory in use read at any phase's end (bytes);
     /// `None` where the device does not say.
     pub fn peak_in_use(&self) -> Option<u64> {
@@ -680,6 +697,9 @@ impl Profile {
             let mut at = s.start + s.wait;
             for phase in &PHASES[1..] {
                 let seconds = s.phase(phase);
+                if *phase == "sync" && !self.data_parallel() {
+                    continue;
+                }
                 events.push(json!({"name": phase, "ph": "X", "pid": 1, "tid": 1, "ts": us(at), "dur": dur(at, seconds), "args": args}));
                 at += seconds;
             }
@@ -743,8 +763,10 @@ fn seconds_text(seconds: f64) -> String {
 /// their time (waits included).
 fn summarize(steps: &[StepTiming]) -> Vec<PhaseSummary> {
     let all: f64 = steps.iter().map(|s| s.wait + s.total).sum();
+    let data_parallel = steps.iter().any(|s| s.phases.sync > 0.0);
     PHASES
         .iter()
+        .filter(|&&phase| phase != "sync" || data_parallel)
         .map(|&phase| {
             let mut v: Vec<f64> = steps.iter().map(|s| s.phase(phase)).collect();
             v.sort_by(f64::total_cmp);
@@ -773,7 +795,7 @@ mod tests {
             step: i,
             start: i as f64,
             wait,
-            phases: StepPhases { copy: 0.0, forward: 0.2, backward: 0.3, optimizer: 0.1, in_use: 0 },
+            phases: StepPhases { copy: 0.0, forward: 0.2, backward: 0.3, sync: 0.0, optimizer: 0.1, in_use: 0 },
             total: 0.7,
             prepared: i.is_multiple_of(2).then_some((i % 4 / 2, i as f64 - 0.5, 0.25)),
         };
@@ -810,7 +832,7 @@ mod tests {
                     step: i,
                     start: i as f64,
                     wait,
-                    phases: StepPhases { copy: 0.0, forward: 0.3, backward: 0.5, optimizer: 0.2, in_use: 0 },
+                    phases: StepPhases { copy: 0.0, forward: 0.3, backward: 0.5, sync: 0.0, optimizer: 0.2, in_use: 0 },
                     total: 1.0,
                     prepared: None,
                 })
@@ -867,7 +889,7 @@ mod tests {
             step,
             start: step as f64,
             wait: 0.0,
-            phases: StepPhases { copy: 0.0, forward: third, backward: third, optimizer: third, in_use: 0 },
+            phases: StepPhases { copy: 0.0, forward: third, backward: third, sync: 0.0, optimizer: third, in_use: 0 },
             total,
             prepared: None,
         }
@@ -928,6 +950,7 @@ mod tests {
                     copy: 0.0,
                     forward: step / 3.0,
                     backward: step / 2.0,
+                    sync: 0.0,
                     optimizer: step / 6.0,
                     in_use: 0,
                 },
@@ -957,7 +980,14 @@ mod tests {
                     step: i,
                     start: i as f64 * 0.003,
                     wait: 0.0,
-                    phases: StepPhases { copy: 0.0, forward: 0.001, backward: 0.0015, optimizer: 0.0005, in_use: 0 },
+                    phases: StepPhases {
+                        copy: 0.0,
+                        forward: 0.001,
+                        backward: 0.0015,
+                        sync: 0.0,
+                        optimizer: 0.0005,
+                        in_use: 0,
+                    },
                     total: 0.003,
                     prepared: None,
                 })
@@ -987,7 +1017,14 @@ mod tests {
             let mut at = 0.0;
             for epoch in 1..=6 {
                 for step in 1..=5 {
-                    let phases = StepPhases { copy: 0.0, forward: 0.004, backward: 0.004, optimizer: 0.002, in_use: 0 };
+                    let phases = StepPhases {
+                        copy: 0.0,
+                        forward: 0.004,
+                        backward: 0.004,
+                        sync: 0.0,
+                        optimizer: 0.002,
+                        in_use: 0,
+                    };
                     p.steps.push(StepTiming { epoch, step, start: at, wait: 0.0, phases, total: 0.01, prepared: None });
                     at += 0.01;
                 }
@@ -1122,7 +1159,14 @@ mod tests {
         // optimizer leads: the steady steps alone are judged.
         let mut steps: Vec<StepTiming> = (0..4)
             .map(|i| StepTiming {
-                phases: StepPhases { copy: 0.0, forward: 0.2e-3, backward: 0.3e-3, optimizer: 1.5e-3, in_use: 0 },
+                phases: StepPhases {
+                    copy: 0.0,
+                    forward: 0.2e-3,
+                    backward: 0.3e-3,
+                    sync: 0.0,
+                    optimizer: 1.5e-3,
+                    in_use: 0,
+                },
                 ..timed(1, i + 1, 2e-3)
             })
             .collect();

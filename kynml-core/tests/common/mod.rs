@@ -381,21 +381,40 @@ pub fn profiled_phases_add_up(
     data: &kynml_core::data::Dataset,
 ) {
     let settings = TrainSettings { engine, profile: true, ..TrainSettings::default() };
-    let result = train(&file.spec, data, device, &settings, &mut |_| {}).unwrap();
-    let profile = result.profile.expect("a profiled run has a profile");
-    let steps: usize = 4 * 192usize.div_ceil(32);
-    assert_eq!(profile.steps.len(), steps, "{name}");
-    assert_eq!(profile.evals.len(), 4, "{name}");
+    let profile = profiled_steps(name, device, &settings, file, data);
     let total: f64 = profile.steps.iter().map(|s| s.total).sum();
     let phases: f64 =
         profile.steps.iter().map(|s| s.phases.copy + s.phases.forward + s.phases.backward + s.phases.optimizer).sum();
     eprintln!("{name}: phases {phases:.4} s of {total:.4} s of steps");
     assert!(phases <= total * 1.0001 && phases >= 0.9 * total, "{name}: phases {phases} s, steps {total} s");
+    // One device: no replicas' meeting, in the steps or the summary.
+    assert!(profile.steps.iter().all(|s| s.phases.sync == 0.0) && !profile.data_parallel(), "{name}");
+    assert!(profile.summary().iter().all(|p| p.phase != "sync"), "{name}");
+}
+
+/// Trains `file` profiled with `settings` (192 rows in batches of 32, 4
+/// epochs) and checks the profile's shape: every step and evaluation there,
+/// and the Chrome trace with each phase of every step on the step's track
+/// (the waits on the loader's; the replicas' meeting only in a
+/// data-parallel run), no loader tracks without workers.
+pub fn profiled_steps(
+    name: &str,
+    device: &Device,
+    settings: &TrainSettings,
+    file: &SpecFile,
+    data: &kynml_core::data::Dataset,
+) -> kynml_core::train::profile::Profile {
+    let result = train(&file.spec, data, device, settings, &mut |_| {}).unwrap();
+    let profile = result.profile.expect("a profiled run has a profile");
+    let steps: usize = 4 * 192usize.div_ceil(32);
+    assert_eq!(profile.steps.len(), steps, "{name}");
+    assert_eq!(profile.evals.len(), 4, "{name}");
     let trace: serde_json::Value = serde_json::from_str(&profile.trace().to_string()).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
     for phase in kynml_core::train::profile::PHASES {
         let of: Vec<&serde_json::Value> = events.iter().filter(|e| e["name"] == phase).collect();
-        assert_eq!(of.len(), steps, "{name}: {phase} events");
+        let expected = if phase == "sync" && settings.replicas.is_empty() { 0 } else { steps };
+        assert_eq!(of.len(), expected, "{name}: {phase} events");
         assert!(of.iter().all(|e| e["ph"] == "X" && e["dur"].as_f64().is_some_and(|d| d >= 0.0)), "{name}");
         let track = if phase == "wait" { 2 } else { 1 };
         assert!(of.iter().all(|e| e["tid"] == track), "{name}: {phase} on the wrong track");
@@ -403,6 +422,7 @@ pub fn profiled_phases_add_up(
     assert_eq!(events.iter().filter(|e| e["name"] == "evaluate").count(), 4, "{name}");
     // Without workers the training thread gathers each batch: no loader tracks.
     assert_eq!(events.iter().filter(|e| e["name"] == "prepare batch").count(), 0, "{name}");
+    profile
 }
 
 /// Device memory in use, and the allocator's pool, are no larger after the

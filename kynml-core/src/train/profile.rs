@@ -895,6 +895,31 @@ mod tests {
         }
     }
 
+    /// Replicas that spend most of a step meeting: the verdict names it.
+    #[test]
+    fn a_data_parallel_run_waiting_on_its_replicas_is_told_so() {
+        let steps = (1..=6)
+            .map(|i| {
+                let mut s = timed(1, i, 4e-3);
+                s.phases = StepPhases { forward: 1e-3, backward: 0.5e-3, sync: 2e-3, optimizer: 0.5e-3, ..s.phases };
+                s
+            })
+            .collect();
+        let p = Profile { steps, ..Profile::default() };
+        assert!(p.data_parallel());
+        let v = p.verdict(0);
+        assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
+        assert!(
+            v.advice.contains("sync is 50% of the steps' time") && v.advice.contains("replicas' meeting"),
+            "{}",
+            v.advice
+        );
+        let sync = p.summary().into_iter().find(|x| x.phase == "sync").expect("a sync phase");
+        assert!(
+            (sync.share - 0.5).abs() < 1e-9 && p.summary().iter().find(|x| x.phase == "other").unwrap().total < 1e-12
+        );
+    }
+
     #[test]
     fn warm_up_steps_and_short_steps_shape_the_verdict() {
         // A 35 ms first step (kernels compiled) among 10 us ones: left out,

@@ -494,6 +494,55 @@ pub enum EvalError {
 #[cfg(test)]
 mod tests {
     use super::class_loss;
+    use crate::export::{Activation, ExportLayer, ExportModel, Head};
+
+    fn regression(input: usize, layers: Vec<ExportLayer>) -> super::Predictor {
+        let model = ExportModel {
+            name: "M".into(),
+            input,
+            shape: crate::model::Shape::flat(input),
+            feature_names: (0..input).map(|i| format!("x{i}")).collect(),
+            target: "y".into(),
+            normalizer: None,
+            categories: Vec::new(),
+            tokens: None,
+            sequence: None,
+            layers,
+            head: Head::Regression,
+        };
+        let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).unwrap();
+        super::Predictor::new(model, &cpu).unwrap()
+    }
+
+    /// Values that overflow f32 inside the model are refused, naming the
+    /// row, as the NaN PyTorch gives for them: a layer norm's variance past
+    /// f32 gave the output of a row of zeros, and relu turned a NaN into 0.
+    #[test]
+    fn an_overflow_inside_the_model_is_refused_not_predicted() {
+        let norm = regression(
+            4,
+            vec![
+                ExportLayer::layernorm(vec![1.0; 4], vec![0.5; 4]),
+                ExportLayer::dense(4, 1, vec![1.0, 2.0, 3.0, 4.0], vec![0.0], Activation::Linear),
+            ],
+        );
+        let small = norm.predict(&[1.0, 2.0, 3.0, 4.0]).unwrap().outputs[0];
+        // Scale-free: a thousand times larger, the same prediction.
+        assert!((norm.predict(&[1e3, 2e3, 3e3, 4e3]).unwrap().outputs[0] - small).abs() < 1e-4);
+        let huge = norm.predict(&[1.0, 2.0, 3.0, 4.0, 1e19, 2e19, 3e19, 4e19]).map(|p| p.outputs);
+        assert!(matches!(huge, Err(super::PredictError::Overflow { row: 1 })), "{huge:?}");
+        // [a + b, -a - b] is [inf, -inf]; their sum is NaN, which relu keeps.
+        let relu = regression(
+            2,
+            vec![
+                ExportLayer::dense(2, 2, vec![1.0, 1.0, -1.0, -1.0], vec![0.0; 2], Activation::Linear),
+                ExportLayer::dense(2, 1, vec![1.0, 1.0], vec![0.0], Activation::Relu),
+            ],
+        );
+        assert_eq!(relu.predict(&[1.0, 2.0]).unwrap().outputs, [0.0]);
+        let over = relu.predict(&[1.0, 2.0, 3e38, 3e38]).map(|p| p.outputs);
+        assert!(matches!(over, Err(super::PredictError::Overflow { row: 1 })), "{over:?}");
+    }
 
     #[test]
     fn class_loss_is_trainings_cross_entropy_and_bce() {

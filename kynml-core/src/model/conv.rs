@@ -341,7 +341,7 @@ impl LayerModule for Conv<Kb> {
             }
         };
         let [_, out, oh, ow] = y.dims();
-        apply_activation(y.reshape([batch, out * oh * ow]), self.activation)
+        apply_activation(y.reshape([batch, out * oh * ow]), self.activation, pass)
     }
 
     fn state(&self) -> Vec<(String, TensorData)> {

@@ -272,7 +272,7 @@ impl LayerModule for Dense<Kb> {
             None => alone(x.matmul(self.weight.val())),
             Some(h) => alone(x.cast(h).matmul(self.weight.val().cast(h))).cast(FloatDType::F32),
         };
-        let y = apply_activation(product + self.bias.val().unsqueeze::<2>(), self.activation);
+        let y = apply_activation(product + self.bias.val().unsqueeze::<2>(), self.activation, pass);
         if width == d {
             y
         } else {
@@ -311,10 +311,20 @@ pub(crate) fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// Applies `act` on the device (shared with the convolutions).
-pub fn apply_activation(x: Tensor<Kb, 2>, act: Activation) -> Tensor<Kb, 2> {
+///
+/// Outside training a NaN stays NaN through relu, as in PyTorch and ONNX:
+/// Burn's CPU relu (`max(x, 0)`) makes it 0, which hid an overflow earlier
+/// in the model (attention's scores past f32) from `predict`'s check of its
+/// outputs, and gave such a row another row's prediction. Training keeps
+/// Burn's relu, whose gradient the native engine matches.
+pub fn apply_activation(x: Tensor<Kb, 2>, act: Activation, pass: &Pass) -> Tensor<Kb, 2> {
     match act {
         Activation::Linear => x,
-        Activation::Relu => activation::relu(x),
+        Activation::Relu if pass.training() => activation::relu(x),
+        Activation::Relu => {
+            let nan = x.clone().is_nan();
+            activation::relu(x.clone()).mask_where(nan, x)
+        }
         // Written out, not Burn's `gelu`: its backward on the GPU backends
         // (Burn 0.21's default `gelu_backward`) is the derivative of the
         // tanh approximation, up to 9e-4 from the exact one PyTorch's

@@ -132,13 +132,23 @@ fn features(input: &Shape) -> usize {
 }
 
 impl LayerModule for LayerNorm<Kb> {
-    fn forward(&self, x: Tensor<Kb, 2>, _pass: &mut Pass) -> Tensor<Kb, 2> {
+    fn forward(&self, x: Tensor<Kb, 2>, pass: &mut Pass) -> Tensor<Kb, 2> {
         let [batch, size] = x.dims();
         let f = self.gamma.dims()[0];
         let x = if f == size { x } else { x.reshape([batch * (size / f), f]) };
         let mean = x.clone().mean_dim(1);
         let var = (x.clone() - mean.clone()).square().mean_dim(1);
-        let x_hat = (x - mean) / (var + EPS).sqrt();
+        let x_hat = (x - mean) / (var.clone() + EPS).sqrt();
+        // Outside training, a row whose variance overflows f32 (values
+        // past about 1e19) is NaN, as in PyTorch, not `beta`: dividing by
+        // an infinite deviation gave every such row the output of a row of
+        // zeros, which `predict` could not tell from a real prediction.
+        let x_hat = if pass.training() {
+            x_hat
+        } else {
+            let rows = x_hat.dims()[0];
+            x_hat.mask_fill(var.is_inf().expand([rows, f]), f32::NAN)
+        };
         let y = x_hat * self.gamma.val().unsqueeze::<2>() + self.beta.val().unsqueeze::<2>();
         if f == size {
             y

@@ -590,12 +590,17 @@ pub fn parse_model_rows(
     // trailing comma) is passed over: the model's columns are read by name.
     let named = |name: &String| !name.is_empty();
     check_unique(&header, path)?;
+    // Each name's column (the names are unique): found by hash, as wide
+    // files have tens of thousands of columns.
+    let at: std::collections::HashMap<&str, usize> =
+        header.iter().enumerate().map(|(col, name)| (name.as_str(), col)).collect();
     let mut columns = Vec::with_capacity(feature_names.len());
     for name in feature_names {
-        match header.iter().position(|h| h == name) {
-            Some(col) => columns.push(col),
+        match at.get(name.as_str()) {
+            Some(&col) => columns.push(col),
             None => {
-                let known = header.iter().filter(|h| !feature_names.contains(h)).map(String::as_str);
+                let model: std::collections::HashSet<&str> = feature_names.iter().map(String::as_str).collect();
+                let known = header.iter().map(String::as_str).filter(|h| !model.contains(h));
                 return Err(DataError::MissingColumn {
                     path: path.into(),
                     name: name.clone(),
@@ -618,8 +623,12 @@ pub fn parse_model_rows(
         }
     }
     let target_col = header.iter().position(|h| h == target);
+    let mut read = vec![false; header.len()];
+    for &col in &columns {
+        read[col] = true;
+    }
     if let Some((col, name)) =
-        header.iter().enumerate().find(|(col, name)| !columns.contains(col) && Some(*col) != target_col && named(name))
+        header.iter().enumerate().find(|(col, name)| !read[*col] && Some(*col) != target_col && named(name))
     {
         return Err(DataError::ExtraColumn {
             path: path.into(),
@@ -1007,9 +1016,11 @@ fn check_named(header: &[String], path: &Path, line: usize) -> Result<(), DataEr
 }
 
 fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
-    // Unnamed columns are refused (training) or passed over (predict) on their own.
-    for (i, name) in header.iter().enumerate().filter(|(_, name)| !name.is_empty()) {
-        if header[..i].contains(name) {
+    // Unnamed columns are refused (training) or passed over (predict) on
+    // their own. A set: a header of a million columns is read in a blink.
+    let mut seen = std::collections::HashSet::with_capacity(header.len());
+    for name in header.iter().filter(|name| !name.is_empty()) {
+        if !seen.insert(name.as_str()) {
             let columns = (1..=header.len()).filter(|&c| header[c - 1] == *name).collect();
             return Err(DataError::DuplicateColumn { path: path.into(), name: name.clone(), columns });
         }
@@ -1021,7 +1032,8 @@ fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
 /// number, none of them one of the model's column names (pandas names
 /// columns `0`, `1`, ...), and as many cells as a row of the model has.
 fn no_header(first: &[String], features: &[String], target: &str) -> bool {
-    let named = |h: &String| features.contains(h) || h == target;
+    let features: std::collections::HashSet<&str> = features.iter().map(String::as_str).collect();
+    let named = |h: &String| features.contains(h.as_str()) || h == target;
     let width = first.len() == features.len() || first.len() == features.len() + 1;
     width && first.iter().all(|h| h.trim().parse::<f64>().is_ok() && !named(h))
 }

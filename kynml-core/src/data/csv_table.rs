@@ -1178,7 +1178,7 @@ impl OneFloat {
 /// reads them), sorted by value (`2` before `10`), and named as the data
 /// writes the value most often (`01` stays `01`); other labels sort as text.
 fn encode_classes(labels: &[String]) -> Targets {
-    let integers: Option<Vec<i64>> = labels.iter().map(|l| l.parse().ok()).collect();
+    let integers: Option<Vec<Whole>> = labels.iter().map(|l| Whole::parse(l)).collect();
     let Some(values) = integers else {
         let mut names = labels.to_vec();
         names.sort_unstable();
@@ -1189,9 +1189,9 @@ fn encode_classes(labels: &[String]) -> Targets {
     };
     // Each value's spellings, counted: the most frequent names it (the
     // first in text order on a tie).
-    let mut spellings: std::collections::BTreeMap<i64, std::collections::BTreeMap<&str, usize>> = Default::default();
+    let mut spellings: std::collections::BTreeMap<&Whole, std::collections::BTreeMap<&str, usize>> = Default::default();
     for (label, value) in labels.iter().zip(&values) {
-        *spellings.entry(*value).or_default().entry(label.as_str()).or_default() += 1;
+        *spellings.entry(value).or_default().entry(label.as_str()).or_default() += 1;
     }
     let names: Vec<String> = spellings
         .values()
@@ -1200,9 +1200,55 @@ fn encode_classes(labels: &[String]) -> Targets {
             counts.iter().find(|(_, &n)| n == most).map_or(String::new(), |(text, _)| (*text).to_string())
         })
         .collect();
-    let index: HashMap<i64, u32> = spellings.keys().enumerate().map(|(i, v)| (*v, class_index(i))).collect();
+    let index: HashMap<&Whole, u32> = spellings.keys().enumerate().map(|(i, v)| (*v, class_index(i))).collect();
     let indices = values.iter().map(|v| index[v]).collect();
     Targets::Classes { indices, names }
+}
+
+/// A whole number of any size as a label writes it (`7`, `+7`, `007`,
+/// `-12`, an id of thirty digits): its sign and its digits without leading
+/// zeros, ordered by value. A label past i64 is still a number (it switched
+/// every label of its column to text order).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Whole {
+    negative: bool,
+    /// No leading zeros; `0` for zero (which is never negative).
+    digits: String,
+}
+
+impl Whole {
+    fn parse(text: &str) -> Option<Self> {
+        let (negative, rest) = match text.as_bytes().first()? {
+            b'-' => (true, &text[1..]),
+            b'+' => (false, &text[1..]),
+            _ => (false, text),
+        };
+        if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let digits = rest.trim_start_matches('0');
+        let digits = if digits.is_empty() { "0" } else { digits };
+        Some(Whole { negative: negative && digits != "0", digits: digits.to_string() })
+    }
+}
+
+impl Ord for Whole {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let magnitude =
+            |a: &Whole, b: &Whole| a.digits.len().cmp(&b.digits.len()).then_with(|| a.digits.cmp(&b.digits));
+        match (self.negative, other.negative) {
+            (true, false) => std::cmp::Ordering::Less,
+            (false, true) => std::cmp::Ordering::Greater,
+            (false, false) => magnitude(self, other),
+            (true, true) => magnitude(other, self),
+        }
+    }
+}
+
+impl PartialOrd for Whole {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 fn class_index(i: usize) -> u32 {
@@ -1216,8 +1262,8 @@ pub fn class_of(names: &[String], label: &str) -> Option<usize> {
     if let Some(i) = names.iter().position(|n| n == label) {
         return Some(i);
     }
-    let value: i64 = label.parse().ok()?;
-    let values: Option<Vec<i64>> = names.iter().map(|n| n.parse().ok()).collect();
+    let value = Whole::parse(label)?;
+    let values: Option<Vec<Whole>> = names.iter().map(|n| Whole::parse(n)).collect();
     values?.iter().position(|v| *v == value)
 }
 
@@ -1359,6 +1405,19 @@ mod tests {
         // Text classes match as written only.
         let text = ["a".to_string(), "2".to_string()];
         assert_eq!((class_of(&text, "2"), class_of(&text, "02")), (Some(1), None));
+        // Past i64 a label is still a whole number: by value, `0…` and its
+        // unpadded spelling one class, negatives first, `-0` is `0`.
+        let t = read(
+            b"x,y\n0,9223372036854775808\n0,10\n0,5\n0,09223372036854775808\n0,-99999999999999999999\n0,-0\n0,0\n",
+            &classes("y"),
+        )
+        .unwrap();
+        let names: Vec<String> =
+            ["-99999999999999999999", "-0", "5", "10", "09223372036854775808"].map(String::from).to_vec();
+        assert_eq!(t.targets, Targets::Classes { indices: vec![4, 3, 2, 4, 0, 1, 1], names });
+        let names = t.targets.class_names().unwrap();
+        assert_eq!(class_of(names, "+9223372036854775808"), Some(4));
+        assert_eq!(class_of(names, "0"), Some(1));
     }
 
     /// A table built or changed in code that does not hold together is an

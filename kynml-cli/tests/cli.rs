@@ -405,6 +405,43 @@ fn cuda_on_a_machine_without_it_is_a_clear_error() {
 /// `--device cpu,cpu`: a data-parallel run on two CPU replicas, said in
 /// "what runs", recorded in metrics.json, and measured by `kynml bench`;
 /// devices of two kinds are refused before anything is written.
+/// A text model's data through a named pipe is read once, as a plain
+/// model's is: a first count of its lines drained the pipe and left the
+/// load waiting forever.
+#[cfg(unix)]
+#[test]
+fn a_text_models_data_from_a_pipe_is_read_once() {
+    let tmp = copy_example("reviews");
+    let dir = tmp.path();
+    let csv = std::fs::read(dir.join("reviews.csv")).unwrap();
+    std::fs::remove_file(dir.join("reviews.csv")).unwrap();
+    let made = Command::new("mkfifo").arg(dir.join("reviews.csv")).status().unwrap();
+    assert!(made.success());
+    let pipe = dir.join("reviews.csv");
+    // The writer sends the file once; it waits until the pipe is opened.
+    let writer = std::thread::spawn(move || std::fs::write(pipe, csv).is_ok());
+    let child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["check", "reviews.kyn"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(Some(child));
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.as_mut().unwrap().try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed().as_secs() < 60, "kynml check still waits on the pipe after 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = child.0.take().unwrap().wait_with_output().unwrap();
+    assert!(status.success(), "{}", text(&out));
+    assert!(text(&out).contains("rows"), "{}", text(&out));
+    assert!(writer.join().unwrap());
+}
+
 #[test]
 fn a_data_parallel_run_on_two_cpu_replicas_says_so_and_trains() {
     let tmp = copy_example("iris");

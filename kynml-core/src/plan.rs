@@ -593,6 +593,11 @@ impl SpecFile {
         if !(model.shape.is_tokens() || model.shape.is_sequence()) {
             return None;
         }
+        // A pipe or a device can be read once only: the load reads it (a
+        // count first drained a FIFO and left the load waiting forever).
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return None;
+        }
         let available = kynml_backend::proc_bytes("/proc/meminfo", "MemAvailable")?;
         // Lines, less the header: at least the rows (a quoted cell may hold more lines).
         // Lines end in `\n`, or in a lone `\r` (classic Mac, Excel for Mac):

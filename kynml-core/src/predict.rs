@@ -444,7 +444,9 @@ impl PredictError {
             }
             PredictError::Range { feature, value, mean, std, .. } => format!(
                 "{feature} = {value:e} is beyond what the model can take: normalised with the training rows' mean \
-                 {mean:.4} and spread {std:.4}, it exceeds a 32-bit float (about 3.4e38)"
+                 {} and spread {}, it exceeds a 32-bit float (about 3.4e38)",
+                crate::data::error::statistic(*mean),
+                crate::data::error::statistic(*std)
             ),
             PredictError::NotFinite { feature, value, .. } => {
                 format!("{feature} = {value} is not a finite number: the model takes numbers only")

@@ -239,6 +239,9 @@ pub struct Table {
     /// The numeric features (positions in `feature_names`) whose numbers
     /// differ as written but all read as one 32-bit float.
     pub collapsed: Vec<usize>,
+    /// The line each data row starts on (1-based, as an editor counts), for
+    /// errors found after reading; empty for a table not read from a file.
+    pub lines: Vec<usize>,
 }
 
 /// The cells of one categorical column, trimmed, one per data row.
@@ -426,9 +429,11 @@ pub fn parse_csv_reporting(
     let mut values = Vec::new();
     let mut labels = Vec::new();
     let mut rows = 0usize;
+    let mut lines = Vec::new();
     let mut probes: Vec<Option<OneFloat>> = vec![None; header.len()];
     while let Some(line) = next_record(&mut reader, &ends, &mut record, path)? {
         rows += 1;
+        lines.push(line);
         if rows.is_multiple_of(REPORT_EVERY) {
             report(reader.position().byte(), total);
         }
@@ -499,6 +504,7 @@ pub fn parse_csv_reporting(
         text,
         sequence,
         collapsed,
+        lines,
     })
 }
 

@@ -188,6 +188,30 @@ pub struct Dataset {
     pub collapsed: Vec<String>,
 }
 
+/// The first value of `table` (a training or a validation row) that is a
+/// number as read but not once normalised: `(x - mean) / std` past f32
+/// would train on infinities (a NaN loss, or a NaN validation loss every
+/// epoch) where `predict` refuses the same value. A sequence's NaN is its
+/// padding, left alone.
+fn beyond_f32(table: &Table, normalizer: &Normalizer) -> Result<(), DataError> {
+    let width = normalizer.n_features();
+    for (r, row) in table.features.chunks_exact(width).enumerate() {
+        for (c, ((&x, &mean), &std)) in row.iter().zip(&normalizer.mean).zip(&normalizer.std).enumerate() {
+            if x.is_finite() && !((x - mean) / std).is_finite() {
+                return Err(DataError::Normalized {
+                    path: table.path.clone(),
+                    line: table.lines.get(r).copied(),
+                    column: table.feature_names[c].clone(),
+                    value: x,
+                    mean,
+                    std,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Dataset {
     /// Splits `table` with `seed` (see [`split_indices`]) and, if `normalize`
     /// is set, standardizes both parts with statistics of the training part
@@ -211,10 +235,13 @@ impl Dataset {
             for p in names.chain(tokens.iter().map(|t| 0..t.length)).flatten() {
                 (normalizer.mean[p], normalizer.std[p]) = (0.0, 1.0);
             }
-            normalizer.apply(&mut train.features);
-            normalizer.apply(&mut valid.features);
             normalizer
         });
+        if let Some(normalizer) = &normalizer {
+            beyond_f32(&table, normalizer)?;
+            normalizer.apply(&mut train.features);
+            normalizer.apply(&mut valid.features);
+        }
         let collapsed = table.collapsed.iter().map(|&c| table.feature_names[c].clone()).collect();
         let info = DataInfo {
             source: table.path,
@@ -357,6 +384,7 @@ mod tests {
             text: None,
             sequence: None,
             collapsed: Vec::new(),
+            lines: Vec::new(),
         }
     }
 
@@ -386,6 +414,43 @@ mod tests {
         let c = Dataset::from_table(table(50, true), 0.8, true, 12).unwrap();
         assert_eq!(a, b);
         assert_ne!(a.train.rows, c.train.rows);
+    }
+
+    /// A value that normalising takes past f32 is refused at its line: a
+    /// validation row's far from the training rows' spread, or a training
+    /// row's far on the other side of their mean. Without `normalize` it is read.
+    #[test]
+    fn a_value_normalised_past_f32_is_refused_at_its_line() {
+        let (_, valid) = split_indices(20, 0.8, 5).unwrap();
+        for r in 0..20 {
+            let mut t = table(20, false);
+            t.lines = (0..20).map(|i| 2 * i + 3).collect();
+            for i in 0..20 {
+                t.features[2 * i] = 0.01 * i as f32;
+            }
+            t.features[2 * r] = 3e38;
+            let result = Dataset::from_table(t.clone(), 0.8, true, 5).map(drop);
+            // In training it widens the spread with it, and stays finite.
+            if !valid.contains(&r) {
+                assert!(result.is_ok(), "row {r}: {result:?}");
+                continue;
+            }
+            let err = result.unwrap_err();
+            let DataError::Normalized { line, ref column, value, .. } = err else { panic!("{err}") };
+            assert_eq!((line, column.as_str(), value), (Some(2 * r + 3), "r", 3e38), "{err}");
+            let message = err.to_string();
+            assert!(message.starts_with(&format!("made/up.csv:{}: `r` = 3e38 is beyond", 2 * r + 3)), "{message}");
+            assert!(message.contains("training rows' mean 0.") && message.contains("spread 0.0"), "{message}");
+            assert!(Dataset::from_table(t, 0.8, false, 5).is_ok());
+        }
+        // Training rows of -3e38 but three: the three lie 4.5e38 from the mean.
+        let mut t = table(20, false);
+        t.lines = (0..20).map(|i| i + 2).collect();
+        for i in 0..20 {
+            t.features[2 * i + 1] = if i % 7 == 0 { 3e38 } else { -3e38 };
+        }
+        let err = Dataset::from_table(t, 0.8, true, 5).map(drop).unwrap_err().to_string();
+        assert!(err.starts_with("made/up.csv:2: `s` = 3e38 is beyond") && err.contains("mean -"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,31 @@ use crate::data::split::SplitError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DataError {
+    /// A finite value that `normalize = true` takes past f32: its distance
+    /// from the training rows' mean, over their spread, overflows.
+    #[error(
+        "{}{}: `{column}` = {value:e} is beyond what the model can take: normalised with the training rows' mean \
+         {} and spread {}, it exceeds a 32-bit float (about 3.4e38); rescale the column in the data",
+        path.display(),
+        line.map_or(String::new(), |l| format!(":{l}")),
+        statistic(*mean),
+        statistic(*std)
+    )]
+    Normalized {
+        /// The data file.
+        path: PathBuf,
+        /// The row's line, where the table knows it.
+        line: Option<usize>,
+        /// The column's name.
+        column: String,
+        /// The value as read.
+        value: f32,
+        /// The training rows' mean of the column.
+        mean: f32,
+        /// Their spread.
+        std: f32,
+    },
+
     /// The file could not be opened or read.
     #[error("cannot read {}: {source}", path.display())]
     Io {
@@ -533,6 +558,16 @@ fn join_numbers(numbers: &[usize]) -> String {
 
 /// For a number that is finite but overflows an f32 (`1e300`), what is
 /// wrong with it; empty for NaN and infinities.
+/// A mean or spread in a message: four decimals, or four significant
+/// digits in exponent form where decimals would show thirty digits or none.
+pub(crate) fn statistic(v: f32) -> String {
+    if v != 0.0 && !(1e-4..1e6).contains(&v.abs()) {
+        format!("{v:.4e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
 fn beyond_f32(text: &str) -> &'static str {
     match text.trim().parse::<f64>() {
         Ok(v) if v.is_finite() => ", which is too large for a 32-bit float (at most about ±3.4e38)",

@@ -26,7 +26,7 @@
 mod csv_table;
 pub(crate) use csv_table::line_breaks;
 mod dataset;
-mod error;
+pub(crate) mod error;
 mod info;
 mod normalize;
 mod prefetch;

@@ -1494,6 +1494,46 @@ fn checkpointed_activations_resume_bit_identical() {
     }
 }
 
+/// A stop between epochs, after the last epoch's end was saved by the
+/// rule, keeps that checkpoint as it is: saving it again pushed the oldest
+/// of the `keep` copies out with a second copy of the newest.
+#[test]
+fn a_stop_after_an_epochs_save_keeps_every_older_copy() {
+    use kynml_core::train::{TrainError, TrainEvent};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let seed = clock_seed();
+    for async_save in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "kept.ckpt", async_save);
+        let text = std::fs::read_to_string(&path).unwrap().replace("every_n=2", "every_n=1");
+        std::fs::write(&path, text).unwrap();
+        let mut file = SpecFile::load(&path).unwrap();
+        file.apply(&Overrides { epochs: Some(6), ..Overrides::default() });
+        let data = file.load_data().unwrap();
+        let cpu = select(DeviceChoice::Cpu).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let ck = file.checkpoint_path().unwrap();
+        let settings =
+            TrainSettings { checkpoint_path: Some(ck.clone()), stop: Some(stop.clone()), ..TrainSettings::default() };
+        let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
+            if let TrainEvent::CheckpointSaved { epoch: 4, .. } = event {
+                stop.store(true, Ordering::SeqCst);
+            }
+        });
+        let Err(TrainError::Interrupted { epoch: 5, checkpoint, .. }) = outcome else {
+            panic!("async {async_save}: {:?}", outcome.map(|_| ()))
+        };
+        assert_eq!(checkpoint.as_deref(), Some(ck.as_path()), "async {async_save}");
+        let epoch_of = |p: PathBuf| {
+            let c = kynml_core::checkpoint::load(&p).unwrap().unwrap_or_else(|| panic!("{} is missing", p.display()));
+            c.state["epoch"].as_u64()
+        };
+        let copy = |n: usize| PathBuf::from(format!("{}.{n}", ck.display()));
+        let epochs = [epoch_of(ck.clone()), epoch_of(copy(1)), epoch_of(copy(2))];
+        assert_eq!(epochs, [Some(4), Some(3), Some(2)], "async {async_save}, seed {seed}");
+    }
+}
+
 /// An epoch interrupted at one batch size and resumed at another goes on
 /// from the first row its done steps did not take (the steps left are those
 /// of the rows left), not after as many steps of the new batch.

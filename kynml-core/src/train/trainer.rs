@@ -378,6 +378,8 @@ fn run<'scope, 'env>(
         _ => None,
     };
     let mut checkpoint_failures = 0usize;
+    // The epoch whose end the last checkpoint holds, once handed to the writer.
+    let mut saved_end: Option<usize> = None;
     // A fresh start's first save removes the discarded run's checkpoints first.
     let mut discard_old = settings.fresh && settings.resume_from.is_none();
     if let Some(path) = &checkpoint_path {
@@ -557,7 +559,23 @@ fn run<'scope, 'env>(
         // checkpoint is the end of the last one, as if it had been due.
         if done == 0 && settings.stop.as_ref().is_some_and(|stop| stop.load(Ordering::SeqCst)) {
             let (mut saved, mut queued) = (None, false);
-            if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
+            // The last epoch's end is on disk already, as the rule saved it:
+            // saving it again would push the oldest kept copy out with a
+            // copy of the newest. Its write is waited for; failed, it is
+            // saved again here.
+            let kept = match (&writer, &checkpoint_path) {
+                (Some(writer), Some(path)) if saved_end == Some(epoch - 1) => match writer.flush() {
+                    Ok(()) => Some(path.clone()),
+                    Err(e) => {
+                        on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+                        None
+                    }
+                },
+                _ => None,
+            };
+            if kept.is_some() {
+                saved = kept;
+            } else if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                 let early_stop = stopper.as_ref().map(|s| s.state());
                 let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
                 let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
@@ -805,6 +823,7 @@ fn run<'scope, 'env>(
                     });
                 }
                 if handed {
+                    saved_end = Some(epoch);
                     on_event(TrainEvent::CheckpointSaved { epoch, path, seconds: waited.elapsed().as_secs_f64() });
                 }
             }

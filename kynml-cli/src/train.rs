@@ -209,10 +209,21 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     // removed) stops the run at the next step, checkpointed where the spec
     // checkpoints: training on would end with nothing kept.
     let mut folder_lost: Option<String> = None;
+    // The folder is looked at each epoch's end, and between them at most
+    // once a second (a step may take microseconds).
+    let mut looked = std::time::Instant::now();
     let result = train(&file.spec, &data, &device, &settings, &mut |event| {
         log.on_event(&event);
         if folder_lost.is_none() {
-            let gone = matches!(event, TrainEvent::EpochEnd(_)) && !run_dir.path.is_dir();
+            let due = match event {
+                TrainEvent::EpochEnd(_) => true,
+                TrainEvent::Step { .. } => looked.elapsed() >= std::time::Duration::from_secs(1),
+                _ => false,
+            };
+            if due {
+                looked = std::time::Instant::now();
+            }
+            let gone = due && !run_dir.path.is_dir();
             folder_lost = match log.failed() {
                 Some(e) => Some(e.to_string()),
                 None => gone.then(|| "the folder is gone".to_string()),

@@ -1529,6 +1529,52 @@ fn a_run_folder_that_cannot_be_written_stops_the_run_with_its_checkpoint() {
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
 }
 
+/// A run folder removed in the middle of a long epoch is noticed within
+/// about a second, not at the epoch's end: the run stops at that step, and
+/// its checkpoint holds the part of the epoch trained.
+#[test]
+fn a_run_folder_removed_mid_epoch_stops_the_run_at_the_next_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let spec = checkpointing_spec(dir, "spec.kyn", "run.ckpt", 1);
+    // One epoch of 20,000 steps of two rows: tens of seconds, far more than
+    // the second it takes to notice.
+    let mut rng = kynml_core::rng::SplitMix64::new(7);
+    let mut csv = String::from("a,b,c,d,y\n");
+    for _ in 0..40_000 {
+        let x: Vec<f64> = (0..4).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        csv += &format!("{:.4},{:.4},{:.4},{:.4},{:.4}\n", x[0], x[1], x[2], x[3], x[0] * x[1]);
+    }
+    std::fs::write(dir.join("data.csv"), csv).unwrap();
+    let written = std::fs::read_to_string(&spec).unwrap().replace("batch = 50", "batch = 2");
+    std::fs::write(&spec, written.replace(" target = \"y\"\n", " target = \"y\"\n split = 0.999\n")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["train", "spec.kyn", "--out", "run"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(Some(child));
+    let started = std::time::Instant::now();
+    while !dir.join("run/spec.resolved.json").is_file() && started.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for _ in 0..50 {
+        if std::fs::remove_dir_all(dir.join("run")).is_ok() || !dir.join("run").exists() {
+            break;
+        }
+    }
+    let out = child.0.take().unwrap().wait_with_output().unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("cannot write to the run folder run: the folder is gone; stopping after this step"), "{t}");
+    let ckpt = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
+    let done = ckpt.state["partial"]["steps"].as_u64();
+    assert!(done.is_some_and(|s| s > 0 && s < 19_980), "stopped at {done:?} steps of 19,980: {t}");
+}
+
 /// Standard output that cannot be written is an error, not a panic.
 #[cfg(target_os = "linux")]
 #[test]

@@ -410,10 +410,14 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let s = if epochs == 1 { "" } else { "s" };
     let now = epochs - result.resumed_after.unwrap_or(0).min(epochs);
     if now == 0 {
-        println!(
-            "\nno epoch left to train: the checkpoint's {epochs} epoch{s} are the model; results in {}",
-            run_dir.path.display()
-        );
+        // Under early stopping the model is the best epoch's weights.
+        let model = match result.best_epoch {
+            Some(best) if best != epochs => {
+                format!("the checkpoint's {epochs} epoch{s} ran, and the model is epoch {best}'s weights, the best")
+            }
+            _ => format!("the checkpoint's {epochs} epoch{s} are the model"),
+        };
+        println!("\nno epoch left to train: {model}; results in {}", run_dir.path.display());
     } else {
         println!(
             "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s); results in {}",
@@ -1055,8 +1059,8 @@ impl Progress {
             TrainEvent::CheckpointFailed { ref error } => {
                 self.finish();
                 eprintln!(
-                    "warning: a checkpoint write failed: {error}\n  training goes on while epochs remain; a checkpoint \
-                     already at the path is left whole"
+                    "warning: a checkpoint write failed: {error}\n  the run goes on without it; a checkpoint already at \
+                     the path is left whole"
                 );
             }
             _ => {}

@@ -1529,6 +1529,28 @@ fn a_run_folder_that_cannot_be_written_stops_the_run_with_its_checkpoint() {
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
 }
 
+/// A resume of a run that stopped early names the model it writes: the
+/// best epoch's weights, not the last epoch's.
+#[test]
+fn a_resumed_early_stopped_run_says_its_model_is_the_best_epochs() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace(
+        "    seed = 7\n",
+        "    seed = 7\n    early_stop = early_stop(patience=1)\n    checkpoint = checkpoint(every_n=1, path=\"es.ckpt\")\n",
+    );
+    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--out", "first"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let t = text(&out);
+    let stopped = t.lines().find(|l| l.starts_with("early stop at epoch")).unwrap_or_else(|| panic!("{t}"));
+    let best = stopped.rsplit("since epoch ").next().unwrap();
+    let out = kynml(&["train", "iris.kyn", "--out", "second"], dir);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains(&format!("ran, and the model is epoch {best}'s weights, the best")), "{t}");
+}
+
 /// A run folder removed in the middle of a long epoch is noticed within
 /// about a second, not at the epoch's end: the run stops at that step, and
 /// its checkpoint holds the part of the epoch trained.

@@ -223,7 +223,7 @@ pub enum CheckpointError {
     },
 
     /// A file or folder could not be read, written, created or renamed.
-    #[error("cannot access checkpoint file {}: {source}", path.display())]
+    #[error("{}: {source}", io_what(path))]
     Io {
         /// The file or folder concerned: the checkpoint, its folder, or a temporary file beside it.
         path: PathBuf,
@@ -914,8 +914,34 @@ const fn crc32c_tables() -> [[u32; 256]; 8] {
     t
 }
 
+/// What an I/O error of a checkpoint was at: a temporary file (the
+/// checkpoint being written, renamed over the path once whole) is said as
+/// such, since its odd name is not one the user chose.
+fn io_what(path: &std::path::Path) -> String {
+    let temporary =
+        path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.') && n.contains(".tmp-"));
+    if temporary {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        format!("cannot write the checkpoint in {} (its temporary file {})", dir.display(), path.display())
+    } else {
+        format!("cannot access checkpoint file {}", path.display())
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failed_write_of_the_temporary_file_is_said_as_the_checkpoints() {
+        let full = || std::io::Error::from_raw_os_error(28);
+        let tmp = CheckpointError::Io { path: "ck/.run.ckpt.tmp-12-0".into(), source: full() }.to_string();
+        assert!(
+            tmp.starts_with("cannot write the checkpoint in ck (its temporary file ck/.run.ckpt.tmp-12-0): "),
+            "{tmp}"
+        );
+        let own = CheckpointError::Io { path: "ck/run.ckpt".into(), source: full() }.to_string();
+        assert!(own.starts_with("cannot access checkpoint file ck/run.ckpt: "), "{own}");
+    }
+
     use super::*;
 
     fn sample() -> Checkpoint {

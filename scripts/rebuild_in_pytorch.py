@@ -301,16 +301,27 @@ def read_rows(path, columns, target):
 
     # utf-8-sig: a byte order mark (as Excel writes) is not part of the first name.
     with open(path, newline="", encoding="utf-8-sig") as f:
-        reader, records, end = csv.reader(f), [], 0
-        for record in reader:
-            records.append((end + 1, record))  # the line the record starts on
-            end = reader.line_num
-    # Python's csv reads an empty line as [], `""` as [""], spaces as ["  "].
-    def blank(record, width):
-        return not record or (len(record) == 1 and not record[0].strip(WHITESPACE) and (width > 1 or record[0] != ""))
+        raw = f.readlines()
+    reader, records, end = csv.reader(raw), [], 0
+    for record in reader:
+        records.append((end + 1, record))  # the line the record starts on
+        end = reader.line_num
+
+    # Python's csv reads an empty line as [], `""` as [""], spaces as ["  "],
+    # and `"  "` as ["  "] too: the line itself tells a quoted cell.
+    def quoted(line):
+        return raw[line - 1].lstrip(WHITESPACE).startswith('"')
+
+    def blank(record, width, line):
+        if not record:
+            return True
+        if len(record) != 1 or record[0].strip(WHITESPACE):
+            return False
+        # One column: `""` or `"  "` is a row whose text is empty.
+        return width > 1 or (record[0] != "" and not quoted(line))
 
     records = iter(records)
-    first = next(((n, r) for n, r in records if not blank(r, 2)), None)
+    first = next(((n, r) for n, r in records if not blank(r, 2, n)), None)
     if first is None:
         fail(1, "the file is empty")
     header_line, header = first[0], [c.strip(WHITESPACE) for c in first[1]]
@@ -329,7 +340,7 @@ def read_rows(path, columns, target):
     order, width = [header.index(c) for c in columns], len(header)
     blank_at = None
     for line, record in records:
-        if blank(record, width):
+        if blank(record, width, line):
             blank_at = blank_at or line
             continue
         if blank_at:

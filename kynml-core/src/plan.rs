@@ -475,7 +475,16 @@ impl SpecFile {
                 }
                 crate::train::memory::estimate_native(&spec, &layers).with_host_copies(&spec, true)
             }
-            None if on_host => crate::train::memory::estimate(&spec, precision.compute).with_host_copies(&spec, false),
+            None if on_host => {
+                // Replicas on the CPU share the host's memory.
+                let replicas = match self.spec.train.devices.as_ref().map(|d| &d.value) {
+                    Some(crate::spec::types::DeviceSet::List(list)) => list.len(),
+                    _ => 1,
+                };
+                crate::train::memory::estimate(&spec, precision.compute)
+                    .with_host_copies(&spec, false)
+                    .with_replicas(replicas)
+            }
             None => crate::train::memory::estimate(&spec, precision.compute),
         }
     }

@@ -331,7 +331,26 @@ pub fn read_csv_reporting(
     // The whole file in memory costs no more than the table built from it,
     // and lets `next_record` find the true line of each record.
     let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
+    not_compressed(path, &bytes)?;
     parse_csv_reporting(path, &bytes, opts, report)
+}
+
+/// A compressed file (gzip, zip, xz, zstd, bzip2) is said as such, with
+/// the way to a CSV: read as text it is only "not valid UTF-8".
+fn not_compressed(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
+    const KINDS: [(&[u8], &str, &str); 5] = [
+        (b"\x1f\x8b", "gzip", "gunzip"),
+        (b"PK\x03\x04", "zip", "unzip"),
+        (b"\xfd7zXZ\x00", "xz", "unxz"),
+        (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+        (b"BZh", "bzip2", "bunzip2"),
+    ];
+    // bzip2's magic is text: its block size digit and block magic follow.
+    let bzip2 = |b: &[u8]| b.len() >= 10 && b[3].is_ascii_digit() && b[4..10] == *b"\x31\x41\x59\x26\x53\x59";
+    match KINDS.iter().find(|(magic, kind, _)| bytes.starts_with(magic) && (*kind != "bzip2" || bzip2(bytes))) {
+        Some(&(_, kind, tool)) => Err(DataError::Compressed { path: path.into(), kind, tool }),
+        None => Ok(()),
+    }
 }
 
 /// Rows parsed between two calls of a [`read_csv_reporting`] report.
@@ -559,6 +578,7 @@ pub fn read_model_rows(
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
     let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
+    not_compressed(path, &bytes)?;
     parse_model_rows(&bytes, path, feature_names, categories, tokens, sequence, target, need_target)
 }
 
@@ -1710,6 +1730,25 @@ mod tests {
     }
 
     #[test]
+    fn a_compressed_file_is_said_as_such() {
+        let mut gz = vec![0x1f, 0x8b, 8, 0];
+        gz.extend_from_slice(&[0xff; 20]);
+        for (bytes, says) in [
+            (gz, "is gzip-compressed, not a CSV text: `gunzip` it first"),
+            (b"PK\x03\x04rest of a zip".to_vec(), "is zip-compressed"),
+        ] {
+            let (_dir, path) = temp_csv(&bytes);
+            let err = read_csv(&path, &classes("y")).map(drop).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+            let err = read_model_rows(&path, &[], &[], None, None, "y", false).map(drop).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        // A CSV whose first column starts `BZh` is text.
+        let (_dir, path) = temp_csv(b"BZh,y\n1,a\n2,b\n");
+        assert!(read_csv(&path, &classes("y")).is_ok());
+    }
+
+    #[test]
     fn empty_sequences_are_counted_and_an_overflow_is_located() {
         let (_dir, path) = temp_csv(b"s,t\n1 2,3 4\n\"\",\"\"\n,\n");
         let seq = SequenceColumns::new(vec!["s".into(), "t".into()], 4);
@@ -1720,6 +1759,13 @@ mod tests {
         let seq = SequenceColumns::new(vec!["s".into()], 4);
         let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err().to_string();
         assert!(err.contains("its value 2 is \"1e39\", which is too large for a 32-bit float"), "{err}");
+        // Past even an f64, the same reason; `inf` written as a word is not too large, only not finite.
+        let (_dir, path) = temp_csv(b"s\n0.1 -1e400 0.3\n");
+        let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err().to_string();
+        assert!(err.contains("is \"-1e400\", which is too large for a 32-bit float"), "{err}");
+        let (_dir, path) = temp_csv(b"s\n0.1 inf 0.3\n");
+        let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err().to_string();
+        assert!(!err.contains("too large"), "{err}");
     }
 
     #[test]

@@ -40,6 +40,17 @@ pub enum DataError {
         std: f32,
     },
 
+    /// The file is compressed (its first bytes are an archive's).
+    #[error("{}: the file is {kind}-compressed, not a CSV text: `{tool}` it first", path.display())]
+    Compressed {
+        /// The data file.
+        path: PathBuf,
+        /// `gzip`, `zip`, `xz`, `zstd` or `bzip2`.
+        kind: &'static str,
+        /// The command that decompresses it.
+        tool: &'static str,
+    },
+
     /// The file could not be opened or read.
     #[error("cannot read {}: {source}", path.display())]
     Io {
@@ -556,8 +567,6 @@ fn join_numbers(numbers: &[usize]) -> String {
     }
 }
 
-/// For a number that is finite but overflows an f32 (`1e300`), what is
-/// wrong with it; empty for NaN and infinities.
 /// A mean or spread in a message: four decimals, or four significant
 /// digits in exponent form where decimals would show thirty digits or none.
 pub(crate) fn statistic(v: f32) -> String {
@@ -568,9 +577,15 @@ pub(crate) fn statistic(v: f32) -> String {
     }
 }
 
+/// For a number that is written out but overflows an f32 (`1e300`, or
+/// `1e400`, past even an f64), what is wrong with it; empty for NaN and
+/// the infinities written as words.
 fn beyond_f32(text: &str) -> &'static str {
+    let written = text.trim().bytes().any(|b| b.is_ascii_digit());
     match text.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() => ", which is too large for a 32-bit float (at most about ±3.4e38)",
+        Ok(v) if v.is_finite() || (v.is_infinite() && written) => {
+            ", which is too large for a 32-bit float (at most about ±3.4e38)"
+        }
         _ => "",
     }
 }

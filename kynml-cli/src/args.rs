@@ -232,6 +232,13 @@ pub fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
     if !text.contains(',') {
         return parse_device(text).map(DeviceArg::One);
     }
+    if let Some(i) = text.split(',').position(|d| d.trim().is_empty()) {
+        return Err(format!(
+            "device {} of the list `{text}` is empty: expected devices separated by commas, such as cpu,cpu or \
+             cuda:0,cuda:1",
+            i + 1
+        ));
+    }
     let list = text.split(',').map(|d| parse_device(d.trim())).collect::<Result<Vec<_>, _>>()?;
     let set = DeviceSet::List(list);
     match set.problem() {
@@ -312,6 +319,11 @@ mod tests {
         assert!(parse_device_arg("cuda:1,cuda:1").unwrap_err().contains("twice"));
         assert!(parse_device_arg("wgpu,wgpu").is_err());
         assert!(parse_device_arg("cpu,gpu").is_err());
+        // An empty entry is said as such, not as "found ``".
+        for text in ["cpu,", ",cpu", "cpu,,cpu"] {
+            let e = parse_device_arg(text).unwrap_err();
+            assert!(e.contains(&format!("of the list `{text}` is empty")) && !e.contains("found ``"), "{e}");
+        }
     }
 
     #[test]

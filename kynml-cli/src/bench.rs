@@ -159,12 +159,12 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     if let Some(m) = report.peak_device_memory {
         rows.push(vec![
             "device memory".into(),
-            mib(m.in_use),
-            format!("peak in use after a round; {} reserved by the allocator", mib(m.reserved)),
+            size(m.in_use),
+            format!("peak in use after a round; {} reserved by the allocator", size(m.reserved)),
         ]);
     }
     if let Some(b) = report.peak_host_bytes {
-        rows.push(vec!["host memory".into(), mib(b), "peak resident set of this process".into()]);
+        rows.push(vec!["host memory".into(), size(b), "peak resident set of this process".into()]);
     }
     rows.push(vec![
         "train loss".into(),
@@ -311,7 +311,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
          {} now holds {files} files ({})",
         render::duration(started.elapsed().as_secs_f64()),
         root.display(),
-        mib(bytes)
+        size(bytes)
     );
     Ok(())
 }
@@ -357,6 +357,8 @@ pub(crate) fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<
     }
 }
 
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+/// A size in the unit that shows it (a few KiB on a software driver read
+/// `0.0 MiB`).
+fn size(bytes: u64) -> String {
+    kynml_core::train::memory::bytes(bytes)
 }

@@ -123,6 +123,14 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     for note in crate::reading::float_notes(&data) {
         println!("{note}");
     }
+    // As `kynml train` says them; `cuda:all` left unresolved (no CUDA here) as one device.
+    let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
+        Some(DeviceSet::List(list)) => list.len(),
+        _ => 1,
+    };
+    for note in crate::train::data_notes(&file.spec, &data, devices) {
+        println!("{note}");
+    }
     let vocabularies = render::vocabularies(&data.info);
     for line in &vocabularies {
         println!("{line}");

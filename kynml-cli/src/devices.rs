@@ -160,12 +160,33 @@ pub fn run() -> Result<(), Failure> {
             "kernel cache: off ({} is not a folder; a GPU run trains without the cache, and says so)",
             dir.display()
         ),
-        (Some(dir), _) => println!(
-            "kernel cache: {}/cubecl-{}/<GPU model>/ (--cache DIR or KYNML_CACHE moves it)",
-            dir.display(),
-            kynml_backend::kernel_cache::CUBECL_VERSION
-        ),
+        (Some(dir), _) => match (!dir.exists()).then(|| cannot_create(dir)).flatten() {
+            Some(why) => println!(
+                "kernel cache: off ({} cannot be created: {why}; a GPU run trains without the cache, and says so)",
+                dir.display()
+            ),
+            None => println!(
+                "kernel cache: {}/cubecl-{}/<GPU model>/ (--cache DIR or KYNML_CACHE moves it)",
+                dir.display(),
+                kynml_backend::kernel_cache::CUBECL_VERSION
+            ),
+        },
         (None, _) => println!("kernel cache: off (no home or cache directory is known)"),
     }
     Ok(())
+}
+
+/// Why the folder `dir` (absent) could not be made, tried and undone: a GPU
+/// run makes it, and a path under /proc or a read-only mount fails there.
+fn cannot_create(dir: &std::path::Path) -> Option<String> {
+    // The first folder of the path that is not there: all that the try makes.
+    let mut first = dir;
+    while let Some(parent) = first.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        first = parent;
+    }
+    let made = std::fs::create_dir_all(dir);
+    if first.exists() {
+        let _ = std::fs::remove_dir_all(first);
+    }
+    made.err().map(|e| e.to_string())
 }

@@ -96,6 +96,11 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
                 ));
                 verdicts.push(format!("  {name}: not profiled (its profile.json is missing)"));
             }
+            // Asked to profile (its spec.resolved.json says so), it trained
+            // no step: a resume with no epoch left.
+            Ok(None) if profile_asked(dir) => {
+                verdicts.push(format!("  {name}: profiled, but it trained no step (a resume with no epoch left)"));
+            }
             Ok(None) => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
             Err(e) => {
                 let e = e.strip_prefix("error: ").unwrap_or(&e);
@@ -115,7 +120,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         "val_loss",
         "metric of the model",
         "time",
-        "samples/s",
+        "samples/s (steps)",
     ];
     let mut text = render::table(&header, &rows);
     let header =
@@ -186,6 +191,13 @@ fn cost_row(name: &str, dir: &Path) -> Result<Vec<String>, String> {
     let mib = |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20)));
     let share = if seconds > 0.0 { format!("{:.0}%", 100.0 * wait / seconds) } else { "?".into() };
     Ok(vec![name.to_string(), share, skipped.to_string(), mib(pool), mib(rss)])
+}
+
+/// Whether the run was asked to profile: `--profile` or `profile = true`,
+/// as its spec.resolved.json records it.
+fn profile_asked(dir: &Path) -> bool {
+    let text = std::fs::read_to_string(dir.join("spec.resolved.json")).unwrap_or_default();
+    serde_json::from_str::<Value>(&text).is_ok_and(|v| v["train"]["profile"] == Value::Bool(true))
 }
 
 /// A `profile.json`'s phase shares and mean step time, and its verdict;
@@ -661,6 +673,12 @@ mod tests {
         assert!(notes.contains("no mean and share for the phases `wait`, `copy`, `backward`"), "{notes}");
         assert!(notes.contains("w1 was profiled (its trace.json or profile chart is there) but has no profile.json"));
         assert!(r.text.contains("w1: not profiled (its profile.json is missing)"), "{}", r.text);
+
+        // Asked to profile, but no step trained (a resume with no epoch left): said so.
+        std::fs::remove_file(runs.join("w1/trace.json")).unwrap();
+        std::fs::write(runs.join("w1/spec.resolved.json"), r#"{"train": {"profile": true}}"#).unwrap();
+        let r = report(&[runs.join("w1")]).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.text.contains("w1: profiled, but it trained no step"), "{}", r.text);
 
         // Nothing but strays: an error, naming them.
         let strays: Vec<PathBuf> = ["notes.txt", "empty"].iter().map(|p| runs.join(p)).collect();

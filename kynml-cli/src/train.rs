@@ -129,45 +129,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         render::inputs(&data),
         data.class_names().map_or(String::new(), |c| format!(", {} classes", c.len()))
     );
-    if data.valid.len() < FEW_VALIDATION_ROWS {
-        println!(
-            "note: with {} the validation loss and metrics move in large steps; a lower `split` holds more out",
-            rows(data.valid.len(), "validation")
-        );
-    }
-    let batch = file.spec.train.batch.value;
-    if batch > data.train.len() {
-        println!(
-            "note: batch = {batch} is more than the {}: each epoch is one batch of them all",
-            rows(data.train.len(), "training")
-        );
-    }
-    // A step ends with its epoch: accumulating more batches than an epoch
-    // has makes each epoch one optimizer step.
-    let accumulate = file.spec.train.accumulate.value;
-    let batches = data.train.len().div_ceil(batch.max(1));
-    if accumulate > 1 && accumulate > batches {
-        println!(
-            "note: accumulate = {accumulate} is more than the {batches} batch{} of an epoch: each epoch is one \
-             optimizer step",
-            if batches == 1 { "" } else { "es" }
-        );
-    }
-    if let Some(note) = batchnorm_leaves_out(file.spec.model.has_batchnorm(), data.train.len(), batch, devices.len()) {
+    for note in data_notes(&file.spec, &data, devices.len()) {
         println!("{note}");
-    }
-    if let (Some(names), Labels::Classes(train), Labels::Classes(valid)) =
-        (data.class_names(), &data.train.labels, &data.valid.labels)
-    {
-        let trained: std::collections::BTreeSet<u32> = train.iter().copied().collect();
-        let unseen: std::collections::BTreeSet<u32> = valid.iter().copied().filter(|c| !trained.contains(c)).collect();
-        for class in unseen {
-            println!(
-                "note: class `{}` is only in the validation rows: the model never sees it in training (a larger \
-                 `split`, another `seed` or more rows of it would)",
-                render::shown(&names[class as usize])
-            );
-        }
     }
     for line in render::vocabularies(&data.info) {
         println!("{line}");
@@ -420,7 +383,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         println!("\nno epoch left to train: {model}; results in {}", run_dir.path.display());
     } else {
         println!(
-            "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s); results in {}",
+            "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s in the training steps); results in {}",
             result.resumed_after.map_or(String::new(), |r| resumed_at(r, now)),
             render::duration(result.seconds),
             result.samples_per_sec,
@@ -494,6 +457,54 @@ fn time_and_memory(history: &[EpochRecord], peak_now: Option<u64>) -> Option<Str
         parts.push(format!("device memory pool {:.0} MiB", mib(pool)));
     }
     Some(format!("time and memory: {}", parts.join("; ")))
+}
+
+/// What a person should know about how the data meets the spec, before
+/// training (`kynml check` says it too): few validation rows, a batch or an
+/// accumulation larger than an epoch, batchnorm's dropped last batch, a
+/// class only the validation rows hold. `devices`: the run's device count.
+pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, devices: usize) -> Vec<String> {
+    let mut notes = Vec::new();
+    let rows = |n: usize, what: &str| format!("{n} {what} row{}", if n == 1 { "" } else { "s" });
+    if data.valid.len() < FEW_VALIDATION_ROWS {
+        notes.push(format!(
+            "note: with {} the validation loss and metrics move in large steps; a lower `split` holds more out",
+            rows(data.valid.len(), "validation")
+        ));
+    }
+    let batch = spec.train.batch.value;
+    if batch > data.train.len() {
+        notes.push(format!(
+            "note: batch = {batch} is more than the {}: each epoch is one batch of them all",
+            rows(data.train.len(), "training")
+        ));
+    }
+    // A step ends with its epoch: accumulating more batches than an epoch
+    // has makes each epoch one optimizer step.
+    let accumulate = spec.train.accumulate.value;
+    let batches = data.train.len().div_ceil(batch.max(1));
+    if accumulate > 1 && accumulate > batches {
+        notes.push(format!(
+            "note: accumulate = {accumulate} is more than the {batches} batch{} of an epoch: each epoch is one \
+             optimizer step",
+            if batches == 1 { "" } else { "es" }
+        ));
+    }
+    notes.extend(batchnorm_leaves_out(spec.model.has_batchnorm(), data.train.len(), batch, devices));
+    if let (Some(names), Labels::Classes(train), Labels::Classes(valid)) =
+        (data.class_names(), &data.train.labels, &data.valid.labels)
+    {
+        let trained: std::collections::BTreeSet<u32> = train.iter().copied().collect();
+        let unseen: std::collections::BTreeSet<u32> = valid.iter().copied().filter(|c| !trained.contains(c)).collect();
+        for class in unseen {
+            notes.push(format!(
+                "note: class `{}` is only in the validation rows: the model never sees it in training (a larger \
+                 `split`, another `seed` or more rows of it would)",
+                render::shown(&names[class as usize])
+            ));
+        }
+    }
+    notes
 }
 
 /// With batchnorm, a last batch that leaves a device fewer than 2 rows is
@@ -994,19 +1005,19 @@ impl Progress {
     fn on_event(&mut self, event: &TrainEvent) {
         match *event {
             TrainEvent::EpochStart { epoch, epochs, steps, .. } if self.tty => {
-                let bar = ProgressBar::new(steps as u64);
-                bar.set_prefix(format!("{epoch}/{epochs}"));
-                match self.first_steps {
+                // Styled and named before it is first drawn (`set_prefix`
+                // draws): its first frame was indicatif's default bar.
+                let bar = match self.first_steps {
                     // No bar yet: the note and the time it has taken, on one short line.
-                    Some(note) => {
-                        bar.set_style(
+                    Some(note) => ProgressBar::new(steps as u64)
+                        .with_style(
                             ProgressStyle::with_template("epoch {prefix} {elapsed:>4} {wide_msg}")
                                 .expect("static template"),
-                        );
-                        bar.set_message(note);
-                    }
-                    None => bar.set_style(bar_style()),
+                        )
+                        .with_message(note),
+                    None => ProgressBar::new(steps as u64).with_style(bar_style()),
                 }
+                .with_prefix(format!("{epoch}/{epochs}"));
                 // Redrawn on its own, so that the time moves while a step
                 // (a first one tuning kernels) takes long.
                 bar.enable_steady_tick(std::time::Duration::from_millis(250));

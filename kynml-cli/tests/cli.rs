@@ -521,6 +521,13 @@ fn devices_lists_the_cpu_and_what_auto_picks() {
     std::fs::write(tmp.path().join("a-file"), "x").unwrap();
     let t = text(&kynml(&["devices", "--cache", "a-file"], tmp.path()));
     assert!(t.contains("kernel cache: off (") && t.contains("a-file is not a folder"), "{t}");
+    // A folder that cannot be made under a file: off too, and nothing left behind.
+    let t = text(&kynml(&["devices", "--cache", "a-file/sub/cache"], tmp.path()));
+    assert!(t.contains("kernel cache: off (") && t.contains("cannot be created"), "{t}");
+    // One that can be made is named, and not left made.
+    let t = text(&kynml(&["devices", "--cache", "new/cache"], tmp.path()));
+    assert!(t.contains("kernel cache: ") && t.contains("new/cache/cubecl-"), "{t}");
+    assert!(!tmp.path().join("new").exists(), "devices left the folder it tried");
 }
 
 #[test]
@@ -1799,6 +1806,8 @@ fn a_batch_larger_than_the_training_rows_is_said() {
         t.contains("note: batch = 1000 is more than the 120 training rows: each epoch is one batch of them all"),
         "{t}"
     );
+    let t = text(&kynml(&["check", "iris.kyn"], tmp.path()));
+    assert!(t.contains("note: batch = 1000 is more than the 120 training rows"), "check: {t}");
 }
 
 /// A missing regression target is the data's problem, at its row; labels
@@ -2729,6 +2738,11 @@ fn a_class_only_in_the_validation_rows_is_said() {
         let t = text(&out);
         assert!(out.status.success(), "{t}");
         assert_eq!(t.contains("note: class `z` is only in the validation rows"), said, "seed {seed}: {t}");
+        // `kynml check` says it too, before any run.
+        let out = kynml(&["check", "cls.kyn"], tmp.path());
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        assert_eq!(t.contains("note: class `z` is only in the validation rows"), said, "check, seed {seed}: {t}");
     }
 }
 

@@ -130,7 +130,11 @@ impl Kind for ConvSpec {
         let form = format!("{name} C K ACTIVATION");
         let opts = options(line, OPTIONS, d)?;
         let [channels, kernel, activation, ..] = line.args.as_slice() else {
-            let what = ["output channels", "kernel size", "activation"][line.args.len().min(2)];
+            // What is missing is what follows the numbers written: `conv2d 4
+            // relu` lacks its kernel size, not its activation.
+            let numbers =
+                line.args.iter().take_while(|a| matches!(a.kind, crate::spec::ast::ValueKind::Number(_))).count();
+            let what = ["output channels", "kernel size", "activation"][numbers.min(2)];
             missing(line, what, &format!("the {what}"), &format!("{form}`, as in `{name} 16 3 relu"), d);
             return None;
         };

@@ -374,6 +374,10 @@ fn a_squeezing_last_layer_before_a_loss_that_takes_logits_is_refused() {
         assert!(shown.contains(says) && shown.contains("t.kyn:6:1"), "{shown}");
         assert!(shown.contains(&format!("write `{} linear` here", &last[..last.rfind(' ').unwrap()])), "{shown}");
     }
+    // `bce` takes one logit: the help names one unit, whatever the layer had.
+    let source = spec("dense 2 relu", "loss = bce");
+    let shown = render("t.kyn", &source, &parse_spec(&source).unwrap_err().diagnostics);
+    assert!(shown.contains("write `dense 1 linear` here"), "{shown}");
     // Said beside a dataset's own problem, in one run.
     let e = messages(&spec("dense 1 sigmoid", "loss = bce").replace("target = \"y\"", "target = 3"));
     assert_eq!(e.len(), 2, "{e:?}");
@@ -720,4 +724,42 @@ fn padding_same_is_described_as_written() {
     let residual = |conv: &str| format!("residual:\n  {conv}\n  conv2d 1 3 relu padding=1");
     assert_eq!(hash(&residual("conv2d 4 3 relu padding=same")), hash(&residual("conv2d 4 3 relu padding=1")));
     assert_ne!(hash("conv2d 4 3 relu padding=same"), hash("conv2d 4 3 relu"));
+}
+
+/// A convolution missing an argument is told which: the one after the
+/// numbers written (`conv2d 4 relu` lacks its kernel size, not its activation).
+#[test]
+fn a_convolutions_missing_argument_is_the_one_after_its_numbers() {
+    for (line, says) in [
+        ("conv2d 4 relu", "missing kernel size in `conv2d`"),
+        ("conv2d relu", "missing output channels in `conv2d`"),
+        ("conv2d 4 3", "missing activation in `conv2d`"),
+        ("conv1d 8", "missing kernel size in `conv1d`"),
+    ] {
+        let input = if line.starts_with("conv1d") { "input 1x16" } else { "input 1x8x8" };
+        let source = MINIMAL.replace("input 4\ndense 1 linear", &format!("{input}\n{line}\nflatten\ndense 1 linear"));
+        let m = messages(&source);
+        assert!(m.iter().any(|m| m == says), "{line}: {m:?}");
+    }
+}
+
+/// A layer line ending in `:` is one mistake, said once: it opened a block
+/// of its own, which took the model's later layers with it and was told
+/// again as a model without them.
+#[test]
+fn a_layer_line_ending_in_a_colon_is_one_problem() {
+    for (layers, line) in [
+        ("input 4\ndense 8 relu:\ndense 1 linear", "dense 8 relu"),
+        ("input 4:\ndense 1 linear", "input 4"),
+        ("input 4\ndense 8 relu\nflatten:\ndense 1 linear", "flatten"),
+    ] {
+        let source = MINIMAL.replace("input 4\ndense 1 linear", layers);
+        let e = parse_spec(&source).unwrap_err();
+        let shown = render("t.kyn", &source, &e.diagnostics);
+        assert_eq!(e.diagnostics.len(), 1, "{shown}");
+        assert!(
+            shown.contains("a layer line does not end with `:`") && shown.contains(&format!("write `{line}`")),
+            "{shown}"
+        );
+    }
 }

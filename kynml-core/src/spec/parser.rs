@@ -104,6 +104,31 @@ impl<'s> Parser<'s> {
         let line =
             || Line { tokens: &tokens, indent, indent_text: indent_text.clone(), span, number: line_no, lex_failed };
         match shape {
+            // `dense 4 relu:` in a model block: a layer line with a stray
+            // `:`, not a block of its own (which also left the model's
+            // later layers out, and said so a second time).
+            Shape::Header { colon } if colon + 1 == tokens.len() && colon >= 1 && self.layer_with_colon(&tokens) => {
+                diags.extend(lex_diags);
+                if !lex_failed {
+                    let text = &self.source[span.start..tokens[colon - 1].span.end];
+                    diags.push(
+                        Diagnostic::new(tokens[colon].span, "a layer line does not end with `:`", "unexpected `:`")
+                            .with_help(format!("write `{text}`; only `residual:` opens a block of layers")),
+                    );
+                }
+                if let State::InBlock(index) = self.state {
+                    let inner = Span { start: span.start, end: tokens[colon - 1].span.end };
+                    let line = Line {
+                        tokens: &tokens[..colon],
+                        indent,
+                        indent_text,
+                        span: inner,
+                        number: line_no,
+                        lex_failed,
+                    };
+                    self.layer_line(index, &line, diags);
+                }
+            }
             Shape::Header { colon: 1 } if self.colon_setting(&tokens) => {
                 diags.extend(lex_diags);
                 self.colon_instead_of_equals(&line(), diags);
@@ -208,6 +233,14 @@ impl<'s> Parser<'s> {
             && tokens.len() == 2
             && tokens[1].kind == TokenKind::Colon
             && matches!(&tokens[0].kind, TokenKind::Ident(name) if crate::model::block_names().contains(&name.as_str()))
+    }
+
+    /// A layer's line ending in `:` inside a model block: `dense 4 relu:`
+    /// (a layer name, then its arguments, then the colon).
+    fn layer_with_colon(&self, tokens: &[Token]) -> bool {
+        let State::InBlock(index) = self.state else { return false };
+        self.document.blocks[index].kind == BlockKind::Model
+            && matches!(&tokens[0].kind, TokenKind::Ident(name) if is_layer_name(name))
     }
 
     fn in_train_block(&self) -> bool {

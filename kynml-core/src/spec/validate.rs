@@ -97,7 +97,8 @@ fn squashed_logits(model: &ModelSpec, train: &TrainSpec) -> Option<Diagnostic> {
         .with_help(format!(
             "write `dense {} linear` here, as PyTorch's `{torch}` wants of the layer before it; \
              `kynml predict` still writes probabilities",
-            dense.units
+            // `bce` takes one logit per row, whatever the layer had.
+            if loss.value == Loss::Bce { 1 } else { dense.units }
         )),
     )
 }

@@ -691,13 +691,14 @@ impl Profile {
             json!({"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "waiting for the loader"}}),
             json!({"ph": "M", "pid": 1, "tid": 3, "name": "thread_name", "args": {"name": "evaluation"}}),
         ];
+        let data_parallel = self.data_parallel();
         for s in &self.steps {
             let args = json!({"epoch": s.epoch, "step": s.step});
             events.push(json!({"name": "wait", "ph": "X", "pid": 1, "tid": 2, "ts": us(s.start), "dur": dur(s.start, s.wait), "args": args}));
             let mut at = s.start + s.wait;
             for phase in &PHASES[1..] {
                 let seconds = s.phase(phase);
-                if *phase == "sync" && !self.data_parallel() {
+                if *phase == "sync" && !data_parallel {
                     continue;
                 }
                 events.push(json!({"name": phase, "ph": "X", "pid": 1, "tid": 1, "ts": us(at), "dur": dur(at, seconds), "args": args}));

@@ -39,7 +39,7 @@
 //! `x < -4`, where `1 + erf` cancels.
 //!
 //! # Special values
-//! NaN gives NaN everywhere except where Burn's formula drops it (`Relu`).
+//! NaN gives NaN everywhere, relu included.
 //! `exp` returns +∞ above `ln f32::MAX` (88.72283) and **0 below
 //! `ln f32::MIN_POSITIVE`** (-87.33654): results that would be subnormal are
 //! flushed to zero. For inputs of 0 or of magnitude above 1e-37, no step
@@ -55,8 +55,10 @@
 //! These follow Burn 0.21's CPU backend (flex) and its autodiff formulas,
 //! which KynML's Burn engine runs, so that the two engines can be checked
 //! against each other:
-//! - relu: `max(x, 0)` (so NaN becomes 0); gradient `g` where the *output*
-//!   is `> 0`, else 0, so `x = 0` gets 0.
+//! - relu: `max(x, 0)`, but a NaN stays NaN as in PyTorch (flex's `max`
+//!   makes it 0; KynML's Burn model keeps it outside training, so that an
+//!   overflow is seen); gradient `g` where the *output* is `> 0`, else 0,
+//!   so `x = 0` gets 0.
 //! - leaky relu: `x` for `x >= 0`, `slope · x` otherwise; gradient `g` unless
 //!   `x < 0`, so `x = 0` gets `g`.
 //! - gelu: the exact one, gradient `Φ(x) + x φ(x)` (flex's; Burn's *default*
@@ -387,7 +389,8 @@ macro_rules! scale {
 fn forward_kernel<const FUSED: bool>(act: Act, z: &[f32], out: &mut [f32]) {
     match act {
         Act::Linear => out.copy_from_slice(z),
-        Act::Relu => map!(z, out, |x| x.max(0.0)),
+        // A NaN stays NaN, as in PyTorch (not `max`, which drops it).
+        Act::Relu => map!(z, out, |x| if x.is_nan() { x } else { x.max(0.0) }),
         Act::Gelu => map!(z, out, |x| gelu::<FUSED>(x)),
         Act::Tanh => map!(z, out, |x| tanh_with::<FUSED>(x)),
         Act::Sigmoid => map!(z, out, |x| sigmoid_with::<FUSED>(x)),
@@ -971,7 +974,7 @@ mod tests {
         let mut out = [9.0f32; 5];
         forward(Act::Relu, &z, &mut out);
         assert_eq!(&out[..2], &[0.0, 0.0]);
-        assert_eq!(out[2], 0.0, "flex's relu is x.max(0), which drops NaN");
+        assert!(out[2].is_nan(), "a NaN stays NaN, as in PyTorch (flex's x.max(0) drops it)");
         assert_eq!(&out[3..], &[0.0, 2.0]);
         let mut g = [5.0f32; 5];
         backward(Act::Relu, &z, &out, &mut g);

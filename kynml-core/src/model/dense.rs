@@ -321,10 +321,9 @@ pub fn apply_activation(x: Tensor<Kb, 2>, act: Activation, pass: &Pass) -> Tenso
     match act {
         Activation::Linear => x,
         Activation::Relu if pass.training() => activation::relu(x),
-        Activation::Relu => {
-            let nan = x.clone().is_nan();
-            activation::relu(x.clone()).mask_where(nan, x)
-        }
+        // Burn's own relu on the GPU backends (what fusion fuses); on the
+        // CPU backend, where Burn's is `max(x, 0)`, it keeps a NaN.
+        Activation::Relu => x.clone().mask_fill(x.lower_equal_elem(0.0), 0.0),
         // Written out, not Burn's `gelu`: its backward on the GPU backends
         // (Burn 0.21's default `gelu_backward`) is the derivative of the
         // tanh approximation, up to 9e-4 from the exact one PyTorch's

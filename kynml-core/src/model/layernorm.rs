@@ -147,7 +147,8 @@ impl LayerModule for LayerNorm<Kb> {
             x_hat
         } else {
             let rows = x_hat.dims()[0];
-            x_hat.mask_fill(var.is_inf().expand([rows, f]), f32::NAN)
+            // A comparison, which fusion fuses, rather than `is_inf`.
+            x_hat.mask_fill(var.greater_elem(f32::MAX).expand([rows, f]), f32::NAN)
         };
         let y = x_hat * self.gamma.val().unsqueeze::<2>() + self.beta.val().unsqueeze::<2>();
         if f == size {

@@ -178,15 +178,27 @@ pub fn run() -> Result<(), Failure> {
 
 /// Why the folder `dir` (absent) could not be made, tried and undone: a GPU
 /// run makes it, and a path under /proc or a read-only mount fails there.
+/// Each missing level is made on its own and only those are removed,
+/// innermost first and only while empty: a folder another process makes
+/// meanwhile is never deleted.
 fn cannot_create(dir: &std::path::Path) -> Option<String> {
-    // The first folder of the path that is not there: all that the try makes.
-    let mut first = dir;
-    while let Some(parent) = first.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
-        first = parent;
+    let mut missing: Vec<&std::path::Path> =
+        dir.ancestors().take_while(|p| !p.as_os_str().is_empty() && !p.exists()).collect();
+    missing.reverse();
+    let mut made = Vec::new();
+    let mut failed = None;
+    for level in missing {
+        match std::fs::create_dir(level) {
+            Ok(()) => made.push(level),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                failed = Some(e.to_string());
+                break;
+            }
+        }
     }
-    let made = std::fs::create_dir_all(dir);
-    if first.exists() {
-        let _ = std::fs::remove_dir_all(first);
+    for level in made.iter().rev() {
+        let _ = std::fs::remove_dir(level);
     }
-    made.err().map(|e| e.to_string())
+    failed
 }

@@ -408,6 +408,35 @@ impl SpecFile {
                 }
                 return Err(self.located(vec![problem]));
             }
+            // A column beside a text or a sequence: the spec's `tokens` or
+            // `sequence` line says what the model reads.
+            Err(err @ (DataError::BesideText { .. } | DataError::BesideSequence { .. })) => {
+                let (column, name, what, span) = match &err {
+                    DataError::BesideText { column, name, text, .. } => {
+                        (*column, name, format!("the text `{text}`"), d.tokens.as_ref().map(|t| t.span))
+                    }
+                    DataError::BesideSequence { column, name, sequence, .. } => {
+                        (*column, name, format!("the sequence `{sequence}`"), d.sequence.first().map(|c| c.span))
+                    }
+                    _ => unreachable!(),
+                };
+                let help = if matches!(err, DataError::BesideText { .. }) {
+                    "remove the column from the file, or write its value into the text"
+                } else {
+                    "remove the column from the file, or add it to `sequence`"
+                };
+                let problem = Diagnostic::new(
+                    span.unwrap_or(d.source.span),
+                    format!(
+                        "`{}` has a column `{name}` (column {column}) beside {what}, and this model reads only that \
+                         and the target",
+                        path.display()
+                    ),
+                    "what the model reads",
+                )
+                .with_help(help);
+                return Err(self.located(vec![problem]));
+            }
             // A file that is not there is the spec's `source` line's problem.
             Err(DataError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 let folder = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));

@@ -3174,8 +3174,10 @@ fn a_sequence_model_and_its_data_must_match() {
     let t = load(&spec, Some("x,label,y\n\",1\",a,3 4\n"));
     assert!(t.contains(":2: column 1 (`x`) misses its value 1"), "{t}");
     assert_eq!(load(&spec, Some("x,label,y\n\"1, 2\",a,\"3;4\"\n\" 1 ,2 \",b,3  4\n,a,\n")), "ok");
+    // A column beside them is the spec's `sequence` line's to say.
     let t = load(&spec, Some("x,label,y,z\n1 2,a,3 4,5\n"));
-    assert!(t.contains("column 4 (`z`) is a feature beside the sequence `x`, `y`"), "{t}");
+    assert!(t.contains("has a column `z` (column 4) beside the sequence `x`, `y`"), "{t}");
+    assert!(t.contains("s.kyn:") && t.contains("or add it to `sequence`"), "{t}");
 }
 
 // ---- strategies ----

@@ -98,8 +98,11 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
             }
             // Asked to profile (its spec.resolved.json says so), it trained
             // no step: a resume with no epoch left.
-            Ok(None) if profile_asked(dir) => {
+            Ok(None) if profile_asked(dir) && trained_nothing(dir) => {
                 verdicts.push(format!("  {name}: profiled, but it trained no step (a resume with no epoch left)"));
+            }
+            Ok(None) if profile_asked(dir) => {
+                verdicts.push(format!("  {name}: profiled, but its profile.json is missing (not written, or removed)"));
             }
             Ok(None) => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
             Err(e) => {
@@ -191,6 +194,14 @@ fn cost_row(name: &str, dir: &Path) -> Result<Vec<String>, String> {
     let mib = |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20)));
     let share = if seconds > 0.0 { format!("{:.0}%", 100.0 * wait / seconds) } else { "?".into() };
     Ok(vec![name.to_string(), share, skipped.to_string(), mib(pool), mib(rss)])
+}
+
+/// Whether the run resumed with no epoch left: its metrics.json's
+/// `resumed_after` is its `epochs_run`.
+fn trained_nothing(dir: &Path) -> bool {
+    let text = std::fs::read_to_string(dir.join("metrics.json")).unwrap_or_default();
+    serde_json::from_str::<Value>(&text)
+        .is_ok_and(|m| m["resumed_after"].as_u64().is_some_and(|r| Some(r) == m["epochs_run"].as_u64()))
 }
 
 /// Whether the run was asked to profile: `--profile` or `profile = true`,
@@ -401,7 +412,14 @@ fn mistyped_fields(m: &Value) -> Vec<String> {
             Kind::Flag => (v.is_boolean(), "true or false"),
         };
         if !v.is_null() && !fits {
-            out.push(format!("`{label}` is {v}, not {expected}"));
+            // What the row does without it.
+            let effect = match label.as_str() {
+                "stopped_early" => "read as no early stop",
+                "resumed_after" => "read as no resume",
+                "best_epoch" => "the model is taken as the last epoch's",
+                _ => "shown as `?`",
+            };
+            out.push(format!("`{label}` is {v}, not {expected}; {effect}"));
         }
     };
     for (key, kind) in fields {
@@ -425,7 +443,7 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
     else {
         return notes;
     };
-    notes.extend(mistyped_fields(&m).into_iter().map(|n| format!("{name}: metrics.json's {n}; shown as `?`")));
+    notes.extend(mistyped_fields(&m).into_iter().map(|n| format!("{name}: metrics.json's {n}")));
     let run = m["epochs_run"].as_u64();
     match (m["resumed_after"].as_u64(), run) {
         (Some(0), Some(_)) => notes.push(format!(
@@ -625,7 +643,7 @@ mod tests {
             notes.contains("r1: metrics.json's `epochs_run` is \"three\", not a whole number; shown as `?`"),
             "{notes}"
         );
-        assert!(notes.contains("`stopped_early` is 1, not true or false"), "{notes}");
+        assert!(notes.contains("`stopped_early` is 1, not true or false; read as no early stop"), "{notes}");
         assert!(notes.contains("`metrics.accuracy` is \"high\", not a number"), "{notes}");
         // `null` (no early stop) and the fields of the right kind: nothing said of them.
         assert_eq!(r.notes.len(), 3, "{notes}");
@@ -677,6 +695,11 @@ mod tests {
         // Asked to profile, but no step trained (a resume with no epoch left): said so.
         std::fs::remove_file(runs.join("w1/trace.json")).unwrap();
         std::fs::write(runs.join("w1/spec.resolved.json"), r#"{"train": {"profile": true}}"#).unwrap();
+        // One that trained (its profile.json lost to a full disk, say): not so.
+        let r = report(&[runs.join("w1")]).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.text.contains("w1: profiled, but its profile.json is missing"), "{}", r.text);
+        let metrics = serde_json::json!({"metrics": {"val_loss": 0.3}, "epochs_run": 2, "resumed_after": 2});
+        std::fs::write(runs.join("w1/metrics.json"), metrics.to_string()).unwrap();
         let r = report(&[runs.join("w1")]).unwrap_or_else(|f| panic!("{}", f.message));
         assert!(r.text.contains("w1: profiled, but it trained no step"), "{}", r.text);
 

@@ -402,9 +402,6 @@ fn cuda_on_a_machine_without_it_is_a_clear_error() {
     assert!(out.status.success() && t.contains("note: `device = \"cuda:18446744073709551615\"`: this machine"), "{t}");
 }
 
-/// `--device cpu,cpu`: a data-parallel run on two CPU replicas, said in
-/// "what runs", recorded in metrics.json, and measured by `kynml bench`;
-/// devices of two kinds are refused before anything is written.
 /// A text model's data through a named pipe is read once, as a plain
 /// model's is: a first count of its lines drained the pipe and left the
 /// load waiting forever.
@@ -442,6 +439,9 @@ fn a_text_models_data_from_a_pipe_is_read_once() {
     assert!(writer.join().unwrap());
 }
 
+/// `--device cpu,cpu`: a data-parallel run on two CPU replicas, said in
+/// "what runs", recorded in metrics.json, and measured by `kynml bench`;
+/// devices of two kinds are refused before anything is written.
 #[test]
 fn a_data_parallel_run_on_two_cpu_replicas_says_so_and_trains() {
     let tmp = copy_example("iris");
@@ -1586,7 +1586,15 @@ fn a_run_folder_removed_mid_epoch_stops_the_run_at_the_next_step() {
         .unwrap();
     let mut child = KillOnDrop(Some(child));
     let started = std::time::Instant::now();
-    while !dir.join("run/spec.resolved.json").is_file() && started.elapsed().as_secs() < 120 {
+    // The TensorBoard file is the last the run makes before training.
+    let logging = || {
+        std::fs::read_dir(dir.join("run"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("events.out.tfevents"))
+    };
+    while !logging() && started.elapsed().as_secs() < 120 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));

@@ -241,7 +241,8 @@ pub struct Table {
     pub collapsed: Vec<usize>,
     /// The line each data row starts on (1-based, as an editor counts), for
     /// errors found after reading; empty for a table not read from a file.
-    pub lines: Vec<usize>,
+    /// 32 bits: 4 bytes a row beside a narrow file's values.
+    pub lines: Vec<u32>,
 }
 
 /// The cells of one categorical column, trimmed, one per data row.
@@ -452,7 +453,7 @@ pub fn parse_csv_reporting(
     let mut probes: Vec<Option<OneFloat>> = vec![None; header.len()];
     while let Some(line) = next_record(&mut reader, &ends, &mut record, path)? {
         rows += 1;
-        lines.push(line);
+        lines.push(u32::try_from(line).unwrap_or(u32::MAX));
         if rows.is_multiple_of(REPORT_EVERY) {
             report(reader.position().byte(), total);
         }

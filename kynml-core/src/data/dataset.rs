@@ -200,7 +200,7 @@ fn beyond_f32(table: &Table, normalizer: &Normalizer) -> Result<(), DataError> {
             if x.is_finite() && !((x - mean) / std).is_finite() {
                 return Err(DataError::Normalized {
                     path: table.path.clone(),
-                    line: table.lines.get(r).copied(),
+                    line: table.lines.get(r).map(|&l| l as usize),
                     column: table.feature_names[c].clone(),
                     value: x,
                     mean,

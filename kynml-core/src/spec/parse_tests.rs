@@ -763,3 +763,24 @@ fn a_layer_line_ending_in_a_colon_is_one_problem() {
         );
     }
 }
+
+/// A value continued on the next line is one problem, said at the `[` or
+/// `(` left open, and the next line is said to be its rest, with no
+/// nonsense fix (`write \`rmse = ]\``) or unknown key.
+#[test]
+fn a_value_continued_on_the_next_line_is_said_as_such() {
+    for (old, new) in [
+        ("epochs = 3\n", "epochs = 3\nevaluate:\nmetrics = [mae,\n    rmse]\n"),
+        ("epochs = 3\n", "epochs = 3\noptimizer = adamw(lr=0.01,\n    weight_decay=0.1)\n"),
+    ] {
+        let source = MINIMAL.replace(old, new);
+        let e = parse_spec(&source).unwrap_err();
+        let shown = render("t.kyn", &source, &e.diagnostics);
+        assert_eq!(e.diagnostics.len(), 2, "{shown}");
+        assert!(
+            shown.contains("is never closed") && shown.contains("the rest of a value from a line above"),
+            "{shown}"
+        );
+        assert!(!shown.contains("= ]") && !shown.contains("unknown key"), "{shown}");
+    }
+}

@@ -19,6 +19,22 @@ pub(super) const MAX_DEPTH: usize = 32;
 
 /// Layer names, for hints when a layer line shows up outside a model block.
 /// Whether `word` starts a layer line (`input` included).
+/// Whether `tokens` close a bracket or parenthesis they did not open.
+fn closes_unopened(tokens: &[Token]) -> bool {
+    let mut depth = 0i32;
+    for t in tokens {
+        match t.kind {
+            TokenKind::LParen | TokenKind::LBracket => depth += 1,
+            TokenKind::RParen | TokenKind::RBracket => depth -= 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return true;
+        }
+    }
+    false
+}
+
 fn is_layer_name(word: &str) -> bool {
     word == "input" || crate::model::layer_names().contains(&word)
 }
@@ -431,6 +447,19 @@ impl<'s> Parser<'s> {
             None => block.damaged = true,
         };
 
+        // `rmse]` or `weight_decay=0.1)` under a line left open: the rest
+        // of the value above, which the lexer reported unclosed there.
+        if closes_unopened(tokens) {
+            if !line.lex_failed {
+                diags.push(
+                    Diagnostic::new(line.span, "the rest of a value from a line above", "a line of its own").with_help(
+                        "a value must end on the line where it starts: join this line to the one it continues",
+                    ),
+                );
+            }
+            damaged(first_ident, block);
+            return;
+        }
         let Some(eq) = eq else {
             if !line.lex_failed {
                 let help = match (&first_ident, tokens.len()) {

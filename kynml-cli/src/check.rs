@@ -11,15 +11,29 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
     // `cuda:all` counted as train counts it (batchnorm's rows a device).
     crate::devices::resolve_all_cuda(&mut file.spec.train);
-    let (data, source) = crate::bench::bench_data(&mut file, args.synthetic)?;
     // Where `kynml train` would write, `check` looks too: a checkpoint or
     // export path onto another kind of file is refused, as train refuses it.
-    if let Some(path) = file.checkpoint_path() {
-        let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
-        kynml_core::checkpoint::check_targets(&path, keep)
-            .map_err(|e| crate::train::cannot_checkpoint(&file, &path, e))?;
-    }
-    crate::train::check_export_target(&file)?;
+    // Looked at before the data, and said with the data's problems when
+    // both have some: every problem found at once.
+    let targets = (|| {
+        if let Some(path) = file.checkpoint_path() {
+            let keep = file.spec.train.checkpoint.as_ref().map_or(1, |c| c.value.keep);
+            kynml_core::checkpoint::check_targets(&path, keep)
+                .map_err(|e| crate::train::cannot_checkpoint(&file, &path, e))?;
+        }
+        crate::train::check_export_target(&file)
+    })();
+    let (data, source) = match (crate::bench::bench_data(&mut file, args.synthetic), targets) {
+        (Ok(data), Ok(())) => data,
+        (Ok(_), Err(target)) => return Err(target),
+        (Err(data), Ok(())) => return Err(data),
+        (Err(data), Err(target)) => {
+            return Err(Failure {
+                message: format!("{}\n\n{}", target.message.trim_end(), data.message),
+                code: data.code,
+            })
+        }
+    };
     println!("{}: ok", args.spec.display());
     // A spec may be checked here for another machine: a GPU this one lacks
     // is said, not refused.

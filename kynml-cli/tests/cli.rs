@@ -1536,6 +1536,22 @@ fn a_run_folder_that_cannot_be_written_stops_the_run_with_its_checkpoint() {
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
 }
 
+/// `kynml check` says an export path's problem beside the data's, at once,
+/// not the second only once the first is fixed.
+#[test]
+fn check_says_an_export_paths_problem_beside_the_datas() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace("input 4", "input 5")
+        + "\nexport:\n    format = burn\n    path = \"m.bin\"\n";
+    std::fs::write(dir.join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["check", "iris.kyn"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot export to") && t.contains("m.bin"), "{t}");
+    assert!(t.contains("input 5"), "{t}");
+}
+
 /// A resume of a run that stopped early names the model it writes: the
 /// best epoch's weights, not the last epoch's.
 #[test]

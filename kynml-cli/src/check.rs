@@ -34,6 +34,12 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
             })
         }
     };
+    // The run's devices; `cuda:all` left unresolved (no CUDA here) counts none.
+    let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
+        Some(DeviceSet::List(list)) => Some(list.len()),
+        Some(DeviceSet::AllCuda) => None,
+        None => Some(1),
+    };
     println!("{}: ok", args.spec.display());
     // A spec may be checked here for another machine: a GPU this one lacks
     // is said, not refused.
@@ -103,12 +109,6 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                     String::new()
                 };
                 println!("checkpoint {}: {} of {epochs} epochs done{inside}; {next}", path.display(), state.epoch);
-                // `cuda:all` left unresolved (no CUDA here) counts no devices.
-                let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
-                    Some(DeviceSet::List(list)) => Some(list.len()),
-                    Some(DeviceSet::AllCuda) => None,
-                    None => Some(1),
-                };
                 let trains = !stopped && state.epoch < epochs;
                 if let Some(note) = crate::train::batching_changed(&file.spec, devices, &state).filter(|_| trains) {
                     println!("{note}");
@@ -138,11 +138,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         println!("{note}");
     }
     // As `kynml train` says them; `cuda:all` left unresolved (no CUDA here) as one device.
-    let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
-        Some(DeviceSet::List(list)) => list.len(),
-        _ => 1,
-    };
-    for note in crate::train::data_notes(&file.spec, &data, devices) {
+    for note in crate::train::data_notes(&file.spec, &data, devices.unwrap_or(1)) {
         println!("{note}");
     }
     let vocabularies = render::vocabularies(&data.info);

@@ -465,18 +465,17 @@ fn time_and_memory(history: &[EpochRecord], peak_now: Option<u64>) -> Option<Str
 /// class only the validation rows hold. `devices`: the run's device count.
 pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, devices: usize) -> Vec<String> {
     let mut notes = Vec::new();
-    let rows = |n: usize, what: &str| format!("{n} {what} row{}", if n == 1 { "" } else { "s" });
     if data.valid.len() < FEW_VALIDATION_ROWS {
         notes.push(format!(
             "note: with {} the validation loss and metrics move in large steps; a lower `split` holds more out",
-            rows(data.valid.len(), "validation")
+            render::count(data.valid.len(), "validation row")
         ));
     }
     let batch = spec.train.batch.value;
     if batch > data.train.len() {
         notes.push(format!(
             "note: batch = {batch} is more than the {}: each epoch is one batch of them all",
-            rows(data.train.len(), "training")
+            render::count(data.train.len(), "training row")
         ));
     }
     // A step ends with its epoch: accumulating more batches than an epoch

@@ -198,15 +198,33 @@ impl Predictor {
     /// (a row read from a file is checked as it is read; rows built in code
     /// are checked here).
     fn check_finite(&self, rows: &[f32], first: usize) -> Result<(), PredictError> {
-        let padded = self.model.sequence.is_some();
-        match rows.iter().position(|v| v.is_infinite() || (v.is_nan() && !padded)) {
-            None => Ok(()),
-            Some(i) => Err(PredictError::NotFinite {
+        let channels = self.model.sequence.as_ref().map(|s| s.channels());
+        if let Some(i) = rows.iter().position(|v| v.is_infinite() || (v.is_nan() && channels.is_none())) {
+            return Err(PredictError::NotFinite {
                 row: first + i / self.model.input,
                 feature: self.feature(i % self.model.input),
                 value: rows[i],
-            }),
+            });
         }
+        // An absent position is NaN in every channel: the model reads a
+        // position's presence from its first, and a NaN among numbers
+        // would be taken for 0.
+        if let Some(c) = channels.filter(|c| *c > 1) {
+            for (p, position) in rows.chunks_exact(c).enumerate() {
+                let absent = position[0].is_nan();
+                if let Some(k) = position.iter().position(|v| v.is_nan() != absent) {
+                    let (nan, number) = if absent { (p * c, p * c + k) } else { (p * c + k, p * c) };
+                    let input = self.model.input;
+                    return Err(PredictError::PartlyAbsent {
+                        row: first + p * c / input,
+                        position: (p * c % input) / c + 1,
+                        nan: self.feature(nan % input),
+                        number: self.feature(number % input),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every categorical and token feature of `rows` (the first being row
@@ -397,6 +415,19 @@ pub enum PredictError {
         /// What it held.
         value: f32,
     },
+    /// A sequence position that is NaN (absent) in some of its values and
+    /// holds numbers in others.
+    #[error("row {}: {}", row + 1, self.what())]
+    PartlyAbsent {
+        /// The row, 0-based.
+        row: usize,
+        /// The position in the sequence, 1-based.
+        position: usize,
+        /// A value of the position that is NaN, as messages name it.
+        nan: String,
+        /// A value of the position that is a number.
+        number: String,
+    },
     /// The model's output for the row is not a finite number.
     #[error("row {}: {}", row + 1, self.what())]
     Overflow {
@@ -416,6 +447,7 @@ impl PredictError {
             PredictError::NotAnIndex { row, .. }
             | PredictError::Range { row, .. }
             | PredictError::NotFinite { row, .. }
+            | PredictError::PartlyAbsent { row, .. }
             | PredictError::Overflow { row } => Some(*row),
         }
     }
@@ -451,6 +483,10 @@ impl PredictError {
             PredictError::NotFinite { feature, value, .. } => {
                 format!("{feature} = {value} is not a finite number: the model takes numbers only")
             }
+            PredictError::PartlyAbsent { position, nan, number, .. } => format!(
+                "position {position} of the sequence is NaN in {nan} but a number in {number}: an absent position \
+                 is NaN in all its values, a present one a number in each"
+            ),
             PredictError::Overflow { .. } => "the model's output for this row is not a finite number: its values \
                  overflow the model's 32-bit arithmetic (values far beyond those it was trained on?)"
                 .into(),

@@ -2971,6 +2971,23 @@ fn text_round_trip(seed: u64, layers: &str) {
     let err = predictor.predict(&past).unwrap_err();
     assert!(matches!(err, kynml_core::predict::PredictError::NotAnIndex { row: 1, .. }), "{err:?}");
     assert!(err.to_string().contains("token indices") && err.to_string().contains("(padding)"), "{err}");
+
+    // A model file whose normaliser would shift the token indices (made
+    // by hand, or by another tool) is refused, as are weights that are
+    // not numbers: either would read outside a table or answer NaN for
+    // every row, blamed on the rows.
+    let mut shifted = exported.clone();
+    shifted.normalizer = Some((vec![0.5; 16], vec![1.0; 16]));
+    assert_eq!(shifted.validate().unwrap_err(), "the normalizer would change the text's token indices");
+    assert!(kynml_core::predict::Predictor::new(shifted, &cpu).is_err());
+    let mut broken = exported.clone();
+    let last = broken.layers.len() - 1;
+    match &mut broken.layers[last].tensors[0].data {
+        kynml_core::checkpoint::TensorData::F32(v) => v[0] = f32::NAN,
+        other => panic!("the last layer's first tensor holds {other:?}"),
+    }
+    let err = broken.validate().unwrap_err();
+    assert!(err.contains("holds NaN; weights must be finite"), "{err}");
 }
 
 #[test]
@@ -3116,6 +3133,16 @@ fn sequence_round_trip(seed: u64, layers: &str) {
         .collect();
     let predictors = exports_agree(&result, &exported, &data, &raw, dir, seed);
     assert_eq!(predictors[0].model().sequence.as_ref().map(|s| &s.columns), Some(&s.columns), "the export keeps them");
+    // A position absent in one of its values and present in the other is
+    // refused, either way round (the model reads presence from `x` alone).
+    let mut partial = raw[5 * 24..6 * 24].to_vec();
+    partial[2 * 2 + 1] = f32::NAN;
+    let e = predictors[0].predict(&partial).unwrap_err().to_string();
+    assert!(e.contains("position 3 of the sequence is NaN in `y[2]` but a number in `x[2]`"), "{e}");
+    let mut partial = raw[5 * 24..6 * 24].to_vec();
+    partial[7 * 2 + 1] = 1.0;
+    let e = predictors[0].predict(&partial).unwrap_err().to_string();
+    assert!(e.starts_with("row 1: position 8 of the sequence is NaN in `x[7]` but a number in `y[7]`"), "{e}");
 
     // New rows read by name, in any column order: cut at 12, padded.
     let rows_csv = dir.join("new.csv");

@@ -235,6 +235,15 @@ impl ExportLayer {
         if let Some(t) = self.tensors.iter().find(|t| !decls.iter().any(|d| d.name == t.name)) {
             return Err(format!("has a `{}` tensor its kind does not have", t.name));
         }
+        // A weight that is not a number makes every row's output NaN: a
+        // broken model, not rows a caller could fix.
+        for t in &self.tensors {
+            if let TorchTensor::F32(values) = &t.data {
+                if let Some(v) = values.iter().find(|v| !v.is_finite()) {
+                    return Err(format!("its `{}` tensor holds {v}; weights must be finite", t.name));
+                }
+            }
+        }
         self.spec.check(self.view())
     }
 }
@@ -366,6 +375,13 @@ impl ExportModel {
             (Some(s), true) if self.shape.dims() == [s.length, s.channels()] => {}
             (None, false) => {}
             _ => return Err("a sequence model needs its sequence columns, and only a sequence model has them".into()),
+        }
+        // A token is an index into the text's table: normalising it would
+        // read another token, or outside the table.
+        if let (Some(_), Some((mean, std))) = (&self.tokens, &self.normalizer) {
+            if mean.iter().zip(std).any(|(m, s)| (*m, *s) != (0.0, 1.0)) {
+                return Err("the normalizer would change the text's token indices".into());
+            }
         }
         for v in &self.categories {
             if self.feature_names.get(v.position) != Some(&v.column) {

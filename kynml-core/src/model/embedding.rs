@@ -200,18 +200,6 @@ impl Kind for EmbeddingSpec {
         Embedding { tables, positions: self.columns.iter().map(|c| c.position).collect(), text: false }
     }
 
-    fn check(&self, t: Tensors) -> Result<(), String> {
-        if t.f32("weight").iter().any(|v| !v.is_finite()) {
-            return Err("the token table holds a value that is not finite".into());
-        }
-        for k in 0..self.columns.len() {
-            if t.f32(&format!("tables.{k}.weight")).iter().any(|v| !v.is_finite()) {
-                return Err(format!("table {k} holds a value that is not finite"));
-            }
-        }
-        Ok(())
-    }
-
     fn reference(&self, input: &Shape, t: Tensors, x: &[f32]) -> Vec<f32> {
         let width = input.size();
         if input.is_tokens() {

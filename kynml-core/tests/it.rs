@@ -386,8 +386,32 @@ fn a_library_run_never_replaces_a_file_or_a_checkpoint_unasked() {
         file.train_settings(&data, false),
         Err(ResumeError::Unwritable { error: CheckpointError::InUse { .. }, .. })
     ));
-    train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
-    drop(settings);
+    // The settings cloned for a second run while the first trains: the
+    // second is refused, not a second writer rotating the same copies.
+    let mut second = None;
+    train(&file.spec, &data, &cpu, &settings, &mut |_| {
+        if second.is_none() {
+            second = Some(train(&file.spec, &data, &cpu, &settings.clone(), &mut |_| {}).map(|r| r.final_metrics));
+        }
+    })
+    .unwrap();
+    assert!(matches!(second, Some(Err(TrainError::Checkpoint(CheckpointError::InUse { .. })))), "{second:?}");
+    // Its lock given to a run at another path does not stand for that
+    // path's: the run locks its own.
+    let elsewhere = tmp.path().join("elsewhere/run.ckpt");
+    let moved = TrainSettings {
+        checkpoint_path: Some(elsewhere.clone()),
+        checkpoint_lock: settings.checkpoint_lock.clone(),
+        ..TrainSettings::default()
+    };
+    let mut locked = None;
+    train(&file.spec, &data, &cpu, &moved, &mut |_| {
+        locked.get_or_insert_with(|| kynml_core::checkpoint::lock(&elsewhere).map(drop));
+    })
+    .unwrap();
+    assert!(matches!(locked, Some(Err(CheckpointError::InUse { .. }))), "{locked:?}");
+    std::fs::remove_dir_all(tmp.path().join("elsewhere")).unwrap();
+    drop((moved, settings));
     let written = std::fs::read(&ckpt).unwrap();
 
     // Plain settings at that path: refused, the checkpoint untouched.

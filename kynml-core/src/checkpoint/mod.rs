@@ -42,3 +42,4 @@ pub use self::writer::{
     check_targets, discard, discarded, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter,
     HandOff, PathLock,
 };
+pub(crate) use self::writer::lock_path;

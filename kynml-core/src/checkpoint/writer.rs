@@ -187,6 +187,45 @@ pub struct PathLock {
     file: Option<File>,
     /// Its path, in this process's registry of held locks.
     key: PathBuf,
+    /// Whether a run is training under it now: one lock shared by two runs
+    /// (settings cloned for a second job) would let both rotate one path.
+    in_run: std::sync::atomic::AtomicBool,
+}
+
+impl PathLock {
+    /// Whether this is the lock of checkpoints written to `path`.
+    pub fn covers(&self, path: &Path) -> bool {
+        lock_names(path).1 == self.key
+    }
+
+    /// Marks the lock as a run's until the returned guard drops; `None`
+    /// where another run holds it already.
+    pub(crate) fn claim(self: &std::sync::Arc<Self>) -> Option<RunClaim> {
+        use std::sync::atomic::Ordering;
+        (!self.in_run.swap(true, Ordering::AcqRel)).then(|| RunClaim(self.clone()))
+    }
+}
+
+/// A run's hold on a [`PathLock`] (see [`PathLock::claim`]).
+#[derive(Debug)]
+pub(crate) struct RunClaim(std::sync::Arc<PathLock>);
+
+impl Drop for RunClaim {
+    fn drop(&mut self) {
+        self.0.in_run.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// The lock file of checkpoints written to `path` (see [`lock`]).
+pub(crate) fn lock_path(path: &Path) -> PathBuf {
+    lock_names(path).0
+}
+
+/// The lock file beside `path`, and its key in this process's registry.
+fn lock_names(path: &Path) -> (PathBuf, PathBuf) {
+    let dir = parent_dir(path);
+    let name = format!(".{}.lock", path.file_name().unwrap_or_default().to_string_lossy());
+    (dir.join(&name), fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).join(name))
 }
 
 impl Drop for PathLock {
@@ -214,9 +253,7 @@ fn held() -> &'static Mutex<Vec<PathBuf>> {
 /// the other run's. A file system without locks passes unlocked.
 pub fn lock(path: &Path) -> Result<PathLock, CheckpointError> {
     let dir = parent_dir(path);
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let lock_path = dir.join(format!(".{name}.lock"));
-    let key = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).join(format!(".{name}.lock"));
+    let (lock_path, key) = lock_names(path);
     let in_use = || CheckpointError::InUse { path: path.to_path_buf(), lock: lock_path.clone() };
     let mut registry = held().lock().unwrap_or_else(PoisonError::into_inner);
     if registry.contains(&key) {
@@ -235,7 +272,7 @@ pub fn lock(path: &Path) -> Result<PathLock, CheckpointError> {
         Err(fs::TryLockError::WouldBlock) => return Err(in_use()),
     }
     registry.push(key.clone());
-    Ok(PathLock { file: Some(file), key })
+    Ok(PathLock { file: Some(file), key, in_run: false.into() })
 }
 
 /// The part of [`prepare`] that writes nothing (for `kynml check`): `path`

@@ -350,12 +350,19 @@ fn run<'scope, 'env>(
     // Held to the end of the run, and declared before the writer so that it
     // is let go after it: no other run writes to this path while a save of
     // this one may still be in flight.
-    let _lock = match (checkpoint, &checkpoint_path, &settings.checkpoint_lock) {
-        (Some(_), Some(_), Some(held)) => Some(held.clone()),
+    // A lock given for another path counts as none; one that another run
+    // holds now (settings cloned for a second job) is that run's.
+    let given = settings.checkpoint_lock.as_ref().filter(|held| checkpoint_path.as_ref().is_some_and(|p| held.covers(p)));
+    let _lock = match (checkpoint, &checkpoint_path, given) {
+        (Some(_), Some(path), Some(held)) => Some(held.claim().ok_or_else(|| {
+            let lock = crate::checkpoint::lock_path(path);
+            TrainError::Checkpoint(crate::checkpoint::CheckpointError::InUse { path: path.clone(), lock })
+        })?),
         // Not prepared by the caller: checked here as `kynml train` checks
         // it (never over a file or folder that is not a KynML checkpoint).
         (Some(c), Some(path), None) => {
-            Some(Arc::new(crate::checkpoint::prepare(path, c.keep).map_err(TrainError::Checkpoint)?))
+            let held = Arc::new(crate::checkpoint::prepare(path, c.keep).map_err(TrainError::Checkpoint)?);
+            held.claim()
         }
         _ => None,
     };
@@ -366,7 +373,7 @@ fn run<'scope, 'env>(
     if let (Some(_), Some(path), None, false) = (checkpoint, &checkpoint_path, &settings.resume_from, settings.fresh) {
         let copy = || crate::checkpoint::older_copies(path).into_iter().next();
         let there =
-            if path.is_file() { Some(path.clone()) } else { settings.checkpoint_lock.is_none().then(copy).flatten() };
+            if path.is_file() { Some(path.clone()) } else { given.is_none().then(copy).flatten() };
         if let Some(there) = there {
             return Err(TrainError::CheckpointExists { path: there });
         }

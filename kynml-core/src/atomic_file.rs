@@ -32,6 +32,7 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// a large file need not be held whole in memory; an error from `body` is
 /// the write's.
 pub fn write_with(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let path = &through_links(path);
     let Some(name) = path.file_name() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "the path does not name a file"));
     };
@@ -53,6 +54,22 @@ pub fn write_with(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<(
         let _ = fs::remove_file(&temp);
     }
     written
+}
+
+/// Where a write to `path` lands: at the end of its symbolic links, as
+/// `File::create` writes through a link (a link that points a stable name
+/// at a versioned file stays a link, and its file is what changes); `path`
+/// itself where it is no link.
+pub fn through_links(path: &Path) -> PathBuf {
+    let mut path = path.to_path_buf();
+    // Linux's own limit on links in a row; a loop ends at the last one.
+    for _ in 0..40 {
+        match fs::read_link(&path) {
+            Ok(target) => path = folder(&path).join(target),
+            Err(_) => break,
+        }
+    }
+    path
 }
 
 /// Removes the temporary files of `path` that a process which no longer
@@ -170,6 +187,29 @@ mod tests {
         let err = write(&dir.path().join("nodir/p.csv"), b"x").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(!err.to_string().contains(".tmp"), "{err}");
+    }
+
+    /// A write through a symbolic link replaces the file it points to and
+    /// keeps the link (it replaced the link with a file, and the file a
+    /// deployment's stable name pointed to kept the old bytes).
+    #[cfg(unix)]
+    #[test]
+    fn a_link_is_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("store")).unwrap();
+        let real = dir.path().join("store/v1.onnx");
+        fs::write(&real, b"old").unwrap();
+        let link = dir.path().join("model.onnx");
+        std::os::unix::fs::symlink("store/v1.onnx", &link).unwrap();
+        write(&link, b"new").unwrap();
+        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read(&real).unwrap(), b"new");
+        // A link to a file not made yet makes it.
+        let later = dir.path().join("later.onnx");
+        std::os::unix::fs::symlink(dir.path().join("store/v2.onnx"), &later).unwrap();
+        write(&later, b"v2").unwrap();
+        assert_eq!(fs::read(dir.path().join("store/v2.onnx")).unwrap(), b"v2");
+        assert_eq!(fs::read_dir(dir.path().join("store")).unwrap().count(), 2, "no temporary file left");
     }
 
     /// A new file gets 0666 less the umask, as `File::create` gives it; a

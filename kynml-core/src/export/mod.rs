@@ -73,6 +73,24 @@ impl Format {
     }
 }
 
+/// Why [`load`] found no model it can read, for a program to act on (a
+/// service tells a path it was not given from a deployment to redo).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoadProblem {
+    /// Nothing at the path, a folder without a finished run's model, or
+    /// weights without the sidecar that describes them.
+    Missing,
+    /// Something other than a model: a spec, rows, a sidecar alone, an ONNX
+    /// file, a training checkpoint, a pipe.
+    NotAModel,
+    /// Written by a newer KynML than this one.
+    NewerVersion,
+    /// Damaged or cut short, changed since it was written, or weights and
+    /// sidecar that do not belong together.
+    Damaged,
+}
+
 /// Why a model cannot be written or read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -111,6 +129,8 @@ pub enum ExportError {
         path: PathBuf,
         /// What is wrong, in words for a person.
         reason: String,
+        /// What is wrong, for a program to act on.
+        problem: LoadProblem,
     },
     /// A path an export cannot be written to, found before anything is
     /// trained or written.
@@ -493,7 +513,7 @@ fn check_owner(sidecar: &Value, sidecar_path: &Path, weights: &Path, bytes: &[u8
             written.join(" and ")
         )
     };
-    Err(ExportError::Invalid { path: weights.into(), reason })
+    Err(ExportError::Invalid { path: weights.into(), reason, problem: LoadProblem::Damaged })
 }
 
 /// Writes `model` as `format` to `path`, each file atomically, after
@@ -525,10 +545,11 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             Ok(vec![path.into(), sidecar])
         }
         Format::Burn => {
-            let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu)
-                .map_err(|e| ExportError::Model(e.to_string()))?;
-            let module = to_model(model, &cpu.inner())?;
-            let dir = parent(path);
+            let module = to_model(model, &host())?;
+            // Staged beside the file a link at `path` points to: renamed
+            // over it from there, on its file system.
+            let target = crate::atomic_file::through_links(path);
+            let dir = parent(&target);
             std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
             let temp = tempfile::Builder::new()
                 .prefix(".kynml-export-")
@@ -544,10 +565,18 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             let side = sidecar_for(model, path, sums)?;
             // The sidecar first, as for safetensors.
             write_atomic(&sidecar, &side)?;
-            std::fs::rename(staged, path).map_err(|source| ExportError::Write { path: path.into(), source })?;
+            std::fs::rename(staged, &target)
+                .map_err(|source| ExportError::Write { path: path.into(), source })?;
             Ok(vec![path.into(), sidecar])
         }
     }
+}
+
+/// The host CPU through Burn's flex backend, where a Burn record is made
+/// and read: not [`kynml_backend::Device::cpu`], which starts rayon's global
+/// pool before a service that loads a model has sized it.
+fn host() -> DispatchDevice {
+    DispatchDevice::Flex(burn::backend::flex::FlexDevice)
 }
 
 /// Numbers a module's parameters 1, 2, ... in its own order. Burn draws a
@@ -594,24 +623,32 @@ impl<B: burn::tensor::backend::Backend> burn::module::ModuleMapper<B> for Number
 /// `model.json`), a `.safetensors` export or a `.mpk` (burn) export, each
 /// with its `.json` sidecar beside it.
 pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
-    let given = |reason: &str| ExportError::Invalid { path: path.into(), reason: reason.into() };
+    let given = |reason: &str, problem| ExportError::Invalid { path: path.into(), reason: reason.into(), problem };
     if !path.exists() {
-        return Err(given("there is no such file or folder; give a run folder that `kynml train` wrote, or an export"));
+        return Err(given(
+            "there is no such file or folder; give a run folder that `kynml train` wrote, or an export",
+            LoadProblem::Missing,
+        ));
     }
     if path.extension().is_some_and(|e| e == "kyn") {
         return Err(given(
             "it is a spec; give the run folder that `kynml train` wrote for it (`runs/<spec>-<time>`, or its \
              --out), or an export",
+            LoadProblem::NotAModel,
         ));
     }
     if path.is_dir() && !path.join(RUN_WEIGHTS).is_file() {
-        return Err(given(&format!(
-            "the folder has no {RUN_WEIGHTS}: it is not a run folder, or its run has not finished (an interrupted \
-             run resumes from its checkpoint)"
-        )));
+        return Err(given(
+            &format!(
+                "the folder has no {RUN_WEIGHTS}: it is not a run folder, or its run has not finished (an \
+                 interrupted run resumes from its checkpoint)"
+            ),
+            LoadProblem::Missing,
+        ));
     }
     let weights = if path.is_dir() { path.join(RUN_WEIGHTS) } else { path.to_path_buf() };
-    let invalid = |reason: String| ExportError::Invalid { path: weights.clone(), reason };
+    let invalid = |reason: String| ExportError::Invalid { path: weights.clone(), reason, problem: LoadProblem::NotAModel };
+    let damaged = |reason: String| ExportError::Invalid { path: weights.clone(), reason, problem: LoadProblem::Damaged };
     if weights.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
         return Err(invalid(
             "a .json file is an export's sidecar or a run's record, not a model; give the run folder, or the \
@@ -639,6 +676,7 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
             return Err(ExportError::Invalid {
                 path: p.clone(),
                 reason: format!("it is {kind}, not a regular file; give the model's own files"),
+                problem: LoadProblem::NotAModel,
             });
         }
     }
@@ -663,27 +701,31 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     let read = |p: &Path| std::fs::read(p).map_err(|source| ExportError::Read { path: p.into(), source });
     // The weights alone do not say what model they are.
     if weights.is_file() && !sidecar_path.exists() {
-        return Err(invalid(format!(
+        return Err(ExportError::Invalid { path: weights.clone(), problem: LoadProblem::Missing, reason: format!(
             "its sidecar {} is missing: an export is read with the .json written beside it, which says what \
              model the weights are; copy it along with them (or export again from the run folder)",
             sidecar_path.display()
-        )));
+        )});
     }
     let sidecar: Value = serde_json::from_slice(&read(&sidecar_path)?).map_err(|e| ExportError::Invalid {
         path: sidecar_path.clone(),
         reason: format!("the sidecar is not valid JSON: {e}"),
+        problem: LoadProblem::Damaged,
     })?;
     // The sidecar's sizes are checked against the weights before a skeleton
     // of them is made: a damaged one could ask for terabytes.
     let weights_bytes = std::fs::metadata(&weights).map_or(u64::MAX, |m| m.len());
-    let meta = from_sidecar(&sidecar, weights_bytes)
-        .map_err(|reason| ExportError::Invalid { path: sidecar_path.clone(), reason })?;
+    let meta = from_sidecar(&sidecar, weights_bytes).map_err(|(reason, problem)| ExportError::Invalid {
+        path: sidecar_path.clone(),
+        reason,
+        problem,
+    })?;
     let bytes = read(&weights)?;
     let mpk = weights.extension().is_some_and(|e| e == "mpk");
     let model = if mpk {
         check_owner(&sidecar, &sidecar_path, &weights, &bytes)?;
-        let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).map_err(|e| invalid(e.to_string()))?;
-        let skeleton = build(&meta, &cpu.inner(), false)?;
+        let cpu = host();
+        let skeleton = build(&meta, &cpu, false)?;
         let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
         // Burn's loader panics on a record that does not fit the module
         // (an older sidecar, without `weights`, beside another model's
@@ -691,20 +733,20 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
         // (other threads' panics still print).
         // Burn's loader appends `.mpk` to the name it is given.
         let stem = weights.with_extension("");
-        let loaded = kynml_backend::catch_quietly(|| skeleton.load_file(&stem, &recorder, &cpu.inner()));
+        let loaded = kynml_backend::catch_quietly(|| skeleton.load_file(&stem, &recorder, &cpu));
         let loaded = match loaded {
             Ok(Ok(model)) => model,
             // Burn's own words suggest a feature flag of its; a model file
             // that does not decode is damaged or cut short.
             Ok(Err(_)) => {
-                return Err(invalid(
+                return Err(damaged(
                     "it cannot be read as a Burn record: the file is damaged or cut short (a copy that did not \
                      finish?); export the model again"
                         .into(),
                 ))
             }
             Err(_) => {
-                return Err(invalid(format!(
+                return Err(damaged(format!(
                     "its weights do not fit the model that its sidecar `{}` describes: were they exported from \
                      another run? Export the model again",
                     sidecar_path.display()
@@ -718,23 +760,37 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
                 crate::checkpoint::CheckpointError::Corrupt { reason } => reason,
                 _ => "its bytes do not hold together".into(),
             };
-            invalid(format!(
+            damaged(format!(
                 "it cannot be read as safetensors ({why}): the file is damaged or cut short; export the model \
                  again, or for a run folder train it again"
             ))
         })?;
         check_owner(&sidecar, &sidecar_path, &weights, &bytes)?;
         drop(bytes);
-        fill(meta, tensors).map_err(invalid)?
+        fill(meta, tensors).map_err(damaged)?
     };
-    model.validate().map_err(invalid)?;
+    model.validate().map_err(damaged)?;
     Ok(model)
 }
 
 /// A model from [`torch::sidecar_json`]'s description, with zero weights;
 /// refused when its weights could not fit in `weights_bytes` (two bytes a
 /// value at the least).
-fn from_sidecar(v: &Value, weights_bytes: u64) -> Result<ExportModel, String> {
+fn from_sidecar(v: &Value, weights_bytes: u64) -> Result<ExportModel, (String, LoadProblem)> {
+    if let Some(version) = v.get("format_version").and_then(Value::as_u64) {
+        if version > u64::from(torch::SIDECAR_VERSION) {
+            let why = format!(
+                "its `format_version` is {version}, newer than this KynML reads (up to {}): upgrade KynML",
+                torch::SIDECAR_VERSION
+            );
+            return Err((why, LoadProblem::NewerVersion));
+        }
+    }
+    describe(v, weights_bytes).map_err(|why| (why, LoadProblem::Damaged))
+}
+
+/// [`from_sidecar`] of a sidecar of a version this KynML reads.
+fn describe(v: &Value, weights_bytes: u64) -> Result<ExportModel, String> {
     let field = |v: &Value, key: &str| v.get(key).cloned().ok_or_else(|| format!("no `{key}`"));
     let size =
         |v: &Value, key: &str| field(v, key)?.as_u64().map(|n| n as usize).ok_or(format!("`{key}` is not a size"));
@@ -743,14 +799,6 @@ fn from_sidecar(v: &Value, weights_bytes: u64) -> Result<ExportModel, String> {
     };
     if v.get("format").and_then(Value::as_str) != Some(torch::SIDECAR_FORMAT) {
         return Err(format!("its `format` is not `{}`", torch::SIDECAR_FORMAT));
-    }
-    if let Some(version) = v.get("format_version").and_then(Value::as_u64) {
-        if version > u64::from(torch::SIDECAR_VERSION) {
-            return Err(format!(
-                "its `format_version` is {version}, newer than this KynML reads (up to {}): upgrade KynML",
-                torch::SIDECAR_VERSION
-            ));
-        }
     }
     let input = size(v, "input")?;
     // Older sidecars have no `input_shape`: plain features.
@@ -957,8 +1005,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = dir.path().join("w.safetensors");
         std::fs::write(&w, b"weights").unwrap();
-        let message = load(&w).map(drop).expect_err("no sidecar").to_string();
+        let error = load(&w).map(drop).expect_err("no sidecar");
+        assert!(matches!(error, ExportError::Invalid { problem: LoadProblem::Missing, .. }), "{error:?}");
+        let message = error.to_string();
         assert!(message.contains("its sidecar") && message.contains("w.json is missing"), "{message}");
+        let nothing = load(&dir.path().join("gone")).map(drop).expect_err("nothing there");
+        assert!(matches!(nothing, ExportError::Invalid { problem: LoadProblem::Missing, .. }), "{nothing:?}");
+        let damaged = dir.path().join("d.safetensors");
+        std::fs::write(&damaged, b"weights").unwrap();
+        std::fs::write(dir.path().join("d.json"), b"{ not json").unwrap();
+        let error = load(&damaged).map(drop).expect_err("damaged");
+        assert!(matches!(error, ExportError::Invalid { problem: LoadProblem::Damaged, .. }), "{error:?}");
         assert!(message.contains("which says what model the weights are;"), "{message}");
         for (weights, pipe) in [("p.safetensors", "p.safetensors"), ("w.safetensors", "w.json"), ("b.mpk", "b.mpk")] {
             assert!(std::process::Command::new("mkfifo").arg(dir.path().join(pipe)).status().unwrap().success());
@@ -996,7 +1053,8 @@ mod tests {
                 "layers": [{"kind": "dense", "in_features": input, "out_features": 1, "activation": "linear"}],
             })
         };
-        let message = from_sidecar(&sidecar(1 << 39), 460).map(drop).expect_err("too large");
+        let (message, problem) = from_sidecar(&sidecar(1 << 39), 460).map(drop).expect_err("too large");
+        assert_eq!(problem, LoadProblem::Damaged);
         assert!(
             message.contains(&format!("hold {} values, more than its weights file of 460 bytes", (1u64 << 39) + 1)),
             "{message}"
@@ -1004,6 +1062,11 @@ mod tests {
         // Three weights and a bias: 16 bytes of f32 fit in 16.
         assert!(from_sidecar(&sidecar(3), 16).is_ok());
         assert!(from_sidecar(&sidecar(3), 7).is_err());
+        // A newer KynML's sidecar is told apart from a damaged one.
+        let mut newer = sidecar(3);
+        newer["format_version"] = (torch::SIDECAR_VERSION + 1).into();
+        let (message, problem) = from_sidecar(&newer, 16).map(drop).expect_err("newer");
+        assert_eq!(problem, LoadProblem::NewerVersion, "{message}");
     }
 
     /// Tied logits give the first class, and a sigmoid's logit of 0 the

@@ -34,6 +34,10 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
             })
         }
     };
+    // Rows made up for a check (`--synthetic`) are not the model's data.
+    if args.synthetic.is_none() {
+        crate::train::check_export_sidecar(&file, &data)?;
+    }
     // The run's devices; `cuda:all` left unresolved (no CUDA here) counts none.
     let devices = match file.spec.train.devices.as_ref().map(|d| &d.value) {
         Some(DeviceSet::List(list)) => Some(list.len()),

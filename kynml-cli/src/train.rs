@@ -44,6 +44,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     let data = crate::reading::load_data(&mut file)?;
     fit_loader(&mut file, &data);
     check_export_target(&file)?;
+    check_export_sidecar(&file, &data)?;
     // A checkpoint there is resumed from (or the run is refused): it is read
     // and held through the run.
     let resumed = match file.checkpoint_path() {
@@ -858,20 +859,30 @@ pub(crate) fn check_export_target(file: &SpecFile) -> Result<(), Failure> {
                     .and_then(|()| export::check_writable(&path))
                     .map_err(|err| err.to_string()),
             };
-            checked.map_err(|err| {
-                // Located at the spec's `path = ...`.
-                let problem = kynml_core::spec::Diagnostic::new(e.path.span, err, "the export path");
-                let summary = "cannot export as the spec says; nothing was trained or written";
-                Failure::input(kynml_core::spec::render_with(
-                    &file.path.display().to_string(),
-                    &file.source,
-                    &[problem],
-                    summary,
-                ))
-            })?;
+            checked.map_err(|err| export_path_problem(file, err))?;
         }
     }
     Ok(())
+}
+
+/// That the spec's export can take the sidecar beside its path, known once
+/// the data is read (its normalisation and names are the model's): a burn
+/// and a safetensors export of one name share a sidecar, and one that
+/// describes another model is refused now rather than after training.
+pub(crate) fn check_export_sidecar(file: &SpecFile, data: &Dataset) -> Result<(), Failure> {
+    let Some(e) = &file.spec.export else { return Ok(()) };
+    let Ok(format) = Format::from_spec(e.format.value) else { return Ok(()) };
+    let model = export::skeleton(&file.spec.model, &data.info, file.spec.train.loss.value);
+    export::check_sidecar(&model, format, &file.resolve(&e.path.value))
+        .map_err(|err| export_path_problem(file, err.to_string()))
+}
+
+/// `err`, located at the spec's export `path = ...`.
+fn export_path_problem(file: &SpecFile, err: String) -> Failure {
+    let span = file.spec.export.as_ref().map(|e| e.path.span).unwrap_or_default();
+    let problem = kynml_core::spec::Diagnostic::new(span, err, "the export path");
+    let summary = "cannot export as the spec says; nothing was trained or written";
+    Failure::input(kynml_core::spec::render_with(&file.path.display().to_string(), &file.source, &[problem], summary))
 }
 
 /// Why an export to `path` in `format` (or its `.json` sidecar: ONNX has

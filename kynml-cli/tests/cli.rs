@@ -1943,6 +1943,21 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     assert!(t.contains("give this export another name") && !t.contains("not a model"), "{t}");
     assert_eq!(std::fs::read(dir.join("out/model.json")).unwrap(), before, "the sidecar is untouched");
     assert!(!dir.join("out/model.safetensors").exists());
+    // A spec exporting there is refused by check and before training (it
+    // was refused after the whole run), at its export path.
+    let small = std::fs::read_to_string(dir.join("small.kyn")).unwrap();
+    let exporting = format!("{small}\nexport:\n    format = safetensors\n    path = \"out/model.safetensors\"\n");
+    std::fs::write(dir.join("exporting.kyn"), &exporting).unwrap();
+    let line = exporting.lines().position(|l| l.contains("path = \"out/")).unwrap() + 1;
+    for command in [vec!["check", "exporting.kyn"], vec!["train", "exporting.kyn", "--out", "c"]] {
+        let out = kynml(&command, dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {t}");
+        assert!(t.contains(&format!("exporting.kyn:{line}:")) && t.contains("describes `model.mpk`"), "{t}");
+        assert!(t.contains("nothing was trained or written"), "{t}");
+    }
+    assert!(!dir.join("c").exists(), "nothing trained");
+    assert_eq!(std::fs::read(dir.join("out/model.json")).unwrap(), before, "the sidecar is untouched");
     std::fs::write(
         dir.join("rows.csv"),
         "sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm,species\n5.1,3.5,1.4,0.2,setosa\n",

@@ -176,13 +176,21 @@ pub enum ExportError {
 /// feature names, normalisation, and the meaning of the outputs (from the
 /// loss).
 pub fn from_model(model: &Model<Kb>, spec: &ModelSpec, info: &DataInfo, loss: Loss) -> ExportModel {
+    with_weights(model, skeleton(spec, info, loss))
+}
+
+/// What [`from_model`] gives for a model of `spec` trained on data read as
+/// `info`, before there are weights: each layer's tensors named and shaped,
+/// holding no values. Its sidecar's description is the trained model's
+/// (see [`check_sidecar`]).
+pub fn skeleton(spec: &ModelSpec, info: &DataInfo, loss: Loss) -> ExportModel {
     let class_names = info.class_names.clone().unwrap_or_default();
     let head = match loss {
         Loss::CrossEntropy => Head::Softmax { class_names },
         Loss::Bce => Head::Sigmoid { class_names },
         _ => Head::Regression,
     };
-    let meta = ExportModel {
+    let mut meta = ExportModel {
         name: spec.name.value.clone(),
         input: info.feature_names.len(),
         shape: spec.shape.clone(),
@@ -195,7 +203,31 @@ pub fn from_model(model: &Model<Kb>, spec: &ModelSpec, info: &DataInfo, loss: Lo
         layers: spec.layers.iter().map(|l| ExportLayer { spec: l.value.clone(), tensors: Vec::new() }).collect(),
         head,
     };
-    with_weights(model, meta)
+    let shapes = meta.shapes().unwrap_or_default();
+    for (layer, shape) in meta.layers.iter_mut().zip(&shapes) {
+        layer.tensors = (layer.spec.tensors(shape).into_iter())
+            .map(|d| {
+                let data = match d.role {
+                    Role::Count => TorchTensor::I64(Vec::new()),
+                    _ => TorchTensor::F32(Vec::new()),
+                };
+                HostTensor { name: d.name.to_string(), shape: d.shape, data }
+            })
+            .collect();
+    }
+    meta
+}
+
+/// Whether `model` (its [`skeleton`] will do) can be exported as `format`
+/// to `path` as far as the sidecar beside it goes: a burn and a safetensors
+/// export of one name share it, and one that describes another model is
+/// refused ([`ExportError::SharedSidecar`]). Checked before a run trains,
+/// so that it is not refused at the end.
+pub fn check_sidecar(model: &ExportModel, format: Format, path: &Path) -> Result<(), ExportError> {
+    match format {
+        Format::Onnx => Ok(()),
+        Format::Safetensors | Format::Burn => sidecar_for(model, path, (0, 0)).map(drop),
+    }
 }
 
 /// `meta` with its layers' tensors replaced by `model`'s, copied to the host

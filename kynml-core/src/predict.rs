@@ -161,13 +161,21 @@ impl Predictor {
                     }
                 }
             }
-            let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [chunk.len() / width_in, width_in]), &self.device);
+            let rows_in = chunk.len() / width_in;
+            let pass = self.pass_rows(rows_in);
+            // Filled up with repeats of its own rows, whose outputs are
+            // dropped: in evaluation mode a row's output is its own.
+            for r in rows_in..pass {
+                x.extend_from_within((r % rows_in) * width_in..(r % rows_in + 1) * width_in);
+            }
+            let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [pass, width_in]), &self.device);
             let y = self.module.forward(t, Mode::Eval);
-            let y = y
+            let mut y = y
                 .into_data()
                 .convert::<f32>()
                 .into_vec::<f32>()
                 .map_err(|e| PredictError::Backend(format!("{e:?}")))?;
+            y.truncate(rows_in * width);
             if let Some(r) = y.chunks(width.max(1)).position(|row| row.iter().any(|v| !v.is_finite())) {
                 return Err(PredictError::Overflow { row: c * CHUNK + r });
             }
@@ -186,6 +194,18 @@ impl Predictor {
             }
         };
         Ok(Predictions { rows: n, outputs, width, probabilities, labels })
+    }
+
+    /// The rows of a forward pass for `rows` rows. A GPU backend tunes and
+    /// compiles kernels for each new size of product it meets: a service's
+    /// requests of every size from 1 to 4,096 rows would each meet a search
+    /// of their own, so on a GPU a pass takes the next power of two (13 sizes
+    /// at most). The CPU runs the rows as they are.
+    fn pass_rows(&self, rows: usize) -> usize {
+        match self.device {
+            DispatchDevice::Flex(_) => rows,
+            _ => rows.next_power_of_two(),
+        }
     }
 
     /// Feature `i` as an error names it.

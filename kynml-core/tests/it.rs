@@ -2575,6 +2575,12 @@ fn exports_agree(
         last = Some(out);
     }
     let p = last.unwrap();
+    // On wgpu, whose passes are filled up to a power of two of rows.
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let on_wgpu = Predictor::load(&dir.join("m.safetensors"), &wgpu).unwrap().predict(raw).unwrap();
+    assert_eq!((on_wgpu.rows, on_wgpu.outputs.len()), (p.rows, p.outputs.len()));
+    let worst = on_wgpu.outputs.iter().zip(&p.outputs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(worst <= 1e-4, "wgpu vs cpu predictions: {worst} (seed {seed})");
     let inputs = dir.join("inputs.json");
     std::fs::write(&inputs, tensors_json(&[("features", width, raw)])).unwrap();
     let expected = dir.join("expected.json");

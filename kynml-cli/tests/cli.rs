@@ -2185,9 +2185,9 @@ fn a_small_validation_split_is_said_to_give_coarse_metrics() {
 /// `batchnorm` on plain features with one row a step normalises every value
 /// to 0 and learns nothing (it trained to a validation loss of 2720 on
 /// iris): refused at the layer. After a convolution a channel still has its
-/// positions to average, and that trains.
+/// positions to average, and that trains, unless its map is one position.
 #[test]
-fn batchnorm_with_one_row_a_step_is_refused_on_plain_features_only() {
+fn batchnorm_with_one_value_a_channel_a_step_is_refused() {
     let tmp = copy_example("iris");
     let dir = tmp.path();
     let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap();
@@ -2218,9 +2218,18 @@ fn batchnorm_with_one_row_a_step_is_refused_on_plain_features_only() {
         "batchnorm\n    flatten\n    dense 32 relu",
         1,
     );
-    std::fs::write(dir.join("image.kyn"), image).unwrap();
+    std::fs::write(dir.join("image.kyn"), &image).unwrap();
     let out = kynml(&["train", "image.kyn", "--epochs", "1", "--out", "image"], dir);
     assert!(out.status.success(), "{}", text(&out));
+    // A convolution's map of one position leaves a channel one value a row,
+    // as plain features: its validation loss grew to thousands.
+    let point = image.replace("conv2d 2 1 relu", "conv2d 2 2 relu");
+    std::fs::write(dir.join("point.kyn"), point).unwrap();
+    let out = kynml(&["train", "point.kyn", "--epochs", "1", "--out", "point"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("point.kyn:11:5") && t.contains("its input holds one position a channel"), "{t}");
+    assert!(!dir.join("point").exists(), "nothing written");
 }
 
 #[test]

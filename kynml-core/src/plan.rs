@@ -939,8 +939,9 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
 /// A `batchnorm` on plain features normalises each feature over the rows
 /// of a batch: with one row that is 0 for every feature, and the running
 /// variance learns nothing (PyTorch refuses it: "Expected more than 1 value
-/// per channel when training"). Located at `batch`; a batchnorm after a
-/// convolution has a channel's positions to average and is not concerned.
+/// per channel when training"). Located at the layer; a batchnorm after a
+/// convolution has a channel's positions to average, unless its output is
+/// one position (a 1x1 map), which is then as plain features are.
 fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
     // A data-parallel run gives each device a slice of the step's rows, the
     // smallest `rows / devices` (`cuda:all`'s count is known only later).
@@ -952,17 +953,24 @@ fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
     if rows / devices >= 2 {
         return None;
     }
-    let per_row =
-        |input: &crate::model::Shape, layer: &Layer| matches!(layer, Layer::BatchNorm(_)) && input.rank() == 1;
+    // One value a channel a row: plain features, or a map of one position.
+    let per_row = |input: &crate::model::Shape, layer: &Layer| {
+        matches!(layer, Layer::BatchNorm(_)) && input.size() <= input.dims().first().copied().unwrap_or(0)
+    };
+    let mut flat = true;
     let mut input = spec.model.shape.clone();
     let mut found = None;
     for layer in &spec.model.layers {
         let mut inner = input.clone();
         for child in layer.value.children() {
-            found = found.or(per_row(&inner, child).then_some(layer.span));
+            if found.is_none() && per_row(&inner, child) {
+                (found, flat) = (Some(layer.span), inner.rank() == 1);
+            }
             inner = child.output(&inner).ok()?;
         }
-        found = found.or(per_row(&input, &layer.value).then_some(layer.span));
+        if found.is_none() && per_row(&input, &layer.value) {
+            (found, flat) = (Some(layer.span), input.rank() == 1);
+        }
         input = layer.value.output(&input).ok()?;
     }
     let (why, help) = if devices > 1 {
@@ -994,7 +1002,14 @@ fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
     Some(
         Diagnostic::new(
             found?,
-            format!("`batchnorm` normalises each feature over a step's rows, but {why}"),
+            if flat {
+                format!("`batchnorm` normalises each feature over a step's rows, but {why}")
+            } else {
+                format!(
+                    "`batchnorm` normalises each channel over a step's rows and the channel's positions, but its \
+                     input holds one position a channel and {why}"
+                )
+            },
             "needs at least 2 rows a step",
         )
         .with_help(help),

@@ -200,6 +200,19 @@ impl Kind for ConvSpec {
                 if self.dims == 1 { "1x64" } else { "1x28x28" }
             ));
         }
+        // Burn's convolutions hold the padded input (the native engine skips
+        // the padding): it must be a size a device can hold.
+        let [c, h, w] = input.chw();
+        let (_, _, p) = self.geometry();
+        let padded = |n: usize, i: usize| p[i].checked_mul(2).and_then(|twice| twice.checked_add(n));
+        let whole = [Some(c), padded(h, 0), padded(w, 1)];
+        if whole.iter().any(Option::is_none) || crate::model::bounded_size(&whole.map(Option::unwrap_or_default)).is_none() {
+            return Err(format!(
+                "its padding {} makes a padded input of more values than any device has; use a padding below \
+                 the kernel's size ({})",
+                self.padding, self.kernel
+            ));
+        }
         match self.out_hw(input) {
             Some([_, ow]) if self.dims == 1 => Ok(Shape::new(vec![self.channels, ow])),
             Some([oh, ow]) => Ok(Shape::new(vec![self.channels, oh, ow])),

@@ -331,10 +331,12 @@ def read_rows(path, columns, target):
         fail(header_line, f"the header lacks the column(s) {', '.join(missing)} (it has {', '.join(header)})"
              + ("; line 1 holds numbers: the file has no header, so put one first: " + ",".join(columns)
                 if all(number(c) is not None for c in header) else ""))
-    dup = sorted({h for h in header if header.count(h) > 1})
+    # A column with no name (a pandas index saved without index=False, a
+    # comma at the end of every line) is passed over, as kynml predict does.
+    dup = sorted({h for h in header if h and header.count(h) > 1})
     if dup:
         fail(header_line, f"the header names {', '.join(dup)} more than once")
-    extra = [h for h in header if h not in columns and h != target]
+    extra = [h for h in header if h and h not in columns and h != target]
     if extra:
         fail(header_line, f"column(s) {', '.join(extra)} are neither inputs of this model nor its target ({target})")
     order, width = [header.index(c) for c in columns], len(header)

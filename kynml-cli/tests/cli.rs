@@ -2828,3 +2828,31 @@ fn loader_settings_beyond_an_epoch_are_fitted_to_it_and_said() {
         serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run2/spec.resolved.json")).unwrap()).unwrap();
     assert_eq!(resolved["dataset"]["prefetch"], 8);
 }
+
+/// `rebuild_in_pytorch.py` reads rows as `kynml predict` does: a column
+/// with no name (a pandas index saved without `index=False`, a comma at the
+/// end of every line) is passed over; the script refused it. Its reader is
+/// run with torch stood in for (the reader needs none of it).
+#[test]
+fn the_pytorch_rebuild_reads_rows_as_predict_does() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    assert!(kynml(&["train", "iris.kyn", "--epochs", "1", "--out", "run"], dir).status.success());
+    let rows = ",sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm,\n0,5.1,3.5,1.4,0.2,\n1,6.0,2.2,5.0,1.5,\n";
+    std::fs::write(dir.join("rows.csv"), rows).unwrap();
+    let out = kynml(&["predict", "run", "rows.csv"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let stub = "import sys, types\n\
+        def stub(name):\n    m = types.ModuleType(name)\n    m.__getattr__ = lambda attr: type(attr, (), {})\n    \
+        sys.modules[name] = m\n    return m\n\
+        stub('torch').nn = stub('torch.nn'); stub('safetensors'); stub('safetensors.torch')\n\
+        sys.path.insert(0, sys.argv[1])\n\
+        import rebuild_in_pytorch as r\n\
+        columns = ['sepal_length_cm', 'sepal_width_cm', 'petal_length_cm', 'petal_width_cm']\n\
+        print(r.read_rows(sys.argv[2], columns, 'species'))\n";
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts");
+    let read = Command::new("python3").arg("-c").arg(stub).arg(&scripts).arg(dir.join("rows.csv")).output().unwrap();
+    assert!(read.status.success(), "{}", text(&read));
+    let printed = String::from_utf8_lossy(&read.stdout);
+    assert_eq!(printed.trim(), "[(2, ['5.1', '3.5', '1.4', '0.2']), (3, ['6.0', '2.2', '5.0', '1.5'])]");
+}

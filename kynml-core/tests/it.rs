@@ -2697,6 +2697,26 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
             other => panic!("{bad}: {other:?}"),
         }
     }
+    // The ONNX export reads such an index as the unseen category, 0, as the
+    // host reference does (its Gather wrapped -1 to the table's last row,
+    // and its Cast read 1.5 as 1).
+    let row = &rows.features[4..8];
+    let mut odd = Vec::new();
+    for bad in [0.0, size as f32, -1.0, 1.5] {
+        odd.extend_from_slice(row);
+        let at = odd.len() - 3;
+        odd[at] = bad;
+    }
+    let logits = exported.forward(&odd).unwrap();
+    let width = logits.len() / 4;
+    assert!(logits.chunks(width).all(|l| l == &logits[..width]), "each reads as unseen: {logits:?}");
+    std::fs::write(dir.join("odd.json"), tensors_json(&[("features", 4, &odd)])).unwrap();
+    let expected = match exported.probabilities(&logits) {
+        None => tensors_json(&[("prediction", width, &logits)]),
+        Some(p) => tensors_json(&[("logits", width, &logits), ("probabilities", p.len() / 4, &p)]),
+    };
+    std::fs::write(dir.join("odd_expected.json"), expected).unwrap();
+    python("check_onnx.py", &[&dir.join("m.onnx"), &dir.join("odd.json"), &dir.join("odd_expected.json")]);
     // A number column given NaN or an infinity in code (a file's rows are
     // refused as read) is refused too, not predicted from or called an overflow.
     for (at, bad, says) in

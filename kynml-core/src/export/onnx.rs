@@ -159,6 +159,24 @@ impl Graph {
         self.node(format!("{p}.flat"), "Flatten", &[&x], vec![Attr::Int("axis", 1)])
     }
 
+    /// `x`'s values as int64 indices of a table of `size` rows, where a
+    /// value that is not a whole number from 0 to `size - 1` (a NaN, a -1
+    /// that encoders write for a missing value, a fraction) is index 0, as
+    /// KynML reads it: `Gather` would wrap a negative index to the table's
+    /// end and `Cast` drop a fraction.
+    pub(crate) fn index(&mut self, p: &str, x: &str, size: usize) -> String {
+        let zero = self.scalar("zero", 0.0);
+        let size = self.constant(format!("{p}.size"), Vec::new(), vec![size as f32]);
+        let from = self.node(format!("{p}.from_zero"), "GreaterOrEqual", &[x, &zero], Vec::new());
+        let below = self.node(format!("{p}.below_size"), "Less", &[x, &size], Vec::new());
+        let floor = self.node(format!("{p}.floor"), "Floor", &[x], Vec::new());
+        let whole = self.node(format!("{p}.whole"), "Equal", &[&floor, x], Vec::new());
+        let inside = self.node(format!("{p}.inside"), "And", &[&from, &below], Vec::new());
+        let valid = self.node(format!("{p}.valid"), "And", &[&inside, &whole], Vec::new());
+        let value = self.node(format!("{p}.or_zero"), "Where", &[&valid, x, &zero], Vec::new());
+        self.node(format!("{p}.index"), "Cast", &[&value], vec![Attr::Int("to", 7)])
+    }
+
     /// A scalar constant shared by every node that needs it, added on first use.
     pub(crate) fn scalar(&mut self, name: &str, value: f32) -> String {
         if !self.initializers.iter().any(|i| i.name == name) {

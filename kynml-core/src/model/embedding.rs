@@ -228,11 +228,11 @@ impl Kind for EmbeddingSpec {
     }
 
     /// Per run of columns: `Gather` on axis 1 for numeric ones; for a
-    /// categorical one, its index `Cast` to int64 and a `Gather` of its table's
-    /// rows. Then one `Concat`.
+    /// categorical one, its index (see [`Graph::index`]) and a `Gather` of
+    /// its table's rows. Then one `Concat`.
     fn onnx(&self, g: &mut Graph, p: &str, input: &Shape, t: Tensors, x: String) -> String {
         if input.is_tokens() {
-            let ids = g.node(format!("{p}.ids"), "Cast", &[&x], vec![Attr::Int("to", 7)]);
+            let ids = g.index(&format!("{p}.ids"), &x, self.tokens);
             let table = g.constant(format!("{p}.weight"), vec![self.tokens, self.dim], t.f32("weight").to_vec());
             let rows = g.node(format!("{p}.rows"), "Gather", &[&table, &ids], vec![Attr::Int("axis", 0)]);
             return g.flatten(p, rows);
@@ -249,7 +249,7 @@ impl Kind for EmbeddingSpec {
                     let c = self.columns[k];
                     let at = g.ints(format!("{p}.part{i}.column"), Vec::new(), vec![c.position as i64]);
                     let index = g.node(format!("{p}.part{i}.value"), "Gather", &[&x, &at], vec![Attr::Int("axis", 1)]);
-                    let index = g.node(format!("{p}.part{i}.index"), "Cast", &[&index], vec![Attr::Int("to", 7)]);
+                    let index = g.index(&format!("{p}.part{i}"), &index, c.categories);
                     let name = format!("tables.{k}.weight");
                     let table = g.constant(format!("{p}.{name}"), vec![c.categories, self.dim], t.f32(&name).to_vec());
                     g.node(format!("{p}.part{i}"), "Gather", &[&table, &index], vec![Attr::Int("axis", 0)])

@@ -274,6 +274,10 @@ impl Device {
     /// adapter as [`probe_wgpu`] does, without probing: for plans made
     /// ahead of a run (what would run on an H100 here?) and their tests.
     /// Nothing touches a driver until work is sent to the device.
+    ///
+    /// Not a device to run on: work sent to a GPU that is not really here
+    /// panics inside Burn's runtime, on a thread no caller can catch. Run on
+    /// what [`select`] returns, which probes first.
     pub fn described(kind: DeviceKind) -> Device {
         match kind {
             DeviceKind::Cpu { .. } => Device::cpu(),

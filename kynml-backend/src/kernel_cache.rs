@@ -57,7 +57,7 @@ const MANIFEST: &str = "manifest.json";
 /// Where the cache folder came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOrigin {
-    /// `--cache DIR`, passed to [`install`].
+    /// `--cache DIR`, passed to [`choose`].
     Flag,
     /// The `KYNML_CACHE` environment variable.
     Env,

@@ -1519,8 +1519,9 @@ fn checkpointed_activations_resume_bit_identical() {
 }
 
 /// A stop between epochs, after the last epoch's end was saved by the
-/// rule, keeps that checkpoint as it is: saving it again pushed the oldest
-/// of the `keep` copies out with a second copy of the newest.
+/// rule or resumed from, keeps that checkpoint as it is: saving it again
+/// pushed the oldest of the `keep` copies out with a second copy of the
+/// newest.
 #[test]
 fn a_stop_after_an_epochs_save_keeps_every_older_copy() {
     use kynml_core::train::{TrainError, TrainEvent};
@@ -1555,6 +1556,24 @@ fn a_stop_after_an_epochs_save_keeps_every_older_copy() {
         let copy = |n: usize| PathBuf::from(format!("{}.{n}", ck.display()));
         let epochs = [epoch_of(ck.clone()), epoch_of(copy(1)), epoch_of(copy(2))];
         assert_eq!(epochs, [Some(4), Some(3), Some(2)], "async {async_save}, seed {seed}");
+        // Resumed from it and stopped again before a step (a job pre-empted
+        // as it starts): the checkpoint there is what it would save, and is
+        // kept, with every older copy; twice, all three copies were epoch 4.
+        for _ in 0..2 {
+            let resumed = TrainSettings {
+                checkpoint_path: Some(ck.clone()),
+                resume_from: kynml_core::checkpoint::load(&ck).unwrap(),
+                stop: Some(std::sync::Arc::new(AtomicBool::new(true))),
+                ..TrainSettings::default()
+            };
+            let outcome = train(&file.spec, &data, &cpu, &resumed, &mut |_| {});
+            let Err(TrainError::Interrupted { epoch: 5, step: 0, checkpoint, .. }) = outcome else {
+                panic!("async {async_save}: {:?}", outcome.map(|_| ()))
+            };
+            assert_eq!(checkpoint.as_deref(), Some(ck.as_path()), "async {async_save}");
+            let epochs = [epoch_of(ck.clone()), epoch_of(copy(1)), epoch_of(copy(2))];
+            assert_eq!(epochs, [Some(4), Some(3), Some(2)], "resumed, async {async_save}, seed {seed}");
+        }
     }
 }
 

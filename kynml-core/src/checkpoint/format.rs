@@ -405,7 +405,7 @@ pub fn encode(ckpt: &Checkpoint, model_hash: &str) -> Vec<u8> {
     try_encode(ckpt, model_hash).unwrap_or_else(|e| panic!("cannot encode checkpoint: {e}"))
 }
 
-pub(super) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>, CheckpointError> {
+pub(crate) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>, CheckpointError> {
     let header = checkpoint_header(ckpt, model_hash)?;
     let data_len: usize = ckpt.tensors.iter().map(|t| t.data.byte_len()).sum();
     let mut out = Vec::with_capacity(PREFIX_LEN + 8 + header.len() + data_len + FOOTER_LEN);

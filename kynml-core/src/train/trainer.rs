@@ -589,8 +589,17 @@ fn run<'scope, 'env>(
                 // The order generator as the epoch found it, before its shuffle.
                 state.order_rng = order_state;
                 let snapshot = engine.snapshot(best.as_ref(), &state);
-                discard_once(&mut discard_old, path, on_event);
-                StopSave { saved, queued } = save_at_stop(writer, path, snapshot, &model_hash, on_event);
+                // Resumed at this epoch's start and stopped before a step:
+                // what it would save is what it resumed from, which the
+                // path holds unless that came from elsewhere. Saved again,
+                // it would push the oldest kept copy out with a copy of the
+                // newest (nothing is in flight: this process saved nothing).
+                if settings.resume_from.is_some() && epoch == first_epoch && holds(path, &snapshot, &model_hash) {
+                    saved = Some(path.clone());
+                } else {
+                    discard_once(&mut discard_old, path, on_event);
+                    StopSave { saved, queued } = save_at_stop(writer, path, snapshot, &model_hash, on_event);
+                }
             }
             if let Some(p) = profile.as_mut() {
                 if let Some(m) = gpu_monitor.take() {
@@ -1078,6 +1087,14 @@ fn save_at_stop(
         on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
     }
     StopSave { saved: done.this.is_ok().then(|| path.to_path_buf()), queued: done.queued }
+}
+
+/// Whether the checkpoint at `path` is `snapshot`, to the byte.
+fn holds(path: &std::path::Path, snapshot: &Checkpoint, model_hash: &str) -> bool {
+    match (std::fs::read(path), crate::checkpoint::format::try_encode(snapshot, model_hash)) {
+        (Ok(there), Ok(this)) => there == this,
+        _ => false,
+    }
 }
 
 /// What [`save_at_stop`] did.

@@ -381,6 +381,12 @@ fn a_squeezing_last_layer_before_a_loss_that_takes_logits_is_refused() {
     // Said beside a dataset's own problem, in one run.
     let e = messages(&spec("dense 1 sigmoid", "loss = bce").replace("target = \"y\"", "target = 3"));
     assert_eq!(e.len(), 2, "{e:?}");
+    // And beside another setting's problem in `train:` (it hid this one).
+    for other in ["batch = 0", "seed = -1", "device = tpu"] {
+        let e = messages(&spec("dense 1 sigmoid", "loss = bce").replace("epochs = 3", &format!("epochs = 3\n{other}")));
+        assert_eq!(e.len(), 2, "{other}: {e:?}");
+        assert!(e.iter().any(|m| m.contains("but `bce` takes logits")), "{other}: {e:?}");
+    }
     // Logits, or a squeezing layer before the last, or a regression: as written.
     ok(&spec("dense 1 linear", "loss = bce"));
     ok(&spec("dense 4 sigmoid\ndense 1 linear", "loss = bce"));

@@ -31,6 +31,9 @@ const PRECISIONS: &[(&str, Precision)] =
 pub(super) struct TrainOutcome {
     pub spec: Option<TrainSpec>,
     pub loss: Option<Spanned<Loss>>,
+    /// The model it trains, read even when another setting is wrong (the
+    /// model and loss are checked together all the same).
+    pub model: Option<Spanned<String>>,
 }
 
 pub(super) fn train(block: &Block, document: &Document, d: &mut Vec<Diagnostic>) -> TrainOutcome {
@@ -43,17 +46,18 @@ pub(super) fn train(block: &Block, document: &Document, d: &mut Vec<Diagnostic>)
             d,
         )
         .and_then(|v| loss(v, d));
-    let spec = train_spec(&s, document, loss.clone(), d);
-    TrainOutcome { spec, loss }
+    let model = reference(&s, "model", BlockKind::Model, document, d);
+    let spec = train_spec(&s, document, loss.clone(), model.clone(), d);
+    TrainOutcome { spec, loss, model }
 }
 
 fn train_spec(
     s: &Settings,
     document: &Document,
     loss: Option<Spanned<Loss>>,
+    model: Option<Spanned<String>>,
     d: &mut Vec<Diagnostic>,
 ) -> Option<TrainSpec> {
-    let model = reference(s, "model", BlockKind::Model, document, d);
     let data = reference(s, "data", BlockKind::Dataset, document, d);
     let optimizer = match s.get("optimizer") {
         Some(v) => optimizer(v, d),

@@ -10,7 +10,7 @@ use super::diagnostic::Diagnostic;
 use super::layers::model;
 use super::outputs::{evaluate, export};
 use super::train::train;
-use super::types::{Activation, EvaluateSpec, Layer, Loss, ModelSpec, Span, Spec, TrainSpec};
+use super::types::{Activation, EvaluateSpec, Layer, Loss, ModelSpec, Span, Spanned, Spec};
 
 pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<Spec> {
     let blocks = distinct_blocks(document, d);
@@ -55,13 +55,15 @@ pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<S
         None => Some(None),
     };
 
-    let train = outcome.spec?;
-    let model = models.into_iter().flatten().find(|s| s.name.value == train.model.value)?;
-    // Said even when another block has problems of its own.
-    if let Some(problem) = squashed_logits(&model, &train) {
-        d.push(problem);
-        return None;
+    let model = models.into_iter().flatten().find(|s| outcome.model.as_ref().is_some_and(|m| s.name.value == m.value));
+    // Said even when another block, or another setting, has problems of its own.
+    if let (Some(model), Some(loss)) = (&model, &outcome.loss) {
+        if let Some(problem) = squashed_logits(model, loss) {
+            d.push(problem);
+            return None;
+        }
     }
+    let (train, model) = (outcome.spec?, model?);
     let dataset = datasets.into_iter().flatten().find(|s| s.name.value == train.data.value)?;
     Some(Spec { dataset, model, train, evaluate: evaluate?, export: export? })
 }
@@ -73,8 +75,7 @@ pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<S
 /// cannot leave a narrow band (`dense 1 sigmoid` with `bce`: 0.5 to 0.73),
 /// silently; `relu` under `bce` keeps every probability at 0.5 or above.
 /// Written by PyTorch users used to `nn.Sigmoid` + `BCELoss`.
-fn squashed_logits(model: &ModelSpec, train: &TrainSpec) -> Option<Diagnostic> {
-    let loss = &train.loss;
+fn squashed_logits(model: &ModelSpec, loss: &Spanned<Loss>) -> Option<Diagnostic> {
     let last = model.layers.last()?;
     let (Layer::Dense(dense), true) = (&last.value, loss.value.is_classification()) else { return None };
     let (act, band) = match (dense.activation, loss.value) {

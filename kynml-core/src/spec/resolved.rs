@@ -52,7 +52,8 @@ pub fn resolved(spec: &Spec) -> Value {
             "epochs": t.epochs.value,
             "batch": t.batch.value,
             "accumulate": t.accumulate.value,
-            "device": t.device.value.name(),
+            // One or the other, as the language takes them.
+            "device": t.devices.is_none().then(|| t.device.value.name()),
             "devices": t.devices.as_ref().map(|s| match &s.value {
                 DeviceSet::AllCuda => json!("cuda:all"),
                 DeviceSet::List(list) => json!(list.iter().map(|d| d.name()).collect::<Vec<_>>()),
@@ -219,5 +220,13 @@ mod tests {
         assert_eq!(v["dataset"]["prefetch"], 6, "two batches a worker");
         assert_eq!(v["evaluate"]["metrics"], json!(["mae", "rmse", "r2"]));
         assert_eq!(v["export"], json!({"format": "onnx", "path": "m.onnx"}));
+        // `devices` stands alone, as the language takes it (with `device`
+        // beside it, a spec written from the file was refused).
+        let spec = parse(&format!(
+            "{DATA}model M:\n    input 2\n    dense 1 linear\ntrain:\n    loss = mse\n    epochs = 2\n    \
+             devices = [cpu, cpu]\n"
+        ));
+        let v = resolved(&spec);
+        assert_eq!((v["train"]["device"].clone(), v["train"]["devices"].clone()), (Value::Null, json!(["cpu", "cpu"])));
     }
 }

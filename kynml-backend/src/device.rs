@@ -1,5 +1,7 @@
 //! From a device request to one concrete Burn device.
 
+use std::path::Path;
+
 use burn::backend::cuda::CudaDevice;
 use burn::backend::flex::FlexDevice;
 use burn::backend::wgpu::WgpuDevice;
@@ -256,12 +258,30 @@ fn pick(choice: DeviceChoice) -> Result<Device, DeviceError> {
                     return Ok(cuda_device(gpu));
                 }
             }
-            if let Some(adapter) = probe_wgpu().into_iter().find(|a| a.kind.is_gpu()) {
-                return Ok(wgpu_device(adapter));
+            if gpu_nodes_under(Path::new("/dev")) {
+                if let Some(adapter) = probe_wgpu().into_iter().find(|a| a.kind.is_gpu()) {
+                    return Ok(wgpu_device(adapter));
+                }
             }
             Ok(Device::cpu())
         }
     }
+}
+
+/// Whether a hardware GPU could answer a Vulkan probe, by the device nodes
+/// under `dev`: on Linux each GPU driver opens one (Mesa's
+/// `/dev/dri/renderD*` and `card*`, NVIDIA's `/dev/nvidia*`, WSL's
+/// `/dev/dxg`). Without any, only a software rasteriser answers, which
+/// `auto` never picks, and loading it for nothing took ~50 MiB of the
+/// process (twice an iris run's peak). Elsewhere: yes, probe.
+fn gpu_nodes_under(dev: &Path) -> bool {
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    let entries = |dir: &Path| std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.file_name());
+    entries(&dev.join("dri")).next().is_some()
+        || dev.join("dxg").exists()
+        || entries(dev).any(|name| name.to_string_lossy().starts_with("nvidia"))
 }
 
 fn cuda_device(gpu: CudaGpu) -> Device {
@@ -310,6 +330,24 @@ pub fn proc_bytes(file: &str, key: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `auto` probes Vulkan only where a GPU's device node is: a software
+    /// rasteriser alone is never picked.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_vulkan_probe_needs_a_gpu_device_node() {
+        let dev = tempfile::tempdir().unwrap();
+        std::fs::write(dev.path().join("null"), b"").unwrap();
+        assert!(!gpu_nodes_under(dev.path()));
+        std::fs::create_dir(dev.path().join("dri")).unwrap();
+        assert!(!gpu_nodes_under(dev.path()), "an empty dri folder");
+        for node in ["dri/renderD128", "nvidia0", "dxg"] {
+            let one = tempfile::tempdir().unwrap();
+            std::fs::create_dir(one.path().join("dri")).unwrap();
+            std::fs::write(one.path().join(node), b"").unwrap();
+            assert!(gpu_nodes_under(one.path()), "{node}");
+        }
+    }
 
     #[test]
     fn cpu_is_always_available() {

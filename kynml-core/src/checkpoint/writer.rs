@@ -363,7 +363,10 @@ fn refuse_foreign(path: &Path) -> Result<(), CheckpointError> {
         Ok((n, tail_read))
     });
     let magic = super::format::MAGIC;
-    let ours = matches!(read, Ok((8, _))) && head == magic || matches!(read, Ok((_, true))) && tail == magic;
+    // Shorter than the magic and the start of it (empty, say): a checkpoint
+    // cut short, as a crash or a copy onto a full disk leaves one.
+    let cut = matches!(read, Ok((n, _)) if n < 8 && head[..n] == magic[..n]);
+    let ours = cut || matches!(read, Ok((8, _))) && head == magic || matches!(read, Ok((_, true))) && tail == magic;
     if !ours {
         return Err(CheckpointError::Foreign { path: path.to_path_buf(), kind: foreign_kind(&head) });
     }
@@ -860,6 +863,15 @@ mod tests {
         writer.save_sync(path.clone(), snapshot(2), "h".into()).unwrap();
         assert_eq!(step_at(&path), 2);
         fs::write(&path, "step,loss\n1,0.5\n").unwrap();
+        assert!(matches!(check_targets(&path, 1), Err(CheckpointError::Foreign { .. })));
+        // Cut short before the magic ends: a damaged checkpoint, not another
+        // tool's file (an empty one was refused as foreign, with no word of
+        // the whole older copy beside it).
+        for cut in [&b""[..], b"KYN"] {
+            fs::write(&path, cut).unwrap();
+            check_targets(&path, 1).unwrap();
+        }
+        fs::write(&path, b"abc").unwrap();
         assert!(matches!(check_targets(&path, 1), Err(CheckpointError::Foreign { .. })));
     }
 

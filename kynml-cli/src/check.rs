@@ -113,6 +113,18 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                     String::new()
                 };
                 println!("checkpoint {}: {} of {epochs} epochs done{inside}; {next}", path.display(), state.epoch);
+                // Tried, and let go at once (where its lock file is, so
+                // that check makes none): `train` is refused while another
+                // run holds it.
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                let lock_file = path.with_file_name(format!(".{name}.lock"));
+                if lock_file.is_file() {
+                    if let Err(e @ kynml_core::checkpoint::CheckpointError::InUse { .. }) =
+                        kynml_core::checkpoint::lock(&path)
+                    {
+                        println!("note: {e}");
+                    }
+                }
                 let trains = !stopped && state.epoch < epochs;
                 if let Some(note) = crate::train::batching_changed(&file.spec, devices, &state).filter(|_| trains) {
                     println!("{note}");

@@ -1498,10 +1498,14 @@ fn a_checkpoint_path_another_run_writes_to_is_refused() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let out = kynml(&["train", "spec.kyn", "--out", "second"], dir);
+    // check says so too, beside what train would do with the checkpoint.
+    let checked = kynml(&["check", "spec.kyn"], dir);
     drop(first);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("another run that is still going writes its checkpoints to"), "{t}");
+    let c = text(&checked);
+    assert!(checked.status.success() && c.contains("note: another run that is still going writes its"), "{c}");
     assert!(!dir.join("second").exists(), "the refused run wrote its folder");
     // Once the first run is gone, its checkpoint is this run's to resume.
     let out = kynml(&["train", "spec.kyn", "--out", "second", "--epochs", "3"], dir);

@@ -1,6 +1,6 @@
 //! How a command fails: a message for a person and an exit code.
 //! 2 means the input was wrong (spec, data, arguments, an unavailable
-//! device); 1 means the run itself failed; 130 means Ctrl-C stopped it, 143 SIGTERM.
+//! device); 1 means the run itself failed; 130 means Ctrl-C stopped it, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1.
 
 use kynml_core::plan::LoadError;
 use kynml_core::spec;

@@ -1163,7 +1163,11 @@ mod ctrl_c {
 
     /// Installs the handler of Ctrl-C (SIGINT) and of SIGTERM (how a
     /// cluster's scheduler or `kill` ends a job, with a grace period before
-    /// SIGKILL) and returns the flag they set.
+    /// SIGKILL) and returns the flag they set. SIGHUP (the terminal or ssh
+    /// session closed) and SIGUSR1 (Slurm's `--signal=USR1@SECONDS`
+    /// warning before a job's time runs out) stop the run the same way,
+    /// where they would end it (their default): under `nohup`, which
+    /// ignores SIGHUP, it is still ignored.
     pub fn flag(checkpoints: bool) -> Arc<AtomicBool> {
         CHECKPOINTS.store(checkpoints, Ordering::SeqCst);
         let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
@@ -1178,6 +1182,13 @@ mod ctrl_c {
             libc::sigemptyset(&mut action.sa_mask);
             libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
             libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+            for signal in [libc::SIGHUP, libc::SIGUSR1] {
+                let mut now: libc::sigaction = std::mem::zeroed();
+                let read = libc::sigaction(signal, std::ptr::null(), &mut now);
+                if read == 0 && now.sa_sigaction == libc::SIG_DFL {
+                    libc::sigaction(signal, &action, std::ptr::null_mut());
+                }
+            }
         }
         flag
     }
@@ -1230,6 +1241,12 @@ mod ctrl_c {
         let message: &[u8] = if signal == libc::SIGTERM {
             b"\nterminated (SIGTERM): stopping after this step, with a checkpoint where the spec checkpoints; \
               a second signal quits at once\n"
+        } else if signal == libc::SIGHUP {
+            b"\nhangup (SIGHUP): stopping after this step, with a checkpoint where the spec checkpoints; \
+              a second signal quits at once\n"
+        } else if signal == libc::SIGUSR1 {
+            b"\nSIGUSR1 (a scheduler's warning): stopping after this step, with a checkpoint where the spec \
+              checkpoints; a second signal quits at once\n"
         } else {
             b"\nstopping after this step; Ctrl-C again quits at once\n"
         };

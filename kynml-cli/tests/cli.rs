@@ -1462,6 +1462,27 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     assert_eq!(out.status.code(), Some(143), "{t}");
     assert!(t.contains("terminated (SIGTERM): stopping after this step"), "{t}");
     assert!(t.contains("checkpoint written to run.ckpt") && t.contains(" train spec.kyn --out term-2\n"), "{t}");
+    // A closed ssh session's SIGHUP and Slurm's SIGUSR1 warning: the same
+    // (both ended the run with no checkpoint).
+    // Where these tests run ignoring one (under `nohup`), the run inherits
+    // that, and rightly keeps ignoring it.
+    let ignored = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("SigIgn:").map(|m| m.trim().to_string())))
+        .and_then(|mask| u64::from_str_radix(&mask, 16).ok())
+        .unwrap_or(0);
+    for (signal, number, says) in [("-HUP", 1, "hangup (SIGHUP)"), ("-USR1", 10, "SIGUSR1 (a scheduler's warning)")] {
+        if ignored & (1 << (number - 1)) != 0 {
+            eprintln!("{signal} is ignored here (nohup?): not checked");
+            continue;
+        }
+        let status = 128 + number;
+        std::fs::remove_file(dir.join("run.ckpt")).unwrap();
+        let out = interrupt(signal, 1, &signal[1..].to_lowercase(), &[]);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(status), "{t}");
+        assert!(t.contains(says) && t.contains("checkpoint written to run.ckpt"), "{t}");
+    }
 
     // The same signal twice at once from one sender is one request: a stop
     // with its checkpoint, not a quit (`timeout -s INT` quit 1 run in 8).

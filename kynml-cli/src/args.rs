@@ -114,7 +114,7 @@ pub struct ExportArgs {
 pub struct PredictArgs {
     /// A run folder, or a .safetensors or .mpk export with its .json sidecar.
     pub model: PathBuf,
-    /// CSV with the model's feature columns, by name (its target column may be there too); or --input.
+    /// CSV with the model's feature columns, by name (its target column may be there too), `-` for standard input; or --input.
     #[arg(value_name = "INPUT", required_unless_present = "input", conflicts_with = "input")]
     pub rows: Option<PathBuf>,
     /// The same as INPUT, named.
@@ -132,7 +132,7 @@ pub struct PredictArgs {
 pub struct EvalArgs {
     /// A run folder, or a .safetensors or .mpk export with its .json sidecar.
     pub model: PathBuf,
-    /// CSV with the model's feature columns and its target column; or --input.
+    /// CSV with the model's feature columns and its target column, `-` for standard input; or --input.
     #[arg(value_name = "INPUT", required_unless_present = "input", conflicts_with = "input")]
     pub rows: Option<PathBuf>,
     /// The same as INPUT, named.

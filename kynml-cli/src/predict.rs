@@ -27,7 +27,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     if let Some(output) = output {
         check_replaceable(output, args.rows(), &header)?;
     }
-    let rows = m.read_rows(args.rows(), false).map_err(|e| Failure::input(format!("error: {e}")))?;
+    let rows = read_rows(m, args.rows(), false)?;
     note_unseen(&rows, m.tokens.is_some());
     let p = predictor.predict_rows(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
     let text = predictions_csv(&p, &header);
@@ -114,12 +114,30 @@ fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Fai
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let predictor = load(&args.model, args.device)?;
     let m = predictor.model();
-    let rows = m.read_rows(args.rows(), true).map_err(|e| Failure::input(format!("error: {e}")))?;
+    let rows = read_rows(m, args.rows(), true)?;
     note_unseen(&rows, m.tokens.is_some());
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
-    println!("{} of {}", render::count(rows.rows, "row"), args.rows().display());
+    println!("{} of {}", render::count(rows.rows, "row"), rows.path.display());
     println!("{}", render::metrics_table(&metrics, "value"));
     Ok(())
+}
+
+/// The rows of the CSV file at `path`, or of standard input for `-` (a
+/// pipeline's), errors located at `<stdin>:LINE`.
+fn read_rows(
+    m: &kynml_core::export::ExportModel,
+    path: &Path,
+    need_target: bool,
+) -> Result<kynml_core::data::ModelRows, Failure> {
+    let rows = if path.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
+            .map_err(|e| Failure::input(format!("error: cannot read the rows from standard input: {e}")))?;
+        m.read_rows_from(&bytes, Path::new("<stdin>"), need_target)
+    } else {
+        m.read_rows(path, need_target)
+    };
+    rows.map_err(|e| Failure::input(format!("error: {e}")))
 }
 
 /// Says, per categorical column, how many rows hold a value the model never

@@ -2854,9 +2854,9 @@ fn loader_settings_beyond_an_epoch_are_fitted_to_it_and_said() {
     assert_eq!(resolved["dataset"]["prefetch"], 8);
 }
 
-/// `rebuild_in_pytorch.py` reads rows as `kynml predict` does: a column
-/// with no name (a pandas index saved without `index=False`, a comma at the
-/// end of every line) is passed over; the script refused it. Its reader is
+/// `rebuild_in_pytorch.py` reads rows as `kynml predict` does (which
+/// reads them from standard input too, given `-`): a column with no name (a pandas index saved without `index=False`, a comma at the
+/// at the end of every line) is passed over; the script refused it. Its reader is
 /// run with torch stood in for (the reader needs none of it).
 #[test]
 fn the_pytorch_rebuild_reads_rows_as_predict_does() {
@@ -2867,6 +2867,29 @@ fn the_pytorch_rebuild_reads_rows_as_predict_does() {
     std::fs::write(dir.join("rows.csv"), rows).unwrap();
     let out = kynml(&["predict", "run", "rows.csv"], dir);
     assert!(out.status.success(), "{}", text(&out));
+    // `-` reads them from standard input, as a pipeline gives them.
+    let piped = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+            .args(args)
+            .current_dir(dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let from_stdin = piped(&["predict", "run", "-"], rows);
+    assert!(from_stdin.status.success(), "{}", text(&from_stdin));
+    assert_eq!(from_stdin.stdout, out.stdout);
+    let bad = piped(&["predict", "run", "-"], &rows.replace("6.0", "six"));
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(text(&bad).contains("<stdin>:3"), "{}", text(&bad));
+    let labelled = "sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm,species\n5.1,3.5,1.4,0.2,setosa\n";
+    let eval = piped(&["eval", "run", "-"], labelled);
+    assert!(eval.status.success() && text(&eval).contains("1 row of <stdin>"), "{}", text(&eval));
     let stub = "import sys, types\n\
         def stub(name):\n    m = types.ModuleType(name)\n    m.__getattr__ = lambda attr: type(attr, (), {})\n    \
         sys.modules[name] = m\n    return m\n\

@@ -317,6 +317,20 @@ pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "it is a folder, not a file");
             return Err(io_error(&target, e));
         }
+        // A checkpoint replaces its path by a rename, and rotation moves the
+        // path to `.1`: a link there would be moved and replaced, and the
+        // file it points to left as it was, silently.
+        if let Ok(to) = fs::read_link(&target) {
+            let e = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "it is a symbolic link (to {}); checkpoints replace and rotate their path, which would move \
+                     the link and leave its file behind: give the file's own path, or link the folder instead",
+                    to.display()
+                ),
+            );
+            return Err(io_error(&target, e));
+        }
         refuse_special(&target)?;
         refuse_foreign(&target)?;
     }
@@ -873,6 +887,20 @@ mod tests {
         }
         fs::write(&path, b"abc").unwrap();
         assert!(matches!(check_targets(&path, 1), Err(CheckpointError::Foreign { .. })));
+        // A link at the path, or at a copy rotation moves, is refused: it
+        // was moved to `.1` and replaced, its file kept as it was.
+        #[cfg(unix)]
+        for (link, keep) in [(path.clone(), 1), (numbered(&path, 1), 2)] {
+            let _ = fs::remove_file(&path);
+            writer.save_sync(path.clone(), snapshot(3), "h".into()).unwrap();
+            let stored = dir.path().join("stored.ckpt");
+            fs::copy(&path, &stored).unwrap();
+            let _ = fs::remove_file(&link);
+            std::os::unix::fs::symlink(&stored, &link).unwrap();
+            let err = check_targets(&path, keep).unwrap_err().to_string();
+            assert!(err.contains("it is a symbolic link") && err.contains("link the folder instead"), "{err}");
+            fs::remove_file(&link).unwrap();
+        }
     }
 
     #[test]

@@ -583,8 +583,9 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             let target = crate::atomic_file::through_links(path);
             let dir = parent(&target);
             std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
+            remove_dead_staging(dir);
             let temp = tempfile::Builder::new()
-                .prefix(".kynml-export-")
+                .prefix(&format!("{STAGING}{}-", std::process::id()))
                 .tempdir_in(dir)
                 .map_err(|source| ExportError::Write { path: path.into(), source })?;
             // Burn's file recorder adds `.mpk`; write beside, then rename.
@@ -600,6 +601,30 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             std::fs::rename(staged, &target)
                 .map_err(|source| ExportError::Write { path: path.into(), source })?;
             Ok(vec![path.into(), sidecar])
+        }
+    }
+}
+
+/// The start of a Burn export's staging folder's name, before the writing
+/// process's id.
+const STAGING: &str = ".kynml-export-";
+
+/// Removes the staging folders in `dir` of Burn exports whose process no
+/// longer runs (killed while writing: a part-written record as large as
+/// the model stayed). Where running processes cannot be told (no `/proc`),
+/// nothing is removed. Best effort.
+fn remove_dead_staging(dir: &Path) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(STAGING)) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !proc.join(pid.to_string()).exists() && entry.path().is_dir() {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }
@@ -1058,6 +1083,38 @@ mod tests {
             let message = result.expect_err(weights);
             assert!(message.contains(pipe) && message.contains("named pipe (FIFO)"), "{message}");
         }
+    }
+
+    /// A Burn export killed while writing left its staging folder, a
+    /// part-written record as large as the model: the next export in that
+    /// folder removes it, never one of a process that still runs.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_dead_burn_exports_staging_folder_goes_with_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join(format!("{STAGING}999999999-x1"));
+        let alive = dir.path().join(format!("{STAGING}{}-x2", std::process::id()));
+        for d in [&dead, &alive] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("model.mpk"), b"half").unwrap();
+        }
+        let model = ExportModel {
+            name: "M".into(),
+            input: 2,
+            shape: Shape::flat(2),
+            feature_names: vec!["a".into(), "b".into()],
+            target: "y".into(),
+            normalizer: None,
+            categories: Vec::new(),
+            tokens: None,
+            sequence: None,
+            layers: vec![ExportLayer::dense(2, 1, vec![1.0, 2.0], vec![0.5], Activation::Linear)],
+            head: Head::Regression,
+        };
+        write(&model, Format::Burn, &dir.path().join("m.mpk")).unwrap();
+        assert!(!dead.exists() && alive.exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 3, "m.mpk, m.json and the live one: {left:?}");
     }
 
     /// An export whose folder is still to be made, in a folder that cannot

@@ -2863,7 +2863,8 @@ fn the_pytorch_rebuild_reads_rows_as_predict_does() {
     let tmp = copy_example("iris");
     let dir = tmp.path();
     assert!(kynml(&["train", "iris.kyn", "--epochs", "1", "--out", "run"], dir).status.success());
-    let rows = ",sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm,\n0,5.1,3.5,1.4,0.2,\n1,6.0,2.2,5.0,1.5,\n";
+    let rows =
+        ",sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm,\n0,5.1,3.5,1.4,0.2,\n1,6.0,2.2,5.0,1.5,\n";
     std::fs::write(dir.join("rows.csv"), rows).unwrap();
     let out = kynml(&["predict", "run", "rows.csv"], dir);
     assert!(out.status.success(), "{}", text(&out));

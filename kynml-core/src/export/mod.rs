@@ -598,8 +598,7 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             let side = sidecar_for(model, path, sums)?;
             // The sidecar first, as for safetensors.
             write_atomic(&sidecar, &side)?;
-            std::fs::rename(staged, &target)
-                .map_err(|source| ExportError::Write { path: path.into(), source })?;
+            std::fs::rename(staged, &target).map_err(|source| ExportError::Write { path: path.into(), source })?;
             Ok(vec![path.into(), sidecar])
         }
     }
@@ -704,8 +703,10 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
         ));
     }
     let weights = if path.is_dir() { path.join(RUN_WEIGHTS) } else { path.to_path_buf() };
-    let invalid = |reason: String| ExportError::Invalid { path: weights.clone(), reason, problem: LoadProblem::NotAModel };
-    let damaged = |reason: String| ExportError::Invalid { path: weights.clone(), reason, problem: LoadProblem::Damaged };
+    let invalid =
+        |reason: String| ExportError::Invalid { path: weights.clone(), reason, problem: LoadProblem::NotAModel };
+    let damaged =
+        |reason: String| ExportError::Invalid { path: weights.clone(), reason, problem: LoadProblem::Damaged };
     if weights.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
         return Err(invalid(
             "a .json file is an export's sidecar or a run's record, not a model; give the run folder, or the \
@@ -758,11 +759,15 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     let read = |p: &Path| std::fs::read(p).map_err(|source| ExportError::Read { path: p.into(), source });
     // The weights alone do not say what model they are.
     if weights.is_file() && !sidecar_path.exists() {
-        return Err(ExportError::Invalid { path: weights.clone(), problem: LoadProblem::Missing, reason: format!(
-            "its sidecar {} is missing: an export is read with the .json written beside it, which says what \
+        return Err(ExportError::Invalid {
+            path: weights.clone(),
+            problem: LoadProblem::Missing,
+            reason: format!(
+                "its sidecar {} is missing: an export is read with the .json written beside it, which says what \
              model the weights are; copy it along with them (or export again from the run folder)",
-            sidecar_path.display()
-        )});
+                sidecar_path.display()
+            ),
+        });
     }
     let sidecar: Value = serde_json::from_slice(&read(&sidecar_path)?).map_err(|e| ExportError::Invalid {
         path: sidecar_path.clone(),

@@ -206,7 +206,9 @@ impl Kind for ConvSpec {
         let (_, _, p) = self.geometry();
         let padded = |n: usize, i: usize| p[i].checked_mul(2).and_then(|twice| twice.checked_add(n));
         let whole = [Some(c), padded(h, 0), padded(w, 1)];
-        if whole.iter().any(Option::is_none) || crate::model::bounded_size(&whole.map(Option::unwrap_or_default)).is_none() {
+        if whole.iter().any(Option::is_none)
+            || crate::model::bounded_size(&whole.map(Option::unwrap_or_default)).is_none()
+        {
             return Err(format!(
                 "its padding {} makes a padded input of more values than any device has; use a padding below \
                  the kernel's size ({})",

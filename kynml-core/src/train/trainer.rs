@@ -352,7 +352,8 @@ fn run<'scope, 'env>(
     // this one may still be in flight.
     // A lock given for another path counts as none; one that another run
     // holds now (settings cloned for a second job) is that run's.
-    let given = settings.checkpoint_lock.as_ref().filter(|held| checkpoint_path.as_ref().is_some_and(|p| held.covers(p)));
+    let given =
+        settings.checkpoint_lock.as_ref().filter(|held| checkpoint_path.as_ref().is_some_and(|p| held.covers(p)));
     let _lock = match (checkpoint, &checkpoint_path, given) {
         (Some(_), Some(path), Some(held)) => Some(held.claim().ok_or_else(|| {
             let lock = crate::checkpoint::lock_path(path);
@@ -372,8 +373,7 @@ fn run<'scope, 'env>(
     // replaced unasked.
     if let (Some(_), Some(path), None, false) = (checkpoint, &checkpoint_path, &settings.resume_from, settings.fresh) {
         let copy = || crate::checkpoint::older_copies(path).into_iter().next();
-        let there =
-            if path.is_file() { Some(path.clone()) } else { given.is_none().then(copy).flatten() };
+        let there = if path.is_file() { Some(path.clone()) } else { given.is_none().then(copy).flatten() };
         if let Some(there) = there {
             return Err(TrainError::CheckpointExists { path: there });
         }

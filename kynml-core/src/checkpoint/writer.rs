@@ -253,13 +253,16 @@ fn held() -> &'static Mutex<Vec<PathBuf>> {
 /// the other run's. A file system without locks passes unlocked.
 pub fn lock(path: &Path) -> Result<PathLock, CheckpointError> {
     let dir = parent_dir(path);
+    // Made first: the key is the folder's real path, which a folder still
+    // to be made does not have (its key would differ from the one taken
+    // once it exists, and the lock not be known for this path's).
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     let (lock_path, key) = lock_names(path);
     let in_use = || CheckpointError::InUse { path: path.to_path_buf(), lock: lock_path.clone() };
     let mut registry = held().lock().unwrap_or_else(PoisonError::into_inner);
     if registry.contains(&key) {
         return Err(in_use());
     }
-    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     refuse_special_lock(&lock_path)?;
     let file = OpenOptions::new()
         .create(true)
@@ -859,6 +862,22 @@ mod tests {
         fs::write(numbered(&path, 7), "not a checkpoint").unwrap();
         assert!(matches!(check_targets(&path, keep), Err(CheckpointError::Foreign { .. })));
         assert!(check_targets(&path, 7).is_ok(), "x.ckpt.7 is beyond what keep = 7 touches");
+    }
+
+    /// A lock taken on a path whose folder was still to be made covers
+    /// that path once it is (the key was the folder's path before it
+    /// existed, and a run given the lock took it for another path's).
+    #[cfg(unix)]
+    #[test]
+    fn a_lock_taken_before_its_folder_existed_covers_its_path() {
+        // Through a linked folder, whose real path differs from the one given.
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
+        let path = dir.path().join("link/new/deeper/x.ckpt");
+        let held = lock(&path).unwrap();
+        assert!(held.covers(&path));
+        assert!(!held.covers(&dir.path().join("new/other.ckpt")));
     }
 
     /// A checkpoint whose first bytes are damaged still ends in the magic:

@@ -1238,6 +1238,28 @@ mod ctrl_c {
                 libc::_exit(128 + signal)
             };
         }
+        if signal == libc::SIGHUP {
+            // The terminal is gone, and with it perhaps a pipe's reader
+            // (`| tee log`): later writes there fail, and a failed print
+            // ended the run (status 1) before its checkpoint. They go to
+            // /dev/null instead; a file keeps its output.
+            // SAFETY: open(2), fstat(2), tcgetattr(3), dup2(2) and close(2)
+            // are async-signal-safe; the structs are plain data.
+            unsafe {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+                if null >= 0 {
+                    for fd in [1, 2] {
+                        let mut st: libc::stat = std::mem::zeroed();
+                        let pipe = libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO;
+                        let mut tty: libc::termios = std::mem::zeroed();
+                        if pipe || libc::tcgetattr(fd, &mut tty) == 0 {
+                            libc::dup2(null, fd);
+                        }
+                    }
+                    libc::close(null);
+                }
+            }
+        }
         let message: &[u8] = if signal == libc::SIGTERM {
             b"\nterminated (SIGTERM): stopping after this step, with a checkpoint where the spec checkpoints; \
               a second signal quits at once\n"

@@ -82,6 +82,16 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // A checkpoint already there is the next run's business (its --seed or
     // --fresh decide): said, not refused.
     if let Some(path) = file.checkpoint_path() {
+        // Tried, and let go at once (where its lock file is, so that check
+        // makes none): `train` is refused while another run holds it,
+        // whatever is at the path yet.
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if path.with_file_name(format!(".{name}.lock")).is_file() {
+            if let Err(e @ kynml_core::checkpoint::CheckpointError::InUse { .. }) = kynml_core::checkpoint::lock(&path)
+            {
+                println!("note: {e}; `kynml train` is refused until it ends");
+            }
+        }
         match file.find_checkpoint(&data) {
             Ok(Some((_, state))) => {
                 let epochs = file.spec.train.epochs.value;
@@ -113,18 +123,6 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                     String::new()
                 };
                 println!("checkpoint {}: {} of {epochs} epochs done{inside}; {next}", path.display(), state.epoch);
-                // Tried, and let go at once (where its lock file is, so
-                // that check makes none): `train` is refused while another
-                // run holds it.
-                let name = path.file_name().unwrap_or_default().to_string_lossy();
-                let lock_file = path.with_file_name(format!(".{name}.lock"));
-                if lock_file.is_file() {
-                    if let Err(e @ kynml_core::checkpoint::CheckpointError::InUse { .. }) =
-                        kynml_core::checkpoint::lock(&path)
-                    {
-                        println!("note: {e}");
-                    }
-                }
                 let trains = !stopped && state.epoch < epochs;
                 if let Some(note) = crate::train::batching_changed(&file.spec, devices, &state).filter(|_| trains) {
                     println!("{note}");

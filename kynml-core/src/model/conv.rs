@@ -97,6 +97,15 @@ impl ConvSpec {
         Some([size(h, 0)?, size(w, 1)?])
     }
 
+    /// The values of a row's padded input, which Burn's convolutions hold
+    /// (the native engine skips the padding); saturating.
+    pub fn padded_values(&self, input: &Shape) -> u64 {
+        let [c, h, w] = input.chw();
+        let (_, _, p) = self.geometry();
+        let side = |n: usize, i: usize| (n as u64).saturating_add((p[i] as u64).saturating_mul(2));
+        (c as u64).saturating_mul(side(h, 0)).saturating_mul(side(w, 1))
+    }
+
     /// The PyTorch layout of the weight.
     fn weight_shape(&self, input: &Shape) -> Vec<usize> {
         let cin = input.chw()[0];

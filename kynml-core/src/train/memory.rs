@@ -253,6 +253,8 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
     // The widest layer output: no gradient is computed for the input.
     let mut widest = 0u64;
     let mut scores = 0u64;
+    // The largest padded input of a convolution, which Burn holds whole.
+    let mut padded = 0u64;
     let mut shape = spec.model.shape.clone();
     for (index, layer) in spec.model.layers.iter().enumerate() {
         // A block's tensors hold its inner layers'.
@@ -274,6 +276,9 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
                 let l = input.dims()[0] as u64;
                 scores = scores.saturating_add((2 * heads as u64).saturating_mul(l).saturating_mul(l));
             }
+            if let LayerSpec::Conv(c) = layer {
+                padded = padded.max(c.padded_values(input));
+            }
             let out = layer.output(input).unwrap_or_else(|_| input.clone());
             kept = kept.saturating_add(saved_per_output(layer) * out.size() as u64);
             widest = widest.max(out.size() as u64);
@@ -289,12 +294,18 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
     // Sizes are at most 2^40 values each (`model::MOST_VALUES`), but a batch
     // or a long sequence's attention scores can still take the products past
     // u64: they saturate, and the run is refused as too large.
-    let per_row = act_bytes.saturating_mul(kept.saturating_add(2 * widest).saturating_add(scores));
+    let per_row =
+        act_bytes.saturating_mul(kept.saturating_add(2 * widest).saturating_add(scores).saturating_add(padded));
     // The batch's largest tensor: its widest output, or the input itself.
     let (width, what) = if input > widest { (input, "input") } else { (widest, "widest output") };
     let batch_bytes = (batch as u64).saturating_mul(act_bytes.saturating_mul(width));
     if batch_bytes > largest.bytes {
         largest = Largest { bytes: batch_bytes, layer: None, what: format!("a batch's {what} [{batch}, {width}]") };
+    }
+    let padded_bytes = (batch as u64).saturating_mul(act_bytes.saturating_mul(padded));
+    if padded_bytes > largest.bytes {
+        let what = format!("a batch's padded input to a convolution [{batch}, {padded}]");
+        largest = Largest { bytes: padded_bytes, layer: None, what };
     }
     let weights = params.saturating_mul(4);
     let gradient_sets = if spec.train.accumulate.value > 1 { 2 } else { 1 };
@@ -570,6 +581,24 @@ mod tests {
         assert_eq!((e.activations, e.total()), (u64::MAX, u64::MAX));
         assert_eq!(e.weights, 4 * ((1 << 40) + 1));
         assert_eq!(e.batch_that_fits(1 << 40), None);
+    }
+
+    /// Burn's convolutions hold their padded input: a padding far past the
+    /// input (with a stride that keeps the output small) is counted, and a
+    /// run of it refused, where Burn aborted allocating terabytes.
+    #[test]
+    fn a_convolutions_padded_input_is_counted() {
+        let tight = estimate(
+            &spec("input 1x4x4\n    conv2d 2 3 relu padding=1\n    flatten\n    dense 1 linear", ""),
+            Compute::Fp32,
+        );
+        let wide =
+            spec("input 1x4x4\n    conv2d 2 3 relu padding=100000 stride=100000\n    flatten\n    dense 1 linear", "");
+        let e = estimate(&wide, Compute::Fp32);
+        // 1 x 200004 x 200004 values a row, 4 bytes each.
+        assert!(e.per_row >= 4 * 200_004u64 * 200_004, "{}", e.per_row);
+        assert!(e.largest.what.contains("padded input to a convolution"), "{}", e.largest.what);
+        assert!(tight.per_row < 1_000, "{}", tight.per_row);
     }
 
     #[test]

@@ -585,7 +585,7 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
             remove_dead_staging(dir);
             let temp = tempfile::Builder::new()
-                .prefix(&format!("{STAGING}{}-", std::process::id()))
+                .prefix(&format!("{STAGING}{}@{}-", std::process::id(), hostname()))
                 .tempdir_in(dir)
                 .map_err(|source| ExportError::Write { path: path.into(), source })?;
             // Burn's file recorder adds `.mpk`; write beside, then rename.
@@ -608,21 +608,32 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
 /// process's id.
 const STAGING: &str = ".kynml-export-";
 
+/// This machine's name, as a staging folder records its writer's.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}
+
 /// Removes the staging folders in `dir` of Burn exports whose process no
-/// longer runs (killed while writing: a part-written record as large as
-/// the model stayed). Where running processes cannot be told (no `/proc`),
-/// nothing is removed. Best effort.
+/// longer runs on this machine (killed while writing: a part-written
+/// record as large as the model stayed); one of another machine's (a
+/// shared folder) is left alone, as its process cannot be seen from here.
+/// Where running processes cannot be told (no `/proc`), nothing is removed.
+/// Best effort.
 fn remove_dead_staging(dir: &Path) {
     let proc = Path::new("/proc");
     if !proc.join("self").exists() {
         return;
     }
+    let here = hostname();
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
+        // `.kynml-export-PID@HOST-RANDOM`
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(STAGING)) else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if pid != std::process::id() && !proc.join(pid.to_string()).exists() && entry.path().is_dir() {
+        let Some((pid, rest)) = rest.split_once('@') else { continue };
+        let (Ok(pid), Some((host, _))) = (pid.parse::<u32>(), rest.rsplit_once('-')) else { continue };
+        let dead = pid != std::process::id() && !proc.join(pid.to_string()).exists();
+        if dead && host == here && entry.path().is_dir() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -1097,9 +1108,11 @@ mod tests {
     #[test]
     fn a_dead_burn_exports_staging_folder_goes_with_the_next() {
         let dir = tempfile::tempdir().unwrap();
-        let dead = dir.path().join(format!("{STAGING}999999999-x1"));
-        let alive = dir.path().join(format!("{STAGING}{}-x2", std::process::id()));
-        for d in [&dead, &alive] {
+        let dead = dir.path().join(format!("{STAGING}999999999@{}-x1", hostname()));
+        let alive = dir.path().join(format!("{STAGING}{}@{}-x2", std::process::id(), hostname()));
+        // Another machine's, in a shared folder: its process is not ours to see.
+        let elsewhere = dir.path().join(format!("{STAGING}999999999@{}.other-x3", hostname()));
+        for d in [&dead, &alive, &elsewhere] {
             std::fs::create_dir(d).unwrap();
             std::fs::write(d.join("model.mpk"), b"half").unwrap();
         }
@@ -1117,9 +1130,9 @@ mod tests {
             head: Head::Regression,
         };
         write(&model, Format::Burn, &dir.path().join("m.mpk")).unwrap();
-        assert!(!dead.exists() && alive.exists());
+        assert!(!dead.exists() && alive.exists() && elsewhere.exists());
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
-        assert_eq!(left.len(), 3, "m.mpk, m.json and the live one: {left:?}");
+        assert_eq!(left.len(), 4, "m.mpk, m.json, the live one and the other machine's: {left:?}");
     }
 
     /// An export whose folder is still to be made, in a folder that cannot

@@ -85,8 +85,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         // Tried, and let go at once (where its lock file is, so that check
         // makes none): `train` is refused while another run holds it,
         // whatever is at the path yet.
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if path.with_file_name(format!(".{name}.lock")).is_file() {
+        if kynml_core::checkpoint::lock_path(&path).is_file() {
             if let Err(e @ kynml_core::checkpoint::CheckpointError::InUse { .. }) = kynml_core::checkpoint::lock(&path)
             {
                 println!("note: {e}; `kynml train` is refused until it ends");

@@ -38,8 +38,7 @@ pub use self::format::{
     decode, decode_safetensors, encode, encode_safetensors, plan_safetensors, stream_safetensors, Checkpoint,
     CheckpointError, NamedTensor, TensorData, TensorView, FORMAT_VERSION,
 };
-pub(crate) use self::writer::lock_path;
 pub use self::writer::{
-    check_targets, discard, discarded, load, lock, older_copies, prepare, remove_stray_temps, CheckpointWriter,
-    HandOff, PathLock,
+    check_targets, discard, discarded, load, lock, lock_path, older_copies, prepare, remove_stray_temps,
+    CheckpointWriter, HandOff, PathLock,
 };

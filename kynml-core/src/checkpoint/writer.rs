@@ -217,7 +217,7 @@ impl Drop for RunClaim {
 }
 
 /// The lock file of checkpoints written to `path` (see [`lock`]).
-pub(crate) fn lock_path(path: &Path) -> PathBuf {
+pub fn lock_path(path: &Path) -> PathBuf {
     lock_names(path).0
 }
 

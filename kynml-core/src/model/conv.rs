@@ -211,13 +211,7 @@ impl Kind for ConvSpec {
         }
         // Burn's convolutions hold the padded input (the native engine skips
         // the padding): it must be a size a device can hold.
-        let [c, h, w] = input.chw();
-        let (_, _, p) = self.geometry();
-        let padded = |n: usize, i: usize| p[i].checked_mul(2).and_then(|twice| twice.checked_add(n));
-        let whole = [Some(c), padded(h, 0), padded(w, 1)];
-        if whole.iter().any(Option::is_none)
-            || crate::model::bounded_size(&whole.map(Option::unwrap_or_default)).is_none()
-        {
+        if self.padded_values(input) > crate::model::MOST_VALUES {
             return Err(format!(
                 "its padding {} makes a padded input of more values than any device has; use a padding below \
                  the kernel's size ({})",

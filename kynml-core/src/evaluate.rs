@@ -86,6 +86,12 @@ pub fn run_split(
 }
 
 /// The metrics the spec asked for, on these outputs.
+///
+/// An output that is not a finite number (a model that diverged on some
+/// rows) makes every metric NaN: a NaN row has no class to count as right
+/// or wrong, and scoring it as the first class (where comparisons with NaN
+/// land) would report a plausible accuracy for a broken model. `kynml
+/// eval` refuses such a row for the same reason.
 pub fn compute_metrics(
     outputs: &Outputs,
     labels: &Labels,
@@ -121,6 +127,9 @@ pub fn compute_metrics(
                 out.insert(m.name().to_string(), v);
             }
         }
+    }
+    if outputs.values.iter().any(|v| !v.is_finite()) {
+        out.values_mut().for_each(|v| *v = f64::NAN);
     }
     out
 }
@@ -199,5 +208,40 @@ pub(crate) trait IntoScalarF64 {
 impl IntoScalarF64 for Tensor<Kb, 1> {
     fn into_scalar_f64(self) -> f64 {
         self.into_data().convert::<f64>().into_vec::<f64>().map(|v| v[0]).unwrap_or(f64::NAN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outputs(values: Vec<f32>, width: usize) -> Outputs {
+        Outputs { values, width, loss: f64::NAN }
+    }
+
+    #[test]
+    fn a_row_whose_outputs_are_not_numbers_makes_every_metric_nan() {
+        let all = [Metric::Accuracy, Metric::F1, Metric::Precision, Metric::Recall];
+        // Row 2's logits are NaN and its class is 0, where NaN comparisons land.
+        let labels = Labels::Classes(vec![1, 0, 1]);
+        let bad = outputs(vec![0.0, 2.0, f32::NAN, f32::NAN, 0.0, 3.0], 2);
+        let scores = compute_metrics(&bad, &labels, Loss::CrossEntropy, &all, 2);
+        assert_eq!(scores.len(), all.len());
+        assert!(scores.values().all(|v| v.is_nan()), "{scores:?}");
+        let bce = compute_metrics(&outputs(vec![1.0, f32::NAN, 2.0], 1), &labels, Loss::Bce, &all, 2);
+        assert!(bce.values().all(|v| v.is_nan()), "{bce:?}");
+        // The same rows with finite logits score as usual: all three right.
+        let good = outputs(vec![0.0, 2.0, 1.0, 0.0, 0.0, 3.0], 2);
+        assert_eq!(compute_metrics(&good, &labels, Loss::CrossEntropy, &all, 2)["accuracy"], 1.0);
+    }
+
+    #[test]
+    fn an_infinite_prediction_of_a_constant_target_is_not_scored_as_r2_zero() {
+        let labels = Labels::Values(vec![2.0, 2.0, 2.0]);
+        let wanted = [Metric::R2, Metric::Mae];
+        let scores = compute_metrics(&outputs(vec![2.0, f32::INFINITY, 2.0], 1), &labels, Loss::Mse, &wanted, 0);
+        assert!(scores["r2"].is_nan() && scores["mae"].is_nan(), "{scores:?}");
+        let scores = compute_metrics(&outputs(vec![2.0, 2.5, 2.0], 1), &labels, Loss::Mse, &wanted, 0);
+        assert_eq!(scores["r2"], 0.0);
     }
 }

@@ -2796,6 +2796,29 @@ fn a_run_too_large_for_the_device_is_refused_before_it_starts() {
     assert!(text(&out).contains("memory: about "), "{}", text(&out));
 }
 
+/// A class label that pandas reads as missing (`NA`) trains as a class of
+/// its own, as written, and `check` and `train` say so; a real label is
+/// not named.
+#[test]
+fn a_class_label_that_reads_as_missing_is_said() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut csv = String::from("a,b,label\n");
+    for i in 0..40 {
+        csv += &format!("{},{},{}\n", i % 7, i % 5, ["x", "y", "NA"][i % 3]);
+    }
+    std::fs::write(tmp.path().join("cls.csv"), csv).unwrap();
+    let spec = "dataset D:\n    source = csv(\"cls.csv\")\n    target = \"label\"\nmodel M:\n    input 2\n    \
+                dense 3 linear\ntrain:\n    loss = cross_entropy\n    epochs = 1\n    device = cpu\n";
+    std::fs::write(tmp.path().join("cls.kyn"), spec).unwrap();
+    for args in [&["check", "cls.kyn"][..], &["train", "cls.kyn", "--out", "run"]] {
+        let out = kynml(args, tmp.path());
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        assert!(t.contains("note: class `NA` of `label` reads like a missing value"), "{args:?}: {t}");
+        assert!(!t.contains("class `x` of"), "{args:?}: {t}");
+    }
+}
+
 /// A class whose rows all fall in the validation split is said before
 /// training: the model cannot learn it. (41 rows, the last the only `z`:
 /// seed 3 draws it into validation, seed 1 into training.)

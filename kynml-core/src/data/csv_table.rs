@@ -1108,13 +1108,21 @@ struct Cell<'a> {
     text: &'a str,
 }
 
+/// Whether a cell reads as a missing-value marker (`NA`, `N/A`, `null`,
+/// `None`, `missing`, `nil`, `?`, `NaN`, any case), as pandas and
+/// spreadsheets write a value nobody filled in.
+pub fn looks_missing(text: &str) -> bool {
+    let lower = text.trim().to_ascii_lowercase();
+    ["na", "n/a", "#n/a", "null", "none", "missing", "nil", "?", "nan"].contains(&lower.as_str())
+}
+
 /// For a word where a number should be, the spec line that reads the
 /// column as categories; for an empty cell or a missing-value marker
 /// (`NA`, `null`), that none is filled in; empty for a cell that looks like
 /// a mistyped number.
 fn category_hint(column: &str, text: &str) -> String {
     let lower = text.trim().to_ascii_lowercase();
-    if lower.is_empty() || ["na", "n/a", "null", "none", "missing", "nil", "?"].contains(&lower.as_str()) {
+    if lower.is_empty() || looks_missing(text) {
         return "; a missing value, which KynML does not fill in: fill or drop such rows before training".into();
     }
     let word = text.chars().next().is_some_and(char::is_alphabetic)

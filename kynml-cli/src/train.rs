@@ -311,7 +311,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         // As `kynml export --format burn` writes it: the shared sidecar then
         // names both files, so `kynml predict RUN/model.mpk` loads too.
         export::write(&exported, Format::Burn, &run_dir.path.join("model.mpk")).context("saving model.mpk")?;
-        draw_curves(&run_dir, &title, &result.history).context("drawing curves.svg and curves.png")
+        // The model is the best epoch's under early stopping, else the last's.
+        let kept = result.best_epoch.or_else(|| result.history.last().map(|r| r.epoch));
+        draw_curves(&run_dir, &title, &result.history, kept).context("drawing curves.svg and curves.png")
     };
     results().map_err(|e| results_unwritten(&e, &run_dir.path, &file))?;
     let export_note = export_as_spec_says(&file, &exported, &run_dir.path);

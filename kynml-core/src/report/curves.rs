@@ -3,9 +3,11 @@
 //! One figure, a title and a grid of panels that share the epoch axis:
 //!
 //! 1. **Loss**: train and validation loss per epoch, the best validation
-//!    epoch marked. The axis turns logarithmic when the loss spans more than
-//!    two decades.
-//! 2. **Validation metrics**: metrics whose every value lies in `[0, 1]`
+//!    epoch marked, and the epoch whose weights the run kept when that is
+//!    another (the last epoch without early stopping, the best by
+//!    `min_delta` with it). The axis turns logarithmic when the loss spans
+//!    more than two decades.
+//! 2. **Validation metrics**: scores whose every value lies in `[0, 1]`
 //!    (accuracy, f1, precision, recall, auc, a positive r2...) share one panel
 //!    on a common scale. The others (mae, rmse, mse, a negative r2...) are
 //!    grouped by order of magnitude, one panel per group, so that a metric is
@@ -67,6 +69,8 @@ pub struct Curves<'a> {
     pub loss_scale: Option<&'a [f64]>,
     /// Optimizer steps skipped in each epoch (non-finite gradients).
     pub skipped_steps: Option<&'a [u64]>,
+    /// The epoch whose weights are the model the run kept, when it kept one.
+    pub kept: Option<usize>,
 }
 
 /// Why the curves could not be drawn or written.
@@ -225,6 +229,7 @@ pub(super) const GRID: RGBColor = RGBColor(0xe3, 0xe3, 0xe3);
 const TRAIN: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 const VAL: RGBColor = RGBColor(0xff, 0x7f, 0x0e);
 const BEST: RGBColor = RGBColor(0xd6, 0x27, 0x28);
+const KEPT: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
 const LR: RGBColor = RGBColor(0x94, 0x67, 0xbd);
 const SCALE: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 const SKIPPED: RGBColor = RGBColor(0xd6, 0x27, 0x28);
@@ -308,7 +313,7 @@ struct Panel {
     y_desc: String,
     y: Axis,
     lines: Vec<Line>,
-    marker: Option<Marker>,
+    markers: Vec<Marker>,
     /// Drawn on a second y axis on the right when there are lines, else on the
     /// main one.
     bars: Option<Bars>,
@@ -398,11 +403,25 @@ impl Drawing for Figure {
 fn subtitle(c: &Curves, xs: &[f64]) -> String {
     let n = xs.len();
     let mut parts = vec![if n == 1 { "1 epoch".to_string() } else { format!("{n} epochs") }];
-    if let Some((e, v)) = best(xs, c.val_loss, false) {
+    let lowest = best(xs, c.val_loss, false);
+    if let Some((e, v)) = lowest {
         parts.push(format!("best validation loss {} at epoch {e}", fmt_value(v)));
+    }
+    if let Some(k) = c.kept.filter(|&k| lowest.is_none_or(|(e, _)| e != k)) {
+        parts.push(format!("model kept: epoch {k}"));
     }
     if let Some((e, v)) = last(xs, c.train_loss) {
         parts.push(format!("train loss {} at epoch {e}", fmt_value(v)));
+    }
+    // A metric with no finite value has no line to draw: said here.
+    let absent: Vec<&str> = c
+        .metrics
+        .iter()
+        .filter(|(_, values)| finite_range(&values[..values.len().min(n)]).is_none())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !absent.is_empty() {
+        parts.push(format!("{} not a number at any epoch", absent.join(", ")));
     }
     parts.join("   ·   ")
 }
@@ -418,11 +437,31 @@ fn loss_panel(c: &Curves, xs: &[f64]) -> Panel {
             lines.push(Line { label: label.to_string(), color, runs });
         }
     }
-    let marker = best(xs, c.val_loss, false).filter(|&(_, v)| scale == Scale::Linear || v > 0.0).map(|(e, v)| Marker {
-        label: format!("best validation: {} (epoch {e})", fmt_value(v)),
-        color: BEST,
-        at: (e as f64, v),
-    });
+    let drawn = |&(_, v): &(usize, f64)| usable(v) && (scale == Scale::Linear || v > 0.0);
+    let lowest = best(xs, c.val_loss, false);
+    let mut markers: Vec<Marker> = lowest
+        .filter(drawn)
+        .map(|(e, v)| Marker {
+            label: if c.kept == Some(e) {
+                format!("best validation, kept: {} (epoch {e})", fmt_value(v))
+            } else {
+                format!("best validation: {} (epoch {e})", fmt_value(v))
+            },
+            color: BEST,
+            at: (e as f64, v),
+        })
+        .into_iter()
+        .collect();
+    // The model's own epoch, where it is not the lowest loss's.
+    let kept = c.kept.filter(|&k| lowest.is_none_or(|(e, _)| e != k));
+    if let Some(k) = kept {
+        let at = xs.iter().position(|&x| x == k as f64).and_then(|i| c.val_loss.get(i).map(|&v| (k, v)));
+        markers.extend(at.filter(drawn).map(|(e, v)| Marker {
+            label: format!("model kept: {} (epoch {e})", fmt_value(v)),
+            color: KEPT,
+            at: (e as f64, v),
+        }));
+    }
     let y = value_axis(&all, scale, Bounds::NonNegativeIfSo);
     let desc = if scale == Scale::Linear { "loss" } else { "loss (log scale)" };
     Panel {
@@ -430,7 +469,7 @@ fn loss_panel(c: &Curves, xs: &[f64]) -> Panel {
         y_desc: desc.to_string(),
         y,
         lines,
-        marker,
+        markers,
         bars: None,
         unit: false,
         wide: false,
@@ -450,7 +489,7 @@ fn lr_panel(c: &Curves, xs: &[f64]) -> Panel {
         y_desc: desc.to_string(),
         y: value_axis(&values, scale, Bounds::NonNegativeIfSo),
         lines,
-        marker: None,
+        markers: Vec::new(),
         bars: None,
         unit: false,
         wide: false,
@@ -492,7 +531,7 @@ fn mixed_precision_panel(c: &Curves, xs: &[f64]) -> Option<Panel> {
         y_desc,
         y,
         lines,
-        marker: None,
+        markers: Vec::new(),
         bars,
         unit: false,
         wide: false,
@@ -533,7 +572,8 @@ fn metric_panels(c: &Curves, xs: &[f64]) -> Vec<Panel> {
             continue;
         };
         let m = MetricInfo { index, name, values, lo, hi };
-        if lo >= 0.0 && hi <= 1.0 {
+        // An error (mae below 1) is not a score, where higher is better.
+        if lo >= 0.0 && hi <= 1.0 && direction(name) != Some(false) {
             unit.push(m);
         } else {
             other.push(m);
@@ -570,7 +610,7 @@ fn magnitude(m: &MetricInfo) -> f64 {
 }
 
 fn metric_panel(group: Vec<MetricInfo>, xs: &[f64], only: bool) -> Panel {
-    let unit = group.iter().all(|m| m.lo >= 0.0 && m.hi <= 1.0);
+    let unit = group.iter().all(|m| m.lo >= 0.0 && m.hi <= 1.0 && direction(m.name) != Some(false));
     // A score bounded above by 1 that goes far below 0 (r2 of the first
     // epochs) would squash the rest: its axis stops at -1, lower values are
     // drawn at -1 and the legend says so.
@@ -625,7 +665,7 @@ fn metric_panel(group: Vec<MetricInfo>, xs: &[f64], only: bool) -> Panel {
         (false, _, Scale::Linear) => "value".to_string(),
         (false, _, _) => "value (log scale)".to_string(),
     };
-    Panel { caption, y_desc: desc, y, lines, marker: None, bars: None, unit, wide: false }
+    Panel { caption, y_desc: desc, y, lines, markers: Vec::new(), bars: None, unit, wide: false }
 }
 
 // ---------------------------------------------------------------------------
@@ -1010,7 +1050,7 @@ fn draw_panel<DB: DrawingBackend>(
 
     // Legend entries, then the corner they cover least (and the room to make).
     let mut labels: Vec<&str> = p.lines.iter().filter(|l| !l.label.is_empty()).map(|l| l.label.as_str()).collect();
-    if let Some(m) = &p.marker {
+    for m in &p.markers {
         labels.push(&m.label);
     }
     if let Some(b) = &p.bars {
@@ -1150,7 +1190,7 @@ fn draw_panel<DB: DrawingBackend>(
             }
         }
     }
-    if let Some(m) = &p.marker {
+    for m in &p.markers {
         let c = m.color;
         let r = st.px(MARKER_R + 2.6);
         let ring = st.upx(1.5);
@@ -1230,7 +1270,7 @@ fn place_legend(
             }
         }
     }
-    if let Some(m) = &p.marker {
+    for m in &p.markers {
         pts.push((x.to_unit(m.at.0), y.to_unit(m.at.1)));
     }
     if let (Some(b), Some(axis)) = (&p.bars, bars_axis) {
@@ -1456,6 +1496,7 @@ mod tests {
             metrics: &h.metrics,
             loss_scale: None,
             skipped_steps: None,
+            kept: None,
         }
     }
 
@@ -1493,6 +1534,7 @@ mod tests {
             metrics: &[],
             loss_scale: None,
             skipped_steps: None,
+            kept: None,
         };
         draw_both("all-nan", &c);
     }
@@ -1535,6 +1577,7 @@ mod tests {
             metrics: &[],
             loss_scale: None,
             skipped_steps: None,
+            kept: None,
         };
         assert!(matches!(render_svg(&none), Err(PlotError::NoEpochs)));
         assert!(matches!(render_png(&none), Err(PlotError::NoEpochs)));
@@ -1550,6 +1593,7 @@ mod tests {
             metrics: &metrics,
             loss_scale: Some(&[0.0, -1.0, 1e30]),
             skipped_steps: Some(&[u64::MAX, u64::MAX]),
+            kept: Some(usize::MAX),
         };
         let svg = render_svg(&odd).unwrap();
         check_svg(&svg);
@@ -1565,6 +1609,48 @@ mod tests {
         let captions: Vec<&str> = fig.panels.iter().map(|p| p.caption.as_str()).collect();
         assert_eq!(captions, ["Loss", "Validation accuracy, f1", "Validation rmse", "Learning rate"]);
         assert!(fig.panels[1].y.lo >= 0.0 && fig.panels[1].y.hi <= 1.0);
+    }
+
+    /// The epoch the run kept is marked beside the lowest validation loss
+    /// when they differ (a run without early stopping keeps its last; with
+    /// `min_delta`, the best by that margin), and named in the subtitle.
+    #[test]
+    fn the_kept_epoch_is_marked_where_it_is_not_the_lowest_loss() {
+        let h = history(30);
+        let mut c = curves(&h, "kept");
+        // The history's validation loss falls throughout: the lowest is the last epoch's.
+        let lowest = h.val.iter().copied().enumerate().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap().0 + 1;
+        assert_eq!(lowest, 30);
+        c.kept = Some(7);
+        let fig = Figure::new(&c).unwrap();
+        let labels: Vec<&str> = fig.panels[0].markers.iter().map(|m| m.label.as_str()).collect();
+        assert!(labels[0].starts_with("best validation: ") && labels[0].ends_with("(epoch 30)"), "{labels:?}");
+        assert!(labels[1].starts_with("model kept: ") && labels[1].ends_with("(epoch 7)"), "{labels:?}");
+        assert_eq!(fig.panels[0].markers[1].at, (7.0, h.val[6]));
+        assert!(fig.subtitle.contains("model kept: epoch 7"), "{}", fig.subtitle);
+        draw_both("kept", &c);
+        // Kept where the loss is lowest: one marker that says both.
+        c.kept = Some(30);
+        let fig = Figure::new(&c).unwrap();
+        let labels: Vec<&str> = fig.panels[0].markers.iter().map(|m| m.label.as_str()).collect();
+        assert_eq!(labels.len(), 1, "{labels:?}");
+        assert!(labels[0].starts_with("best validation, kept: "), "{labels:?}");
+        assert!(!fig.subtitle.contains("model kept"), "{}", fig.subtitle);
+    }
+
+    /// An error below 1 (mae) is not drawn as a score, and a metric that is
+    /// NaN at every epoch (r2 on one validation row) is named, not dropped
+    /// without a word.
+    #[test]
+    fn errors_are_not_scores_and_an_all_nan_metric_is_named() {
+        let h = History {
+            metrics: vec![("mae".to_string(), vec![0.5, 0.4, 0.3]), ("r2".to_string(), vec![f64::NAN; 3])],
+            ..history(3)
+        };
+        let fig = Figure::new(&curves(&h, "errors")).unwrap();
+        let mae = fig.panels.iter().find(|p| p.caption == "Validation mae").expect("a panel for mae");
+        assert_eq!(mae.y_desc, "mae");
+        assert!(fig.subtitle.contains("r2 not a number at any epoch"), "{}", fig.subtitle);
     }
 
     #[test]

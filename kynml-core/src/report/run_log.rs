@@ -19,12 +19,14 @@ pub struct RunLog<'a> {
     error: Option<io::Error>,
     /// The epochs whose phase shares are written.
     profiled: Vec<usize>,
+    /// Every epoch recorded, those before a resume included.
+    history: Vec<EpochRecord>,
 }
 
 impl<'a> RunLog<'a> {
     /// Starts the log in `dir`, creating its TensorBoard event file.
     pub fn create(dir: &'a RunDir) -> io::Result<Self> {
-        Ok(RunLog { dir, tensorboard: EventWriter::create(&dir.path)?, error: None, profiled: Vec::new() })
+        Ok(RunLog { dir, tensorboard: EventWriter::create(&dir.path)?, error: None, profiled: Vec::new(), history: Vec::new() })
     }
 
     /// Records one training event; a write error is kept for [`RunLog::finish`] and training goes on.
@@ -32,6 +34,12 @@ impl<'a> RunLog<'a> {
         if let Err(e) = self.record(event) {
             self.error.get_or_insert(e);
         }
+    }
+
+    /// The epochs recorded so far, those a resumed run read back included:
+    /// what an interrupted run draws.
+    pub fn history(&self) -> &[EpochRecord] {
+        &self.history
     }
 
     /// The first write error met so far, if any: the caller may stop
@@ -55,6 +63,7 @@ impl<'a> RunLog<'a> {
     }
 
     fn epoch(&mut self, r: &EpochRecord) -> io::Result<()> {
+        self.history.push(r.clone());
         self.dir.append_epoch(r)?;
         let e = r.epoch as i64;
         self.tensorboard.scalar("loss/train", e, r.train_loss as f32)?;
@@ -79,6 +88,10 @@ impl<'a> RunLog<'a> {
         }
         for (name, value) in &r.metrics {
             self.tensorboard.scalar(&format!("valid/{name}"), e, *value as f32)?;
+        }
+        if let Some(scale) = r.loss_scale {
+            self.tensorboard.scalar("precision/loss_scale", e, scale as f32)?;
+            self.tensorboard.scalar("precision/skipped_steps", e, r.skipped_steps as f32)?;
         }
         self.tensorboard.flush()
     }
@@ -118,12 +131,15 @@ impl<'a> RunLog<'a> {
     }
 }
 
-/// Draw `curves.svg` and `curves.png` in the run folder from the epochs run.
-pub fn draw_curves(dir: &RunDir, title: &str, history: &[EpochRecord]) -> io::Result<()> {
+/// Draw `curves.svg` and `curves.png` in the run folder from the epochs run;
+/// `kept` is the epoch whose weights are the model the run kept (marked when
+/// it is not the lowest validation loss), `None` where it kept none.
+pub fn draw_curves(dir: &RunDir, title: &str, history: &[EpochRecord], kept: Option<usize>) -> io::Result<()> {
     let epochs: Vec<usize> = history.iter().map(|r| r.epoch).collect();
     let col = |f: fn(&EpochRecord) -> f64| history.iter().map(f).collect::<Vec<f64>>();
     let (train_loss, val_loss, lr) = (col(|r| r.train_loss), col(|r| r.val_loss), col(|r| r.lr));
-    let names: Vec<String> = history.first().map(|r| r.metrics.keys().cloned().collect()).unwrap_or_default();
+    // Every metric of the history: a resume may have asked for others.
+    let names: std::collections::BTreeSet<String> = history.iter().flat_map(|r| r.metrics.keys().cloned()).collect();
     let metrics: Vec<(String, Vec<f64>)> = names
         .into_iter()
         .map(|name| {
@@ -131,6 +147,11 @@ pub fn draw_curves(dir: &RunDir, title: &str, history: &[EpochRecord]) -> io::Re
             (name, values)
         })
         .collect();
+    // Loss scaling's panel, when any epoch scaled (epochs of a resumed
+    // fp32 run have none: NaN, a gap).
+    let scaled = history.iter().any(|r| r.loss_scale.is_some());
+    let loss_scale: Vec<f64> = history.iter().map(|r| r.loss_scale.unwrap_or(f64::NAN)).collect();
+    let skipped: Vec<u64> = history.iter().map(|r| r.skipped_steps as u64).collect();
     let c = Curves {
         title,
         epochs: &epochs,
@@ -138,8 +159,9 @@ pub fn draw_curves(dir: &RunDir, title: &str, history: &[EpochRecord]) -> io::Re
         val_loss: &val_loss,
         lr: &lr,
         metrics: &metrics,
-        loss_scale: None,
-        skipped_steps: None,
+        loss_scale: scaled.then_some(loss_scale.as_slice()),
+        skipped_steps: scaled.then_some(skipped.as_slice()),
+        kept,
     };
     curves::draw_svg(&c, &dir.path.join("curves.svg")).map_err(io::Error::other)?;
     curves::draw_png(&c, &dir.path.join("curves.png")).map_err(io::Error::other)
@@ -197,6 +219,46 @@ mod tests {
         let bytes = on_disk(&dir);
         assert_eq!(count(&bytes, "loss/train"), 2);
         assert_eq!(count(&bytes, "throughput/samples_per_sec"), 1);
+    }
+
+    /// A resume that asked for other metrics draws them all (the chart took
+    /// the first epoch's names), the log keeps every epoch for a stopped
+    /// run's chart, and loss scaling's scale and skipped steps reach
+    /// TensorBoard and the chart.
+    #[test]
+    fn every_metric_and_the_loss_scale_are_drawn_and_logged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::create_exact(&tmp.path().join("run")).unwrap();
+        let mut log = RunLog::create(&dir).unwrap();
+        let record: EpochRecord = serde_json::from_value(serde_json::json!({
+            "epoch": 1, "lr": 0.01, "train_loss": 0.5, "val_loss": 0.5, "metrics": {"accuracy": 0.7},
+            "samples_per_sec": 1200.0, "seconds": 0.1, "loss_scale": 32768.0, "skipped_steps": 2,
+        }))
+        .unwrap();
+        log.on_event(&TrainEvent::EpochEnd(&record));
+        let later = EpochRecord {
+            epoch: 2,
+            metrics: [("f1".to_string(), 0.8), ("recall".to_string(), 0.75)].into_iter().collect(),
+            ..record.clone()
+        };
+        log.on_event(&TrainEvent::EpochEnd(&later));
+        assert_eq!(log.history(), [record, later]);
+        draw_curves(&dir, "resumed", log.history(), Some(2)).unwrap();
+        let history = log.history().to_vec();
+        log.finish().unwrap();
+        let svg = std::fs::read_to_string(dir.path.join("curves.svg")).unwrap();
+        for name in ["accuracy: best", "f1: best", "recall: best", "Mixed precision"] {
+            assert!(svg.contains(name), "{name} is not drawn");
+        }
+        let bytes = on_disk(&dir);
+        assert_eq!(count(&bytes, "precision/loss_scale"), 2);
+        assert_eq!(count(&bytes, "precision/skipped_steps"), 2);
+        // An fp32 run has neither.
+        let plain: Vec<EpochRecord> =
+            history.into_iter().map(|r| EpochRecord { loss_scale: None, skipped_steps: 0, ..r }).collect();
+        draw_curves(&dir, "fp32", &plain, None).unwrap();
+        let svg = std::fs::read_to_string(dir.path.join("curves.svg")).unwrap();
+        assert!(!svg.contains("Mixed precision"));
     }
 
     #[test]

@@ -216,6 +216,18 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     if let Some(profile) = profiled {
         log.profile(profile);
     }
+    let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
+    // A run stopped by a signal or a loss that is not a number keeps the
+    // curves of the epochs it finished, as it keeps their records.
+    let stopped = matches!(&result, Err(TrainError::Interrupted { .. } | TrainError::NonFiniteLoss { .. }));
+    let curves_kept = match log.history().len() {
+        0 => String::new(),
+        _ if !stopped || folder_lost.is_some() => String::new(),
+        n => match draw_curves(&run_dir, &title, log.history(), None) {
+            Ok(()) => format!("\n  the curves of its {} are in {}", render::count(n, "epoch"), run_dir.path.display()),
+            Err(e) => format!("\n  the curves of its epochs could not be drawn: {e}"),
+        },
+    };
     let logged = log.finish();
     if let Some(why) = folder_lost.or_else(|| logged.err().map(|e| e.to_string())) {
         let kept = match (&result, file.checkpoint_path()) {
@@ -233,7 +245,6 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             run_dir.path.display()
         )));
     }
-    let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
     let workers = file.spec.dataset.num_workers.value;
     let result = result.map_err(|e| match e {
         TrainError::Interrupted { epoch, step, checkpoint, profile, .. } => {
@@ -250,7 +261,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                     Some(Ok(())) => format!("\n  the profile of the steps so far is in {}", run_dir.path.display()),
                     Some(Err(e)) => format!("\n  the profile of the steps so far could not be written: {e:#}"),
                     None => String::new(),
-                };
+                } + &curves_kept;
             Failure::interrupted(
                 ctrl_c::status(),
                 match checkpoint {
@@ -297,7 +308,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             } else {
                 format!("`optimizer = {text}` sets the learning rate")
             };
-            Failure::run(format!("error: {e}\n  {}:{line}:{col}: {set}", file.path.display()))
+            Failure::run(format!("error: {e}\n  {}:{line}:{col}: {set}{curves_kept}", file.path.display()))
         }
         other => Failure::run(format!("error: {other}")),
     })?;

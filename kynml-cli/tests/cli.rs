@@ -1408,6 +1408,9 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     // The same command would find `first` not empty: the advice names a new folder.
     assert!(t.contains("to continue from there: ") && t.contains(" train spec.kyn --out first-2 --profile\n"), "{t}");
     assert!(t.contains("the profile of the steps so far is in first"), "{t}");
+    // The epochs it finished are drawn, as a finished run's are.
+    assert!(t.contains("the curves of its ") && t.contains(" epochs are in first"), "{t}");
+    assert!(dir.join("first/curves.svg").is_file() && dir.join("first/curves.png").is_file(), "{t}");
     let profile: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("first/profile.json")).unwrap()).unwrap();
     assert!(profile["steps"].as_u64().is_some_and(|n| n > 0) && profile["verdict"]["advice"].is_string(), "{profile}");

@@ -157,6 +157,8 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
 
     let cache = kynml_backend::kernel_cache::installed().map(|c| &c.state);
     let mut progress = Progress::new(first_steps_note(&device.kind, cache));
+    // A checkpoint written inside an epoch: that epoch is finished here, in part.
+    let resumed_inside = resume.as_ref().is_some_and(|(_, state)| state.partial.is_some());
     let mut log = RunLog::create(&run_dir).context("creating the TensorBoard log")?;
     let stop = ctrl_c::flag(file.checkpoint_path().is_some());
     let settings = TrainSettings {
@@ -398,7 +400,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     } else {
         println!(
             "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s in the training steps); results in {}",
-            result.resumed_after.map_or(String::new(), |r| resumed_at(r, now)),
+            result.resumed_after.map_or(String::new(), |r| resumed_at(r, now, resumed_inside)),
             render::duration(result.seconds),
             result.samples_per_sec,
             run_dir.path.display()
@@ -1154,12 +1156,14 @@ fn epoch_line(r: &EpochRecord) -> String {
 }
 
 /// How a resumed run's final line says where it resumed: after `done`
-/// epochs, `now` of them trained by this run.
-fn resumed_at(done: usize, now: usize) -> String {
-    match done {
+/// epochs, `now` of them trained by this run, the first of them only in
+/// part when the checkpoint was written `inside` it.
+fn resumed_at(done: usize, now: usize, inside: bool) -> String {
+    match (done, inside) {
         // No epoch done: the checkpoint was written inside the first.
-        0 => " (resumed inside epoch 1)".to_string(),
-        done => format!(" ({now} after resuming at {done})"),
+        (0, _) => " (resumed inside epoch 1)".to_string(),
+        (done, true) => format!(" ({now} after resuming inside epoch {})", done + 1),
+        (done, false) => format!(" ({now} after resuming at {done})"),
     }
 }
 
@@ -1294,6 +1298,17 @@ mod ctrl_c {
         } else {
             b"\nstopping after this step; Ctrl-C again quits at once\n"
         };
+        // On a terminal the progress bar's line is cleared and the message
+        // written over it (the bar is drawn again below it): after a plain
+        // line break its last frame stayed on the screen, its step count
+        // at odds with the step the run stopped at.
+        // SAFETY: isatty(3) (tcgetattr) and write(2) are async-signal-safe.
+        let message = if unsafe { libc::isatty(2) } == 1 {
+            unsafe { libc::write(2, b"\r\x1b[2K".as_ptr().cast(), 5) };
+            &message[1..]
+        } else {
+            message
+        };
         unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
     }
 }
@@ -1325,8 +1340,10 @@ mod tests {
 
     #[test]
     fn a_resume_inside_the_first_epoch_is_said_so() {
-        assert_eq!(resumed_at(0, 3), " (resumed inside epoch 1)");
-        assert_eq!(resumed_at(2, 3), " (3 after resuming at 2)");
+        assert_eq!(resumed_at(0, 3, true), " (resumed inside epoch 1)");
+        assert_eq!(resumed_at(2, 3, false), " (3 after resuming at 2)");
+        // A checkpoint taken at epoch 2's step 807: that epoch is finished here, in part.
+        assert_eq!(resumed_at(1, 5, true), " (5 after resuming inside epoch 2)");
     }
 
     #[test]

@@ -116,10 +116,14 @@ pub fn profile_table(profile: &kynml_core::train::profile::Profile) -> String {
 
 /// A loss or metric as printed: four decimals, or three significant
 /// digits in exponent form below 0.001, where four decimals would show a
-/// well-fitted model's loss on a small-unit target as 0.0000.
+/// well-fitted model's loss on a small-unit target as 0.0000, and five from
+/// a million up, where four decimals would print twenty digits of which
+/// the float holds seven (a squared error of prices in cents).
 pub fn number(v: f64) -> String {
     if v != 0.0 && v.abs() < 1e-3 {
         format!("{v:.3e}")
+    } else if v.abs() >= 1e6 && v.is_finite() {
+        format!("{v:.4e}")
     } else {
         format!("{v:.4}")
     }
@@ -306,6 +310,11 @@ mod tests {
         assert_eq!(number(0.0), "0.0000");
         assert_eq!(number(12345.678), "12345.6780");
         assert_eq!(number(f64::NAN), "NaN");
+        // From a million up, five significant digits rather than twenty.
+        assert_eq!(number(3_036_553_684_331.487), "3.0366e12");
+        assert_eq!(number(-1.4e50), "-1.4000e50");
+        assert_eq!(number(999_999.5), "999999.5000");
+        assert_eq!(number(f64::INFINITY), "inf");
     }
 
     #[test]

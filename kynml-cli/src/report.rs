@@ -59,9 +59,10 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     let mut problems = Vec::new();
     for (dir, name) in dirs.iter().zip(&names) {
         match read_run(dir, name) {
-            Ok(row) => {
+            Ok((row, problem)) => {
                 rows.push(row);
                 finished.push((dir, name));
+                problems.extend(problem);
             }
             Err(Unread::LeftOut(message)) => left_out.push(message),
             Err(Unread::Problem(message)) => problems.push(message),
@@ -79,6 +80,8 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         match cost_row(name, dir) {
             Ok(row) => costs.push(row),
             // Its results row stands (metrics.json was read); its epochs' costs cannot.
+            // (A damaged metrics.jsonl is said once, by `read_run` first.)
+            Err(e) if problems.contains(&e) => {}
             Err(e) => problems.push(e),
         }
         notes.extend(history_notes(dir, name));
@@ -288,7 +291,9 @@ impl From<String> for Unread {
     }
 }
 
-fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
+/// A finished run's row, and a problem of its `metrics.jsonl` (damaged or
+/// gone), which costs the row only its "best at epoch" part.
+fn read_run(dir: &Path, name: &str) -> Result<(Vec<String>, Option<String>), Unread> {
     // A path that does not exist is a mistake; a stray file is not a run.
     if !dir.exists() {
         return Err(
@@ -342,11 +347,19 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
     // The run's model is its last epoch's, or its best epoch's under early
     // stopping: its metric, and the best epoch's where another did better.
     let kept = m["best_epoch"].as_u64().or(m["epochs_run"].as_u64());
-    let metric = match (m["metrics"][primary.as_str()].as_f64(), kept) {
+    let mut problem = None;
+    // A metric the run could not score (r2 on one row, a diverged model)
+    // is written as null: NaN, as the run printed it.
+    let number = |v: &Value| if v.is_null() { Some(f64::NAN) } else { v.as_f64() };
+    let metric = match (m["metrics"].get(primary.as_str()).and_then(number), kept) {
         (Some(v), Some(epoch)) => {
-            let elsewhere = match best_epoch_value(&dir.join("metrics.jsonl"), &primary)? {
-                Some((e, b)) if e != epoch && b != v => format!("; best {} at epoch {e}", render::number(b)),
-                _ => String::new(),
+            let elsewhere = match best_epoch_value(&dir.join("metrics.jsonl"), &primary) {
+                Ok(Some((e, b))) if e != epoch && b != v => format!("; best {} at epoch {e}", render::number(b)),
+                Ok(_) => String::new(),
+                Err(e) => {
+                    problem = Some(e);
+                    String::new()
+                }
             };
             format!("{primary} {} (epoch {epoch}{elsewhere})", render::number(v))
         }
@@ -359,7 +372,7 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         Some(r) => stopped += &format!(" (resumed at {r})"),
         None => {}
     }
-    Ok(vec![
+    let row = vec![
         name.to_string(),
         str_of("spec"),
         str_of("model"),
@@ -370,11 +383,12 @@ fn read_run(dir: &Path, name: &str) -> Result<Vec<String>, Unread> {
         },
         str_of("precision"),
         format!("{}{stopped}", m["epochs_run"].as_u64().map_or("?".into(), |e| e.to_string())),
-        m["metrics"]["val_loss"].as_f64().map_or("?".into(), render::number),
+        m["metrics"].get("val_loss").and_then(number).map_or("?".into(), render::number),
         metric,
         m["seconds"].as_f64().map_or("?".into(), run_seconds),
         m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v.round() as usize)),
-    ])
+    ];
+    Ok((row, problem))
 }
 
 /// The fields of a metrics.json that hold a value of the wrong kind (edited
@@ -557,6 +571,45 @@ mod tests {
             "verdict": {"advice": "compute-bound: ..."},
         })
         .to_string()
+    }
+
+    /// A damaged or missing metrics.jsonl is an error said once, and costs
+    /// the run only its "best at epoch" part: its row, read from
+    /// metrics.json, stands.
+    #[test]
+    fn a_damaged_epoch_log_keeps_the_runs_row() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (good, bad) = (tmp.path().join("good"), tmp.path().join("bad"));
+        run_folder(&good, 2.0, None);
+        run_folder(&bad, 3.0, None);
+        std::fs::write(bad.join("metrics.jsonl"), "{\"epoch\": 1, \"metr").unwrap();
+        let r = report(&[good.clone(), bad.clone()]).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.text.lines().any(|l| l.trim_start().starts_with("bad ") && l.contains("accuracy 0.9000")), "{}", r.text);
+        assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+        assert!(r.problems[0].contains("metrics.jsonl:1"), "{:?}", r.problems);
+        std::fs::remove_file(bad.join("metrics.jsonl")).unwrap();
+        let r = report(&[good, bad]).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.text.lines().any(|l| l.trim_start().starts_with("bad ")), "{}", r.text);
+        assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+        assert!(r.problems[0].contains("cannot read"), "{:?}", r.problems);
+    }
+
+    /// A metric the run could not score is written as null: shown as NaN,
+    /// as the run printed it, not as `?` (a damaged value).
+    #[test]
+    fn a_metric_written_as_null_is_shown_as_nan() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r1");
+        run_folder(&dir, 2.0, None);
+        let metrics = serde_json::json!({
+            "spec": "s.kyn", "model": "M", "precision": "fp32", "primary_metric": "r2",
+            "metrics": {"r2": null, "val_loss": 0.3}, "epochs_run": 1, "seconds": 2.0,
+            "samples_per_sec": 10.0, "device": "cpu",
+        });
+        std::fs::write(dir.join("metrics.json"), metrics.to_string()).unwrap();
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.text.contains("r2 NaN (epoch 1)"), "{}", r.text);
+        assert!(r.problems.is_empty() && r.notes.is_empty(), "{:?} {:?}", r.problems, r.notes);
     }
 
     /// A resumed run, whose log was cut short: both said.

@@ -166,12 +166,18 @@ impl SpecFile {
     }
 
     /// Relative paths in a spec are relative to the spec's own folder, so a
-    /// spec and its data can be moved together and run from anywhere.
+    /// spec and its data can be moved together and run from anywhere. A
+    /// leading `~` is the home folder (`$HOME`), as a shell and pandas'
+    /// `read_csv` read it.
     pub fn resolve(&self, path: &Path) -> PathBuf {
-        if path.is_absolute() {
-            path.to_path_buf()
-        } else {
-            self.path.parent().unwrap_or(Path::new(".")).join(path)
+        let mut parts = path.components();
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
+        match (parts.next(), home) {
+            (Some(std::path::Component::Normal(first)), Some(home)) if first == "~" => {
+                PathBuf::from(home).join(parts.as_path())
+            }
+            _ if path.is_absolute() => path.to_path_buf(),
+            _ => self.path.parent().unwrap_or(Path::new(".")).join(path),
         }
     }
 
@@ -1511,6 +1517,21 @@ pub fn precision_name(p: Precision) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `~/...` is the home folder's, as a shell and pandas read it; `~name`
+    /// and a `~` later in the path are names like any other.
+    #[test]
+    fn a_leading_tilde_is_the_home_folder() {
+        let text = "dataset D:\n    source = csv(\"~/d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    \
+                    dense 1 linear\ntrain:\n    loss = mse\n    epochs = 1\n";
+        let file = SpecFile::from_source(Path::new("/specs/s.kyn"), text.into()).unwrap();
+        let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else { return };
+        assert_eq!(file.data_path(), Path::new(&home).join("d.csv"));
+        assert_eq!(file.resolve(Path::new("~")), Path::new(&home));
+        assert_eq!(file.resolve(Path::new("~ann/iris.csv")), Path::new("/specs/~ann/iris.csv"));
+        assert_eq!(file.resolve(Path::new("data/~/iris.csv")), Path::new("/specs/data/~/iris.csv"));
+        assert_eq!(file.resolve(Path::new("/abs/iris.csv")), Path::new("/abs/iris.csv"));
+    }
 
     /// The memory estimate counts a fused update's buffers only where one
     /// runs: not on the native CPU engine, which has none.

@@ -60,6 +60,9 @@ pub(super) struct Args<'a> {
     params: &'static [&'static str],
     given: Vec<Option<&'a Value>>,
     ok: bool,
+    /// Parameters that an unknown argument's did-you-mean named (`T_max`
+    /// for `t_max`): their absence is that misspelling, said once.
+    meant: Vec<&'static str>,
 }
 
 /// Matches `callee`'s arguments to `params` (in positional order), and
@@ -76,7 +79,7 @@ pub(super) fn bind_keywords<'a>(
     positional: usize,
     d: &mut Vec<Diagnostic>,
 ) -> Args<'a> {
-    let mut args = Args { callee, params, given: vec![None; params.len()], ok: true };
+    let mut args = Args { callee, params, given: vec![None; params.len()], ok: true, meant: Vec::new() };
     let name = callee.name;
     let by_position = if positional < params.len() { " positional" } else { "" };
     for (position, arg) in callee.args.iter().enumerate() {
@@ -102,6 +105,7 @@ pub(super) fn bind_keywords<'a>(
             Some(arg_name) => match params.iter().position(|p| *p == arg_name.value) {
                 Some(index) => index,
                 None => {
+                    args.meant.extend(suggest::did_you_mean(&arg_name.value, params.iter().copied()));
                     let help =
                         suggest::help(&arg_name.value, params.iter().copied()).unwrap_or_else(|| accepts(name, params));
                     d.push(
@@ -160,7 +164,8 @@ impl<'a> Args<'a> {
     /// line, as in `cosine(t_max=100)`.
     pub fn required(&self, param: &str, example: &str, d: &mut Vec<Diagnostic>) -> Option<&'a Value> {
         let value = self.get(param);
-        if value.is_none() {
+        // Misspelled rather than left out: the unknown argument's error says it.
+        if value.is_none() && !self.meant.contains(&param) {
             d.push(
                 Diagnostic::new(
                     self.callee.span,

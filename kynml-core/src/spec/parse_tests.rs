@@ -315,6 +315,20 @@ fn fused_is_an_optimizer_argument_given_by_name_only() {
     assert_eq!(e, ["unknown argument `fused` for `rmsprop`"]);
 }
 
+/// A required argument spelled wrongly (PyTorch's `T_max`) is one
+/// problem, the unknown argument with its did-you-mean, not also a missing
+/// one; a required argument left out beside an unrelated unknown one is
+/// both.
+#[test]
+fn a_misspelled_required_argument_is_not_also_missing() {
+    let e = messages(&format!("{MINIMAL}scheduler = cosine(T_max=100)\n"));
+    assert_eq!(e, ["unknown argument `T_max` for `cosine`"]);
+    let e = messages(&format!("{MINIMAL}early_stop = early_stop(patiance=10)\n"));
+    assert_eq!(e, ["unknown argument `patiance` for `early_stop`"]);
+    let e = messages(&format!("{MINIMAL}scheduler = cosine(gamma=3)\n"));
+    assert_eq!(e, ["missing argument `t_max` for `cosine`", "unknown argument `gamma` for `cosine`"]);
+}
+
 fn train_with(lines: &str) -> TrainSpec {
     ok(&format!("{MINIMAL}{lines}\n")).train
 }

@@ -130,7 +130,7 @@ impl Lexer<'_> {
                         format!("unexpected character `{c}` (U+{:04X})", c as u32)
                     };
                     let help = match c {
-                        '-' | '.' => Some("names may contain only letters, digits and `_`"),
+                        '-' | '.' => Some("names may contain only ASCII letters, digits and `_`"),
                         '{' | '}' => Some("lists are written in square brackets: `[a, b]`"),
                         ';' => Some("write one setting per line"),
                         '\u{2212}' | '\u{2013}' | '\u{2014}' => Some("a typographic minus or dash: write `-`"),
@@ -139,6 +139,10 @@ impl Lexer<'_> {
                         }
                         '\u{2018}' | '\u{2019}' => Some("curly quotes: strings use straight double quotes, \"...\""),
                         c if is_invisible(c) => Some("an invisible character (pasted text brings them): delete it"),
+                        c if c.is_alphanumeric() => Some(
+                            "names are written in ASCII letters, digits and `_`; text in any script goes in a \
+                             quoted string (a column name, a path)",
+                        ),
                         _ => None,
                     };
                     let mut d = Diagnostic::new(self.span(start, self.pos), message, "not part of the language");

@@ -319,6 +319,17 @@ fn fused_is_an_optimizer_argument_given_by_name_only() {
 /// problem, the unknown argument with its did-you-mean, not also a missing
 /// one; a required argument left out beside an unrelated unknown one is
 /// both.
+/// A name in another script (`Données`) is refused with what names take
+/// and where such text goes.
+#[test]
+fn a_name_outside_ascii_says_what_names_take() {
+    let source = USERS_SPEC.replace("model DeepNet:", "model DeepNét:").replace("model = DeepNet", "model = DeepNét");
+    let e = parse_spec(&source).unwrap_err();
+    let first = &e.diagnostics[0];
+    assert!(first.message.starts_with("unexpected character `é` (U+00E9)"), "{}", first.message);
+    assert!(first.help.as_deref().is_some_and(|h| h.contains("ASCII letters, digits and `_`")), "{first:?}");
+}
+
 #[test]
 fn a_misspelled_required_argument_is_not_also_missing() {
     let e = messages(&format!("{MINIMAL}scheduler = cosine(T_max=100)\n"));

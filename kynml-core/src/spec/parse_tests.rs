@@ -330,6 +330,17 @@ fn a_name_outside_ascii_says_what_names_take() {
     assert!(first.help.as_deref().is_some_and(|h| h.contains("ASCII letters, digits and `_`")), "{first:?}");
 }
 
+/// An `export:` block with nothing in it asks for no export, as an empty
+/// `evaluate:` asks for the default metrics; one setting alone still needs
+/// the other.
+#[test]
+fn an_empty_export_block_exports_nothing() {
+    let spec = ok(&format!("{MINIMAL}export:\n# cleared out for now\n"));
+    assert!(spec.export.is_none());
+    let e = messages(&format!("{MINIMAL}export:\n    format = onnx\n"));
+    assert_eq!(e, ["missing key `path` in `export:` block"]);
+}
+
 #[test]
 fn a_misspelled_required_argument_is_not_also_missing() {
     let e = messages(&format!("{MINIMAL}scheduler = cosine(T_max=100)\n"));

@@ -51,6 +51,10 @@ pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<S
         None => Some(EvaluateSpec { metrics: Vec::new() }),
     };
     let export = match first(BlockKind::Export) {
+        // An `export:` header with nothing under it (its settings cleared
+        // out) asks for no export, as an empty `evaluate:` asks for the
+        // default metrics.
+        Some(block) if block.entries.is_empty() && !block.damaged => Some(None),
         Some(block) => export(block, d).map(Some),
         None => Some(None),
     };

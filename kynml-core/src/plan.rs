@@ -1368,7 +1368,22 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         });
     }
     if t.deterministic.value {
-        out.push(deterministic(native, device));
+        // Burn's all-reduce adds the replicas on one device in the order a
+        // HashMap drains them, drawn anew each process: with three or more
+        // there, the gradients' last bits differ from run to run (two add
+        // alike either way; one per device is summed in device order).
+        let most_on_one = devices.iter().map(|a| devices.iter().filter(|b| b.describe() == a.describe()).count()).max();
+        out.push(match most_on_one {
+            Some(n) if n >= 3 => Applied {
+                setting: "deterministic",
+                value: format!(
+                    "no: Burn's all-reduce adds the gradients of {n} replicas on one device in an order that changes \
+                     from run to run, so the last bits of the weights differ; 2 replicas keep it"
+                ),
+                as_requested: false,
+            },
+            _ => deterministic(native, device),
+        });
     }
     if t.accumulate.value > 1 {
         let (n, b) = (t.accumulate.value, t.batch.value);
@@ -1603,6 +1618,26 @@ mod tests {
              train:\n    loss = mse\n    epochs = 1\n{train}"
         );
         crate::spec::parse_spec(&text).expect("a valid spec")
+    }
+
+    /// Three or more replicas on one device sum in an order that changes
+    /// from run to run: `deterministic` is marked there, not on two.
+    #[test]
+    fn deterministic_is_marked_with_three_replicas_on_one_device() {
+        let line = |n: usize| {
+            let devices = vec![Device::cpu(); n];
+            what_runs_on(&spec("    deterministic = true\n"), &devices)
+                .into_iter()
+                .find(|a| a.setting == "deterministic")
+                .unwrap()
+        };
+        for n in [1, 2] {
+            assert!(line(n).as_requested && line(n).value.starts_with("yes"), "{n}: {:?}", line(n));
+        }
+        for n in [3, 4] {
+            let l = line(n);
+            assert!(!l.as_requested && l.value.starts_with(&format!("no: Burn's all-reduce adds the gradients of {n}")));
+        }
     }
 
     /// Fusion on a GPU backend is marked as not applied only where the

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use kynml_backend::kernel_cache::CacheState;
 use kynml_core::predict::{Predictions, Predictor};
 use kynml_core::spec::types::DeviceRequest;
 
@@ -12,6 +13,17 @@ use crate::render;
 
 fn load(model: &Path, device: DeviceRequest) -> Result<Predictor, Failure> {
     let device = crate::devices::pick(device)?;
+    // On a GPU backend, what its kernel cache gives (as `train` says it in
+    // "what runs"), and the wait for the kernels it lacks.
+    if device.has_fusion() {
+        let cache = kynml_backend::kernel_cache::installed();
+        if let Some(cache) = cache.filter(|c| matches!(c.state, CacheState::Off { .. })) {
+            eprintln!("note: kernel cache {}", cache.describe());
+        }
+        if crate::train::tunes_kernels(&device.kind, cache.map(|c| &c.state)) {
+            eprintln!("note: tuning and compiling GPU kernels (minutes on a first run)");
+        }
+    }
     Predictor::load(model, &device).map_err(|e| Failure::input(format!("error: {e}")))
 }
 
@@ -30,6 +42,8 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     let rows = read_rows(m, args.rows(), false)?;
     note_unseen(&rows, m.tokens.is_some());
     let p = predictor.predict_rows(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
+    // What this run tuned and compiled is kept for the next, as `train` keeps it.
+    crate::devices::seal_cache();
     let text = predictions_csv(&p, &header);
     let Some(output) = output else {
         // A reader that stops early (`| head`) is not a failure.
@@ -117,6 +131,7 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let rows = read_rows(m, args.rows(), true)?;
     note_unseen(&rows, m.tokens.is_some());
     let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
+    crate::devices::seal_cache();
     println!("{} of {}", render::count(rows.rows, "row"), rows.path.display());
     println!("{}", render::metrics_table(&metrics, "value"));
     Ok(())

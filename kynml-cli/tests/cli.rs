@@ -2647,6 +2647,37 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
     assert!(out.status.success() && text(&out).contains("nothing to warm up"), "{}", text(&out));
 }
 
+/// `predict` and `eval` on a GPU backend keep what they tuned and compiled
+/// for the next run, as `train` does (unsealed, every next run cleared the
+/// compiled kernels as a crashed run's), and say an unusable cache and the
+/// wait for the kernels it lacks.
+#[test]
+fn predict_and_eval_on_wgpu_keep_their_kernels_and_say_an_unusable_cache() {
+    let tmp = copy_example("iris");
+    let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "1", "--out", "run"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let predict = |cache: &str| {
+        let args = ["predict", "run", "iris.csv", "--device", "wgpu", "--cache", cache, "--output", "p.csv"];
+        kynml_env::<&str>(&args, tmp.path(), &[])
+    };
+    let out = predict("cache");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("note: tuning and compiling GPU kernels (minutes on a first run)"), "{t}");
+    let sealed = walk(&tmp.path().join("cache")).iter().any(|p| p.file_name().is_some_and(|n| n == "manifest.json"));
+    assert!(sealed, "predict left the kernel cache unsealed: {t}");
+    let args = ["eval", "run", "iris.csv", "--device", "wgpu", "--cache", "cache"];
+    let out = kynml_env::<&str>(&args, tmp.path(), &[]);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("accuracy"), "{t}");
+    assert!(!t.contains("never sealed") && !t.contains("note:"), "{t}");
+    std::fs::write(tmp.path().join("not-a-folder"), b"").unwrap();
+    let out = predict("not-a-folder");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("note: kernel cache off (cannot create"), "{t}");
+}
+
 /// Validation during training runs forward passes of the steps' rows, the
 /// last one filled up: a GPU backend tunes and compiles its kernels for each
 /// size of product it meets (a kernel search of minutes on a first run on

@@ -488,10 +488,27 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
         ));
     }
     let batch = spec.train.batch.value;
-    if batch > data.train.len() {
+    let rows = data.train.len();
+    if batch > rows {
+        // A data-parallel step splits the rows it has, not the batch written.
+        let split = match devices {
+            1 => String::new(),
+            n if rows.is_multiple_of(n) => format!(", {} rows per device", rows / n),
+            n => format!(", {}-{} rows per device", rows / n, rows / n + 1),
+        };
         notes.push(format!(
-            "note: batch = {batch} is more than the {}: each epoch is one batch of them all",
-            render::count(data.train.len(), "training row")
+            "note: batch = {batch} is more than the {}: each epoch is one batch of them all{split}",
+            render::count(rows, "training row")
+        ));
+    }
+    // More devices than a step has rows: some take no part in any step.
+    let step_rows = batch.min(rows);
+    if devices > step_rows && step_rows > 0 {
+        notes.push(format!(
+            "note: a step's {} leave {} of the {devices} devices without rows: they step on a copy of a row at \
+             weight 0, adding nothing",
+            render::count(step_rows, "row"),
+            devices - step_rows
         ));
     }
     // A step ends with its epoch: accumulating more batches than an epoch

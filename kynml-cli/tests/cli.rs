@@ -2830,6 +2830,37 @@ fn a_run_too_large_for_the_device_is_refused_before_it_starts() {
     assert!(text(&out).contains("memory: about "), "{}", text(&out));
 }
 
+/// A data-parallel step splits the rows it has: a batch larger than the
+/// training rows gives each device half of them, not half the batch, and
+/// devices beyond a step's rows are said to add nothing.
+#[test]
+fn a_data_parallel_split_of_fewer_rows_than_the_batch_is_said() {
+    let tmp = copy_example("iris");
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    let spec = replace_line(&spec, "    device = ", "");
+    let with = |batch: usize, devices: &str| {
+        let source = replace_line(&spec, "    batch = ", &format!("    batch = {batch}\n    devices = {devices}"));
+        std::fs::write(tmp.path().join("dp.kyn"), source).unwrap();
+        let out = kynml(&["check", "dp.kyn"], tmp.path());
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out)
+    };
+    let t = with(200, "[cpu, cpu]");
+    assert!(t.contains("is more than the 120 training rows: each epoch is one batch of them all, 60 rows per device"), "{t}");
+    let t = with(2, "[cpu, cpu, cpu]");
+    assert!(t.contains("note: a step's 2 rows leave 1 of the 3 devices without rows"), "{t}");
+    let t = with(3, "[cpu, cpu, cpu]");
+    assert!(!t.contains("devices without rows"), "{t}");
+}
+
+/// The first line of `text` that starts with `prefix`, with `prefix` and
+/// what follows it on that line replaced by `with`.
+fn replace_line(text: &str, prefix: &str, with: &str) -> String {
+    let start = text.find(prefix).unwrap_or_else(|| panic!("no `{prefix}` in the spec"));
+    let end = text[start..].find('\n').map_or(text.len(), |e| start + e);
+    format!("{}{with}{}", &text[..start], &text[end..])
+}
+
 /// A class label that pandas reads as missing (`NA`) trains as a class of
 /// its own, as written, and `check` and `train` say so; a real label is
 /// not named.

@@ -239,6 +239,9 @@ pub fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
             i + 1
         ));
     }
+    if text.split(',').any(|d| d.trim() == "cuda:all") {
+        return Err(format!("`cuda:all` stands alone, as every GPU: write it without other devices (found `{text}`)"));
+    }
     let list = text.split(',').map(|d| parse_device(d.trim())).collect::<Result<Vec<_>, _>>()?;
     let set = DeviceSet::List(list);
     match set.problem() {
@@ -319,6 +322,9 @@ mod tests {
         assert!(parse_device_arg("cuda:1,cuda:1").unwrap_err().contains("twice"));
         assert!(parse_device_arg("wgpu,wgpu").is_err());
         assert!(parse_device_arg("cpu,gpu").is_err());
+        // `cuda:all` in a list: said as such, not as an unknown device.
+        let e = parse_device_arg("cuda:all,cuda:0").unwrap_err();
+        assert!(e.starts_with("`cuda:all` stands alone") && !e.contains("expected auto"), "{e}");
         // An empty entry is said as such, not as "found ``".
         for text in ["cpu,", ",cpu", "cpu,,cpu"] {
             let e = parse_device_arg(text).unwrap_err();

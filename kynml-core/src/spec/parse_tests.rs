@@ -341,6 +341,20 @@ fn an_empty_export_block_exports_nothing() {
     assert_eq!(e, ["missing key `path` in `export:` block"]);
 }
 
+/// Two habits from Python get a hint: a tuple where a list goes, a loss
+/// name in quotes.
+#[test]
+fn a_tuple_and_a_quoted_loss_say_how_to_write_them() {
+    let help = |source: String| {
+        let e = parse_spec(&source).unwrap_err();
+        e.diagnostics[0].help.clone().unwrap_or_default()
+    };
+    let h = help(format!("{MINIMAL}optimizer = adamw(betas=(0.9, 0.999))\n"));
+    assert!(h.contains("square brackets: `[0.9, 0.999]`"), "{h}");
+    let h = help(MINIMAL.replace("loss = mse", "loss = \"mse\""));
+    assert_eq!(h, "remove the quotes: `mse`");
+}
+
 #[test]
 fn a_misspelled_required_argument_is_not_also_missing() {
     let e = messages(&format!("{MINIMAL}scheduler = cosine(T_max=100)\n"));

@@ -763,11 +763,15 @@ impl<'t> ValueParser<'t> {
             TokenKind::LBracket => return self.list(span, depth),
             TokenKind::Error => ValueKind::Error,
             _ => {
-                return Err(Diagnostic::new(
-                    span,
-                    format!("expected a value, found {}", token.describe()),
-                    "expected a value",
-                ));
+                let problem =
+                    Diagnostic::new(span, format!("expected a value, found {}", token.describe()), "expected a value");
+                // Python's tuple, as `betas=(0.9, 0.999)` is written for torch.
+                return Err(match token.kind {
+                    TokenKind::LParen => {
+                        problem.with_help("a list is written in square brackets: `[0.9, 0.999]`, not `(0.9, 0.999)`")
+                    }
+                    _ => problem,
+                });
             }
         };
         Ok(Value { kind, span })

@@ -222,7 +222,10 @@ fn reference(
 
 fn loss(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Spanned<Loss>> {
     let Some(callee) = args::callee(v) else {
-        let help = format!("losses are {}", suggest::one_of(LOSSES));
+        let help = match &v.kind {
+            ValueKind::Str(text) if LOSSES.contains(&text.as_str()) => format!("remove the quotes: `{text}`"),
+            _ => format!("losses are {}", suggest::one_of(LOSSES)),
+        };
         values::mismatch_with_help(v, "a loss", "`loss`", &help, d);
         return None;
     };

@@ -107,8 +107,8 @@ pub fn profile_table(profile: &kynml_core::train::profile::Profile) -> String {
         "timed as they ran"
     };
     format!(
-        "profile of {} steps ({how})\n{}{}",
-        profile.steps.len(),
+        "profile of {} ({how})\n{}{}",
+        count(profile.steps.len(), "step"),
         table(&["phase", "total", "mean", "p50", "p95", "share"], &rows),
         profile.between_steps().map_or(String::new(), |b| format!("\n  {b}"))
     )

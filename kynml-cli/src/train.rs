@@ -1163,10 +1163,11 @@ fn epoch_line(r: &EpochRecord) -> String {
     // Every step skipped on overflow: no loss was trained on (not a divergence).
     let train_loss =
         if r.train_loss.is_nan() && r.skipped_steps > 0 { "-".to_string() } else { render::number(r.train_loss) };
+    // A learning rate of 0 (a schedule's last step, `lr=0`) as 0, not `0.00e0`.
+    let lr = if r.lr == 0.0 { "0".to_string() } else { format!("{:.2e}", r.lr) };
     format!(
-        "epoch {:>3}  lr {:.2e}  train_loss {train_loss}  val_loss {}  {}{timing}",
+        "epoch {:>3}  lr {lr}  train_loss {train_loss}  val_loss {}  {}{timing}",
         r.epoch,
-        r.lr,
         render::number(r.val_loss),
         metrics.join("  "),
     )

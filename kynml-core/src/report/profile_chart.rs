@@ -211,8 +211,9 @@ impl Chart {
 
         let mean_step: f64 = rows.last().map_or(0.0, |r| r.ms.iter().sum());
         let subtitle = format!(
-            "{} profiled steps, {} per step on average{}{}",
+            "{} profiled step{}, {} per step on average{}{}",
             steps.len(),
+            if steps.len() == 1 { "" } else { "s" },
             fmt_ms(mean_step),
             f.profile.between_steps().map_or(String::new(), |b| format!("; {b}")),
             if f.profile.synchronised {

@@ -584,7 +584,11 @@ mod tests {
         run_folder(&bad, 3.0, None);
         std::fs::write(bad.join("metrics.jsonl"), "{\"epoch\": 1, \"metr").unwrap();
         let r = report(&[good.clone(), bad.clone()]).unwrap_or_else(|f| panic!("{}", f.message));
-        assert!(r.text.lines().any(|l| l.trim_start().starts_with("bad ") && l.contains("accuracy 0.9000")), "{}", r.text);
+        assert!(
+            r.text.lines().any(|l| l.trim_start().starts_with("bad ") && l.contains("accuracy 0.9000")),
+            "{}",
+            r.text
+        );
         assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
         assert!(r.problems[0].contains("metrics.jsonl:1"), "{:?}", r.problems);
         std::fs::remove_file(bad.join("metrics.jsonl")).unwrap();

@@ -2846,7 +2846,10 @@ fn a_data_parallel_split_of_fewer_rows_than_the_batch_is_said() {
         text(&out)
     };
     let t = with(200, "[cpu, cpu]");
-    assert!(t.contains("is more than the 120 training rows: each epoch is one batch of them all, 60 rows per device"), "{t}");
+    assert!(
+        t.contains("is more than the 120 training rows: each epoch is one batch of them all, 60 rows per device"),
+        "{t}"
+    );
     let t = with(2, "[cpu, cpu, cpu]");
     assert!(t.contains("note: a step's 2 rows leave 1 of the 3 devices without rows"), "{t}");
     let t = with(3, "[cpu, cpu, cpu]");

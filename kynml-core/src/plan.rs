@@ -1636,7 +1636,9 @@ mod tests {
         }
         for n in [3, 4] {
             let l = line(n);
-            assert!(!l.as_requested && l.value.starts_with(&format!("no: Burn's all-reduce adds the gradients of {n}")));
+            assert!(
+                !l.as_requested && l.value.starts_with(&format!("no: Burn's all-reduce adds the gradients of {n}"))
+            );
         }
     }
 

@@ -35,9 +35,9 @@ mod synthetic;
 mod vocab;
 
 pub use csv_table::{
-    class_of, looks_missing, parse_csv, parse_csv_reporting, parse_model_rows, read_csv, read_csv_reporting, read_model_rows,
-    sequence_names, CategoryCells, ModelRows, SequenceColumns, Table, TableOptions, Targets, TextCells, TextOptions,
-    REPORT_EVERY,
+    class_of, looks_missing, parse_csv, parse_csv_reporting, parse_model_rows, read_csv, read_csv_reporting,
+    read_model_rows, sequence_names, CategoryCells, ModelRows, SequenceColumns, Table, TableOptions, Targets,
+    TextCells, TextOptions, REPORT_EVERY,
 };
 pub use dataset::{Batch, Dataset, Labels, Prepared, Split, SplitData};
 pub use error::{DataError, HeaderLayout};

@@ -26,7 +26,13 @@ pub struct RunLog<'a> {
 impl<'a> RunLog<'a> {
     /// Starts the log in `dir`, creating its TensorBoard event file.
     pub fn create(dir: &'a RunDir) -> io::Result<Self> {
-        Ok(RunLog { dir, tensorboard: EventWriter::create(&dir.path)?, error: None, profiled: Vec::new(), history: Vec::new() })
+        Ok(RunLog {
+            dir,
+            tensorboard: EventWriter::create(&dir.path)?,
+            error: None,
+            profiled: Vec::new(),
+            history: Vec::new(),
+        })
     }
 
     /// Records one training event; a write error is kept for [`RunLog::finish`] and training goes on.

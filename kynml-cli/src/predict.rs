@@ -41,9 +41,10 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     }
     let rows = read_rows(m, args.rows(), false)?;
     note_unseen(&rows, m.tokens.is_some());
-    let p = predictor.predict_rows(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
-    // What this run tuned and compiled is kept for the next, as `train` keeps it.
+    let p = predictor.predict_rows(&rows);
+    // What this run tuned and compiled is kept for the next, refused or not, as `train` keeps it.
     crate::devices::seal_cache();
+    let p = p.map_err(|e| Failure::input(format!("error: {e}")))?;
     let text = predictions_csv(&p, &header);
     let Some(output) = output else {
         // A reader that stops early (`| head`) is not a failure.
@@ -130,8 +131,9 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let m = predictor.model();
     let rows = read_rows(m, args.rows(), true)?;
     note_unseen(&rows, m.tokens.is_some());
-    let metrics = predictor.evaluate(&rows).map_err(|e| Failure::input(format!("error: {e}")))?;
+    let metrics = predictor.evaluate(&rows);
     crate::devices::seal_cache();
+    let metrics = metrics.map_err(|e| Failure::input(format!("error: {e}")))?;
     println!("{} of {}", render::count(rows.rows, "row"), rows.path.display());
     println!("{}", render::metrics_table(&metrics, "value"));
     Ok(())

@@ -170,14 +170,10 @@ impl SpecFile {
     /// leading `~` is the home folder (`$HOME`), as a shell and pandas'
     /// `read_csv` read it.
     pub fn resolve(&self, path: &Path) -> PathBuf {
-        let mut parts = path.components();
-        let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
-        match (parts.next(), home) {
-            (Some(std::path::Component::Normal(first)), Some(home)) if first == "~" => {
-                PathBuf::from(home).join(parts.as_path())
-            }
-            _ if path.is_absolute() => path.to_path_buf(),
-            _ => self.path.parent().unwrap_or(Path::new(".")).join(path),
+        match from_home(path).zip(dirs::home_dir()) {
+            Some((rest, home)) => home.join(rest),
+            None if path.is_absolute() => path.to_path_buf(),
+            None => self.path.parent().unwrap_or(Path::new(".")).join(path),
         }
     }
 
@@ -446,9 +442,11 @@ impl SpecFile {
             // A file that is not there is the spec's `source` line's problem.
             Err(DataError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 let folder = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                let relative = match Path::new(&d.source.value).is_relative() {
-                    true => format!("the path is relative to the spec's folder (`{}`); ", folder.display()),
-                    false => String::new(),
+                let written = Path::new(&d.source.value);
+                let relative = match (from_home(written).is_some(), written.is_relative()) {
+                    (true, _) => "`~` is the home folder; ".to_string(),
+                    (false, true) => format!("the path is relative to the spec's folder (`{}`); ", folder.display()),
+                    (false, false) => String::new(),
                 };
                 let problem = Diagnostic::new(
                     d.source.span,
@@ -1095,6 +1093,16 @@ fn deterministic(native: bool, device: &Device) -> Applied {
     }
 }
 
+/// The rest of a path that starts with the home folder, `~` (`~/data.csv`,
+/// or `~` alone); `None` for any other (`~ann/...` is a folder of that name).
+fn from_home(path: &Path) -> Option<&Path> {
+    let mut parts = path.components();
+    match parts.next() {
+        Some(std::path::Component::Normal(first)) if first == "~" => Some(parts.as_path()),
+        _ => None,
+    }
+}
+
 /// The CubeCL search level of a spec's `autotune` (`off` runs CubeCL's
 /// minimal search, which is as little as it allows).
 pub fn tune_level(a: crate::spec::types::Autotune) -> kynml_backend::kernel_cache::TuneLevel {
@@ -1540,12 +1548,12 @@ mod tests {
         let text = "dataset D:\n    source = csv(\"~/d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    \
                     dense 1 linear\ntrain:\n    loss = mse\n    epochs = 1\n";
         let file = SpecFile::from_source(Path::new("/specs/s.kyn"), text.into()).unwrap();
-        let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else { return };
-        assert_eq!(file.data_path(), Path::new(&home).join("d.csv"));
-        assert_eq!(file.resolve(Path::new("~")), Path::new(&home));
         assert_eq!(file.resolve(Path::new("~ann/iris.csv")), Path::new("/specs/~ann/iris.csv"));
         assert_eq!(file.resolve(Path::new("data/~/iris.csv")), Path::new("/specs/data/~/iris.csv"));
         assert_eq!(file.resolve(Path::new("/abs/iris.csv")), Path::new("/abs/iris.csv"));
+        let home = dirs::home_dir().expect("a home folder where the tests run");
+        assert_eq!(file.data_path(), home.join("d.csv"));
+        assert_eq!(file.resolve(Path::new("~")), home);
     }
 
     /// The memory estimate counts a fused update's buffers only where one

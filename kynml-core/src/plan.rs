@@ -1376,17 +1376,20 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         });
     }
     if t.deterministic.value {
-        // Burn's all-reduce adds the replicas on one device in the order a
-        // HashMap drains them, drawn anew each process: with three or more
-        // there, the gradients' last bits differ from run to run (two add
-        // alike either way; one per device is summed in device order).
-        let most_on_one = devices.iter().map(|a| devices.iter().filter(|b| b.describe() == a.describe()).count()).max();
-        out.push(match most_on_one {
-            Some(n) if n >= 3 => Applied {
+        // Burn's all-reduce sorts the replicas by device and takes those on
+        // one device in the order a HashMap drains them, drawn anew each
+        // process: where two share a device among three or more replicas,
+        // the additions' order, and so the gradients' last bits, differ from
+        // run to run (two replicas add alike either way; one per device is
+        // summed in device order).
+        let shared = devices.iter().any(|a| devices.iter().filter(|b| b.describe() == a.describe()).count() >= 2);
+        out.push(match devices.len() {
+            n if n >= 3 && shared => Applied {
                 setting: "deterministic",
                 value: format!(
-                    "no: Burn's all-reduce adds the gradients of {n} replicas on one device in an order that changes \
-                     from run to run, so the last bits of the weights differ; 2 replicas keep it"
+                    "no: Burn's all-reduce adds the gradients of {n} replicas, some on one device, in an order that \
+                     changes from run to run, so the last bits of the weights differ; 2 replicas, or one a device, \
+                     keep it"
                 ),
                 as_requested: false,
             },
@@ -1632,13 +1635,13 @@ mod tests {
     /// from run to run: `deterministic` is marked there, not on two.
     #[test]
     fn deterministic_is_marked_with_three_replicas_on_one_device() {
-        let line = |n: usize| {
-            let devices = vec![Device::cpu(); n];
-            what_runs_on(&spec("    deterministic = true\n"), &devices)
+        let on = |devices: &[Device]| {
+            what_runs_on(&spec("    deterministic = true\n"), devices)
                 .into_iter()
                 .find(|a| a.setting == "deterministic")
                 .unwrap()
         };
+        let line = |n: usize| on(&vec![Device::cpu(); n]);
         for n in [1, 2] {
             assert!(line(n).as_requested && line(n).value.starts_with("yes"), "{n}: {:?}", line(n));
         }
@@ -1648,6 +1651,17 @@ mod tests {
                 !l.as_requested && l.value.starts_with(&format!("no: Burn's all-reduce adds the gradients of {n}"))
             );
         }
+        // Two replicas on one device beside a third on another: the pair's
+        // order still changes (a made-up mix: a real run takes one kind).
+        let lavapipe = Device::described(DeviceKind::Wgpu(kynml_backend::WgpuAdapter {
+            name: "llvmpipe".into(),
+            driver: "mesa".into(),
+            kind: kynml_backend::WgpuAdapterKind::Cpu,
+            index_of_kind: 0,
+            shader_f16: true,
+        }));
+        let l = on(&[lavapipe, Device::cpu(), Device::cpu()]);
+        assert!(!l.as_requested && l.value.contains("3 replicas, some on one device"), "{l:?}");
     }
 
     /// Fusion on a GPU backend is marked as not applied only where the

@@ -315,10 +315,6 @@ fn fused_is_an_optimizer_argument_given_by_name_only() {
     assert_eq!(e, ["unknown argument `fused` for `rmsprop`"]);
 }
 
-/// A required argument spelled wrongly (PyTorch's `T_max`) is one
-/// problem, the unknown argument with its did-you-mean, not also a missing
-/// one; a required argument left out beside an unrelated unknown one is
-/// both.
 /// A name in another script (`Données`) is refused with what names take
 /// and where such text goes.
 #[test]
@@ -350,11 +346,15 @@ fn a_tuple_and_a_quoted_loss_say_how_to_write_them() {
         e.diagnostics[0].help.clone().unwrap_or_default()
     };
     let h = help(format!("{MINIMAL}optimizer = adamw(betas=(0.9, 0.999))\n"));
-    assert!(h.contains("square brackets: `[0.9, 0.999]`"), "{h}");
+    assert!(h.contains("square brackets, `[a, b]`, not in parentheses"), "{h}");
     let h = help(MINIMAL.replace("loss = mse", "loss = \"mse\""));
     assert_eq!(h, "remove the quotes: `mse`");
 }
 
+/// A required argument spelled wrongly (PyTorch's `T_max`) is one
+/// problem, the unknown argument with its did-you-mean, not also a missing
+/// one; a required argument left out beside an unrelated unknown one is
+/// both.
 #[test]
 fn a_misspelled_required_argument_is_not_also_missing() {
     let e = messages(&format!("{MINIMAL}scheduler = cosine(T_max=100)\n"));

@@ -768,7 +768,7 @@ impl<'t> ValueParser<'t> {
                 // Python's tuple, as `betas=(0.9, 0.999)` is written for torch.
                 return Err(match token.kind {
                     TokenKind::LParen => {
-                        problem.with_help("a list is written in square brackets: `[0.9, 0.999]`, not `(0.9, 0.999)`")
+                        problem.with_help("a list is written in square brackets, `[a, b]`, not in parentheses")
                     }
                     _ => problem,
                 });

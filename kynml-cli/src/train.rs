@@ -535,11 +535,11 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
                 render::shown(&names[class as usize])
             ));
         }
-        // pandas reads these as a missing label; KynML trains what is written.
+        // Spreadsheets and pandas write these for a missing label; KynML trains what is written.
         for name in names.iter().filter(|n| kynml_core::data::looks_missing(n)) {
             notes.push(format!(
-                "note: class `{}` of `{}` reads like a missing value (pandas reads it as one) and trains as a class \
-                 of its own: drop or fill those rows if their label is missing",
+                "note: class `{}` of `{}` reads like a missing-value marker and trains as a class of its own: drop \
+                 or fill those rows if their label is missing",
                 render::shown(name),
                 render::shown(&data.info.target)
             ));

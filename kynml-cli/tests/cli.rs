@@ -2883,7 +2883,7 @@ fn a_class_label_that_reads_as_missing_is_said() {
         let out = kynml(args, tmp.path());
         let t = text(&out);
         assert!(out.status.success(), "{t}");
-        assert!(t.contains("note: class `NA` of `label` reads like a missing value"), "{args:?}: {t}");
+        assert!(t.contains("note: class `NA` of `label` reads like a missing-value marker"), "{args:?}: {t}");
         assert!(!t.contains("class `x` of"), "{args:?}: {t}");
     }
 }

@@ -492,7 +492,8 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
     if batch > rows {
         // A data-parallel step splits the rows it has, not the batch written.
         let split = match devices {
-            1 => String::new(),
+            // Fewer rows than devices: the note below says it.
+            n if n == 1 || rows < n => String::new(),
             n if rows.is_multiple_of(n) => format!(", {} rows per device", rows / n),
             n => format!(", {}-{} rows per device", rows / n, rows / n + 1),
         };
@@ -501,14 +502,23 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
             render::count(rows, "training row")
         ));
     }
-    // More devices than a step has rows: some take no part in any step.
+    // More devices than a step has rows: some add nothing to it. Every
+    // step, or an epoch's last, shorter one.
     let step_rows = batch.min(rows);
+    let last_rows = if batch < rows && !rows.is_multiple_of(batch) { rows % batch } else { step_rows };
     if devices > step_rows && step_rows > 0 {
         notes.push(format!(
             "note: a step's {} leave {} of the {devices} devices without rows: they step on a copy of a row at \
              weight 0, adding nothing",
             render::count(step_rows, "row"),
             devices - step_rows
+        ));
+    } else if devices > last_rows && last_rows > 0 {
+        notes.push(format!(
+            "note: an epoch's last step, of {}, leaves {} of the {devices} devices without rows: they step on a \
+             copy of a row at weight 0, adding nothing",
+            render::count(last_rows, "row"),
+            devices - last_rows
         ));
     }
     // A step ends with its epoch: accumulating more batches than an epoch

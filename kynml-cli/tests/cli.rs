@@ -2853,8 +2853,12 @@ fn a_data_parallel_split_of_fewer_rows_than_the_batch_is_said() {
     );
     let t = with(2, "[cpu, cpu, cpu]");
     assert!(t.contains("note: a step's 2 rows leave 1 of the 3 devices without rows"), "{t}");
+    // 120 rows in steps of 3: no step short of rows.
     let t = with(3, "[cpu, cpu, cpu]");
     assert!(!t.contains("devices without rows"), "{t}");
+    // 120 rows in steps of 7: the last step holds 1 row for 3 devices.
+    let t = with(7, "[cpu, cpu, cpu]");
+    assert!(t.contains("note: an epoch's last step, of 1 row, leaves 2 of the 3 devices without rows"), "{t}");
 }
 
 /// The first line of `text` that starts with `prefix`, with `prefix` and

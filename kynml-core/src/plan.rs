@@ -167,7 +167,7 @@ impl SpecFile {
 
     /// Relative paths in a spec are relative to the spec's own folder, so a
     /// spec and its data can be moved together and run from anywhere. A
-    /// leading `~` is the home folder (`$HOME`), as a shell and pandas'
+    /// leading `~` is the home folder (`$HOME`, else the account's), as a shell and pandas'
     /// `read_csv` read it.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         match from_home(path).zip(dirs::home_dir()) {
@@ -1050,9 +1050,30 @@ pub fn device_choice(request: DeviceRequest) -> DeviceChoice {
 /// the process; the kernel cache keeps it for later runs, so they choose
 /// alike. KynML's own sums (the clipping norm) go along a dimension, never
 /// through the whole-tensor sum that may add atomically.
-fn deterministic(native: bool, device: &Device) -> Applied {
+///
+/// A data-parallel run's gradients meet in Burn's all-reduce, which sorts
+/// the replicas by device and takes those on one device in the order a
+/// HashMap drains them, drawn anew each process: where two share a device
+/// among three or more replicas, the additions' order, and so the last
+/// bits, differ from run to run (two replicas add alike either way; one
+/// per device is summed in device order).
+fn deterministic(native: bool, devices: &[Device]) -> Applied {
     use kynml_backend::kernel_cache::CacheState;
     let setting = "deterministic";
+    let device = &devices[0];
+    let shared = devices.iter().any(|a| devices.iter().filter(|b| b.describe() == a.describe()).count() >= 2);
+    if devices.len() >= 3 && shared {
+        return Applied {
+            setting,
+            value: format!(
+                "no: Burn's all-reduce adds the gradients of {} replicas, some on one device, in an order that \
+                 changes from run to run, so the last bits of the weights differ; 2 replicas, or one a device, \
+                 keep it",
+                devices.len()
+            ),
+            as_requested: false,
+        };
+    }
     if native {
         return Applied {
             setting,
@@ -1376,25 +1397,7 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         });
     }
     if t.deterministic.value {
-        // Burn's all-reduce sorts the replicas by device and takes those on
-        // one device in the order a HashMap drains them, drawn anew each
-        // process: where two share a device among three or more replicas,
-        // the additions' order, and so the gradients' last bits, differ from
-        // run to run (two replicas add alike either way; one per device is
-        // summed in device order).
-        let shared = devices.iter().any(|a| devices.iter().filter(|b| b.describe() == a.describe()).count() >= 2);
-        out.push(match devices.len() {
-            n if n >= 3 && shared => Applied {
-                setting: "deterministic",
-                value: format!(
-                    "no: Burn's all-reduce adds the gradients of {n} replicas, some on one device, in an order that \
-                     changes from run to run, so the last bits of the weights differ; 2 replicas, or one a device, \
-                     keep it"
-                ),
-                as_requested: false,
-            },
-            _ => deterministic(native, device),
-        });
+        out.push(deterministic(native, devices));
     }
     if t.accumulate.value > 1 {
         let (n, b) = (t.accumulate.value, t.batch.value);
@@ -1622,6 +1625,17 @@ mod tests {
         );
     }
 
+    /// Mesa's software Vulkan driver, as `kynml devices` describes it.
+    fn lavapipe() -> Device {
+        Device::described(DeviceKind::Wgpu(kynml_backend::WgpuAdapter {
+            name: "llvmpipe".into(),
+            driver: "mesa".into(),
+            kind: kynml_backend::WgpuAdapterKind::Cpu,
+            index_of_kind: 0,
+            shader_f16: true,
+        }))
+    }
+
     /// A one-layer spec with these `train:` lines added.
     fn spec(train: &str) -> Spec {
         let text = format!(
@@ -1653,14 +1667,7 @@ mod tests {
         }
         // Two replicas on one device beside a third on another: the pair's
         // order still changes (a made-up mix: a real run takes one kind).
-        let lavapipe = Device::described(DeviceKind::Wgpu(kynml_backend::WgpuAdapter {
-            name: "llvmpipe".into(),
-            driver: "mesa".into(),
-            kind: kynml_backend::WgpuAdapterKind::Cpu,
-            index_of_kind: 0,
-            shader_f16: true,
-        }));
-        let l = on(&[lavapipe, Device::cpu(), Device::cpu()]);
+        let l = on(&[lavapipe(), Device::cpu(), Device::cpu()]);
         assert!(!l.as_requested && l.value.contains("3 replicas, some on one device"), "{l:?}");
     }
 
@@ -1668,13 +1675,7 @@ mod tests {
     /// spec wrote `compile = false`: left out, it asks nothing.
     #[test]
     fn fusion_is_marked_only_against_a_written_compile_false() {
-        let lavapipe = Device::described(DeviceKind::Wgpu(kynml_backend::WgpuAdapter {
-            name: "llvmpipe".into(),
-            driver: "mesa".into(),
-            kind: kynml_backend::WgpuAdapterKind::Cpu,
-            index_of_kind: 0,
-            shader_f16: true,
-        }));
+        let lavapipe = lavapipe();
         let fusion =
             |train: &str| what_runs(&spec(train), &lavapipe).into_iter().find(|a| a.setting == "fusion").unwrap();
         let line = fusion("");

@@ -21,7 +21,7 @@ fn load(model: &Path, device: DeviceRequest) -> Result<Predictor, Failure> {
             eprintln!("note: kernel cache {}", cache.describe());
         }
         if crate::train::tunes_kernels(&device.kind, cache.map(|c| &c.state)) {
-            eprintln!("note: tuning and compiling GPU kernels (minutes on a first run)");
+            eprintln!("note: {}", crate::train::TUNING_KERNELS);
         }
     }
     Predictor::load(model, &device).map_err(|e| Failure::input(format!("error: {e}")))

@@ -1037,13 +1037,16 @@ pub(crate) fn tunes_kernels(kind: &kynml_backend::DeviceKind, cache: Option<&Cac
         && matches!(cache, Some(CacheState::On { files: 0, .. } | CacheState::Off { .. }))
 }
 
+/// What a first run on a GPU backend waits for, before its first step.
+pub(crate) const TUNING_KERNELS: &str = "tuning and compiling GPU kernels (minutes on a first run)";
+
 /// What the first steps of a run on a GPU backend wait for, said on the
 /// progress bar until the first step ends (see [`tunes_kernels`]). `None`
 /// on the CPU.
 pub(crate) fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&CacheState>) -> Option<&'static str> {
     let gpu = !matches!(kind, kynml_backend::DeviceKind::Cpu { .. });
     gpu.then(|| match tunes_kernels(kind, cache) {
-        true => "tuning and compiling GPU kernels (minutes on a first run)",
+        true => TUNING_KERNELS,
         false => "loading GPU kernels, and tuning and compiling those the cache lacks (minutes when it lacks many)",
     })
 }

@@ -278,6 +278,19 @@ fn indices(n: usize, device: &burn::DispatchDevice) -> Tensor<Kb, 1, Int> {
     })
 }
 
+/// Lets go of this thread's kept index ranges (their device memory is freed
+/// once no tensor reads them): [`train`](crate::train::train) calls it as it
+/// returns, so a service's long-lived thread that trained holds none.
+pub(crate) fn forget_ranges() {
+    RANGES.with(|ranges| ranges.borrow_mut().clear());
+}
+
+/// How many index ranges this thread keeps (a test's view).
+#[cfg(test)]
+pub(crate) fn kept_ranges() -> usize {
+    RANGES.with(|ranges| ranges.borrow().len())
+}
+
 /// `n` values of a mask with drop probability `p`, from one draw of `rng`,
 /// on the host: what [`Dropout::forward`] computes on a device.
 pub fn bernoulli_mask(n: usize, p: f64, rng: &mut SplitMix64) -> Vec<f32> {

@@ -264,7 +264,9 @@ pub fn train(
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<TrainResult, TrainError> {
     // Data workers borrow the dataset; a scope lets them do so without a copy.
-    std::thread::scope(|scope| run(scope, spec, data, device, settings, on_event))
+    let result = std::thread::scope(|scope| run(scope, spec, data, device, settings, on_event));
+    crate::model::dropout::forget_ranges();
+    result
 }
 
 fn run<'scope, 'env>(
@@ -1203,5 +1205,31 @@ mod tests {
         // The tail of a resumed epoch: its lone short batch is still the epoch's last.
         assert_eq!(epoch_batches(&order[8..], 4, true, 2, None, true).len(), 0);
         assert_eq!(epoch_batches(&order[8..], 4, true, 2, None, false).len(), 1);
+    }
+
+    /// Dropout on a Burn backend keeps index ranges on the device in a
+    /// thread-local; a service's thread that trained must not hold them (a
+    /// transformer's take hundreds of MB of GPU memory) once `train` returns.
+    #[test]
+    fn train_lets_go_of_the_dropout_ranges_it_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut csv = String::from("a,b,y\n");
+        for i in 0..64 {
+            let (a, b) = ((i % 7) as f64 * 0.3, (i % 5) as f64 * 0.2);
+            csv.push_str(&format!("{a},{b},{}\n", a - b));
+        }
+        std::fs::write(tmp.path().join("d.csv"), csv).unwrap();
+        let spec = "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\n\
+                    model M:\n input 2\n dense 8 relu\n dropout 0.3\n dense 1 linear\n\
+                    train:\n model = M\n data = D\n loss = mse\n optimizer = sgd(lr=0.01)\n epochs = 1\n batch = 16\n";
+        let path = tmp.path().join("s.kyn");
+        std::fs::write(&path, spec).unwrap();
+        let mut file = crate::plan::SpecFile::load(&path).unwrap();
+        let data = file.load_data().unwrap();
+        let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).unwrap();
+        let settings = TrainSettings { engine: EngineChoice::Burn, ..TrainSettings::default() };
+        let result = train(&file.spec, &data, &cpu, &settings, &mut |_| {}).unwrap();
+        assert_eq!(result.engine, EngineKind::Burn);
+        assert_eq!(crate::model::dropout::kept_ranges(), 0);
     }
 }

@@ -639,6 +639,40 @@ fn early_stopping_changed_on_resume_is_applied_to_the_run_so_far() {
         (kept - resumed_loss).abs() <= 1e-6 * resumed_loss.abs(),
         "seed {seed}: kept {kept}, resumed {resumed_loss}"
     );
+
+    // Added on resume from a checkpoint written partway through epoch 4:
+    // those weights were never validated, so they are no epoch's best (they
+    // were kept as "epoch 3", with a loss of their own, worse than it).
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let path = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", "r.ckpt", false);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace(" early_stop = early_stop(patience=100)\n", "")).unwrap();
+    let mut file = SpecFile::load(&path).unwrap();
+    file.apply(&Overrides { epochs: Some(8), ..Overrides::default() });
+    let data = file.load_data().unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let settings = TrainSettings {
+        checkpoint_path: file.checkpoint_path(),
+        stop: Some(stop.clone()),
+        fresh: true,
+        ..TrainSettings::default()
+    };
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| {
+        if let kynml_core::train::TrainEvent::Step { epoch: 4, step: 2, .. } = event {
+            stop.store(true, Ordering::SeqCst);
+        }
+    });
+    assert!(matches!(outcome, Err(kynml_core::train::TrainError::Interrupted { epoch: 4, .. })), "seed {seed}");
+    std::fs::write(&path, text.replace("adamw(lr=0.01)", "adamw(lr=5.0)").replace("patience=100", "patience=2"))
+        .unwrap();
+    let after = run_to(&path, 8, true);
+    assert_ne!(after.best_epoch, Some(3), "seed {seed}: the mid-epoch weights kept as epoch 3's");
+    if let Some(best) = after.best_epoch {
+        let (kept, at) = (after.final_metrics["val_loss"], after.history[best - 1].val_loss);
+        assert!((kept - at).abs() <= 1e-6 * at.abs(), "seed {seed}: kept {kept}, epoch {best} had {at}");
+    }
 }
 
 #[test]

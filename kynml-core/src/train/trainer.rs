@@ -434,9 +434,12 @@ fn run<'scope, 'env>(
                 }
                 // Early stopping added on resume: the weights resumed, and
                 // their epoch's validation loss, are the best so far (the
-                // epochs before them kept no weights to go back to).
+                // epochs before them kept no weights to go back to). Weights
+                // from partway through an epoch were never validated: no
+                // best until that epoch ends.
                 None => {
-                    if let Some(last) = s.history.last().filter(|e| e.val_loss.is_finite()) {
+                    let whole = s.partial.is_none();
+                    if let Some(last) = s.history.last().filter(|e| whole && e.val_loss.is_finite()) {
                         stopper.restore(&StopState { best: last.val_loss, best_epoch: Some(s.epoch), bad_epochs: 0 });
                         best_is_resumed = true;
                     }

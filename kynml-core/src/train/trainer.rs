@@ -256,6 +256,18 @@ pub struct TrainResult {
 
 /// Trains the spec's model on `data` on `device`, reporting progress to `on_event`; resumes and
 /// checkpoints as `settings` and the spec say.
+///
+/// # Errors
+/// A model not bound to `data`, a run that does not fit its data, a loss
+/// that stops being finite, a checkpoint that cannot be resumed, a stop
+/// asked through [`TrainSettings::stop`] (with the model reached), a failed
+/// data-parallel replica: see [`TrainError`].
+///
+/// # Panics
+/// A device that fails inside Burn (out of memory beyond what
+/// [`plan`](crate::plan) checked before the run, a GPU lost mid-run)
+/// panics there, as Burn does; a service that must outlive such a failure
+/// runs `train` under [`std::panic::catch_unwind`].
 pub fn train(
     spec: &Spec,
     data: &Dataset,

@@ -1735,7 +1735,8 @@ fn malformed_csvs_are_refused_with_located_messages() {
 
 // ---- fuzz corpora ----
 
-// `readings()`: the CSV readings the `csv` fuzz target tries, for the replay below.
+// `readings()`: the CSV readings the `csv` fuzz target tries, and
+// `read_as_model_rows`, for the replay below.
 include!("../../fuzz/readings.rs");
 
 /// Every input the fuzzers kept (fuzz/corpus) goes through the same readers
@@ -1750,6 +1751,7 @@ fn fuzz_corpora_replay_without_panics() {
         v
     };
     let mut counts = Vec::new();
+    let mut model_rows = 0;
     for target in ["spec", "csv", "checkpoint"] {
         let inputs = files(target);
         assert!(!inputs.is_empty(), "fuzz/corpus/{target} is empty");
@@ -1766,7 +1768,10 @@ fn fuzz_corpora_replay_without_panics() {
                 "csv" => {
                     for options in readings() {
                         if let Ok(table) = parse_csv(path, &data, &options) {
-                            let _ = Dataset::from_table(table, 0.8, true, 1);
+                            if let Ok(dataset) = Dataset::from_table(table, 0.8, true, 1) {
+                                read_as_model_rows(&data, &dataset);
+                                model_rows += 1;
+                            }
                         }
                     }
                 }
@@ -1778,7 +1783,8 @@ fn fuzz_corpora_replay_without_panics() {
         }
         counts.push(format!("{target}: {}", inputs.len()));
     }
-    eprintln!("replayed fuzz corpora: {}", counts.join(", "));
+    eprintln!("replayed fuzz corpora: {}; {model_rows} read again as a model's rows", counts.join(", "));
+    assert!(model_rows >= 100, "only {model_rows} corpus files trained a model to read rows for");
 }
 
 /// A small random problem for the engine comparison: six features and

@@ -3,7 +3,6 @@
 //! device); 1 means the run itself failed; 130 means Ctrl-C stopped it, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1.
 
 use kynml_core::plan::LoadError;
-use kynml_core::spec;
 
 #[derive(Debug)]
 pub struct Failure {
@@ -29,31 +28,7 @@ impl Failure {
 
 impl From<LoadError> for Failure {
     fn from(err: LoadError) -> Self {
-        match err {
-            LoadError::Spec { path, source_text, error, against_data: false } => {
-                Failure::input(spec::render(&path.display().to_string(), &source_text, &error.diagnostics))
-            }
-            LoadError::Spec { path, source_text, error, against_data: true } => {
-                let n = error.diagnostics.len();
-                let summary = format!(
-                    "the spec does not fit its data: {n} problem{} found; nothing was trained or written",
-                    if n == 1 { "" } else { "s" }
-                );
-                Failure::input(spec::render_with(
-                    &path.display().to_string(),
-                    &source_text,
-                    &error.diagnostics,
-                    &summary,
-                ))
-            }
-            LoadError::DoesNotFit { path, source_text, error } => Failure::input(spec::render_with(
-                &path.display().to_string(),
-                &source_text,
-                &error.diagnostics,
-                "the run does not fit the device; nothing was trained or written",
-            )),
-            other => Failure::input(format!("error: {other}")),
-        }
+        Failure::input(err.render())
     }
 }
 

@@ -89,8 +89,8 @@ pub enum LoadError {
         /// 1-based column (in characters) of that byte.
         column: usize,
     },
-    /// Problems located in the spec; render them with [`spec::render`].
-    #[error("{path}: {error}")]
+    /// Problems located in the spec; [`LoadError::render`] draws them all.
+    #[error("{}", located(path, source_text, error))]
     Spec {
         /// The spec file.
         path: PathBuf,
@@ -108,7 +108,7 @@ pub enum LoadError {
     Data(#[from] DataError),
     /// The model or batch would not fit in the device's memory; located in
     /// the spec like [`LoadError::Spec`].
-    #[error("{path}: {error}")]
+    #[error("{}", located(path, source_text, error))]
     DoesNotFit {
         /// The spec file.
         path: PathBuf,
@@ -117,6 +117,46 @@ pub enum LoadError {
         /// What does not fit, located.
         error: SpecError,
     },
+}
+
+/// `path:line:column: summary`, at the first problem: a located error's
+/// one line (its `Display`), as a log or `?` shows it.
+fn located(path: &Path, source: &str, error: &SpecError) -> String {
+    match error.diagnostics.first() {
+        Some(first) => {
+            let (line, column) = spec::line_col(source, first.span.start);
+            format!("{}:{line}:{column}: {error}", path.display())
+        }
+        None => format!("{}: {error}", path.display()),
+    }
+}
+
+impl LoadError {
+    /// The whole message `kynml` prints for this error: a spec's problems
+    /// drawn under their lines with carets and help, every one of them (as
+    /// cargo draws a compiler's), any other error as its one line.
+    pub fn render(&self) -> String {
+        match self {
+            LoadError::Spec { path, source_text, error, against_data: false } => {
+                spec::render(&path.display().to_string(), source_text, &error.diagnostics)
+            }
+            LoadError::Spec { path, source_text, error, against_data: true } => {
+                let n = error.diagnostics.len();
+                let summary = format!(
+                    "the spec does not fit its data: {n} problem{} found; nothing was trained or written",
+                    if n == 1 { "" } else { "s" }
+                );
+                spec::render_with(&path.display().to_string(), source_text, &error.diagnostics, &summary)
+            }
+            LoadError::DoesNotFit { path, source_text, error } => spec::render_with(
+                &path.display().to_string(),
+                source_text,
+                &error.diagnostics,
+                "the run does not fit the device; nothing was trained or written",
+            ),
+            other => format!("error: {other}"),
+        }
+    }
 }
 
 impl SpecFile {
@@ -1778,5 +1818,18 @@ mod tests {
         // together: three problems, none about the `\r`).
         let stray = lf.replacen("D:\n", "D:\r", 1).replacen("csv\")\n", "csv\")\r", 1);
         assert_eq!(read(stray).unwrap().spec, want);
+    }
+
+    /// A service logs a load error with `{}` or `?`: its one line says where
+    /// (file, line, column), and `render` gives the CLI's whole drawing.
+    #[test]
+    fn a_spec_errors_one_line_names_file_line_and_column() {
+        let text = "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    \
+                    dense 1 linear\ntrain:\n    loss = mse\n    epochs = x\n";
+        let Err(err) = SpecFile::from_source(Path::new("dir/a.kyn"), text.into()) else { panic!("refused") };
+        let line = err.to_string();
+        assert!(line.starts_with("dir/a.kyn:9:14: could not read spec: "), "{line}");
+        let drawn = err.render();
+        assert!(drawn.contains("epochs = x") && drawn.contains('^'), "{drawn}");
     }
 }

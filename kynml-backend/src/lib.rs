@@ -23,7 +23,7 @@ mod wgpu_probe;
 
 pub use cuda::{probe_cuda, CudaGpu, CudaProbe};
 pub use device::{proc_bytes, select, Device, DeviceChoice, DeviceError, DeviceKind, DeviceMemory};
-pub use quiet::catch_quietly;
+pub use quiet::{catch_quietly, panic_words};
 pub use wgpu_probe::{probe_wgpu, WgpuAdapter, WgpuAdapterKind};
 
 /// The one Burn backend KynML trains on: Burn's runtime dispatch over CUDA,

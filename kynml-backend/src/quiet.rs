@@ -35,3 +35,24 @@ pub fn catch_quietly<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
     QUIET.with(|q| q.set(was));
     result
 }
+
+/// A caught panic's message (its `&str` or `String` payload), or "a panic
+/// without a message".
+pub fn panic_words(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_caught_panic_keeps_its_words() {
+        let caught = super::catch_quietly(|| panic!("out of {} memory", "device")).unwrap_err();
+        assert_eq!(super::panic_words(caught.as_ref()), "out of device memory");
+        let caught = super::catch_quietly(|| std::panic::panic_any(7)).unwrap_err();
+        assert_eq!(super::panic_words(caught.as_ref()), "a panic without a message");
+    }
+}

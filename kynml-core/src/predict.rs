@@ -36,14 +36,22 @@ use crate::model::{Mode, Model};
 use crate::spec::types::{Loss, Metric};
 use kynml_backend::{Backend as Kb, Device};
 
-/// Rows per forward pass.
+/// Rows per forward pass, at most.
 const CHUNK: usize = 4096;
+
+/// Values a forward pass may hold at once, about 256 MiB in fp32: a model
+/// whose rows are large (an image through a wide convolution) takes fewer
+/// rows per pass than [`CHUNK`], so one request cannot ask the device for
+/// gigabytes.
+const PASS_VALUES: u64 = 64 << 20;
 
 /// A trained model ready to predict on a device.
 pub struct Predictor {
     model: ExportModel,
     module: Model<Kb>,
     device: DispatchDevice,
+    /// Rows per forward pass: a power of two, at most [`CHUNK`].
+    chunk: usize,
 }
 
 // Services share one predictor between request threads: keep it so.
@@ -62,6 +70,49 @@ impl std::fmt::Debug for Predictor {
             .field("device", &self.device)
             .finish_non_exhaustive()
     }
+}
+
+/// Rows per forward pass of `model`: [`CHUNK`], or fewer (a power of two,
+/// at least 1) where a pass of them would hold more than [`PASS_VALUES`] at
+/// its largest moment, a layer's input and output together (with a
+/// convolution's padded input and patches, attention's scores).
+fn pass_chunk(model: &ExportModel) -> usize {
+    use crate::model::LayerSpec;
+    fn moment(layer: &LayerSpec, input: &crate::model::Shape) -> (u64, crate::model::Shape) {
+        let out = layer.output(input).unwrap_or_else(|_| input.clone());
+        let mut values = (input.size() as u64).saturating_add(out.size() as u64);
+        match layer {
+            LayerSpec::Conv(c) => {
+                values = values.saturating_add(c.padded_values(input)).saturating_add(c.patch_values(input));
+            }
+            LayerSpec::Attention(_) | LayerSpec::Transformer(_) if input.is_sequence() => {
+                let heads = match layer {
+                    LayerSpec::Attention(a) => a.heads,
+                    LayerSpec::Transformer(t) => t.heads,
+                    _ => 0,
+                } as u64;
+                let l = input.dims()[0] as u64;
+                values = values.saturating_add(heads.saturating_mul(2).saturating_mul(l).saturating_mul(l));
+            }
+            _ => {}
+        }
+        let mut inner = input.clone();
+        for child in layer.children() {
+            let (v, next) = moment(child, &inner);
+            values = values.max(v);
+            inner = next;
+        }
+        (values, out)
+    }
+    let mut shape = model.shape.clone();
+    let mut most = shape.size() as u64;
+    for layer in &model.layers {
+        let (values, next) = moment(&layer.spec, &shape);
+        most = most.max(values);
+        shape = next;
+    }
+    let rows = (PASS_VALUES / most.max(1)).clamp(1, CHUNK as u64) as usize;
+    1 << rows.ilog2()
 }
 
 /// What [`Predictor::predict`] returns for `rows` input rows.
@@ -87,7 +138,9 @@ impl Predictor {
     /// [`ExportModel::validate`]) is an error, not a model with made-up weights.
     pub fn new(model: ExportModel, device: &Device) -> Result<Self, ExportError> {
         let device = device.inner();
-        Ok(Predictor { module: export::to_model(&model, &device)?, model, device })
+        let module = export::to_model(&model, &device)?;
+        let chunk = pass_chunk(&model);
+        Ok(Predictor { module, model, device, chunk })
     }
 
     /// Loads a run folder or an export (see [`export::load`]).
@@ -108,7 +161,10 @@ impl Predictor {
     /// the model cannot give a number for is an error naming the row: an
     /// index the vocabulary does not have, a value the stored normalisation
     /// takes beyond an f32, or an output that overflows (no class is named
-    /// for a NaN).
+    /// for a NaN). A device that fails in the pass (out of memory, lost) is
+    /// [`PredictError::Backend`], not a panic; rows go through the device
+    /// [`pass_size`](Self::pass_size) at a time, so a large request holds
+    /// no more memory than one pass.
     pub fn predict(&self, rows: &[f32]) -> Result<Predictions, PredictError> {
         self.run(rows)
     }
@@ -137,9 +193,10 @@ impl Predictor {
         let n = rows.len() / width_in;
         let width = self.model.output();
         let mut outputs = Vec::with_capacity(n * width);
-        for (c, chunk) in rows.chunks(CHUNK * width_in).enumerate() {
-            self.check_indices(chunk, c * CHUNK)?;
-            self.check_finite(chunk, c * CHUNK)?;
+        let per = self.chunk;
+        for (c, chunk) in rows.chunks(per * width_in).enumerate() {
+            self.check_indices(chunk, c * per)?;
+            self.check_finite(chunk, c * per)?;
             // One copy per chunk: normalised in place, then moved into the tensor.
             let mut x = chunk.to_vec();
             if let Some((mean, std)) = &self.model.normalizer {
@@ -151,7 +208,7 @@ impl Predictor {
                         // finite value must stay finite.
                         if raw.is_finite() && !v.is_finite() {
                             return Err(PredictError::Range {
-                                row: c * CHUNK + r,
+                                row: c * per + r,
                                 feature: self.feature(i),
                                 value: raw,
                                 mean: *m,
@@ -168,16 +225,17 @@ impl Predictor {
             for r in rows_in..pass {
                 x.extend_from_within((r % rows_in) * width_in..(r % rows_in + 1) * width_in);
             }
-            let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [pass, width_in]), &self.device);
-            let y = self.module.forward(t, Mode::Eval);
-            let mut y = y
-                .into_data()
-                .convert::<f32>()
-                .into_vec::<f32>()
-                .map_err(|e| PredictError::Backend(format!("{e:?}")))?;
+            // A device that fails (out of memory, lost) panics inside
+            // Burn: an error for the caller, not an unwinding service.
+            let y = kynml_backend::catch_quietly(|| {
+                let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [pass, width_in]), &self.device);
+                self.module.forward(t, Mode::Eval).into_data()
+            })
+            .map_err(|panic| PredictError::Backend(kynml_backend::panic_words(panic.as_ref())))?;
+            let mut y = y.convert::<f32>().into_vec::<f32>().map_err(|e| PredictError::Backend(format!("{e:?}")))?;
             y.truncate(rows_in * width);
             if let Some(r) = y.chunks(width.max(1)).position(|row| row.iter().any(|v| !v.is_finite())) {
-                return Err(PredictError::Overflow { row: c * CHUNK + r });
+                return Err(PredictError::Overflow { row: c * per + r });
             }
             outputs.extend(y);
         }
@@ -201,6 +259,12 @@ impl Predictor {
     /// requests of every size from 1 to 4,096 rows would each meet a search
     /// of their own, so on a GPU a pass takes the next power of two (13 sizes
     /// at most). The CPU runs the rows as they are.
+    /// Rows per forward pass (a power of two): fewer than 4096 where a
+    /// row's largest moment is large.
+    pub fn pass_size(&self) -> usize {
+        self.chunk
+    }
+
     fn pass_rows(&self, rows: usize) -> usize {
         match self.device {
             DispatchDevice::Flex(_) => rows,
@@ -454,8 +518,9 @@ pub enum PredictError {
         /// The row, 0-based.
         row: usize,
     },
-    /// The backend could not hand the outputs back; holds its words.
-    #[error("the device's outputs could not be read: {0}")]
+    /// The device failed in the forward pass (out of memory, lost) or could
+    /// not hand the outputs back; holds its words.
+    #[error("the device failed to predict: {0}")]
     Backend(String),
 }
 
@@ -600,6 +665,43 @@ mod tests {
         assert_eq!(relu.predict(&[1.0, 2.0]).unwrap().outputs, [0.0]);
         let over = relu.predict(&[1.0, 2.0, 3e38, 3e38]).map(|p| p.outputs);
         assert!(matches!(over, Err(super::PredictError::Overflow { row: 1 })), "{over:?}");
+    }
+
+    /// A pass holds at most `PASS_VALUES` at its largest moment: an image
+    /// through a wide convolution takes 8 rows a pass (4096 of them would
+    /// ask for about 80 GB), a small dense model 4096; and rows split into
+    /// passes predict as one pass does, an error naming its own row.
+    #[test]
+    fn large_rows_take_smaller_passes_that_predict_alike() {
+        use crate::model::{conv::ConvSpec, LayerSpec, Shape};
+        let image = Shape::new(vec![3, 224, 224]);
+        let conv = ConvSpec {
+            dims: 2,
+            channels: 64,
+            kernel: 3,
+            stride: 1,
+            padding: 1,
+            same: false,
+            activation: Activation::Relu,
+        };
+        let mut model = regression(1, Vec::new()).model().clone();
+        model.input = image.size();
+        model.feature_names = (0..image.size()).map(|i| format!("p{i}")).collect();
+        model.layers = vec![ExportLayer::zeros(LayerSpec::Conv(conv), &image)];
+        model.shape = image;
+        // 150,528 + 3,211,264 out + 153,228 padded + 1,354,752 patches: 13 rows in 64 Mi values.
+        assert_eq!(super::pass_chunk(&model), 8);
+
+        let dense = |w| ExportLayer::dense(2, 1, w, vec![0.5], Activation::Tanh);
+        let mut p = regression(2, vec![dense(vec![0.3, -0.7])]);
+        assert_eq!(p.pass_size(), 4096);
+        let mut rows: Vec<f32> = (0..14).map(|i| i as f32 * 0.1 - 0.6).collect();
+        let whole = p.predict(&rows).unwrap();
+        p.chunk = 2;
+        assert_eq!(p.predict(&rows).unwrap(), whole);
+        rows[11] = f32::INFINITY;
+        let bad = p.predict(&rows);
+        assert!(matches!(bad, Err(super::PredictError::NotFinite { row: 5, .. })), "{bad:?}");
     }
 
     #[test]

@@ -106,6 +106,16 @@ impl ConvSpec {
         (c as u64).saturating_mul(side(h, 0)).saturating_mul(side(w, 1))
     }
 
+    /// The values of a row's patches (`channels x kernel` per output
+    /// position), which a convolution lowered to a matrix product holds;
+    /// saturating.
+    pub fn patch_values(&self, input: &Shape) -> u64 {
+        let [c, _, _] = input.chw();
+        let (k, _, _) = self.geometry();
+        let [oh, ow] = self.out_hw(input).unwrap_or([0, 0]);
+        [k[0], k[1], oh, ow].into_iter().fold(c as u64, |n, d| n.saturating_mul(d as u64))
+    }
+
     /// The PyTorch layout of the weight.
     fn weight_shape(&self, input: &Shape) -> Vec<usize> {
         let cin = input.chw()[0];

@@ -177,12 +177,7 @@ fn draw_err(e: impl std::fmt::Display) -> PlotError {
 /// error: a failed figure must not take a training run down with it.
 pub(super) fn guarded<T>(f: impl FnOnce() -> Result<T, PlotError>) -> Result<T, PlotError> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let msg = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".to_string());
-        Err(PlotError::Draw(format!("plotting panicked: {msg}")))
+        Err(PlotError::Draw(format!("plotting panicked: {}", kynml_backend::panic_words(payload.as_ref()))))
     })
 }
 

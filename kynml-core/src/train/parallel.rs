@@ -227,11 +227,7 @@ fn serve(
                 None => Ok(loss),
             },
             Err(panic) => {
-                let why = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "a panic".into());
+                let why = kynml_backend::panic_words(panic.as_ref());
                 // The other replicas wait in the all-reduce for this one: let them go.
                 collective::reset_collective::<Kb>();
                 Err(format!("replica {rank} failed in its step: {why}"))

@@ -23,8 +23,22 @@ use kynml_core::plan::SpecFile;
 use kynml_core::predict::Predictor;
 use kynml_core::train::{train, TrainEvent, TrainSettings};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match serve() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // Each error's own words (a spec's with its file, line and column).
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let device = kynml_backend::select(kynml_backend::DeviceChoice::Auto)?;
+    // A model trained here has its kernels compiled by training; one loaded
+    // compiles them on its first request.
+    let mut sealed = std::env::args().nth(1).is_none();
     let predictor = match std::env::args().nth(1) {
         Some(path) => Predictor::load(Path::new(&path), &device)?,
         None => {
@@ -39,11 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             })?;
             eprintln!();
-            // The GPU kernels tuned and compiled, kept for the next start
-            // (a failure only means the next start checks them less).
-            if let Err(e) = kynml_backend::kernel_cache::seal() {
-                eprintln!("note: the kernel cache could not record this run's kernels ({e})");
-            }
+            seal_kernels();
             let model = export::from_model(&result.model, &spec.spec.model, &data.info, spec.spec.train.loss.value);
             Predictor::new(model, &device)?
         }
@@ -92,16 +102,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let answer = match predictor.model().read_rows_from(request.as_bytes(), "request".as_ref(), false) {
             Err(e) => serde_json::json!({ "error": e.to_string() }),
             Ok(rows) => match predictor.predict_rows(&rows) {
-                Ok(p) => match (&p.labels, &p.probabilities) {
-                    (Some(labels), Some(probs)) => serde_json::json!({ "label": labels[0], "probabilities": probs }),
-                    _ => serde_json::json!({ "prediction": p.outputs }),
-                },
+                Ok(p) => {
+                    if !sealed {
+                        seal_kernels();
+                        sealed = true;
+                    }
+                    match (&p.labels, &p.probabilities) {
+                        (Some(labels), Some(probs)) => {
+                            serde_json::json!({ "label": labels[0], "probabilities": probs })
+                        }
+                        _ => serde_json::json!({ "prediction": p.outputs }),
+                    }
+                }
                 Err(e) => serde_json::json!({ "error": e.to_string() }),
             },
         };
         writeln!(out, "{answer}")?;
     }
     Ok(())
+}
+
+/// The GPU kernels tuned and compiled, kept for the next start (a failure
+/// only means the next start checks them less; on the CPU there are none).
+fn seal_kernels() {
+    if let Err(e) = kynml_backend::kernel_cache::seal() {
+        eprintln!("note: the kernel cache could not record this run's kernels ({e})");
+    }
 }
 
 /// Whether a CSV line's cells, trimmed and unquoted, include every one of

@@ -439,6 +439,12 @@ impl ExportModel {
     /// classification. Products are summed and norms computed in f64; each layer's output is
     /// rounded to f32. Fails if the model does not [`validate`](Self::validate) or `rows` is not
     /// whole rows.
+    ///
+    /// This is the exporters' and tests' reference, slow and on the host: it
+    /// does not refuse what [`Predictor`](crate::predict::Predictor) refuses
+    /// (a category or token index the vocabulary lacks reads as unseen, a
+    /// NaN or infinity passes through). Serve predictions with a
+    /// `Predictor`.
     pub fn forward(&self, rows: &[f32]) -> Result<Vec<f32>, String> {
         self.validate()?;
         if !rows.len().is_multiple_of(self.input) {

@@ -287,6 +287,26 @@ pub(crate) fn activate(g: &mut Graph, p: &str, x: String, activation: Activation
 /// freed once encoded, and each message is laid out in room made for it at
 /// once, so that the weights are held about three times at the most (the
 /// export's, the graph message's, the file's), not five.
+/// How a row's text becomes the graph's input, in words, for a model that
+/// reads categories or tokens: the graph itself cannot refuse an index it
+/// was not meant to get (it reads it as unseen).
+fn encoding(model: &ExportModel) -> Option<String> {
+    if model.tokens.is_some() {
+        return Some(
+            "each input is a token id: 2 + the token's place in `tokens`, 1 for a token not in it, 0 for \
+             padding; a text's first `length` tokens, padded with 0 after them; any other number (past the \
+             vocabulary, negative, fractional, NaN) reads as 1"
+                .into(),
+        );
+    }
+    (!model.categories.is_empty()).then(|| {
+        "a categorical column's input (at its `position`) is 1 + the place in its `values` of the cell, \
+         trimmed of white space at both ends; 0 for a value training never saw; any other number (past the \
+         values, negative, fractional, NaN) reads as 0; the other columns are raw numbers"
+            .into()
+    })
+}
+
 fn encode_model(model: &ExportModel, mut g: Graph) -> Vec<u8> {
     let weights: usize = g.initializers.iter().map(|i| i.data.bytes() + i.name.len() + 64).sum();
     let mut graph = Proto(Vec::with_capacity(weights + (1 << 16)));
@@ -297,10 +317,17 @@ fn encode_model(model: &ExportModel, mut g: Graph) -> Vec<u8> {
     for init in std::mem::take(&mut g.initializers) {
         graph.message(5, &encode_initializer(&init));
     }
+    let rows = if model.tokens.is_some() {
+        "token ids (metadata `encoding`)"
+    } else if model.categories.is_empty() {
+        "raw feature rows"
+    } else {
+        "feature rows, categories as indices (metadata `encoding`)"
+    };
     graph.string(
         10,
         &format!(
-            "{}: raw feature rows [{BATCH_DIM}, {}] in, {} head out (layers: {})",
+            "{}: {rows} [{BATCH_DIM}, {}] in, {} head out (layers: {})",
             model.name,
             model.input,
             model.head.kind(),
@@ -339,6 +366,9 @@ fn encode_model(model: &ExportModel, mut g: Graph) -> Vec<u8> {
     if let Some(tokens) = &model.tokens {
         metadata.push(("tokens", json(serde_json::to_string(tokens))));
         metadata.push(("tokenizer", "split on Unicode white space (Rust's str::split_whitespace); case kept".into()));
+    }
+    if let Some(encoding) = encoding(model) {
+        metadata.push(("encoding", encoding));
     }
     if let Some(sequence) = &model.sequence {
         metadata.push(("sequence", sequence_metadata(sequence)));
@@ -649,6 +679,12 @@ mod tests {
             .collect();
         let back: Vec<crate::data::Vocabulary> = serde_json::from_str(&categories[0]).unwrap();
         assert_eq!(back, with.categories);
+        // With how to turn a cell into its index (the graph reads a wrong one as unseen).
+        let encoding = bytes_of(&top, 14).into_iter().map(fields).find(|e| string_of(e, 1) == "encoding");
+        assert!(string_of(&encoding.expect("an encoding entry"), 2).starts_with("a categorical column's input"));
+        let doc = string_of(&fields(bytes_of(&top, 7)[0]), 10);
+        assert!(doc.contains("categories as indices"), "{doc}");
+        assert!(!metadata.iter().any(|(k, _)| k == "encoding"), "a model of numbers has no encoding entry");
     }
 
     #[test]

@@ -1202,6 +1202,11 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("onnx") && t.contains("safetensors") && t.contains("burn") && !dir.join("m.pt").exists(), "{t}");
+    // `-` is standard output to `predict --output`; export writes files only.
+    let out = kynml(&["export", "run", "--format", "onnx", "--path", "-"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("standard output") && !dir.join("-").exists(), "{t}");
 
     // Bad rows: located, exit 2, nothing written.
     let csv = std::fs::read_to_string(dir.join("iris.csv")).unwrap();

@@ -188,9 +188,20 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         json["data"] = serde_json::json!(source);
         json["devices"] = serde_json::json!(devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>());
         json["process_startup_secs"] = serde_json::json!(steady_at);
-        json["fused"] = serde_json::json!(file.spec.train.optimizer.value.fused() == Some(true));
-        json["autotune"] = serde_json::json!(kernel_cache::autotune().map(|l| l.name()));
-        json["matmul_epilogue"] = serde_json::json!(kynml_core::model::dense::epilogue().name());
+        // What ran, as "what runs" marks it, not what was asked: the native
+        // engine has no fused update, no autotune and no epilogue of Burn's.
+        let burn = report.engine == EngineKind::Burn;
+        let fusion = burn && devices.iter().all(kynml_backend::Device::has_fusion);
+        json["fused"] = serde_json::json!(burn && file.spec.train.optimizer.value.fused() == Some(true));
+        json["autotune"] = serde_json::json!(kernel_cache::autotune().filter(|_| fusion).map(|l| l.name()));
+        json["matmul_epilogue"] = serde_json::json!(burn.then(|| {
+            let epilogue = kynml_core::model::dense::epilogue();
+            if fusion {
+                epilogue.name()
+            } else {
+                kynml_core::model::dense::Epilogue::Separate.name()
+            }
+        }));
         let text = serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n";
         let target = json_target.as_deref().unwrap_or(path);
         kynml_core::atomic_file::write(target, text.as_bytes())

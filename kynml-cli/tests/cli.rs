@@ -2551,6 +2551,17 @@ fn fused_updates_and_the_overflow_check_say_where_they_run() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tmp.path().join("f.json")).unwrap()).unwrap();
     assert_eq!(json["fused"].as_bool(), Some(true), "{json}");
+    // The native CPU engine has no fused update, autotune or Burn epilogue:
+    // the figures say what ran, as "what runs" marks it, not what was asked.
+    let cpu =
+        ["bench", "iris.kyn", "--device", "cpu", "--steps", "3", "--rounds", "1", "--fused", "--autotune", "full"];
+    let out = kynml_env(&[&cpu[..], &["--json", "c.json"]].concat(), tmp.path(), &[("KYNML_MATMUL_EPILOGUE", "fused")]);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("not applied (the native CPU engine updates each parameter"), "{t}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("c.json")).unwrap()).unwrap();
+    assert_eq!(json["fused"].as_bool(), Some(false), "{json}");
+    assert!(json["autotune"].is_null() && json["matmul_epilogue"].is_null(), "{json}");
     let spec =
         std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap().replace("adam(lr=0.01)", "rmsprop(lr=0.01)");
     std::fs::write(tmp.path().join("r.kyn"), spec).unwrap();

@@ -230,7 +230,13 @@ pub fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
         return Ok(DeviceArg::Set(DeviceSet::AllCuda));
     }
     if !text.contains(',') {
-        return parse_device(text).map(DeviceArg::One);
+        // The data-parallel forms are as valid here as the single devices.
+        return parse_device(text).map(DeviceArg::One).map_err(|_| {
+            format!(
+                "expected auto, cpu, cuda, cuda:N or wgpu, or several for a data-parallel run (cuda:0,cuda:1, \
+                 cuda:all, cpu,cpu), found `{text}`"
+            )
+        });
     }
     if let Some(i) = text.split(',').position(|d| d.trim().is_empty()) {
         return Err(format!(

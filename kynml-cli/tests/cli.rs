@@ -474,6 +474,11 @@ fn a_wrong_device_argument_is_refused() {
     let out = kynml(&["train", "iris.kyn", "--device", "gpu"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("expected auto, cpu, cuda, cuda:N or wgpu"));
+    // train and bench take several devices too, and say so; predict does not.
+    assert!(text(&out).contains("data-parallel run (cuda:0,cuda:1, cuda:all, cpu,cpu), found `gpu`"), "{}", text(&out));
+    let out = kynml(&["predict", "run", "iris.csv", "--device", "gpu"], tmp.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("expected auto, cpu, cuda, cuda:N or wgpu, found `gpu`"), "{}", text(&out));
 }
 
 #[test]

@@ -43,6 +43,13 @@ pub fn float_notes(data: &Dataset) -> Vec<String> {
     let info = &data.info;
     let mut notes = Vec::new();
     for name in &data.collapsed {
+        if *name == info.target {
+            notes.push(format!(
+                "note: the target `{name}` holds different numbers that all read as one 32-bit float: the model \
+                 can only learn that constant; subtract an offset from it in the data to keep its variation"
+            ));
+            continue;
+        }
         notes.push(format!(
             "note: `{name}` holds different numbers that all read as one 32-bit float: to the model it is a \
              constant, and trains on nothing; subtract an offset from it in the data to keep its variation"

@@ -1310,6 +1310,16 @@ fn a_column_too_fine_for_32_bit_floats_is_named() {
         assert!(t.contains("note: `ts` holds different numbers that all read as one 32-bit float"), "{args:?}: {t}");
         assert!(!t.contains("note: `b`") && !t.contains("note: `ts` varies"), "{args:?}: {t}");
     }
+    // A regression target whose numbers all read as one float (1e8 and a
+    // quarter's steps) is named too: the model could only learn a constant.
+    let mut csv = String::from("a,b,ts,y\n");
+    for i in 0..400 {
+        csv += &format!("{},{},{},{}\n", i % 7, i % 5, i % 3, 100_000_000.0 + (i % 8) as f64 * 0.25);
+    }
+    std::fs::write(tmp.path().join("d.csv"), csv).unwrap();
+    let t = text(&kynml(&["check", "s.kyn"], tmp.path()));
+    assert!(t.contains("note: the target `y` holds different numbers that all read as one 32-bit float"), "{t}");
+    assert!(!t.contains("note: `ts`") && !t.contains("note: `a`"), "{t}");
 }
 
 /// A run folder starts empty and holds the run's own files: an export

@@ -239,6 +239,9 @@ pub struct Table {
     /// The numeric features (positions in `feature_names`) whose numbers
     /// differ as written but all read as one 32-bit float.
     pub collapsed: Vec<usize>,
+    /// Whether a regression target's numbers differ as written but all read
+    /// as one 32-bit float (the model would learn a constant).
+    pub target_collapsed: bool,
     /// The line each data row starts on (1-based, as an editor counts), for
     /// errors found after reading; empty for a table not read from a file.
     /// 32 bits: 4 bytes a row beside a narrow file's values.
@@ -488,7 +491,9 @@ pub fn parse_csv_reporting(
                 labels.push(at.label()?);
             } else {
                 let hint = "; it is the target: for class labels use a classification loss (`loss = cross_entropy`)";
-                values.push(at.number().map_err(|e| e.with_hint(hint.into()))?);
+                let y = at.number().map_err(|e| e.with_hint(hint.into()))?;
+                OneFloat::probe(&mut probes[col], y, cell);
+                values.push(y);
             }
         }
     }
@@ -509,9 +514,10 @@ pub fn parse_csv_reporting(
         feature_names = sequence_names(&s);
         s
     });
+    let target_collapsed = probes[target_col].is_some_and(|p| p.collapsed());
     // Feature positions: the header's columns less the target.
     let collapsed = (probes.iter().enumerate())
-        .filter(|(_, p)| p.is_some_and(|p| p.collapsed()))
+        .filter(|(col, p)| *col != target_col && p.is_some_and(|p| p.collapsed()))
         .map(|(col, _)| if col < target_col { col } else { col - 1 })
         .collect();
     Ok(Table {
@@ -524,6 +530,7 @@ pub fn parse_csv_reporting(
         text,
         sequence,
         collapsed,
+        target_collapsed,
         lines,
     })
 }

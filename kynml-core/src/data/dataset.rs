@@ -184,7 +184,8 @@ pub struct Dataset {
     /// The held-out validation part.
     pub valid: SplitData,
     /// The numeric features whose numbers differ in the file but all read
-    /// as one 32-bit float (a constant to the model): said by `train`.
+    /// as one 32-bit float (a constant to the model), then the target where
+    /// a regression target does: said by `train` and `check`.
     pub collapsed: Vec<String>,
 }
 
@@ -242,7 +243,10 @@ impl Dataset {
             normalizer.apply(&mut train.features);
             normalizer.apply(&mut valid.features);
         }
-        let collapsed = table.collapsed.iter().map(|&c| table.feature_names[c].clone()).collect();
+        let mut collapsed: Vec<String> = table.collapsed.iter().map(|&c| table.feature_names[c].clone()).collect();
+        if table.target_collapsed {
+            collapsed.push(table.target_name.clone());
+        }
         let info = DataInfo {
             source: table.path,
             feature_names: table.feature_names,
@@ -384,6 +388,7 @@ mod tests {
             text: None,
             sequence: None,
             collapsed: Vec::new(),
+            target_collapsed: false,
             lines: Vec::new(),
         }
     }

@@ -155,6 +155,7 @@ mod tests {
             text: None,
             sequence: None,
             collapsed: Vec::new(),
+            target_collapsed: false,
             lines: Vec::new(),
         };
         Dataset::from_table(table, 0.8, false, 3).unwrap()

@@ -97,6 +97,7 @@ pub fn synthetic_for(spec: &Spec, rows: usize, seed: u64) -> Result<Dataset, Dat
         text: None,
         sequence: None,
         collapsed: Vec::new(),
+        target_collapsed: false,
         lines: Vec::new(),
     };
     Dataset::from_table(table, spec.dataset.split.value, spec.dataset.normalize, seed)
@@ -145,6 +146,7 @@ fn synthetic_texts(spec: &Spec, rows: usize, seed: u64, classes: usize) -> Resul
         text: Some(TextCells { options, cells }),
         sequence: None,
         collapsed: Vec::new(),
+        target_collapsed: false,
         lines: Vec::new(),
     };
     Dataset::from_table(table, spec.dataset.split.value, false, seed)

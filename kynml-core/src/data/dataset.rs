@@ -223,8 +223,8 @@ impl Dataset {
             .map_err(|err| DataError::from_split(table.path.clone(), err))?;
         let mut train = take_rows(&table, train_rows);
         let mut valid = take_rows(&table, valid_rows);
-        let categories = index_categories(&table, &mut train, &mut valid);
-        let tokens = index_tokens(&table, &mut train, &mut valid);
+        let categories = index_categories(&table, &mut train, &mut valid)?;
+        let tokens = index_tokens(&table, &mut train, &mut valid)?;
 
         let normalizer = normalize.then(|| {
             let mut normalizer = match &table.sequence {
@@ -306,11 +306,20 @@ impl Dataset {
 
 /// The vocabulary of each categorical column of `table`, from the training
 /// rows alone, with the indices written into both parts' features.
-fn index_categories(table: &Table, train: &mut SplitData, valid: &mut SplitData) -> Vec<Vocabulary> {
+fn index_categories(table: &Table, train: &mut SplitData, valid: &mut SplitData) -> Result<Vec<Vocabulary>, DataError> {
     let width = table.n_features();
     let mut out = Vec::with_capacity(table.categorical.len());
     for c in &table.categorical {
         let mut v = Vocabulary::fit(&c.name, c.position, train.rows.iter().map(|&r| c.cells[r].as_str()));
+        // The largest index is the number of values (0 stands for unseen).
+        check_indices(
+            &table.path,
+            &c.name,
+            "values",
+            v.values.len(),
+            v.values.len(),
+            "group its rare values, or leave the column out",
+        )?;
         for (p, &r) in train.rows.iter().enumerate() {
             train.features[p * width + c.position] = v.index_or_unseen(&c.cells[r]) as f32;
         }
@@ -321,16 +330,48 @@ fn index_categories(table: &Table, train: &mut SplitData, valid: &mut SplitData)
         }
         out.push(v);
     }
-    out
+    Ok(out)
+}
+
+/// Refuses a vocabulary of `found` entries whose largest index, `largest`,
+/// a 32-bit float cannot hold exactly (two entries would share a row of the
+/// embedding, silently).
+fn check_indices(
+    path: &std::path::Path,
+    column: &str,
+    what: &'static str,
+    found: usize,
+    largest: usize,
+    hint: &'static str,
+) -> Result<(), DataError> {
+    if largest <= crate::data::vocab::LARGEST_INDEX {
+        return Ok(());
+    }
+    let most = found - (largest - crate::data::vocab::LARGEST_INDEX);
+    Err(DataError::TooManyValues { path: path.into(), column: column.into(), what, found, most, hint })
 }
 
 /// The vocabulary of a text model's text, from the training rows alone,
 /// with each row's token indices written into both parts' features.
-fn index_tokens(table: &Table, train: &mut SplitData, valid: &mut SplitData) -> Option<TokenVocabulary> {
-    let text = table.text.as_ref()?;
+fn index_tokens(
+    table: &Table,
+    train: &mut SplitData,
+    valid: &mut SplitData,
+) -> Result<Option<TokenVocabulary>, DataError> {
+    let Some(text) = table.text.as_ref() else { return Ok(None) };
     let o = &text.options;
     let mut v =
         TokenVocabulary::fit(&o.column, o.length, train.rows.iter().map(|&r| text.cells[r].as_str()), o.vocab_limit);
+    // Ids 0 and 1 are padding and unseen: the largest is the count plus 1.
+    let n = v.tokens.len();
+    check_indices(
+        &table.path,
+        &o.column,
+        "tokens",
+        n,
+        n + 1,
+        "keep the most frequent with `vocab = N` in the dataset",
+    )?;
     let index = v.index();
     let (mut cut, mut empty) = ((0, 0), 0);
     for (p, &r) in train.rows.iter().enumerate() {
@@ -345,7 +386,7 @@ fn index_tokens(table: &Table, train: &mut SplitData, valid: &mut SplitData) -> 
     }
     drop(index);
     (v.unseen_in_validation, v.cut, v.empty) = (unseen, cut, empty);
-    Some(v)
+    Ok(Some(v))
 }
 
 fn take_rows(table: &Table, rows: Vec<usize>) -> SplitData {
@@ -366,6 +407,22 @@ mod tests {
 
     use super::*;
     use crate::data::csv_table::{read_csv, TableOptions};
+
+    /// Past 2^24 two indices read as one 32-bit float, and two categories
+    /// (or tokens) would share an embedding row without a word: refused.
+    #[test]
+    fn a_vocabulary_past_what_float_indices_hold_is_refused() {
+        let most = crate::data::vocab::LARGEST_INDEX;
+        assert_eq!((most + 1) as f32, most as f32, "2^24 + 1 reads as 2^24");
+        let p = std::path::Path::new("d.csv");
+        assert!(check_indices(p, "city", "values", most, most, "h").is_ok());
+        let e = check_indices(p, "city", "values", most + 1, most + 1, "group").unwrap_err().to_string();
+        assert!(e.starts_with("d.csv: `city` holds 16777217 distinct values") && e.contains("the 16777216 a"), "{e}");
+        // Tokens start at id 2: one fewer fits.
+        assert!(check_indices(p, "text", "tokens", most - 1, most, "h").is_ok());
+        let e = check_indices(p, "text", "tokens", most, most + 1, "vocab").unwrap_err().to_string();
+        assert!(e.contains("16777216 distinct tokens") && e.contains("the 16777215 a") && e.ends_with("vocab"), "{e}");
+    }
 
     /// `n` rows of two features: `[r, 100 - r²]` with target `2r` (or class `r % 3`).
     fn table(n: usize, classification: bool) -> Table {

@@ -289,6 +289,29 @@ pub enum DataError {
         fraction: f64,
     },
 
+    /// A categorical column's distinct values, or a text's distinct tokens,
+    /// number more than an index can tell apart: indices travel among the
+    /// features as 32-bit floats, exact up to 2^24.
+    #[error(
+        "{}: `{column}` holds {found} distinct {what} in the training rows, more than the {most} a model can \
+         tell apart (their indices travel as 32-bit floats, exact up to 2^24); {hint}",
+        path.display()
+    )]
+    TooManyValues {
+        /// The data file.
+        path: PathBuf,
+        /// The categorical or text column.
+        column: String,
+        /// `values` or `tokens`.
+        what: &'static str,
+        /// How many the training rows hold.
+        found: usize,
+        /// The most a model takes.
+        most: usize,
+        /// What to do about it.
+        hint: &'static str,
+    },
+
     /// A column the spec declares categorical (or as the text) is not in the file.
     #[error(
         "{}:1: no column `{name}`, which the dataset declares {what}{}",

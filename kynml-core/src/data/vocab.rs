@@ -33,6 +33,11 @@ pub struct Vocabulary {
     pub unseen_in_validation: usize,
 }
 
+/// The largest index a category or token may take: indices travel among a
+/// row's features as 32-bit floats, which hold every whole number up to 2^24
+/// and no longer every one past it.
+pub const LARGEST_INDEX: usize = 1 << 24;
+
 impl Vocabulary {
     /// The index of a value the training rows never held.
     pub const UNSEEN: u32 = 0;

@@ -385,6 +385,9 @@ pub fn parse_csv_reporting(
         return Err(DataError::Empty { path: path.into(), needed: crate::data::split::MIN_ROWS });
     };
     let header = header_names(&record, path, header_line)?;
+    if !header.contains(&opts.target) && header.iter().all(|h| h.parse::<f64>().is_ok()) {
+        return Err(DataError::NoHeader { path: path.into(), first: header, target: opts.target.clone() });
+    }
     check_named(&header, path, header_line)?;
     check_unique(&header, path)?;
     let target_col = header.iter().position(|name| *name == opts.target).ok_or_else(|| DataError::MissingTarget {

@@ -75,6 +75,24 @@ pub enum DataError {
         needed: usize,
     },
 
+    /// The first line holds only numbers, none of them the target's name:
+    /// a file without a header line, whose first row would be taken for
+    /// column names.
+    #[error(
+        "{}:1: the first line holds only numbers ({}), not column names: the file seems to have no header \
+         line; add one naming each column, the target `{target}` among them",
+        path.display(),
+        first.iter().take(3).map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ") + if first.len() > 3 { ", ..." } else { "" }
+    )]
+    NoHeader {
+        /// The data file.
+        path: PathBuf,
+        /// The first line's cells.
+        first: Vec<String>,
+        /// The target column the spec names.
+        target: String,
+    },
+
     /// The header has no column named as the target.
     #[error(
         "{}:1: no column named `{target}` to predict{}",

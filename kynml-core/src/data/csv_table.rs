@@ -726,12 +726,12 @@ pub fn parse_model_rows(
                     unseen[p] += usize::from(index == Vocabulary::UNSEEN);
                     features.push(index as f32);
                 }
-                // The model was trained on numbers here: no categorical hint.
-                None => features.push(
-                    Cell { path, line, col, name: &header[col], text }
-                        .number()
-                        .map_err(|e| e.with_hint(String::new()))?,
-                ),
+                // The model was trained on numbers here: no categorical
+                // hint, but a missing value is said as one.
+                None => features.push(Cell { path, line, col, name: &header[col], text }.number().map_err(|e| {
+                    let missing = text.is_empty() || looks_missing(text);
+                    e.with_hint(if missing { MISSING_TO_PREDICT.into() } else { String::new() })
+                })?),
             }
         }
         if let Some(col) = target_col {
@@ -1130,6 +1130,9 @@ pub fn looks_missing(text: &str) -> bool {
 /// column as categories; for an empty cell or a missing-value marker
 /// (`NA`, `null`), that none is filled in; empty for a cell that looks like
 /// a mistyped number.
+/// A missing value in rows to predict on, said as one.
+const MISSING_TO_PREDICT: &str = "; a missing value, which KynML does not fill in: fill or drop such rows first";
+
 fn category_hint(column: &str, text: &str) -> String {
     let lower = text.trim().to_ascii_lowercase();
     if lower.is_empty() || looks_missing(text) {
@@ -1746,6 +1749,20 @@ mod tests {
         // A named column the model lacks is still refused.
         let err = model_rows(b",a,x,b\n0,1,2,3\n", &["x", "a"], None).unwrap_err();
         assert!(matches!(&err, DataError::ExtraColumn { column: 4, .. }), "{err:?}");
+    }
+
+    /// An empty or `NA` cell among the rows to predict on is said to be a
+    /// missing value, as training says it; a word is not taken for a
+    /// category (the model was trained on numbers there).
+    #[test]
+    fn a_missing_value_to_predict_on_is_said_as_one() {
+        for cell in ["", "NA"] {
+            let text = format!("a,x\n1,2\n{cell},4\n");
+            let err = model_rows(text.as_bytes(), &["x", "a"], None).unwrap_err().to_string();
+            assert!(err.contains(":3:") && err.contains("a missing value, which KynML does not fill in"), "{err}");
+        }
+        let err = model_rows(b"a,x\n1,2\nred,4\n", &["x", "a"], None).unwrap_err().to_string();
+        assert!(!err.contains("missing") && !err.contains("categorical"), "{err}");
     }
 
     #[test]

@@ -23,6 +23,20 @@ use crate::args::TrainArgs;
 use crate::failure::Failure;
 use crate::render;
 
+/// `println!` for a training run: where standard output is gone (a
+/// `| tee log` reader that the same Ctrl-C stopped, a closed pipe, a full
+/// disk under a redirect), the run stops after its step, with its
+/// checkpoint, as after SIGHUP, instead of dying mid-step.
+macro_rules! say {
+    () => { ctrl_c::write_line(1, format_args!("")) };
+    ($($t:tt)*) => { ctrl_c::write_line(1, format_args!($($t)*)) };
+}
+
+/// `eprintln!` for a training run, as [`say!`].
+macro_rules! say_err {
+    ($($t:tt)*) => { ctrl_c::write_line(2, format_args!($($t)*)) };
+}
+
 /// Fewer validation rows than this are said to make coarse metrics: one
 /// row more or less right moves accuracy by 5% or more.
 const FEW_VALIDATION_ROWS: usize = 20;
@@ -80,7 +94,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         }
     }
 
-    println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
+    say!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
     if let Some((_, state)) = &resume {
         let path = file.checkpoint_path().unwrap_or_default();
         let epochs = file.spec.train.epochs.value;
@@ -89,7 +103,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         let still_stopped = still_stopped(&file.spec, state);
         let left = if still_stopped { 0 } else { epochs.saturating_sub(state.epoch) };
         if still_stopped {
-            println!(
+            say!(
                 "resume: from {} (stopped early after {} epochs, {} without improving; nothing to train: its best \
                  model is written to the run folder; a larger `patience`, or no `early_stop`, goes on from it; \
                  --fresh starts over)",
@@ -98,7 +112,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 state.early_stop.as_ref().map_or(0, |s| s.bad_epochs),
             );
         } else if state.epoch > epochs {
-            println!(
+            say!(
                 "resume: from {} ({} epochs done, more than the {epochs} asked: nothing to train; its model is \
                  written to the run folder; raise `epochs` to go on, --fresh starts over)",
                 path.display(),
@@ -106,7 +120,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             );
         } else {
             let inside = partway(&file.spec, &data, state);
-            println!(
+            say!(
                 "resume: from {} ({} of {epochs} epochs done{}{inside}; {left} to go; --fresh starts over)",
                 path.display(),
                 state.epoch,
@@ -118,12 +132,12 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             );
             // Only where something is left to train in the new steps.
             if let Some(note) = batching_changed(&file.spec, Some(devices.len()), state).filter(|_| left > 0) {
-                println!("{note}");
+                say!("{note}");
             }
         }
     }
     let rows = |n: usize, what: &str| format!("{n} {what} row{}", if n == 1 { "" } else { "s" });
-    println!(
+    say!(
         "data: {}, {}, {}{}",
         rows(data.train.len(), "train"),
         rows(data.valid.len(), "validation"),
@@ -131,15 +145,15 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         data.class_names().map_or(String::new(), |c| format!(", {} classes", c.len()))
     );
     for note in data_notes(&file.spec, &data, devices.len()) {
-        println!("{note}");
+        say!("{note}");
     }
     for line in render::vocabularies(&data.info) {
-        println!("{line}");
+        say!("{line}");
     }
     for note in crate::reading::float_notes(&data) {
-        println!("{note}");
+        say!("{note}");
     }
-    println!("{}", render::memory(&memory, &device));
+    say!("{}", render::memory(&memory, &device));
 
     let run_dir = match &args.out {
         Some(path) => RunDir::create_exact(path)
@@ -196,7 +210,7 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             };
             if let Some(why) = &folder_lost {
                 progress.finish();
-                eprintln!(
+                say_err!(
                     "error: cannot write to the run folder {}: {why}; stopping after this step",
                     run_dir.path.display()
                 );
@@ -357,17 +371,17 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
     match &result.profile {
         // A resume with no epoch left trains no step: nothing to profile.
         Some(profile) if profile.steps.is_empty() => {
-            println!("note: --profile: no step was trained, so no profile is written")
+            say!("note: --profile: no step was trained, so no profile is written")
         }
         Some(profile) => write_profile(&run_dir, &title, profile, workers)?,
         None => {}
     }
 
-    println!();
+    say!();
     if let Some(best) = result.best_epoch {
-        println!("best epoch: {best} (weights restored from it)");
+        say!("best epoch: {best} (weights restored from it)");
     }
-    println!("{}", render::metrics_table(&result.final_metrics, "validation"));
+    say!("{}", render::metrics_table(&result.final_metrics, "validation"));
     if result.checkpoint_failures > 0 {
         let path = file.checkpoint_path().unwrap_or_default();
         let left = if path.is_file() {
@@ -375,11 +389,11 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         } else {
             format!("none was written whole, so there is no {} to resume from", path.display())
         };
-        eprintln!("warning: {} checkpoint write(s) failed (see above); {left}", result.checkpoint_failures);
+        say_err!("warning: {} checkpoint write(s) failed (see above); {left}", result.checkpoint_failures);
     }
     let export_failed = match export_note {
         Some(Ok(note)) => {
-            println!("{note}");
+            say!("{note}");
             None
         }
         Some(Err(failure)) => Some(failure),
@@ -396,9 +410,9 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
             }
             _ => format!("the checkpoint's {epochs} epoch{s} are the model"),
         };
-        println!("\nno epoch left to train: {model}; results in {}", run_dir.path.display());
+        say!("\nno epoch left to train: {model}; results in {}", run_dir.path.display());
     } else {
-        println!(
+        say!(
             "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s in the training steps); results in {}",
             result.resumed_after.map_or(String::new(), |r| resumed_at(r, now, resumed_inside)),
             render::duration(result.seconds),
@@ -407,20 +421,20 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
         );
     }
     if let Some(line) = time_and_memory(&result.history, peak) {
-        println!("{line}");
+        say!("{line}");
     }
     if let Some(profile) = result.profile.as_ref().filter(|p| !p.steps.is_empty()) {
-        println!("\n{}", render::profile_table(profile));
-        println!("verdict: {}", profile.verdict(workers).advice);
+        say!("\n{}", render::profile_table(profile));
+        say!("verdict: {}", profile.verdict(workers).advice);
         if let Some(peak) = profile.peak_in_use() {
             use kynml_core::train::memory::bytes;
-            println!(
+            say!(
                 "device memory: at most {} in use at the ends of the steps' phases (estimated before the run: {})",
                 bytes(peak),
                 bytes(memory.total())
             );
         }
-        println!(
+        say!(
             "phases in profile.json; a timeline in trace.json (open it in ui.perfetto.dev or chrome://tracing); \
              a chart in profile.svg and profile.png"
         );
@@ -640,7 +654,7 @@ pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
     let asked = (d.num_workers.value, d.prefetch.as_ref().map(|p| p.value));
     let (workers, depth) = kynml_core::data::loader_within(asked.0, asked.1, batches);
     if workers < asked.0 {
-        println!(
+        say!(
             "note: num_workers = {}, but an epoch has {batches} batch{}: {workers} worker thread{} run",
             asked.0,
             if batches == 1 { "" } else { "es" },
@@ -650,15 +664,13 @@ pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
     }
     match (d.prefetch.as_mut(), asked.1) {
         (Some(p), Some(asked)) if depth < asked && workers > 0 => {
-            println!(
-                "note: prefetch = {asked}, but an epoch has {batches} batches: at most {depth} are prepared ahead"
-            );
+            say!("note: prefetch = {asked}, but an epoch has {batches} batches: at most {depth} are prepared ahead");
             p.value = depth;
         }
         // Unwritten, two a worker, cut as a written one is: the queue the
         // loader really holds, said and recorded.
         (None, _) if workers > 0 && depth < workers.saturating_mul(2) => {
-            println!(
+            say!(
                 "note: an epoch has {batches} batches: at most {depth} are prepared ahead (two a worker would be {})",
                 workers.saturating_mul(2)
             );
@@ -720,7 +732,7 @@ pub(crate) fn partway(spec: &kynml_core::spec::types::Spec, data: &Dataset, stat
 fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePlan, Failure> {
     let Some(path) = file.checkpoint_path() else {
         if fresh {
-            eprintln!("note: --fresh has no effect: the spec does not checkpoint");
+            say_err!("note: --fresh has no effect: the spec does not checkpoint");
         }
         return Ok(ResumePlan::default());
     };
@@ -777,7 +789,7 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
             said.push(format!("its older {word} {} {verb} removed", copies.join(", ")));
         }
         if !said.is_empty() {
-            println!("note: --fresh starts over: {} when this run writes its first checkpoint", said.join(", and "));
+            say!("note: --fresh starts over: {} when this run writes its first checkpoint", said.join(", and "));
         }
     }
     Ok(plan)
@@ -1090,7 +1102,7 @@ impl Progress {
             // Without a terminal (a CI log), the wait is said once, in a plain line.
             TrainEvent::EpochStart { epoch, epochs, .. } if self.first_steps.is_some() => {
                 if let Some(note) = self.first_steps.take() {
-                    println!("epoch {epoch}/{epochs}: {note} ...");
+                    say!("epoch {epoch}/{epochs}: {note} ...");
                 }
             }
             TrainEvent::Step { step, loss, samples_per_sec, .. } => {
@@ -1112,28 +1124,28 @@ impl Progress {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();
                 }
-                println!("{line}");
+                say!("{line}");
             }
             TrainEvent::EarlyStop { epoch, best_epoch: Some(best) } => {
-                println!("early stop at epoch {epoch}: no improvement since epoch {best}");
+                say!("early stop at epoch {epoch}: no improvement since epoch {best}");
             }
             TrainEvent::EarlyStop { epoch, best_epoch: None } => {
-                println!(
+                say!(
                     "early stop at epoch {epoch}: the validation loss was not a finite number in any epoch; the last \
                      weights are kept"
                 );
             }
             TrainEvent::Resumed { epoch, history, .. } => {
                 if let Some(last) = history.last() {
-                    println!("resumed after epoch {epoch}; it ended with:\n{}", epoch_line(last));
+                    say!("resumed after epoch {epoch}; it ended with:\n{}", epoch_line(last));
                 }
             }
             TrainEvent::CheckpointSaved { epoch, path, seconds } => {
-                println!("checkpoint: epoch {epoch} -> {} (the loop waited {:.1} ms)", path.display(), seconds * 1e3);
+                say!("checkpoint: epoch {epoch} -> {} (the loop waited {:.1} ms)", path.display(), seconds * 1e3);
             }
             TrainEvent::CheckpointFailed { ref error } => {
                 self.finish();
-                eprintln!(
+                say_err!(
                     "warning: a checkpoint write failed: {error}\n  the run goes on without it; a checkpoint already at \
                      the path is left whole"
                 );
@@ -1217,6 +1229,9 @@ mod ctrl_c {
     const ECHO_NS: u64 = 50_000_000;
     /// Whether the spec checkpoints: what a second signal's message says.
     static CHECKPOINTS: AtomicBool = AtomicBool::new(false);
+    /// Whether a write of the run's output failed, other than to a pipe
+    /// whose reader is gone: the run stopped for it (status 1).
+    static OUTPUT_FAILED: AtomicBool = AtomicBool::new(false);
 
     /// Installs the handler of Ctrl-C (SIGINT) and of SIGTERM (how a
     /// cluster's scheduler or `kill` ends a job, with a grace period before
@@ -1228,6 +1243,10 @@ mod ctrl_c {
     pub fn flag(checkpoints: bool) -> Arc<AtomicBool> {
         CHECKPOINTS.store(checkpoints, Ordering::SeqCst);
         let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
+        // A write to a pipe whose reader is gone fails (EPIPE) instead of
+        // killing the run mid-step: `write_line` then stops it cleanly.
+        // SAFETY: setting a signal's disposition; no handler runs.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         // SAFETY: the handler only reads an initialised OnceLock (an atomic
         // load), touches atomics and calls clock_gettime(2), write(2) and
         // _exit(2), which are async-signal-safe. SA_RESTART as `signal`
@@ -1250,6 +1269,63 @@ mod ctrl_c {
         flag
     }
 
+    /// Writes `line` and a line end to `fd` (1 or 2). Where that fails
+    /// before training starts, it is the error a failed `println!` is (exit
+    /// 1, said by main's hook). Once training has started, that stream goes
+    /// to /dev/null (and the other with it where both are one file, as
+    /// under `2>&1 | tee`) and the run stops after its step, with its
+    /// checkpoint, as after SIGHUP: status 141 (SIGPIPE's) for a pipe whose
+    /// reader is gone, 1 for another failure, said on the other stream.
+    pub fn write_line(fd: i32, line: std::fmt::Arguments) {
+        use std::io::Write;
+        let written = if fd == 1 {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{line}").and_then(|()| out.flush())
+        } else {
+            writeln!(std::io::stderr().lock(), "{line}")
+        };
+        let Err(error) = written else { return };
+        let stream = if fd == 1 { "stdout" } else { "stderr" };
+        let Some(stop) = STOP.get() else { panic!("failed printing to {stream}: {error}") };
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            let _ = SIGNAL.compare_exchange(0, libc::SIGPIPE, Ordering::SeqCst, Ordering::SeqCst);
+        } else {
+            OUTPUT_FAILED.store(true, Ordering::SeqCst);
+        }
+        let other = 3 - fd;
+        // SAFETY: fstat(2), open(2), dup2(2) and close(2) on descriptors this
+        // process owns; the stat structs are plain data.
+        let shared = unsafe {
+            let (mut a, mut b): (libc::stat, libc::stat) = (std::mem::zeroed(), std::mem::zeroed());
+            libc::fstat(fd, &mut a) == 0
+                && libc::fstat(other, &mut b) == 0
+                && (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+        };
+        if !shared && error.kind() != std::io::ErrorKind::BrokenPipe {
+            let name = if fd == 1 { "output" } else { "error" };
+            let said = format!(
+                "error: cannot write to standard {name}: {error}; stopping after this step, with a checkpoint where \
+                 the spec checkpoints\n"
+            );
+            let _ = if fd == 1 {
+                std::io::stderr().write_all(said.as_bytes())
+            } else {
+                std::io::stdout().write_all(said.as_bytes())
+            };
+        }
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+            if null >= 0 {
+                libc::dup2(null, fd);
+                if shared {
+                    libc::dup2(null, other);
+                }
+                libc::close(null);
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+    }
+
     fn monotonic_ns() -> u64 {
         let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: a valid timespec to write to; async-signal-safe.
@@ -1261,6 +1337,7 @@ mod ctrl_c {
     /// number, as shells report it (130 for Ctrl-C, 143 for SIGTERM).
     pub fn status() -> i32 {
         128 + match SIGNAL.load(Ordering::SeqCst) {
+            0 if OUTPUT_FAILED.load(Ordering::SeqCst) => return 1,
             0 => libc::SIGINT,
             signal => signal,
         }

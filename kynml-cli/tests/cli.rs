@@ -1359,19 +1359,55 @@ fn a_checkpoint_or_export_inside_the_run_folder_is_refused_before_anything() {
     assert!(!dir.join("results").exists(), "nothing written, no lock left: {t}");
 }
 
+/// Output whose reader is gone (`| tee log` stopped by the same Ctrl-C, a
+/// `| head` that has read enough) stops the run after its step, with its
+/// checkpoint, status 141; it was killed by SIGPIPE mid-epoch, its steps
+/// since the last checkpoint lost and nothing said.
+#[test]
+fn a_reader_that_goes_away_stops_the_run_with_its_checkpoint() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["train", "spec.kyn", "--out", "gone"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("epoch   2 ")), "the run never said epoch 2");
+    drop(lines);
+    let out = child.wait_with_output().unwrap();
+    let t = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{:?}: {t}", out.status);
+    assert!(t.contains("interrupted at epoch ") && t.contains("checkpoint written to run.ckpt"), "{t}");
+    let checkpoint = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("a checkpoint");
+    assert!(checkpoint.state["epoch"].as_u64().is_some_and(|e| (2..400).contains(&e)), "{t}");
+}
+
 #[test]
 fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     use std::time::Duration;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     checkpointing_spec(dir, "ref.kyn", "ref.ckpt", 24);
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 24);
+    // Its rows ten times over: epochs of 7 ms left a signal's own delivery
+    // (spawning `kill`) and the checkpoint's hand-over as long as half an
+    // epoch, and it landed between epochs.
+    let rows = std::fs::read_to_string(dir.join("data.csv")).unwrap();
+    let (header, body) = rows.split_once('\n').unwrap();
+    std::fs::write(dir.join("data.csv"), format!("{header}\n{}", body.repeat(10))).unwrap();
     assert!(kynml(&["train", "ref.kyn", "--out", "ref-run"], dir).status.success());
     let reference = std::fs::read(dir.join("ref.ckpt")).unwrap();
 
-    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 24);
-    // The signal goes in half an epoch after the run has reported its
-    // second epoch, so that it lands inside the third however fast the
-    // machine trains (one that lands between epochs stops at the boundary).
+    // The signal goes in half an epoch after the run has handed over its
+    // second epoch's checkpoint (said after the epoch's line, the third
+    // epoch's steps follow at once), so that it lands inside the third
+    // however fast the machine trains (one that lands between epochs stops
+    // at the boundary).
     let interrupt = |signal: &str, signals: usize, out: &str, more: &[&str]| {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
@@ -1384,6 +1420,7 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
             .unwrap();
         let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
         let mut seen = String::new();
+        let mut seconds = None;
         for line in lines.by_ref() {
             let line = line.unwrap();
             seen += &line;
@@ -1391,10 +1428,13 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
             if line.starts_with("epoch   2 ") {
                 // The line ends in the epoch's time: `41.2ms` or `1.3s`.
                 let last = line.split_whitespace().last().unwrap_or_default();
-                let seconds = match last.strip_suffix("ms") {
+                seconds = match last.strip_suffix("ms") {
                     Some(ms) => ms.parse::<f64>().map(|v| v / 1e3),
                     None => last.trim_end_matches('s').parse::<f64>(),
-                };
+                }
+                .ok();
+            }
+            if line.starts_with("checkpoint: epoch 2 ") {
                 std::thread::sleep(Duration::from_secs_f64(seconds.unwrap_or(0.02) / 2.0));
                 break;
             }

@@ -164,10 +164,14 @@ pub fn run(args: TrainArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::input(format!("error: cannot create a run folder in {}: {e}", base.display())))
         }
     }?;
-    // The folder given with --out can be unwritable though it exists.
-    write_inputs(&run_dir, &file, &data)
-        .map_err(|e| Failure::input(format!("error: cannot write the run folder {}: {e:#}", run_dir.path.display())))?;
-    println!("run folder: {}\n", run_dir.path.display());
+    // The folder given with --out can be unwritable though it exists, or
+    // the disk full: then nothing is left (a retry found it "not empty").
+    if let Err(e) = write_inputs(&run_dir, &file, &data) {
+        let said = format!("error: cannot write the run folder {}: {e:#}", run_dir.path.display());
+        run_dir.discard();
+        return Err(Failure::input(said));
+    }
+    say!("run folder: {}\n", run_dir.path.display());
 
     let cache = kynml_backend::kernel_cache::installed().map(|c| &c.state);
     let mut progress = Progress::new(first_steps_note(&device.kind, cache));

@@ -14,6 +14,8 @@ use crate::train::EpochRecord;
 pub struct RunDir {
     /// The run folder.
     pub path: PathBuf,
+    /// Whether this run made the folder (not an empty one it was given).
+    created: bool,
 }
 
 impl RunDir {
@@ -27,7 +29,7 @@ impl RunDir {
         for n in 1.. {
             let path = if n == 1 { base.join(&name) } else { base.join(format!("{name}-{n}")) };
             match fs::create_dir(&path) {
-                Ok(()) => return Ok(RunDir { path }),
+                Ok(()) => return Ok(RunDir { path, created: true }),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
             }
@@ -40,6 +42,7 @@ impl RunDir {
     /// `path`; the caller does.
     pub fn create_exact(path: &Path) -> io::Result<Self> {
         refuse_file(path)?;
+        let created = !path.exists();
         fs::create_dir_all(path)?;
         if fs::read_dir(path)?.next().is_some() {
             return Err(io::Error::new(
@@ -47,7 +50,23 @@ impl RunDir {
                 "it is not empty (a run folder must be new or empty, so that no earlier run's files are mixed in)",
             ));
         }
-        Ok(RunDir { path: path.to_path_buf() })
+        Ok(RunDir { path: path.to_path_buf(), created })
+    }
+
+    /// Takes back a run folder that could not be set up (a full disk while
+    /// its first files were written): what was written in it goes, and the
+    /// folder too where this run made it, so that nothing is left and the
+    /// same command can be run again. Best effort: the caller is already
+    /// reporting an error.
+    pub fn discard(self) {
+        if self.created {
+            let _ = fs::remove_dir_all(&self.path);
+        } else if let Ok(entries) = fs::read_dir(&self.path) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let _ = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+            }
+        }
     }
 
     /// Written to a temporary file in the run folder, synced, then renamed
@@ -116,6 +135,30 @@ pub fn utc_stamp(time: std::time::SystemTime) -> String {
 mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
+
+    /// A run folder whose first files could not be written leaves nothing:
+    /// a folder it made goes, one it was given empty is emptied again.
+    #[test]
+    fn a_discarded_run_folder_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let made = RunDir::create_exact(&tmp.path().join("new")).unwrap();
+        made.write_text("spec.kyn", "x").unwrap();
+        made.discard();
+        assert!(!tmp.path().join("new").exists());
+        let given = tmp.path().join("given");
+        fs::create_dir(&given).unwrap();
+        let run = RunDir::create_exact(&given).unwrap();
+        run.write_text("spec.kyn", "x").unwrap();
+        fs::create_dir(given.join("sub")).unwrap();
+        run.discard();
+        assert!(given.is_dir() && fs::read_dir(&given).unwrap().next().is_none());
+        let unique = RunDir::create_unique(&tmp.path().join("runs"), "s").unwrap();
+        let path = unique.path.clone();
+        unique.discard();
+        assert!(!path.exists() && tmp.path().join("runs").is_dir());
+        // And the same command can make it again.
+        assert!(RunDir::create_exact(&tmp.path().join("new")).is_ok());
+    }
 
     #[test]
     fn utc_stamp_matches_known_dates() {

@@ -459,6 +459,7 @@ pub fn parse_csv_reporting(
     let mut probes: Vec<Option<OneFloat>> = vec![None; header.len()];
     while let Some(line) = next_record(&mut reader, &ends, &mut record, path)? {
         rows += 1;
+        let row_start = features.len();
         lines.push(u32::try_from(line).unwrap_or(u32::MAX));
         if rows.is_multiple_of(REPORT_EVERY) {
             report(reader.position().byte(), total);
@@ -498,6 +499,19 @@ pub fn parse_csv_reporting(
                 OneFloat::probe(&mut probes[col], y, cell);
                 values.push(y);
             }
+        }
+        // Room for the next row, asked for, not assumed: a table that
+        // outgrows memory is an error naming the file, where a growing
+        // vector aborted the process.
+        let width = features.len() - row_start;
+        let room = features.try_reserve(width).is_ok()
+            && lines.try_reserve(1).is_ok()
+            && values.try_reserve(1).is_ok()
+            && labels.try_reserve(1).is_ok()
+            && categorical.iter_mut().all(|(_, c)| c.cells.try_reserve(1).is_ok())
+            && text.as_mut().is_none_or(|(_, t)| t.cells.try_reserve(1).is_ok());
+        if !room {
+            return Err(out_of_memory(path, format!("holding its first {rows} rows")));
         }
     }
 
@@ -1130,6 +1144,16 @@ pub fn looks_missing(text: &str) -> bool {
 /// column as categories; for an empty cell or a missing-value marker
 /// (`NA`, `null`), that none is filled in; empty for a cell that looks like
 /// a mistyped number.
+/// Memory ran out while `doing` with the data in `path`: an error naming the
+/// file, as a read that runs out of memory is.
+pub(crate) fn out_of_memory(path: &Path, doing: String) -> DataError {
+    let source = std::io::Error::new(
+        std::io::ErrorKind::OutOfMemory,
+        format!("out of memory {doing}; free memory, or train on fewer rows"),
+    );
+    DataError::Io { path: path.into(), source }
+}
+
 /// A missing value in rows to predict on, said as one.
 const MISSING_TO_PREDICT: &str = "; a missing value, which KynML does not fill in: fill or drop such rows first";
 

@@ -221,8 +221,8 @@ impl Dataset {
         table.check()?;
         let (train_rows, valid_rows) = split_indices(table.n_rows(), train_fraction, seed)
             .map_err(|err| DataError::from_split(table.path.clone(), err))?;
-        let mut train = take_rows(&table, train_rows);
-        let mut valid = take_rows(&table, valid_rows);
+        let mut train = take_rows(&table, train_rows)?;
+        let mut valid = take_rows(&table, valid_rows)?;
         let categories = index_categories(&table, &mut train, &mut valid)?;
         let tokens = index_tokens(&table, &mut train, &mut valid)?;
 
@@ -389,8 +389,13 @@ fn index_tokens(
     Ok(Some(v))
 }
 
-fn take_rows(table: &Table, rows: Vec<usize>) -> SplitData {
-    let mut features = Vec::with_capacity(rows.len() * table.n_features());
+fn take_rows(table: &Table, rows: Vec<usize>) -> Result<SplitData, DataError> {
+    let mut features = Vec::new();
+    // A split that does not fit beside the table is an error, not an abort.
+    if features.try_reserve_exact(rows.len().saturating_mul(table.n_features())).is_err() {
+        let doing = format!("copying {} of its rows for training and validation", rows.len());
+        return Err(crate::data::csv_table::out_of_memory(&table.path, doing));
+    }
     for &r in &rows {
         features.extend_from_slice(table.row(r));
     }
@@ -398,7 +403,7 @@ fn take_rows(table: &Table, rows: Vec<usize>) -> SplitData {
         Targets::Regression(values) => Labels::Values(rows.iter().map(|&r| values[r]).collect()),
         Targets::Classes { indices, .. } => Labels::Classes(rows.iter().map(|&r| indices[r]).collect()),
     };
-    SplitData { rows, features, labels }
+    Ok(SplitData { rows, features, labels })
 }
 
 #[cfg(test)]

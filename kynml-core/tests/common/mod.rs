@@ -98,8 +98,28 @@ pub fn clock_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
+/// The larger of two gaps, NaN where either is: a fold of gaps with
+/// `f32::max` passes over a NaN, so two runs one of which went NaN read as
+/// agreeing (and `gap <= bound` held).
+pub fn worst32(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// [`worst32`] in f64.
+pub fn worst64(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
 pub fn worst_difference(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, worst32)
 }
 
 pub fn all_weights(model: &kynml_core::model::Model<kynml_backend::Backend>) -> Vec<f32> {
@@ -159,7 +179,7 @@ pub fn worst_loss_gap(a: &TrainResult, b: &TrainResult) -> f64 {
                 (x.val_loss - y.val_loss).abs() / x.val_loss.abs(),
             ]
         })
-        .fold(0.0, f64::max)
+        .fold(0.0, worst64)
 }
 
 /// The worst relative gap in training loss and the worst absolute gap in
@@ -169,8 +189,8 @@ pub fn worst_loss_gap(a: &TrainResult, b: &TrainResult) -> f64 {
 /// gap there measures the jump, not the rounding.
 pub fn loss_gaps(a: &TrainResult, b: &TrainResult) -> (f64, f64) {
     let pairs = || a.history.iter().zip(&b.history);
-    let train = pairs().map(|(x, y)| (x.train_loss - y.train_loss).abs() / x.train_loss.abs()).fold(0.0, f64::max);
-    let val = pairs().map(|(x, y)| (x.val_loss - y.val_loss).abs()).fold(0.0, f64::max);
+    let train = pairs().map(|(x, y)| (x.train_loss - y.train_loss).abs() / x.train_loss.abs()).fold(0.0, worst64);
+    let val = pairs().map(|(x, y)| (x.val_loss - y.val_loss).abs()).fold(0.0, worst64);
     (train, val)
 }
 
@@ -543,7 +563,7 @@ pub fn native_step_on(device: &Device, loss: f64, weights: f64) {
             let what = format!("{layers:?} on {name}, seed {seed}");
             assert!((a - b).abs() <= loss * a.abs(), "{what}: train loss {b}, native {a}");
             let got = all_weights(&result.model);
-            let worst = expected.iter().zip(&got).map(|(e, g)| (e - f64::from(*g)).abs()).fold(0.0, f64::max);
+            let worst = expected.iter().zip(&got).map(|(e, g)| (e - f64::from(*g)).abs()).fold(0.0, worst64);
             eprintln!("{what}: weights within {worst:.2e} of the native engine's step");
             assert!(worst <= weights, "{what}: weights differ from the native engine's step by {worst}");
         }
@@ -553,6 +573,6 @@ pub fn native_step_on(device: &Device, loss: f64, weights: f64) {
 /// `got` within 2e-5 of `expected`, value by value.
 pub fn check_weights(expected: &[f64], got: &[f32], what: &str) {
     assert_eq!(expected.len(), got.len());
-    let worst = expected.iter().zip(got).map(|(e, g)| (e - f64::from(*g)).abs()).fold(0.0, f64::max);
+    let worst = expected.iter().zip(got).map(|(e, g)| (e - f64::from(*g)).abs()).fold(0.0, worst64);
     assert!(worst <= 2e-5, "{what}: weights differ from the expected step by {worst}");
 }

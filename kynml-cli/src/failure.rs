@@ -1,6 +1,8 @@
 //! How a command fails: a message for a person and an exit code.
 //! 2 means the input was wrong (spec, data, arguments, an unavailable
-//! device); 1 means the run itself failed; 130 means Ctrl-C stopped it, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1.
+//! device); 1 means the run itself failed (or `train` could not write its
+//! output); 130 means Ctrl-C stopped it, 143 SIGTERM, 129 SIGHUP, 138
+//! SIGUSR1, 141 a `train` whose output's reader went away.
 
 use kynml_core::plan::LoadError;
 

@@ -42,6 +42,17 @@ macro_rules! say_err {
 const FEW_VALIDATION_ROWS: usize = 20;
 
 pub fn run(args: TrainArgs) -> Result<(), Failure> {
+    let outcome = run_spec(args);
+    // A run whose output was lost after its last step (the final lines
+    // unread) trained and wrote its folder, but did not say so: its status
+    // says the output was lost, as during training.
+    match ctrl_c::output_lost() {
+        Some(code) if outcome.is_ok() => Err(Failure::interrupted(code, "")),
+        _ => outcome,
+    }
+}
+
+fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     // Everything that can be wrong with the input is found before anything
     // is written.
     let mut file = SpecFile::load(&args.spec)?;
@@ -1308,8 +1319,8 @@ mod ctrl_c {
         if !shared && error.kind() != std::io::ErrorKind::BrokenPipe {
             let name = if fd == 1 { "output" } else { "error" };
             let said = format!(
-                "error: cannot write to standard {name}: {error}; stopping after this step, with a checkpoint where \
-                 the spec checkpoints\n"
+                "error: cannot write to standard {name}: {error}; a run still training stops after its step, with \
+                 a checkpoint where the spec checkpoints\n"
             );
             let _ = if fd == 1 {
                 std::io::stderr().write_all(said.as_bytes())
@@ -1335,6 +1346,13 @@ mod ctrl_c {
         // SAFETY: a valid timespec to write to; async-signal-safe.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
         (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
+    }
+
+    /// The status of a run whose output was lost (141 for a pipe whose
+    /// reader is gone, 1 for another failure), where it was.
+    pub fn output_lost() -> Option<i32> {
+        let pipe = SIGNAL.load(Ordering::SeqCst) == libc::SIGPIPE;
+        (pipe || OUTPUT_FAILED.load(Ordering::SeqCst)).then(status)
     }
 
     /// The exit status of a run a signal stopped: 128 and the signal's

@@ -385,8 +385,13 @@ pub fn parse_csv_reporting(
         return Err(DataError::Empty { path: path.into(), needed: crate::data::split::MIN_ROWS });
     };
     let header = header_names(&record, path, header_line)?;
-    if !header.contains(&opts.target) && header.iter().all(|h| h.parse::<f64>().is_ok()) {
-        return Err(DataError::NoHeader { path: path.into(), first: header, target: opts.target.clone() });
+    if !header.contains(&opts.target) && looks_like_data(&header) {
+        return Err(DataError::NoHeader {
+            path: path.into(),
+            line: header_line,
+            first: header,
+            target: opts.target.clone(),
+        });
     }
     check_named(&header, path, header_line)?;
     check_unique(&header, path)?;
@@ -1144,6 +1149,19 @@ pub fn looks_missing(text: &str) -> bool {
 /// column as categories; for an empty cell or a missing-value marker
 /// (`NA`, `null`), that none is filled in; empty for a cell that looks like
 /// a mistyped number.
+/// Whether a first line reads as a row of data: every cell a number, and
+/// not the distinct whole numbers pandas names unnamed columns with (`0`,
+/// `1`, `2`: a header, whose target is then said to be missing).
+fn looks_like_data(cells: &[String]) -> bool {
+    let numbers = cells.iter().all(|c| c.parse::<f64>().is_ok());
+    let names: Option<Vec<u64>> = cells.iter().map(|c| c.parse::<u64>().ok()).collect();
+    let distinct = names.is_some_and(|mut n| {
+        n.sort_unstable();
+        n.windows(2).all(|w| w[0] != w[1])
+    });
+    numbers && !distinct
+}
+
 /// Memory ran out while `doing` with the data in `path`: an error naming the
 /// file, as a read that runs out of memory is.
 pub(crate) fn out_of_memory(path: &Path, doing: String) -> DataError {
@@ -1773,6 +1791,21 @@ mod tests {
         // A named column the model lacks is still refused.
         let err = model_rows(b",a,x,b\n0,1,2,3\n", &["x", "a"], None).unwrap_err();
         assert!(matches!(&err, DataError::ExtraColumn { column: 4, .. }), "{err:?}");
+    }
+
+    /// A first line of numbers is data, unless it is pandas' names for
+    /// unnamed columns (`0,1,2`), which stays a header.
+    #[test]
+    fn a_first_line_of_numbers_is_data_unless_it_names_columns() {
+        let cells = |t: &str| t.split(',').map(str::to_string).collect::<Vec<_>>();
+        assert!(looks_like_data(&cells("0.5,1.25,3")) && looks_like_data(&cells("1,1,2")));
+        assert!(!looks_like_data(&cells("0,1,2")) && !looks_like_data(&cells("2,0,1,y")));
+        let (_dir, path) = temp_csv(b"\n0,1,2\n5,6,7\n");
+        let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).unwrap_err();
+        assert!(matches!(err, DataError::MissingTarget { .. }), "{err}");
+        let (_dir, path) = temp_csv(b"\n0.5,1,2\n5,6,7\n");
+        let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).unwrap_err();
+        assert!(err.to_string().contains(":2: the first line holds only numbers"), "{err}");
     }
 
     /// An empty or `NA` cell among the rows to predict on is said to be a

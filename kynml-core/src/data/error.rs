@@ -79,14 +79,16 @@ pub enum DataError {
     /// a file without a header line, whose first row would be taken for
     /// column names.
     #[error(
-        "{}:1: the first line holds only numbers ({}), not column names: the file seems to have no header \
-         line; add one naming each column, the target `{target}` among them",
+        "{}:{line}: the first line holds only numbers ({}), not column names: the file seems to have no \
+         header line; add one naming each column, the target `{target}` among them",
         path.display(),
         first.iter().take(3).map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ") + if first.len() > 3 { ", ..." } else { "" }
     )]
     NoHeader {
         /// The data file.
         path: PathBuf,
+        /// The line it is on (blank lines may come before it).
+        line: usize,
         /// The first line's cells.
         first: Vec<String>,
         /// The target column the spec names.

@@ -254,17 +254,17 @@ impl Predictor {
         Ok(Predictions { rows: n, outputs, width, probabilities, labels })
     }
 
-    /// The rows of a forward pass for `rows` rows. A GPU backend tunes and
-    /// compiles kernels for each new size of product it meets: a service's
-    /// requests of every size from 1 to 4,096 rows would each meet a search
-    /// of their own, so on a GPU a pass takes the next power of two (13 sizes
-    /// at most). The CPU runs the rows as they are.
     /// Rows per forward pass (a power of two): fewer than 4096 where a
     /// row's largest moment is large.
     pub fn pass_size(&self) -> usize {
         self.chunk
     }
 
+    /// The rows of a forward pass for `rows` rows. A GPU backend tunes and
+    /// compiles kernels for each new size of product it meets: a service's
+    /// requests of every size from 1 to 4,096 rows would each meet a search
+    /// of their own, so on a GPU a pass takes the next power of two (13 sizes
+    /// at most). The CPU runs the rows as they are.
     fn pass_rows(&self, rows: usize) -> usize {
         match self.device {
             DispatchDevice::Flex(_) => rows,

@@ -283,19 +283,17 @@ pub(crate) fn activate(g: &mut Graph, p: &str, x: String, activation: Activation
     }
 }
 
-/// The model's file. The graph's initializers are taken one at a time and
-/// freed once encoded, and each message is laid out in room made for it at
-/// once, so that the weights are held about three times at the most (the
-/// export's, the graph message's, the file's), not five.
 /// How a row's text becomes the graph's input, in words, for a model that
 /// reads categories or tokens: the graph itself cannot refuse an index it
-/// was not meant to get (it reads it as unseen).
+/// was not meant to get (a category reads as unseen, a token as padding's
+/// row of zeros).
 fn encoding(model: &ExportModel) -> Option<String> {
     if model.tokens.is_some() {
         return Some(
             "each input is a token id: 2 + the token's place in `tokens`, 1 for a token not in it, 0 for \
              padding; a text's first `length` tokens, padded with 0 after them; any other number (past the \
-             vocabulary, negative, fractional, NaN) reads as 1"
+             vocabulary, negative, fractional, NaN) reads as the padding row's zeros, at a position still \
+             counted as a token"
                 .into(),
         );
     }
@@ -307,6 +305,10 @@ fn encoding(model: &ExportModel) -> Option<String> {
     })
 }
 
+/// The model's file. The graph's initializers are taken one at a time and
+/// freed once encoded, and each message is laid out in room made for it at
+/// once, so that the weights are held about three times at the most (the
+/// export's, the graph message's, the file's), not five.
 fn encode_model(model: &ExportModel, mut g: Graph) -> Vec<u8> {
     let weights: usize = g.initializers.iter().map(|i| i.data.bytes() + i.name.len() + 64).sum();
     let mut graph = Proto(Vec::with_capacity(weights + (1 << 16)));

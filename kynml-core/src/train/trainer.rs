@@ -276,9 +276,16 @@ pub fn train(
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<TrainResult, TrainError> {
     // Data workers borrow the dataset; a scope lets them do so without a copy.
-    let result = std::thread::scope(|scope| run(scope, spec, data, device, settings, on_event));
-    crate::model::dropout::forget_ranges();
-    result
+    // Let go of the dropout ranges however train ends, a device's panic
+    // included (which a service catches to go on).
+    struct Forget;
+    impl Drop for Forget {
+        fn drop(&mut self) {
+            crate::model::dropout::forget_ranges();
+        }
+    }
+    let _forget = Forget;
+    std::thread::scope(|scope| run(scope, spec, data, device, settings, on_event))
 }
 
 fn run<'scope, 'env>(

@@ -1145,10 +1145,6 @@ pub fn looks_missing(text: &str) -> bool {
     ["na", "n/a", "#n/a", "null", "none", "missing", "nil", "?", "nan"].contains(&lower.as_str())
 }
 
-/// For a word where a number should be, the spec line that reads the
-/// column as categories; for an empty cell or a missing-value marker
-/// (`NA`, `null`), that none is filled in; empty for a cell that looks like
-/// a mistyped number.
 /// Whether a first line reads as a row of data: every cell a number, and
 /// not the distinct whole numbers pandas names unnamed columns with (`0`,
 /// `1`, `2`: a header, whose target is then said to be missing).
@@ -1175,6 +1171,10 @@ pub(crate) fn out_of_memory(path: &Path, doing: String) -> DataError {
 /// A missing value in rows to predict on, said as one.
 const MISSING_TO_PREDICT: &str = "; a missing value, which KynML does not fill in: fill or drop such rows first";
 
+/// For a word where a number should be, the spec line that reads the
+/// column as categories; for an empty cell or a missing-value marker
+/// (`NA`, `null`), that none is filled in; empty for a cell that looks like
+/// a mistyped number.
 fn category_hint(column: &str, text: &str) -> String {
     let lower = text.trim().to_ascii_lowercase();
     if lower.is_empty() || looks_missing(text) {

@@ -275,7 +275,6 @@ pub fn train(
     settings: &TrainSettings,
     on_event: &mut dyn FnMut(TrainEvent),
 ) -> Result<TrainResult, TrainError> {
-    // Data workers borrow the dataset; a scope lets them do so without a copy.
     // Let go of the dropout ranges however train ends, a device's panic
     // included (which a service catches to go on).
     struct Forget;
@@ -285,6 +284,7 @@ pub fn train(
         }
     }
     let _forget = Forget;
+    // Data workers borrow the dataset; a scope lets them do so without a copy.
     std::thread::scope(|scope| run(scope, spec, data, device, settings, on_event))
 }
 

@@ -80,21 +80,10 @@ fn pass_chunk(model: &ExportModel) -> usize {
     use crate::model::LayerSpec;
     fn moment(layer: &LayerSpec, input: &crate::model::Shape) -> (u64, crate::model::Shape) {
         let out = layer.output(input).unwrap_or_else(|_| input.clone());
-        let mut values = (input.size() as u64).saturating_add(out.size() as u64);
-        match layer {
-            LayerSpec::Conv(c) => {
-                values = values.saturating_add(c.padded_values(input)).saturating_add(c.patch_values(input));
-            }
-            LayerSpec::Attention(_) | LayerSpec::Transformer(_) if input.is_sequence() => {
-                let heads = match layer {
-                    LayerSpec::Attention(a) => a.heads,
-                    LayerSpec::Transformer(t) => t.heads,
-                    _ => 0,
-                } as u64;
-                let l = input.dims()[0] as u64;
-                values = values.saturating_add(heads.saturating_mul(2).saturating_mul(l).saturating_mul(l));
-            }
-            _ => {}
+        let mut values =
+            (input.size() as u64).saturating_add(out.size() as u64).saturating_add(layer.attention_scores(input));
+        if let LayerSpec::Conv(c) = layer {
+            values = values.saturating_add(c.padded_values(input)).saturating_add(c.patch_values(input));
         }
         let mut inner = input.clone();
         for child in layer.children() {

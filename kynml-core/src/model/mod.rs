@@ -292,6 +292,25 @@ macro_rules! catalogue {
     };
 }
 
+impl LayerSpec {
+    /// The attention scores and their softmax that an attention or
+    /// transformer layer holds for one row of `input` (`heads x L x L`
+    /// each); 0 for other layers and for input that is not a sequence.
+    /// Saturating.
+    pub fn attention_scores(&self, input: &Shape) -> u64 {
+        let heads = match self {
+            LayerSpec::Attention(a) => a.heads,
+            LayerSpec::Transformer(t) => t.heads,
+            _ => 0,
+        } as u64;
+        if heads == 0 || !input.is_sequence() {
+            return 0;
+        }
+        let l = input.dims()[0] as u64;
+        heads.saturating_mul(2).saturating_mul(l).saturating_mul(l)
+    }
+}
+
 catalogue! {
     Dense: dense::DenseSpec => dense::Dense<B>,
     Conv: conv::ConvSpec => conv::Conv<B>,

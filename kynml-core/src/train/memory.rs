@@ -267,15 +267,7 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
             }
         }
         let mut visit = |layer: &LayerSpec, input: &Shape| {
-            let heads = match layer {
-                LayerSpec::Attention(a) => a.heads,
-                LayerSpec::Transformer(t) => t.heads,
-                _ => 0,
-            };
-            if heads > 0 && input.is_sequence() {
-                let l = input.dims()[0] as u64;
-                scores = scores.saturating_add((2 * heads as u64).saturating_mul(l).saturating_mul(l));
-            }
+            scores = scores.saturating_add(layer.attention_scores(input));
             if let LayerSpec::Conv(c) = layer {
                 padded = padded.max(c.padded_values(input));
             }

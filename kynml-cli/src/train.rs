@@ -1308,8 +1308,8 @@ mod ctrl_c {
             OUTPUT_FAILED.store(true, Ordering::SeqCst);
         }
         let other = 3 - fd;
-        // SAFETY: fstat(2), open(2), dup2(2) and close(2) on descriptors this
-        // process owns; the stat structs are plain data.
+        // SAFETY: fstat(2) on descriptors this process owns; the stat
+        // structs are plain data.
         let shared = unsafe {
             let (mut a, mut b): (libc::stat, libc::stat) = (std::mem::zeroed(), std::mem::zeroed());
             libc::fstat(fd, &mut a) == 0
@@ -1328,17 +1328,26 @@ mod ctrl_c {
                 std::io::stdout().write_all(said.as_bytes())
             };
         }
+        to_dev_null(if fd == 1 { [true, shared] } else { [shared, true] });
+        stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Points standard output (`[0]`) and error (`[1]`), where asked, at
+    /// /dev/null. Async-signal-safe: the SIGHUP handler calls it.
+    fn to_dev_null(which: [bool; 2]) {
+        // SAFETY: open(2), dup2(2) and close(2) on descriptors this process
+        // owns; all three are async-signal-safe.
         unsafe {
             let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
             if null >= 0 {
-                libc::dup2(null, fd);
-                if shared {
-                    libc::dup2(null, other);
+                for (fd, asked) in [1, 2].into_iter().zip(which) {
+                    if asked {
+                        libc::dup2(null, fd);
+                    }
                 }
                 libc::close(null);
             }
         }
-        stop.store(true, Ordering::SeqCst);
     }
 
     fn monotonic_ns() -> u64 {
@@ -1399,22 +1408,15 @@ mod ctrl_c {
             // (`| tee log`): later writes there fail, and a failed print
             // ended the run (status 1) before its checkpoint. They go to
             // /dev/null instead; a file keeps its output.
-            // SAFETY: open(2), fstat(2), tcgetattr(3), dup2(2) and close(2)
-            // are async-signal-safe; the structs are plain data.
-            unsafe {
-                let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
-                if null >= 0 {
-                    for fd in [1, 2] {
-                        let mut st: libc::stat = std::mem::zeroed();
-                        let pipe = libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO;
-                        let mut tty: libc::termios = std::mem::zeroed();
-                        if pipe || libc::tcgetattr(fd, &mut tty) == 0 {
-                            libc::dup2(null, fd);
-                        }
-                    }
-                    libc::close(null);
-                }
-            }
+            // SAFETY: fstat(2) and tcgetattr(3) are async-signal-safe; the
+            // structs are plain data.
+            let gone = |fd: i32| unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                let pipe = libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO;
+                let mut tty: libc::termios = std::mem::zeroed();
+                pipe || libc::tcgetattr(fd, &mut tty) == 0
+            };
+            to_dev_null([gone(1), gone(2)]);
         }
         let message: &[u8] = if signal == libc::SIGTERM {
             b"\nterminated (SIGTERM): stopping after this step, with a checkpoint where the spec checkpoints; \

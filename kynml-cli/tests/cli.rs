@@ -7,6 +7,18 @@ fn kynml(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kynml")).args(args).current_dir(cwd).output().unwrap()
 }
 
+/// `kynml ARGS` started in `cwd` with its output piped: for a test that
+/// reads the output as it comes, or signals the run.
+fn spawn(args: &[&str], cwd: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(args)
+        .current_dir(cwd)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
@@ -47,13 +59,7 @@ fn training_past_epoch_2(
     out: &str,
 ) -> (KillOnDrop, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
     use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
-        .args(["train", "spec.kyn", "--out", out])
-        .current_dir(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(&["train", "spec.kyn", "--out", out], dir);
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let child = KillOnDrop(Some(child));
     assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the run trains");
@@ -417,13 +423,7 @@ fn a_text_models_data_from_a_pipe_is_read_once() {
     let pipe = dir.join("reviews.csv");
     // The writer sends the file once; it waits until the pipe is opened.
     let writer = std::thread::spawn(move || std::fs::write(pipe, csv).is_ok());
-    let child = Command::new(env!("CARGO_BIN_EXE_kynml"))
-        .args(["check", "reviews.kyn"])
-        .current_dir(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(&["check", "reviews.kyn"], dir);
     let mut child = KillOnDrop(Some(child));
     let started = std::time::Instant::now();
     let status = loop {
@@ -1369,13 +1369,7 @@ fn a_reader_that_goes_away_stops_the_run_with_its_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
-        .args(["train", "spec.kyn", "--out", "gone"])
-        .current_dir(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(&["train", "spec.kyn", "--out", "gone"], dir);
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("epoch   2 ")), "the run never said epoch 2");
     drop(lines);
@@ -1410,14 +1404,7 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     // at the boundary).
     let interrupt = |signal: &str, signals: usize, out: &str, more: &[&str]| {
         use std::io::BufRead;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
-            .args(["train", "spec.kyn", "--out", out])
-            .args(more)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn(&[&["train", "spec.kyn", "--out", out][..], more].concat(), dir);
         let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
         let mut seen = String::new();
         let mut seconds = None;
@@ -1689,13 +1676,7 @@ fn a_run_folder_removed_mid_epoch_stops_the_run_at_the_next_step() {
     std::fs::write(dir.join("data.csv"), csv).unwrap();
     let written = std::fs::read_to_string(&spec).unwrap().replace("batch = 50", "batch = 2");
     std::fs::write(&spec, written.replace(" target = \"y\"\n", " target = \"y\"\n split = 0.999\n")).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_kynml"))
-        .args(["train", "spec.kyn", "--out", "run"])
-        .current_dir(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(&["train", "spec.kyn", "--out", "run"], dir);
     let mut child = KillOnDrop(Some(child));
     let started = std::time::Instant::now();
     // The TensorBoard file is the last the run makes before training.

@@ -561,7 +561,7 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
             if batches == 1 { "" } else { "es" }
         ));
     }
-    notes.extend(batchnorm_leaves_out(spec.model.has_batchnorm(), data.train.len(), batch, devices));
+    notes.extend(batchnorm_leaves_out(spec.model.batchnorm_needing_rows().is_some(), data.train.len(), batch, devices));
     if let (Some(names), Labels::Classes(train), Labels::Classes(valid)) =
         (data.class_names(), &data.train.labels, &data.valid.labels)
     {
@@ -590,10 +590,10 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
 /// With batchnorm, a last batch that leaves a device fewer than 2 rows is
 /// left out of each epoch (as PyTorch's `drop_last`): said, with the
 /// nearest batch size that leaves none out.
-fn batchnorm_leaves_out(has_batchnorm: bool, rows: usize, batch: usize, devices: usize) -> Option<String> {
+fn batchnorm_leaves_out(needs_rows: bool, rows: usize, batch: usize, devices: usize) -> Option<String> {
     let least = 2 * devices.max(1);
     let short = |b: usize| rows > b && (1..least).contains(&(rows % b));
-    if !has_batchnorm || !short(batch) {
+    if !needs_rows || !short(batch) {
         return None;
     }
     let last = rows % batch;

@@ -997,26 +997,7 @@ fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
     if rows / devices >= 2 {
         return None;
     }
-    // One value a channel a row: plain features, or a map of one position.
-    let per_row = |input: &crate::model::Shape, layer: &Layer| {
-        matches!(layer, Layer::BatchNorm(_)) && input.size() <= input.dims().first().copied().unwrap_or(0)
-    };
-    let mut flat = true;
-    let mut input = spec.model.shape.clone();
-    let mut found = None;
-    for layer in &spec.model.layers {
-        let mut inner = input.clone();
-        for child in layer.value.children() {
-            if found.is_none() && per_row(&inner, child) {
-                (found, flat) = (Some(layer.span), inner.rank() == 1);
-            }
-            inner = child.output(&inner).ok()?;
-        }
-        if found.is_none() && per_row(&input, &layer.value) {
-            (found, flat) = (Some(layer.span), input.rank() == 1);
-        }
-        input = layer.value.output(&input).ok()?;
-    }
+    let (found, flat) = spec.model.batchnorm_needing_rows()?;
     let (why, help) = if devices > 1 {
         let per = rows / devices;
         (
@@ -1045,7 +1026,7 @@ fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
     };
     Some(
         Diagnostic::new(
-            found?,
+            found,
             if flat {
                 format!("`batchnorm` normalises each feature over a step's rows, but {why}")
             } else {

@@ -1659,6 +1659,42 @@ fn an_interrupted_epoch_resumed_with_another_batch_goes_on_from_its_row() {
     assert!(epoch2.train_loss.is_finite() && epoch2.samples_per_sec.is_finite(), "{epoch2:?}");
 }
 
+/// A batchnorm after a convolution averages each channel over the map's
+/// positions too, so an epoch's last batch of one row trains (PyTorch's
+/// `BatchNorm2d` takes it) on the native engine and on Burn's, where a
+/// batchnorm over plain features leaves it out.
+#[test]
+fn a_lone_last_row_trains_through_a_convolutions_batchnorm() {
+    use kynml_core::train::{EngineChoice, TrainEvent};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    for (layers, kept) in [
+        (" input 1x2x3\n conv2d 4 2 relu padding=1\n batchnorm\n flatten\n dense 1 linear", true),
+        (" input 2x3\n conv1d 4 2 tanh padding=1\n batchnorm\n global_avgpool\n dense 1 linear", true),
+        (" dense 8 relu\n batchnorm\n dense 1 linear", false),
+    ] {
+        let path = random_regression_spec(tmp.path(), seed, layers);
+        let mut file = SpecFile::load(&path).unwrap();
+        file.apply(&Overrides { epochs: Some(1), ..Overrides::default() });
+        let data = file.load_data().unwrap();
+        file.spec.train.batch.value = data.train.len() - 1;
+        for engine in [EngineChoice::Auto, EngineChoice::Burn] {
+            let settings = TrainSettings { engine, ..TrainSettings::default() };
+            let (mut planned, mut taken) = (0, 0);
+            let result = train(&file.spec, &data, &cpu, &settings, &mut |event| match event {
+                TrainEvent::EpochStart { steps, .. } => planned = steps,
+                TrainEvent::Step { .. } => taken += 1,
+                _ => {}
+            })
+            .unwrap();
+            let expected = if kept { 2 } else { 1 };
+            assert_eq!((planned, taken), (expected, expected), "{layers:?} on {engine:?} (seed {seed})");
+            assert!(result.history[0].train_loss.is_finite(), "{layers:?} on {engine:?}: {:?}", result.history);
+        }
+    }
+}
+
 /// With batchnorm, an epoch's last batch of one row is dropped; an epoch
 /// interrupted just before it resumes to nothing, not to a one-row step.
 #[test]

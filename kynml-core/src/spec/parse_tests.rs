@@ -840,3 +840,23 @@ fn a_value_continued_on_the_next_line_is_said_as_such() {
         assert!(!shown.contains("= ]") && !shown.contains("unknown key"), "{shown}");
     }
 }
+
+/// Which batchnorm needs two rows a step: one over plain features or over a
+/// map of one position, inside a `residual:` block too; one after a
+/// convolution averages over the channel's positions and needs no more
+/// than one row.
+#[test]
+fn batchnorm_needs_rows_only_where_it_sees_one_value_a_channel() {
+    let model = |layers: &str| ok(&MINIMAL.replace("input 4\ndense 1 linear\n", layers)).model;
+    let plain = model("input 4\ndense 8 relu\nbatchnorm\ndense 1 linear\n");
+    let (span, flat) = plain.batchnorm_needing_rows().expect("plain features need rows");
+    assert!(flat);
+    assert_eq!(span, plain.layers[1].span);
+    assert_eq!(model("input 1x8x8\nconv2d 4 3 relu\nbatchnorm\nflatten\ndense 1 linear\n").batchnorm_needing_rows(), None);
+    assert_eq!(model("input 2x16\nconv1d 4 3 relu\nbatchnorm\nflatten\ndense 1 linear\n").batchnorm_needing_rows(), None);
+    let one_position = model("input 1x3x3\nconv2d 4 3 relu\nbatchnorm\nflatten\ndense 1 linear\n");
+    assert_eq!(one_position.batchnorm_needing_rows().map(|(_, flat)| flat), Some(false), "a 1x1 map");
+    let nested = model("input 4\ndense 8 relu\nresidual:\n  dense 8 relu\n  batchnorm\ndense 1 linear\n");
+    assert_eq!(nested.batchnorm_needing_rows(), Some((nested.layers[1].span, true)));
+    assert_eq!(model("input 4\ndense 8 relu\nlayernorm\ndense 1 linear\n").batchnorm_needing_rows(), None);
+}

@@ -87,12 +87,32 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    /// Whether a layer, inside a `residual:` block too, is a batchnorm,
-    /// whose batch statistics need two rows a step on each device.
-    pub fn has_batchnorm(&self) -> bool {
-        self.layers.iter().any(|l| {
-            std::iter::once(&l.value).chain(l.value.children()).any(|layer| matches!(layer, Layer::BatchNorm(_)))
-        })
+    /// The first batchnorm, inside a `residual:` block too, whose batch
+    /// statistics need two rows a step on each device: one that sees one
+    /// value a channel a row (plain features, or a map of one position).
+    /// A batchnorm after a convolution also averages over a channel's
+    /// positions, so one row is enough for it. Gives the span of the line
+    /// that holds it and whether its input is plain features; `None` when
+    /// no such batchnorm (or a shape the model refuses elsewhere).
+    pub fn batchnorm_needing_rows(&self) -> Option<(Span, bool)> {
+        let per_row = |input: &crate::model::Shape, layer: &Layer| {
+            matches!(layer, Layer::BatchNorm(_)) && input.size() <= input.dims().first().copied().unwrap_or(0)
+        };
+        let mut input = self.shape.clone();
+        for layer in &self.layers {
+            let mut inner = input.clone();
+            for child in layer.value.children() {
+                if per_row(&inner, child) {
+                    return Some((layer.span, inner.rank() == 1));
+                }
+                inner = child.output(&inner).ok()?;
+            }
+            if per_row(&input, &layer.value) {
+                return Some((layer.span, input.rank() == 1));
+            }
+            input = layer.value.output(&input).ok()?;
+        }
+        None
     }
 
     /// Fills in what the layers learn from the data: the categorical

@@ -321,7 +321,7 @@ fn run<'scope, 'env>(
     let mut best: Option<Model<Kb>> = None;
     let mut order_rng = Rng::stream(t.seed, DATA_STREAM);
     let batch_size = t.batch.value;
-    let has_batchnorm = spec.model.has_batchnorm();
+    let needs_rows = spec.model.batchnorm_needing_rows().is_some();
     let n_train = data.train.len();
     let workers = spec.dataset.num_workers.value;
     // No more workers or queued batches than an epoch has batches.
@@ -572,7 +572,7 @@ fn run<'scope, 'env>(
         };
         let max_steps = settings.max_steps_per_epoch.map(|m| m.saturating_sub(done));
         let tail = skip > 0;
-        let mut batches = epoch_batches(&order[skip..], batch_size, has_batchnorm, devices, max_steps, tail);
+        let mut batches = epoch_batches(&order[skip..], batch_size, needs_rows, devices, max_steps, tail);
         if settings.shapes_only && batches.len() > 2 {
             let last = batches.pop();
             batches.truncate(1);
@@ -1183,22 +1183,24 @@ fn parts_of(sizes: &[usize], n: usize) -> Vec<Part> {
         .collect()
 }
 
-/// The epoch's batches in `order`. With batchnorm, a last batch that would
-/// leave a device fewer than 2 rows (`devices` share each batch) is dropped,
-/// as PyTorch's `drop_last` would: batchnorm cannot normalise one row. An
+/// The epoch's batches in `order`. With a batchnorm that `needs_rows` (one
+/// value a channel a row: plain features, not a convolution's map), a last
+/// batch that would leave a device fewer than 2 rows (`devices` share each
+/// batch) is dropped, as PyTorch's `drop_last` would: such a batchnorm
+/// cannot normalise one row. An
 /// epoch of that one batch keeps it, unless `order` is the `tail` of an
 /// epoch (a resumed one), whose earlier batches ran before.
 fn epoch_batches(
     order: &[usize],
     batch: usize,
-    has_batchnorm: bool,
+    needs_rows: bool,
     devices: usize,
     max_steps: Option<usize>,
     tail: bool,
 ) -> Vec<Vec<usize>> {
     let mut batches: Vec<Vec<usize>> = order.chunks(batch).map(<[usize]>::to_vec).collect();
     let least = 2 * devices.max(1);
-    if has_batchnorm && (batches.len() > 1 || tail) && batches.last().is_some_and(|b| b.len() < least) {
+    if needs_rows && (batches.len() > 1 || tail) && batches.last().is_some_and(|b| b.len() < least) {
         batches.pop();
     }
     if let Some(max) = max_steps {

@@ -852,8 +852,14 @@ fn batchnorm_needs_rows_only_where_it_sees_one_value_a_channel() {
     let (span, flat) = plain.batchnorm_needing_rows().expect("plain features need rows");
     assert!(flat);
     assert_eq!(span, plain.layers[1].span);
-    assert_eq!(model("input 1x8x8\nconv2d 4 3 relu\nbatchnorm\nflatten\ndense 1 linear\n").batchnorm_needing_rows(), None);
-    assert_eq!(model("input 2x16\nconv1d 4 3 relu\nbatchnorm\nflatten\ndense 1 linear\n").batchnorm_needing_rows(), None);
+    assert_eq!(
+        model("input 1x8x8\nconv2d 4 3 relu\nbatchnorm\nflatten\ndense 1 linear\n").batchnorm_needing_rows(),
+        None
+    );
+    assert_eq!(
+        model("input 2x16\nconv1d 4 3 relu\nbatchnorm\nflatten\ndense 1 linear\n").batchnorm_needing_rows(),
+        None
+    );
     let one_position = model("input 1x3x3\nconv2d 4 3 relu\nbatchnorm\nflatten\ndense 1 linear\n");
     assert_eq!(one_position.batchnorm_needing_rows().map(|(_, flat)| flat), Some(false), "a 1x1 map");
     let nested = model("input 4\ndense 8 relu\nresidual:\n  dense 8 relu\n  batchnorm\ndense 1 linear\n");

@@ -1866,6 +1866,35 @@ fn native_and_burn(
     (native, burn)
 }
 
+/// How far two models' weights part, relative to the largest weight of
+/// `b`: the largest of each tensor's median gap, and the worst gap of all
+/// (NaN where either holds a NaN).
+fn weight_gaps(
+    a: &kynml_core::model::Model<kynml_backend::Backend>,
+    b: &kynml_core::model::Model<kynml_backend::Backend>,
+) -> (f32, f32) {
+    let tensors = |m: &kynml_core::model::Model<kynml_backend::Backend>| -> Vec<Vec<f32>> {
+        let state = m.layers.iter().flat_map(|layer| layer.state());
+        state.map(|(_, data)| data.convert::<f32>().into_vec::<f32>().unwrap()).collect()
+    };
+    let (ta, tb) = (tensors(a), tensors(b));
+    assert_eq!(ta.len(), tb.len(), "the models hold different tensors");
+    let scale = tb.iter().flatten().fold(0.0f32, |m, w| worst32(m, w.abs()));
+    let (mut typical, mut worst) = (0.0f32, 0.0f32);
+    for (x, y) in ta.iter().zip(&tb) {
+        assert_eq!(x.len(), y.len(), "a tensor's size differs");
+        let mut gaps: Vec<f32> = x.iter().zip(y).map(|(p, q)| (p - q).abs() / scale).collect();
+        worst = gaps.iter().fold(worst, |m, &g| worst32(m, g));
+        if gaps.iter().any(|g| g.is_nan()) {
+            typical = f32::NAN;
+            continue;
+        }
+        gaps.sort_by(f32::total_cmp);
+        typical = worst32(typical, gaps.get((gaps.len().max(1) - 1) / 2).copied().unwrap_or(0.0));
+    }
+    (typical, worst)
+}
+
 #[test]
 fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
     let seed = clock_seed();
@@ -1956,16 +1985,26 @@ fn native_cpu_engine_agrees_with_burn_on_every_layer_loss_and_optimizer() {
         let data = file.load_data().unwrap();
         let (native, burn) = native_and_burn(&file, &data, &cpu);
         let gap = worst_loss_gap(&burn, &native);
-        let weights = |r: &kynml_core::train::TrainResult| all_weights(&r.model);
-        let (wn, wb) = (weights(&native), weights(&burn));
-        let scale = wb.iter().fold(0.0f32, |m, w| m.max(w.abs()));
-        let weight_gap = wn.iter().zip(&wb).fold(0.0f32, |m, (a, b)| worst32(m, (a - b).abs())) / scale;
-        eprintln!("native vs burn, {loss} / {optimizer}: worst relative loss gap {gap:.2e}, weights {weight_gap:.2e} (seed {seed})");
+        let (typical, weight_gap) = weight_gaps(&native.model, &burn.model);
+        eprintln!(
+            "native vs burn, {loss} / {optimizer}: worst relative loss gap {gap:.2e}, weights {weight_gap:.2e}, \
+             worst tensor median {typical:.2e} (seed {seed})"
+        );
         // Both are fp32, with different summation orders: over 4 epochs the
-        // trajectories agree to about 1e-7 relative (measured); a wrong
-        // formula gives gaps of percents.
+        // losses agree to about 1e-7 relative, and so do the weights (401
+        // seeds of every case, measured); a wrong formula gives gaps of
+        // percents. A few weights may part further, and the bound on the
+        // worst one is loose for them: an adaptive optimizer's first steps
+        // are about `lr * sign(g)`, so a weight whose gradient is rounding
+        // noise at a step moves by ±lr as each engine's rounding says.
+        // Measured on the centered RMSprop case: 2 seeds in 401 had one
+        // weight 2e-4 and 7e-4 apart while the loss agreed within 8e-6 (it
+        // is flat along that weight) and each tensor's median gap stayed
+        // under 1.2e-5. So each tensor's median is held to 1e-4 and the
+        // worst weight to 5e-3.
         assert!(gap <= 1e-4, "{layers:?}, {loss}, {optimizer}: loss gap {gap} (seed {seed})");
-        assert!(weight_gap <= 1e-4, "{layers:?}, {loss}, {optimizer}: weight gap {weight_gap} (seed {seed})");
+        assert!(typical <= 1e-4, "{layers:?}, {loss}, {optimizer}: a tensor's median gap {typical} (seed {seed})");
+        assert!(weight_gap <= 5e-3, "{layers:?}, {loss}, {optimizer}: weight gap {weight_gap} (seed {seed})");
         assert_eq!(native.history.len(), 4);
     }
 }

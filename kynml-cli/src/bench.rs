@@ -48,7 +48,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     crate::train::fit_loader(&mut file, &data);
     println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
-    println!("{}", render::memory(&file.check_memory_for(&device, data.train.len())?, &device));
+    println!("{}", render::memory(&file.check_memory_for(&device, data.train.len(), data.valid.len())?, &device));
     let options = BenchOptions {
         steps: args.steps as usize,
         rounds: args.rounds as usize,
@@ -294,7 +294,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     println!("data: {source}");
-    file.check_memory_for(&device, data.train.len())?;
+    file.check_memory_for(&device, data.train.len(), data.valid.len())?;
     if !device.has_fusion() {
         println!("nothing to warm up: {} has no kernels to tune or compile", device.describe());
         return Ok(());

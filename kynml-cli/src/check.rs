@@ -170,7 +170,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let estimate = kynml_core::train::memory::estimate(&spec, compute);
     println!("\n{}", render::memory_line(&estimate, &format!(" in {} on a GPU", compute.name())));
     // On the CPU, what the engine there keeps, and the copies saving makes.
-    let cpu = file.memory_for(&kynml_backend::Device::cpu(), data.train.len());
+    let cpu = file.memory_for(&kynml_backend::Device::cpu(), data.train.len(), data.valid.len());
     println!("{}", render::memory_line(&cpu, " on the CPU"));
     println!(
         "(`kynml train` checks it against the device it picks, in the precision that device runs, before \

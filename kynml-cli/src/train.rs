@@ -78,7 +78,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     };
     // Before the checkpoint's folder and lock are made: a run refused as
     // too large writes nothing.
-    let memory = file.check_memory_resuming(&device, data.train.len(), resumed)?;
+    let memory = file.check_memory_resuming(&device, data.train.len(), data.valid.len(), resumed)?;
     let ResumePlan { found: resume, lock: checkpoint_lock, .. } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {
         let epochs = file.spec.train.epochs.value;

@@ -523,12 +523,13 @@ impl SpecFile {
         }
     }
 
-    /// The run's memory on `device` for `train_rows` training rows, as
+    /// The run's memory on `device` for `train_rows` training rows and
+    /// `valid_rows` validation rows, as
     /// [`check_memory_for`](Self::check_memory_for) estimates it, without
     /// checking it against the device: the engine that would run (the native
     /// CPU engine's own buffers, Burn's elsewhere) at the precision the
     /// device runs, with the copies saving makes where the memory is the host's.
-    pub fn memory_for(&self, device: &Device, train_rows: usize) -> MemoryEstimate {
+    pub fn memory_for(&self, device: &Device, train_rows: usize, valid_rows: usize) -> MemoryEstimate {
         let precision = crate::train::precision::plan(&self.spec.train, device);
         let engine =
             crate::train::native::engine_for(device, &precision, crate::train::EngineChoice::Auto, &self.spec.model);
@@ -546,7 +547,7 @@ impl SpecFile {
                 if let Some(plain) = spec.train.optimizer.value.with_fused(false) {
                     spec.train.optimizer.value = plain;
                 }
-                crate::train::memory::estimate_native(&spec, &layers).with_host_copies(&spec, true)
+                crate::train::memory::estimate_native(&spec, &layers, valid_rows).with_host_copies(&spec, true)
             }
             None if on_host => {
                 // Replicas on the CPU share the host's memory.
@@ -570,14 +571,20 @@ impl SpecFile {
     /// before anything is allocated, with a batch that would fit where the
     /// batch is what does not.
     pub fn check_memory(&self, device: &Device) -> Result<MemoryEstimate, LoadError> {
-        self.check_memory_for(device, usize::MAX)
+        self.check_memory_for(device, usize::MAX, usize::MAX)
     }
 
     /// [`check_memory`](Self::check_memory) for a run on `train_rows`
-    /// training rows: a step never holds more rows than there are, whatever
-    /// the spec's `batch`.
-    pub fn check_memory_for(&self, device: &Device, train_rows: usize) -> Result<MemoryEstimate, LoadError> {
-        self.check_memory_resuming(device, train_rows, 0)
+    /// training rows and `valid_rows` validation rows: a step never holds
+    /// more rows than there are, whatever the spec's `batch`, nor a
+    /// validation pass more than the split has.
+    pub fn check_memory_for(
+        &self,
+        device: &Device,
+        train_rows: usize,
+        valid_rows: usize,
+    ) -> Result<MemoryEstimate, LoadError> {
+        self.check_memory_resuming(device, train_rows, valid_rows, 0)
     }
 
     /// [`check_memory_for`](Self::check_memory_for) for a run that resumes
@@ -587,10 +594,11 @@ impl SpecFile {
         &self,
         device: &Device,
         train_rows: usize,
+        valid_rows: usize,
         resumed: u64,
     ) -> Result<MemoryEstimate, LoadError> {
         use crate::train::memory::bytes;
-        let mut e = self.memory_for(device, train_rows);
+        let mut e = self.memory_for(device, train_rows, valid_rows);
         if matches!(device.kind, DeviceKind::Cpu { .. }) {
             e.resumed = resumed;
         }
@@ -1618,15 +1626,27 @@ mod tests {
             );
             SpecFile::from_source(Path::new("a.kyn"), text).unwrap()
         };
-        let native = file("").check_memory(&Device::cpu()).unwrap();
+        // 6 validation rows: one pass, in buffers a batch of 8 has made.
+        let native = file("").check_memory_for(&Device::cpu(), usize::MAX, 6).unwrap();
         // 10 -> 20 -> 1: 241 parameters. Per row: the input 10, gelu's
         // product and output 40, the last product 1, two gradient buffers of 20.
         assert_eq!(native.per_row, 4 * (10 + 40 + 1 + 40));
         assert_eq!(native.activations, 8 * native.per_row);
+        assert_eq!((native.evaluation_rows, native.evaluation), (6, 6 * native.per_row));
         // The Burn model's copy of the weights; at the end, three copies.
         assert_eq!((native.copies, native.at_the_end), (4 * 241, 3 * 4 * 241));
         assert_eq!(native.total(), 4 * 241 * 2 + 8 * 241 + native.copies + native.activations);
         assert!(native.breakdown().contains(", copies to save 964 B,"), "{}", native.breakdown());
+        assert!(!native.breakdown().contains("validation"), "{}", native.breakdown());
+        // 100 validation rows: the network's buffers grow to a pass of 100
+        // rows, more than a batch's; without the data, to a whole pass.
+        let wide = file("").check_memory_for(&Device::cpu(), usize::MAX, 100).unwrap();
+        assert_eq!((wide.evaluation_rows, wide.evaluation), (100, 100 * native.per_row));
+        assert_eq!(wide.total(), native.total() - native.activations + wide.evaluation);
+        assert!(wide.breakdown().contains("(a validation pass of 100 rows: 35.5 KiB)"), "{}", wide.breakdown());
+        assert_eq!(file("").check_memory(&Device::cpu()).unwrap().evaluation_rows, 4096);
+        assert_eq!(wide.batch_that_fits(wide.fixed() + 99 * wide.per_row), None, "the pass does not fit");
+        assert_eq!(wide.batch_that_fits(wide.fixed() + 100 * wide.per_row), Some(100));
         let burn = file("\n    devices = [cpu, cpu]").check_memory(&Device::cpu()).unwrap();
         assert_eq!(burn.per_row, crate::train::memory::estimate(&file("").spec, Compute::Fp32).per_row);
         assert_eq!((burn.copies, burn.at_the_end), (0, 3 * 4 * 241));
@@ -1637,7 +1657,7 @@ mod tests {
         let burn = file(&format!("{stopping}\n    devices = [cpu, cpu]")).check_memory(&Device::cpu()).unwrap();
         assert_eq!(burn.best, 4 * 241);
         // A resumed run holds the checkpoint it read: on the host, counted.
-        let resumed = file("").check_memory_resuming(&Device::cpu(), usize::MAX, 5000).unwrap();
+        let resumed = file("").check_memory_resuming(&Device::cpu(), usize::MAX, 6, 5000).unwrap();
         assert_eq!((resumed.resumed, resumed.total()), (5000, native.total() + 5000));
         assert!(
             resumed.breakdown().contains(", the checkpoint resumed from 4.9 KiB, activations"),

@@ -67,6 +67,25 @@ fn step_bytes(input: usize, layers: &[LayerConfig], rows: usize, ids: Option<usi
     NOW.load(Ordering::SeqCst) - before
 }
 
+/// The bytes that an evaluation pass of `rows` rows (`Net::predict`, its
+/// outputs included) leaves allocated beyond a step of `step` rows.
+fn pass_bytes(input: usize, layers: &[LayerConfig], step: usize, rows: usize, ids: Option<usize>) -> usize {
+    let mut net = Net::new(input, layers);
+    for t in net.tensors_mut() {
+        t.iter_mut().enumerate().for_each(|(i, v)| *v = ((i % 7) as f32 - 3.0) * 0.01);
+    }
+    let x_of = |rows: usize| -> Vec<f32> {
+        (0..rows * input).map(|i| ids.map_or(((i % 11) as f32 - 5.0) * 0.1, |n| (1 + i % (n - 1)) as f32)).collect()
+    };
+    let y: Vec<u32> = (0..step as u32).map(|i| i % 3).collect();
+    let adam = OptimConfig::AdamW { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 };
+    net.train_step(&x_of(step), Targets::Classes(&y), LossConfig::CrossEntropy, &adam, 1e-3, &mut Halves);
+    let (x, mut out) = (x_of(rows), Vec::new());
+    let before = NOW.load(Ordering::SeqCst);
+    net.predict(&x, &mut out);
+    NOW.load(Ordering::SeqCst) - before
+}
+
 #[test]
 fn a_steps_buffers_are_what_values_per_row_counts() {
     let dense = |units, act| LayerConfig::Dense { units, act, positions: 1 };
@@ -140,5 +159,12 @@ fn a_steps_buffers_are_what_values_per_row_counts() {
         let counted = (values_per_row(input, &layers) - input) as f64;
         println!("{name}: a step kept {measured} values a row, values_per_row counts {counted}");
         assert!((measured / counted - 1.0).abs() < 1e-3, "{name}: {measured} values a row kept, {counted} counted");
+        // A validation pass of more rows than a step grows the same
+        // buffers: by no more a row than the estimate counts a row
+        // (`evaluation_rows x values_per_row`), and by something.
+        let grown = one.install(|| pass_bytes(input, &layers, small, large, ids)) as f64;
+        let per_row = grown / (large - small) as f64 / 4.0;
+        println!("{name}: a pass of {large} rows after steps of {small} grew {per_row} values a row");
+        assert!(per_row > 0.0 && per_row <= counted, "{name}: a pass grew {per_row} values a row, {counted} counted");
     }
 }

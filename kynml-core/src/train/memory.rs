@@ -69,6 +69,13 @@ pub struct MemoryEstimate {
     pub replica_count: usize,
     /// What one batch adds: `batch x per_row`.
     pub activations: u64,
+    /// The native CPU engine's validation passes: its buffers grow to a
+    /// pass's rows, which may be more than a batch's (what they hold is
+    /// `evaluation_rows x per_row`); 0 on Burn's engines, whose evaluation
+    /// keeps no activations for a backward pass.
+    pub evaluation: u64,
+    /// Rows per validation pass on the native CPU engine; 0 elsewhere.
+    pub evaluation_rows: usize,
     /// Rows per batch.
     pub batch: usize,
     /// Activation bytes per row.
@@ -93,7 +100,7 @@ impl MemoryEstimate {
     /// The most held at once: training's parts together, or saving the
     /// model at the end, whichever is more.
     pub fn total(&self) -> u64 {
-        self.fixed().saturating_add(self.activations).max(self.at_the_end)
+        self.fixed().saturating_add(self.activations.max(self.evaluation)).max(self.at_the_end)
     }
 
     /// What does not depend on the batch: weights, gradients, optimizer
@@ -123,6 +130,11 @@ impl MemoryEstimate {
         } else {
             String::new()
         };
+        let evaluation = if self.evaluation > self.activations {
+            format!(" (a validation pass of {} rows: {})", self.evaluation_rows, bytes(self.evaluation))
+        } else {
+            String::new()
+        };
         let end = if self.at_the_end > 0 {
             format!("; then, to save the model at the end, {}", bytes(self.at_the_end))
         } else {
@@ -130,7 +142,7 @@ impl MemoryEstimate {
         };
         format!(
             "weights {}, gradients {}, optimizer state {}{best}{copies}{resumed}{replicas}, activations of a batch of \
-             {}: {}{end}",
+             {}: {}{evaluation}{end}",
             bytes(self.weights),
             bytes(self.gradients),
             bytes(self.optimizer),
@@ -204,6 +216,9 @@ impl MemoryEstimate {
             return None;
         }
         let room = capacity.checked_sub(self.fixed())?;
+        if self.evaluation > room {
+            return None;
+        }
         let rows = room / self.per_row.max(1);
         (rows >= 1).then(|| usize::try_from(rows).unwrap_or(usize::MAX))
     }
@@ -313,6 +328,8 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         replicas: 0,
         replica_count: 1,
         activations: (batch as u64).saturating_mul(per_row),
+        evaluation: 0,
+        evaluation_rows: 0,
         batch,
         per_row,
         largest,
@@ -328,7 +345,10 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
 /// weights are copied out of the network a tensor at a time, each through
 /// two copies on its way into a Burn model: the largest parameter's two are
 /// counted with them.
-pub fn estimate_native(spec: &Spec, layers: &[kynml_cpu::LayerConfig]) -> MemoryEstimate {
+/// Its validation passes over `valid_rows` rows grow the same buffers to
+/// [`evaluation_rows`](crate::train::native::evaluation_rows) rows, counted
+/// where that is more than a batch.
+pub fn estimate_native(spec: &Spec, layers: &[kynml_cpu::LayerConfig], valid_rows: usize) -> MemoryEstimate {
     let mut e = estimate(spec, Compute::Fp32);
     if e.best > 0 {
         e.best = e.best.saturating_add(e.largest_param.saturating_mul(2));
@@ -336,6 +356,8 @@ pub fn estimate_native(spec: &Spec, layers: &[kynml_cpu::LayerConfig]) -> Memory
     let values = kynml_cpu::values_per_row(spec.model.input.value, layers);
     e.per_row = 4u64.saturating_mul(u64::try_from(values).unwrap_or(u64::MAX));
     e.activations = (e.batch as u64).saturating_mul(e.per_row);
+    e.evaluation_rows = crate::train::native::evaluation_rows(values, valid_rows);
+    e.evaluation = (e.evaluation_rows as u64).saturating_mul(e.per_row);
     e
 }
 

@@ -190,6 +190,14 @@ fn named(info: &[kynml_cpu::TensorInfo], name: &str, shape: &[usize]) -> Result<
     Ok(at)
 }
 
+/// Rows per pass when the native engine evaluates a split of `rows` rows
+/// with a network holding `values_per_row` values a row: its buffers grow
+/// to that many rows (and keep that size for the steps after), which the
+/// memory estimate counts beside a batch's.
+pub fn evaluation_rows(values_per_row: usize, rows: usize) -> usize {
+    (EVAL_VALUES / values_per_row.max(1)).clamp(1, EVAL_CHUNK).min(rows.max(1))
+}
+
 /// `net`'s outputs and mean loss on a split, in chunks whose buffers stay
 /// within [`EVAL_VALUES`].
 fn evaluate_net(net: &mut Net, data: &Dataset, split: Split, loss: Loss, scratch: &mut Vec<f32>) -> Outputs {
@@ -198,7 +206,7 @@ fn evaluate_net(net: &mut Net, data: &Dataset, split: Split, loss: Loss, scratch
     let indices: Vec<usize> = (0..n).collect();
     let (mut values, mut out, mut batch) = (Vec::with_capacity(n * width), Vec::new(), Batch::default());
     let mut loss_sum = 0.0;
-    let rows = (EVAL_VALUES / net.values_per_row().max(1)).clamp(1, EVAL_CHUNK);
+    let rows = evaluation_rows(net.values_per_row(), n);
     for chunk in indices.chunks(rows) {
         data.gather(split, chunk, &mut batch);
         net.predict(&batch.features, &mut out);

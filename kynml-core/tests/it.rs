@@ -2412,7 +2412,14 @@ fn profiled_phases_add_up_to_the_step_time_on_every_engine() {
     for (name, device, engine) in
         [("native", &cpu, EngineChoice::Auto), ("flex", &cpu, EngineChoice::Burn), ("wgpu", &wgpu, EngineChoice::Auto)]
     {
-        profiled_phases_add_up(name, device, engine, &file, &data);
+        let profile = profiled_phases_add_up(name, device, engine, &file, &data);
+        // Half products are advised only where they run faster: not on the
+        // CPU, nor on a software adapter such as lavapipe, which emulates them.
+        let software = matches!(&device.kind,
+            kynml_backend::DeviceKind::Wgpu(a) if a.kind == kynml_backend::WgpuAdapterKind::Cpu);
+        if software || name != "wgpu" {
+            assert!(!profile.fp16 && !profile.bf16, "{name}: half products advised");
+        }
     }
     // Two replicas: each step's meeting (the all-reduce, the wait for the
     // other replica) is a phase of its own, and the phases with it still

@@ -92,9 +92,11 @@ pub struct Profile {
     /// The machine's cores (0: not known), which bound how many loader
     /// workers can run beside the step.
     pub cores: usize,
-    /// Whether this device runs bf16 products (what the verdict may advise).
+    /// Whether this device runs bf16 products faster than fp32's (what the
+    /// verdict may advise): false on a software adapter, which runs them
+    /// slower.
     pub bf16: bool,
-    /// Whether this device runs fp16 products.
+    /// Whether this device runs fp16 products faster than fp32's.
     pub fp16: bool,
     /// Steps (batches) in a whole epoch (0: not known); 1 when one batch
     /// holds every training row, and no larger batch is to be had.

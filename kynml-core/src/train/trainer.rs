@@ -523,12 +523,16 @@ fn run<'scope, 'env>(
     let last_epoch = if stopped_early { 0 } else { t.epochs.value };
     engine.set_profiling(settings.profile);
     engine.expect_rows(batch_size.min(data.train.len()));
+    // A software adapter (lavapipe) runs half products, slower than fp32's:
+    // the verdict advises them only where the device has them in hardware.
+    let software = matches!(&device.kind,
+        kynml_backend::DeviceKind::Wgpu(a) if a.kind == kynml_backend::WgpuAdapterKind::Cpu);
     let mut profile = settings.profile.then(|| Profile {
         synchronised: engine.kind() == EngineKind::Burn && device.has_fusion(),
         half_precision: half.is_some(),
         cores: std::thread::available_parallelism().map_or(0, usize::from),
-        bf16: super::precision::runs_on(super::precision::Compute::Bf16, device),
-        fp16: super::precision::runs_on(super::precision::Compute::Fp16, device),
+        bf16: !software && super::precision::runs_on(super::precision::Compute::Bf16, device),
+        fp16: !software && super::precision::runs_on(super::precision::Compute::Fp16, device),
         step_flop: 6.0 * crate::model::summarize(&spec.model).multiply_adds as f64 * batch_size.min(n_train) as f64,
         slow_rate: match &device.kind {
             kynml_backend::DeviceKind::Cpu { .. } => 0.0,

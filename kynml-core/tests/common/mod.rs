@@ -399,7 +399,7 @@ pub fn profiled_phases_add_up(
     engine: EngineChoice,
     file: &SpecFile,
     data: &kynml_core::data::Dataset,
-) {
+) -> kynml_core::train::profile::Profile {
     let settings = TrainSettings { engine, profile: true, ..TrainSettings::default() };
     let profile = profiled_steps(name, device, &settings, file, data);
     let total: f64 = profile.steps.iter().map(|s| s.total).sum();
@@ -410,6 +410,7 @@ pub fn profiled_phases_add_up(
     // One device: no replicas' meeting, in the steps or the summary.
     assert!(profile.steps.iter().all(|s| s.phases.sync == 0.0) && !profile.data_parallel(), "{name}");
     assert!(profile.summary().iter().all(|p| p.phase != "sync"), "{name}");
+    profile
 }
 
 /// Trains `file` profiled with `settings` (192 rows in batches of 32, 4

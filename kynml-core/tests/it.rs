@@ -2437,6 +2437,14 @@ fn profiled_phases_add_up_to_the_step_time_on_every_engine() {
         let p = s.phases;
         assert!(p.copy + p.forward + p.backward + p.sync + p.optimizer <= s.total * 1.0001, "{s:?}");
     }
+    // ... and add up to the steps' time within 10%, the lead's splitting
+    // of each batch among the replicas counted as its copy.
+    let total: f64 = profile.steps.iter().map(|s| s.total).sum();
+    let phases: f64 =
+        profile.steps.iter().map(|s| s.phases).map(|p| p.copy + p.forward + p.backward + p.sync + p.optimizer).sum();
+    eprintln!("flex, two replicas: phases {phases:.4} s of {total:.4} s of steps");
+    assert!(phases >= 0.9 * total, "two replicas: phases {phases} s, steps {total} s");
+    assert!(profile.steps.iter().all(|s| s.phases.copy > 0.0), "the split is the lead's copy");
     // With two workers, every batch is on the track of the worker that gathered it.
     file.spec.dataset.num_workers.value = 2;
     let settings = TrainSettings { profile: true, ..TrainSettings::default() };

@@ -136,8 +136,12 @@ pub struct ParallelEngine {
     /// kept), where the replicas' losses are added up.
     device: DispatchDevice,
     failed: Option<String>,
-    /// Seconds the lead waited for the other replicas' steps to end, last step.
+    /// Seconds the lead waited for the other replicas' steps to end and
+    /// added up their losses, last step (the profile's `sync`).
     waited: f64,
+    /// Seconds the lead spent splitting the batch and handing the replicas
+    /// their slices, last step: a copy of every row (the profile's `copy`).
+    handed: f64,
     _one_run: MutexGuard<'static, ()>,
 }
 
@@ -184,6 +188,7 @@ impl ParallelEngine {
             device: autodiff.clone(),
             failed: None,
             waited: 0.0,
+            handed: 0.0,
             _one_run: one_run,
         };
         if let Err(e) = registered {
@@ -250,6 +255,7 @@ impl Engine for ParallelEngine {
         if self.failed.is_some() {
             return None;
         }
+        let handing = std::time::Instant::now();
         let rows = batch.len().max(1);
         // One draw of the loop's dropout stream per step, whatever the
         // number of devices: each replica's masks come from it and its rank.
@@ -289,6 +295,7 @@ impl Engine for ParallelEngine {
             }
         }
         let Job { batch, lr, mut dropout, part: lead_part } = lead_job?;
+        self.handed = handing.elapsed().as_secs_f64();
         let lead = self.lead.step(batch, lr, &mut dropout, lead_part);
         if let Some(why) = self.lead.failure() {
             self.failed.get_or_insert(why);
@@ -334,6 +341,7 @@ impl Engine for ParallelEngine {
                 None => weighted,
             });
         }
+        self.waited = waiting.elapsed().as_secs_f64();
         total.map(|loss| match flag {
             Some(taken) => StepLoss::Flagged { loss, taken },
             None => StepLoss::Device(loss),
@@ -382,7 +390,7 @@ impl Engine for ParallelEngine {
     }
 
     fn last_phases(&self) -> Option<StepPhases> {
-        self.lead.last_phases().map(|p| StepPhases { sync: p.sync + self.waited, ..p })
+        self.lead.last_phases().map(|p| StepPhases { copy: p.copy + self.handed, sync: p.sync + self.waited, ..p })
     }
 
     fn failure(&mut self) -> Option<String> {

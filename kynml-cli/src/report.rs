@@ -310,10 +310,17 @@ fn read_run(dir: &Path, name: &str) -> Result<(Vec<String>, Option<String>), Unr
     let text = std::fs::read_to_string(&path).map_err(|e| {
         let lines = dir.join("metrics.jsonl");
         if e.kind() == std::io::ErrorKind::NotFound && (lines.is_file() || dir.join("spec.kyn").is_file()) {
-            let so_far = match lines.is_file() {
+            let mut so_far = match lines.is_file() {
                 true => format!("; its epochs so far are in {}", lines.display()),
                 false => "; it ended no epoch".to_string(),
             };
+            // An interrupted profiled run keeps the profile of its steps.
+            if dir.join("profile.json").is_file() {
+                so_far += &format!(
+                    ", and the profile of its steps so far in {} (its trace.json opens in Perfetto)",
+                    dir.join("profile.json").display()
+                );
+            }
             Unread::LeftOut(format!(
                 "`{}` did not finish (interrupted, failed or still running): it has no metrics.json, which a run \
                  writes at its end{so_far}",

@@ -1466,6 +1466,10 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     // report says what an unfinished run folder is.
     let t = text(&kynml(&["report", "first"], dir));
     assert!(t.contains("`first` did not finish (interrupted, failed or still running)"), "{t}");
+    // ... and where the profile of its steps is, which train pointed at.
+    let profile_at =
+        format!("the profile of its steps so far in {}", Path::new("first").join("profile.json").display());
+    assert!(t.contains(&profile_at), "{t}");
     // Its weights have taken steps past the epochs it counts as done: they
     // cannot end a run of that many epochs, which is refused with nothing written.
     let t = text(&out);

@@ -653,10 +653,12 @@ fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel, run: &Path)
 
 /// Where an interrupted epoch stopped: `step` counts batches, and with
 /// accumulation a stop waits for the end of an optimizer step, said so.
+/// (Not how many batches that step held: an epoch's last step holds what
+/// is left, and an epoch of fewer batches than `accumulate` is one step.)
 fn stopped_at(step: usize, accumulate: usize) -> String {
     match accumulate {
         0 | 1 => format!("step {step}"),
-        n => format!("batch {step}, the end of an optimizer step of {n} batches"),
+        n => format!("batch {step}, the end of an optimizer step (`accumulate = {n}`)"),
     }
 }
 
@@ -1513,7 +1515,7 @@ mod tests {
     #[test]
     fn an_interruption_inside_accumulation_says_batches() {
         assert_eq!(stopped_at(7, 1), "step 7");
-        assert_eq!(stopped_at(1004, 4), "batch 1004, the end of an optimizer step of 4 batches");
+        assert_eq!(stopped_at(1004, 4), "batch 1004, the end of an optimizer step (`accumulate = 4`)");
     }
 
     #[test]

@@ -1106,7 +1106,9 @@ fn deterministic(native: bool, devices: &[Device]) -> Applied {
     if native {
         return Applied {
             setting,
-            value: "yes: the native CPU engine splits every pass the same way on every run, whatever the timing".into(),
+            value: "yes: the native CPU engine splits every pass the same way on every run with as many threads, \
+                    whatever the timing"
+                .into(),
             as_requested: true,
         };
     }
@@ -1300,6 +1302,8 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
     let native = engine == crate::train::EngineKind::Native;
     // A written `compile = true` is answered by name: this is what it gives.
     let asked = if t.compile.value { "compile = true: " } else { "" };
+    // A written `autotune` has a line of its own, which says how hard.
+    let tuned = if t.autotune.is_none() { " and autotune" } else { "" };
     out.push(match (t.compile.value, device.has_fusion()) {
         // Nothing to compile either way: the native engine's passes are fused
         // as written, which changes no result, so `compile = false` is not
@@ -1312,7 +1316,7 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
             as_requested: true,
         },
         (true, true) => {
-            Applied { setting: "fusion", value: format!("on ({asked}Burn kernel fusion and autotune)"), as_requested: true }
+            Applied { setting: "fusion", value: format!("on ({asked}Burn kernel fusion{tuned})"), as_requested: true }
         }
         (true, false) => Applied {
             setting: "fusion",
@@ -1321,7 +1325,7 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         },
         // Left to its default, `compile` asks nothing.
         (false, true) if !t.written(&t.compile) => {
-            Applied { setting: "fusion", value: "on (Burn kernel fusion and autotune)".into(), as_requested: true }
+            Applied { setting: "fusion", value: format!("on (Burn kernel fusion{tuned})"), as_requested: true }
         }
         (false, true) => Applied {
             setting: "fusion",
@@ -1418,7 +1422,12 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
                 value: format!("on: one {name} update over all the parameters at once, on the device"),
                 as_requested: true,
             },
-            (false, _) => Applied {
+            (false, true) => Applied {
+                setting: "fused",
+                value: format!("off: {name} updates each parameter in turn, in a pass of its own"),
+                as_requested: true,
+            },
+            (false, false) => Applied {
                 setting: "fused",
                 value: format!("off: {name} updates each parameter in turn"),
                 as_requested: true,
@@ -1473,9 +1482,16 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
         });
     }
     if let Some(clip) = &t.clip {
+        // As written: `1e30`, not thirty-one digits.
+        let number =
+            |x: f64| if x != 0.0 && !(1e-4..1e6).contains(&x.abs()) { format!("{x:e}") } else { format!("{x}") };
         let rule = match clip.value {
-            crate::spec::types::Clip::Norm(x) => format!("to a global L2 norm of {x} (PyTorch's clip_grad_norm_)"),
-            crate::spec::types::Clip::Value(x) => format!("each value to [-{x}, {x}] (PyTorch's clip_grad_value_)"),
+            crate::spec::types::Clip::Norm(x) => {
+                format!("to a global L2 norm of {} (PyTorch's clip_grad_norm_)", number(x))
+            }
+            crate::spec::types::Clip::Value(x) => {
+                format!("each value to [-{0}, {0}] (PyTorch's clip_grad_value_)", number(x))
+            }
         };
         let scaled = if precision.scaler.is_some() { ", after loss scaling is undone" } else { "" };
         out.push(Applied {

@@ -131,7 +131,10 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     let mut text = render::table(&header, &rows);
     let header =
         ["run", "waiting for batches (of epoch time)", "skipped fp16 steps", "peak device pool", "peak host memory"];
-    text += &format!("\n\ntime and memory\n{}", render::table(&header, &costs));
+    // Every run's records damaged: their errors say so, with no empty table.
+    if !costs.is_empty() {
+        text += &format!("\n\ntime and memory\n{}", render::table(&header, &costs));
+    }
     if !phases.is_empty() {
         let mut header = vec!["run", "steps", "wait", "copy", "forward", "backward", "sync", "optimizer", "other"];
         header.push("mean step");
@@ -482,9 +485,14 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
         _ => {}
     }
     let lines = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap_or_default();
-    let epochs: Vec<Option<u64>> = (lines.lines().filter(|l| !l.trim().is_empty()))
-        .map(|l| serde_json::from_str::<Value>(l).ok().and_then(|r| r["epoch"].as_u64()))
-        .collect();
+    let records: Result<Vec<Value>, _> =
+        lines.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str::<Value>).collect();
+    // A line that is not JSON (cut short) is an error of its own, said once
+    // (`cost_row`): its epochs are not counted or ordered here.
+    let Ok(records) = records else {
+        return notes;
+    };
+    let epochs: Vec<Option<u64>> = records.iter().map(|r| r["epoch"].as_u64()).collect();
     let logged = epochs.len() as u64;
     // A run logs its epochs once each, in order, one after the other.
     if epochs.windows(2).any(|w| !matches!(w, [Some(a), Some(b)] if *b == a + 1)) {
@@ -578,6 +586,25 @@ mod tests {
             "verdict": {"advice": "compute-bound: ..."},
         })
         .to_string()
+    }
+
+    /// An epoch log whose last line was cut short is that error, not an
+    /// epoch: no note counts it or finds the epochs out of order, and a
+    /// report of that run alone draws no empty "time and memory" table.
+    #[test]
+    fn a_cut_short_epoch_line_is_an_error_not_an_epoch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cut = tmp.path().join("cut");
+        run_folder(&cut, 2.0, None);
+        let mut lines = std::fs::read_to_string(cut.join("metrics.jsonl")).unwrap();
+        lines.push_str("{\"epoch\":");
+        std::fs::write(cut.join("metrics.jsonl"), lines).unwrap();
+        let r = report(std::slice::from_ref(&cut)).unwrap_or_else(|f| panic!("{}", f.message));
+        assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+        assert!(r.problems[0].contains("metrics.jsonl:2"), "{:?}", r.problems);
+        let notes = r.notes.join("\n");
+        assert!(!notes.contains("one after another") && !notes.contains("epochs, more than"), "{notes}");
+        assert!(!r.text.contains("time and memory"), "{}", r.text);
     }
 
     /// A damaged or missing metrics.jsonl is an error said once, and costs

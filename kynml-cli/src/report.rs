@@ -217,8 +217,9 @@ fn profile_asked(dir: &Path) -> bool {
     serde_json::from_str::<Value>(&text).is_ok_and(|v| v["train"]["profile"] == Value::Bool(true))
 }
 
-/// A `profile.json`'s phase shares and mean step time, and its verdict;
-/// `None` when the run was not profiled.
+/// A `profile.json`'s phase shares and mean step time (of the steps after
+/// warm-up, where it has them), and its verdict; `None` when the run was
+/// not profiled.
 fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -226,7 +227,16 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
         Err(e) => return Err(format!("error: cannot read {}: {e}", path.display())),
     };
     let p: Value = serde_json::from_str(&text).map_err(|e| bad_json(path, None, &e))?;
-    let phases = p["phases"].as_array().ok_or_else(|| format!("error: {}: no `phases`", path.display()))?;
+    let every = p["phases"].as_array().ok_or_else(|| format!("error: {}: no `phases`", path.display()))?;
+    // The steps after warm-up where the run recorded them (a GPU's first
+    // steps compile and tune kernels): runs side by side compare their
+    // steady steps, as their verdicts do.
+    let steady = p["steady"]["steps"].as_u64().filter(|&n| n > 0).zip(p["steady"]["phases"].as_array());
+    let (phases, steps) = match (steady, p["steps"].as_u64()) {
+        (Some((n, phases)), Some(all)) if all > n => (phases, format!("{n} (+{} warm-up)", all - n)),
+        (Some((n, phases)), _) => (phases, n.to_string()),
+        (None, all) => (every, all.map_or("?".into(), |n| n.to_string())),
+    };
     // Every phase a run writes, each with its mean and share: without one,
     // the shares and the mean step would be of part of the step.
     // `sync` is a data-parallel run's alone.
@@ -249,7 +259,7 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
     };
     // The mean step with its wait, as the chart's and the shares' step.
     let mean: f64 = phases.iter().filter_map(|x| x["mean"].as_f64()).sum();
-    let mut row = vec![p["steps"].as_u64().map_or("?".into(), |n| n.to_string())];
+    let mut row = vec![steps];
     row.extend(kynml_core::train::profile::PHASES.map(share));
     row.push(step_ms(mean));
     let verdict = p["verdict"]["advice"].as_str().unwrap_or("no verdict recorded").to_string();
@@ -586,6 +596,27 @@ mod tests {
             "verdict": {"advice": "compute-bound: ..."},
         })
         .to_string()
+    }
+
+    /// A run's steady steps are what runs side by side compare: a first
+    /// step that compiled kernels for two seconds does not make the mean.
+    #[test]
+    fn the_phases_shown_are_the_steps_after_warm_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut profile: Value = serde_json::from_str(&profile_json()).unwrap();
+        let steady: Value =
+            serde_json::from_str(&profile_with(&[("forward", 0.004, 0.8), ("wait", 0.001, 0.2)], false)).unwrap();
+        profile["steady"] = serde_json::json!({"steps": 3, "phases": steady["phases"]});
+        let dir = tmp.path().join("warm");
+        run_folder(&dir, 2.0, Some(&profile.to_string()));
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        let row =
+            r.text.lines().rev().find(|l| l.trim_start().starts_with("warm ")).unwrap_or_else(|| panic!("{}", r.text));
+        assert!(row.contains("3 (+1 warm-up)") && row.contains("80.0%") && row.contains("5.00 ms"), "{row}");
+        // A profile.json from before steady phases were kept: every step's.
+        run_folder(&dir, 2.0, Some(&profile_json()));
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.text.contains("2175 ms"), "{}", r.text);
     }
 
     /// An epoch log whose last line was cut short is that error, not an

@@ -655,15 +655,19 @@ impl Profile {
         self.steps.iter().map(|s| s.phases.in_use).max().filter(|&m| m > 0)
     }
 
-    /// `profile.json`: the phase summary, the evaluations' time, how it was
-    /// measured, and the verdict for a spec with `workers` data workers.
+    /// `profile.json`: the phase summary (of every step, and of the steps
+    /// after warm-up, which the verdict reads and `kynml report` compares),
+    /// the evaluations' time, how it was measured, and the verdict for a
+    /// spec with `workers` data workers.
     pub fn to_json(&self, workers: usize) -> Value {
+        let steady = self.steady_steps();
         json!({
             "steps": self.steps.len(),
             "synchronised": self.synchronised,
             "peak_device_in_use": self.peak_in_use(),
             "gpu": super::gpu_monitor::summarize(&self.gpu),
             "phases": self.summary(),
+            "steady": {"steps": steady.len(), "phases": summarize(&steady)},
             "evaluation_seconds": self.evals.iter().map(|e| e.seconds).sum::<f64>() + 0.0,
             "run_seconds": self.run_seconds(),
             "run_shares": self.run_shares(),
@@ -824,6 +828,13 @@ mod tests {
         // empty sum of f64), which profile.json and the report showed.
         let json = p.to_json(0).to_string();
         assert!(!json.contains("-0.0"), "{json}");
+        // Beside every step's phases, those of the steps after warm-up
+        // (the first step is always one): what the report compares.
+        let v = p.to_json(0);
+        assert_eq!(v["steady"]["steps"], 3);
+        let steady = v["steady"]["phases"].as_array().unwrap();
+        let forward = steady.iter().find(|x| x["phase"] == "forward").unwrap();
+        assert!((forward["total"].as_f64().unwrap() - 0.6).abs() < 1e-12, "{forward}");
     }
 
     #[test]

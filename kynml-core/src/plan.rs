@@ -206,7 +206,9 @@ impl SpecFile {
     }
 
     /// Relative paths in a spec are relative to the spec's own folder, so a
-    /// spec and its data can be moved together and run from anywhere. A
+    /// spec and its data can be moved together and run from anywhere: the
+    /// folder of its path as given (a symbolic link's own, not its
+    /// target's: one spec linked into several folders reads each one's). A
     /// leading `~` is the home folder (`$HOME`, else the account's), as a shell and pandas'
     /// `read_csv` read it.
     pub fn resolve(&self, path: &Path) -> PathBuf {
@@ -1627,6 +1629,25 @@ mod tests {
         // on the CPU steps on Burn's.
         let parallel = file("adam(lr=0.01, fused=true)\n    devices = [cpu, cpu]").check_memory(&cpu).unwrap();
         assert!(parallel.optimizer > plain.optimizer);
+    }
+
+    /// A spec opened through a symbolic link reads its relative paths from
+    /// the link's folder, as docs/language.md says.
+    #[cfg(unix)]
+    #[test]
+    fn a_linked_spec_reads_its_paths_from_the_links_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (real, elsewhere) = (tmp.path().join("real"), tmp.path().join("elsewhere"));
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let text = "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 \
+                    linear\ntrain:\n    loss = mse\n    epochs = 1\n";
+        std::fs::write(real.join("spec.kyn"), text).unwrap();
+        std::os::unix::fs::symlink(real.join("spec.kyn"), elsewhere.join("spec.kyn")).unwrap();
+        let linked = SpecFile::load(&elsewhere.join("spec.kyn")).unwrap();
+        assert_eq!(linked.resolve(Path::new("d.csv")), elsewhere.join("d.csv"));
+        let direct = SpecFile::load(&real.join("spec.kyn")).unwrap();
+        assert_eq!(direct.resolve(Path::new("d.csv")), real.join("d.csv"));
     }
 
     /// On the CPU the estimate is the engine's that runs: the native

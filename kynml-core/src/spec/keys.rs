@@ -107,13 +107,34 @@ pub(super) fn settings<'a>(block: &'a Block, d: &mut Vec<Diagnostic>) -> Setting
     Settings { block, entries, suggested }
 }
 
+/// A key written on a line of its own in `train:` that is an argument of
+/// one of its settings (`lr` of the optimizer, `patience` of early
+/// stopping), as other tools' configs have them: where it goes.
+fn argument_of(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "learning_rate" => "the learning rate is `lr`, an argument of the optimizer: `optimizer = adamw(lr=0.001)`",
+        "lr" | "weight_decay" | "momentum" | "betas" | "eps" | "nesterov" | "dampening" | "alpha" | "centered"
+        | "fused" => "an argument of the optimizer: `optimizer = adamw(lr=0.001, weight_decay=0.01)`",
+        "patience" | "min_delta" => "an argument of early stopping: `early_stop = early_stop(patience=10)`",
+        "t_max" | "eta_min" | "step_size" | "gamma" | "warmup" => {
+            "an argument of the scheduler: `scheduler = cosine(t_max=100, warmup=5)`"
+        }
+        "every_n" | "keep" | "async_save" => {
+            "an argument of checkpoint(...): `checkpoint = checkpoint(every_n=10, path=\"checkpoints/run.ckpt\")`"
+        }
+        _ => return None,
+    })
+}
+
 fn unknown_key(block: &Block, entry: &Entry) -> Diagnostic {
     let key = entry.key.value.as_str();
     let known = keys_of(block.kind);
     let elsewhere = BlockKind::ALL.into_iter().find(|kind| *kind != block.kind && keys_of(*kind).contains(&key));
-    let help = match elsewhere {
-        Some(kind) => format!("`{key}` belongs in the `{}` block", kind.header_form()),
-        None => suggest::help(key, known.iter().copied())
+    let argument = (block.kind == BlockKind::Train).then(|| argument_of(key)).flatten();
+    let help = match (elsewhere, argument) {
+        (Some(kind), _) => format!("`{key}` belongs in the `{}` block", kind.header_form()),
+        (None, Some(help)) => help.to_string(),
+        (None, None) => suggest::help(key, known.iter().copied())
             .unwrap_or_else(|| format!("{} accepts {}", block.describe(), suggest::one_of(known))),
     };
     Diagnostic::new(entry.key.span, format!("unknown key `{key}` in {}", block.describe()), "unknown key")

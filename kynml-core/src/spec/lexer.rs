@@ -130,7 +130,12 @@ impl Lexer<'_> {
                         format!("unexpected character `{c}` (U+{:04X})", c as u32)
                     };
                     let help = match c {
-                        '-' | '.' => Some("names may contain only ASCII letters, digits and `_`"),
+                        '-' => Some("names may contain only ASCII letters, digits and `_`"),
+                        '.' => Some(
+                            "names may contain only ASCII letters, digits and `_`; a path or other text goes in \
+                             double quotes: `csv(\"data/iris.csv\")`",
+                        ),
+                        '/' | '\\' => Some("a path goes in double quotes: `csv(\"data/iris.csv\")`"),
                         '{' | '}' => Some("lists are written in square brackets: `[a, b]`"),
                         ';' => Some("write one setting per line"),
                         '\u{2212}' | '\u{2013}' | '\u{2014}' => Some("a typographic minus or dash: write `-`"),

@@ -131,7 +131,8 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
                 let other = line.name.value.as_str();
                 unsure = true;
                 let activation = ACTIVATIONS.iter().any(|(a, _)| *a == other);
-                let help = suggest::help(other, names.iter().copied()).unwrap_or_else(|| {
+                // `Input 4`: the input line is no layer, but may be what was meant.
+                let help = suggest::help(other, names.iter().copied().chain(["input"])).unwrap_or_else(|| {
                     if activation {
                         format!("activations go at the end of a dense line, as in `dense 64 {other}`")
                     } else {

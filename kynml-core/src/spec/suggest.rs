@@ -84,11 +84,24 @@ where
     best.map(|(_, c)| c)
 }
 
-/// `did you mean `x`?`, or `None`.
+/// Activations and optimizers of other tools that are not these names'
+/// typos but other things (ELU is not ReLU, Adamax not AdamW), one or two
+/// edits from a name here: "did you mean" would mislead, so the caller
+/// lists what is accepted instead.
+const OTHER_THINGS: &[&str] = &[
+    "elu", "selu", "celu", "mish", "softplus", "softsign", "prelu", "rrelu", "adamax", "nadam", "radam", "adagrad",
+    "adadelta", "lamb", "lion", "lars",
+];
+
+/// `did you mean `x`?`, or `None` (also for another tool's name of a
+/// different thing, [`OTHER_THINGS`]).
 pub(crate) fn help<'a, I>(word: &str, candidates: I) -> Option<String>
 where
     I: IntoIterator<Item = &'a str>,
 {
+    if OTHER_THINGS.contains(&word.to_ascii_lowercase().as_str()) {
+        return None;
+    }
     did_you_mean(word, candidates).map(|c| format!("did you mean `{c}`?"))
 }
 
@@ -157,6 +170,13 @@ mod tests {
         assert_eq!(did_you_mean("learning_rate", ["lr", "eps"]), Some("lr"));
         // An alias whose target is not on offer falls back to distance.
         assert_eq!(did_you_mean("gpu", ["cpu"]), Some("cpu"));
+    }
+
+    #[test]
+    fn other_tools_names_of_other_things_are_not_typos() {
+        assert_eq!(help("elu", ["relu", "gelu", "silu"]), None);
+        assert_eq!(help("Adamax", ["adam", "adamw", "sgd"]), None);
+        assert_eq!(help("rleu", ["relu", "gelu"]).as_deref(), Some("did you mean `relu`?"));
     }
 
     #[test]

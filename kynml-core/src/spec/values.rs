@@ -61,14 +61,18 @@ pub(super) fn float(v: &Value, what: &str, range: Range, d: &mut Vec<Diagnostic>
         too_large(v, text, what, d);
         return None;
     };
-    if !range.contains(x) {
+    // `1e-400` is 0 in f64 too: not a 0 written, but a value as far beyond
+    // an f32 as `1e-46` (said so, not as out of range).
+    let underflow =
+        x == 0.0 && text.split(['e', 'E']).next().is_some_and(|m| m.bytes().any(|b| (b'1'..=b'9').contains(&b)));
+    if !underflow && !range.contains(x) {
         out_of_range(v, text, what, range.rule(), d);
         return None;
     }
     // Training computes in 32-bit floats: a value they would turn into 0
     // or infinity (`eps = 5e-324`, `lr = 1e300`) would not train as written.
     let single = x as f32;
-    if x != 0.0 && (single == 0.0 || single.is_infinite()) {
+    if underflow || (x != 0.0 && (single == 0.0 || single.is_infinite())) {
         let zero = if range.contains(0.0) { " (or 0)" } else { "" };
         d.push(
             Diagnostic::new(v.span, format!("{what} is beyond a 32-bit float: `{}`", shorten(text)), "not an f32")
@@ -314,10 +318,14 @@ mod tests {
         }
         assert_eq!(d.len(), 4);
         assert!(d[0].message.contains("beyond a 32-bit float"), "{}", d[0].message);
-        for text in ["0", "1e-30", "3e38", "-0.5"] {
+        for text in ["0", "1e-30", "3e38", "-0.5", "0e-400", "0.000e5"] {
             assert!(float(&num(text), "`eps`", Range::Any, &mut d).is_some(), "{text}");
         }
         assert_eq!(d.len(), 4);
+        // Past even an f64's least value it reads as 0: said as beyond an
+        // f32, not as a 0 out of range.
+        assert_eq!(float(&num("1e-400"), "`lr`", Range::Positive, &mut d), None);
+        assert!(d[4].message.contains("beyond a 32-bit float: `1e-400`"), "{}", d[4].message);
     }
 
     fn num(text: &str) -> Value {

@@ -257,7 +257,8 @@ fn read_profile(path: &Path) -> Result<Option<(Vec<String>, String)>, String> {
         None if name == "sync" => "-".into(),
         found => found.and_then(|x| x["share"].as_f64()).map_or("?".into(), |s| format!("{:.1}%", 100.0 * s)),
     };
-    // The mean step with its wait, as the chart's and the shares' step.
+    // The mean step with its wait, as the shares' step (the chart,
+    // profile.svg, draws every step's).
     let mean: f64 = phases.iter().filter_map(|x| x["mean"].as_f64()).sum();
     let mut row = vec![steps];
     row.extend(kynml_core::train::profile::PHASES.map(share));

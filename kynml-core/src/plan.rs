@@ -662,6 +662,15 @@ impl SpecFile {
                         bytes(e.at_the_end)
                     ))
                 }
+                // The native CPU engine's validation pass, grown past a batch.
+                None if e.evaluation > capacity.saturating_sub(e.fixed()) => {
+                    Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
+                        "a validation pass of {} rows alone needs {}: use a smaller model, or validate on fewer rows \
+                         (a larger `split`)",
+                        e.evaluation_rows,
+                        bytes(e.evaluation)
+                    ))
+                }
                 None => Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
                     "one row's activations alone need {}: use a shorter input or narrower layers",
                     bytes(e.per_row)

@@ -587,8 +587,9 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
     notes
 }
 
-/// With batchnorm, a last batch that leaves a device fewer than 2 rows is
-/// left out of each epoch (as PyTorch's `drop_last`): said, with the
+/// With a batchnorm that needs rows (one value a channel a row: plain
+/// features, not a convolution's map), a last batch that leaves a device
+/// fewer than 2 rows is left out of each epoch (as PyTorch's `drop_last`): said, with the
 /// nearest batch size that leaves none out.
 fn batchnorm_leaves_out(needs_rows: bool, rows: usize, batch: usize, devices: usize) -> Option<String> {
     let least = 2 * devices.max(1);

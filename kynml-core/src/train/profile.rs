@@ -18,7 +18,9 @@ use super::gpu_monitor::GpuSample;
 /// The time of one step's phases, in seconds, as an engine measures them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepPhases {
-    /// The batch copied to the device (0 on the native engine, which reads it in place).
+    /// The batch copied to the device (0 on the native engine, which reads
+    /// it in place); in a data-parallel run also the lead's split of the
+    /// batch among the replicas.
     pub copy: f64,
     /// The forward pass and the loss.
     pub forward: f64,
@@ -26,7 +28,7 @@ pub struct StepPhases {
     pub backward: f64,
     /// Data-parallel runs only (0 on one device): the gradients' all-reduce
     /// and the wait for the other replicas, which includes their share of
-    /// any work that is slower than the lead's.
+    /// any work that is slower than the lead's, and the sum of their losses.
     pub sync: f64,
     /// Loss-scale check, clipping and the optimizer's update.
     pub optimizer: f64,

@@ -1167,9 +1167,6 @@ pub fn metrics_for(spec: &Spec, loss: Loss) -> Vec<Metric> {
     }
 }
 
-/// Cut one epoch's shuffled order into batches. A last batch of a single row
-/// is dropped when the model has batchnorm, whose batch statistics need two
-/// rows (PyTorch raises an error there instead).
 /// Where each batch falls in its optimizer step: `n` batches a step, each
 /// weighted by its share of the step's rows (the last step of an epoch may
 /// hold fewer); `n = 1` gives whole steps of weight 1.

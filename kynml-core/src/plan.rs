@@ -662,8 +662,11 @@ impl SpecFile {
                         bytes(e.at_the_end)
                     ))
                 }
-                // The native CPU engine's validation pass, grown past a batch.
-                None if e.evaluation > capacity.saturating_sub(e.fixed()) => {
+                // The native CPU engine's validation pass, grown past a batch
+                // (where one row would fit: else the row is what does not).
+                None if e.per_row <= capacity.saturating_sub(e.fixed())
+                    && e.evaluation > capacity.saturating_sub(e.fixed()) =>
+                {
                     Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
                         "a validation pass of {} rows alone needs {}: use a smaller model, or validate on fewer rows \
                          (a larger `split`)",

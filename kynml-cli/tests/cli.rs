@@ -2151,6 +2151,66 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     assert!(text(&out).contains("`format_version` is 2, newer than this KynML reads"), "{}", text(&out));
 }
 
+/// A safetensors pair copied under another name goes on loading after an
+/// export of the same model in the other format beside it, and one of
+/// another model there is refused (it replaced the sidecar, and the copy no
+/// longer loaded). An export that cannot be written whole (a full disk, here
+/// a file size limit) leaves the old pair as it was, and nothing beside it.
+#[cfg(unix)]
+#[test]
+fn a_renamed_export_pair_is_kept_and_an_export_cut_short_changes_nothing() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    assert!(kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "2", "--out", "a"], dir).status.success());
+    // Another model, whose weights file (about 43 KiB) is larger than its sidecar.
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace("dense 32 relu", "dense 100 relu");
+    std::fs::write(dir.join("big.kyn"), spec).unwrap();
+    assert!(kynml(&["train", "big.kyn", "--device", "cpu", "--epochs", "2", "--out", "b"], dir).status.success());
+    std::fs::write(
+        dir.join("rows.csv"),
+        "sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm\n5.1,3.5,1.4,0.2\n6.3,2.5,5.0,1.9\n",
+    )
+    .unwrap();
+    let out = kynml(&["export", "a", "--format", "safetensors", "--path", "out/iris.safetensors"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::create_dir(dir.join("ren")).unwrap();
+    std::fs::copy(dir.join("out/iris.safetensors"), dir.join("ren/r.safetensors")).unwrap();
+    std::fs::copy(dir.join("out/iris.json"), dir.join("ren/r.json")).unwrap();
+    let predicted = kynml(&["predict", "ren/r.safetensors", "rows.csv"], dir);
+    assert!(predicted.status.success(), "{}", text(&predicted));
+    let sidecar = std::fs::read(dir.join("ren/r.json")).unwrap();
+    let out = kynml(&["export", "b", "--format", "burn", "--path", "ren/r.mpk"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("its sidecar ren/r.json describes `r.safetensors`"), "{t}");
+    assert_eq!(std::fs::read(dir.join("ren/r.json")).unwrap(), sidecar, "the sidecar is untouched");
+    let out = kynml(&["export", "a", "--format", "burn", "--path", "ren/r.mpk"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    for model in ["ren/r.safetensors", "ren/r.mpk"] {
+        let out = kynml(&["predict", model, "rows.csv"], dir);
+        assert!(out.status.success(), "{model}: {}", text(&out));
+        assert_eq!(out.stdout, predicted.stdout, "{model}");
+    }
+    // Files of at most 32 KiB: the sidecar fits, the other model's weights do not.
+    let exe = env!("CARGO_BIN_EXE_kynml");
+    let limited = Command::new("bash")
+        .args(["-c", "ulimit -f 32; trap '' XFSZ; exec \"$0\" \"$@\""])
+        .args([exe, "export", "b", "--format", "safetensors", "--path", "out/iris.safetensors"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let t = text(&limited);
+    assert_eq!(limited.status.code(), Some(1), "{t}");
+    assert!(t.contains("cannot write out/iris.safetensors") && !t.contains("panicked"), "{t}");
+    let out = kynml(&["predict", "out/iris.safetensors", "rows.csv"], dir);
+    assert!(out.status.success(), "the old pair loads: {}", text(&out));
+    assert_eq!(out.stdout, predicted.stdout);
+    let mut left: Vec<String> =
+        std::fs::read_dir(dir.join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    left.sort();
+    assert_eq!(left, ["iris.json", "iris.safetensors"]);
+}
+
 /// A classification target with one class is the data's problem, said at
 /// the loss: no "expected `dense 1`" that could never train either.
 #[test]

@@ -32,28 +32,60 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// a large file need not be held whole in memory; an error from `body` is
 /// the write's.
 pub fn write_with(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
-    let path = &through_links(path);
+    stage_with(path, body)?.commit()
+}
+
+/// A file written whole and synced beside its target, not yet in its
+/// place: [`Staged::commit`] renames it over the target, and dropped
+/// uncommitted it is removed. Two files that belong together (a model and
+/// its sidecar) are both staged before either replaces its old one: a full
+/// disk then leaves the old pair as it was.
+#[derive(Debug)]
+pub struct Staged {
+    temp: PathBuf,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl Staged {
+    /// Puts the file in its place, replacing what was there.
+    pub fn commit(mut self) -> io::Result<()> {
+        let renamed = fs::rename(&self.temp, &self.path);
+        self.committed = renamed.is_ok();
+        renamed
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// Writes what `body` writes to a temporary file beside `path` and syncs
+/// it, leaving `path` untouched until [`Staged::commit`]; on failure the
+/// temporary file is removed.
+pub fn stage_with(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<Staged> {
+    let path = through_links(path);
     let Some(name) = path.file_name() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "the path does not name a file"));
     };
-    remove_dead_temps(path, name);
-    let temp = folder(path).join(temp_name(name));
+    remove_dead_temps(&path, name);
+    let temp = folder(&path).join(temp_name(name));
     // OpenOptions' default mode is File::create's: 0666, less the umask.
     let file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
-    let written = (|| {
-        if let Some(old) = fs::metadata(path).ok().filter(|m| m.is_file()) {
-            file.set_permissions(old.permissions())?;
-        }
-        let mut out = io::BufWriter::with_capacity(1 << 20, file);
-        body(&mut out)?;
-        let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-        file.sync_all()?;
-        fs::rename(&temp, path)
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&temp);
+    // Removed again, should the writing fail.
+    let staged = Staged { temp, path, committed: false };
+    if let Some(old) = fs::metadata(&staged.path).ok().filter(|m| m.is_file()) {
+        file.set_permissions(old.permissions())?;
     }
-    written
+    let mut out = io::BufWriter::with_capacity(1 << 20, file);
+    body(&mut out)?;
+    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    file.sync_all()?;
+    Ok(staged)
 }
 
 /// Where a write to `path` lands: at the end of its symbolic links, as
@@ -159,6 +191,28 @@ mod tests {
         write(&path, b"one").unwrap();
         write(&path, b"two").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// A staged file is in place only once committed; dropped before, it
+    /// leaves the old file and nothing else.
+    #[test]
+    fn a_staged_file_replaces_the_old_one_only_when_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        write(&path, b"old").unwrap();
+        let staged = stage_with(&path, |out| out.write_all(b"new")).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2, "the staged file beside it");
+        drop(staged);
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        stage_with(&path, |out| out.write_all(b"new")).unwrap().commit().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        // A failing body leaves nothing staged.
+        let err = stage_with(&path, |_| Err(io::Error::other("full"))).unwrap_err();
+        assert_eq!(err.to_string(), "full");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 

@@ -489,27 +489,71 @@ fn sidecar_for(model: &ExportModel, path: &Path, (len, crc): (u64, u32)) -> Resu
     // The model's description, as sidecars have summed it since they named
     // their weights: `padding`, added later, follows from `input_layout`, and
     // left out, a sidecar written before it still describes the same model.
+    // The layers' `module` texts (words for a PyTorch user, which a later
+    // version may word better) are left out too; a sidecar summed with
+    // them, as earlier ones were, is still this model's.
     let mut described = json.clone();
     if let Some(fields) = described.as_object_mut() {
         fields.remove("padding");
+    }
+    let with_texts = crc_text(&serde_json::to_vec(&described).unwrap_or_default());
+    if let Some(layers) = described.get_mut("layers") {
+        without_module_texts(layers);
     }
     let description = crc_text(&serde_json::to_vec(&described).unwrap_or_default());
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut files = serde_json::Map::new();
     let existing = std::fs::read(&sidecar).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
     if let Some(Value::Object(old)) = existing.as_ref().and_then(|v| v.pointer("/weights/files")) {
-        let others: Vec<&String> = old.keys().filter(|k| **k != name && parent(path).join(k).is_file()).collect();
-        let same = existing.as_ref().and_then(|v| v.pointer("/weights/description"))
-            == Some(&Value::from(description.clone()));
+        // The other files the sidecar describes: those beside it by name,
+        // and the other format's file of this name when it is one of them
+        // by size and checksum (a pair copied under another name, which
+        // loads as such), entered under the name it has now.
+        let mut others: Vec<(String, Value)> = old
+            .iter()
+            .filter(|(k, _)| **k != name && parent(path).join(k).is_file())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let sibling = path.with_extension(match path.extension().and_then(|e| e.to_str()) {
+            Some("mpk") => "safetensors",
+            _ => "mpk",
+        });
+        let sibling_name = sibling.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if sibling_name != name && !others.iter().any(|(k, _)| *k == sibling_name) && sibling.is_file() {
+            if let Ok((len, crc)) = sum_file(&sibling) {
+                let fits = |entry: &Value| {
+                    entry.get("bytes").and_then(Value::as_u64) == Some(len)
+                        && entry.get("crc32c").and_then(Value::as_str) == Some(format!("{crc:08x}").as_str())
+                };
+                if let Some(entry) = old.values().find(|e| fits(e)) {
+                    others.push((sibling_name, entry.clone()));
+                }
+            }
+        }
+        let summed = existing.as_ref().and_then(|v| v.pointer("/weights/description")).and_then(Value::as_str);
+        let same = summed.is_some_and(|d| d == description || d == with_texts);
         if same {
-            files.extend(old.iter().filter(|(k, _)| others.contains(k)).map(|(k, v)| (k.clone(), v.clone())));
-        } else if let Some(owner) = others.first() {
-            return Err(ExportError::SharedSidecar { path: path.into(), sidecar, owner: owner.to_string() });
+            files.extend(others);
+        } else if let Some((owner, _)) = others.first() {
+            return Err(ExportError::SharedSidecar { path: path.into(), sidecar, owner: owner.clone() });
         }
     }
     files.insert(name, serde_json::json!({"bytes": len, "crc32c": format!("{crc:08x}")}));
     json["weights"] = serde_json::json!({"description": description, "files": files});
     Ok(serde_json::to_vec_pretty(&json).unwrap_or_default())
+}
+
+/// `value` without its objects' `module` entries, at any depth (a
+/// residual block's layers have theirs).
+fn without_module_texts(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            fields.remove("module");
+            fields.values_mut().for_each(without_module_texts);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_module_texts),
+        _ => {}
+    }
 }
 
 /// Whether `bytes`, read from the Burn record `weights`, are a file the
@@ -569,11 +613,19 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             let sums = torch::write_safetensors(&mut std::io::sink(), &header, &entries)
                 .map_err(|source| ExportError::Write { path: path.into(), source })?;
             let side = sidecar_for(model, path, sums)?;
-            // The sidecar first: a weights file is ever in place only beside
-            // a sidecar that names it (so that an export cut short between
-            // the two is KynML's to replace, not taken for another tool's).
+            // The weights staged whole first (a full disk stops the export
+            // there, with the old pair as it was), then the sidecar put in
+            // place, then the weights: a weights file is ever in place only
+            // beside a sidecar that names it (so that an export cut short
+            // between the two is KynML's to replace, not taken for another
+            // tool's).
+            let dir = parent(path);
+            std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
+            let staged =
+                crate::atomic_file::stage_with(path, |out| torch::write_safetensors(out, &header, &entries).map(drop))
+                    .map_err(|source| ExportError::Write { path: path.into(), source })?;
             write_atomic(&sidecar, &side)?;
-            write_atomic_with(path, |out| torch::write_safetensors(out, &header, &entries).map(drop))?;
+            staged.commit().map_err(|source| ExportError::Write { path: path.into(), source })?;
             Ok(vec![path.into(), sidecar])
         }
         Format::Burn => {
@@ -707,8 +759,9 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     if path.is_dir() && !path.join(RUN_WEIGHTS).is_file() {
         return Err(given(
             &format!(
-                "the folder has no {RUN_WEIGHTS}: it is not a run folder, or its run has not finished (an \
-                 interrupted run resumes from its checkpoint)"
+                "the folder has no {RUN_WEIGHTS}: it is not a run folder, or its run did not finish (it was \
+                 stopped, or ended with an error; a spec that checkpoints goes on from its checkpoint with \
+                 `kynml train`)"
             ),
             LoadProblem::Missing,
         ));

@@ -5,6 +5,7 @@
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::data::DataInfo;
 use crate::train::EpochRecord;
@@ -16,7 +17,15 @@ pub struct RunDir {
     pub path: PathBuf,
     /// Whether this run made the folder (not an empty one it was given).
     created: bool,
+    /// Whether the folder still holds this run's claim on it
+    /// ([`RunDir::create_exact`]), taken back once a file of the run is in it.
+    claimed: AtomicBool,
 }
+
+/// The file by which a run claims a folder it was given, before its own
+/// files are in it: two runs started at once with one `--out` both found
+/// it empty, and mixed their files. Holds `<pid>@<host>`.
+const CLAIM: &str = ".kynml-run-claim";
 
 impl RunDir {
     /// A fresh folder under `base` named `<stem>-<YYYYmmdd-HHMMSS>` (UTC),
@@ -29,7 +38,7 @@ impl RunDir {
         for n in 1.. {
             let path = if n == 1 { base.join(&name) } else { base.join(format!("{name}-{n}")) };
             match fs::create_dir(&path) {
-                Ok(()) => return Ok(RunDir { path, created: true }),
+                Ok(()) => return Ok(RunDir { path, created: true, claimed: AtomicBool::new(false) }),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
             }
@@ -38,19 +47,56 @@ impl RunDir {
     }
 
     /// Use `path` as the run folder, creating it; it must be empty or new,
-    /// so that no earlier run's files are mixed in. The errors do not name
+    /// so that no earlier run's files are mixed in, and no other run may be
+    /// taking it at the same moment (a claim file, made only where none is,
+    /// stays until the run's first file is written). The errors do not name
     /// `path`; the caller does.
     pub fn create_exact(path: &Path) -> io::Result<Self> {
         refuse_file(path)?;
         let created = !path.exists();
         fs::create_dir_all(path)?;
-        if fs::read_dir(path)?.next().is_some() {
+        let claim = path.join(CLAIM);
+        let mine = format!("{}@{}", std::process::id(), hostname());
+        let make = || OpenOptions::new().write(true).create_new(true).open(&claim);
+        let made = match make() {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && claim_is_dead(&claim) => {
+                let _ = fs::remove_file(&claim);
+                make()
+            }
+            made => made,
+        };
+        match made {
+            Ok(mut file) => {
+                if let Err(e) = file.write_all(mine.as_bytes()) {
+                    let _ = fs::remove_file(&claim);
+                    return Err(e);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "another run is being set up in it (a run folder is one run's: give this one another --out)",
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+        let run = RunDir { path: path.to_path_buf(), created, claimed: AtomicBool::new(true) };
+        if fs::read_dir(path)?.flatten().any(|entry| entry.file_name() != CLAIM) {
+            // Dropped: its claim goes, the files in the folder stay.
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 "it is not empty (a run folder must be new or empty, so that no earlier run's files are mixed in)",
             ));
         }
-        Ok(RunDir { path: path.to_path_buf(), created })
+        Ok(run)
+    }
+
+    /// Removes this run's claim on its folder, once the folder holds a file
+    /// of the run (which keeps any other run out) or the run is over.
+    fn unclaim(&self) {
+        if self.claimed.swap(false, Ordering::SeqCst) {
+            let _ = fs::remove_file(self.path.join(CLAIM));
+        }
     }
 
     /// Takes back a run folder that could not be set up (a full disk while
@@ -59,6 +105,7 @@ impl RunDir {
     /// same command can be run again. Best effort: the caller is already
     /// reporting an error.
     pub fn discard(self) {
+        self.unclaim();
         if self.created {
             let _ = fs::remove_dir_all(&self.path);
         } else if let Ok(entries) = fs::read_dir(&self.path) {
@@ -72,7 +119,9 @@ impl RunDir {
     /// Written to a temporary file in the run folder, synced, then renamed
     /// into place: a reader never sees half a file.
     pub fn write_text(&self, name: &str, text: &str) -> io::Result<()> {
-        crate::atomic_file::write(&self.path.join(name), text.as_bytes())
+        crate::atomic_file::write(&self.path.join(name), text.as_bytes())?;
+        self.unclaim();
+        Ok(())
     }
 
     /// Writes `value` as pretty-printed JSON to `name` in the run folder, as [`RunDir::write_text`] does.
@@ -103,6 +152,30 @@ impl RunDir {
     pub fn write_data_info(&self, info: &DataInfo) -> io::Result<()> {
         self.write_json("data.json", info)
     }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        self.unclaim();
+    }
+}
+
+/// Whether the claim file `claim` is of a process that no longer runs on
+/// this machine (killed while its run was being set up). One of another
+/// machine's (a shared folder), or one that cannot be read or told, is
+/// taken as alive.
+fn claim_is_dead(claim: &Path) -> bool {
+    let Ok(text) = fs::read_to_string(claim) else { return false };
+    let Some((pid, host)) = text.split_once('@') else { return false };
+    let proc = Path::new("/proc");
+    host == hostname()
+        && proc.join("self").exists()
+        && pid.parse::<u32>().is_ok_and(|p| !proc.join(p.to_string()).exists())
+}
+
+/// This machine's name, as a claim records its maker's.
+fn hostname() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
 }
 
 /// An error when `path` is something other than a folder (the operating
@@ -183,6 +256,32 @@ mod tests {
         fs::write(tmp.path().join("old"), "x").unwrap();
         let err = RunDir::create_exact(tmp.path()).unwrap_err();
         assert!(err.to_string().contains("it is not empty"), "{err}");
+    }
+
+    /// A folder one run is taking is refused to a second one started at
+    /// the same moment, which found it as empty (both trained into it);
+    /// the claim goes with the first run's first file, and one left by a
+    /// process that was killed is no obstacle.
+    #[test]
+    fn a_folder_another_run_is_taking_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("run");
+        let first = RunDir::create_exact(&path).unwrap();
+        let err = RunDir::create_exact(&path).unwrap_err();
+        assert!(err.to_string().contains("another run is being set up in it"), "{err}");
+        first.write_text("spec.kyn", "x").unwrap();
+        assert!(!path.join(CLAIM).exists());
+        let err = RunDir::create_exact(&path).unwrap_err();
+        assert!(err.to_string().contains("it is not empty"), "{err}");
+        assert!(!path.join(CLAIM).exists(), "the refused run's claim went with it");
+        assert_eq!(fs::read_dir(&path).unwrap().count(), 1);
+        // A claim whose process is gone (above Linux's largest pid).
+        let other = tmp.path().join("other");
+        fs::create_dir(&other).unwrap();
+        fs::write(other.join(CLAIM), format!("999999999@{}", hostname())).unwrap();
+        let run = RunDir::create_exact(&other).unwrap();
+        drop(run);
+        assert_eq!(fs::read_dir(&other).unwrap().count(), 0, "a run dropped unwritten takes its claim back");
     }
 
     #[test]

@@ -374,11 +374,12 @@ fn refuse_foreign(path: &Path) -> Result<(), CheckpointError> {
         return Ok(());
     }
     let (mut head, mut tail) = ([0u8; 8], [0u8; 8]);
-    let read = File::open(path).and_then(|mut f| {
-        let n = f.read(&mut head)?;
-        let tail_read = f.seek(SeekFrom::End(-8)).and_then(|_| f.read_exact(&mut tail)).is_ok();
-        Ok((n, tail_read))
-    });
+    // A file that cannot be read (another user's, say) is said as such: it
+    // may well be a good checkpoint, not one to move away.
+    let mut file = File::open(path).map_err(|e| io_error(path, e))?;
+    let n = file.read(&mut head).map_err(|e| io_error(path, e))?;
+    let tail_read = file.seek(SeekFrom::End(-8)).and_then(|_| file.read_exact(&mut tail)).is_ok();
+    let read: io::Result<(usize, bool)> = Ok((n, tail_read));
     let magic = super::format::MAGIC;
     // Shorter than the magic and the start of it (empty, say): a checkpoint
     // cut short, as a crash or a copy onto a full disk leaves one.
@@ -862,6 +863,29 @@ mod tests {
         fs::write(numbered(&path, 7), "not a checkpoint").unwrap();
         assert!(matches!(check_targets(&path, keep), Err(CheckpointError::Foreign { .. })));
         assert!(check_targets(&path, 7).is_ok(), "x.ckpt.7 is beyond what keep = 7 touches");
+    }
+
+    /// A checkpoint this process may not read is an error saying so, not
+    /// "not a KynML checkpoint" (which invites moving a good one away).
+    /// Root reads it all the same: there the file is only checked as ours.
+    #[cfg(unix)]
+    #[test]
+    fn an_unreadable_checkpoint_is_said_unreadable_not_foreign() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let writer = CheckpointWriter::spawn_with_keep(2);
+        writer.save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o000)).unwrap();
+        match File::open(&path) {
+            Err(_) => match check_targets(&path, 2) {
+                Err(CheckpointError::Io { path: p, source }) => {
+                    assert_eq!((p, source.kind()), (path.clone(), io::ErrorKind::PermissionDenied));
+                }
+                other => panic!("expected a permission error, got {other:?}"),
+            },
+            Ok(_) => check_targets(&path, 2).unwrap(),
+        }
     }
 
     /// A lock taken on a path whose folder was still to be made covers

@@ -95,8 +95,8 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
             Ok(Some((_, state))) => {
                 let epochs = file.spec.train.epochs.value;
                 // What `kynml train` would do with it, as train says it.
-                let partway = state.partial.is_some() && !state.stopped_early;
                 let stopped = crate::train::still_stopped(&file.spec, &state);
+                let partway = state.partial.is_some() && !stopped;
                 let next = if partway && state.epoch >= epochs {
                     // Its weights have taken steps of the next epoch: train refuses it.
                     format!(
@@ -107,9 +107,11 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                         state.epoch + 1
                     )
                 } else if stopped {
-                    "stopped early; `kynml train` trains nothing and writes its best model (a larger `patience`, \
-                     or no `early_stop`, goes on from it; --fresh starts over)"
-                        .into()
+                    format!(
+                        "{}; `kynml train` trains nothing and writes its best model (a larger `patience`, or no \
+                         `early_stop`, goes on from it; --fresh starts over)",
+                        if state.stopped_early { "stopped early" } else { "the spec's `patience` is used up" }
+                    )
                 } else if state.epoch >= epochs {
                     "`kynml train` trains nothing and writes its model (raise `epochs` to go on; --fresh starts over)"
                         .into()

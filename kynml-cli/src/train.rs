@@ -82,7 +82,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     let ResumePlan { found: resume, lock: checkpoint_lock, .. } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {
         let epochs = file.spec.train.epochs.value;
-        if let (Some(partial), false) = (&state.partial, state.stopped_early) {
+        if let (Some(partial), false) = (&state.partial, still_stopped(&file.spec, state)) {
             if epochs <= state.epoch {
                 // Its weights have taken steps of the next epoch: they are
                 // no longer the model of the epochs it counts as done.
@@ -115,10 +115,11 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         let left = if still_stopped { 0 } else { epochs.saturating_sub(state.epoch) };
         if still_stopped {
             say!(
-                "resume: from {} (stopped early after {} epochs, {} without improving; nothing to train: its best \
+                "resume: from {} ({} after {} epochs, {} without improving; nothing to train: its best \
                  model is written to the run folder; a larger `patience`, or no `early_stop`, goes on from it; \
                  --fresh starts over)",
                 path.display(),
+                if state.stopped_early { "stopped early" } else { "the spec's `patience` is used up" },
                 state.epoch,
                 state.early_stop.as_ref().map_or(0, |s| s.bad_epochs),
             );
@@ -698,16 +699,16 @@ pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
     }
 }
 
-/// Whether a checkpoint that stopped early stays stopped under `spec`'s
-/// early stopping (as the trainer decides it): a larger `patience`, or no
-/// `early_stop`, goes on from it.
+/// Whether a checkpoint's run is stopped under `spec`'s early stopping (as
+/// the trainer decides it): one that stopped early stays stopped unless a
+/// larger `patience`, or no `early_stop`, lets it go on; one that had not
+/// stopped is stopped where a `patience` lowered since is used up already.
 pub(crate) fn still_stopped(spec: &kynml_core::spec::types::Spec, state: &LoopState) -> bool {
-    state.stopped_early
-        && spec.train.early_stop.as_ref().zip(state.early_stop.as_ref()).is_some_and(|(rule, saved)| {
-            let mut stopper = EarlyStopper::new(&rule.value);
-            stopper.restore(saved);
-            stopper.exhausted()
-        })
+    spec.train.early_stop.as_ref().zip(state.early_stop.as_ref()).is_some_and(|(rule, saved)| {
+        let mut stopper = EarlyStopper::new(&rule.value);
+        stopper.restore(saved);
+        stopper.exhausted()
+    })
 }
 
 /// A note when the checkpoint trained with another batch, accumulation or

@@ -616,6 +616,19 @@ fn early_stopping_changed_on_resume_is_applied_to_the_run_so_far() {
     with("");
     let on = run_to(&path, 7, true);
     assert_eq!((on.history.len(), on.stopped_early), (7, false), "seed {seed}");
+    // A patience lowered below the epochs a run that had not stopped has
+    // waited stops it there, with its best epoch's weights (it trained on
+    // until its own patience ran out).
+    with(" early_stop = early_stop(patience=4, min_delta=1000)\n");
+    let waiting = run_to(&path, 4, false);
+    assert_eq!((waiting.history.len(), waiting.stopped_early), (4, false), "seed {seed}");
+    with(" early_stop = early_stop(patience=2, min_delta=1000)\n");
+    let lowered = run_to(&path, 12, true);
+    assert_eq!((lowered.history.len(), lowered.stopped_early), (4, true), "seed {seed}");
+    assert_eq!(lowered.best_epoch, Some(1), "seed {seed}");
+    let kept = lowered.final_metrics["val_loss"];
+    let first_loss = waiting.history[0].val_loss;
+    assert!((kept - first_loss).abs() <= 1e-6 * first_loss.abs(), "seed {seed}: kept {kept}, epoch 1 had {first_loss}");
 
     // Early stopping added on resume, with a rate that makes training worse:
     // the resumed weights stay the best, not the first epoch after them.

@@ -24,7 +24,9 @@ pub trait EarlyStopping: std::fmt::Debug + Send {
     fn boxed(&self) -> Box<dyn EarlyStopping>;
     /// Whether its progress has already used up its patience: a run that
     /// stopped early and is resumed under it stops again at once. By
-    /// default true: such a run stays stopped.
+    /// default true: such a run stays stopped. (The spec's own early
+    /// stopping is asked of any resumed run: a patience lowered below the
+    /// epochs it has waited stops the run there.)
     fn exhausted(&self) -> bool {
         true
     }

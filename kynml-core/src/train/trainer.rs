@@ -431,17 +431,6 @@ fn run<'scope, 'env>(
         if let Some(now) = &run_record.data {
             resume::check_data(&s, now)?;
         }
-        // Weights that have taken steps of the epoch after the last one asked
-        // for are not the model of those epochs.
-        if let (Some(partial), false) = (&s.partial, s.stopped_early) {
-            if t.epochs.value <= s.epoch {
-                return Err(TrainError::Resume(ResumeError::PartwayPastTheEnd {
-                    epoch: s.epoch,
-                    steps: partial.steps,
-                    epochs: t.epochs.value,
-                }));
-            }
-        }
         (model, optimizer) = (restored.model, restored.optimizer);
         order_rng = Rng::new(s.order_rng);
         dropout_rng = Rng::new(s.dropout_rng);
@@ -467,8 +456,24 @@ fn run<'scope, 'env>(
         }
         saved_scale = s.loss_scale.clone();
         // A run that stopped early goes on when the spec's early stopping
-        // now lets it (its patience raised, or early stopping removed).
-        let still_stopped = s.stopped_early && stopper.as_ref().is_some_and(|st| st.exhausted());
+        // now lets it (its patience raised, or early stopping removed); one
+        // that had not stopped stops here when the spec's patience, now
+        // lowered, is used up already (as a run with it from the start
+        // would have stopped). A program's own strategy is asked only of a
+        // run that stopped.
+        let spec_rule = settings.early_stopping.is_none();
+        let still_stopped = (s.stopped_early || spec_rule) && stopper.as_ref().is_some_and(|st| st.exhausted());
+        // Weights that have taken steps of the epoch after the last one asked
+        // for are not the model of those epochs.
+        if let (Some(partial), false) = (&s.partial, still_stopped) {
+            if t.epochs.value <= s.epoch {
+                return Err(TrainError::Resume(ResumeError::PartwayPastTheEnd {
+                    epoch: s.epoch,
+                    steps: partial.steps,
+                    epochs: t.epochs.value,
+                }));
+            }
+        }
         (stopped_early, first_epoch, steps_taken, history) = (still_stopped, s.epoch + 1, s.steps, s.history);
         partial = s.partial;
         let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));

@@ -150,6 +150,11 @@ pub struct DataOrigin {
     /// (normalised): rows edited, added or removed change it.
     #[serde(default)]
     pub fingerprint: Option<u32>,
+    /// A text model's `vocab`, as written (`all` where it is not): another
+    /// one numbers the tokens otherwise. `None` for other models, and in
+    /// checkpoints from before it was saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab: Option<String>,
 }
 
 impl DataOrigin {
@@ -161,8 +166,14 @@ impl DataOrigin {
             normalize: spec.dataset.normalize,
             rows: Some([data.train.len(), data.valid.len()]),
             fingerprint: Some(fingerprint(data)),
+            vocab: spec.dataset.tokens.as_ref().map(|_| vocab_written(spec.dataset.vocab.as_ref().map(|v| v.value))),
         }
     }
+}
+
+/// A `vocab` setting as a spec writes it; `all` where none is written.
+fn vocab_written(vocab: Option<usize>) -> String {
+    vocab.map_or_else(|| "all".into(), |v| v.to_string())
 }
 
 /// [`DataOrigin::fingerprint`]: a CRC-32C over the CRCs of 64 KiB pieces
@@ -209,6 +220,13 @@ pub fn check_data(state: &LoopState, now: &DataOrigin) -> Result<(), ResumeError
     }
     if !differences.is_empty() {
         return Err(ResumeError::DataMismatch { differences: differences.join(", ") });
+    }
+    // Another vocabulary numbers the tokens otherwise: the data's
+    // fingerprint differs too, but the file is the same.
+    if let (Some(then), Some(now)) = (&then.vocab, &now.vocab) {
+        if then != now {
+            return Err(ResumeError::VocabChanged { then: then.clone(), now: now.clone() });
+        }
     }
     // The same settings over other rows: the data file changed.
     let rows = |[train, valid]: [usize; 2]| format!("{train} training and {valid} validation rows");
@@ -335,6 +353,19 @@ pub enum ResumeError {
     DataMismatch {
         /// Each difference, in words, with this run's value.
         differences: String,
+    },
+    /// The checkpoint read its texts with another `vocab`.
+    #[error(
+        "checkpoint read its texts with `vocab = {then}`, but the spec asks for `vocab = {now}`: another \
+         vocabulary numbers the tokens otherwise, and the checkpoint's embedding learned its own numbers; \
+         {} to resume, or pass --fresh to start over",
+        if then == "all" { "leave `vocab` out".to_string() } else { format!("write `vocab = {then}`") }
+    )]
+    VocabChanged {
+        /// The checkpoint's `vocab`, as written (`all` where none was).
+        then: String,
+        /// This run's.
+        now: String,
     },
     /// The data file holds other rows than the checkpoint trained on.
     #[error(
@@ -736,6 +767,7 @@ mod tests {
                 normalize: true,
                 rows: Some([80, 20]),
                 fingerprint: Some(u32::MAX),
+                vocab: Some("all".into()),
             }),
             loss: Some("huber(delta=0.5)".into()),
             batching: Some(Batching { batch: 64, accumulate: 4, devices: 2 }),
@@ -776,7 +808,8 @@ mod tests {
 
     #[test]
     fn a_resume_on_other_rows_is_refused_and_old_checkpoints_pass() {
-        let origin = |rows, fingerprint| DataOrigin { seed: 1, split: 0.8, normalize: true, rows, fingerprint };
+        let origin =
+            |rows, fingerprint| DataOrigin { seed: 1, split: 0.8, normalize: true, rows, fingerprint, vocab: None };
         let state = |data| LoopState { data: Some(data), ..LoopState::new(1, 1, "adam", 0, 0) };
         let then = state(origin(Some([80, 20]), Some(7)));
         assert!(check_data(&then, &origin(Some([80, 20]), Some(7))).is_ok());
@@ -789,5 +822,17 @@ mod tests {
         assert!(err.to_string().contains("values or targets differ") && err.to_string().contains("--fresh"), "{err}");
         // A checkpoint from before rows and fingerprints were saved.
         assert!(check_data(&state(origin(None, None)), &origin(Some([80, 20]), Some(8))).is_ok());
+        // Another vocabulary is said as such (it was "other data"), the
+        // setting to write back named.
+        let texts =
+            |vocab: &str, fingerprint| DataOrigin { vocab: Some(vocab.into()), ..origin(Some([80, 20]), fingerprint) };
+        let err = check_data(&state(texts("all", Some(7))), &texts("20", Some(8))).unwrap_err().to_string();
+        assert!(
+            err.contains("`vocab = all`, but the spec asks for `vocab = 20`") && err.contains("leave `vocab` out"),
+            "{err}"
+        );
+        let err = check_data(&state(texts("50", Some(7))), &texts("all", Some(8))).unwrap_err().to_string();
+        assert!(err.contains("write `vocab = 50` to resume"), "{err}");
+        assert!(check_data(&state(texts("50", Some(7))), &texts("50", Some(7))).is_ok());
     }
 }

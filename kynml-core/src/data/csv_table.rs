@@ -1084,14 +1084,21 @@ fn check_unique(header: &[String], path: &Path) -> Result<(), DataError> {
     Ok(())
 }
 
-/// Whether a first line is a row of data rather than a header: every cell a
-/// number, none of them one of the model's column names (pandas names
-/// columns `0`, `1`, ...), and as many cells as a row of the model has.
+/// Whether a first line is a row of data rather than a header: none of its
+/// cells one of the model's column names (pandas names columns `0`, `1`,
+/// ...), as many cells as a row of the model has, and every cell a number
+/// but, where the line has a cell for the target, one (a class's name,
+/// `setosa`).
 fn no_header(first: &[String], features: &[String], target: &str) -> bool {
     let features: std::collections::HashSet<&str> = features.iter().map(String::as_str).collect();
     let named = |h: &String| features.contains(h.as_str()) || h == target;
-    let width = first.len() == features.len() || first.len() == features.len() + 1;
-    width && first.iter().all(|h| h.trim().parse::<f64>().is_ok() && !named(h))
+    let texts = first.iter().filter(|h| h.trim().parse::<f64>().is_err()).count();
+    let fits = match first.len().checked_sub(features.len()) {
+        Some(0) => texts == 0,
+        Some(1) => texts <= 1,
+        _ => false,
+    };
+    fits && !first.iter().any(named)
 }
 
 /// A cell's text, trimmed; `col` is 0-based, `name` its header (none while
@@ -1896,6 +1903,14 @@ mod tests {
         // With a cell for the target, the header names it too.
         let err = model_rows(b"5.1,3.5,1\n", &["a", "x"], None).unwrap_err().to_string();
         assert!(err.contains("so put one first: `a,x,y`"), "{err}");
+        // A class's name in that cell is the target's too; a name in a
+        // line of only the inputs' width is a header.
+        let err = model_rows(b"5.1,3.5,setosa\n", &["a", "x"], None).unwrap_err().to_string();
+        assert!(err.contains("so put one first: `a,x,y`"), "{err}");
+        for line in [&b"5.1,setosa\n"[..], b"5.1,b,c\n"] {
+            let err = model_rows(line, &["a", "x"], None).unwrap_err().to_string();
+            assert!(!err.contains("no header"), "{err}");
+        }
         // Columns named by numbers (pandas' 0, 1, ...) with one misnamed: a
         // header, not data; nor is a line of another width.
         for line in [&b"0,2\n1,2\n"[..], b"1,2,3,4\n"] {

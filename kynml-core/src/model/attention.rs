@@ -323,13 +323,20 @@ impl Attention<Kb> {
             None => a.matmul(c),
             Some(t) => a.cast(t).matmul(c.cast(t)).cast(FloatDType::F32),
         };
+        // Heads of one value each (`heads` = the width): both products are
+        // outer ones, taken as broadcast multiplications. CubeCL's products
+        // of a dimension of 1 from these swapped views gave wrong numbers
+        // on wgpu (outputs 0.07-0.24 off the CPU's, silently).
+        let single = dh == 1;
         // Scaled before the product, which in fp16 could otherwise overflow.
-        let mut scores = mul(q / (dh as f64).sqrt(), k.swap_dims(2, 3));
+        let q = q / (dh as f64).sqrt();
+        let mut scores = if single { q * k.swap_dims(2, 3) } else { mul(q, k.swap_dims(2, 3)) };
         if let Some(mask) = mask {
             scores = scores + (mask - 1.0).mul_scalar(-MASKED).reshape([b, 1, 1, l]);
         }
         let weights = dropout.apply(softmax(scores, 3).reshape([b * h * l, l]), pass.rng()).reshape([b, h, l, l]);
-        let mixed = mul(weights, v).swap_dims(1, 2).reshape([b, l, d]);
+        let mixed = if single { (weights * v.swap_dims(2, 3)).sum_dim(3) } else { mul(weights, v) };
+        let mixed = mixed.swap_dims(1, 2).reshape([b, l, d]);
         product(mixed, self.out_weight.val()) + self.out_bias.val().unsqueeze::<3>()
     }
 

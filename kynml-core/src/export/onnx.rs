@@ -297,6 +297,15 @@ fn encoding(model: &ExportModel) -> Option<String> {
                 .into(),
         );
     }
+    if model.sequence.is_some() {
+        return Some(
+            "each row is `length` positions of one value from each of the `sequence` columns, position by \
+             position (`x[p * C + c]` for C columns); a sequence shorter than `length` is padded with NaN: a \
+             position whose first value is NaN is padding, left out of attention and pooling (a 0 there is a \
+             real point, not padding); a row of padding only gives the last layers' bias"
+                .into(),
+        );
+    }
     (!model.categories.is_empty()).then(|| {
         "a categorical column's input (at its `position`) is 1 + the place in its `values` of the cell, \
          trimmed of white space at both ends; 0 for a value training never saw; any other number (past the \
@@ -321,6 +330,8 @@ fn encode_model(model: &ExportModel, mut g: Graph) -> Vec<u8> {
     }
     let rows = if model.tokens.is_some() {
         "token ids (metadata `encoding`)"
+    } else if model.sequence.is_some() {
+        "sequences of feature rows, NaN past a sequence's end (metadata `encoding`)"
     } else if model.categories.is_empty() {
         "raw feature rows"
     } else {
@@ -687,6 +698,11 @@ mod tests {
         let doc = string_of(&fields(bytes_of(&top, 7)[0]), 10);
         assert!(doc.contains("categories as indices"), "{doc}");
         assert!(!metadata.iter().any(|(k, _)| k == "encoding"), "a model of numbers has no encoding entry");
+        // A sequence model says its padding is NaN (zeros read as points).
+        let mut seq = model(Head::Regression, vec![dense(3, 1, Activation::Linear)], false);
+        seq.sequence = Some(crate::data::SequenceColumns::new(vec!["a".into()], 3));
+        let said = super::encoding(&seq).expect("an encoding entry");
+        assert!(said.contains("padded with NaN") && said.contains("a 0 there is a real point"), "{said}");
     }
 
     #[test]

@@ -117,8 +117,10 @@ impl Kind for AttentionSpec {
             "num_heads": self.heads,
             "module": format!(
                 "nn.MultiheadAttention({d}, {}, batch_first=True) as self-attention: \
-                 attn(x, x, x, key_padding_mask=padding, need_weights=False)[0] (the sidecar's `padding` \
-                 says which positions are padding)",
+                 attn(x, x, x, key_padding_mask=padding.float() * -1e9, need_weights=False)[0] (the \
+                 sidecar's `padding` says which positions are padding; a float mask, added to the scores: \
+                 a row of padding only then attends evenly where a boolean mask gives NaN; with \
+                 torch.backends.mha.set_fastpath_enabled(False), as the fast path gives NaN there too)",
                 self.heads
             ),
         })

@@ -206,8 +206,10 @@ impl Kind for TransformerSpec {
             "dim_feedforward": self.ff,
             "module": format!(
                 "nn.TransformerEncoderLayer({d}, {}, {}, dropout={}, activation='gelu', batch_first=True, \
-                 norm_first=True), called with src_key_padding_mask=padding (the sidecar's `padding` says \
-                 which positions are padding)",
+                 norm_first=True), called with src_key_padding_mask=padding.float() * -1e9 (the sidecar's \
+                 `padding` says which positions are padding; a float mask, added to the scores: a row of \
+                 padding only then attends evenly where a boolean mask gives NaN; with \
+                 torch.backends.mha.set_fastpath_enabled(False), as the fast path gives NaN there too)",
                 self.heads, self.ff, self.dropout
             ),
             "dropout": self.dropout,

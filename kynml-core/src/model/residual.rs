@@ -65,6 +65,14 @@ impl ResidualSpec {
             ([_], [units]) => Ok(Some(LayerSpec::Dense(DenseSpec { units: *units, activation: Activation::Linear }))),
             ([_, l], [c, l2]) if l == l2 => Ok(Some(conv1x1(1, *c))),
             ([_, h, w], [c, h2, w2]) if h == h2 && w == w2 => Ok(Some(conv1x1(2, *c))),
+            // A sequence's positions keep their width through the block.
+            _ if input.is_sequence() => Err(format!(
+                "its layers turn {} into {}; a residual block adds its input to its output, and on a sequence \
+                 it must keep the width of each position (a projection is made only for plain features and \
+                 a convolution's channels): give the block's last layer the width of its input",
+                input.written(),
+                output.written()
+            )),
             _ => Err(format!(
                 "its layers turn {} into {}; a residual block adds its input to its output, so it may change the \
                  width or the channels (through a projection) but not the shape",

@@ -190,13 +190,20 @@ fn chain(shape: &Shape, layers: &[Spanned<Layer>], whole: bool, d: &mut Vec<Diag
     for (i, layer) in layers.iter().enumerate() {
         let inside = layer.value.children().iter().find(|c| c.first_only());
         if let Some(what) = inside.or((i > 0 && layer.value.first_only()).then_some(&layer.value)) {
+            // Inside a block, the block's sum would add the columns' numbers
+            // to their embedding: it goes out of the block, above it.
+            let help = if inside.is_some() {
+                format!("move the `{}` line out of the `{}` block, under `input`", what.name(), layer.value.name())
+            } else {
+                format!("move the `{}` line up, under `input`", what.name())
+            };
             d.push(
                 Diagnostic::new(
                     layer.span,
                     format!("`{}` reads the input's columns, so it must come right after `input`", what.name()),
-                    "not the first layer",
+                    if inside.is_some() { "inside a block" } else { "not the first layer" },
                 )
-                .with_help(format!("move the `{}` line up, under `input`", what.name())),
+                .with_help(help),
             );
             return None;
         }

@@ -90,7 +90,7 @@ pub enum LoadError {
         column: usize,
     },
     /// Problems located in the spec; [`LoadError::render`] draws them all.
-    #[error("{}", located(path, source_text, error))]
+    #[error("{}", located_spec(path, source_text, error, *against_data))]
     Spec {
         /// The spec file.
         path: PathBuf,
@@ -129,6 +129,21 @@ fn located(path: &Path, source: &str, error: &SpecError) -> String {
         }
         None => format!("{}: {error}", path.display()),
     }
+}
+
+/// [`located`], saying of problems found against the data (the spec was
+/// read whole) that the spec does not fit its data, not that it could not
+/// be read.
+fn located_spec(path: &Path, source: &str, error: &SpecError, against_data: bool) -> String {
+    let Some(first) = error.diagnostics.first().filter(|_| against_data) else {
+        return located(path, source, error);
+    };
+    let (line, column) = spec::line_col(source, first.span.start);
+    let what = match error.diagnostics.len() {
+        1 => first.message.clone(),
+        n => format!("{n} problems found, the first: {}", first.message),
+    };
+    format!("{}:{line}:{column}: the spec does not fit its data: {what}", path.display())
 }
 
 impl LoadError {
@@ -1881,5 +1896,18 @@ mod tests {
         assert!(line.starts_with("dir/a.kyn:9:14: could not read spec: "), "{line}");
         let drawn = err.render();
         assert!(drawn.contains("epochs = x") && drawn.contains('^'), "{drawn}");
+        // Problems found against the data: the spec was read whole, and
+        // the line says it does not fit its data (it said "could not read").
+        let classes = text
+            .replace("epochs = x", "epochs = 2")
+            .replace("loss = mse", "loss = cross_entropy")
+            .replace("dense 1 linear", "dense 3 linear");
+        let mut file = SpecFile::from_source(Path::new("dir/a.kyn"), classes).unwrap();
+        let Err(err) = file.load_data_from(b"a,b,y\n1,2,p\n3,4,q\n5,6,p\n7,8,q\n1,1,p\n2,2,q\n") else {
+            panic!("two classes for three outputs")
+        };
+        let line = err.to_string();
+        assert!(line.starts_with("dir/a.kyn:") && line.contains(": the spec does not fit its data: "), "{line}");
+        assert!(!line.contains("could not read"), "{line}");
     }
 }

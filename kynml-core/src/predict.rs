@@ -14,7 +14,7 @@
 //!
 //! // Rows as text (a request's CSV body, categorical and text columns
 //! // included): read by column name, as `kynml predict` reads a file.
-//! let body = b"sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n";
+//! let body = b"sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm\n5.1,3.5,1.4,0.2\n";
 //! let rows = predictor.model().read_rows_from(body, "request".as_ref(), false)?;
 //! let p = predictor.predict_rows(&rows)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

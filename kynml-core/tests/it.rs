@@ -504,6 +504,41 @@ fn a_library_run_never_replaces_a_file_or_a_checkpoint_unasked() {
         Err(e @ TrainError::DoesNotFit { .. }) => assert!(e.to_string().contains("targets are classes"), "{e}"),
         other => panic!("{:?}", other.map(|r| r.final_metrics)),
     }
+    // A dataset edited in code whose parts no longer hold together (each
+    // of these panicked inside a step, or trained nothing and returned
+    // metrics), and no epoch to train.
+    use kynml_core::data::Labels;
+    let iris = SpecFile::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/iris/iris.kyn")).unwrap();
+    type Edit = Box<dyn Fn(&mut kynml_core::data::Dataset, &mut kynml_core::spec::types::Spec)>;
+    let edits: [(Edit, &str); 5] = [
+        (Box::new(|d, _| d.valid.features.truncate(5)), "the validation part holds 5 values for 30 rows of 4"),
+        (
+            Box::new(|d, _| {
+                if let Labels::Classes(c) = &mut d.train.labels {
+                    c[3] = 99;
+                }
+            }),
+            "the training part's row 3 has class 99, but the data has 3 classes",
+        ),
+        (Box::new(|d, _| d.train.labels = Labels::Values(vec![0.0; d.train.len()])), "targets are numbers"),
+        (
+            Box::new(|d, _| {
+                d.train.rows.clear();
+                d.train.features.clear();
+                d.train.labels = Labels::Classes(Vec::new());
+            }),
+            "the training part holds no rows",
+        ),
+        (Box::new(|_, s| s.train.epochs.value = 0), "`epochs` is 0"),
+    ];
+    for (edit, says) in edits {
+        let (mut data, mut spec) = (flowers.clone(), iris.spec.clone());
+        edit(&mut data, &mut spec);
+        match train(&spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}) {
+            Err(e @ TrainError::DoesNotFit { .. }) => assert!(e.to_string().contains(says), "{e}"),
+            other => panic!("{says}: {:?}", other.map(|r| r.final_metrics)),
+        }
+    }
 }
 
 /// Early stopping on a validation loss that is never finite (a NaN target,

@@ -10,7 +10,7 @@ use crate::train::resume::StopState;
 
 /// Whether training goes on after an epoch, and which epoch's weights are
 /// the best (the run returns those, and checkpoints keep them).
-pub trait EarlyStopping: std::fmt::Debug + Send {
+pub trait EarlyStopping: std::fmt::Debug + Send + Sync {
     /// The epoch's verdict from its validation loss; [`Verdict::Improved`]
     /// keeps its weights as the best.
     fn observe(&mut self, epoch: usize, val_loss: f64) -> Verdict;

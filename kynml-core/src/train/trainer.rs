@@ -87,7 +87,11 @@ pub struct TrainSettings {
     /// Set it (from a Ctrl-C handler, or a service cancelling one run) to
     /// stop after the step in progress: a checkpoint of that point is
     /// written when the spec checkpoints, and [`train`] returns
-    /// [`TrainError::Interrupted`]. Each run may have its own flag.
+    /// [`TrainError::Interrupted`]. Each run may have its own flag. An
+    /// epoch's validation is not cut short: a stop set while it runs stops
+    /// the run when it ends, before the next epoch's first step; one set
+    /// after the last epoch's steps lets the run finish, and `train`
+    /// returns its result.
     pub stop: Option<Arc<AtomicBool>>,
     /// Which engine runs the steps: by default the native one where it
     /// applies (see [`engine_for`]); tests and benches can ask for Burn's.
@@ -1067,6 +1071,10 @@ fn check_fit(spec: &Spec, data: &Dataset) -> Result<(), TrainError> {
         problems
             .push(format!("`loss = {}` predicts numbers, but the data's targets are classes", t.loss.value.written()));
     }
+    if t.epochs.value == 0 {
+        problems.push("`epochs` is 0: a run trains at least 1 epoch".to_string());
+    }
+    problems.extend(data_problems(data));
     let source = &spec.dataset.source.value;
     problems.extend(crate::plan::check_fit(spec, data, source).into_iter().map(|d| match d.help {
         Some(help) => format!("{} ({help})", d.message),
@@ -1077,6 +1085,51 @@ fn check_fit(spec: &Spec, data: &Dataset) -> Result<(), TrainError> {
     } else {
         Err(TrainError::DoesNotFit { problems })
     }
+}
+
+/// Where a dataset's parts do not hold together (its fields are public:
+/// one edited in code is checked here, where the run would otherwise fail
+/// deep inside a step): each part's values fill its rows, a target per
+/// row, of the data's kind, a class below the number of classes; and the
+/// training part holds a row.
+fn data_problems(data: &Dataset) -> Vec<String> {
+    use crate::data::Labels;
+    let (width, classes) = (data.n_features(), data.class_names().map(<[String]>::len));
+    let mut problems = Vec::new();
+    if data.train.is_empty() {
+        problems.push("the training part holds no rows".to_string());
+    }
+    for (name, part) in [("training", &data.train), ("validation", &data.valid)] {
+        let rows = part.len();
+        if part.features.len() != rows * width {
+            problems.push(format!("the {name} part holds {} values for {rows} rows of {width}", part.features.len()));
+        }
+        let targets = match &part.labels {
+            Labels::Values(v) => v.len(),
+            Labels::Classes(c) => c.len(),
+        };
+        if targets != rows {
+            problems.push(format!("the {name} part holds {targets} targets for {rows} rows"));
+        }
+        match (&part.labels, classes) {
+            (Labels::Values(_), Some(_)) => {
+                problems.push(format!("the {name} part's targets are numbers, but the data's are classes"))
+            }
+            (Labels::Classes(_), None) => {
+                problems.push(format!("the {name} part's targets are classes, but the data's are numbers"))
+            }
+            (Labels::Classes(c), Some(n)) => {
+                if let Some((row, class)) = c.iter().enumerate().find(|(_, &c)| c as usize >= n) {
+                    problems.push(format!(
+                        "the {name} part's row {row} has class {class}, but the data has {n} classes (0 to {})",
+                        n.saturating_sub(1)
+                    ));
+                }
+            }
+            (Labels::Values(_), None) => {}
+        }
+    }
+    problems
 }
 
 /// Before a fresh start's first save (`discard` set): removes the checkpoint

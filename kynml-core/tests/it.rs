@@ -2209,6 +2209,45 @@ fn gelu_odd_widths_and_avgpool_take_the_native_engines_step_on_wgpu() {
     native_step_on(&select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh"), 1e-5, 2e-5);
 }
 
+/// A convolution whose stride is longer than its kernel trains on wgpu as
+/// on the CPU, the layers below it too: Burn's GPU autotune chose an
+/// input-gradient kernel there that gave them wrong or no gradients at
+/// batch 32 (losses 1e-3 to 5e-3 off the CPU's on lavapipe; the first
+/// convolution's weights never moved), silently. Such a convolution now
+/// runs with a kernel as long as its stride, the added taps zeros.
+#[test]
+fn a_stride_longer_than_the_kernel_trains_on_wgpu_as_on_the_cpu() {
+    let seed = clock_seed();
+    let wgpu = select(DeviceChoice::Wgpu).expect("no Vulkan adapter: run scripts/setup-lavapipe.sh");
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    let mut rng = kynml_core::rng::SplitMix64::new(seed);
+    let names: Vec<String> = (0..64).map(|i| format!("p{i}")).collect();
+    let mut csv = names.join(",") + ",y\n";
+    for _ in 0..240 {
+        let x: Vec<f64> = (0..64).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let y = x[9] - x[18] * x[27] + (x[36] * 2.0).sin();
+        let row: Vec<String> = x.iter().chain(std::iter::once(&y)).map(|v| format!("{v:.6}")).collect();
+        csv += &(row.join(",") + "\n");
+    }
+    for layers in [
+        " input 1x8x8\n conv2d 4 3 relu\n conv2d 4 1 relu stride=2 padding=2\n flatten\n dense 1 linear",
+        " input 1x8x8\n conv2d 4 3 relu\n conv2d 4 2 relu stride=3\n flatten\n dense 1 linear",
+        " input 2x32\n conv1d 4 3 relu\n conv1d 4 1 linear stride=2 padding=2\n flatten\n dense 1 linear",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("data.csv"), &csv).unwrap();
+        let train_lines =
+            format!(" loss = mse\n optimizer = adam(lr=0.01)\n epochs = 3\n batch = 32\n seed = {seed}\n");
+        let path = write_spec(tmp.path(), layers, &train_lines);
+        let mut file = SpecFile::load(&path).unwrap();
+        let data = file.load_data().unwrap();
+        let run = |device: &Device| train(&file.spec, &data, device, &TrainSettings::default(), &mut |_| {}).unwrap();
+        let gap = worst_loss_gap(&run(&cpu), &run(&wgpu));
+        eprintln!("{layers:?}: worst relative loss gap wgpu vs cpu {gap:.2e} (seed {seed})");
+        assert!(gap <= 1e-5, "{layers:?}: wgpu's losses {gap} off the CPU's (seed {seed})");
+    }
+}
+
 // ---- where the time and memory go ----
 
 /// Gradients and temporaries are freed as soon as they are used: on wgpu the

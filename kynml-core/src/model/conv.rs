@@ -9,7 +9,7 @@
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::conv2d;
-use burn::tensor::ops::ConvOptions;
+use burn::tensor::ops::{ConvOptions, PadMode};
 use burn::tensor::{FloatDType, Tensor, TensorData};
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
@@ -362,12 +362,30 @@ impl LayerModule for Conv<Kb> {
         let [batch, _] = x.dims();
         let [c, h, w] = self.input;
         let x = x.reshape([batch, c, h, w]);
-        let options = ConvOptions::new(self.stride, self.padding, [1, 1], 1);
+        // A stride longer than the kernel (inputs no window reads) runs as
+        // a kernel as long as the stride, the added taps zeros that take
+        // no gradient, over an input padded after its end by the
+        // difference (the same outputs, the same sums): there, Burn's GPU
+        // autotune chose an input-gradient kernel that gave the layers
+        // below wrong or no gradients on wgpu (kernel 1, stride 2, batch
+        // 32: losses 1e-3 to 5e-3 off the CPU's), silently.
+        let [_, _, kh, kw] = self.weight.dims();
+        let [sh, sw] = self.stride;
+        let [ph, pw] = self.padding;
+        let (x, weight, padding) = if sh > kh || sw > kw {
+            let (eh, ew) = (sh.saturating_sub(kh), sw.saturating_sub(kw));
+            let x = x.pad([(ph, ph + eh), (pw, pw + ew)], PadMode::Constant(0.0));
+            let weight = self.weight.val().pad([(0, eh), (0, ew)], PadMode::Constant(0.0));
+            (x, weight, [0, 0])
+        } else {
+            (x, self.weight.val(), self.padding)
+        };
+        let options = ConvOptions::new(self.stride, padding, [1, 1], 1);
         let bias = self.bias.val();
         let y = match pass.half {
-            None => conv2d(x, self.weight.val(), Some(bias), options),
+            None => conv2d(x, weight, Some(bias), options),
             Some(half) => {
-                let y = conv2d(x.cast(half), self.weight.val().cast(half), None, options).cast(FloatDType::F32);
+                let y = conv2d(x.cast(half), weight.cast(half), None, options).cast(FloatDType::F32);
                 let out = bias.dims()[0];
                 y + bias.reshape([1, out, 1, 1])
             }

@@ -120,10 +120,25 @@ fn remove_dead_temps(path: &Path, name: &OsStr) {
         let file = entry.file_name();
         let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else { continue };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
+        if process_gone(pid) == Some(true) {
             let _ = fs::remove_file(entry.path());
         }
     }
+}
+
+/// Whether process `pid` of this machine no longer runs; `None` where
+/// running processes cannot be told (no `/proc`). This process runs. A
+/// writer killed half-way is told by it, from the id its leftovers carry.
+pub(crate) fn process_gone(pid: u32) -> Option<bool> {
+    let proc = Path::new("/proc");
+    proc.join("self").exists().then(|| pid != std::process::id() && !proc.join(pid.to_string()).exists())
+}
+
+/// This machine's name as the kernel gives it (empty where it cannot be
+/// read): leftovers in a shared folder carry their writer's, and only this
+/// machine's processes can be told gone.
+pub(crate) fn hostname() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
 }
 
 /// Whether this process may write in `dir`, found by making a new, unnamed

@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::atomic_file::hostname;
 use crate::data::DataInfo;
 use crate::train::EpochRecord;
 
@@ -167,15 +168,7 @@ impl Drop for RunDir {
 fn claim_is_dead(claim: &Path) -> bool {
     let Ok(text) = fs::read_to_string(claim) else { return false };
     let Some((pid, host)) = text.split_once('@') else { return false };
-    let proc = Path::new("/proc");
-    host == hostname()
-        && proc.join("self").exists()
-        && pid.parse::<u32>().is_ok_and(|p| !proc.join(p.to_string()).exists())
-}
-
-/// This machine's name, as a claim records its maker's.
-fn hostname() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+    host == hostname() && pid.parse().ok().and_then(crate::atomic_file::process_gone) == Some(true)
 }
 
 /// An error when `path` is something other than a folder (the operating

@@ -369,22 +369,26 @@ fn refuse_special(path: &Path) -> Result<(), CheckpointError> {
 /// checkpoint, which `--fresh` may replace): a write or a rotation must
 /// never replace it.
 fn refuse_foreign(path: &Path) -> Result<(), CheckpointError> {
-    use std::io::{Read, Seek, SeekFrom};
     if !path.is_file() {
         return Ok(());
     }
+    refuse_foreign_read(path, File::open(path))
+}
+
+/// [`refuse_foreign`] of the file at `path`, as opened. A file that cannot
+/// be read (another user's, say) is said as such: it may well be a good
+/// checkpoint, not one to move away.
+fn refuse_foreign_read(path: &Path, opened: io::Result<impl io::Read + io::Seek>) -> Result<(), CheckpointError> {
+    use std::io::SeekFrom;
     let (mut head, mut tail) = ([0u8; 8], [0u8; 8]);
-    // A file that cannot be read (another user's, say) is said as such: it
-    // may well be a good checkpoint, not one to move away.
-    let mut file = File::open(path).map_err(|e| io_error(path, e))?;
+    let mut file = opened.map_err(|e| io_error(path, e))?;
     let n = file.read(&mut head).map_err(|e| io_error(path, e))?;
     let tail_read = file.seek(SeekFrom::End(-8)).and_then(|_| file.read_exact(&mut tail)).is_ok();
-    let read: io::Result<(usize, bool)> = Ok((n, tail_read));
     let magic = super::format::MAGIC;
     // Shorter than the magic and the start of it (empty, say): a checkpoint
     // cut short, as a crash or a copy onto a full disk leaves one.
-    let cut = matches!(read, Ok((n, _)) if n < 8 && head[..n] == magic[..n]);
-    let ours = cut || matches!(read, Ok((8, _))) && head == magic || matches!(read, Ok((_, true))) && tail == magic;
+    let cut = n < 8 && head[..n] == magic[..n];
+    let ours = cut || n == 8 && head == magic || tail_read && tail == magic;
     if !ours {
         return Err(CheckpointError::Foreign { path: path.to_path_buf(), kind: foreign_kind(&head) });
     }
@@ -867,24 +871,35 @@ mod tests {
 
     /// A checkpoint this process may not read is an error saying so, not
     /// "not a KynML checkpoint" (which invites moving a good one away).
-    /// Root reads it all the same: there the file is only checked as ours.
-    #[cfg(unix)]
+    /// The refusal of a file that could not be opened is checked as such
+    /// (root opens any file), and, where the test does not run as root, of
+    /// a real file it may not read.
     #[test]
     fn an_unreadable_checkpoint_is_said_unreadable_not_foreign() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x.ckpt");
-        let writer = CheckpointWriter::spawn_with_keep(2);
-        writer.save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o000)).unwrap();
-        match File::open(&path) {
-            Err(_) => match check_targets(&path, 2) {
-                Err(CheckpointError::Io { path: p, source }) => {
-                    assert_eq!((p, source.kind()), (path.clone(), io::ErrorKind::PermissionDenied));
-                }
-                other => panic!("expected a permission error, got {other:?}"),
-            },
-            Ok(_) => check_targets(&path, 2).unwrap(),
+        let path = Path::new("x.ckpt");
+        let denied = Err::<io::Cursor<Vec<u8>>, _>(io::Error::from(io::ErrorKind::PermissionDenied));
+        match refuse_foreign_read(path, denied) {
+            Err(CheckpointError::Io { path: p, source }) => {
+                assert_eq!((p.as_path(), source.kind()), (path, io::ErrorKind::PermissionDenied));
+            }
+            other => panic!("expected a permission error, got {other:?}"),
+        }
+        // What is read is still judged: a text file is foreign, a
+        // checkpoint cut short is not.
+        let text = Ok(io::Cursor::new(b"not a checkpoint at all".to_vec()));
+        assert!(matches!(refuse_foreign_read(path, text), Err(CheckpointError::Foreign { .. })));
+        assert!(refuse_foreign_read(path, Ok(io::Cursor::new(Vec::new()))).is_ok());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("x.ckpt");
+            let writer = CheckpointWriter::spawn_with_keep(2);
+            writer.save_sync(path.clone(), snapshot(1), "h".into()).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o000)).unwrap();
+            if File::open(&path).is_err() {
+                assert!(matches!(check_targets(&path, 2), Err(CheckpointError::Io { .. })));
+            }
         }
     }
 

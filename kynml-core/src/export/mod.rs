@@ -521,11 +521,7 @@ fn sidecar_for(model: &ExportModel, path: &Path, (len, crc): (u64, u32)) -> Resu
         let sibling_name = sibling.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if sibling_name != name && !others.iter().any(|(k, _)| *k == sibling_name) && sibling.is_file() {
             if let Ok((len, crc)) = sum_file(&sibling) {
-                let fits = |entry: &Value| {
-                    entry.get("bytes").and_then(Value::as_u64) == Some(len)
-                        && entry.get("crc32c").and_then(Value::as_str) == Some(format!("{crc:08x}").as_str())
-                };
-                if let Some(entry) = old.values().find(|e| fits(e)) {
+                if let Some(entry) = old.values().find(|e| describes(e, len, &format!("{crc:08x}"))) {
                     others.push((sibling_name, entry.clone()));
                 }
             }
@@ -541,6 +537,12 @@ fn sidecar_for(model: &ExportModel, path: &Path, (len, crc): (u64, u32)) -> Resu
     files.insert(name, serde_json::json!({"bytes": len, "crc32c": format!("{crc:08x}")}));
     json["weights"] = serde_json::json!({"description": description, "files": files});
     Ok(serde_json::to_vec_pretty(&json).unwrap_or_default())
+}
+
+/// Whether a sidecar's `weights.files` entry is of a file of `len` bytes
+/// whose CRC-32C reads `crc` (as [`crc_text`] writes it).
+fn describes(entry: &Value, len: u64, crc: &str) -> bool {
+    entry.get("bytes").and_then(Value::as_u64) == Some(len) && entry.get("crc32c").and_then(Value::as_str) == Some(crc)
 }
 
 /// `value` without its objects' `module` entries, at any depth (a
@@ -567,11 +569,7 @@ fn check_owner(sidecar: &Value, sidecar_path: &Path, weights: &Path, bytes: &[u8
     let Some(Value::Object(files)) = sidecar.pointer("/weights/files") else { return Ok(()) };
     let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let crc = crc_text(bytes);
-    let fits = |entry: &Value| {
-        entry.get("bytes").and_then(Value::as_u64) == Some(bytes.len() as u64)
-            && entry.get("crc32c").and_then(Value::as_str) == Some(crc.as_str())
-    };
-    if files.values().any(fits) {
+    if files.values().any(|entry| describes(entry, bytes.len() as u64, &crc)) {
         return Ok(());
     }
     let written: Vec<String> = files.keys().map(|k| format!("`{k}`")).collect();
@@ -637,7 +635,7 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
             std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
             remove_dead_staging(dir);
             let temp = tempfile::Builder::new()
-                .prefix(&format!("{STAGING}{}@{}-", std::process::id(), hostname()))
+                .prefix(&format!("{STAGING}{}@{}-", std::process::id(), crate::atomic_file::hostname()))
                 .tempdir_in(dir)
                 .map_err(|source| ExportError::Write { path: path.into(), source })?;
             // Burn's file recorder adds `.mpk`; write beside, then rename.
@@ -660,11 +658,6 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
 /// process's id.
 const STAGING: &str = ".kynml-export-";
 
-/// This machine's name, as a staging folder records its writer's.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
-}
-
 /// Removes the staging folders in `dir` of Burn exports whose process no
 /// longer runs on this machine (killed while writing: a part-written
 /// record as large as the model stayed); one of another machine's (a
@@ -676,7 +669,7 @@ fn remove_dead_staging(dir: &Path) {
     if !proc.join("self").exists() {
         return;
     }
-    let here = hostname();
+    let here = crate::atomic_file::hostname();
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -684,7 +677,7 @@ fn remove_dead_staging(dir: &Path) {
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(STAGING)) else { continue };
         let Some((pid, rest)) = rest.split_once('@') else { continue };
         let (Ok(pid), Some((host, _))) = (pid.parse::<u32>(), rest.rsplit_once('-')) else { continue };
-        let dead = pid != std::process::id() && !proc.join(pid.to_string()).exists();
+        let dead = crate::atomic_file::process_gone(pid) == Some(true);
         if dead && host == here && entry.path().is_dir() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
@@ -1063,6 +1056,7 @@ fn write_atomic_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::atomic_file::hostname;
 
     /// An ONNX model or a safetensors file another tool wrote is never
     /// replaced by an export; KynML's own earlier export is.

@@ -3114,11 +3114,13 @@ fn the_native_engine_trains_text_and_sequence_models_as_burn_does() {
     // The categorical model is written whole by its helper.
     let categorical = |dir: &Path, _: &str| categorical_spec(dir, seed, "");
     type Writer<'a> = &'a dyn Fn(&Path, &str) -> PathBuf;
-    let cases: [(Writer, &str); 6] = [
+    let cases: [(Writer, &str); 7] = [
         (&categorical, " embedding 3 (of two categorical columns)\n dense 16 tanh"),
         (&text, " embedding 8\n positional\n transformer heads=2 ff=16 dropout=0.1\n layernorm\n global_avgpool"),
         (&text, " embedding 8\n attention heads=4\n dense 6 gelu\n layernorm\n global_avgpool\n dropout 0.2"),
         (&text, " embedding 8\n residual:\n  layernorm\n  attention heads=2\n global_avgpool"),
+        // Widened: each position's input through the block's projection.
+        (&text, " embedding 8\n residual:\n  attention heads=2\n  dense 12 gelu\n layernorm\n global_avgpool"),
         // Wider heads (64 values in 4 heads of 16) reach gemm's larger micro-kernels.
         (&text, " embedding 64\n positional\n transformer heads=4 ff=96 dropout=0.1\n global_avgpool"),
         (&sequence, " dense 8 tanh\n positional\n transformer heads=2 ff=12 dropout=0.1\n global_avgpool"),
@@ -3191,7 +3193,8 @@ fn text_models_train_on_every_backend_and_export_with_their_tokens() {
     // Alone, in heads of one value each: wgpu's products of those gave
     // outputs 0.07-0.24 off the CPU's (the blocks' heads are 2 and 4 wide).
     text_round_trip(seed + 1, " embedding 8\n attention heads=8\n global_avgpool");
-    let blocks = " embedding 8\n positional\n residual:\n  layernorm\n  attention heads=4\n transformer heads=2 ff=16 dropout=0.1\n layernorm\n global_avgpool";
+    // The written-out block widens each position (8 to 12) through its projection.
+    let blocks = " embedding 8\n positional\n residual:\n  layernorm\n  attention heads=4\n  dense 12 gelu\n transformer heads=2 ff=16 dropout=0.1\n layernorm\n global_avgpool";
     text_round_trip(seed + 2, blocks);
 }
 

@@ -1,7 +1,8 @@
 //! `residual:`: the layers indented below it, whose output is added to the
 //! block's input (`y = x + f(x)`). Where the layers change the width (or the
 //! channels), the input goes through a projection first: a linear layer on
-//! plain features, a 1x1 convolution on a shaped input (as in ResNet).
+//! plain features or on each position of a sequence, a 1x1 convolution on a
+//! shaped input (as in ResNet).
 //!
 //! ```text
 //! residual:
@@ -63,13 +64,17 @@ impl ResidualSpec {
         let (i, o) = (input.dims(), output.dims());
         match (i, o) {
             ([_], [units]) => Ok(Some(LayerSpec::Dense(DenseSpec { units: *units, activation: Activation::Linear }))),
-            ([_, l], [c, l2]) if l == l2 => Ok(Some(conv1x1(1, *c))),
+            // A sequence's positions, each through the same linear layer.
+            ([l, _], [l2, units]) if input.is_sequence() && output.is_sequence() && l == l2 => {
+                Ok(Some(LayerSpec::Dense(DenseSpec { units: *units, activation: Activation::Linear })))
+            }
+            ([_, l], [c, l2]) if !input.is_sequence() && l == l2 => Ok(Some(conv1x1(1, *c))),
             ([_, h, w], [c, h2, w2]) if h == h2 && w == w2 => Ok(Some(conv1x1(2, *c))),
-            // A sequence's positions keep their width through the block.
+            // A sequence keeps its positions through the block.
             _ if input.is_sequence() => Err(format!(
                 "its layers turn {} into {}; a residual block adds its input to its output, and on a sequence \
-                 it must keep the width of each position (a projection is made only for plain features and \
-                 a convolution's channels): give the block's last layer the width of its input",
+                 it may change the width of each position (through a projection) but must keep the \
+                 positions: pool them after the block",
                 input.written(),
                 output.written()
             )),

@@ -135,10 +135,14 @@ fn synthetic_texts(spec: &Spec, rows: usize, seed: u64, classes: usize) -> Resul
         let indices = values.iter().map(|&v| v as u32).collect();
         Targets::Classes { indices, names: (0..classes).map(|k| k.to_string()).collect() }
     };
-    let options = TextOptions { column: "text".into(), length, vocab_limit: None };
+    // The spec's column and its `vocab` limit, as training reads its texts:
+    // the embedding measured is the one training builds.
+    let column = spec.dataset.tokens.as_ref().map_or_else(|| "text".to_owned(), |t| t.value.clone());
+    let options = TextOptions { column, length, vocab_limit: spec.dataset.vocab.as_ref().map(|v| v.value) };
+    let feature_names = (0..length).map(|i| format!("{}[{i}]", options.column)).collect();
     let table = Table {
         path: PathBuf::from(format!("synthetic({rows} texts, seed {seed})")),
-        feature_names: (0..length).map(|i| format!("text[{i}]")).collect(),
+        feature_names,
         target_name: spec.dataset.target.value.clone(),
         features: vec![0.0; rows * length],
         targets,
@@ -229,5 +233,21 @@ mod tests {
             assert!(row[..5].iter().all(|&id| id >= 2.0), "{row:?}");
         }
         assert_eq!(t.class_names().map(<[String]>::len), Some(3));
+    }
+
+    /// The dataset's `vocab` limit and text column hold for synthetic texts
+    /// too (`bench --synthetic` measured an embedding of every word).
+    #[test]
+    fn synthetic_texts_keep_the_vocab_limit_and_the_column() {
+        let model = "    input seq 10\n    embedding 4\n    global_avgpool\n    dense 3 linear\n";
+        let mut s = spec(model, "cross_entropy");
+        let unlimited = synthetic_for(&s, 300, 2).unwrap();
+        assert!(unlimited.info.tokens.as_ref().unwrap().size() > 500);
+        s.dataset.tokens = Some(crate::spec::types::Spanned { value: "review".into(), span: Default::default() });
+        s.dataset.vocab = Some(crate::spec::types::Spanned { value: 10, span: Default::default() });
+        let t = synthetic_for(&s, 300, 2).unwrap();
+        let tokens = t.info.tokens.as_ref().unwrap();
+        // The 10 most frequent words, padding and the unseen index.
+        assert_eq!((tokens.size(), tokens.column.as_str()), (12, "review"));
     }
 }

@@ -3114,7 +3114,7 @@ fn the_native_engine_trains_text_and_sequence_models_as_burn_does() {
     // The categorical model is written whole by its helper.
     let categorical = |dir: &Path, _: &str| categorical_spec(dir, seed, "");
     type Writer<'a> = &'a dyn Fn(&Path, &str) -> PathBuf;
-    let cases: [(Writer, &str); 7] = [
+    let cases: [(Writer, &str); 9] = [
         (&categorical, " embedding 3 (of two categorical columns)\n dense 16 tanh"),
         (&text, " embedding 8\n positional\n transformer heads=2 ff=16 dropout=0.1\n layernorm\n global_avgpool"),
         (&text, " embedding 8\n attention heads=4\n dense 6 gelu\n layernorm\n global_avgpool\n dropout 0.2"),
@@ -3124,6 +3124,9 @@ fn the_native_engine_trains_text_and_sequence_models_as_burn_does() {
         // Wider heads (64 values in 4 heads of 16) reach gemm's larger micro-kernels.
         (&text, " embedding 64\n positional\n transformer heads=4 ff=96 dropout=0.1\n global_avgpool"),
         (&sequence, " dense 8 tanh\n positional\n transformer heads=2 ff=12 dropout=0.1\n global_avgpool"),
+        // Positions flattened into plain features (padding's included, as Burn does).
+        (&text, " embedding 4\n flatten\n dense 6 tanh"),
+        (&sequence, " dense 3 tanh\n flatten\n dense 6 tanh"),
     ];
     for (spec, layers) in cases {
         let tmp = tempfile::tempdir().unwrap();

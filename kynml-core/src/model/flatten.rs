@@ -53,7 +53,9 @@ impl Kind for FlattenSpec {
 
     /// Channels first are already the features' order.
     fn native(&self, input: &Shape) -> Option<kynml_cpu::LayerConfig> {
-        (input.layout() == super::Layout::Values).then_some(kynml_cpu::LayerConfig::Flatten)
+        // A sequence's positions travel as `[L, D]` rows, already in order.
+        matches!(input.layout(), super::Layout::Values | super::Layout::Sequence)
+            .then_some(kynml_cpu::LayerConfig::Flatten)
     }
 
     fn init(&self, input: &Shape, _rng: &mut SplitMix64, _device: &DispatchDevice) -> Flatten {

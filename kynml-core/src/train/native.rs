@@ -84,7 +84,11 @@ pub fn native_layers(model: &ModelSpec) -> Result<Vec<LayerConfig>, String> {
     let mut shape = model.shape.clone();
     let mut out = Vec::with_capacity(model.layers.len());
     for layer in &model.layers {
-        let lacks = || format!("no `{}` layer", layer.value.name());
+        // Said with the input where the layer runs natively on others.
+        let lacks = || match shape.rank() {
+            1 => format!("no `{}` layer", layer.value.name()),
+            _ => format!("no `{}` layer on {} inputs", layer.value.name(), shape.written()),
+        };
         out.push(layer.value.native(&shape).ok_or_else(lacks)?);
         shape = layer.value.output(&shape).map_err(|_| lacks())?;
     }

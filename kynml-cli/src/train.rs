@@ -248,7 +248,13 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     if let Some(profile) = profiled {
         log.profile(profile);
     }
-    let title = format!("{} on {} ({})", file.spec.model.name.value, file.spec.dataset.name.value, device.short_name());
+    // A data-parallel run's devices, as `--device` names them: `2 x cpu`, `cuda:0, cuda:1`.
+    let names: Vec<String> = devices.iter().map(kynml_backend::Device::short_name).collect();
+    let on = match names.as_slice() {
+        [one, rest @ ..] if !rest.is_empty() && rest.iter().all(|n| n == one) => format!("{} x {one}", names.len()),
+        _ => names.join(", "),
+    };
+    let title = format!("{} on {} ({on})", file.spec.model.name.value, file.spec.dataset.name.value);
     // A run stopped by a signal or a loss that is not a number keeps the
     // curves of the epochs it finished, as it keeps their records.
     let stopped = matches!(&result, Err(TrainError::Interrupted { .. } | TrainError::NonFiniteLoss { .. }));

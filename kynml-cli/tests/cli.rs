@@ -603,16 +603,11 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     // Shown to three significant digits (`0.842 ms`, `1.69 ms`).
     let shown: f64 = row.trim_end().strip_suffix(" ms").and_then(|r| r.rsplit(' ').next()?.parse().ok()).unwrap();
     assert!((shown - mean * 1e3).abs() <= 0.005 * mean * 1e3 + 5e-4, "{row} (mean step {mean} s)");
-    // Iris's steps take microseconds: fixed costs, not arithmetic, lead. The
-    // verdict goes by the median step against 0.5 ms (SHORT_STEP): on a
-    // loaded machine a step may take longer, and the run is then judged
-    // compute-bound, which is what it measured.
-    let short = t.contains("c: the steps are short (") && t.contains("a larger batch");
-    if mean < 0.4e-3 {
-        assert!(short, "{t}");
-    } else {
-        assert!(short || t.contains("c: compute-bound"), "{t}");
-    }
+    // Iris's steps take microseconds, on the native CPU engine, whose
+    // phases are its arithmetic (no launches or dispatch inside them): the
+    // phases decide, not the steps' length (a larger batch did not speed up
+    // a short-stepped image model there).
+    assert!(!t.contains("c: the steps are short (") && t.contains("c: compute-bound"), "{t}");
     assert!(t.contains("a: not profiled") && !phases.contains("\n  a "), "{t}");
     // A profiled run that checkpoints puts each hand-off and each write in its trace.
     let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();

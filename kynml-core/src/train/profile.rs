@@ -111,6 +111,14 @@ pub struct Profile {
     /// arithmetic ([`SLOW_GPU_RATE`], [`SLOW_SOFTWARE_RATE`]); 0 on the CPU,
     /// whose steps are judged by their length ([`SHORT_STEP`]).
     pub slow_rate: f64,
+    /// Whether KynML's native CPU engine took the steps: its phases are its
+    /// arithmetic, with no launches or per-operation dispatch inside them,
+    /// so a short step is not judged to be fixed costs; its phases say.
+    pub native: bool,
+    /// Whether the replicas of a data-parallel run are all CPU devices (of
+    /// one machine, sharing its cores), where one device is the remedy for
+    /// a meeting that leads.
+    pub cpu_replicas: bool,
 }
 
 /// A GPU's products below this rate (100 GFLOP/s, a small fraction of
@@ -162,6 +170,10 @@ pub enum Bound {
     Data,
     /// The steps themselves took nearly all of it.
     Compute,
+    /// The steps took nearly all of it, the largest share of them the
+    /// replicas' meeting (the gradients' all-reduce, and waiting for the
+    /// slowest replica) of a data-parallel run.
+    Sync,
     /// The steps took nearly all of it, yet the GPU sat idle for much of
     /// them (NVML's busy share): the host's launches set the pace.
     Launch,
@@ -518,7 +530,7 @@ impl Profile {
                 ),
             };
         }
-        if work < SHORT_STEP {
+        if work < SHORT_STEP && !self.native {
             let helps = if whole_batch {
                 "the run is small: one batch already holds every training row, so the batch cannot grow"
             } else {
@@ -536,6 +548,11 @@ impl Profile {
         let hint = match phase {
             "copy" if whole_batch => "the copy to the device leads; one batch already holds every training row",
             "copy" => "the copy to the device leads: a larger batch copies less often per row",
+            "sync" if self.cpu_replicas => {
+                "the replicas' meeting leads (the gradients' all-reduce, and waiting for the slowest replica): the \
+                 replicas share this machine's cores, so one device (`--device cpu`) uses them all without \
+                 meetings, on the native CPU engine where the model's layers allow it"
+            }
             "sync" => {
                 "the replicas' meeting leads (the gradients' all-reduce, and waiting for the slowest replica): a \
                  larger batch gives each device more work per meeting, and devices of one kind keep pace"
@@ -565,10 +582,14 @@ impl Profile {
         if run.rest >= 0.005 {
             spent.push(format!("the rest {} (start-up, bookkeeping between the steps)", pct(run.rest)));
         }
+        let (bound, label) = match phase {
+            "sync" => (Bound::Sync, "bound by the replicas' meeting"),
+            _ => (Bound::Compute, "compute-bound"),
+        };
         Verdict {
-            bound: Bound::Compute,
+            bound,
             advice: format!(
-                "compute-bound: the steps' own work is {} of the run's time, {} ({phase} is {} of the steps' time); \
+                "{label}: the steps' own work is {} of the run's time, {} ({phase} is {} of the steps' time); \
                  {hint}{notes}{warm_up}",
                 pct(run.steps),
                 spent.join(", "),
@@ -924,12 +945,18 @@ mod tests {
         let p = Profile { steps, ..Profile::default() };
         assert!(p.data_parallel());
         let v = p.verdict(0);
-        assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
+        // Not "compute-bound": the devices computed for half of it.
+        assert_eq!(v.bound, Bound::Sync, "{}", v.advice);
         assert!(
-            v.advice.contains("sync is 50% of the steps' time") && v.advice.contains("replicas' meeting"),
+            v.advice.starts_with("bound by the replicas' meeting: ")
+                && v.advice.contains("sync is 50% of the steps' time")
+                && v.advice.contains("a larger batch gives each device more work per meeting"),
             "{}",
             v.advice
         );
+        // Replicas sharing one machine's cores: one device is the remedy.
+        let v = Profile { cpu_replicas: true, ..p.clone() }.verdict(0);
+        assert!(v.advice.contains("one device (`--device cpu`) uses them all without meetings"), "{}", v.advice);
         let sync = p.summary().into_iter().find(|x| x.phase == "sync").expect("a sync phase");
         assert!(
             (sync.share - 0.5).abs() < 1e-9 && p.summary().iter().find(|x| x.phase == "other").unwrap().total < 1e-12
@@ -975,6 +1002,22 @@ mod tests {
         // Steps of 2 ms doing arithmetic: compute-bound.
         let compute = Profile { steps: (1..=4).map(|i| timed(1, i, 2e-3)).collect(), ..Profile::default() };
         assert_eq!(compute.verdict(0).bound, Bound::Compute);
+        // The native CPU engine's short steps are its arithmetic (no
+        // launches or dispatch inside them): its phases decide.
+        let native: Vec<StepTiming> = (1..=20)
+            .map(|i| {
+                let mut s = timed(1, i, 0.2e-3);
+                s.phases = StepPhases { forward: 0.08e-3, backward: 0.116e-3, optimizer: 0.004e-3, ..s.phases };
+                s
+            })
+            .collect();
+        let v = Profile { steps: native, native: true, ..Profile::default() }.verdict(0);
+        assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
+        assert!(
+            v.advice.contains("backward is 58% of the steps' time") && !v.advice.contains("launches"),
+            "{}",
+            v.advice
+        );
     }
 
     /// `n` steps of `step` seconds back to back from the start (forward a

@@ -550,6 +550,11 @@ fn run<'scope, 'env>(
             }
             _ => super::profile::SLOW_GPU_RATE,
         },
+        native: engine.kind() == EngineKind::Native,
+        cpu_replicas: !settings.replicas.is_empty()
+            && std::iter::once(device)
+                .chain(&settings.replicas)
+                .all(|d| matches!(d.kind, kynml_backend::DeviceKind::Cpu { .. })),
         ..Profile::default()
     });
 

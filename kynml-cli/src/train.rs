@@ -542,6 +542,8 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
     // step, or an epoch's last, shorter one.
     let step_rows = batch.min(rows);
     let last_rows = if batch < rows && !rows.is_multiple_of(batch) { rows % batch } else { step_rows };
+    // A last batch too short for batchnorm is left out: no step of it.
+    let left_out = batchnorm_leaves_out(spec.model.batchnorm_needing_rows().is_some(), rows, batch, devices);
     if devices > step_rows && step_rows > 0 {
         notes.push(format!(
             "note: a step's {} leave {} of the {devices} devices without rows: they step on a copy of a row at \
@@ -549,7 +551,7 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
             render::count(step_rows, "row"),
             devices - step_rows
         ));
-    } else if devices > last_rows && last_rows > 0 {
+    } else if devices > last_rows && last_rows > 0 && left_out.is_none() {
         notes.push(format!(
             "note: an epoch's last step, of {}, leaves {} of the {devices} devices without rows: they step on a \
              copy of a row at weight 0, adding nothing",
@@ -568,7 +570,7 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
             if batches == 1 { "" } else { "es" }
         ));
     }
-    notes.extend(batchnorm_leaves_out(spec.model.batchnorm_needing_rows().is_some(), data.train.len(), batch, devices));
+    notes.extend(left_out);
     if let (Some(names), Labels::Classes(train), Labels::Classes(valid)) =
         (data.class_names(), &data.train.labels, &data.valid.labels)
     {

@@ -2705,12 +2705,19 @@ fn fused_updates_and_the_overflow_check_say_where_they_run() {
 fn warmup_takes_synthetic_rows_instead_of_the_data_file() {
     let tmp = copy_example("iris");
     std::fs::remove_file(tmp.path().join("iris.csv")).unwrap();
-    let out = kynml(&["warmup", "iris.kyn", "--device", "cpu", "--synthetic", "150"], tmp.path());
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    assert!(t.contains("data: 150 synthetic rows") && t.contains("nothing to warm up"), "{t}");
-    let out = kynml(&["warmup", "iris.kyn", "--device", "cpu"], tmp.path());
+    // Nothing to warm up on the CPU: said before any data is read or made.
+    for more in [&["--synthetic", "150"][..], &[]] {
+        let out = kynml(&[&["warmup", "iris.kyn", "--device", "cpu"][..], more].concat(), tmp.path());
+        let t = text(&out);
+        assert!(out.status.success() && t.contains("nothing to warm up") && !t.contains("data:"), "{t}");
+    }
+    // A data-parallel run's devices, as train takes them.
+    let out = kynml(&["warmup", "iris.kyn", "--device", "cpu,cpu"], tmp.path());
+    assert!(out.status.success() && text(&out).contains("nothing to warm up"), "{}", text(&out));
+    // On a GPU backend the data is needed: refused without it.
+    let out = kynml(&["warmup", "iris.kyn", "--device", "wgpu"], tmp.path());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("does not exist"), "{}", text(&out));
     // And `check`, which then prints the model of a spec whose data the bench makes.
     let out = kynml(&["check", "iris.kyn", "--synthetic", "150"], tmp.path());
     let t = text(&out);
@@ -2994,6 +3001,18 @@ fn a_data_parallel_split_of_fewer_rows_than_the_batch_is_said() {
     // 120 rows in steps of 7: the last step holds 1 row for 3 devices.
     let t = with(7, "[cpu, cpu, cpu]");
     assert!(t.contains("note: an epoch's last step, of 1 row, leaves 2 of the 3 devices without rows"), "{t}");
+    // With a batchnorm, that last step is left out: said once, not also
+    // as a step whose devices add nothing.
+    let spec = spec.replace("    dense 32 relu\n    dense 3", "    dense 32 relu\n    batchnorm\n    dense 3");
+    std::fs::write(
+        tmp.path().join("dp.kyn"),
+        replace_line(&spec, "    batch = ", "    batch = 7\n    devices = [cpu, cpu, cpu]"),
+    )
+    .unwrap();
+    let out = kynml(&["check", "dp.kyn"], tmp.path());
+    let t = text(&out);
+    assert!(t.contains("note: the last batch of each epoch holds 1 row, too few for batchnorm on each device"), "{t}");
+    assert!(!t.contains("devices without rows"), "{t}");
 }
 
 /// The first line of `text` that starts with `prefix`, with `prefix` and

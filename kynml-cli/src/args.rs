@@ -82,9 +82,11 @@ pub struct BenchArgs {
 pub struct WarmupArgs {
     /// The `.kyn` spec whose kernels to prepare.
     pub spec: PathBuf,
-    /// Where it will run: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's `device`).
-    #[arg(long, value_parser = parse_device)]
-    pub device: Option<DeviceRequest>,
+    /// Where it will run: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's
+    /// `device` and `devices`); several, data-parallel, as `train` takes them:
+    /// cuda:0,cuda:1, cuda:all, or cpu,cpu.
+    #[arg(long, value_parser = parse_device_arg)]
+    pub device: Option<DeviceArg>,
     /// fp32, tf32, bf16 or fp16 (overrides the spec's `precision`).
     #[arg(long, value_parser = parse_precision)]
     pub precision: Option<Precision>,

@@ -56,10 +56,10 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         ..BenchOptions::default()
     };
     println!(
-        "bench: {} on {source}, batch {}, {} steps in each of 1 warm-up and {} timed round{}\n",
+        "bench: {} on {source}, batch {}, {} in each of 1 warm-up and {} timed round{}\n",
         file.spec.model.name.value,
         file.spec.train.batch.value,
-        options.steps,
+        render::count(options.steps, "step"),
         options.rounds,
         if options.rounds == 1 { "" } else { "s" }
     );
@@ -79,15 +79,15 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             // As many steps, the last one short.
             let last = n_train - (steps - 1) * batch;
             println!(
-                "note: the training split holds {n_train} rows: each round's last step takes {last} of {batch} \
-                 rows{more}\n"
+                "note: the training split holds {}: each round's last step takes {last} of {batch} rows{more}\n",
+                render::count(n_train, "row")
             );
         } else {
             println!(
-                "note: the training split holds {n_train} rows: each round takes {steps} step{} of up to {} rows, not \
-                 {} of {batch}{more}\n",
-                if steps == 1 { "" } else { "s" },
-                batch.min(n_train),
+                "note: the training split holds {}: each round takes {} of up to {}, not {} of {batch}{more}\n",
+                render::count(n_train, "row"),
+                render::count(steps, "step"),
+                render::count(batch.min(n_train), "row"),
                 options.steps,
             );
         }
@@ -97,6 +97,11 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         eprintln!("warm-up round: tuning and compiling GPU kernels first (minutes on a first run) ...");
     }
     let mut steady_at = None;
+    // A round's time holds its validation pass, its samples/s the steps alone.
+    let validation = match data.valid.len() {
+        0 => String::new(),
+        n => format!(" (its validation pass of {} included)", render::count(n, "row")),
+    };
     let report = bench::run(&file.spec, &data, &device, &options, &mut |event| {
         if let TrainEvent::EpochEnd(r) = event {
             let what = if r.epoch == 1 { "warm-up round".to_string() } else { format!("round {}", r.epoch - 1) };
@@ -104,7 +109,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
                 steady_at = Some(started.elapsed().as_secs_f64());
             }
             eprintln!(
-                "{what}: {:.0} samples/s, train loss {}, {}",
+                "{what}: {:.0} samples/s, train loss {}, {}{validation}",
                 r.samples_per_sec,
                 render::number(r.train_loss),
                 render::duration(r.seconds)
@@ -142,9 +147,11 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             "first step".into(),
             render::duration(report.first_step_secs),
             if device.has_fusion() {
-                "after training started: kernel tuning and compilation, unless cached".into()
+                "after training started (the model built, then its first step): kernel tuning and compilation, \
+                 unless cached"
+                    .into()
             } else {
-                "after training started".into()
+                "after training started (the model built, then its first step)".into()
             },
         ],
         vec![
@@ -269,7 +276,8 @@ fn override_autotune(file: &mut SpecFile, level: Option<kynml_core::spec::types:
 pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
     let from_spec = args.device.is_none();
-    file.apply(&Overrides { device: args.device, epochs: Some(1), ..Overrides::default() });
+    let (device, devices) = crate::args::DeviceArg::split(args.device);
+    file.apply(&Overrides { device, devices, epochs: Some(1), ..Overrides::default() });
     if let Some(p) = args.precision {
         file.spec.train.precision.value = p;
     }
@@ -278,6 +286,14 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     file.spec.train.early_stop = None;
     let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
+    // Said before the data is read (a spec measured on --synthetic rows may have none).
+    if !devices.iter().any(kynml_backend::Device::has_fusion) {
+        let mut on: Vec<String> = devices.iter().map(kynml_backend::Device::describe).collect();
+        on.dedup();
+        let on = on.join(", ");
+        println!("nothing to warm up: {on} has no kernels to tune or compile");
+        return Ok(());
+    }
     // A data-parallel spec: every device runs one replica's share of the
     // batch, and its GPUs share one kernel cache (one GPU model, one
     // folder), so one replica's kernels are what the run needs.
@@ -295,10 +311,6 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     println!("data: {source}");
     file.check_memory_for(&device, data.train.len(), data.valid.len())?;
-    if !device.has_fusion() {
-        println!("nothing to warm up: {} has no kernels to tune or compile", device.describe());
-        return Ok(());
-    }
     let Some(cache) = kernel_cache::installed().filter(|c| c.root().is_some()) else {
         return Err(Failure::input("error: the kernel cache is off (see above), so a warm-up would keep nothing"));
     };

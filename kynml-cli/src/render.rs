@@ -184,9 +184,14 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
     if !info.categories.is_empty() {
         let each: Vec<String> = (info.categories.iter())
             .map(|v| match v.unseen_in_validation {
-                0 => format!("{} ({} values)", v.column, v.values.len()),
+                0 => format!("{} ({})", v.column, count(v.values.len(), "value")),
                 n => {
-                    format!("{} ({} values; {n} validation rows hold one training never saw)", v.column, v.values.len())
+                    format!(
+                        "{} ({}; {} one training never saw)",
+                        v.column,
+                        count(v.values.len(), "value"),
+                        count_holding(n).replacen(" row", " validation row", 1)
+                    )
                 }
             })
             .collect();

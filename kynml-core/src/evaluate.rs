@@ -1,6 +1,7 @@
 //! Running a model over a whole split: outputs, loss and metrics.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 
@@ -50,6 +51,22 @@ pub fn run_split(
     half: Option<FloatDType>,
     rows: Option<usize>,
 ) -> Outputs {
+    whole(run_split_until(model, data, split, loss_kind, device, half, rows, None))
+}
+
+/// [`run_split`], checking `stop` before each forward pass: `None` when it
+/// was set before the last one (a stop asked for during validation).
+#[allow(clippy::too_many_arguments)]
+pub fn run_split_until(
+    model: &Model<Kb>,
+    data: &Dataset,
+    split: Split,
+    loss_kind: Loss,
+    device: &DispatchDevice,
+    half: Option<FloatDType>,
+    rows: Option<usize>,
+    stop: Option<&AtomicBool>,
+) -> Option<Outputs> {
     let part = data.split(split);
     let n = part.len();
     let mut values = Vec::new();
@@ -58,6 +75,9 @@ pub fn run_split(
     let indices: Vec<usize> = (0..n).collect();
     let per_pass = rows.unwrap_or(CHUNK).max(1);
     for chunk in indices.chunks(per_pass) {
+        if stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+            return None;
+        }
         let filled: Vec<usize>;
         let taken = match rows {
             Some(r) if chunk.len() < r => {
@@ -82,7 +102,12 @@ pub fn run_split(
         width = out.dims()[1];
         values.extend(out.into_data().convert::<f32>().into_vec::<f32>().expect("f32 outputs"));
     }
-    Outputs { values, width, loss: loss_sum / n.max(1) as f64 }
+    Some(Outputs { values, width, loss: loss_sum / n.max(1) as f64 })
+}
+
+/// The outputs of a pass over a split that had no stop flag to heed.
+pub(crate) fn whole(outputs: Option<Outputs>) -> Outputs {
+    outputs.unwrap_or_else(|| unreachable!("a pass without a stop flag runs to the end"))
 }
 
 /// The metrics the spec asked for, on these outputs.

@@ -1380,7 +1380,8 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
                 format!(
                     "fused ({var}=fused, an experiment): each dense product runs in one kernel with its cast, \
                      bias and activation, from CubeCL's fused-matmul autotune; on lavapipe that kernel gave \
-                     wrong products for a one-unit layer after an odd width"
+                     wrong outputs for a one-unit layer (after widths 3 and 5: the first row right, the \
+                     others read from the layer's input), so check its results against a run without it"
                 ),
                 true,
             ),

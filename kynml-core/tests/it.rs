@@ -1547,6 +1547,64 @@ fn a_stop_between_epochs_takes_no_step_of_the_next_and_resumes_bit_identical() {
     assert!(bytes("whole.ckpt") == bytes("cut.ckpt"), "seed {seed}: the resumed run ends elsewhere");
 }
 
+/// A stop asked for during an epoch's validation cuts the validation short
+/// (a split of many rows is not waited for): the run stops as after the
+/// epoch's last step, with no record of that epoch, and a resume validates
+/// it and ends bit-identical to a run never stopped, on either engine.
+#[test]
+fn a_stop_during_validation_cuts_it_short_and_resumes_bit_identical() {
+    use kynml_core::train::{EngineChoice, TrainError, TrainEvent};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let seed = clock_seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let cpu = select(DeviceChoice::Cpu).unwrap();
+    for (i, engine) in [EngineChoice::Auto, EngineChoice::Burn].into_iter().enumerate() {
+        let spec = |ckpt: &str| {
+            let path = checkpointed_spec(tmp.path(), seed, "optimizer = adamw(lr=0.01)", ckpt, true);
+            let named = tmp.path().join(format!("{ckpt}.kyn"));
+            std::fs::rename(&path, &named).unwrap();
+            named
+        };
+        let (whole_ckpt, cut_ckpt) = (format!("{i}-whole.ckpt"), format!("{i}-cut.ckpt"));
+        let whole = spec(&whole_ckpt);
+        run_to_on(&whole, 4, false, engine);
+        let cut = spec(&cut_ckpt);
+        let mut file = SpecFile::load(&cut).unwrap();
+        file.apply(&Overrides { epochs: Some(4), ..Overrides::default() });
+        let data = file.load_data().unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let settings = TrainSettings {
+            checkpoint_path: file.checkpoint_path(),
+            stop: Some(stop.clone()),
+            engine,
+            ..TrainSettings::default()
+        };
+        let mut ended = Vec::new();
+        let outcome = train(&file.spec, &data, &cpu, &settings, &mut |event| match event {
+            // Epoch 2's last step is done, its validation next: as a Ctrl-C there.
+            TrainEvent::Step { epoch: 2, step, steps, .. } if step == steps => stop.store(true, Ordering::SeqCst),
+            TrainEvent::EpochEnd(record) => ended.push(record.epoch),
+            _ => {}
+        });
+        let steps = match outcome {
+            Err(TrainError::Interrupted { epoch: 2, step, checkpoint: Some(_), .. }) => step,
+            Err(e) => panic!("{engine:?}, seed {seed}: {e}"),
+            Ok(_) => panic!("{engine:?}, seed {seed}: not stopped"),
+        };
+        assert_eq!(ended, [1], "{engine:?}: epoch 2's validation was cut short");
+        let (_, state) = file.find_checkpoint(&data).unwrap().unwrap();
+        let partial = state.partial.as_ref().expect("saved inside epoch 2");
+        assert_eq!((state.epoch, partial.steps), (1, steps), "{engine:?}: every step of epoch 2 done");
+        let resumed = run_to_on(&cut, 4, true, engine);
+        assert_eq!(resumed.history.len(), 4);
+        let bytes = |name: &Path| std::fs::read(name).unwrap();
+        assert!(
+            bytes(&tmp.path().join(&whole_ckpt)) == bytes(&tmp.path().join(&cut_ckpt)),
+            "{engine:?}, seed {seed}: the resumed run ends elsewhere"
+        );
+    }
+}
+
 /// A `checkpoint_activations` run on Burn resumes, from an epoch's end and
 /// from inside one, and ends bit-identical to a run never stopped, for an
 /// optimizer with state and under clipping, fused or not: restored optimizer

@@ -15,6 +15,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{FloatDType, Tensor};
 use burn::DispatchDevice;
 use kynml_backend::Backend as Kb;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use crate::checkpoint::Checkpoint;
@@ -43,8 +44,10 @@ pub trait Engine {
     /// and nothing was updated.
     fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64, part: Part) -> Option<StepLoss>;
 
-    /// The model in evaluation mode over a whole split.
-    fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs;
+    /// The model in evaluation mode over a whole split; `None` when `stop`
+    /// was set before its last pass (checked before each), the split not
+    /// done (a stop asked for during an epoch's validation).
+    fn evaluate(&mut self, data: &Dataset, split: Split, stop: Option<&AtomicBool>) -> Option<Outputs>;
 
     /// The reduced type the products of the steps run in (bf16, fp16), and
     /// so those of validation; `None` for fp32 and tf32.
@@ -485,13 +488,13 @@ impl Engine for BurnEngine {
     /// In the run's precision: a bf16 or fp16 run's validation runs its
     /// products in bf16 or fp16 as its steps do (as PyTorch's evaluation
     /// under autocast), not in fp32 kernels of their own.
-    fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
+    fn evaluate(&mut self, data: &Dataset, split: Split, stop: Option<&AtomicBool>) -> Option<Outputs> {
+        let (half, rows) = (self.half, self.eval_rows());
         if self.checkpointed {
             // In evaluation mode, on the autodiff device: no backward pass follows.
-            let rows = self.eval_rows();
-            return evaluate::run_split(self.current(), data, split, self.loss, &self.autodiff, self.half, rows);
+            return evaluate::run_split_until(self.current(), data, split, self.loss, &self.autodiff, half, rows, stop);
         }
-        evaluate::run_split(&self.current().valid(), data, split, self.loss, &self.inner, self.half, self.eval_rows())
+        evaluate::run_split_until(&self.current().valid(), data, split, self.loss, &self.inner, half, rows, stop)
     }
 
     fn half(&self) -> Option<FloatDType> {

@@ -14,6 +14,8 @@
 //! optimizer for evaluation, checkpoints, early stopping's best weights
 //! and export. A checkpoint written by one engine resumes on the other.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use burn::DispatchDevice;
 use kynml_backend::{Backend as Kb, Device, DeviceKind};
 use kynml_cpu::{LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, Team};
@@ -204,7 +206,14 @@ pub fn evaluation_rows(values_per_row: usize, rows: usize) -> usize {
 
 /// `net`'s outputs and mean loss on a split, in chunks whose buffers stay
 /// within [`EVAL_VALUES`].
-fn evaluate_net(net: &mut Net, data: &Dataset, split: Split, loss: Loss, scratch: &mut Vec<f32>) -> Outputs {
+fn evaluate_net(
+    net: &mut Net,
+    data: &Dataset,
+    split: Split,
+    loss: Loss,
+    scratch: &mut Vec<f32>,
+    stop: Option<&AtomicBool>,
+) -> Option<Outputs> {
     let part = data.split(split);
     let (n, width) = (part.len(), net.output_width());
     let indices: Vec<usize> = (0..n).collect();
@@ -212,13 +221,16 @@ fn evaluate_net(net: &mut Net, data: &Dataset, split: Split, loss: Loss, scratch
     let mut loss_sum = 0.0;
     let rows = evaluation_rows(net.values_per_row(), n);
     for chunk in indices.chunks(rows) {
+        if stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
+            return None;
+        }
         data.gather(split, chunk, &mut batch);
         net.predict(&batch.features, &mut out);
         let targets = targets(&batch.labels, loss, scratch);
         loss_sum += kynml_cpu::loss::loss(loss_config(loss), &out, width, targets, None) * chunk.len() as f64;
         values.extend_from_slice(&out);
     }
-    Outputs { values, width, loss: loss_sum / n.max(1) as f64 }
+    Some(Outputs { values, width, loss: loss_sum / n.max(1) as f64 })
 }
 
 /// The native engine with what the loop needs around it.
@@ -304,8 +316,8 @@ impl Engine for NativeEngine {
     }
 
     /// As [`evaluate::run_split`](crate::evaluate::run_split) gives it.
-    fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
-        evaluate_net(&mut self.net, data, split, self.loss, &mut self.float_targets)
+    fn evaluate(&mut self, data: &Dataset, split: Split, stop: Option<&AtomicBool>) -> Option<Outputs> {
+        evaluate_net(&mut self.net, data, split, self.loss, &mut self.float_targets, stop)
     }
 
     /// On its own network, the run being over: `model`'s weights are put
@@ -319,7 +331,9 @@ impl Engine for NativeEngine {
         device: &DispatchDevice,
     ) -> Outputs {
         match load(&mut self.net, model) {
-            Ok(()) => evaluate_net(&mut self.net, data, split, loss, &mut self.float_targets),
+            Ok(()) => {
+                crate::evaluate::whole(evaluate_net(&mut self.net, data, split, loss, &mut self.float_targets, None))
+            }
             // The model comes from this engine's spec; Burn evaluates it otherwise.
             Err(_) => crate::evaluate::run_split(model, data, split, loss, device, None, None),
         }

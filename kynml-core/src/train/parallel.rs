@@ -26,6 +26,7 @@
 //! so the replicas meet once per optimizer step.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -348,8 +349,8 @@ impl Engine for ParallelEngine {
         })
     }
 
-    fn evaluate(&mut self, data: &Dataset, split: Split) -> Outputs {
-        self.lead.evaluate(data, split)
+    fn evaluate(&mut self, data: &Dataset, split: Split, stop: Option<&AtomicBool>) -> Option<Outputs> {
+        self.lead.evaluate(data, split, stop)
     }
 
     fn half(&self) -> Option<FloatDType> {

@@ -87,11 +87,12 @@ pub struct TrainSettings {
     /// Set it (from a Ctrl-C handler, or a service cancelling one run) to
     /// stop after the step in progress: a checkpoint of that point is
     /// written when the spec checkpoints, and [`train`] returns
-    /// [`TrainError::Interrupted`]. Each run may have its own flag. An
-    /// epoch's validation is not cut short: a stop set while it runs stops
-    /// the run when it ends, before the next epoch's first step; one set
-    /// after the last epoch's steps lets the run finish, and `train`
-    /// returns its result.
+    /// [`TrainError::Interrupted`]. Each run may have its own flag. A stop
+    /// set during an epoch's validation cuts it short (checked before each
+    /// of its forward passes): the run stops as after the epoch's last
+    /// step, and a resume validates that epoch first. One set after the
+    /// last epoch's validation lets the run finish, and `train` returns its
+    /// result.
     pub stop: Option<Arc<AtomicBool>>,
     /// Which engine runs the steps: by default the native one where it
     /// applies (see [`engine_for`]); tests and benches can ask for Burn's.
@@ -603,7 +604,7 @@ fn run<'scope, 'env>(
         // Which batches share an optimizer step (`accumulate`): a resumed
         // epoch restarted at a step's boundary, so its grouping starts anew.
         let parts = parts_of(&batches.iter().map(Vec::len).collect::<Vec<_>>(), t.accumulate.value);
-        // A stop asked for between epochs (during the evaluation, say) stops
+        // A stop asked for between epochs (after a validation, say) stops
         // here, at the boundary: no step of this epoch is taken, and the
         // checkpoint is the end of the last one, as if it had been due.
         if done == 0 && settings.stop.as_ref().is_some_and(|stop| stop.load(Ordering::SeqCst)) {
@@ -679,6 +680,8 @@ fn run<'scope, 'env>(
         }
         let mut data_wait = 0.0f64;
         let mut epoch_batches = loader.epoch(scope, data, batches).enumerate();
+        // The step after which a stop was asked for, if one was.
+        let mut stopped_at = None;
         loop {
             let waiting = Instant::now();
             let Some((step, batch)) = epoch_batches.next() else { break };
@@ -714,43 +717,8 @@ fn run<'scope, 'env>(
             // A stop waits for the end of an accumulated step, so that a
             // checkpoint never holds half of one.
             if part.last && settings.stop.as_ref().is_some_and(|stop| stop.load(Ordering::SeqCst)) {
-                tally.settle();
-                steps_taken += tally.take_steps();
-                // Save this very point: the next run redoes nothing and skips nothing.
-                let here = PartialEpoch {
-                    order_rng: order_state,
-                    steps: step,
-                    rows: Some(taken),
-                    loss_sum: tally.loss.read(),
-                    seen: tally.seen,
-                    skipped: tally.skipped,
-                    grad_norms: engine.grad_norms(),
-                };
-                let (mut saved, mut queued) = (None, false);
-                if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
-                    let early_stop = stopper.as_ref().map(|s| s.state());
-                    let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
-                    let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
-                    state.partial = Some(here);
-                    let snapshot = engine.snapshot(best.as_ref(), &state);
-                    discard_once(&mut discard_old, path, on_event);
-                    StopSave { saved, queued } = save_at_stop(writer, path, snapshot, &model_hash, on_event);
-                }
-                // What was profiled so far is the run's to keep: a slow run
-                // is the one a person profiles, then stops.
-                if let Some(p) = profile.as_mut() {
-                    p.skipped_steps += tally.skipped.saturating_sub(skipped_before);
-                    if let Some(m) = gpu_monitor.take() {
-                        p.gpu = m.finish();
-                    }
-                    // The stop's save waited for every earlier write.
-                    if let Some(writer) = &writer {
-                        attach_writes(p, &writer.writes(), usize::from(queued), started);
-                    }
-                }
-                let profile = profile.take().map(Box::new);
-                let model = Box::new(Reached(engine.model()));
-                return Err(TrainError::Interrupted { epoch, step, checkpoint: saved, profile, model });
+                stopped_at = Some(step);
+                break;
             }
             let samples_per_sec = |tally: &Tally| tally.rows as f64 / epoch_start.elapsed().as_secs_f64();
             if finite == Some(false) {
@@ -792,10 +760,58 @@ fn run<'scope, 'env>(
         total_samples += tally.rows;
         total_step_secs += step_secs;
 
-        // The GPU's samples of the epoch's steps, before the evaluation's.
-        let gpu = gpu_monitor.as_mut().and_then(|m| super::gpu_monitor::summarize(&m.take()));
+        // The GPU's samples of the epoch's steps, before the evaluation's
+        // (a stopped run's profile keeps them all).
+        let gpu = match stopped_at {
+            None => gpu_monitor.as_mut().and_then(|m| super::gpu_monitor::summarize(&m.take())),
+            Some(_) => None,
+        };
         let evaluating = Instant::now();
-        let outputs = engine.evaluate(data, Split::Valid);
+        // A stop asked for during validation cuts it short: the run stops
+        // as after the epoch's last step, which the next run's validation
+        // follows.
+        let outputs = match stopped_at {
+            None => engine.evaluate(data, Split::Valid, settings.stop.as_deref()),
+            Some(_) => None,
+        };
+        let Some(outputs) = outputs else {
+            let step = stopped_at.unwrap_or(steps);
+            // Save this very point: the next run redoes nothing and skips nothing.
+            let here = PartialEpoch {
+                order_rng: order_state,
+                steps: step,
+                rows: Some(taken),
+                loss_sum: tally.loss.read(),
+                seen: tally.seen,
+                skipped: tally.skipped,
+                grad_norms: engine.grad_norms(),
+            };
+            let (mut saved, mut queued) = (None, false);
+            if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
+                let early_stop = stopper.as_ref().map(|s| s.state());
+                let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
+                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
+                state.partial = Some(here);
+                let snapshot = engine.snapshot(best.as_ref(), &state);
+                discard_once(&mut discard_old, path, on_event);
+                StopSave { saved, queued } = save_at_stop(writer, path, snapshot, &model_hash, on_event);
+            }
+            // What was profiled so far is the run's to keep: a slow run
+            // is the one a person profiles, then stops.
+            if let Some(p) = profile.as_mut() {
+                p.skipped_steps += tally.skipped.saturating_sub(skipped_before);
+                if let Some(m) = gpu_monitor.take() {
+                    p.gpu = m.finish();
+                }
+                // The stop's save waited for every earlier write.
+                if let Some(writer) = &writer {
+                    attach_writes(p, &writer.writes(), usize::from(queued), started);
+                }
+            }
+            let profile = profile.take().map(Box::new);
+            let model = Box::new(Reached(engine.model()));
+            return Err(TrainError::Interrupted { epoch, step, checkpoint: saved, profile, model });
+        };
         if let Some(p) = profile.as_mut() {
             let start = evaluating.duration_since(started).as_secs_f64();
             p.evals.push(EvalTiming { epoch, start, seconds: evaluating.elapsed().as_secs_f64() });
@@ -909,7 +925,7 @@ fn run<'scope, 'env>(
         (false, _) | (true, None) => {
             let outputs = match last_outputs.take() {
                 Some(outputs) => outputs,
-                None => engine.evaluate(data, Split::Valid),
+                None => evaluate::whole(engine.evaluate(data, Split::Valid, None)),
             };
             (engine.into_model(), outputs)
         }

@@ -2717,7 +2717,8 @@ fn warmup_takes_synthetic_rows_instead_of_the_data_file() {
     // On a GPU backend the data is needed: refused without it.
     let out = kynml(&["warmup", "iris.kyn", "--device", "wgpu"], tmp.path());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("does not exist"), "{}", text(&out));
+    // ... naming the flag that makes rows without it.
+    assert!(text(&out).contains("does not exist") && text(&out).contains("`kynml warmup`"), "{}", text(&out));
     // And `check`, which then prints the model of a spec whose data the bench makes.
     let out = kynml(&["check", "iris.kyn", "--synthetic", "150"], tmp.path());
     let t = text(&out);

@@ -511,8 +511,8 @@ impl SpecFile {
                     "no such file",
                 )
                 .with_help(format!(
-                    "{relative}`kynml bench SPEC --synthetic ROWS` measures a spec on seeded rows shaped for it, \
-                     without the file"
+                    "{relative}`kynml bench`, `kynml warmup` and `kynml check` take `--synthetic ROWS`: seeded \
+                     rows shaped for the spec, without the file"
                 ));
                 return Err(self.located(vec![problem]));
             }

@@ -454,6 +454,9 @@ fn a_data_parallel_run_on_two_cpu_replicas_says_so_and_trains() {
     let metrics: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run/metrics.json")).unwrap()).unwrap();
     assert_eq!(metrics["devices"], serde_json::json!(["cpu", "cpu"]));
+    // So does the curves' title (it said `(cpu)`).
+    let svg = std::fs::read_to_string(tmp.path().join("run/curves.svg")).unwrap();
+    assert!(svg.contains("IrisNet on Iris (2 x cpu)"), "the title of curves.svg");
     // report names both devices (it said `cpu`).
     let t = text(&kynml(&["report", "run"], tmp.path()));
     assert!(t.contains(" cpu,cpu "), "{t}");
@@ -462,6 +465,9 @@ fn a_data_parallel_run_on_two_cpu_replicas_says_so_and_trains() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(t.contains("2 x cpu") && t.contains("(data-parallel)"), "{t}");
+    // A round's time is said to hold its validation pass; counts read as words.
+    assert!(t.contains("round 1: ") && t.contains("(its validation pass of 30 rows included)"), "{t}");
+    assert!(t.contains("batch 16, 3 steps in each of 1 warm-up and 1 timed round"), "{t}");
     let out = kynml(&["train", "iris.kyn", "--device", "cpu,cuda:0", "--out", "mixed"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("all `cpu` or all CUDA GPUs, not both"), "{}", text(&out));

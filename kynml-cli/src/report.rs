@@ -397,11 +397,7 @@ fn read_run(dir: &Path, name: &str) -> Result<(Vec<String>, Option<String>), Unr
         name.to_string(),
         str_of("spec"),
         str_of("model"),
-        // A data-parallel run names each device, as `--device` takes them.
-        match m["devices"].as_array().filter(|d| d.len() > 1) {
-            Some(devices) => devices.iter().map(|d| d.as_str().unwrap_or("?")).collect::<Vec<_>>().join(","),
-            None => str_of("device"),
-        },
+        device_cell(&m),
         str_of("precision"),
         format!("{}{stopped}", m["epochs_run"].as_u64().map_or("?".into(), |e| e.to_string())),
         m["metrics"].get("val_loss").and_then(number).map_or("?".into(), render::number),
@@ -410,6 +406,22 @@ fn read_run(dir: &Path, name: &str) -> Result<(Vec<String>, Option<String>), Unr
         m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v.round() as usize)),
     ];
     Ok((row, problem))
+}
+
+/// The run's device as `--device` takes it (each device of a data-parallel
+/// run), and on the CPU which engine ran the steps: the native engine and
+/// Burn's CPU backend run the same spec at different speeds, so two `cpu`
+/// rows can differ for that alone. (A run written before the engine was
+/// recorded shows its device alone.)
+fn device_cell(m: &Value) -> String {
+    let device = match m["devices"].as_array().filter(|d| d.len() > 1) {
+        Some(devices) => devices.iter().map(|d| d.as_str().unwrap_or("?")).collect::<Vec<_>>().join(","),
+        None => m["device"].as_str().unwrap_or("?").to_string(),
+    };
+    match m["engine"].as_str() {
+        Some(engine) if device.starts_with("cpu") => format!("{device} ({engine})"),
+        _ => device,
+    }
 }
 
 /// The fields of a metrics.json that hold a value of the wrong kind (edited
@@ -429,6 +441,7 @@ fn mistyped_fields(m: &Value) -> Vec<String> {
         ("spec", Kind::Text),
         ("model", Kind::Text),
         ("device", Kind::Text),
+        ("engine", Kind::Text),
         ("precision", Kind::Text),
         ("primary_metric", Kind::Text),
         ("epochs_run", Kind::Count),
@@ -745,6 +758,30 @@ mod tests {
         assert!(both.lines().any(|l| l.trim_start().starts_with("one") && l.contains(" - ")), "{both}");
         let alone = column(&[one]);
         assert!(!alone.contains("sync"), "{alone}");
+    }
+
+    /// On the CPU the row says which engine ran the steps (the native engine
+    /// or Burn's backend); a GPU's row, and a run that did not record its
+    /// engine, show the device alone.
+    #[test]
+    fn a_cpu_row_names_its_engine() {
+        let cell = |m: Value| device_cell(&m);
+        assert_eq!(cell(serde_json::json!({"device": "cpu", "devices": ["cpu"], "engine": "native"})), "cpu (native)");
+        assert_eq!(
+            cell(serde_json::json!({"device": "cpu", "devices": ["cpu", "cpu"], "engine": "burn"})),
+            "cpu,cpu (burn)"
+        );
+        assert_eq!(cell(serde_json::json!({"device": "cuda:0", "engine": "burn"})), "cuda:0");
+        assert_eq!(cell(serde_json::json!({"device": "cpu"})), "cpu");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r1");
+        run_folder(&dir, 2.0, None);
+        let path = dir.join("metrics.json");
+        let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        m["engine"] = "native".into();
+        std::fs::write(&path, m.to_string()).unwrap();
+        let r = report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.text.lines().any(|l| l.trim_start().starts_with("r1") && l.contains(" cpu (native) ")), "{}", r.text);
     }
 
     /// A field edited to the wrong kind of value is shown as `?` and said,

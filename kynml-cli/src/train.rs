@@ -384,6 +384,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         "samples_per_sec": result.samples_per_sec,
         "device": device.short_name(),
         "devices": devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>(),
+        "engine": result.engine.name(),
         "peak_rss": peak,
     });
     run_dir

@@ -457,9 +457,10 @@ fn a_data_parallel_run_on_two_cpu_replicas_says_so_and_trains() {
     // So does the curves' title (it said `(cpu)`).
     let svg = std::fs::read_to_string(tmp.path().join("run/curves.svg")).unwrap();
     assert!(svg.contains("IrisNet on Iris (2 x cpu)"), "the title of curves.svg");
-    // report names both devices (it said `cpu`).
+    // report names both devices (it said `cpu`), and the engine: Burn's, not the native one.
+    assert_eq!(metrics["engine"], "burn");
     let t = text(&kynml(&["report", "run"], tmp.path()));
-    assert!(t.contains(" cpu,cpu "), "{t}");
+    assert!(t.contains(" cpu,cpu (burn) "), "{t}");
     assert!(metrics["metrics"]["accuracy"].as_f64().unwrap() > 0.5, "{metrics}");
     let out = kynml(&["bench", "iris.kyn", "--device", "cpu,cpu", "--steps", "3", "--rounds", "1"], tmp.path());
     let t = text(&out);

@@ -67,6 +67,14 @@ impl EngineKind {
             EngineKind::Burn => device.backend_name().into(),
         }
     }
+
+    /// Its name in a run's `metrics.json` (`native` or `burn`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Native => "native",
+            EngineKind::Burn => "burn",
+        }
+    }
 }
 
 /// The engine for this device, precision and model: native on the CPU in

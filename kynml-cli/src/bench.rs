@@ -130,7 +130,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             // Short data: a round's last step holds fewer rows than the batch.
             let rows = report.samples_per_sec * report.step_ms / 1e3;
             if (rows - report.batch as f64).abs() < 0.5 {
-                format!("{} rows a step", report.batch)
+                format!("{} a step", render::count(report.batch, "row"))
             } else {
                 format!("{rows:.0} rows a step on average (batch {}, the last step shorter)", report.batch)
             }

@@ -2363,8 +2363,16 @@ fn batchnorm_with_one_value_a_channel_a_step_is_refused() {
     let out = kynml(&["train", "one.kyn", "--out", "run"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("one.kyn:11:5") && t.contains("but `batch = 1` gives each step one row"), "{t}");
+    assert!(t.contains("one.kyn:11:5") && t.contains("but a batch of 1 gives each step one row"), "{t}");
     assert!(!dir.join("run").exists(), "nothing written");
+    // bench's `--batch 1` on a spec of `batch = 16` is not said to be the spec's.
+    let batchnorm = spec.replacen("dense 32 relu", "dense 32 relu\n    batchnorm", 1);
+    std::fs::write(dir.join("bn.kyn"), &batchnorm).unwrap();
+    let out = kynml(&["bench", "bn.kyn", "--batch", "1", "--steps", "2", "--rounds", "1"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("bn.kyn:11:5") && t.contains("a batch of 1 gives each step one row"), "{t}");
+    assert!(!t.contains("`batch = 1`"), "{t}");
     let two = one.replace("batch = 1", "batch = 2");
     std::fs::write(dir.join("two.kyn"), two).unwrap();
     let out = kynml(&["check", "two.kyn"], dir);
@@ -2374,7 +2382,7 @@ fn batchnorm_with_one_value_a_channel_a_step_is_refused() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("two.kyn:11:5") && t.contains("2 rows a step over 2 devices leave 1 row on a device"), "{t}");
-    assert!(t.contains("raise `batch` to 4 or more"), "{t}");
+    assert!(t.contains("raise the batch to 4 or more"), "{t}");
     assert!(!dir.join("run").exists(), "nothing written");
     let four = one.replace("batch = 1", "batch = 4");
     std::fs::write(dir.join("four.kyn"), four).unwrap();
@@ -2642,6 +2650,10 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     // As many steps as asked, the last one short: said as such.
     let out = kynml(&["bench", "iris.kyn", "--device", "cpu", "--steps", "8", "--rounds", "1"], tmp.path());
     assert!(text(&out).contains("120 rows: each round's last step takes 8 of 16 rows"), "{}", text(&out));
+    // One row a step, said in the singular.
+    let out =
+        kynml(&["bench", "iris.kyn", "--device", "cpu", "--batch", "1", "--steps", "4", "--rounds", "1"], tmp.path());
+    assert!(text(&out).contains(" 1 row a step"), "{}", text(&out));
     let out = kynml(&["bench", "iris.kyn", "--precision", "fp8"], tmp.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("expected fp32, tf32, bf16 or fp16"), "{}", text(&out));

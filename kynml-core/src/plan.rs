@@ -1043,15 +1043,16 @@ fn batchnorm_on_lone_rows(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
                 if per == 1 { "" } else { "s" }
             ),
             format!(
-                "raise `batch` to {} or more (2 rows a device), train on fewer devices, or use `layernorm`, which \
+                "raise the batch to {} or more (2 rows a device), train on fewer devices, or use `layernorm`, which \
                  normalises each row on its own",
                 2 * devices
             ),
         )
     } else if spec.train.batch.value < 2 {
         (
-            "`batch = 1` gives each step one row".to_string(),
-            "raise `batch` to 2 or more, or use `layernorm`, which normalises each row on its own".to_string(),
+            // Said of the batch, not of `batch = 1`: bench's `--batch` may have set it.
+            "a batch of 1 gives each step one row".to_string(),
+            "raise the batch to 2 or more, or use `layernorm`, which normalises each row on its own".to_string(),
         )
     } else {
         (

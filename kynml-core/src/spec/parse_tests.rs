@@ -841,6 +841,30 @@ fn a_value_continued_on_the_next_line_is_said_as_such() {
     }
 }
 
+/// A closer too many on a line whose line above is whole is said at the
+/// closer, not as the rest of a value from a line above (it was, with
+/// "join this line to the one it continues", under a header too).
+#[test]
+fn a_closer_too_many_is_said_where_it_is() {
+    for (old, new, at) in [
+        ("epochs = 3\n", "epochs = 3\noptimizer = adamw(lr=0.01))\n", "optimizer = adamw(lr=0.01))"),
+        ("epochs = 3\n", "epochs = 3\nevaluate:\nmetrics = [mae]]\n", "metrics = [mae]]"),
+        ("epochs = 3\n", "epochs = 3\nevaluate:\n) = 3\n", ") = 3"),
+    ] {
+        let source = MINIMAL.replace(old, new);
+        let e = parse_spec(&source).unwrap_err();
+        let shown = render("t.kyn", &source, &e.diagnostics);
+        assert_eq!(e.diagnostics.len(), 1, "{shown}");
+        let d = &e.diagnostics[0];
+        assert!(d.message.starts_with("unexpected `") && d.message.ends_with("`: it closes nothing"), "{shown}");
+        assert!(!shown.contains("line above"), "{shown}");
+        // At the closer that closes nothing: the last one on the line, or `)` first.
+        let line_start = source.find(at).unwrap();
+        let closer = if at.starts_with(')') { line_start } else { line_start + at.len() - 1 };
+        assert_eq!(d.span.start, closer, "{shown}");
+    }
+}
+
 /// Which batchnorm needs two rows a step: one over plain features or over a
 /// map of one position, inside a `residual:` block too; one after a
 /// convolution averages over the channel's positions and needs no more

@@ -20,7 +20,8 @@ pub(super) const MAX_DEPTH: usize = 32;
 /// Layer names, for hints when a layer line shows up outside a model block.
 /// Whether `word` starts a layer line (`input` included).
 /// Whether `tokens` close a bracket or parenthesis they did not open.
-fn closes_unopened(tokens: &[Token]) -> bool {
+/// The first such token, if any.
+fn closes_unopened(tokens: &[Token]) -> Option<&Token> {
     let mut depth = 0i32;
     for t in tokens {
         match t.kind {
@@ -29,10 +30,21 @@ fn closes_unopened(tokens: &[Token]) -> bool {
             _ => {}
         }
         if depth < 0 {
-            return true;
+            return Some(t);
         }
     }
-    false
+    None
+}
+
+/// Whether `tokens` open a bracket or parenthesis they do not close: a value
+/// that goes on (by mistake) on the next line.
+fn leaves_open(tokens: &[Token]) -> bool {
+    let depth = tokens.iter().fold(0i32, |depth, t| match t.kind {
+        TokenKind::LParen | TokenKind::LBracket => depth + 1,
+        TokenKind::RParen | TokenKind::RBracket => depth - 1,
+        _ => depth,
+    });
+    depth > 0
 }
 
 fn is_layer_name(word: &str) -> bool {
@@ -40,8 +52,12 @@ fn is_layer_name(word: &str) -> bool {
 }
 
 pub(super) fn parse(source: &str, diags: &mut Vec<Diagnostic>) -> Document {
-    let mut parser =
-        Parser { source, document: Document::default(), state: State::BeforeFirstBlock { reported: false } };
+    let mut parser = Parser {
+        source,
+        document: Document::default(),
+        state: State::BeforeFirstBlock { reported: false },
+        left_open: false,
+    };
     let mut offset = 0;
     for (index, line) in source.split('\n').enumerate() {
         parser.line(line, offset, index + 1, diags);
@@ -64,6 +80,8 @@ struct Parser<'s> {
     source: &'s str,
     document: Document,
     state: State,
+    /// The last line with tokens left a bracket or parenthesis open.
+    left_open: bool,
 }
 
 /// What a line is, judged by its tokens.
@@ -89,6 +107,7 @@ impl<'s> Parser<'s> {
         let span = Span { start: tokens[0].span.start, end: last.span.end };
         self.document.end = span.end;
         let lex_failed = !lex_diags.is_empty();
+        let continues = std::mem::replace(&mut self.left_open, leaves_open(&tokens));
         let indent_text: String = line.chars().take_while(|c| c.is_whitespace()).collect();
         let indent = indent_text.chars().count();
         if self.opens_layer_block(&tokens) {
@@ -117,8 +136,15 @@ impl<'s> Parser<'s> {
             shape = Shape::Body;
         }
         // The line as the block readers take it.
-        let line =
-            || Line { tokens: &tokens, indent, indent_text: indent_text.clone(), span, number: line_no, lex_failed };
+        let line = || Line {
+            tokens: &tokens,
+            indent,
+            indent_text: indent_text.clone(),
+            span,
+            number: line_no,
+            lex_failed,
+            continues,
+        };
         match shape {
             // `dense 4 relu:` in a model block: a layer line with a stray
             // `:`, not a block of its own (which also left the model's
@@ -141,6 +167,7 @@ impl<'s> Parser<'s> {
                         span: inner,
                         number: line_no,
                         lex_failed,
+                        continues,
                     };
                     self.layer_line(index, &line, diags);
                 }
@@ -449,13 +476,19 @@ impl<'s> Parser<'s> {
 
         // `rmse]` or `weight_decay=0.1)` under a line left open: the rest
         // of the value above, which the lexer reported unclosed there.
-        if closes_unopened(tokens) {
+        // Under a closed line it is one closer too many (`adamw(lr=0.01))`).
+        if let Some(closer) = closes_unopened(tokens) {
+            let closer_span = closer.span;
             if !line.lex_failed {
-                diags.push(
+                diags.push(if line.continues {
                     Diagnostic::new(line.span, "the rest of a value from a line above", "a line of its own").with_help(
                         "a value must end on the line where it starts: join this line to the one it continues",
-                    ),
-                );
+                    )
+                } else {
+                    let closer = closer.describe();
+                    Diagnostic::new(closer_span, format!("unexpected {closer}: it closes nothing"), "one too many")
+                        .with_help(format!("remove this {closer}"))
+                });
             }
             damaged(first_ident, block);
             return;
@@ -630,6 +663,8 @@ struct Line<'t> {
     number: usize,
     /// The lexer already reported a problem on this line.
     lex_failed: bool,
+    /// The line above left a bracket or parenthesis open.
+    continues: bool,
 }
 
 fn shape(tokens: &[Token]) -> Shape {

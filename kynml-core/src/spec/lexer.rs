@@ -74,6 +74,15 @@ struct Lexer<'a> {
 }
 
 impl Lexer<'_> {
+    /// The text around the character at `at` up to a space, a bracket, a
+    /// comma, a `=` or a quote: a path or a file name written unquoted.
+    fn unquoted_run(&self, at: usize) -> String {
+        let stops = |c: char| c.is_whitespace() || "()[],=\"'#".contains(c);
+        let first = self.chars[..at].iter().rposition(|&(_, c)| stops(c)).map_or(0, |i| i + 1);
+        let last = self.chars[at..].iter().position(|&(_, c)| stops(c)).map_or(self.chars.len(), |i| at + i);
+        self.chars[first..last].iter().map(|&(_, c)| c).collect()
+    }
+
     fn run(&mut self) {
         while let Some(c) = self.peek(0) {
             let start = self.pos;
@@ -129,24 +138,34 @@ impl Lexer<'_> {
                     } else {
                         format!("unexpected character `{c}` (U+{:04X})", c as u32)
                     };
+                    // The unquoted text around it, as the example to quote
+                    // (`path = models/x.onnx` was shown `csv("data/iris.csv")`).
+                    let quoted = format!("`\"{}\"`", self.unquoted_run(start));
                     let help = match c {
-                        '-' => Some("names may contain only ASCII letters, digits and `_`"),
-                        '.' => Some(
+                        '-' => Some("names may contain only ASCII letters, digits and `_`".to_string()),
+                        '.' => Some(format!(
                             "names may contain only ASCII letters, digits and `_`; a path or other text goes in \
-                             double quotes: `csv(\"data/iris.csv\")`",
-                        ),
-                        '/' | '\\' => Some("a path goes in double quotes: `csv(\"data/iris.csv\")`"),
-                        '{' | '}' => Some("lists are written in square brackets: `[a, b]`"),
-                        ';' => Some("write one setting per line"),
-                        '\u{2212}' | '\u{2013}' | '\u{2014}' => Some("a typographic minus or dash: write `-`"),
-                        '\u{201C}' | '\u{201D}' | '\u{201E}' => {
-                            Some("curly quotes: write straight double quotes, \"...\"")
+                             double quotes: {quoted}"
+                        )),
+                        '/' | '\\' => Some(format!("a path goes in double quotes: {quoted}")),
+                        '{' | '}' => Some("lists are written in square brackets: `[a, b]`".to_string()),
+                        ';' => Some("write one setting per line".to_string()),
+                        '\u{2212}' | '\u{2013}' | '\u{2014}' => {
+                            Some("a typographic minus or dash: write `-`".to_string())
                         }
-                        '\u{2018}' | '\u{2019}' => Some("curly quotes: strings use straight double quotes, \"...\""),
-                        c if is_invisible(c) => Some("an invisible character (pasted text brings them): delete it"),
+                        '\u{201C}' | '\u{201D}' | '\u{201E}' => {
+                            Some("curly quotes: write straight double quotes, \"...\"".to_string())
+                        }
+                        '\u{2018}' | '\u{2019}' => {
+                            Some("curly quotes: strings use straight double quotes, \"...\"".to_string())
+                        }
+                        c if is_invisible(c) => {
+                            Some("an invisible character (pasted text brings them): delete it".to_string())
+                        }
                         c if c.is_alphanumeric() => Some(
                             "names are written in ASCII letters, digits and `_`; text in any script goes in a \
-                             quoted string (a column name, a path)",
+                             quoted string (a column name, a path)"
+                                .to_string(),
                         ),
                         _ => None,
                     };
@@ -438,6 +457,22 @@ mod tests {
             let (tokens, diags) = kinds(text);
             assert_eq!(tokens, vec![TokenKind::Error], "{text}");
             assert_eq!(diags.len(), 1, "{text}");
+        }
+    }
+
+    /// An unquoted path's help quotes that path, whatever the key (an
+    /// export's `path` was shown `csv("data/iris.csv")`).
+    #[test]
+    fn an_unquoted_path_is_shown_quoted() {
+        for (line, shown) in [
+            ("path = models/x.onnx", "`\"models/x.onnx\"`"),
+            ("source = csv(data/iris.csv)", "`\"data/iris.csv\"`"),
+            ("path = out.onnx # here", "`\"out.onnx\"`"),
+            ("source = csv(C:\\data\\é.csv)", "`\"C:\\data\\é.csv\"`"),
+        ] {
+            let (_, diags) = kinds(line);
+            let help = diags[0].help.as_deref().unwrap();
+            assert!(help.ends_with(&format!("double quotes: {shown}")), "{line}: {help}");
         }
     }
 

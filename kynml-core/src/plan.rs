@@ -1543,7 +1543,8 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
                 match (c.every_n, t.epochs.value) {
                     (1, _) => "every epoch and at the end".to_string(),
                     (n, epochs) if n > epochs => {
-                        format!("at the end only (every_n = {n} is more than the run's {epochs} epochs)")
+                        let epochs = if epochs == 1 { "1 epoch".to_string() } else { format!("{epochs} epochs") };
+                        format!("at the end only (every_n = {n} is more than the run's {epochs})")
                     }
                     (n, _) => format!("every {n} epochs and at the end"),
                 },
@@ -1814,14 +1815,21 @@ mod tests {
 
     #[test]
     fn checkpoints_past_the_runs_epochs_are_said_to_come_at_the_end_only() {
-        let line = |every: usize| {
+        let line_of = |every: usize, epochs: usize| {
             let text = format!(
                 "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    dense 1 linear\n\
-                 train:\n    loss = mse\n    epochs = 40\n    checkpoint = checkpoint(every_n={every}, path=\"c.ckpt\")\n"
+                 train:\n    loss = mse\n    epochs = {epochs}\n    checkpoint = checkpoint(every_n={every}, path=\"c.ckpt\")\n"
             );
             let spec = crate::spec::parse_spec(&text).expect("a valid spec");
             what_runs(&spec, &Device::cpu()).into_iter().find(|a| a.setting == "checkpoints").unwrap().value
         };
+        let line = |every: usize| line_of(every, 40);
+        // One epoch in the singular (it said "the run's 1 epochs").
+        assert!(
+            line_of(10, 1).starts_with("at the end only (every_n = 10 is more than the run's 1 epoch)"),
+            "{}",
+            line_of(10, 1)
+        );
         assert!(line(1).starts_with("every epoch and at the end to `c.ckpt`"), "{}", line(1));
         assert!(line(40).starts_with("every 40 epochs and at the end"), "{}", line(40));
         assert!(

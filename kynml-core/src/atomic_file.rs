@@ -148,6 +148,9 @@ pub fn probe_writable(dir: &Path) -> io::Result<()> {
     tempfile::tempfile_in(dir).map(drop)
 }
 
+/// [`special_kind`]'s words for a named pipe.
+pub const FIFO: &str = "a named pipe (FIFO)";
+
 /// What stands at `path` when it is there but neither a regular file nor a
 /// folder: "a named pipe (FIFO)", "a character device", "a block device",
 /// "a socket". Such a path is never opened: opening a FIFO waits for a
@@ -162,7 +165,7 @@ pub fn special_kind(path: &Path) -> Option<&'static str> {
         use std::os::unix::fs::FileTypeExt;
         let t = meta.file_type();
         Some(match () {
-            _ if t.is_fifo() => "a named pipe (FIFO)",
+            _ if t.is_fifo() => FIFO,
             _ if t.is_char_device() => "a character device",
             _ if t.is_block_device() => "a block device",
             _ if t.is_socket() => "a socket",

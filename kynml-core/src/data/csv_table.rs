@@ -334,9 +334,19 @@ pub fn read_csv_reporting(
 ) -> Result<Table, DataError> {
     // The whole file in memory costs no more than the table built from it,
     // and lets `next_record` find the true line of each record.
-    let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
+    let bytes = read_file(path)?;
     not_compressed(path, &bytes)?;
     parse_csv_reporting(path, &bytes, opts, report)
+}
+
+/// A data file's bytes. A device or a socket is refused unread (`/dev/zero`
+/// never ends and filled memory); a named pipe is read, as `cat` reads one,
+/// to its writer's end (`kynml predict RUN /dev/stdin` after `|`).
+fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
+    match crate::atomic_file::special_kind(path) {
+        Some(kind) if kind != crate::atomic_file::FIFO => Err(DataError::NotAFile { path: path.into(), kind }),
+        _ => std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source }),
+    }
 }
 
 /// A compressed file (gzip, zip, xz, zstd, bzip2) is said as such, with
@@ -382,7 +392,7 @@ pub fn parse_csv_reporting(
     let mut record = ByteRecord::new();
 
     let Some(header_line) = next_record(&mut reader, &ends, &mut record, path)? else {
-        return Err(DataError::Empty { path: path.into(), needed: crate::data::split::MIN_ROWS });
+        return Err(DataError::Empty { path: path.into(), header: false, needed: crate::data::split::MIN_ROWS });
     };
     let header = header_names(&record, path, header_line)?;
     if !header.contains(&opts.target) && looks_like_data(&header) {
@@ -523,7 +533,7 @@ pub fn parse_csv_reporting(
     report(total, total);
     let targets = if opts.classification { encode_classes(&labels) } else { Targets::Regression(values) };
     if targets.is_empty() {
-        return Err(DataError::Empty { path: path.into(), needed: crate::data::split::MIN_ROWS });
+        return Err(DataError::Empty { path: path.into(), header: true, needed: crate::data::split::MIN_ROWS });
     }
     let mut feature_names = header;
     let target_name = feature_names.remove(target_col);
@@ -607,7 +617,7 @@ pub fn read_model_rows(
     target: &str,
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
-    let bytes = std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source })?;
+    let bytes = read_file(path)?;
     not_compressed(path, &bytes)?;
     parse_model_rows(&bytes, path, feature_names, categories, tokens, sequence, target, need_target)
 }
@@ -639,7 +649,7 @@ pub fn parse_model_rows(
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*ends.bytes);
     let mut record = ByteRecord::new();
     let Some(header_line) = next_record(&mut reader, &ends, &mut record, path)? else {
-        return Err(DataError::Empty { path: path.into(), needed: 1 });
+        return Err(DataError::Empty { path: path.into(), header: false, needed: 1 });
     };
     let header = header_names(&record, path, header_line)?;
     // A column with no name (a pandas index saved without `index=False`, a
@@ -760,7 +770,7 @@ pub fn parse_model_rows(
         lines.push(line);
     }
     if rows == 0 {
-        return Err(DataError::Empty { path: path.into(), needed: 1 });
+        return Err(DataError::Empty { path: path.into(), header: true, needed: 1 });
     }
     let target_column = target_col.map_or(0, |c| c + 1);
     let unseen = match tokens {
@@ -1393,6 +1403,32 @@ mod tests {
         read_csv(&path, opts)
     }
 
+    /// A device given as data is refused unread (`/dev/zero` filled memory
+    /// until the system killed the run); a named pipe is read to its
+    /// writer's end, as a shell's `|` into `/dev/stdin` gives one.
+    #[cfg(unix)]
+    #[test]
+    fn a_device_is_refused_and_a_pipe_is_read() {
+        for device in ["/dev/zero", "/dev/null"] {
+            let e = read_csv(Path::new(device), &regression("y")).unwrap_err();
+            assert!(matches!(e, DataError::NotAFile { kind: "a character device", .. }), "{e}");
+            assert!(e.to_string().starts_with(&format!("{device}: it is a character device, not a data file")), "{e}");
+        }
+        let e = read_model_rows(Path::new("/dev/zero"), &["a".into()], &[], None, None, "y", false).err().unwrap();
+        assert!(matches!(e, DataError::NotAFile { .. }), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = dir.path().join("rows.csv");
+        let status = std::process::Command::new("mkfifo").arg(&pipe).status().unwrap();
+        assert!(status.success());
+        let writer = {
+            let pipe = pipe.clone();
+            std::thread::spawn(move || std::fs::write(pipe, "a,y\n1,2\n3,4\n5,6\n").unwrap())
+        };
+        let table = read_csv(&pipe, &regression("y")).unwrap();
+        writer.join().unwrap();
+        assert_eq!(table.n_rows(), 3);
+    }
+
     #[test]
     fn parsing_reports_its_progress_through_the_bytes() {
         let mut text = String::from("a,b,y\n");
@@ -1560,9 +1596,12 @@ mod tests {
 
     #[test]
     fn empty_file_header_only_and_blank_lines_only_are_empty() {
-        for text in [&b""[..], b"a,y\n", b"a,y\n\n  \n", b"\n\n"] {
+        for (text, header) in [(&b""[..], false), (b"a,y\n", true), (b"a,y\n\n  \n", true), (b"\n\n", false)] {
             let err = read(text, &regression("y")).unwrap_err();
-            assert!(matches!(err, DataError::Empty { .. }), "{text:?}: {err:?}");
+            assert!(matches!(err, DataError::Empty { header: h, .. } if h == header), "{text:?}: {err:?}");
+            // Said apart: an empty file, or a header with no row below it.
+            let said = if header { "no data: a header row and no data row below it; expected at least 2" } else { "no data: the file is empty" };
+            assert!(err.to_string().contains(said), "{text:?}: {err}");
         }
     }
 

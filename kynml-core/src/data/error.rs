@@ -40,6 +40,16 @@ pub enum DataError {
         std: f32,
     },
 
+    /// A device or a socket stands where the data file should: never read,
+    /// since such a file need not end (`/dev/zero` filled memory).
+    #[error("{}: it is {kind}, not a data file; give a CSV file", path.display())]
+    NotAFile {
+        /// The path given as data.
+        path: PathBuf,
+        /// "a character device", "a block device", "a socket".
+        kind: &'static str,
+    },
+
     /// The file is compressed (its first bytes are an archive's).
     #[error("{}: the file is {kind}-compressed, not a CSV text: `{tool}` it first", path.display())]
     Compressed {
@@ -63,13 +73,20 @@ pub enum DataError {
 
     /// The file has no header row, or a header and no data rows.
     #[error(
-        "{}: no data: expected a header row and at least {}",
+        "{}: no data: {}at least {}",
         path.display(),
+        if *header {
+            "a header row and no data row below it; expected "
+        } else {
+            "the file is empty (or blank lines alone); expected a header row and "
+        },
         if *needed == 1 { "one data row".to_string() } else { format!("{needed} data rows (some held out for validation)") }
     )]
     Empty {
         /// The data file.
         path: PathBuf,
+        /// Whether it has a header row (then no data row below it).
+        header: bool,
         /// The data rows the reader needs: 2 to train (one for each part of
         /// the split), 1 to predict.
         needed: usize,

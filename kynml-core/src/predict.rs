@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use burn::tensor::{Tensor, TensorData};
 use burn::DispatchDevice;
@@ -34,7 +35,9 @@ use crate::evaluate::{compute_metrics, decide_classes, Outputs};
 use crate::export::{self, ExportError, ExportModel, Head};
 use crate::model::{Mode, Model};
 use crate::spec::types::{Loss, Metric};
+use crate::train::native::{native_configs, network};
 use kynml_backend::{Backend as Kb, Device};
+use kynml_cpu::{LayerConfig, Net};
 
 /// Rows per forward pass, at most.
 const CHUNK: usize = 4096;
@@ -52,6 +55,47 @@ pub struct Predictor {
     device: DispatchDevice,
     /// Rows per forward pass: a power of two, at most [`CHUNK`].
     chunk: usize,
+    /// On the CPU, the native engine's networks where it has every layer.
+    native: Option<NativeNets>,
+}
+
+/// The native CPU engine's networks for a model: on the CPU a pass runs on
+/// every core through them, as training's validation does (Burn's CPU
+/// backend ran it on one, at a third of training's speed on a CNN). A pass
+/// takes an idle network, or builds one from the weights when every one is
+/// busy (requests from several threads), and puts it back: the lock is held
+/// only to take and return one, never during a pass.
+struct NativeNets {
+    layers: Vec<LayerConfig>,
+    channels: usize,
+    idle: Mutex<Vec<Net>>,
+}
+
+impl NativeNets {
+    /// The networks for `model`, where the native engine has its every
+    /// layer; one is built at once, so that weights it cannot take are
+    /// found here (then Burn predicts, as it would have).
+    fn new(model: &ExportModel, module: &Model<Kb>) -> Option<Self> {
+        let layers = native_configs(&model.shape, model.layers.iter().map(|l| &l.spec)).ok()?;
+        let channels = crate::model::sequence_channels(&model.shape);
+        let first = network(model.input, &layers, channels, module).ok()?;
+        Some(NativeNets { layers, channels, idle: Mutex::new(vec![first]) })
+    }
+
+    /// The outputs of `x` (normalised rows) in evaluation mode.
+    fn predict(&self, x: &[f32], input: usize, module: &Model<Kb>) -> Result<Vec<f32>, PredictError> {
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let mut net = match idle {
+            Some(net) => net,
+            None => network(input, &self.layers, self.channels, module).map_err(PredictError::Backend)?,
+        };
+        let mut out = Vec::new();
+        // A network that failed mid-pass is dropped, not put back.
+        kynml_backend::catch_quietly(|| net.predict(x, &mut out))
+            .map_err(|panic| PredictError::Backend(kynml_backend::panic_words(panic.as_ref())))?;
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner).push(net);
+        Ok(out)
+    }
 }
 
 // Services share one predictor between request threads: keep it so.
@@ -129,7 +173,11 @@ impl Predictor {
         let device = device.inner();
         let module = export::to_model(&model, &device)?;
         let chunk = pass_chunk(&model);
-        Ok(Predictor { module, model, device, chunk })
+        let native = match device {
+            DispatchDevice::Flex(_) => NativeNets::new(&model, &module),
+            _ => None,
+        };
+        Ok(Predictor { module, model, device, chunk, native })
     }
 
     /// Loads a run folder or an export (see [`export::load`]).
@@ -214,14 +262,19 @@ impl Predictor {
             for r in rows_in..pass {
                 x.extend_from_within((r % rows_in) * width_in..(r % rows_in + 1) * width_in);
             }
-            // A device that fails (out of memory, lost) panics inside
-            // Burn: an error for the caller, not an unwinding service.
-            let y = kynml_backend::catch_quietly(|| {
-                let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [pass, width_in]), &self.device);
-                self.module.forward(t, Mode::Eval).into_data()
-            })
-            .map_err(|panic| PredictError::Backend(kynml_backend::panic_words(panic.as_ref())))?;
-            let mut y = y.convert::<f32>().into_vec::<f32>().map_err(|e| PredictError::Backend(format!("{e:?}")))?;
+            let mut y = match &self.native {
+                Some(nets) => nets.predict(&x, width_in, &self.module)?,
+                None => {
+                    // A device that fails (out of memory, lost) panics inside
+                    // Burn: an error for the caller, not an unwinding service.
+                    let y = kynml_backend::catch_quietly(|| {
+                        let t = Tensor::<Kb, 2>::from_data(TensorData::new(x, [pass, width_in]), &self.device);
+                        self.module.forward(t, Mode::Eval).into_data()
+                    })
+                    .map_err(|panic| PredictError::Backend(kynml_backend::panic_words(panic.as_ref())))?;
+                    y.convert::<f32>().into_vec::<f32>().map_err(|e| PredictError::Backend(format!("{e:?}")))?
+                }
+            };
             y.truncate(rows_in * width);
             if let Some(r) = y.chunks(width.max(1)).position(|row| row.iter().any(|v| !v.is_finite())) {
                 return Err(PredictError::Overflow { row: c * per + r });
@@ -629,31 +682,45 @@ mod tests {
     /// Values that overflow f32 inside the model are refused, naming the
     /// row, as the NaN PyTorch gives for them: a layer norm's variance past
     /// f32 gave the output of a row of zeros, and relu turned a NaN into 0.
+    /// On the CPU the native engine takes a layer norm's variance without
+    /// overflow: the row of 1e19 predicts as the row of 1 does.
     #[test]
     fn an_overflow_inside_the_model_is_refused_not_predicted() {
-        let norm = regression(
-            4,
-            vec![
-                ExportLayer::layernorm(vec![1.0; 4], vec![0.5; 4]),
-                ExportLayer::dense(4, 1, vec![1.0, 2.0, 3.0, 4.0], vec![0.0], Activation::Linear),
-            ],
-        );
-        let small = norm.predict(&[1.0, 2.0, 3.0, 4.0]).unwrap().outputs[0];
-        // Scale-free: a thousand times larger, the same prediction.
-        assert!((norm.predict(&[1e3, 2e3, 3e3, 4e3]).unwrap().outputs[0] - small).abs() < 1e-4);
-        let huge = norm.predict(&[1.0, 2.0, 3.0, 4.0, 1e19, 2e19, 3e19, 4e19]).map(|p| p.outputs);
-        assert!(matches!(huge, Err(super::PredictError::Overflow { row: 1 })), "{huge:?}");
-        // [a + b, -a - b] is [inf, -inf]; their sum is NaN, which relu keeps.
-        let relu = regression(
-            2,
-            vec![
-                ExportLayer::dense(2, 2, vec![1.0, 1.0, -1.0, -1.0], vec![0.0; 2], Activation::Linear),
-                ExportLayer::dense(2, 1, vec![1.0, 1.0], vec![0.0], Activation::Relu),
-            ],
-        );
-        assert_eq!(relu.predict(&[1.0, 2.0]).unwrap().outputs, [0.0]);
-        let over = relu.predict(&[1.0, 2.0, 3e38, 3e38]).map(|p| p.outputs);
-        assert!(matches!(over, Err(super::PredictError::Overflow { row: 1 })), "{over:?}");
+        for native in [false, true] {
+            let mut norm = regression(
+                4,
+                vec![
+                    ExportLayer::layernorm(vec![1.0; 4], vec![0.5; 4]),
+                    ExportLayer::dense(4, 1, vec![1.0, 2.0, 3.0, 4.0], vec![0.0], Activation::Linear),
+                ],
+            );
+            assert!(norm.native.is_some());
+            if !native {
+                norm.native = None;
+            }
+            let small = norm.predict(&[1.0, 2.0, 3.0, 4.0]).unwrap().outputs[0];
+            // Scale-free: a thousand times larger, the same prediction.
+            assert!((norm.predict(&[1e3, 2e3, 3e3, 4e3]).unwrap().outputs[0] - small).abs() < 1e-4);
+            let huge = norm.predict(&[1.0, 2.0, 3.0, 4.0, 1e19, 2e19, 3e19, 4e19]).map(|p| p.outputs);
+            match huge {
+                Ok(both) if native => assert!((both[1] - small).abs() < 1e-4, "{both:?}"),
+                huge => assert!(matches!(huge, Err(super::PredictError::Overflow { row: 1 })), "{huge:?}"),
+            }
+            // [a + b, -a - b] is [inf, -inf]; their sum is NaN, which relu keeps.
+            let mut relu = regression(
+                2,
+                vec![
+                    ExportLayer::dense(2, 2, vec![1.0, 1.0, -1.0, -1.0], vec![0.0; 2], Activation::Linear),
+                    ExportLayer::dense(2, 1, vec![1.0, 1.0], vec![0.0], Activation::Relu),
+                ],
+            );
+            if !native {
+                relu.native = None;
+            }
+            assert_eq!(relu.predict(&[1.0, 2.0]).unwrap().outputs, [0.0]);
+            let over = relu.predict(&[1.0, 2.0, 3e38, 3e38]).map(|p| p.outputs);
+            assert!(matches!(over, Err(super::PredictError::Overflow { row: 1 })), "native {native}: {over:?}");
+        }
     }
 
     /// A pass holds at most `PASS_VALUES` at its largest moment: an image
@@ -691,6 +758,61 @@ mod tests {
         rows[11] = f32::INFINITY;
         let bad = p.predict(&rows);
         assert!(matches!(bad, Err(super::PredictError::NotFinite { row: 5, .. })), "{bad:?}");
+    }
+
+    /// On the CPU the native engine predicts where it has every layer, and
+    /// as Burn's CPU backend does within fp32 rounding: a convolution, a
+    /// batchnorm with running statistics, pooling and dense layers with
+    /// random weights, on random rows, in passes of every size.
+    #[test]
+    fn the_native_engine_predicts_as_burns_backend_does() {
+        use crate::export::torch::TorchTensor;
+        use crate::rng::SplitMix64;
+        let source = "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\nmodel M:\n input 2x6x6\n \
+                      conv2d 4 3 relu\n batchnorm\n maxpool 2\n flatten\n dense 8 gelu\n layernorm\n dense 3 linear\n\
+                      train:\n loss = mse\n epochs = 1\n";
+        let spec = crate::spec::parse_spec(source).unwrap();
+        let mut rng = SplitMix64::new(7);
+        let mut uniform = move |lo: f32, hi: f32| lo + (hi - lo) * (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        let layers: Vec<_> = spec.model.layers.iter().map(|l| l.value.clone()).collect();
+        // Each layer's input: the model's, then the layer before's output.
+        let outputs = crate::model::shapes(&spec.model.shape, &layers).unwrap();
+        let shapes: Vec<_> = std::iter::once(spec.model.shape.clone()).chain(outputs).collect();
+        let mut model = regression(1, Vec::new()).model().clone();
+        model.shape = spec.model.shape.clone();
+        model.input = model.shape.size();
+        model.feature_names = (0..model.input).map(|i| format!("p{i}")).collect();
+        model.layers = layers
+            .into_iter()
+            .zip(&shapes)
+            .map(|(layer, shape)| {
+                let mut layer = ExportLayer::zeros(layer, shape);
+                for t in &mut layer.tensors {
+                    if let TorchTensor::F32(values) = &mut t.data {
+                        // A variance stays positive.
+                        let lo = if t.name.ends_with("running_var") { 0.5 } else { -0.8 };
+                        values.iter_mut().for_each(|v| *v = uniform(lo, 0.8));
+                    }
+                }
+                layer
+            })
+            .collect();
+        let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).unwrap();
+        let native = super::Predictor::new(model.clone(), &cpu).unwrap();
+        assert!(native.native.is_some(), "the native engine has every layer of this model");
+        let mut burn = super::Predictor::new(model, &cpu).unwrap();
+        burn.native = None;
+        let rows: Vec<f32> = (0..37 * native.model.input).map(|_| uniform(-2.0, 2.0)).collect();
+        let want = burn.predict(&rows).unwrap().outputs;
+        for chunk in [4096, 8, 1] {
+            let mut native = super::Predictor::new(native.model.clone(), &cpu).unwrap();
+            native.chunk = chunk;
+            let got = native.predict(&rows).unwrap().outputs;
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "passes of {chunk}: {g} against {w}");
+            }
+        }
     }
 
     #[test]

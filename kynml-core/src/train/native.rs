@@ -23,7 +23,7 @@ use kynml_cpu::{LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, 
 use crate::checkpoint::{Checkpoint, NamedTensor};
 use crate::data::{Batch, Dataset, Labels, Split};
 use crate::evaluate::Outputs;
-use crate::model::{dropout_piece, MaskKey, Model, MASK_PIECE};
+use crate::model::{dropout_piece, LayerSpec, MaskKey, Model, Shape, MASK_PIECE};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Clip, Loss, ModelSpec, Optimizer, Spec};
 use crate::train::engine::{Engine, Part, StepLoss};
@@ -91,16 +91,25 @@ pub fn engine_for(device: &Device, precision: &PrecisionPlan, choice: EngineChoi
 /// The model's layers as the native engine builds them; otherwise what it
 /// lacks: "no `residual` layer" (the first layer it lacks, as written).
 pub fn native_layers(model: &ModelSpec) -> Result<Vec<LayerConfig>, String> {
-    let mut shape = model.shape.clone();
-    let mut out = Vec::with_capacity(model.layers.len());
-    for layer in &model.layers {
+    native_configs(&model.shape, model.layers.iter().map(|l| &l.value))
+}
+
+/// [`native_layers`] of layers on inputs of `shape` (a spec's, or an
+/// export's).
+pub(crate) fn native_configs<'a>(
+    shape: &Shape,
+    layers: impl Iterator<Item = &'a LayerSpec>,
+) -> Result<Vec<LayerConfig>, String> {
+    let mut shape = shape.clone();
+    let mut out = Vec::new();
+    for layer in layers {
         // Said with the input where the layer runs natively on others.
         let lacks = || match shape.rank() {
-            1 => format!("no `{}` layer", layer.value.name()),
-            _ => format!("no `{}` layer on {} inputs", layer.value.name(), shape.written()),
+            1 => format!("no `{}` layer", layer.name()),
+            _ => format!("no `{}` layer on {} inputs", layer.name(), shape.written()),
         };
-        out.push(layer.value.native(&shape).ok_or_else(lacks)?);
-        shape = layer.value.output(&shape).map_err(|_| lacks())?;
+        out.push(layer.native(&shape).ok_or_else(lacks)?);
+        shape = layer.output(&shape).map_err(|_| lacks())?;
     }
     Ok(out)
 }
@@ -159,7 +168,7 @@ fn targets<'a>(labels: &'a Labels, loss: Loss, scratch: &'a mut Vec<f32>) -> Tar
 }
 
 /// A native network of these layers holding `model`'s tensors.
-fn network(input: usize, layers: &[LayerConfig], channels: usize, model: &Model<Kb>) -> Result<Net, String> {
+pub(crate) fn network(input: usize, layers: &[LayerConfig], channels: usize, model: &Model<Kb>) -> Result<Net, String> {
     let mut net = Net::new(input, layers);
     if channels > 0 {
         net.read_sequences(channels);

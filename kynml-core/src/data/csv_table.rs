@@ -1600,7 +1600,11 @@ mod tests {
             let err = read(text, &regression("y")).unwrap_err();
             assert!(matches!(err, DataError::Empty { header: h, .. } if h == header), "{text:?}: {err:?}");
             // Said apart: an empty file, or a header with no row below it.
-            let said = if header { "no data: a header row and no data row below it; expected at least 2" } else { "no data: the file is empty" };
+            let said = if header {
+                "no data: a header row and no data row below it; expected at least 2"
+            } else {
+                "no data: the file is empty"
+            };
             assert!(err.to_string().contains(said), "{text:?}: {err}");
         }
     }

@@ -354,6 +354,26 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     let exported = export::from_model(&result.model, &file.spec.model, &data.info, file.spec.train.loss.value);
     // The exported copy is what is saved from here on.
     drop(result.model);
+    // A model that overflowed in training (a batchnorm's running variance
+    // at inf on values of 1e21) cannot be saved: said as what training made,
+    // not as a disk that failed with a retry that would meet it again.
+    if let Err(why) = exported.validate() {
+        let cause = if why.contains("must be finite") {
+            "\n  a value passed what a 32-bit float holds during training, and the loss did not show it; the data's \
+             scale is the usual cause: `normalize = true` in the dataset, or rescale the columns"
+        } else {
+            ""
+        };
+        let checkpoint = match file.checkpoint_path().filter(|p| p.is_file()) {
+            Some(p) => format!("; the checkpoint {} holds the same values", p.display()),
+            None => String::new(),
+        };
+        return Err(Failure::run(format!(
+            "error: training ended with a model that cannot be saved: {why}{cause}\n  no model was written to \
+             {}{checkpoint}",
+            run_dir.path.display()
+        )));
+    }
     let results = || -> anyhow::Result<()> {
         export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
             .context("saving model.safetensors")?;

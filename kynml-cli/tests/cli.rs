@@ -1922,6 +1922,49 @@ fn an_export_path_holding_another_kind_of_file_is_refused_before_training() {
     let out = kynml(&["export", "b", "--format", "safetensors", "--path", "newdir/"], dir);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("names a folder") && !dir.join("newdir").exists(), "{}", text(&out));
+    // So is a folder that is there (it was "not an ONNX model KynML exported").
+    std::fs::create_dir(dir.join("e")).unwrap();
+    let out = kynml(&["export", "b", "--format", "onnx", "--path", "e"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("cannot export to e: it is a folder; an export is a file: name it, as in e/model.onnx"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(std::fs::read_dir(dir.join("e")).unwrap().count(), 0);
+}
+
+/// Values of 1e21 overflow a batchnorm's running variance to inf while the
+/// loss stays finite: the run ends saying the model cannot be saved and
+/// why, not that the disk failed (it said "could not be written ... free on
+/// the disk", with a retry that met the same inf).
+#[test]
+fn a_model_that_overflowed_in_training_is_said_as_such() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let csv = std::fs::read_to_string(dir.join("iris.csv")).unwrap();
+    let mut lines = csv.lines();
+    let mut huge = format!("{}\n", lines.next().unwrap());
+    for line in lines {
+        let cells: Vec<&str> = line.split(',').collect();
+        let (features, label) = cells.split_at(4);
+        huge += &format!("{},{}\n", features.iter().map(|v| format!("{v}e21")).collect::<Vec<_>>().join(","), label[0]);
+    }
+    std::fs::write(dir.join("huge.csv"), huge).unwrap();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap();
+    let spec = spec.replace("iris.csv", "huge.csv").replace("normalize = true", "normalize = false").replacen(
+        "dense 32 relu",
+        "dense 32 relu\n    batchnorm",
+        1,
+    );
+    std::fs::write(dir.join("huge.kyn"), spec).unwrap();
+    let out = kynml(&["train", "huge.kyn", "--epochs", "1", "--out", "run"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("error: training ended with a model that cannot be saved: layer 1 (batchnorm)"), "{t}");
+    assert!(t.contains("holds inf") && t.contains("`normalize = true`"), "{t}");
+    assert!(!t.contains("free on the disk") && !t.contains("could not be written"), "{t}");
+    assert!(!dir.join("run/model.safetensors").exists());
 }
 
 /// A batch larger than the training rows is said: every step takes them all.

@@ -440,14 +440,19 @@ pub fn check_writable(path: &Path) -> Result<(), ExportError> {
 /// where an export is a file: refused before anything is trained.
 fn names_a_folder(path: &Path, format: Option<Format>) -> Result<(), ExportError> {
     let written = path.as_os_str().to_string_lossy();
-    if written.ends_with(std::path::is_separator) {
+    let separator = written.ends_with(std::path::is_separator);
+    // A folder that is there (`.`, `exports`) is one too: it was said to be
+    // "not an ONNX model KynML exported".
+    if separator || (format.is_some() && path.is_dir()) {
+        let folder = if separator { written.to_string() } else { format!("{written}{}", std::path::MAIN_SEPARATOR) };
         let name = match format {
-            Some(Format::Onnx) => format!(", as in {written}model.onnx"),
-            Some(Format::Safetensors) => format!(", as in {written}model.safetensors"),
-            Some(Format::Burn) => format!(", as in {written}model.mpk"),
+            Some(Format::Onnx) => format!(", as in {folder}model.onnx"),
+            Some(Format::Safetensors) => format!(", as in {folder}model.safetensors"),
+            Some(Format::Burn) => format!(", as in {folder}model.mpk"),
             None => " in it".to_string(),
         };
-        let reason = format!("a path ending in a separator names a folder; an export is a file: name it{name}");
+        let what = if separator { "a path ending in a separator names a folder" } else { "it is a folder" };
+        let reason = format!("{what}; an export is a file: name it{name}");
         return Err(ExportError::Unwritable { path: path.into(), reason });
     }
     Ok(())

@@ -35,7 +35,7 @@ use crate::evaluate::{compute_metrics, decide_classes, Outputs};
 use crate::export::{self, ExportError, ExportModel, Head};
 use crate::model::{Mode, Model};
 use crate::spec::types::{Loss, Metric};
-use crate::train::native::{native_configs, network};
+use crate::train::native::{evaluation_rows, native_configs, network};
 use kynml_backend::{Backend as Kb, Device};
 use kynml_cpu::{LayerConfig, Net};
 
@@ -66,6 +66,9 @@ pub struct Predictor {
 /// busy (requests from several threads), and puts it back: the lock is held
 /// only to take and return one, never during a pass.
 struct NativeNets {
+    /// Rows per pass that keep a network's buffers within what training's
+    /// validation gives them (a power of two).
+    rows: usize,
     layers: Vec<LayerConfig>,
     channels: usize,
     idle: Mutex<Vec<Net>>,
@@ -79,7 +82,8 @@ impl NativeNets {
         let layers = native_configs(&model.shape, model.layers.iter().map(|l| &l.spec)).ok()?;
         let channels = crate::model::sequence_channels(&model.shape);
         let first = network(model.input, &layers, channels, module).ok()?;
-        Some(NativeNets { layers, channels, idle: Mutex::new(vec![first]) })
+        let rows = 1 << evaluation_rows(first.values_per_row(), CHUNK).ilog2();
+        Some(NativeNets { rows, layers, channels, idle: Mutex::new(vec![first]) })
     }
 
     /// The outputs of `x` (normalised rows) in evaluation mode.
@@ -172,11 +176,11 @@ impl Predictor {
     pub fn new(model: ExportModel, device: &Device) -> Result<Self, ExportError> {
         let device = device.inner();
         let module = export::to_model(&model, &device)?;
-        let chunk = pass_chunk(&model);
         let native = match device {
             DispatchDevice::Flex(_) => NativeNets::new(&model, &module),
             _ => None,
         };
+        let chunk = native.as_ref().map_or(pass_chunk(&model), |n| pass_chunk(&model).min(n.rows));
         Ok(Predictor { module, model, device, chunk, native })
     }
 

@@ -403,7 +403,11 @@ fn read_run(dir: &Path, name: &str) -> Result<(Vec<String>, Option<String>), Unr
         m["metrics"].get("val_loss").and_then(number).map_or("?".into(), render::number),
         metric,
         m["seconds"].as_f64().map_or("?".into(), run_seconds),
-        m["samples_per_sec"].as_f64().map_or("?".into(), |v| render::thousands(v.round() as usize)),
+        // null: a resumed run with no training step left (its validation alone).
+        match &m["samples_per_sec"] {
+            Value::Null if m.get("samples_per_sec").is_some() => "-".into(),
+            v => v.as_f64().map_or("?".into(), |v| render::thousands(v.round() as usize)),
+        },
     ];
     Ok((row, problem))
 }

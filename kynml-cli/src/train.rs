@@ -455,11 +455,15 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         };
         say!("\nno epoch left to train: {model}; results in {}", run_dir.path.display());
     } else {
+        let speed = if result.samples_per_sec.is_nan() {
+            "its validation alone left, no training step".to_string()
+        } else {
+            format!("{:.0} samples/s in the training steps", result.samples_per_sec)
+        };
         say!(
-            "\ntrained {epochs} epoch{s}{} in {} ({:.0} samples/s in the training steps); results in {}",
+            "\ntrained {epochs} epoch{s}{} in {} ({speed}); results in {}",
             result.resumed_after.map_or(String::new(), |r| resumed_at(r, now, resumed_inside)),
             render::duration(result.seconds),
-            result.samples_per_sec,
             run_dir.path.display()
         );
     }
@@ -1231,7 +1235,13 @@ fn epoch_line(r: &EpochRecord) -> String {
     let timing = if r.seconds.is_nan() {
         String::new()
     } else {
-        format!("  {:.0} samples/s  {}", r.samples_per_sec, render::duration(r.seconds))
+        // An epoch resumed with its validation alone left took no step here.
+        let speed = if r.samples_per_sec.is_nan() {
+            "no step".to_string()
+        } else {
+            format!("{:.0} samples/s", r.samples_per_sec)
+        };
+        format!("  {speed}  {}", render::duration(r.seconds))
     };
     // Every step skipped on overflow: no loss was trained on (not a divergence).
     let train_loss =

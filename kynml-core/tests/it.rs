@@ -1597,6 +1597,9 @@ fn a_stop_during_validation_cuts_it_short_and_resumes_bit_identical() {
         assert_eq!((state.epoch, partial.steps), (1, steps), "{engine:?}: every step of epoch 2 done");
         let resumed = run_to_on(&cut, 4, true, engine);
         assert_eq!(resumed.history.len(), 4);
+        // Epoch 2 took no step in the resumed run: no speed (it said 0 samples/s).
+        assert!(resumed.history[1].samples_per_sec.is_nan(), "{:?}", resumed.history[1]);
+        assert!(resumed.history[2].samples_per_sec > 0.0, "{:?}", resumed.history[2]);
         let bytes = |name: &Path| std::fs::read(name).unwrap();
         assert!(
             bytes(&tmp.path().join(&whole_ckpt)) == bytes(&tmp.path().join(&cut_ckpt)),

@@ -17,7 +17,8 @@ pub struct EpochRecord {
     /// The spec's metrics on the validation split.
     pub metrics: BTreeMap<String, f64>,
     /// Training rows per second over the epoch's steps, validation not counted; NaN when read back
-    /// from a checkpoint.
+    /// from a checkpoint, or when this process took none of its steps (resumed with its
+    /// validation alone left).
     pub samples_per_sec: f64,
     /// Wall-clock seconds of the whole epoch, validation included; NaN when read back from a
     /// checkpoint.

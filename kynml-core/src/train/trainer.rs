@@ -243,7 +243,8 @@ pub struct TrainResult {
     /// Wall-clock seconds from the first epoch to the end, validation and checkpoint saves
     /// included.
     pub seconds: f64,
-    /// Training samples per second over all epochs (steps only).
+    /// Training samples per second over all epochs (steps only); NaN when this run took no step
+    /// (resumed with an epoch's validation alone left).
     pub samples_per_sec: f64,
     /// The epoch the run resumed after, when it continued a checkpoint.
     pub resumed_after: Option<usize>,
@@ -824,8 +825,9 @@ fn run<'scope, 'env>(
             train_loss,
             val_loss: outputs.loss,
             metrics: evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes),
-            // The rows this process stepped on, over its time.
-            samples_per_sec: tally.rows as f64 / step_secs,
+            // The rows this process stepped on, over its time; NaN for an
+            // epoch resumed with its validation alone left (it said 0).
+            samples_per_sec: if tally.rows == 0 { f64::NAN } else { tally.rows as f64 / step_secs },
             seconds: epoch_start.elapsed().as_secs_f64(),
             loss_scale: engine.loss_scale().map(|s| s.scale),
             skipped_steps: skipped,
@@ -943,7 +945,7 @@ fn run<'scope, 'env>(
         best_epoch: stopper.and_then(|s| s.best_epoch()),
         stopped_early,
         seconds: started.elapsed().as_secs_f64(),
-        samples_per_sec: total_samples as f64 / total_step_secs.max(1e-9),
+        samples_per_sec: if total_samples == 0 { f64::NAN } else { total_samples as f64 / total_step_secs.max(1e-9) },
         resumed_after,
         checkpoint_failures,
         precision,

@@ -89,7 +89,11 @@ fn render_one(out: &mut String, file_name: &str, source: &str, d: &Diagnostic) {
     let end = floor_boundary(source, d.span.end.max(start)).min(line_start + line_text.len());
     let start_in_line = (start - line_start).min(line_text.len());
     let end_in_line = end.saturating_sub(line_start).max(start_in_line);
-    let pad = display_width(&line_text[..start_in_line]);
+    // A long line is shown around the span, cut with `...` (a number of
+    // 100,000 digits printed 200 KB of line and carets).
+    let (line_text, start_in_line, end_in_line, cut_before, cut_after) = window(line_text, start_in_line, end_in_line);
+    let before = if cut_before { "..." } else { "" };
+    let pad = before.len() + display_width(&line_text[..start_in_line]);
     let carets = display_width(&line_text[start_in_line..end_in_line]).max(1);
 
     let gutter = line.to_string().len();
@@ -97,7 +101,7 @@ fn render_one(out: &mut String, file_name: &str, source: &str, d: &Diagnostic) {
     out.push_str(&format!("error: {}\n", clean(&d.message)));
     out.push_str(&format!("{blank}--> {file_name}:{line}:{col}\n"));
     out.push_str(&format!("{blank} |\n"));
-    let shown = display_line(line_text);
+    let shown = format!("{before}{}{}", display_line(line_text), if cut_after { "..." } else { "" });
     if shown.is_empty() {
         out.push_str(&format!("{line} |\n"));
     } else {
@@ -115,6 +119,28 @@ fn render_one(out: &mut String, file_name: &str, source: &str, d: &Diagnostic) {
         out.push_str(&format!("{blank} |\n"));
         out.push_str(&format!("{blank} = help: {}\n", clean(help)));
     }
+}
+
+/// Characters of a source line shown at most.
+const MAX_SHOWN: usize = 120;
+
+/// The part of `line` to show for the span `start..end` (byte offsets in
+/// it): the whole line when short, else [`MAX_SHOWN`] characters from a
+/// little before the span, with the span's offsets in that part and whether
+/// text was cut before and after it.
+fn window(line: &str, start: usize, end: usize) -> (&str, usize, usize, bool, bool) {
+    if line.chars().count() <= MAX_SHOWN {
+        return (line, start, end, false, false);
+    }
+    let offsets: Vec<usize> = line.char_indices().map(|(i, _)| i).chain([line.len()]).collect();
+    let first_char = offsets.partition_point(|&o| o < start);
+    let from_char = first_char.saturating_sub(MAX_SHOWN / 3);
+    let to_char = (from_char + MAX_SHOWN).min(offsets.len() - 1);
+    let (from, to) = (offsets[from_char], offsets[to_char]);
+    let part = &line[from..to];
+    let start = start - from;
+    let end = end.min(to).saturating_sub(from).max(start);
+    (part, start, end, from > 0, to < line.len())
 }
 
 /// Columns a rendered piece of a line takes in a terminal: tabs are
@@ -163,6 +189,31 @@ mod tests {
 
     fn span(start: usize, end: usize) -> Span {
         Span { start, end }
+    }
+
+    /// A long line is shown around its span, cut with `...`, the carets
+    /// under the span; a short one whole.
+    #[test]
+    fn a_long_line_is_shown_around_its_span() {
+        let digits = "9".repeat(100_000);
+        let src = format!("train:\n    epochs = {digits}\n");
+        let at = src.find('9').unwrap();
+        let text = render("t.kyn", &src, &[Diagnostic::new(span(at, at + digits.len()), "too large", "here")]);
+        assert!(text.len() < 600, "{} bytes", text.len());
+        let lines: Vec<&str> = text.lines().collect();
+        let shown = lines.iter().find(|l| l.starts_with("2 | ")).unwrap();
+        assert!(shown.starts_with("2 |     epochs = 999") && shown.ends_with("..."), "{shown}");
+        let carets = lines.iter().find(|l| l.contains('^')).unwrap();
+        assert_eq!(carets.find('^'), shown.find('9'), "{text}");
+        // The span far along the line: cut before it too.
+        let src = format!("train:\n    epochs = {digits} x\n");
+        let at = src.find(" x").unwrap() + 1;
+        let text = render("t.kyn", &src, &[Diagnostic::new(span(at, at + 1), "stray", "here")]);
+        let lines: Vec<&str> = text.lines().collect();
+        let shown = lines.iter().find(|l| l.starts_with("2 | ")).unwrap();
+        assert!(shown.starts_with("2 | ...999") && shown.ends_with("9 x"), "{shown}");
+        let carets = lines.iter().find(|l| l.contains('^')).unwrap();
+        assert_eq!(carets.find('^'), shown.find('x'), "{text}");
     }
 
     #[test]

@@ -786,6 +786,12 @@ mod tests {
         std::fs::write(&path, m.to_string()).unwrap();
         let r = report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message));
         assert!(r.text.lines().any(|l| l.trim_start().starts_with("r1") && l.contains(" cpu (native) ")), "{}", r.text);
+        // A resumed run with its validation alone left took no step: `-`, not `?` or 0.
+        m["samples_per_sec"] = Value::Null;
+        std::fs::write(&path, m.to_string()).unwrap();
+        let r = report(&[tmp.path().join("r1")]).unwrap_or_else(|f| panic!("{}", f.message));
+        let row = r.text.lines().find(|l| l.trim_start().starts_with("r1")).unwrap();
+        assert!(row.trim_end().ends_with(" -"), "{}", r.text);
     }
 
     /// A field edited to the wrong kind of value is shown as `?` and said,

@@ -2177,8 +2177,26 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     let out = kynml(&["predict", "other/model.safetensors", "rows.csv"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("cannot be read as safetensors") && t.contains("damaged or cut short"), "{t}");
+    // Said of the weights file, with the size its sidecar records (it was
+    // said of the sidecar, as "damaged or belongs to another model").
+    let recorded = whole.len();
+    assert!(
+        t.contains(&format!(
+            "model.safetensors is not a model KynML can load: it is {} bytes where its sidecar",
+            recorded / 2
+        )) && t.contains(&format!("records {recorded}: cut short")),
+        "{t}"
+    );
     assert!(!t.contains("checkpoint"), "{t}");
+    // Without the size in its sidecar (an older export), it still cannot be read.
+    let mut sidecar: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("other/model.json")).unwrap()).unwrap();
+    sidecar.as_object_mut().unwrap().remove("weights");
+    std::fs::write(dir.join("other/model.json"), sidecar.to_string()).unwrap();
+    let out = kynml(&["predict", "other/model.safetensors", "rows.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot be read as safetensors") && t.contains("damaged or cut short"), "{t}");
     // One model exported both ways under one name shares one sidecar: both load.
     for (format, file) in [("burn", "same/m.mpk"), ("safetensors", "same/m.safetensors"), ("burn", "same/m.mpk")] {
         let out = kynml(&["export", "a", "--format", format, "--path", file], dir);

@@ -839,6 +839,23 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     // The sidecar's sizes are checked against the weights before a skeleton
     // of them is made: a damaged one could ask for terabytes.
     let weights_bytes = std::fs::metadata(&weights).map_or(u64::MAX, |m| m.len());
+    // A weights file cut short (a copy that did not finish) is said of that
+    // file, where its sidecar records its size: it was said of the sidecar,
+    // as "damaged or belongs to another model".
+    let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let recorded = sidecar.pointer("/weights/files").and_then(|f| f.get(&name)).and_then(|e| e.get("bytes"));
+    if let Some(recorded) = recorded.and_then(Value::as_u64).filter(|&b| b != weights_bytes) {
+        let what = if weights_bytes < recorded { "cut short (a copy that did not finish?)" } else { "changed" };
+        return Err(ExportError::Invalid {
+            path: weights.clone(),
+            reason: format!(
+                "it is {weights_bytes} bytes where its sidecar `{}` records {recorded}: {what} since the export; \
+                 export the model again, or copy it whole",
+                sidecar_path.display()
+            ),
+            problem: LoadProblem::Damaged,
+        });
+    }
     let meta = from_sidecar(&sidecar, weights_bytes).map_err(|(reason, problem)| ExportError::Invalid {
         path: sidecar_path.clone(),
         reason,

@@ -810,7 +810,19 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
                 e,
                 ResumeError::Checkpoint(CheckpointError::Corrupt { .. } | CheckpointError::Truncated { .. })
             );
-            let e = e.to_string();
+            // Where the spec differs from the checkpoint, located as every
+            // other problem of the spec is.
+            let at = |span: kynml_core::spec::types::Span, what: &str| {
+                let (line, col) = kynml_core::spec::line_col(&file.source, span.start);
+                format!("\n  {}:{line}:{col}: {what}", file.path.display())
+            };
+            let located = match &e {
+                ResumeError::ModelMismatch { .. } => at(file.spec.model.name.span, "this spec's model block"),
+                ResumeError::OptimizerMismatch { .. } => at(file.spec.train.optimizer.span, "this spec's optimizer"),
+                ResumeError::LossMismatch { .. } => at(file.spec.train.loss.span, "this spec's loss"),
+                _ => String::new(),
+            };
+            let e = e.to_string() + &located;
             let fresh = if e.contains("--fresh") {
                 ""
             } else {

@@ -875,6 +875,9 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("written for a different model") && t.contains("dense 7 tanh"), "{t}");
+    // Located at the spec's model block, as the spec's other problems are.
+    let model_line = spec.lines().position(|l| l.starts_with("model ")).unwrap() + 1;
+    assert!(t.contains(&format!("other.kyn:{model_line}:7: this spec's model block")), "{t}");
     assert_eq!(t.matches("--fresh").count(), 1, "{t}");
     assert!(!dir.join("other").exists());
     // `check` says what `train` would do with the checkpoint (a note: the

@@ -1587,8 +1587,12 @@ mod tests {
         let scaled = EpochRecord { loss_scale: Some(65536.0), ..record.clone() };
         assert!(epoch_line(&scaled).contains("loss_scale 65536  skipped 3"));
         // Backed off 40 times from 65536: not 25 digits either.
-        let tiny = EpochRecord { loss_scale: Some(65536.0 * 0.5f64.powi(40)), ..record };
+        let tiny = EpochRecord { loss_scale: Some(65536.0 * 0.5f64.powi(40)), ..record.clone() };
         assert!(epoch_line(&tiny).contains("loss_scale 5.960e-8  skipped 3"), "{}", epoch_line(&tiny));
+        // An epoch resumed with its validation alone left: no speed (it said 0 samples/s).
+        let unstepped = EpochRecord { samples_per_sec: f64::NAN, ..record };
+        let line = epoch_line(&unstepped);
+        assert!(line.contains("  no step  ") && !line.contains("samples/s"), "{line}");
     }
 
     #[test]

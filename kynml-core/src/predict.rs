@@ -180,7 +180,7 @@ impl Predictor {
             DispatchDevice::Flex(_) => NativeNets::new(&model, &module),
             _ => None,
         };
-        let chunk = native.as_ref().map_or(pass_chunk(&model), |n| pass_chunk(&model).min(n.rows));
+        let chunk = pass_chunk(&model).min(native.as_ref().map_or(CHUNK, |n| n.rows));
         Ok(Predictor { module, model, device, chunk, native })
     }
 

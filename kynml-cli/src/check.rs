@@ -171,9 +171,24 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     spec.train.batch.value = spec.train.batch.value.min(data.train.len().max(1));
     let estimate = kynml_core::train::memory::estimate(&spec, compute);
     println!("\n{}", render::memory_line(&estimate, &format!(" in {} on a GPU", compute.name())));
-    // On the CPU, what the engine there keeps, and the copies saving makes.
-    let cpu = file.memory_for(&kynml_backend::Device::cpu(), data.train.len(), data.valid.len());
-    println!("{}", render::memory_line(&cpu, " on the CPU"));
+    // On the CPU, what the engine there keeps, and the copies saving makes;
+    // in fp32 whatever the spec asks (said as `train` says it).
+    let on_cpu = kynml_backend::Device::cpu();
+    let cpu = file.memory_for(&on_cpu, data.train.len(), data.valid.len());
+    let cpu_precision = kynml_core::train::precision::plan(t, &on_cpu);
+    let cpu_suffix = match cpu_precision.fallback {
+        Some(_) => format!(" on the CPU, where {} runs as fp32", compute.name()),
+        None => " on the CPU".to_string(),
+    };
+    println!("{}", render::memory_line(&cpu, &cpu_suffix));
+    let on_the_cpu = match t.devices.as_ref().map(|d| &d.value) {
+        Some(DeviceSet::List(list)) => list.iter().all(|d| *d == DeviceRequest::Cpu),
+        Some(DeviceSet::AllCuda) => false,
+        None => t.device.value == DeviceRequest::Cpu,
+    };
+    if let (true, Some(why)) = (on_the_cpu, &cpu_precision.fallback) {
+        println!("note: `precision = {}` on the CPU: fp32 runs ({why})", compute.name());
+    }
     println!(
         "(`kynml train` checks it against the device it picks, in the precision that device runs, before \
          allocating anything)"

@@ -1309,7 +1309,10 @@ mod ctrl_c {
     /// session closed) and SIGUSR1 (Slurm's `--signal=USR1@SECONDS`
     /// warning before a job's time runs out) stop the run the same way,
     /// where they would end it (their default): under `nohup`, which
-    /// ignores SIGHUP, it is still ignored.
+    /// ignores SIGHUP, it is still ignored. So is Ctrl-C where the run
+    /// inherits it ignored, as a script's `kynml train ... &` does (the
+    /// shell's way of keeping a background job out of the terminal's
+    /// Ctrl-C, which Python's KeyboardInterrupt respects too).
     pub fn flag(checkpoints: bool) -> Arc<AtomicBool> {
         CHECKPOINTS.store(checkpoints, Ordering::SeqCst);
         let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
@@ -1326,9 +1329,8 @@ mod ctrl_c {
             action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
             action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
             libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
-            for signal in [libc::SIGHUP, libc::SIGUSR1] {
+            for signal in [libc::SIGINT, libc::SIGHUP, libc::SIGUSR1] {
                 let mut now: libc::sigaction = std::mem::zeroed();
                 let read = libc::sigaction(signal, std::ptr::null(), &mut now);
                 if read == 0 && now.sa_sigaction == libc::SIG_DFL {

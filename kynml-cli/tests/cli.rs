@@ -8,15 +8,26 @@ fn kynml(args: &[&str], cwd: &Path) -> Output {
 }
 
 /// `kynml ARGS` started in `cwd` with its output piped: for a test that
-/// reads the output as it comes, or signals the run.
+/// reads the output as it comes, or signals the run. Ctrl-C (SIGINT) is
+/// left to its default, as a terminal's foreground job has it, where the
+/// suite itself may run with it ignored (a script's `... &`).
 fn spawn(args: &[&str], cwd: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_kynml"))
-        .args(args)
-        .current_dir(cwd)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+    spawn_with_sigint(args, cwd, libc::SIG_DFL)
+}
+
+/// [`spawn`] with Ctrl-C's disposition `sigint` (`SIG_DFL` or `SIG_IGN`).
+fn spawn_with_sigint(args: &[&str], cwd: &Path, sigint: libc::sighandler_t) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    command.args(args).current_dir(cwd).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    // SAFETY: signal(2) is async-signal-safe and touches no memory.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGINT, sigint);
+            Ok(())
+        });
+    }
+    command.spawn().unwrap()
 }
 
 fn text(out: &Output) -> String {
@@ -1607,6 +1618,32 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
         text(&out)
     );
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
+}
+
+/// A run started with Ctrl-C ignored (a script's `kynml train ... &`, which
+/// the shell keeps out of the terminal's Ctrl-C) keeps ignoring it, as it
+/// keeps an ignored SIGHUP under `nohup`; SIGTERM still stops it with its
+/// checkpoint.
+#[test]
+fn a_run_that_inherits_ctrl_c_ignored_keeps_ignoring_it() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
+    let mut child = spawn_with_sigint(&["train", "spec.kyn", "--out", "run"], dir, libc::SIG_IGN);
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().starts_with("epoch   2 ")), "the run trains");
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    // A handled Ctrl-C stops the run at its next step (milliseconds here).
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "the run ended on an ignored Ctrl-C");
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let rest: String = lines.map_while(Result::ok).map(|l| l + "\n").collect();
+    let out = child.wait_with_output().unwrap();
+    let t = format!("{rest}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(143), "{t}");
+    assert!(t.contains("terminated (SIGTERM): stopping after this step") && !t.contains("Ctrl-C again"), "{t}");
+    assert!(t.contains("checkpoint written to run.ckpt"), "{t}");
 }
 
 /// Two runs on one checkpoint path would rotate each other's copies and

@@ -407,6 +407,7 @@ pub fn parse_csv_reporting(
     check_unique(&header, path)?;
     let target_col = header.iter().position(|name| *name == opts.target).ok_or_else(|| DataError::MissingTarget {
         path: path.into(),
+        line: header_line,
         target: opts.target.clone(),
         suggestion: suggest::did_you_mean(&opts.target, header.iter().map(String::as_str)).map(str::to_owned),
         available: header.clone(),
@@ -706,6 +707,7 @@ pub fn parse_model_rows(
     if need_target && target_col.is_none() {
         return Err(DataError::MissingTarget {
             path: path.into(),
+            line: header_line,
             target: target.into(),
             suggestion: None,
             available: header.clone(),
@@ -1852,7 +1854,19 @@ mod tests {
         assert!(!looks_like_data(&cells("0,1,2")) && !looks_like_data(&cells("2,0,1,y")));
         let (_dir, path) = temp_csv(b"\n0,1,2\n5,6,7\n");
         let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).unwrap_err();
-        assert!(matches!(err, DataError::MissingTarget { .. }), "{err}");
+        assert!(matches!(err, DataError::MissingTarget { line: 2, .. }), "{err}");
+        // Said as either: pandas' names, or a first row of data.
+        let said = err.to_string();
+        assert!(
+            said.contains(":2: no column named `y`")
+                && said.contains(
+                    "the columns are `0`, `1`, `2` (if that line is a row of data, the file has no header line"
+                ),
+            "{said}"
+        );
+        let (_dir, path) = temp_csv(b"a,b\n5,6\n");
+        let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).unwrap_err();
+        assert!(!err.to_string().contains("row of data"), "{err}");
         let (_dir, path) = temp_csv(b"\n0.5,1,2\n5,6,7\n");
         let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).unwrap_err();
         assert!(err.to_string().contains(":2: the first line holds only numbers"), "{err}");

@@ -114,13 +114,15 @@ pub enum DataError {
 
     /// The header has no column named as the target.
     #[error(
-        "{}:1: no column named `{target}` to predict{}",
+        "{}:{line}: no column named `{target}` to predict{}",
         path.display(),
         missing_target_hint(available, suggestion.as_deref())
     )]
     MissingTarget {
         /// The data file.
         path: PathBuf,
+        /// The header's line (blank lines may come before it).
+        line: usize,
         /// The column that was asked for.
         target: String,
         /// Every column name in the header, in file order.
@@ -613,7 +615,15 @@ fn missing_target_hint(available: &[String], suggestion: Option<&str>) -> String
         None if available.len() == 1 && available[0].contains([';', '\t', '|']) => one_column_hint(&available[0]),
         None => {
             let names: Vec<String> = available.iter().map(|n| format!("`{n}`")).collect();
-            format!("; the columns are {}", names.join(", "))
+            // Whole numbers may be pandas' names of unnamed columns, or a
+            // first row of data: said both ways.
+            let numbers = available.iter().all(|n| n.parse::<u64>().is_ok());
+            let data = if numbers {
+                " (if that line is a row of data, the file has no header line: add one naming each column)"
+            } else {
+                ""
+            };
+            format!("; the columns are {}{data}", names.join(", "))
         }
     }
 }

@@ -1143,13 +1143,6 @@ impl Progress {
     }
 
     fn on_event(&mut self, event: &TrainEvent) {
-        // After an epoch's last step its validation runs, until its end:
-        // what a signal then stops is said as that.
-        match *event {
-            TrainEvent::Step { step, steps, .. } => ctrl_c::validating(step == steps),
-            TrainEvent::EpochStart { .. } | TrainEvent::EpochEnd(_) => ctrl_c::validating(false),
-            _ => {}
-        }
         match *event {
             TrainEvent::EpochStart { epoch, epochs, steps, .. } if self.tty => {
                 // Styled and named before it is first drawn (`set_prefix`
@@ -1306,14 +1299,6 @@ mod ctrl_c {
     const ECHO_NS: u64 = 50_000_000;
     /// Whether the spec checkpoints: what a second signal's message says.
     static CHECKPOINTS: AtomicBool = AtomicBool::new(false);
-    /// Whether an epoch's validation is under way: a first signal cuts it
-    /// short rather than waiting for a step.
-    static VALIDATING: AtomicBool = AtomicBool::new(false);
-
-    /// Marks an epoch's validation as under way (after its last step) or not.
-    pub fn validating(now: bool) {
-        VALIDATING.store(now, Ordering::SeqCst);
-    }
     /// Whether a write of the run's output failed, other than to a pipe
     /// whose reader is gone: the run stopped for it (status 1).
     static OUTPUT_FAILED: AtomicBool = AtomicBool::new(false);
@@ -1490,38 +1475,30 @@ mod ctrl_c {
             };
             to_dev_null([gone(1), gone(2)]);
         }
-        // Said in parts (no allocation in a handler): what sent it, what
-        // stops, and what a second one does.
-        let from: &[u8] = match signal {
-            libc::SIGTERM => b"\nterminated (SIGTERM): ",
-            libc::SIGHUP => b"\nhangup (SIGHUP): ",
-            libc::SIGUSR1 => b"\nSIGUSR1 (a scheduler's warning): ",
-            _ => b"\n",
-        };
-        let what: &[u8] = if VALIDATING.load(Ordering::SeqCst) {
-            b"stopping: this epoch's validation is cut short (a resumed run validates the epoch first)"
+        let message: &[u8] = if signal == libc::SIGTERM {
+            b"\nterminated (SIGTERM): stopping after this step, with a checkpoint where the spec checkpoints; \
+              a second signal quits at once\n"
+        } else if signal == libc::SIGHUP {
+            b"\nhangup (SIGHUP): stopping after this step, with a checkpoint where the spec checkpoints; \
+              a second signal quits at once\n"
+        } else if signal == libc::SIGUSR1 {
+            b"\nSIGUSR1 (a scheduler's warning): stopping after this step, with a checkpoint where the spec \
+              checkpoints; a second signal quits at once\n"
         } else {
-            b"stopping after this step"
-        };
-        let then: &[u8] = if signal == libc::SIGINT {
-            b"; Ctrl-C again quits at once\n"
-        } else {
-            b", with a checkpoint where the spec checkpoints; a second signal quits at once\n"
+            b"\nstopping after this step; Ctrl-C again quits at once\n"
         };
         // On a terminal the progress bar's line is cleared and the message
         // written over it (the bar is drawn again below it): after a plain
         // line break its last frame stayed on the screen, its step count
         // at odds with the step the run stopped at.
         // SAFETY: isatty(3) (tcgetattr) and write(2) are async-signal-safe.
-        let from = if unsafe { libc::isatty(2) } == 1 {
+        let message = if unsafe { libc::isatty(2) } == 1 {
             unsafe { libc::write(2, b"\r\x1b[2K".as_ptr().cast(), 5) };
-            &from[1..]
+            &message[1..]
         } else {
-            from
+            message
         };
-        for part in [from, what, then] {
-            unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
-        }
+        unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
     }
 }
 

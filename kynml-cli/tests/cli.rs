@@ -1296,6 +1296,17 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     std::fs::write(dir.join("bad.csv"), with_first("1e300")).unwrap();
     let t = text(&kynml(&["predict", "run", "--input", "bad.csv", "--output", "bad-pred.csv"], dir));
     assert!(t.contains("found \"1e300\", which is too large for a 32-bit float"), "{t}");
+    // Rows are read as training reads its data: a device is refused unread
+    // (`/dev/zero` was read until memory ran out), a compressed file is said.
+    std::fs::write(dir.join("rows.csv.gz"), b"\x1f\x8b\x08\x00rest").unwrap();
+    for command in ["predict", "eval"] {
+        let out = kynml(&[command, "run", "/dev/null"], dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{t}");
+        assert!(t.contains("/dev/null: it is a character device, not a data file"), "{t}");
+        let t = text(&kynml(&[command, "run", "rows.csv.gz"], dir));
+        assert!(t.contains("rows.csv.gz") && t.contains("gzip") && t.contains("gunzip"), "{t}");
+    }
 }
 
 /// A column that varies by less than a few 32-bit float steps at its size

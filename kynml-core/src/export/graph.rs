@@ -285,8 +285,17 @@ impl ExportModel {
         path: &std::path::Path,
         need_target: bool,
     ) -> Result<crate::data::ModelRows, crate::data::DataError> {
-        let bytes = std::fs::read(path).map_err(|source| crate::data::DataError::Io { path: path.into(), source })?;
-        self.read_rows_from(&bytes, path, need_target)
+        // As training reads its data: a device is refused unread (`/dev/zero`
+        // never ends), a compressed file is said as such.
+        crate::data::read_model_rows(
+            path,
+            &self.feature_names,
+            &self.categories,
+            self.tokens.as_ref(),
+            self.sequence.as_ref(),
+            &self.target,
+            need_target,
+        )
     }
 
     /// The CSV columns the model reads, in its order: the feature columns,

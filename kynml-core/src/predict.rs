@@ -21,11 +21,13 @@
 //! ```
 //!
 //! A [`Predictor`] is `Send + Sync` and holds no lock while it predicts:
-//! one can serve requests from many threads at once.
+//! one can serve requests from many threads at once. On the CPU, where a
+//! pass runs on every core, at most four passes run at once (as many as
+//! there are cores, if fewer); a further request waits for one to end.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use burn::tensor::{Tensor, TensorData};
 use burn::DispatchDevice;
@@ -64,14 +66,33 @@ pub struct Predictor {
 /// backend ran it on one, at a third of training's speed on a CNN). A pass
 /// takes an idle network, or builds one from the weights when every one is
 /// busy (requests from several threads), and puts it back: the lock is held
-/// only to take and return one, never during a pass.
+/// only to take and return one, never during a pass. There are at most
+/// [`max_networks`] of them: each holds a copy of the weights, its pass
+/// buffers and a thread for every other core, and each pass already runs on
+/// every core, so beyond that a pass waits for a network (once, every
+/// concurrent caller built one and kept it).
 struct NativeNets {
     /// Rows per pass that keep a network's buffers within what training's
     /// validation gives them (a power of two).
     rows: usize,
     layers: Vec<LayerConfig>,
     channels: usize,
-    idle: Mutex<Vec<Net>>,
+    pool: Mutex<Pool>,
+    /// Signalled when a network is put back or dropped.
+    returned: Condvar,
+    /// At most this many networks at once.
+    limit: usize,
+}
+
+/// The networks not in a pass, and how many there are in all.
+struct Pool {
+    idle: Vec<Net>,
+    built: usize,
+}
+
+/// Networks a predictor keeps at most: one for each core, at most 4.
+fn max_networks() -> usize {
+    rayon::current_num_threads().clamp(1, 4)
 }
 
 impl NativeNets {
@@ -83,22 +104,64 @@ impl NativeNets {
         let channels = crate::model::sequence_channels(&model.shape);
         let first = network(model.input, &layers, channels, module).ok()?;
         let rows = 1 << evaluation_rows(first.values_per_row(), CHUNK).ilog2();
-        Some(NativeNets { rows, layers, channels, idle: Mutex::new(vec![first]) })
+        Some(NativeNets {
+            rows,
+            layers,
+            channels,
+            pool: Mutex::new(Pool { idle: vec![first], built: 1 }),
+            returned: Condvar::new(),
+            limit: max_networks(),
+        })
     }
 
     /// The outputs of `x` (normalised rows) in evaluation mode.
     fn predict(&self, x: &[f32], input: usize, module: &Model<Kb>) -> Result<Vec<f32>, PredictError> {
-        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
-        let mut net = match idle {
-            Some(net) => net,
-            None => network(input, &self.layers, self.channels, module).map_err(PredictError::Backend)?,
-        };
+        let mut net = self.take(input, module)?;
         let mut out = Vec::new();
-        // A network that failed mid-pass is dropped, not put back.
-        kynml_backend::catch_quietly(|| net.predict(x, &mut out))
-            .map_err(|panic| PredictError::Backend(kynml_backend::panic_words(panic.as_ref())))?;
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner).push(net);
-        Ok(out)
+        let pass = kynml_backend::catch_quietly(|| net.predict(x, &mut out))
+            .map_err(|panic| PredictError::Backend(kynml_backend::panic_words(panic.as_ref())));
+        let mut pool = self.lock();
+        match pass {
+            Ok(()) => pool.idle.push(net),
+            // A network that failed mid-pass is dropped, not put back.
+            Err(_) => pool.built -= 1,
+        }
+        drop(pool);
+        self.returned.notify_one();
+        pass.map(|()| out)
+    }
+
+    /// An idle network; a new one while there are fewer than `limit`, or
+    /// the first put back.
+    fn take(&self, input: usize, module: &Model<Kb>) -> Result<Net, PredictError> {
+        let mut pool = self.lock();
+        loop {
+            if let Some(net) = pool.idle.pop() {
+                return Ok(net);
+            }
+            if pool.built < self.limit {
+                pool.built += 1;
+                drop(pool);
+                // Built outside the lock: others take and return meanwhile.
+                let net = network(input, &self.layers, self.channels, module);
+                if net.is_err() {
+                    self.lock().built -= 1;
+                    self.returned.notify_one();
+                }
+                return net.map_err(PredictError::Backend);
+            }
+            pool = self.returned.wait(pool).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Networks built and kept (idle or in a pass).
+    #[cfg(test)]
+    fn built(&self) -> usize {
+        self.lock().built
     }
 }
 
@@ -817,6 +880,42 @@ mod tests {
                 assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "passes of {chunk}: {g} against {w}");
             }
         }
+    }
+
+    /// Many threads predicting through one predictor get each its own
+    /// rows' outputs, and leave at most `max_networks` networks (each
+    /// caller that found none idle built one and kept it: eight threads,
+    /// eight copies of the weights and eight teams of threads).
+    #[test]
+    fn concurrent_callers_share_a_bounded_pool_of_networks() {
+        let (input, hidden) = (64, 256);
+        let weights = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n).map(|i| (((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5) * 0.2).collect()
+        };
+        let layers = vec![
+            ExportLayer::dense(input, hidden, weights(input * hidden, 1), vec![0.1; hidden], Activation::Relu),
+            ExportLayer::dense(hidden, 1, weights(hidden, 2), vec![0.0], Activation::Linear),
+        ];
+        let p = regression(input, layers);
+        let native = p.native.as_ref().expect("the native engine has dense layers");
+        let rows = |t: usize| -> Vec<f32> { weights(2000 * input, t * 31 + 5) };
+        let want: Vec<_> = (0..8).map(|t| p.predict(&rows(t)).unwrap().outputs).collect();
+        assert_eq!(native.built(), 1, "one caller at a time keeps one network");
+        let start = std::sync::Barrier::new(8);
+        std::thread::scope(|s| {
+            for (t, want) in want.iter().enumerate() {
+                let (p, start, rows) = (&p, &start, rows(t));
+                s.spawn(move || {
+                    start.wait();
+                    for _ in 0..3 {
+                        assert_eq!(&p.predict(&rows).unwrap().outputs, want, "thread {t}");
+                    }
+                });
+            }
+        });
+        let built = native.built();
+        assert!((1..=super::max_networks()).contains(&built), "{built} networks for 8 callers");
+        assert_eq!(native.lock().idle.len(), built, "every network is back");
     }
 
     #[test]

@@ -638,8 +638,10 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     // Iris's steps take microseconds, on the native CPU engine, whose
     // phases are its arithmetic (no launches or dispatch inside them): the
     // phases decide, not the steps' length (a larger batch did not speed up
-    // a short-stepped image model there).
-    assert!(!t.contains("c: the steps are short (") && t.contains("c: compute-bound"), "{t}");
+    // a short-stepped image model there). Its batches are gathered in
+    // microseconds too, so on a busy machine the wait may lead instead.
+    assert!(!t.contains("c: the steps are short (") && !t.contains("c: the steps are short for"), "{t}");
+    assert!(t.contains("c: compute-bound") || t.contains("c: data-bound"), "{t}");
     assert!(t.contains("a: not profiled") && !phases.contains("\n  a "), "{t}");
     // A profiled run that checkpoints puts each hand-off and each write in its trace.
     let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
@@ -2637,10 +2639,10 @@ fn dense_products_run_unfused_unless_fused_is_asked_and_train_alike() {
         let output = kynml_env(&args, tmp.path(), &env);
         let t = text(&output);
         assert!(output.status.success(), "{t}");
-        let losses: Vec<String> = std::fs::read_to_string(tmp.path().join(out).join("metrics.jsonl"))
+        let losses: Vec<f64> = std::fs::read_to_string(tmp.path().join(out).join("metrics.jsonl"))
             .unwrap()
             .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?.get("train_loss").map(|v| v.to_string()))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?.get("train_loss")?.as_f64())
             .collect();
         (t, losses)
     };
@@ -2651,8 +2653,12 @@ fn dense_products_run_unfused_unless_fused_is_asked_and_train_alike() {
     assert_eq!(fused_matmuls(&separate), 0, "a product was fused by default:\n{separate}");
     assert!(!separate.contains("matmul epilogue"), "{separate}");
     assert!(fused.contains("matmul epilogue  fused (KYNML_MATMUL_EPILOGUE=fused"), "{fused}");
-    assert_eq!(fused_losses.len(), 2);
-    assert_eq!(fused_losses, separate_losses, "the same arithmetic, other kernels");
+    assert_eq!((fused_losses.len(), separate_losses.len()), (2, 2));
+    // The same arithmetic in other kernels, which may sum in another order:
+    // alike to fp32 rounding (a wrong product is far off).
+    for (f, s) in fused_losses.iter().zip(&separate_losses) {
+        assert!((f - s).abs() <= 1e-4 * s.abs(), "fused {fused_losses:?} against separate {separate_losses:?}");
+    }
 
     let args = ["train", "iris.kyn", "--device", "cpu", "--epochs", "1", "--out", "cpu"];
     let t = text(&kynml_env(&args, tmp.path(), &[("KYNML_MATMUL_EPILOGUE", "fused")]));

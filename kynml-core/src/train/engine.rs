@@ -476,8 +476,11 @@ impl Engine for BurnEngine {
         if let (Some(scaler), Some(flag)) = (self.scaler.as_mut(), &finite) {
             scaler.update(flag);
         }
-        self.phases.optimizer = laps.lap();
+        // Read inside the step's last phase, as the earlier readings fall in
+        // the phase after theirs: a reading outside every phase (on wgpu, a
+        // call to its device's thread) left the phases short of the step.
         self.note_memory();
+        self.phases.optimizer = laps.lap();
         let loss = loss.detach();
         Some(match deferred {
             Some(flag) => StepLoss::Flagged { loss, taken: Tensor::from_inner(flag.clone().float()) },

@@ -182,6 +182,14 @@ pub fn worst_loss_gap(a: &TrainResult, b: &TrainResult) -> f64 {
         .fold(0.0, worst64)
 }
 
+/// The bound on the absolute gap in validation loss, as a multiple of the
+/// relative bound on the training loss. The validation loss of the random
+/// regression specs ends between 0.8 and 3; over 200 seeds on the CPU its
+/// gap to fp32 reached 1.8e-2 in bf16 and 8.5e-3 in fp16 (the training
+/// loss's 1.05e-2 and 1.9e-3): a relative bound of 1e-2 on it failed about
+/// one seed in 500 where fp16 itself was right.
+pub const VAL_GAP: f64 = 3.0;
+
 /// The worst relative gap in training loss and the worst absolute gap in
 /// validation loss between two runs. Under Adam two runs that round
 /// differently part ways on a small validation split: its loss jumps from
@@ -502,8 +510,14 @@ pub fn half_tracks_cpu_fp32_on(device: &Device, path: &Path, fp32: &TrainResult,
         // the trajectory, not the arithmetic (the scaler has its own tests).
         let half = run_with(path, device, Some(PrecisionPlan::forced(compute, LossScale::None)));
         let gap = worst_loss_gap(fp32, &half);
-        eprintln!("{on} {}: worst relative loss gap to cpu fp32 {gap:.2e} (seed {seed})", compute.name());
-        assert!(gap <= tolerance, "{on} {}: {gap} (seed {seed})", compute.name());
+        let (train_gap, val_gap) = loss_gaps(fp32, &half);
+        eprintln!(
+            "{on} {}: worst gap to cpu fp32 {train_gap:.2e} relative in training loss, {val_gap:.2e} in validation \
+             loss (seed {seed})",
+            compute.name()
+        );
+        assert!(train_gap <= tolerance, "{on} {}: training loss {train_gap} apart (seed {seed})", compute.name());
+        assert!(val_gap <= VAL_GAP * tolerance, "{on} {}: validation loss {val_gap} apart (seed {seed})", compute.name());
         // A gap of exactly 0 would mean the products never left fp32.
         assert!(gap > 0.0, "{on} {}: identical to fp32, so reduced precision did not run", compute.name());
         ran.push(compute.name());

@@ -24,7 +24,11 @@ fn load(model: &Path, device: DeviceRequest) -> Result<Predictor, Failure> {
             eprintln!("note: {}", crate::train::TUNING_KERNELS);
         }
     }
-    Predictor::load(model, &device).map_err(|e| Failure::input(format!("error: {e}")))
+    let predictor = Predictor::load(model, &device).map_err(|e| Failure::input(format!("error: {e}")))?;
+    if let Some(note) = predictor.engine_note() {
+        eprintln!("note: {note}");
+    }
+    Ok(predictor)
 }
 
 pub fn predict(args: PredictArgs) -> Result<(), Failure> {

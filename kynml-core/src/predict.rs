@@ -37,7 +37,7 @@ use crate::evaluate::{compute_metrics, decide_classes, Outputs};
 use crate::export::{self, ExportError, ExportModel, Head};
 use crate::model::{Mode, Model};
 use crate::spec::types::{Loss, Metric};
-use crate::train::native::{evaluation_rows, native_configs, network};
+use crate::train::native::{evaluation_rows, native_configs, network, EngineKind};
 use kynml_backend::{Backend as Kb, Device};
 use kynml_cpu::{LayerConfig, Net};
 
@@ -59,6 +59,8 @@ pub struct Predictor {
     chunk: usize,
     /// On the CPU, the native engine's networks where it has every layer.
     native: Option<NativeNets>,
+    /// On the CPU, why the native engine does not predict this model.
+    not_native: Option<String>,
 }
 
 /// The native CPU engine's networks for a model: on the CPU a pass runs on
@@ -98,13 +100,13 @@ fn max_networks() -> usize {
 impl NativeNets {
     /// The networks for `model`, where the native engine has its every
     /// layer; one is built at once, so that weights it cannot take are
-    /// found here (then Burn predicts, as it would have).
-    fn new(model: &ExportModel, module: &Model<Kb>) -> Option<Self> {
-        let layers = native_configs(&model.shape, model.layers.iter().map(|l| &l.spec)).ok()?;
+    /// found here (then Burn predicts, as it would have). Otherwise why not.
+    fn new(model: &ExportModel, module: &Model<Kb>) -> Result<Self, String> {
+        let layers = native_configs(&model.shape, model.layers.iter().map(|l| &l.spec))?;
         let channels = crate::model::sequence_channels(&model.shape);
-        let first = network(model.input, &layers, channels, module).ok()?;
+        let first = network(model.input, &layers, channels, module)?;
         let rows = 1 << evaluation_rows(first.values_per_row(), CHUNK).ilog2();
-        Some(NativeNets {
+        Ok(NativeNets {
             rows,
             layers,
             channels,
@@ -239,12 +241,38 @@ impl Predictor {
     pub fn new(model: ExportModel, device: &Device) -> Result<Self, ExportError> {
         let device = device.inner();
         let module = export::to_model(&model, &device)?;
-        let native = match device {
-            DispatchDevice::Flex(_) => NativeNets::new(&model, &module),
-            _ => None,
+        let (native, not_native) = match device {
+            DispatchDevice::Flex(_) => match NativeNets::new(&model, &module) {
+                Ok(nets) => (Some(nets), None),
+                Err(why) => (None, Some(why)),
+            },
+            _ => (None, None),
         };
         let chunk = pass_chunk(&model).min(native.as_ref().map_or(CHUNK, |n| n.rows));
-        Ok(Predictor { module, model, device, chunk, native })
+        Ok(Predictor { module, model, device, chunk, native, not_native })
+    }
+
+    /// The engine that predicts: KynML's native CPU engine on the CPU where
+    /// it has every layer of the model, the device's Burn backend
+    /// otherwise. The two agree within fp32 rounding, except on rows whose
+    /// values overflow inside the model (see [`PredictError::Overflow`]).
+    pub fn engine(&self) -> EngineKind {
+        if self.native.is_some() {
+            EngineKind::Native
+        } else {
+            EngineKind::Burn
+        }
+    }
+
+    /// On the CPU, why Burn's CPU backend predicts instead of the native
+    /// engine (a layer that engine lacks), said as a note; `None` elsewhere.
+    pub fn engine_note(&self) -> Option<String> {
+        self.not_native.as_ref().map(|why| {
+            format!(
+                "the native CPU engine cannot predict this model ({why}): Burn's CPU backend predicts it, on one \
+                 core"
+            )
+        })
     }
 
     /// Loads a run folder or an export (see [`export::load`]).
@@ -621,7 +649,12 @@ pub enum PredictError {
         /// A value of the position that is a number.
         number: String,
     },
-    /// The model's output for the row is not a finite number.
+    /// The model's output for the row is not a finite number. Where that
+    /// happens depends on the engine's arithmetic (see
+    /// [`Predictor::engine`]): on the CPU the native engine takes a layer
+    /// norm's variance without overflow, so a row of values near 1e19
+    /// predicts there as the same row scaled down does, where Burn's
+    /// backends (and PyTorch) overflow.
     #[error("row {}: {}", row + 1, self.what())]
     Overflow {
         /// The row, 0-based.
@@ -727,6 +760,7 @@ pub enum EvalError {
 mod tests {
     use super::class_loss;
     use crate::export::{Activation, ExportLayer, ExportModel, Head};
+    use crate::train::EngineKind;
 
     fn regression(input: usize, layers: Vec<ExportLayer>) -> super::Predictor {
         let model = ExportModel {
@@ -866,9 +900,11 @@ mod tests {
             .collect();
         let cpu = kynml_backend::select(kynml_backend::DeviceChoice::Cpu).unwrap();
         let native = super::Predictor::new(model.clone(), &cpu).unwrap();
-        assert!(native.native.is_some(), "the native engine has every layer of this model");
+        assert_eq!(native.engine(), EngineKind::Native, "the native engine has every layer of this model");
+        assert_eq!(native.engine_note(), None);
         let mut burn = super::Predictor::new(model, &cpu).unwrap();
         burn.native = None;
+        assert_eq!(burn.engine(), EngineKind::Burn);
         let rows: Vec<f32> = (0..37 * native.model.input).map(|_| uniform(-2.0, 2.0)).collect();
         let want = burn.predict(&rows).unwrap().outputs;
         for chunk in [4096, 8, 1] {

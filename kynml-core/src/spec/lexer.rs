@@ -83,6 +83,40 @@ impl Lexer<'_> {
         self.chars[first..last].iter().map(|&(_, c)| c).collect()
     }
 
+    /// On a block header with a dotted or dashed name (`model Iris.v2:`),
+    /// or a reference to one (`model = Iris.v2`), the line written with `_`
+    /// instead: a block's name cannot be quoted.
+    fn name_fix(&self, at: usize) -> Option<String> {
+        let first = self.chars[..at].iter().rposition(|&(_, c)| c == '\n').map_or(0, |i| i + 1);
+        let last = self.chars[at..].iter().position(|&(_, c)| c == '\n').map_or(self.chars.len(), |i| at + i);
+        let line: String = self.chars[first..last].iter().map(|&(_, c)| c).collect();
+        let line = line.split('#').next().unwrap_or_default().trim();
+        let underscored = |name: &str| -> String {
+            name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+        };
+        let one_name = |name: &str| !name.is_empty() && !name.contains(char::is_whitespace);
+        if let Some((key, name)) = line.split_once('=') {
+            let (key, name) = (key.trim(), name.trim());
+            if !matches!(key, "model" | "data") || !one_name(name) {
+                return None;
+            }
+            return Some(format!(
+                "a block's name may contain only ASCII letters, digits and `_`: write `{key} = {}`, and name the \
+                 block so",
+                underscored(name)
+            ));
+        }
+        let (keyword, name) = line.split_once(char::is_whitespace)?;
+        let name = name.trim().strip_suffix(':')?.trim_end();
+        if !matches!(keyword, "model" | "dataset") || !one_name(name) {
+            return None;
+        }
+        Some(format!(
+            "a block's name may contain only ASCII letters, digits and `_`: write `{keyword} {}:`",
+            underscored(name)
+        ))
+    }
+
     fn run(&mut self) {
         while let Some(c) = self.peek(0) {
             let start = self.pos;
@@ -142,6 +176,7 @@ impl Lexer<'_> {
                     // (`path = models/x.onnx` was shown `csv("data/iris.csv")`).
                     let quoted = format!("`\"{}\"`", self.unquoted_run(start));
                     let help = match c {
+                        '-' | '.' if self.name_fix(start).is_some() => self.name_fix(start),
                         '-' => Some("names may contain only ASCII letters, digits and `_`".to_string()),
                         '.' => Some(format!(
                             "names may contain only ASCII letters, digits and `_`; a path or other text goes in \

@@ -172,7 +172,33 @@ fn display_line(text: &str) -> String {
 /// Messages quote user text; control characters in it (an escape sequence in
 /// a string, say) must not reach the terminal.
 fn clean(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { '\u{FFFD}' } else { c }).collect()
+    let text: String = text.chars().map(|c| if c.is_control() { '\u{FFFD}' } else { c }).collect();
+    shorten_words(&text)
+}
+
+/// Characters of one word (a quoted value, a name) a message shows at most.
+const MAX_WORD: usize = 80;
+
+/// `text` with each word longer than [`MAX_WORD`] characters cut in its
+/// middle with `...`: a message quoting a value of 100,000 characters (an
+/// unknown device string, a misspelt name) showed it whole, as the source
+/// line no longer is.
+fn shorten_words(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(4096));
+    for (i, word) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let chars: Vec<char> = word.chars().collect();
+        if chars.len() <= MAX_WORD {
+            out.push_str(word);
+        } else {
+            out.extend(&chars[..MAX_WORD / 2]);
+            out.push_str("...");
+            out.extend(&chars[chars.len() - MAX_WORD / 4..]);
+        }
+    }
+    out
 }
 
 fn floor_boundary(source: &str, offset: usize) -> usize {
@@ -214,6 +240,25 @@ mod tests {
         assert!(shown.starts_with("2 | ...999") && shown.ends_with("9 x"), "{shown}");
         let carets = lines.iter().find(|l| l.contains('^')).unwrap();
         assert_eq!(carets.find('^'), shown.find('x'), "{text}");
+    }
+
+    /// A long value quoted in a message, its label or its help is cut in
+    /// its middle, as the line is; words of ordinary length are kept whole.
+    #[test]
+    fn a_long_value_in_a_message_is_cut() {
+        let value = format!("cuda{}x", "a".repeat(100_000));
+        let src = format!("train:\n    device = \"{value}\"\n");
+        let at = src.find('"').unwrap();
+        let d = Diagnostic::new(span(at, at + value.len() + 2), format!("unknown device string \"{value}\""), "here")
+            .with_help(format!("`{value}` is not a device"));
+        let text = render("t.kyn", &src, &[d]);
+        assert!(text.len() < 800, "{} bytes: {}", text.len(), &text[..800]);
+        let first = text.lines().next().unwrap();
+        assert!(first.starts_with("error: unknown device string \"cudaaaa") && first.ends_with("aaax\""), "{first}");
+        assert!(first.contains("..."), "{first}");
+        assert!(text.contains("= help: `cudaaa") && text.contains("aax` is not a device"), "{text}");
+        let short = "a message of ordinary words, with `quoted_names_of_some_length` and \"strings\"";
+        assert_eq!(shorten_words(short), short);
     }
 
     #[test]

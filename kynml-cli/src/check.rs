@@ -130,7 +130,11 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                 }
             }
             Ok(None) => {}
-            Err(e) => println!("note: `kynml train` as written would not resume from {}: {e}", path.display()),
+            Err(e) => println!(
+                "note: `kynml train` as written would not resume from {}: {e}{}",
+                path.display(),
+                crate::train::mismatch_location(&file, &e)
+            ),
         }
     }
     let classes = match data.class_names() {

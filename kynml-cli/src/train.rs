@@ -781,6 +781,22 @@ pub(crate) fn partway(spec: &kynml_core::spec::types::Spec, data: &Dataset, stat
 /// the run holds to its end ([`SpecFile::resume_plan`]), with what the
 /// choice means said: what `--fresh` will replace, and each refusal with
 /// the command that gets past it.
+/// Where the spec differs from a checkpoint it cannot resume, located as
+/// every other problem of the spec is (a line of its own, after the error);
+/// empty where the spec is not the cause.
+pub(crate) fn mismatch_location(file: &SpecFile, e: &ResumeError) -> String {
+    let at = |span: kynml_core::spec::types::Span, what: &str| {
+        let (line, col) = kynml_core::spec::line_col(&file.source, span.start);
+        format!("\n  {}:{line}:{col}: {what}", file.path.display())
+    };
+    match e {
+        ResumeError::ModelMismatch { .. } => at(file.spec.model.name.span, "this spec's model block"),
+        ResumeError::OptimizerMismatch { .. } => at(file.spec.train.optimizer.span, "this spec's optimizer"),
+        ResumeError::LossMismatch { .. } => at(file.spec.train.loss.span, "this spec's loss"),
+        _ => String::new(),
+    }
+}
+
 fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePlan, Failure> {
     let Some(path) = file.checkpoint_path() else {
         if fresh {
@@ -810,19 +826,7 @@ fn resume_plan(file: &SpecFile, data: &Dataset, fresh: bool) -> Result<ResumePla
                 e,
                 ResumeError::Checkpoint(CheckpointError::Corrupt { .. } | CheckpointError::Truncated { .. })
             );
-            // Where the spec differs from the checkpoint, located as every
-            // other problem of the spec is.
-            let at = |span: kynml_core::spec::types::Span, what: &str| {
-                let (line, col) = kynml_core::spec::line_col(&file.source, span.start);
-                format!("\n  {}:{line}:{col}: {what}", file.path.display())
-            };
-            let located = match &e {
-                ResumeError::ModelMismatch { .. } => at(file.spec.model.name.span, "this spec's model block"),
-                ResumeError::OptimizerMismatch { .. } => at(file.spec.train.optimizer.span, "this spec's optimizer"),
-                ResumeError::LossMismatch { .. } => at(file.spec.train.loss.span, "this spec's loss"),
-                _ => String::new(),
-            };
-            let e = e.to_string() + &located;
+            let e = e.to_string() + &mismatch_location(file, &e);
             let fresh = if e.contains("--fresh") {
                 ""
             } else {

@@ -914,6 +914,7 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     assert!(out.status.success(), "{t}");
     assert!(t.contains("note: `kynml train` as written would not resume from ckpt/run.ckpt"), "{t}");
     assert!(t.contains("written for a different model"), "{t}");
+    assert!(t.contains(&format!("other.kyn:{model_line}:7: this spec's model block")), "located as train's: {t}");
     let out = kynml(&["check", "spec.kyn"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("checkpoint ckpt/run.ckpt: 2 of 2 epochs done"), "{t}");

@@ -87,6 +87,7 @@ impl Team {
             wake: Condvar::new(),
             panic: Mutex::new(None),
         });
+        quiet_helpers();
         let helpers = (1..threads.max(1))
             .filter_map(|i| {
                 let shared = Arc::clone(&shared);
@@ -139,9 +140,42 @@ impl Team {
         drop(waiter);
         drop(guard);
         if let Some(payload) = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            std::panic::resume_unwind(payload);
+            // Raised as a panic of the caller's own, with the helper's words:
+            // the panic hook runs here, on the caller's thread, so a caller
+            // that catches panics quietly (a predictor's pass) prints nothing,
+            // and any other prints it once.
+            let words = payload
+                .downcast_ref::<&str>()
+                .map(|w| w.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned());
+            match words {
+                Some(words) => panic!("{words}"),
+                None => std::panic::resume_unwind(payload),
+            }
         }
     }
+}
+
+thread_local! {
+    /// Set on a team's helper threads.
+    static HELPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Installs, once, a panic hook that prints nothing for a panic on a
+/// helper thread (the caller of [`Team::run`] raises it again, where the
+/// hook before this one decides) and hands every other to that hook. A
+/// helper's panic printed at once, even where the caller caught it as an
+/// error and said it (a predictor's failed pass).
+fn quiet_helpers() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !HELPER.with(std::cell::Cell::get) {
+                before(info);
+            }
+        }));
+    });
 }
 
 impl Team {
@@ -223,6 +257,7 @@ fn work(s: &Shared, f: &(dyn Fn(usize) + Sync), pieces: usize) {
 }
 
 fn helper(s: &Shared) {
+    HELPER.with(|h| h.set(true));
     let mut seen = 0usize;
     loop {
         // Spin for the next job, then sleep.

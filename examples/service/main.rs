@@ -64,7 +64,14 @@ fn serve() -> Result<(), Box<dyn std::error::Error>> {
         false => c.to_string(),
     };
     let columns = predictor.model().input_columns().iter().map(quote).collect::<Vec<_>>().join(",");
-    eprintln!("ready on {}: one row per line, columns {columns}", device.describe());
+    eprintln!(
+        "ready on {} via the {} engine: one row per line, columns {columns}",
+        device.describe(),
+        predictor.engine().name()
+    );
+    if let Some(note) = predictor.engine_note() {
+        eprintln!("note: {note}");
+    }
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

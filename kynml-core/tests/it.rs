@@ -1209,7 +1209,11 @@ fn half_tracks_fp32(seed: u64, layers: &str) {
         );
         let tolerance = tolerance(compute);
         assert!(train_gap <= tolerance, "cpu {}: training loss {train_gap} apart (seed {seed})", compute.name());
-        assert!(val_gap <= VAL_GAP * tolerance, "cpu {}: validation loss {val_gap} apart (seed {seed})", compute.name());
+        assert!(
+            val_gap <= VAL_GAP * tolerance,
+            "cpu {}: validation loss {val_gap} apart (seed {seed})",
+            compute.name()
+        );
         // A gap of exactly 0 would mean the products never left fp32.
         assert!(gap > 0.0, "cpu {}: identical to fp32, so reduced precision did not run", compute.name());
     }

@@ -91,9 +91,8 @@ impl Lexer<'_> {
         let last = self.chars[at..].iter().position(|&(_, c)| c == '\n').map_or(self.chars.len(), |i| at + i);
         let line: String = self.chars[first..last].iter().map(|&(_, c)| c).collect();
         let line = line.split('#').next().unwrap_or_default().trim();
-        let underscored = |name: &str| -> String {
-            name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
-        };
+        let underscored =
+            |name: &str| -> String { name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect() };
         let one_name = |name: &str| !name.is_empty() && !name.contains(char::is_whitespace);
         if let Some((key, name)) = line.split_once('=') {
             let (key, name) = (key.trim(), name.trim());

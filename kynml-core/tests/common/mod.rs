@@ -517,7 +517,11 @@ pub fn half_tracks_cpu_fp32_on(device: &Device, path: &Path, fp32: &TrainResult,
             compute.name()
         );
         assert!(train_gap <= tolerance, "{on} {}: training loss {train_gap} apart (seed {seed})", compute.name());
-        assert!(val_gap <= VAL_GAP * tolerance, "{on} {}: validation loss {val_gap} apart (seed {seed})", compute.name());
+        assert!(
+            val_gap <= VAL_GAP * tolerance,
+            "{on} {}: validation loss {val_gap} apart (seed {seed})",
+            compute.name()
+        );
         // A gap of exactly 0 would mean the products never left fp32.
         assert!(gap > 0.0, "{on} {}: identical to fp32, so reduced precision did not run", compute.name());
         ran.push(compute.name());

@@ -17,6 +17,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Characters of one word an error message shows at most.
+const MAX_WORD: usize = 240;
+
 fn main() -> ExitCode {
     // Output piped into a program that stops reading (`| head`) ends the
     // process quietly, as other command-line tools do, not with a panic.
@@ -44,7 +47,9 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("{}", failure.message.trim_end());
+            // A value quoted whole (a data cell or column name of megabytes)
+            // is cut in its middle: the message stays one a person reads.
+            eprintln!("{}", kynml_core::spec::diagnostic::shorten_words(failure.message.trim_end(), MAX_WORD));
             ExitCode::from(failure.code)
         }
     }

@@ -229,9 +229,9 @@ pub fn vocabularies(info: &kynml_core::data::DataInfo) -> Vec<String> {
             cut += &format!("; {} no values (all padding)", count_holding(s.empty));
         }
         out.push(format!(
-            "sequence: `{}`, {} positions of {} value{} per row, shorter rows padded{cut}",
+            "sequence: `{}`, {} of {} value{} per row, shorter rows padded{cut}",
             s.columns.join("`, `"),
-            s.length,
+            count(s.length, "position"),
             s.channels(),
             if s.channels() == 1 { "" } else { "s" }
         ));

@@ -571,9 +571,10 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
     let left_out = batchnorm_leaves_out(spec.model.batchnorm_needing_rows().is_some(), rows, batch, devices);
     if devices > step_rows && step_rows > 0 {
         notes.push(format!(
-            "note: a step's {} leave {} of the {devices} devices without rows: they step on a copy of a row at \
+            "note: a step's {} {} {} of the {devices} devices without rows: they step on a copy of a row at \
              weight 0, adding nothing",
             render::count(step_rows, "row"),
+            if step_rows == 1 { "leaves" } else { "leave" },
             devices - step_rows
         ));
     } else if devices > last_rows && last_rows > 0 && left_out.is_none() {

@@ -1197,6 +1197,31 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let out = kynml(&["eval", "run", "--input", "iris.csv"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("accuracy") && t.contains("150 rows"), "{t}");
+    // A hand-edited description (a normaliser's scale, an activation) is
+    // refused: it loaded, and predicted otherwise without a word.
+    let sidecar = std::fs::read_to_string(dir.join("run/model.json")).unwrap();
+    for edit in [("/normalizer/std/0", serde_json::json!(-1.0)), ("/layers/0/activation", serde_json::json!("sigmoid"))]
+    {
+        std::fs::create_dir_all(dir.join("edited")).unwrap();
+        for f in std::fs::read_dir(dir.join("run")).unwrap() {
+            let f = f.unwrap().path();
+            if f.is_file() {
+                std::fs::copy(&f, dir.join("edited").join(f.file_name().unwrap())).unwrap();
+            }
+        }
+        let mut json: serde_json::Value = serde_json::from_str(&sidecar).unwrap();
+        *json.pointer_mut(edit.0).unwrap_or_else(|| panic!("no {} in {sidecar}", edit.0)) = edit.1;
+        std::fs::write(dir.join("edited/model.json"), serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+        let out = kynml(&["predict", "edited", "iris.csv"], dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{}: {t}", edit.0);
+        assert!(t.contains("edited/model.json") && t.contains("changed after the model was written"), "{t}");
+    }
+    // Written again unchanged (another tool's formatting), it loads.
+    let json: serde_json::Value = serde_json::from_str(&sidecar).unwrap();
+    std::fs::write(dir.join("edited/model.json"), serde_json::to_vec(&json).unwrap()).unwrap();
+    let out = kynml(&["predict", "edited", "iris.csv"], dir);
+    assert!(out.status.success(), "{}", text(&out));
     // The loss, as training's `val_loss` is computed: the mean of -ln p of
     // each row's own species, from the probabilities `predict` wrote.
     let printed: f64 = t
@@ -1273,6 +1298,18 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
         t.contains("bad.csv:2: column 5 (`species`) holds \"setosaa\", which is not one of the model's classes"),
         "{t}"
     );
+    // A cell of megabytes is quoted cut in its middle, not whole.
+    let long = csv.replacen("setosa", &format!("set{}osa", "x".repeat(1 << 20)), 1);
+    std::fs::write(dir.join("bad.csv"), long).unwrap();
+    let out = kynml(&["eval", "run", "--input", "bad.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{}", &t[..t.len().min(2000)]);
+    assert!(
+        t.len() < 2000 && t.contains("bad.csv:2: column 5 (`species`) holds \"setxxx"),
+        "{}",
+        &t[..t.len().min(2000)]
+    );
+    assert!(t.contains("...") && t.contains("xxxosa\""), "{t}");
     let not_number = csv.replacen("5.1,", "5.1x,", 1);
     std::fs::write(dir.join("bad.csv"), not_number).unwrap();
     let t = text(&kynml(&["predict", "run", "--input", "bad.csv", "--output", "bad-pred.csv"], dir));

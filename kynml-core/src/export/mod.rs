@@ -497,15 +497,7 @@ fn sidecar_for(model: &ExportModel, path: &Path, (len, crc): (u64, u32)) -> Resu
     // The layers' `module` texts (words for a PyTorch user, which a later
     // version may word better) are left out too; a sidecar summed with
     // them, as earlier ones were, is still this model's.
-    let mut described = json.clone();
-    if let Some(fields) = described.as_object_mut() {
-        fields.remove("padding");
-    }
-    let with_texts = crc_text(&serde_json::to_vec(&described).unwrap_or_default());
-    if let Some(layers) = described.get_mut("layers") {
-        without_module_texts(layers);
-    }
-    let description = crc_text(&serde_json::to_vec(&described).unwrap_or_default());
+    let (description, with_texts) = description_sums(&json);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut files = serde_json::Map::new();
     let existing = std::fs::read(&sidecar).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
@@ -542,6 +534,41 @@ fn sidecar_for(model: &ExportModel, path: &Path, (len, crc): (u64, u32)) -> Resu
     files.insert(name, serde_json::json!({"bytes": len, "crc32c": format!("{crc:08x}")}));
     json["weights"] = serde_json::json!({"description": description, "files": files});
     Ok(serde_json::to_vec_pretty(&json).unwrap_or_default())
+}
+
+/// The checksums of a sidecar's model description, as [`sidecar_for`] sums
+/// it: without `padding`, and without then with the layers' `module` texts.
+fn description_sums(described: &Value) -> (String, String) {
+    let mut described = described.clone();
+    if let Some(fields) = described.as_object_mut() {
+        fields.remove("padding");
+        fields.remove("weights");
+    }
+    let with_texts = crc_text(&serde_json::to_vec(&described).unwrap_or_default());
+    if let Some(layers) = described.get_mut("layers") {
+        without_module_texts(layers);
+    }
+    (crc_text(&serde_json::to_vec(&described).unwrap_or_default()), with_texts)
+}
+
+/// A sidecar whose model description is not the one its weights were
+/// written with (a hand-edited normaliser, activation or class name) is
+/// refused: it loaded, and predicted with weights trained for another
+/// model. The description is summed as the export summed it, from the
+/// model read from it (`meta`): its JSON text read back need not print
+/// alike (a float's last digit). Older sidecars record no checksum.
+fn check_description(sidecar: &Value, meta: &ExportModel) -> Result<(), String> {
+    let Some(recorded) = sidecar.pointer("/weights/description").and_then(Value::as_str) else { return Ok(()) };
+    let (description, with_texts) = description_sums(&torch::sidecar_json(meta));
+    if recorded == description || recorded == with_texts {
+        return Ok(());
+    }
+    Err(format!(
+        "it was changed after the model was written: its description (normaliser, layers, names) no longer \
+         matches the checksum recorded with the weights (`weights.description` {recorded}), so the weights would \
+         run as another model than they were trained as; restore the file, or export the model again from its \
+         run folder"
+    ))
 }
 
 /// Whether a sidecar's `weights.files` entry is of a file of `len` bytes
@@ -860,6 +887,11 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
         path: sidecar_path.clone(),
         reason,
         problem,
+    })?;
+    check_description(&sidecar, &meta).map_err(|reason| ExportError::Invalid {
+        path: sidecar_path.clone(),
+        reason,
+        problem: LoadProblem::Damaged,
     })?;
     let bytes = read(&weights)?;
     let mpk = weights.extension().is_some_and(|e| e == "mpk");

@@ -132,6 +132,7 @@ impl Shape {
     pub fn described(&self) -> String {
         match (self.layout, self.dims.as_slice()) {
             (Layout::Tokens, [l]) => format!("the {l} token ids of a text"),
+            (Layout::Sequence, [1, d]) => format!("1x{d} values ({d} at the one position of a sequence)"),
             (Layout::Sequence, [l, d]) => format!("{l}x{d} values ({d} at each of {l} positions of a sequence)"),
             (_, [n]) => format!("{n} features"),
             (_, [1, l]) => format!("1x{l} values (1 channel of length {l})"),

@@ -173,30 +173,32 @@ fn display_line(text: &str) -> String {
 /// a string, say) must not reach the terminal.
 fn clean(text: &str) -> String {
     let text: String = text.chars().map(|c| if c.is_control() { '\u{FFFD}' } else { c }).collect();
-    shorten_words(&text)
+    shorten_words(&text, MAX_WORD)
 }
 
 /// Characters of one word (a quoted value, a name) a message shows at most.
 const MAX_WORD: usize = 80;
 
-/// `text` with each word longer than [`MAX_WORD`] characters cut in its
-/// middle with `...`: a message quoting a value of 100,000 characters (an
-/// unknown device string, a misspelt name) showed it whole, as the source
-/// line no longer is.
-fn shorten_words(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(4096));
-    for (i, word) in text.split(' ').enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        let chars: Vec<char> = word.chars().collect();
-        if chars.len() <= MAX_WORD {
+/// `text` with each word (between spaces or line ends) longer than `max`
+/// characters cut in its middle with `...`, its first half and last quarter
+/// kept: a message quoting a value of 100,000 characters (an unknown device
+/// string, a data cell, a column name) showed it whole.
+pub fn shorten_words(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(1 << 16));
+    for piece in text.split_inclusive([' ', '\n']) {
+        let (word, end) = match piece.strip_suffix([' ', '\n']) {
+            Some(word) => (word, &piece[word.len()..]),
+            None => (piece, ""),
+        };
+        if word.chars().nth(max).is_none() {
             out.push_str(word);
         } else {
-            out.extend(&chars[..MAX_WORD / 2]);
+            let chars: Vec<char> = word.chars().collect();
+            out.extend(&chars[..max / 2]);
             out.push_str("...");
-            out.extend(&chars[chars.len() - MAX_WORD / 4..]);
+            out.extend(&chars[chars.len() - max / 4..]);
         }
+        out.push_str(end);
     }
     out
 }
@@ -258,7 +260,8 @@ mod tests {
         assert!(first.contains("..."), "{first}");
         assert!(text.contains("= help: `cudaaa") && text.contains("aax` is not a device"), "{text}");
         let short = "a message of ordinary words, with `quoted_names_of_some_length` and \"strings\"";
-        assert_eq!(shorten_words(short), short);
+        assert_eq!(shorten_words(short, MAX_WORD), short);
+        assert_eq!(shorten_words("ab\ncdefgh ij", 4), "ab\ncd...h ij");
     }
 
     #[test]

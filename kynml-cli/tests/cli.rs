@@ -1011,6 +1011,20 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("checkpoints cannot be written to data.csv/run.ckpt"), "{t}");
     assert!(!dir.join("bad").exists());
+    // A folder no one may write in (/proc, even for root): `check` refuses
+    // it as `train` does, said of the folder (it passed check, and train
+    // named the lock file with an OS error).
+    for (path, folder) in [("/proc/kynml.ckpt", "/proc"), ("/proc/sub/kynml.ckpt", "/proc, where its folder")] {
+        checkpointing_spec(dir, "unwritable.kyn", path, 2);
+        for command in ["check", "train"] {
+            let out = kynml(&[command, "unwritable.kyn", "--out", "bad"][..if command == "check" { 2 } else { 4 }], dir);
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(2), "{command} {path}: {t}");
+            assert!(t.contains(&format!("the folder {folder}")) && t.contains("cannot be written"), "{t}");
+            assert!(t.contains("--> unwritable.kyn:") && !t.contains(".lock"), "{t}");
+        }
+    }
+    assert!(!dir.join("bad").exists());
 }
 
 #[test]

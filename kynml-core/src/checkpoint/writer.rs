@@ -338,7 +338,26 @@ pub fn check_targets(path: &Path, keep: usize) -> Result<(), CheckpointError> {
         refuse_foreign(&target)?;
     }
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    refuse_special_lock(&parent_dir(path).join(format!(".{name}.lock")))
+    refuse_special_lock(&parent_dir(path).join(format!(".{name}.lock")))?;
+    // The folder, or the nearest one there to make it in, must take files:
+    // said of the folder (it was said of the lock file, as an OS error).
+    let folder = parent_dir(path).ancestors().find(|a| a.as_os_str().is_empty() || a.is_dir()).map(Path::to_path_buf);
+    if let Some(folder) = folder {
+        let shown = if folder.as_os_str().is_empty() { Path::new(".") } else { &folder };
+        if let Err(e) = crate::atomic_file::probe_writable(shown) {
+            let made = if shown == parent_dir(path) { "" } else { ", where its folder would be made," };
+            let e = io::Error::new(
+                e.kind(),
+                format!(
+                    "the folder {}{made} cannot be written ({e}); choose a checkpoint path in a folder this user \
+                     can write",
+                    shown.display()
+                ),
+            );
+            return Err(io_error(path, e));
+        }
+    }
+    Ok(())
 }
 
 /// An error when a FIFO, a device or a socket stands at the checkpoint's

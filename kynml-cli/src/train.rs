@@ -332,10 +332,23 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
                 },
             )
         }
-        e @ TrainError::NonFiniteLoss { .. } => {
+        e @ TrainError::NonFiniteLoss { epoch, .. } => {
             // Where the learning rate it advises lowering is set (or, left
-            // out, the `train:` block whose default it is).
+            // out, the `train:` block whose default it is); the scheduler,
+            // where it had raised the rate above the optimizer's.
             let optimizer = &file.spec.train.optimizer;
+            let base = optimizer.value.lr();
+            let scheduler = file.spec.train.scheduler.as_ref();
+            let rate = kynml_core::train::schedule::lr_at(base, scheduler.map(|s| &s.value), epoch - 1);
+            if let Some(scheduler) = scheduler.filter(|_| rate > base) {
+                let (line, col) = kynml_core::spec::line_col(&file.source, scheduler.span.start);
+                let text = file.source.get(scheduler.span.start..scheduler.span.end).unwrap_or_default();
+                return Failure::run(format!(
+                    "error: {e}\n  {}:{line}:{col}: `scheduler = {text}` had raised the learning rate to {rate:.3e} \
+                     by epoch {epoch}, from the optimizer's {base}{curves_kept}",
+                    file.path.display()
+                ));
+            }
             let (line, col) = kynml_core::spec::line_col(&file.source, optimizer.span.start);
             let text = file.source.get(optimizer.span.start..optimizer.span.end).unwrap_or_default();
             let set = if text.starts_with("train") {

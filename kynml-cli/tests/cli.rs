@@ -309,6 +309,14 @@ fn a_diverging_run_names_where_its_learning_rate_is_set() {
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("training loss became NaN at epoch 1") || t.contains("training loss became inf"), "{t}");
     assert!(t.contains(&format!("nan.kyn:{line}:17: `optimizer = sgd(lr=1e30)` sets the learning rate")), "{t}");
+    // Raised by the scheduler (x1e6 an epoch): the scheduler's line is named.
+    let raised = spec.replace("optimizer = adam(lr=0.01)", "optimizer = sgd(lr=0.1)\n    scheduler = step(1, gamma=1e6)");
+    std::fs::write(tmp.path().join("raised.kyn"), raised).unwrap();
+    let out = kynml(&["train", "raised.kyn", "--device", "cpu", "--epochs", "20", "--out", "r2"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains(&format!("raised.kyn:{}:17: `scheduler = step(1, gamma=1e6)` had raised", line + 1)), "{t}");
+    assert!(t.contains("from the optimizer's 0.1") && !t.contains("sets the learning rate"), "{t}");
 }
 
 /// `autotune`, clipping and accumulation say what they do: no effect on the

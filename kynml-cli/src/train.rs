@@ -554,7 +554,7 @@ fn time_and_memory(history: &[EpochRecord], peak_now: Option<u64>) -> Option<Str
 /// accumulation larger than an epoch, batchnorm's dropped last batch, a
 /// class only the validation rows hold. `devices`: the run's device count.
 pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, devices: usize) -> Vec<String> {
-    let mut notes = Vec::new();
+    let mut notes = schedule_notes(&spec.train);
     if data.valid.len() < FEW_VALIDATION_ROWS {
         notes.push(format!(
             "note: with {} the validation loss and metrics move in large steps; a lower `split` holds more out",
@@ -631,6 +631,44 @@ pub(crate) fn data_notes(spec: &kynml_core::spec::types::Spec, data: &Dataset, d
                 render::shown(&data.info.target)
             ));
         }
+    }
+    notes
+}
+
+/// A schedule that does not run as written: a warmup longer than the run
+/// (the rate never reaches the optimizer's, the schedule never starts), or
+/// a rate that falls below what a 32-bit float holds (the weights stop
+/// changing, silently).
+fn schedule_notes(t: &kynml_core::spec::types::TrainSpec) -> Vec<String> {
+    use kynml_core::train::schedule::lr_at;
+    let Some(scheduler) = t.scheduler.as_ref().map(|s| &s.value) else { return Vec::new() };
+    let (base, epochs) = (t.optimizer.value.lr(), t.epochs.value);
+    let mut notes = Vec::new();
+    if scheduler.warmup >= epochs && epochs > 0 {
+        notes.push(format!(
+            "note: `warmup = {}` is as long as the run's {} or longer: the learning rate climbs only to {:.3e} of \
+             the optimizer's {base}, and the schedule after the warmup never starts",
+            scheduler.warmup,
+            render::count(epochs, "epoch"),
+            lr_at(base, Some(scheduler), epochs - 1)
+        ));
+    }
+    // The first epoch from which every rate to the run's end is below f32's
+    // range (a cosine touching 0 and climbing again is not one, nor one that
+    // ends at its `eta_min` of 0, as it is meant to).
+    let cosine = matches!(scheduler.kind, kynml_core::spec::types::SchedulerKind::Cosine { .. });
+    let tiny = |e: usize| {
+        let lr = lr_at(base, Some(scheduler), e);
+        (lr as f32) < f32::MIN_POSITIVE && !(cosine && lr == 0.0)
+    };
+    let from = (epochs.saturating_sub(1_000_000)..epochs).rev().take_while(|&e| tiny(e)).last();
+    if let Some(e) = from.filter(|_| base > 0.0) {
+        notes.push(format!(
+            "note: the scheduler's learning rate falls to {:.1e} at epoch {}, below what a 32-bit float holds: \
+             from there the weights stop changing",
+            lr_at(base, Some(scheduler), e),
+            e + 1
+        ));
     }
     notes
 }

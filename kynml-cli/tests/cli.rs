@@ -310,13 +310,49 @@ fn a_diverging_run_names_where_its_learning_rate_is_set() {
     assert!(t.contains("training loss became NaN at epoch 1") || t.contains("training loss became inf"), "{t}");
     assert!(t.contains(&format!("nan.kyn:{line}:17: `optimizer = sgd(lr=1e30)` sets the learning rate")), "{t}");
     // Raised by the scheduler (x1e6 an epoch): the scheduler's line is named.
-    let raised = spec.replace("optimizer = adam(lr=0.01)", "optimizer = sgd(lr=0.1)\n    scheduler = step(1, gamma=1e6)");
+    let raised =
+        spec.replace("optimizer = adam(lr=0.01)", "optimizer = sgd(lr=0.1)\n    scheduler = step(1, gamma=1e6)");
     std::fs::write(tmp.path().join("raised.kyn"), raised).unwrap();
     let out = kynml(&["train", "raised.kyn", "--device", "cpu", "--epochs", "20", "--out", "r2"], tmp.path());
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains(&format!("raised.kyn:{}:17: `scheduler = step(1, gamma=1e6)` had raised", line + 1)), "{t}");
     assert!(t.contains("from the optimizer's 0.1") && !t.contains("sets the learning rate"), "{t}");
+}
+
+/// A schedule that does not run as written is said by `check` and `train`:
+/// a warmup as long as the run, a rate that falls out of fp32's range and
+/// stays there; a cosine that touches 0 and climbs again is not.
+#[test]
+fn a_schedule_that_cannot_run_as_written_is_said() {
+    let tmp = copy_example("iris");
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    let with = |name: &str, scheduler: &str| {
+        let text = spec.replace("    seed = 7", &format!("    seed = 7\n    scheduler = {scheduler}"));
+        std::fs::write(tmp.path().join(name), text).unwrap();
+    };
+    with("warm.kyn", "cosine(t_max=3, warmup=100)");
+    with("tiny.kyn", "step(1, gamma=1e-30)");
+    with("cosine.kyn", "cosine(t_max=2)");
+    for command in ["check", "train"] {
+        let args = |spec: &'static str, out: &'static str| -> Vec<&'static str> {
+            match command {
+                "check" => vec!["check", spec],
+                _ => vec!["train", spec, "--epochs", "3", "--device", "cpu", "--out", out],
+            }
+        };
+        // The spec's 60 epochs to `check`, 3 to this `train`.
+        let (epochs, reached) = if command == "check" { (60, "6.000e-3") } else { (3, "3.000e-4") };
+        let t = text(&kynml(&args("warm.kyn", "w"), tmp.path()));
+        assert!(t.contains(&format!("note: `warmup = 100` is as long as the run's {epochs} epochs or longer")), "{t}");
+        assert!(t.contains(&format!("climbs only to {reached} of the optimizer's 0.01")), "{t}");
+        // 0.01, 1e-32 (an f32 holds it), then 1e-62 (it does not).
+        let t = text(&kynml(&args("tiny.kyn", "t"), tmp.path()));
+        let said = "note: the scheduler's learning rate falls to 1.0e-62 at epoch 3, below what a 32-bit float holds";
+        assert!(t.contains(said), "{command}: {t}");
+        let t = text(&kynml(&args("cosine.kyn", "c"), tmp.path()));
+        assert!(!t.contains("note: the scheduler's learning rate") && !t.contains("warmup"), "{command}: {t}");
+    }
 }
 
 /// `autotune`, clipping and accumulation say what they do: no effect on the
@@ -1025,7 +1061,8 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     for (path, folder) in [("/proc/kynml.ckpt", "/proc"), ("/proc/sub/kynml.ckpt", "/proc, where its folder")] {
         checkpointing_spec(dir, "unwritable.kyn", path, 2);
         for command in ["check", "train"] {
-            let out = kynml(&[command, "unwritable.kyn", "--out", "bad"][..if command == "check" { 2 } else { 4 }], dir);
+            let out =
+                kynml(&[command, "unwritable.kyn", "--out", "bad"][..if command == "check" { 2 } else { 4 }], dir);
             let t = text(&out);
             assert_eq!(out.status.code(), Some(2), "{command} {path}: {t}");
             assert!(t.contains(&format!("the folder {folder}")) && t.contains("cannot be written"), "{t}");

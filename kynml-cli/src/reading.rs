@@ -55,6 +55,31 @@ pub fn float_notes(data: &Dataset) -> Vec<String> {
              constant, and trains on nothing; subtract an offset from it in the data to keep its variation"
         ));
     }
+    // One value in every training row: nothing to learn from, or, as the
+    // target, nothing to learn but that value.
+    let train = &data.train;
+    if let kynml_core::data::Labels::Values(y) = &train.labels {
+        if y.len() > 1 && y.iter().all(|v| *v == y[0]) && !data.collapsed.contains(&info.target) {
+            notes.push(format!(
+                "note: the target `{}` is {} in every training row: the model can only learn that constant",
+                info.target, y[0]
+            ));
+        }
+    }
+    let width = info.n_features();
+    if info.tokens.is_none() && info.sequence.is_none() && width > 0 && train.len() > 1 {
+        let categorical: Vec<usize> = info.categories.iter().map(|v| v.position).collect();
+        for c in (0..width).filter(|c| !categorical.contains(c)) {
+            let name = info.feature_names.get(c).cloned().unwrap_or_default();
+            let first = train.features[c];
+            if data.collapsed.contains(&name) || !train.features.iter().skip(c).step_by(width).all(|v| *v == first) {
+                continue;
+            }
+            notes.push(format!(
+                "note: `{name}` holds one value in every training row: it gives the model nothing to learn from"
+            ));
+        }
+    }
     // Category and token indices are names, not quantities; a sequence's
     // positions share their column's statistics, fitted when normalizing.
     let fitted;

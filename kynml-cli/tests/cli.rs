@@ -1463,6 +1463,19 @@ fn a_column_too_fine_for_32_bit_floats_is_named() {
     let t = text(&kynml(&["check", "s.kyn"], tmp.path()));
     assert!(t.contains("note: the target `y` holds different numbers that all read as one 32-bit float"), "{t}");
     assert!(!t.contains("note: `ts`") && !t.contains("note: `a`"), "{t}");
+    assert!(!t.contains("in every training row"), "said once, as numbers that read as one: {t}");
+    // Exactly one value: a feature and the target, named once each.
+    let mut csv = String::from("a,b,ts,y\n");
+    for i in 0..400 {
+        csv += &format!("{},7,{},5\n", i % 7, i % 3);
+    }
+    std::fs::write(tmp.path().join("d.csv"), csv).unwrap();
+    for args in [&["check", "s.kyn"][..], &["train", "s.kyn", "--out", "r3"]] {
+        let t = text(&kynml(args, tmp.path()));
+        assert!(t.contains("note: `b` holds one value in every training row"), "{args:?}: {t}");
+        assert!(t.contains("note: the target `y` is 5 in every training row"), "{args:?}: {t}");
+        assert!(!t.contains("note: `a`") && !t.contains("note: `ts`"), "{args:?}: {t}");
+    }
 }
 
 /// A run folder starts empty and holds the run's own files: an export

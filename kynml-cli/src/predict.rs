@@ -151,14 +151,59 @@ fn read_rows(
     need_target: bool,
 ) -> Result<kynml_core::data::ModelRows, Failure> {
     let rows = if path.as_os_str() == "-" {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
-            .map_err(|e| Failure::input(format!("error: cannot read the rows from standard input: {e}")))?;
+        let bytes = read_stdin(m, need_target)?;
         m.read_rows_from(&bytes, Path::new("<stdin>"), need_target)
     } else {
         m.read_rows(path, need_target)
     };
     rows.map_err(|e| Failure::input(format!("error: {e}")))
+}
+
+/// Standard input's rows, whole; its header is checked as soon as it has
+/// come (or its first MiB, where no line ends there): a stream that is not
+/// the model's rows (`yes |`, `< /dev/zero`) is refused at once, not read
+/// until memory runs out.
+fn read_stdin(m: &kynml_core::export::ExportModel, need_target: bool) -> Result<Vec<u8>, Failure> {
+    use std::io::Read;
+    const HEADER_AT_MOST: usize = 1 << 20;
+    let failed = |e: std::io::Error| Failure::input(format!("error: cannot read the rows from standard input: {e}"));
+    let mut stdin = std::io::stdin().lock();
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut checked = false;
+    loop {
+        let n = match stdin.read(&mut chunk) {
+            Ok(0) => return Ok(bytes),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(failed(e)),
+        };
+        bytes.extend_from_slice(&chunk[..n]);
+        if checked {
+            continue;
+        }
+        // The first line with text in it (blank lines before a header are read past).
+        // A line end inside quotes (a quoted name holding one) does not end it.
+        let text_at = bytes.iter().position(|b| !b.is_ascii_whitespace());
+        let header_end = text_at.and_then(|at| {
+            let mut quotes = 0usize;
+            bytes[at..].iter().enumerate().find_map(|(i, &b)| {
+                quotes += usize::from(b == b'"');
+                (b == b'\n' && quotes.is_multiple_of(2)).then_some(at + i + 1)
+            })
+        });
+        let header = match header_end {
+            Some(end) => &bytes[..end],
+            None if bytes.len() >= HEADER_AT_MOST => &bytes[..],
+            None => continue,
+        };
+        checked = true;
+        // A header alone is "no data rows" when it is the model's: read on.
+        match m.read_rows_from(header, Path::new("<stdin>"), need_target) {
+            Ok(_) | Err(kynml_core::data::DataError::Empty { header: true, .. }) => {}
+            Err(e) => return Err(Failure::input(format!("error: {e}"))),
+        }
+    }
 }
 
 /// Says, per categorical column, how many rows hold a value the model never

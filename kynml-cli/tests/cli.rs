@@ -3410,6 +3410,34 @@ fn the_pytorch_rebuild_reads_rows_as_predict_does() {
     let labelled = "sepal_length_cm,sepal_width_cm,petal_length_cm,petal_width_cm,species\n5.1,3.5,1.4,0.2,setosa\n";
     let eval = piped(&["eval", "run", "-"], labelled);
     assert!(eval.status.success() && text(&eval).contains("1 row of <stdin>"), "{}", text(&eval));
+    // A stream that is not the model's rows (`yes | kynml eval run -`) is
+    // refused at its first line, not read until memory runs out: the
+    // writer meets a closed pipe long before its 256 MiB.
+    for (command, line) in [("eval", "y\n"), ("predict", "\0\0\0\0")] {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+            .args([command, "run", "-"])
+            .current_dir(dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let block = line.repeat((64 << 10) / line.len());
+            let mut written = 0usize;
+            while written < 256 << 20 && stdin.write_all(block.as_bytes()).is_ok() {
+                written += block.len();
+            }
+            written
+        });
+        let out = child.wait_with_output().unwrap();
+        let written = writer.join().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", text(&out));
+        assert!(text(&out).contains("<stdin>"), "{command}: {}", text(&out));
+        assert!(written < 256 << 20, "{command}: the whole stream was read before its first line was checked");
+    }
     let stub = "import sys, types\n\
         def stub(name):\n    m = types.ModuleType(name)\n    m.__getattr__ = lambda attr: type(attr, (), {})\n    \
         sys.modules[name] = m\n    return m\n\

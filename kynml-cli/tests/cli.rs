@@ -2262,6 +2262,25 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     assert!(kynml(&["train", "small.kyn", "--device", "cpu", "--epochs", "2", "--out", "b"], dir).status.success());
     let out = kynml(&["export", "a", "--format", "burn", "--path", "out/model.mpk"], dir);
     assert!(out.status.success(), "{}", text(&out));
+    // A burn and a safetensors export of one name at once (two processes),
+    // ten times: both load after (each had dropped the other's entry in
+    // the sidecar they share, in most tries).
+    for _ in 0..10 {
+        let _ = std::fs::remove_dir_all(dir.join("race"));
+        std::fs::create_dir(dir.join("race")).unwrap();
+        let exports: Vec<_> = [("safetensors", "race/m.safetensors"), ("burn", "race/m.mpk")]
+            .iter()
+            .map(|(format, path)| spawn(&["export", "a", "--format", format, "--path", path], dir))
+            .collect();
+        for export in exports {
+            let out = export.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+        }
+        for model in ["race/m.safetensors", "race/m.mpk"] {
+            let out = kynml(&["predict", model, "iris.csv", "--output", "race/p.csv"], dir);
+            assert!(out.status.success(), "{model}: {}", text(&out));
+        }
+    }
     let before = std::fs::read(dir.join("out/model.json")).unwrap();
     let out = kynml(&["export", "b", "--format", "safetensors", "--path", "out/model.safetensors"], dir);
     let t = text(&out);

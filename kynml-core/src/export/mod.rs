@@ -622,11 +622,30 @@ fn check_owner(sidecar: &Value, sidecar_path: &Path, weights: &Path, bytes: &[u8
     Err(ExportError::Invalid { path: weights.into(), reason, problem: LoadProblem::Damaged })
 }
 
+/// The folder of `path`, locked for this process until dropped (an
+/// advisory lock, which other KynML exports take too); `None` where the
+/// folder is not there yet or takes no lock (the export then goes on
+/// unlocked, as before).
+fn lock_folder(path: &Path) -> Option<std::fs::File> {
+    let folder = std::fs::File::open(parent(path)).ok()?;
+    folder.lock().ok()?;
+    Some(folder)
+}
+
 /// Writes `model` as `format` to `path`, each file atomically, after
 /// [`check_target`]. Returns the files written: the model, then its JSON
 /// sidecar (safetensors and burn).
 pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<PathBuf>, ExportError> {
     model.validate().map_err(ExportError::Model)?;
+    // A burn and a safetensors export of one name share their sidecar, which
+    // each reads and writes again: two at once (two processes) each dropped
+    // the other's entry, and both said they had written a model one of them
+    // could no longer load. One export at a time in a folder, from the look
+    // at what is there to the last rename.
+    let _folder = match format {
+        Format::Safetensors | Format::Burn => lock_folder(path),
+        Format::Onnx => None,
+    };
     check_target(format, path)?;
     let sidecar = path.with_extension("json");
 

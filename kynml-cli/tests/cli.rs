@@ -1256,6 +1256,20 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let out = kynml(&["eval", "run", "--input", "iris.csv"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("accuracy") && t.contains("150 rows"), "{t}");
+    // A folder, a run folder or `-` given as the spec: said as such (an OS
+    // error, "Is a directory", was all).
+    for (spec, said) in [
+        ("run", "it is a run folder, not a spec"),
+        ("models", "it is a folder, not a spec"),
+        ("-", "a spec is read from a file, not from standard input"),
+    ] {
+        for command in ["check", "train"] {
+            let out = kynml(&[command, spec], dir);
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(2), "{t}");
+            assert!(t.contains(&format!("cannot read spec `{spec}`: {said}")), "{command} {spec}: {t}");
+        }
+    }
     // A hand-edited description (a normaliser's scale, an activation) is
     // refused: it loaded, and predicted otherwise without a word.
     let sidecar = std::fs::read_to_string(dir.join("run/model.json")).unwrap();

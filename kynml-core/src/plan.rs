@@ -179,6 +179,19 @@ impl SpecFile {
     pub fn load(path: &Path) -> Result<Self, LoadError> {
         use std::io::Read;
         let io = |source| LoadError::Io { path: path.into(), source };
+        let given = |why: &str| io(std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_string()));
+        if path.is_dir() {
+            let run = path.join("spec.kyn").is_file() && path.join("metrics.json").is_file();
+            return Err(given(if run {
+                "it is a run folder, not a spec: give the `.kyn` spec it was trained from (the folder keeps a copy, \
+                 spec.kyn, whose data paths are read from the spec's own folder)"
+            } else {
+                "it is a folder, not a spec: give the `.kyn` file"
+            }));
+        }
+        if path.as_os_str() == "-" && !path.exists() {
+            return Err(given("a spec is read from a file, not from standard input: give the `.kyn` file"));
+        }
         let mut bytes = Vec::new();
         std::fs::File::open(path).and_then(|f| f.take(MAX_SPEC_BYTES + 1).read_to_end(&mut bytes)).map_err(io)?;
         if bytes.len() as u64 > MAX_SPEC_BYTES {

@@ -3421,16 +3421,19 @@ fn the_pytorch_rebuild_reads_rows_as_predict_does() {
     let out = kynml(&["predict", "run", "rows.csv"], dir);
     assert!(out.status.success(), "{}", text(&out));
     // `-` reads them from standard input, as a pipeline gives them.
-    let piped = |args: &[&str], input: &str| {
-        use std::io::Write;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+    let with_stdin = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kynml"))
             .args(args)
             .current_dir(dir)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .unwrap();
+            .unwrap()
+    };
+    let piped = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = with_stdin(args);
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
         child.wait_with_output().unwrap()
     };
@@ -3448,14 +3451,7 @@ fn the_pytorch_rebuild_reads_rows_as_predict_does() {
     // writer meets a closed pipe long before its 256 MiB.
     for (command, line) in [("eval", "y\n"), ("predict", "\0\0\0\0")] {
         use std::io::Write;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
-            .args([command, "run", "-"])
-            .current_dir(dir)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = with_stdin(&[command, "run", "-"]);
         let mut stdin = child.stdin.take().unwrap();
         let writer = std::thread::spawn(move || {
             let block = line.repeat((64 << 10) / line.len());

@@ -334,9 +334,17 @@ pub fn read_csv_reporting(
 ) -> Result<Table, DataError> {
     // The whole file in memory costs no more than the table built from it,
     // and lets `next_record` find the true line of each record.
+    let bytes = read_data_file(path)?;
+    parse_csv_reporting(path, &bytes, opts, report)
+}
+
+/// A data file's bytes, as every reader of rows takes them: refused unread
+/// where it is a device ([`read_file`]), refused whole where it is
+/// compressed ([`not_compressed`]).
+pub(crate) fn read_data_file(path: &Path) -> Result<Vec<u8>, DataError> {
     let bytes = read_file(path)?;
     not_compressed(path, &bytes)?;
-    parse_csv_reporting(path, &bytes, opts, report)
+    Ok(bytes)
 }
 
 /// A data file's bytes. A device or a socket is refused unread (`/dev/zero`
@@ -618,8 +626,7 @@ pub fn read_model_rows(
     target: &str,
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
-    let bytes = read_file(path)?;
-    not_compressed(path, &bytes)?;
+    let bytes = read_data_file(path)?;
     parse_model_rows(&bytes, path, feature_names, categories, tokens, sequence, target, need_target)
 }
 

@@ -34,6 +34,7 @@ mod split;
 mod synthetic;
 mod vocab;
 
+pub(crate) use csv_table::read_data_file;
 pub use csv_table::{
     class_of, looks_missing, parse_csv, parse_csv_reporting, parse_model_rows, read_csv, read_csv_reporting,
     read_model_rows, sequence_names, CategoryCells, ModelRows, SequenceColumns, Table, TableOptions, Targets,

@@ -287,15 +287,7 @@ impl ExportModel {
     ) -> Result<crate::data::ModelRows, crate::data::DataError> {
         // As training reads its data: a device is refused unread (`/dev/zero`
         // never ends), a compressed file is said as such.
-        crate::data::read_model_rows(
-            path,
-            &self.feature_names,
-            &self.categories,
-            self.tokens.as_ref(),
-            self.sequence.as_ref(),
-            &self.target,
-            need_target,
-        )
+        self.read_rows_from(&crate::data::read_data_file(path)?, path, need_target)
     }
 
     /// The CSV columns the model reads, in its order: the feature columns,

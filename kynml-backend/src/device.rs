@@ -233,6 +233,13 @@ pub fn select(choice: DeviceChoice) -> Result<Device, DeviceError> {
     Ok(device)
 }
 
+/// The device [`select`] would resolve `choice` to, without setting up
+/// anything for it (no kernel cache is made): for saying what a run would
+/// meet here, as `kynml check` does.
+pub fn would_select(choice: DeviceChoice) -> Result<Device, DeviceError> {
+    pick(choice)
+}
+
 fn pick(choice: DeviceChoice) -> Result<Device, DeviceError> {
     match choice {
         DeviceChoice::Cpu => Ok(Device::cpu()),

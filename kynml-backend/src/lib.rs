@@ -22,7 +22,7 @@ mod quiet;
 mod wgpu_probe;
 
 pub use cuda::{probe_cuda, CudaGpu, CudaProbe};
-pub use device::{proc_bytes, select, Device, DeviceChoice, DeviceError, DeviceKind, DeviceMemory};
+pub use device::{proc_bytes, select, would_select, Device, DeviceChoice, DeviceError, DeviceKind, DeviceMemory};
 pub use quiet::{catch_quietly, panic_words};
 pub use wgpu_probe::{probe_wgpu, WgpuAdapter, WgpuAdapterKind};
 

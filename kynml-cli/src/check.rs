@@ -193,6 +193,17 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     if let (true, Some(why)) = (on_the_cpu, &cpu_precision.fallback) {
         println!("note: `precision = {}` on the CPU: fp32 runs ({why})", compute.name());
     }
+    // A one-device run is checked against the device it would get here, as
+    // `train` checks it: said, not refused (the spec may be meant for
+    // another machine). A device this machine lacks is said above.
+    if file.spec.train.devices.is_none() {
+        let choice = kynml_core::plan::device_choice(file.spec.train.device.value);
+        if let Ok(device) = kynml_backend::would_select(choice) {
+            if let Err(e) = file.check_memory_for(&device, data.train.len(), data.valid.len()) {
+                println!("note: {e}; `kynml train` would refuse it on this machine");
+            }
+        }
+    }
     println!(
         "(`kynml train` checks it against the device it picks, in the precision that device runs, before \
          allocating anything)"

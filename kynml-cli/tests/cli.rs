@@ -3259,6 +3259,18 @@ fn a_run_too_large_for_the_device_is_refused_before_it_starts() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("training needs about") && t.contains("available") && t.contains("use a smaller model"), "{t}");
     assert!(t.contains("copies that saving makes alone need"), "{t}");
+    // `check` says it of the device the run would get here, and exits 0
+    // (the spec may be meant for another machine).
+    let out = kynml(&["check", "huge.kyn"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("note: huge.kyn:8:7: the run does not fit the device: training needs about"), "{t}");
+    assert!(t.contains("`kynml train` would refuse it on this machine"), "{t}");
+    std::fs::write(tmp.path().join("wide.kyn"), replace_line(&wide, "    device = ", "    device = wgpu")).unwrap();
+    let t = text(&kynml(&["check", "wide.kyn"], tmp.path()));
+    assert!(t.contains("note: wide.kyn:11:5: the run does not fit the device: this layer needs one 6.0 GiB"), "{t}");
+    let t = text(&kynml(&["check", "iris.kyn"], tmp.path()));
+    assert!(!t.contains("does not fit"), "{t}");
     for dir in ["w", "b", "h", "ck"] {
         assert!(!tmp.path().join(dir).exists(), "{dir} was created");
     }

@@ -108,7 +108,7 @@ pub enum LoadError {
     Data(#[from] DataError),
     /// The model or batch would not fit in the device's memory; located in
     /// the spec like [`LoadError::Spec`].
-    #[error("{}", located(path, source_text, error))]
+    #[error("{}", located_fit(path, source_text, error))]
     DoesNotFit {
         /// The spec file.
         path: PathBuf,
@@ -129,6 +129,16 @@ fn located(path: &Path, source: &str, error: &SpecError) -> String {
         }
         None => format!("{}: {error}", path.display()),
     }
+}
+
+/// [`located`], saying that the run does not fit its device (the spec was
+/// read whole).
+fn located_fit(path: &Path, source: &str, error: &SpecError) -> String {
+    let Some(first) = error.diagnostics.first() else {
+        return located(path, source, error);
+    };
+    let (line, column) = spec::line_col(source, first.span.start);
+    format!("{}:{line}:{column}: the run does not fit the device: {}", path.display(), first.message)
 }
 
 /// [`located`], saying of problems found against the data (the spec was

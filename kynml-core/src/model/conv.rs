@@ -176,6 +176,21 @@ impl Kind for ConvSpec {
                 return None;
             }
             kernel / 2
+        } else if let Some(crate::spec::ast::ValueKind::Ident(word)) = opts.get("padding").map(|v| &v.kind) {
+            // `padding=valid` (PyTorch's and Keras's word for none).
+            let help = match word.as_str() {
+                "valid" => "`valid` is no padding: write `padding=0` (or leave `padding` out)".to_string(),
+                _ => format!("write a number of zeros on each side, as in `padding={}`, or `padding=same`", kernel / 2),
+            };
+            d.push(
+                Diagnostic::new(
+                    opts.span("padding"),
+                    format!("expected a number or `same` for `padding`, found `{word}`"),
+                    "expected a number or `same`",
+                )
+                .with_help(help),
+            );
+            return None;
         } else {
             opts.count("padding", 0, 0, d)?
         };

@@ -81,9 +81,19 @@ pub(super) struct Block {
     /// A body line could not be read at all (already reported); checks on the
     /// body as a whole would only repeat that problem.
     pub damaged: bool,
+    /// The first words of the lines under an unknown header that follows
+    /// this block (`evalute:` in the middle of `train:`): lines that may
+    /// have been this block's, so a key or layer among them is not said
+    /// to be missing.
+    pub swallowed: Vec<String>,
 }
 
 impl Block {
+    /// Whether `word` begins a line under an unknown header after this block.
+    pub fn swallowed(&self, word: &str) -> bool {
+        self.swallowed.iter().any(|w| w == word)
+    }
+
     /// `` `train:` block ``, `` `dataset LargeData:` block ``.
     pub fn describe(&self) -> String {
         match &self.name {

@@ -157,7 +157,7 @@ impl<'a> Settings<'a> {
     /// example would mislead.
     pub fn required_with(&self, key: &str, help: &str, d: &mut Vec<Diagnostic>) -> Option<&'a Value> {
         let value = self.get(key);
-        if value.is_none() && !self.block.damaged && !self.suggested.contains(&key) {
+        if value.is_none() && !self.block.damaged && !self.block.swallowed(key) && !self.suggested.contains(&key) {
             d.push(
                 Diagnostic::new(
                     self.block.header,

@@ -31,7 +31,7 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     let lines = &block.layers;
     let name = block.name.as_ref().map_or_else(|| "this model".to_string(), |n| format!("model `{}`", n.value));
     let Some(first) = lines.first() else {
-        if !block.damaged {
+        if !block.damaged && block.swallowed.is_empty() {
             d.push(
                 Diagnostic::new(block.header, format!("{name} has no layers"), "empty model")
                     .with_help("start with `input N`, then at least one `dense N ACTIVATION` line"),
@@ -161,7 +161,7 @@ pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec>
     }
     ok &= close_group(group.take(), &mut layers, d);
 
-    if !unsure && !lines.iter().any(|l| l.name.value == "dense") {
+    if !unsure && !block.swallowed("dense") && !lines.iter().any(|l| l.name.value == "dense") {
         d.push(
             Diagnostic::new(block.header, format!("{name} has no `dense` layer"), "no `dense` layer")
                 .with_help("add at least one line like `dense 1 linear`"),
@@ -456,7 +456,7 @@ pub(crate) fn options<'a>(line: &'a LayerLine, allowed: &[&str], d: &mut Vec<Dia
 
 impl Options<'_> {
     /// The value of option `name`, if written.
-    fn get(&self, name: &str) -> Option<&Value> {
+    pub fn get(&self, name: &str) -> Option<&Value> {
         self.line.options.iter().find(|(n, _)| n.value == name).map(|(_, v)| v)
     }
 

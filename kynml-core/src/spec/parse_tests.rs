@@ -442,6 +442,63 @@ fn a_squeezing_last_layer_before_a_loss_that_takes_logits_is_refused() {
     ok(&spec("dense 4 sigmoid\ndense 1 linear", "loss = bce"));
     ok(&spec("dense 1 sigmoid", "loss = mse"));
     ok(&spec("dense 3 relu", "loss = cross_entropy"));
+    // A dropout after the squeezing layer passes its values on as they are.
+    let e = messages(&spec("dense 3 sigmoid\ndropout 0.1", "loss = cross_entropy"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("`cross_entropy` takes logits"), "{e:?}");
+    ok(&spec("dense 3 linear\ndropout 0.1", "loss = cross_entropy"));
+}
+
+/// A misspelled header inside a block (`resdual:` among a model's layers,
+/// `evalute:` among `train:`'s settings) is that one problem: the layers
+/// and settings under it are not also said to be missing. A setting
+/// missing for its own sake is still said.
+#[test]
+fn a_misspelled_header_inside_a_block_is_one_problem() {
+    let model = "model M:\ninput 4\n  resdual:\n    dense 8 relu\n  dense 1 linear\n";
+    let source = MINIMAL.replace("model M:\ninput 4\ndense 1 linear\n", model);
+    let e = parse_spec(&source).unwrap_err().diagnostics;
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].message, "unknown block of layers `resdual`");
+    assert_eq!(e[0].help.as_deref(), Some("did you mean `residual:`?"));
+    let e = parse_spec(&source.replace("resdual", "block")).unwrap_err().diagnostics;
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].help.as_deref().unwrap_or("").contains("only `residual:` opens a block of layers"), "{e:?}");
+    // At the line's beginning: an unknown block of the spec, which took the
+    // model's `dense` with it.
+    let source = MINIMAL.replace("input 4\n", "input 4\nresdual:\n");
+    assert_eq!(messages(&source), ["unknown block `resdual`"]);
+    // `evalute:` before `epochs`: `epochs` is not missing.
+    let source = MINIMAL.replace("epochs = 3", "evalute:\nepochs = 3");
+    assert_eq!(messages(&source), ["unknown block `evalute`"]);
+    // After the block: a key missing from it is still missing.
+    let source = MINIMAL.replace("loss = mse\n", "") + "evalute:\nmetrics = [mae]\n";
+    assert_eq!(messages(&source), ["missing key `loss` in `train:` block", "unknown block `evalute`"]);
+}
+
+/// Words other tools use, and the start of one name, find it; a word
+/// that is none of a setting's values says which are.
+#[test]
+fn other_tools_words_and_a_names_start_are_suggested() {
+    let help = |source: String| {
+        let e = parse_spec(&source).unwrap_err().diagnostics;
+        assert_eq!(e.len(), 1, "{e:?}");
+        e[0].help.clone().unwrap_or_default()
+    };
+    let loss = |l: &str| MINIMAL.replace("loss = mse", &format!("loss = {l}"));
+    assert_eq!(help(loss("ce")), "did you mean `cross_entropy`?");
+    assert_eq!(help(format!("{MINIMAL}evaluate:\nmetrics = [acc]\n")), "did you mean `accuracy`?");
+    assert_eq!(help(format!("{MINIMAL}evaluate:\nmetrics = [prec]\n")), "did you mean `precision`?");
+    let train = |line: &str| format!("{MINIMAL}{line}\n");
+    assert_eq!(help(train("checkpoint = checkpoint(every=2, path=\"c.ck\")")), "did you mean `every_n`?");
+    assert_eq!(help(train("checkpoint = checkpoint(every_n=2, file=\"c.ck\")")), "did you mean `path`?");
+    assert_eq!(help(train("early_stop = early_stop(wait=3)")), "did you mean `patience`?");
+    assert_eq!(help(train("loss_scale = dinamic")), "did you mean `dynamic`?");
+    assert!(help(train("loss_scale = auto")).contains("`loss_scale = none`"));
+    let conv = |c: &str| MINIMAL.replace("input 4\n", &format!("input 1x8x8\n{c}\nflatten\n"));
+    assert!(help(conv("conv2d 4 3 relu padding=valid")).contains("write `padding=0`"));
+    let e = parse_spec(&conv("conv2d 4 3 relu padding=full")).unwrap_err().diagnostics;
+    assert_eq!(e[0].message, "expected a number or `same` for `padding`, found `full`");
 }
 
 #[test]

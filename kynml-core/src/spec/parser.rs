@@ -72,8 +72,12 @@ enum State {
     },
     InBlock(usize),
     /// In the body of a block whose header could not be read: its lines are
-    /// skipped, since their meaning depends on the kind of block.
-    Skipping,
+    /// skipped, since their meaning depends on the kind of block. Their first
+    /// words are kept as the block before's (by its index) when the header
+    /// named no known kind: the lines may have been that block's.
+    Skipping {
+        after: Option<usize>,
+    },
 }
 
 struct Parser<'s> {
@@ -172,6 +176,39 @@ impl<'s> Parser<'s> {
                     self.layer_line(index, &line, diags);
                 }
             }
+            // `resdual:` indented in a model block: a misspelled block of
+            // layers, not a new block of the spec (which took the model's
+            // later layers with it). Kept as an unreadable line, so the
+            // layers under it stay the model's.
+            Shape::Header { colon: 1 } if indent > 0 && tokens.len() == 2 && self.in_model_block(&tokens) => {
+                diags.extend(lex_diags);
+                let TokenKind::Ident(word) = &tokens[0].kind else { return };
+                let blocks = crate::model::block_names();
+                let help = match suggest::did_you_mean(word, blocks.iter().copied()) {
+                    Some(name) => format!("did you mean `{name}:`?"),
+                    None => format!(
+                        "only {} opens a block of layers; a block of the spec (`train:`, `evaluate:`, ...) starts \
+                         at the beginning of its line",
+                        blocks.iter().map(|b| format!("`{b}:`")).collect::<Vec<_>>().join(" or ")
+                    ),
+                };
+                diags.push(
+                    Diagnostic::new(tokens[0].span, format!("unknown block of layers `{word}`"), "unknown block")
+                        .with_help(help),
+                );
+                if let State::InBlock(index) = self.state {
+                    self.document.blocks[index].layers.push(LayerLine {
+                        name: Spanned { value: word.clone(), span: tokens[0].span },
+                        args: Vec::new(),
+                        options: Vec::new(),
+                        span,
+                        damaged: true,
+                        indent,
+                        indent_text,
+                        opens: false,
+                    });
+                }
+            }
             Shape::Header { colon: 1 } if self.colon_setting(&tokens) => {
                 diags.extend(lex_diags);
                 self.colon_instead_of_equals(&line(), diags);
@@ -198,7 +235,12 @@ impl<'s> Parser<'s> {
                         ),
                     );
                 }
-                State::BeforeFirstBlock { reported: true } | State::Skipping => {}
+                State::BeforeFirstBlock { reported: true } | State::Skipping { after: None } => {}
+                State::Skipping { after: Some(index) } => {
+                    if let TokenKind::Ident(word) = &tokens[0].kind {
+                        self.document.blocks[index].swallowed.push(word.clone());
+                    }
+                }
                 State::InBlock(index) => {
                     diags.extend(lex_diags);
                     if self.document.blocks[index].kind == BlockKind::Model {
@@ -278,6 +320,13 @@ impl<'s> Parser<'s> {
             && matches!(&tokens[0].kind, TokenKind::Ident(name) if crate::model::block_names().contains(&name.as_str()))
     }
 
+    /// `word:` inside a model block, `word` not a kind of block of the spec.
+    fn in_model_block(&self, tokens: &[Token]) -> bool {
+        let State::InBlock(index) = self.state else { return false };
+        self.document.blocks[index].kind == BlockKind::Model
+            && matches!(&tokens[0].kind, TokenKind::Ident(word) if BlockKind::from_keyword(word).is_none())
+    }
+
     /// A layer's line ending in `:` inside a model block: `dense 4 relu:`
     /// (a layer name, then its arguments, then the colon).
     fn layer_with_colon(&self, tokens: &[Token]) -> bool {
@@ -302,7 +351,11 @@ impl<'s> Parser<'s> {
         lex_failed: bool,
         diags: &mut Vec<Diagnostic>,
     ) {
-        self.state = State::Skipping;
+        let before = match self.state {
+            State::InBlock(index) => Some(index),
+            _ => None,
+        };
+        self.state = State::Skipping { after: None };
         let head = &tokens[..colon.unwrap_or(tokens.len())];
         match colon {
             None => {
@@ -353,6 +406,7 @@ impl<'s> Parser<'s> {
                 Diagnostic::new(head[0].span, format!("unknown block `{}`", word), "unknown block kind")
                     .with_help(help),
             );
+            self.state = State::Skipping { after: before };
             return;
         };
 
@@ -368,6 +422,7 @@ impl<'s> Parser<'s> {
             entries: Vec::new(),
             layers: Vec::new(),
             damaged: false,
+            swallowed: Vec::new(),
         });
         self.state = State::InBlock(self.document.blocks.len() - 1);
     }

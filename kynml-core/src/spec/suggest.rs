@@ -40,6 +40,15 @@ const ALIASES: &[(&str, &str)] = &[
     ("steplr", "step"),
     ("weight_decay_rate", "weight_decay"),
     ("beta", "betas"),
+    ("ce", "cross_entropy"),
+    ("xent", "cross_entropy"),
+    ("nll", "cross_entropy"),
+    ("acc", "accuracy"),
+    ("wait", "patience"),
+    ("every", "every_n"),
+    ("file", "path"),
+    ("filename", "path"),
+    ("filepath", "path"),
 ];
 
 /// Longest word for which a suggestion is searched; edit distance is
@@ -69,7 +78,7 @@ where
     }
     let limit = word_len.max(3) / 3;
     let mut best: Option<(usize, &'a str)> = None;
-    for candidate in candidates {
+    for &candidate in &candidates {
         let len = candidate.chars().count();
         if len > MAX_WORD || len.abs_diff(word_len) > limit {
             continue;
@@ -81,7 +90,15 @@ where
             best = Some((d, candidate));
         }
     }
-    best.map(|(_, c)| c)
+    // `every` for `every_n`, `prec` for `precision`: the start of exactly
+    // one name, of at least three letters.
+    best.map(|(_, c)| c).or_else(|| {
+        let mut starting = candidates.iter().filter(|c| word_len >= 3 && c.to_ascii_lowercase().starts_with(&lower));
+        match (starting.next(), starting.next()) {
+            (Some(only), None) => Some(*only),
+            _ => None,
+        }
+    })
 }
 
 /// Activations and optimizers of other tools that are not these names'

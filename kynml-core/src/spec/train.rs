@@ -167,7 +167,7 @@ fn reference(
         if let ([only], false) = (names.as_slice(), lost) {
             return Some(Spanned { value: only.value.clone(), span: block.header });
         }
-        if lost || block.damaged {
+        if lost || block.damaged || block.swallowed(key) {
             return None;
         }
         let diagnostic = if names.is_empty() {
@@ -353,12 +353,21 @@ fn early_stop(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Spanned<EarlyStop>> 
 
 /// `none`, `dynamic`, or `dynamic(init=65536, growth=2.0, interval=2000, backoff=0.5)`.
 fn loss_scale(v: &Value, d: &mut Vec<Diagnostic>) -> Option<LossScale> {
+    let example = "loss_scale = dynamic(init=65536)";
     if let ValueKind::Ident(name) = &v.kind {
         if name == "none" {
             return Some(LossScale::None);
         }
+        if name != "dynamic" {
+            let help = suggest::help(name, ["dynamic", "none"])
+                .unwrap_or_else(|| format!("write `loss_scale = dynamic`, `{example}` or `loss_scale = none`"));
+            d.push(
+                Diagnostic::new(v.span, format!("unknown loss scale `{name}`"), "expected `dynamic` or `none`")
+                    .with_help(help),
+            );
+            return None;
+        }
     }
-    let example = "loss_scale = dynamic(init=65536)";
     let callee = match &v.kind {
         ValueKind::Ident(name) if name == "dynamic" => None,
         _ => Some(expect_call(v, "dynamic", "`loss_scale` (or `none`)", example, d)?),

@@ -80,7 +80,8 @@ pub(super) fn validate(document: &Document, d: &mut Vec<Diagnostic>) -> Option<S
 /// silently; `relu` under `bce` keeps every probability at 0.5 or above.
 /// Written by PyTorch users used to `nn.Sigmoid` + `BCELoss`.
 fn squashed_logits(model: &ModelSpec, loss: &Spanned<Loss>) -> Option<Diagnostic> {
-    let last = model.layers.last()?;
+    // A dropout after it passes the squeezed values on as they are.
+    let last = model.layers.iter().rev().find(|l| !matches!(l.value, Layer::Dropout(_)))?;
     let (Layer::Dense(dense), true) = (&last.value, loss.value.is_classification()) else { return None };
     let (act, band) = match (dense.activation, loss.value) {
         (Activation::Sigmoid, _) => ("sigmoid", "(0, 1)"),

@@ -27,6 +27,13 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // A file-size limit (`ulimit -f`, a batch system's) reached makes the
+    // write fail with EFBIG, said as a full disk is, instead of the kernel's
+    // SIGXFSZ ending the process unannounced with its model unsaved.
+    // SAFETY: as above.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     quit_on_output_errors();
     quiet_headless_vulkan();
     let cli = args::Cli::parse();

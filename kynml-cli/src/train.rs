@@ -397,7 +397,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         let kept = result.best_epoch.or_else(|| result.history.last().map(|r| r.epoch));
         draw_curves(&run_dir, &title, &result.history, kept).context("drawing curves.svg and curves.png")
     };
-    results().map_err(|e| results_unwritten(&e, &run_dir.path, &file))?;
+    results().map_err(|e| results_unwritten(&e, &run_dir.path, &file, result.checkpoint_failures))?;
     let export_note = export_as_spec_says(&file, &exported, &run_dir.path);
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
     // The process's peak so far: the last checkpoint and the model files,
@@ -423,7 +423,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     run_dir
         .write_json("metrics.json", &summary)
         .context("writing metrics.json")
-        .map_err(|e| results_unwritten(&e, &run_dir.path, &file))?;
+        .map_err(|e| results_unwritten(&e, &run_dir.path, &file, result.checkpoint_failures))?;
     match &result.profile {
         // A resume with no epoch left trains no step: nothing to profile.
         Some(profile) if profile.steps.is_empty() => {
@@ -936,8 +936,10 @@ pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: checkpoint::Che
 
 /// The run's results could not be written to its folder (a full disk, the
 /// folder removed) after training: what failed, once, the free space where
-/// it would have gone, and how to write them again from the checkpoint.
-fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile) -> Failure {
+/// it would have gone, what was written whole before it, and how to write
+/// them again from the checkpoint (`failed` of whose writes failed: then
+/// it may be older than the end of training).
+fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile, failed: usize) -> Failure {
     // Each cause once: an error that names its source is not followed by it again.
     let mut said = String::new();
     for cause in e.chain().map(|c| c.to_string()) {
@@ -945,21 +947,62 @@ fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile) -> Failu
             said += &if said.is_empty() { cause } else { format!(": {cause}") };
         }
     }
-    let free = free_bytes(folder)
-        .map_or(String::new(), |b| format!(" ({} free on the disk holding it)", kynml_core::train::memory::bytes(b)));
+    // A file larger than this process may write (`ulimit -f`): the disk's
+    // free space is not what stopped it.
+    let too_large = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) == Some(libc::EFBIG)
+            || c.to_string().contains("(os error 27)")
+    });
+    let free = match file_size_limit().filter(|_| too_large) {
+        Some(limit) => format!(
+            " (this process may write no file larger than {}: `ulimit -f`)",
+            kynml_core::train::memory::bytes(limit)
+        ),
+        None => free_bytes(folder).map_or(String::new(), |b| {
+            format!(" ({} free on the disk holding it)", kynml_core::train::memory::bytes(b))
+        }),
+    };
+    // Each file is written whole or not at all: the model, where its
+    // weights and their description are there, is the run's to use.
+    let model = [export::RUN_WEIGHTS, "model.json"].iter().all(|f| folder.join(f).is_file());
+    let written = if model {
+        "\n  model.safetensors and model.json were written whole: `kynml predict`, `kynml eval` and `kynml export` \
+         read the run folder as it is"
+    } else {
+        ""
+    };
     let again = match file.checkpoint_path().filter(|p| p.is_file()) {
+        Some(path) if failed > 0 => format!(
+            "\n  {} holds the last checkpoint that could be written ({failed} later write{} failed, said above): \
+             with room made, this goes on from it, training again the epochs after it: {}",
+            path.display(),
+            if failed == 1 { "" } else { "s" },
+            continue_here()
+        ),
         Some(path) => format!(
             "\n  the trained weights are in the checkpoint {}: with room made, this writes the results from it \
              (nothing is trained again): {}",
             path.display(),
             continue_here()
         ),
+        None if model => String::new(),
+        None if file.checkpoint_path().is_some() => {
+            "\n  no checkpoint could be written either, so the trained weights are not kept anywhere else".to_string()
+        }
         None => "\n  the spec does not checkpoint, so the trained weights are not kept anywhere else".to_string(),
     };
     Failure::run(format!(
-        "error: training ended, but its results could not be written to {}{free}: {said}{again}",
+        "error: training ended, but its results could not be written to {}{free}: {said}{written}{again}",
         folder.display()
     ))
+}
+
+/// The largest file this process may write, where a limit is set.
+fn file_size_limit() -> Option<u64> {
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a zeroed struct that getrlimit fills.
+    (unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY)
+        .then_some(limit.rlim_cur)
 }
 
 /// The bytes free to this user on the file system holding `path`.

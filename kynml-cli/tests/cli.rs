@@ -1991,8 +1991,8 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
     // SAFETY: between fork and exec only async-signal-safe calls are made.
     unsafe {
         command.pre_exec(move || {
-            // Past the limit, write(2) fails with EFBIG instead of raising SIGXFSZ.
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            // Past the limit, write(2) fails with EFBIG: kynml ignores the
+            // SIGXFSZ that would otherwise end it.
             let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
             if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -2023,7 +2023,6 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
     // SAFETY: as above.
     unsafe {
         command.pre_exec(move || {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
             // Half a checkpoint: the run folder's files (the weights alone) still fit.
             let rl = libc::rlimit { rlim_cur: limit / 2, rlim_max: limit / 2 };
             if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
@@ -2035,6 +2034,43 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
     let t = text(&command.output().unwrap());
     assert!(t.contains("none was written whole, so there is no none.ckpt to resume from"), "{t}");
     assert!(!dir.join("none.ckpt").exists());
+}
+
+/// A file-size limit reached by the model itself, after checkpoints
+/// that failed too: said as the limit it is (not the disk's free space),
+/// with the checkpoint left from before and that epochs are trained
+/// again from it (it holds epoch 1 of 3); exit 1, no temporary file left.
+#[test]
+fn a_file_size_limit_on_the_model_says_what_the_checkpoint_holds() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "s.kyn", "s.ckpt", 3);
+    assert!(kynml(&["train", "s.kyn", "--epochs", "1", "--out", "first"], dir).status.success());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    command.args(["train", "s.kyn", "--out", "second"]).current_dir(dir);
+    // SAFETY: between fork and exec only async-signal-safe calls are made.
+    unsafe {
+        command.pre_exec(|| {
+            let rl = libc::rlimit { rlim_cur: 100_000, rlim_max: 100_000 };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("File too large") && t.contains("may write no file larger than 97.7 KiB: `ulimit -f`"), "{t}");
+    assert!(t.contains("s.ckpt holds the last checkpoint that could be written (2 later writes failed"), "{t}");
+    assert!(!t.contains("nothing is trained again"), "{t}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.join("second"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
 #[test]

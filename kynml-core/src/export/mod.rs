@@ -679,29 +679,79 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
         }
         Format::Burn => {
             let module = to_model(model, &host())?;
-            // Staged beside the file a link at `path` points to: renamed
-            // over it from there, on its file system.
-            let target = crate::atomic_file::through_links(path);
-            let dir = parent(&target);
+            let dir = parent(path);
             std::fs::create_dir_all(dir).map_err(|source| ExportError::Write { path: dir.into(), source })?;
+            // Staging folders of earlier versions' Burn exports, killed mid-write.
             remove_dead_staging(dir);
-            let temp = tempfile::Builder::new()
-                .prefix(&format!("{STAGING}{}@{}-", std::process::id(), crate::atomic_file::hostname()))
-                .tempdir_in(dir)
-                .map_err(|source| ExportError::Write { path: path.into(), source })?;
-            // Burn's file recorder adds `.mpk`; write beside, then rename.
-            let staged = temp.path().join("model");
-            module
-                .save_file(&staged, &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
-                .map_err(|e| ExportError::Write { path: path.into(), source: std::io::Error::other(e.to_string()) })?;
-            let staged = staged.with_extension("mpk");
-            let sums = sum_file(&staged).map_err(|source| ExportError::Write { path: path.into(), source })?;
+            // The record as Burn's `NamedMpkFileRecorder` writes it (and
+            // reads it back), through a file staged as the safetensors one
+            // is: flushed and synced, with the disk's own error.
+            use burn::record::Record;
+            let item = module.into_record().into_item::<FullPrecisionSettings>();
+            let record = burn::record::BurnRecord::<_, Kb>::new::<NamedMpkFileRecorder<FullPrecisionSettings>>(item);
+            let mut sums = (0, 0);
+            let staged = crate::atomic_file::stage_with(path, |out| {
+                sums = write_mpk(out, &record)?;
+                Ok(())
+            })
+            .map_err(|source| ExportError::Write { path: path.into(), source })?;
             let side = sidecar_for(model, path, sums)?;
             // The sidecar first, as for safetensors.
             write_atomic(&sidecar, &side)?;
-            std::fs::rename(staged, &target).map_err(|source| ExportError::Write { path: path.into(), source })?;
+            staged.commit().map_err(|source| ExportError::Write { path: path.into(), source })?;
             Ok(vec![path.into(), sidecar])
         }
+    }
+}
+
+/// Writes `record` as MessagePack with named fields (Burn's
+/// `NamedMpkFileRecorder`'s format) to `out`; its length and CRC-32C, or the
+/// first I/O error as the disk gave it.
+fn write_mpk(out: &mut dyn std::io::Write, record: &impl serde::Serialize) -> std::io::Result<(u64, u32)> {
+    let mut out = Summing::new(out);
+    let written = rmp_serde::encode::write_named(&mut out, record);
+    if let Some(e) = out.error.take() {
+        return Err(e);
+    }
+    written.map_err(std::io::Error::other)?;
+    Ok((out.len, out.crc))
+}
+
+/// A writer that sums what passes through it (length and CRC-32C, a
+/// sidecar's) and keeps the first I/O error: rmp_serde's own error says
+/// "error while writing" without the disk's cause.
+struct Summing<'w> {
+    inner: &'w mut dyn std::io::Write,
+    len: u64,
+    crc: u32,
+    error: Option<std::io::Error>,
+}
+
+impl<'w> Summing<'w> {
+    fn new(inner: &'w mut dyn std::io::Write) -> Self {
+        Summing { inner, len: 0, crc: 0, error: None }
+    }
+}
+
+impl std::io::Write for Summing<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.inner.write(buf) {
+            Ok(n) => {
+                self.crc = crate::checkpoint::format::crc32c_append(self.crc, &buf[..n]);
+                self.len += n as u64;
+                Ok(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(e) => {
+                let again = std::io::Error::new(e.kind(), e.to_string());
+                self.error.get_or_insert(e);
+                Err(again)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -1130,6 +1180,41 @@ fn write_atomic_with(
 mod tests {
     use super::*;
     use crate::atomic_file::hostname;
+
+    /// A disk that fills after `room` bytes.
+    struct Filling {
+        room: usize,
+    }
+
+    impl std::io::Write for Filling {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A Burn record that meets a full disk says so (rmp_serde's own error
+    /// said "error while writing multi-byte MessagePack value" only); one
+    /// that fits is summed as the file will be.
+    #[test]
+    fn a_burn_record_on_a_full_disk_says_the_disks_error() {
+        let record: Vec<f32> = (0..10_000).map(|i| i as f32).collect();
+        for room in [0, 1, 3, 1000] {
+            let e = write_mpk(&mut Filling { room }, &record).expect_err("full");
+            assert_eq!(e.raw_os_error(), Some(28), "{e}");
+        }
+        let mut bytes = Vec::new();
+        let (len, crc) = write_mpk(&mut bytes, &record).unwrap();
+        assert_eq!((len, crc), (bytes.len() as u64, crate::checkpoint::format::crc32c_append(0, &bytes)));
+    }
 
     /// An ONNX model or a safetensors file another tool wrote is never
     /// replaced by an export; KynML's own earlier export is.

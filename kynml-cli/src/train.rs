@@ -208,7 +208,13 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     // The folder is looked at each epoch's end, and between them at most
     // once a second (a step may take microseconds).
     let mut looked = std::time::Instant::now();
+    let epochs = file.spec.train.epochs.value;
     let result = train(&file.spec, &data, &device, &settings, &mut |event| {
+        // The last epoch's end: what remains is writing the results (set
+        // before the epoch's line is printed).
+        if matches!(event, TrainEvent::EpochEnd(r) if r.epoch >= epochs) {
+            ctrl_c::training_ended();
+        }
         log.on_event(&event);
         if folder_lost.is_none() {
             let due = match event {
@@ -236,6 +242,9 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         progress.on_event(&event);
     });
     progress.finish();
+    if result.is_ok() {
+        ctrl_c::training_ended();
+    }
     // What this run tuned and compiled is kept for the next, interrupted or not.
     crate::devices::seal_cache();
     let profiled = match &result {
@@ -500,8 +509,16 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         );
     }
     // The run is whole; the export the spec asked for is not: a failure.
-    match export_failed {
-        Some(failure) => Err(Failure::run(failure)),
+    if let Some(failure) = export_failed {
+        return Err(Failure::run(failure));
+    }
+    // A signal that came while the results were written: they are whole,
+    // and the run ends as that signal ends one (130, 143, ...).
+    match ctrl_c::signal_name() {
+        Some(signal) => Err(Failure::interrupted(
+            ctrl_c::status(),
+            format!("stopped by {signal} after training ended; its results were written whole first"),
+        )),
         None => Ok(()),
     }
 }
@@ -1398,6 +1415,27 @@ mod ctrl_c {
     const ECHO_NS: u64 = 50_000_000;
     /// Whether the spec checkpoints: what a second signal's message says.
     static CHECKPOINTS: AtomicBool = AtomicBool::new(false);
+    /// Training has ended and its results are being written: a signal
+    /// then lets them be finished (a second quits at once).
+    static AFTER_TRAINING: AtomicBool = AtomicBool::new(false);
+
+    /// Training has ended: a signal from here on stops the run once its
+    /// results are written.
+    pub fn training_ended() {
+        AFTER_TRAINING.store(true, Ordering::SeqCst);
+    }
+
+    /// The signal that asked the run to stop, as its message names it.
+    pub fn signal_name() -> Option<&'static str> {
+        match SIGNAL.load(Ordering::SeqCst) {
+            0 => None,
+            libc::SIGTERM => Some("SIGTERM"),
+            libc::SIGHUP => Some("SIGHUP"),
+            libc::SIGUSR1 => Some("SIGUSR1"),
+            libc::SIGPIPE => None,
+            _ => Some("Ctrl-C"),
+        }
+    }
     /// Whether a write of the run's output failed, other than to a pipe
     /// whose reader is gone: the run stopped for it (status 1).
     static OUTPUT_FAILED: AtomicBool = AtomicBool::new(false);
@@ -1574,7 +1612,13 @@ mod ctrl_c {
             };
             to_dev_null([gone(1), gone(2)]);
         }
-        let message: &[u8] = if signal == libc::SIGTERM {
+        let message: &[u8] = if AFTER_TRAINING.load(Ordering::SeqCst) {
+            if signal == libc::SIGINT {
+                b"\ntraining has ended: writing its results, then stopping; Ctrl-C again quits at once\n"
+            } else {
+                b"\nsignal after training ended: writing its results, then stopping; a second signal quits at once\n"
+            }
+        } else if signal == libc::SIGTERM {
             b"\nterminated (SIGTERM): stopping after this step, with a checkpoint where the spec checkpoints; \
               a second signal quits at once\n"
         } else if signal == libc::SIGHUP {

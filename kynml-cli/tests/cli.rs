@@ -1761,6 +1761,42 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
 /// the shell keeps out of the terminal's Ctrl-C) keeps ignoring it, as it
 /// keeps an ignored SIGHUP under `nohup`; SIGTERM still stops it with its
 /// checkpoint.
+/// SIGTERM after the last epoch's end: the results are written whole,
+/// and the run says so and exits 143 (it said "stopping after this
+/// step" and exited 0).
+#[test]
+fn a_signal_after_training_ended_lets_the_results_be_written_and_exits_as_the_signal_does() {
+    use std::io::BufRead;
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace("dense 32 relu", "dense 2048 relu");
+    std::fs::write(dir.join("wide.kyn"), spec).unwrap();
+    let mut child = spawn(&["train", "wide.kyn", "--epochs", "2", "--out", "run"], dir);
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen += &line;
+        seen.push('\n');
+        if line.starts_with("epoch   2 ") {
+            Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+            break;
+        }
+    }
+    for line in lines {
+        seen += &line.unwrap();
+        seen.push('\n');
+    }
+    let out = child.wait_with_output().unwrap();
+    let t = seen + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{t}");
+    assert!(t.contains("signal after training ended: writing its results, then stopping"), "{t}");
+    assert!(!t.contains("stopping after this step"), "{t}");
+    assert!(t.contains("stopped by SIGTERM after training ended; its results were written whole first"), "{t}");
+    let p = kynml(&["predict", "run", "iris.csv"], dir);
+    assert!(p.status.success(), "{}", text(&p));
+}
+
 #[test]
 fn a_run_that_inherits_ctrl_c_ignored_keeps_ignoring_it() {
     use std::io::BufRead;

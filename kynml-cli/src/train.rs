@@ -1249,18 +1249,24 @@ pub(crate) fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&
 struct Progress {
     bar: Option<ProgressBar>,
     tty: bool,
+    /// Room on the bar's line for its message (the loss, the speed), by the
+    /// terminal's width when the epoch began.
+    room: usize,
+    /// The epoch on the bar, the run's epochs and the epoch's steps.
+    epoch: (usize, usize, usize),
     /// Said on the bar until the run's first step ends (see [`first_steps_note`]).
     first_steps: Option<&'static str>,
 }
 
 impl Progress {
     fn new(first_steps: Option<&'static str>) -> Self {
-        Progress { bar: None, tty: std::io::stderr().is_terminal(), first_steps }
+        Progress { bar: None, tty: std::io::stderr().is_terminal(), room: 0, epoch: (0, 0, 0), first_steps }
     }
 
     fn on_event(&mut self, event: &TrainEvent) {
         match *event {
             TrainEvent::EpochStart { epoch, epochs, steps, .. } if self.tty => {
+                self.epoch = (epoch, epochs, steps);
                 // Styled and named before it is first drawn (`set_prefix`
                 // draws): its first frame was indicatif's default bar.
                 let bar = match self.first_steps {
@@ -1271,7 +1277,7 @@ impl Progress {
                                 .expect("static template"),
                         )
                         .with_message(note),
-                    None => ProgressBar::new(steps as u64).with_style(bar_style()),
+                    None => ProgressBar::new(steps as u64).with_style(bar_style(self.bar_width(epoch, epochs, steps))),
                 }
                 .with_prefix(format!("{epoch}/{epochs}"));
                 // Redrawn on its own, so that the time moves while a step
@@ -1287,15 +1293,20 @@ impl Progress {
             }
             TrainEvent::Step { step, loss, samples_per_sec, .. } => {
                 if self.first_steps.take().is_some() {
-                    if let Some(bar) = &self.bar {
-                        bar.set_style(bar_style());
+                    if let Some(bar) = self.bar.clone() {
+                        let (epoch, epochs, steps) = self.epoch;
+                        bar.set_style(bar_style(self.bar_width(epoch, epochs, steps)));
                         bar.set_message("");
                     }
                 }
                 if let Some(bar) = &self.bar {
                     bar.set_position(step as u64);
                     if let Some(loss) = loss {
-                        bar.set_message(format!("loss {}  {samples_per_sec:.0} samples/s", render::number(loss)));
+                        // What fits, whole words: the loss before the speed.
+                        let loss = format!("loss {}", render::number(loss));
+                        let both = format!("{loss}  {samples_per_sec:.0} samples/s");
+                        let message = [both, loss].into_iter().find(|m| m.len() <= self.room).unwrap_or_default();
+                        bar.set_message(message);
                     }
                 }
             }
@@ -1339,13 +1350,46 @@ impl Progress {
             bar.finish_and_clear();
         }
     }
+
+    /// The bar's width (at most 30) on this terminal, leaving room for
+    /// the loss and the speed where it can, and noting the room left for them.
+    fn bar_width(&mut self, epoch: usize, epochs: usize, steps: usize) -> usize {
+        let (width, room) = bar_layout(terminal_columns(), epoch, epochs, steps);
+        self.room = room;
+        width
+    }
 }
 
-/// An epoch's bar: its steps, the time it has taken, and the loss.
-fn bar_style() -> ProgressStyle {
-    ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {elapsed:>4} {wide_msg}")
-        .expect("static template")
-        .progress_chars("=> ")
+/// `(bar width, room for the message)` of an epoch's bar on a terminal
+/// `columns` wide: the bar shrinks (to 5) before the message loses its
+/// speed (about 30 columns), and the message is never wider than its room.
+fn bar_layout(columns: usize, epoch: usize, epochs: usize, steps: usize) -> (usize, usize) {
+    let digits = |n: usize| n.to_string().len();
+    // `epoch 2/4 [` + `] 157/157 ` + `  1s ` (a line one short of the
+    // terminal's width: a full one wraps on some terminals).
+    let fixed = "epoch ".len() + digits(epoch) + 1 + digits(epochs) + 2 + 2 + 2 * digits(steps) + 1 + 1 + 4 + 1 + 1;
+    let free = columns.saturating_sub(fixed);
+    let width = free.saturating_sub(32).clamp(5, 30);
+    (width, free.saturating_sub(width))
+}
+
+/// The width of the terminal on standard error, 80 where it cannot be told.
+fn terminal_columns() -> usize {
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize struct.
+    match unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut size) } {
+        0 if size.ws_col > 0 => usize::from(size.ws_col),
+        _ => 80,
+    }
+}
+
+/// An epoch's bar of `width` columns: its steps, the time it has taken, and the loss.
+fn bar_style(width: usize) -> ProgressStyle {
+    ProgressStyle::with_template(&format!(
+        "epoch {{prefix}} [{{bar:{width}}}] {{pos}}/{{len}} {{elapsed:>4}} {{wide_msg}}"
+    ))
+    .expect("static template")
+    .progress_chars("=> ")
 }
 
 fn epoch_line(r: &EpochRecord) -> String {
@@ -1668,6 +1712,26 @@ mod tests {
 
     fn args(line: &str) -> Vec<String> {
         line.split(' ').map(str::to_owned).collect()
+    }
+
+    /// On 50 columns the bar shrinks and the loss keeps its place, the
+    /// speed left out; on 80 both fit; never wider than the terminal.
+    #[test]
+    fn the_bar_fits_the_terminal() {
+        let line = |columns: usize| {
+            let (width, room) = bar_layout(columns, 2, 4, 157);
+            let fixed = "epoch 2/4 [] 157/157   1s ".len() + 1;
+            (width, room, fixed + width + room)
+        };
+        let (width, room, total) = line(50);
+        assert_eq!(width, 5);
+        assert!(room >= "loss 0.1234".len() && room < "loss 0.1234  14823 samples/s".len(), "{room}");
+        assert!(total <= 50, "{total}");
+        let (width, room, total) = line(80);
+        assert!(width > 5 && room >= "loss 0.1234  14823 samples/s".len() && total <= 80, "{width} {room} {total}");
+        let (width, _, total) = line(200);
+        assert_eq!(width, 30);
+        assert!(total <= 200);
     }
 
     #[test]

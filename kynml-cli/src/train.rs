@@ -56,6 +56,17 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     // Everything that can be wrong with the input is found before anything
     // is written.
     let mut file = SpecFile::load(&args.spec)?;
+    // A run folder that is not empty is refused now, before the data is
+    // read and what runs is said (`RunDir::create_exact` refuses it again,
+    // should one fill meanwhile).
+    if let Some(out) = args.out.as_ref().filter(|out| std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some())) {
+        return Err(Failure::input(format!(
+            "error: cannot create the run folder {}: it is not empty (a run folder must be new or empty, so that no \
+             earlier run's files are mixed in)\n  to run into a new folder: {}",
+            out.display(),
+            elsewhere_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect())
+        )));
+    }
     let from_spec = args.device.is_none();
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
@@ -1185,6 +1196,12 @@ fn continue_here() -> String {
 /// run so far and a run folder must start empty.
 fn continue_command(mut args: Vec<String>) -> String {
     args.retain(|a| a != "--fresh");
+    elsewhere_command(args)
+}
+
+/// This command with `--out DIR` moved to a folder that does not exist yet
+/// (`DIR-2`, `DIR-3`, ...).
+fn elsewhere_command(mut args: Vec<String>) -> String {
     let free = |dir: &str| {
         let dir = if dir.len() > 1 { dir.trim_end_matches('/') } else { dir };
         (2..).map(|n| format!("{dir}-{n}")).find(|d| !Path::new(d).exists()).unwrap_or_default()

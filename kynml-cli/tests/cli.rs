@@ -1527,6 +1527,15 @@ fn a_checkpoint_or_export_inside_the_run_folder_is_refused_before_anything() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("the checkpoint path results/ckpt.pt is inside the run folder results"), "{t}");
     assert!(!dir.join("results").exists(), "nothing written, no lock left: {t}");
+
+    // A run folder that is not empty: refused before the data is read or
+    // anything said, with the command that runs into a new one.
+    let out = kynml(&["train", "e.kyn", "--out", "elsewhere", "--epochs", "1"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot create the run folder elsewhere: it is not empty"), "{t}");
+    assert!(t.contains("to run into a new folder: ") && t.contains("--out elsewhere-2 --epochs 1"), "{t}");
+    assert!(!t.contains("data: ") && !t.contains("memory: "), "{t}");
 }
 
 /// Output whose reader is gone (`| tee log` stopped by the same Ctrl-C, a

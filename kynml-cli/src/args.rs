@@ -194,6 +194,15 @@ pub struct ReportArgs {
     pub runs: Vec<PathBuf>,
 }
 
+/// The devices `--device` names by a word.
+const DEVICES: &[&str] = &["auto", "cpu", "cuda", "wgpu"];
+
+/// `: did you mean `x`?` after a value that is none of `values`, as the
+/// spec says it of the same words; nothing where none is close.
+fn meant(text: &str, values: &[&str]) -> String {
+    kynml_core::spec::suggestion(text, values).map_or(String::new(), |s| format!(": {s}"))
+}
+
 pub fn parse_device(text: &str) -> Result<DeviceRequest, String> {
     match text {
         "auto" => Ok(DeviceRequest::Auto),
@@ -202,7 +211,7 @@ pub fn parse_device(text: &str) -> Result<DeviceRequest, String> {
         "wgpu" => Ok(DeviceRequest::Wgpu),
         _ => match text.strip_prefix("cuda:").map(str::parse::<usize>) {
             Some(Ok(index)) => Ok(DeviceRequest::Cuda(Some(index))),
-            _ => Err(format!("expected auto, cpu, cuda, cuda:N or wgpu, found `{text}`")),
+            _ => Err(format!("expected auto, cpu, cuda, cuda:N or wgpu, found `{text}`{}", meant(text, DEVICES))),
         },
     }
 }
@@ -236,7 +245,8 @@ pub fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
         return parse_device(text).map(DeviceArg::One).map_err(|_| {
             format!(
                 "expected auto, cpu, cuda, cuda:N or wgpu, or several for a data-parallel run (cuda:0,cuda:1, \
-                 cuda:all, cpu,cpu), found `{text}`"
+                 cuda:all, cpu,cpu), found `{text}`{}",
+                meant(text, DEVICES)
             )
         });
     }
@@ -280,7 +290,10 @@ pub fn parse_precision(text: &str) -> Result<Precision, String> {
         "tf32" => Ok(Precision::Tf32),
         "bf16" => Ok(Precision::Bf16),
         "fp16" => Ok(Precision::Fp16),
-        _ => Err(format!("expected fp32, tf32, bf16 or fp16, found `{text}`")),
+        _ => Err(format!(
+            "expected fp32, tf32, bf16 or fp16, found `{text}`{}",
+            meant(text, &["fp32", "tf32", "bf16", "fp16"])
+        )),
     }
 }
 
@@ -290,7 +303,10 @@ pub fn parse_autotune(text: &str) -> Result<Autotune, String> {
         "fast" => Ok(Autotune::Fast),
         "balanced" => Ok(Autotune::Balanced),
         "full" => Ok(Autotune::Full),
-        _ => Err(format!("expected off, fast, balanced or full, found `{text}`")),
+        _ => Err(format!(
+            "expected off, fast, balanced or full, found `{text}`{}",
+            meant(text, &["off", "fast", "balanced", "full"])
+        )),
     }
 }
 
@@ -311,6 +327,18 @@ impl EvalArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value near one that is accepted names it, as the spec does.
+    #[test]
+    fn a_near_value_is_suggested() {
+        assert!(parse_precision("bf61").unwrap_err().ends_with("found `bf61`: did you mean `bf16`?"));
+        assert!(parse_device("cpuu").unwrap_err().ends_with(": did you mean `cpu`?"));
+        assert!(parse_device_arg("gpu").unwrap_err().ends_with(": did you mean `cuda`?"));
+        assert!(parse_autotune("balance").unwrap_err().ends_with(": did you mean `balanced`?"));
+        assert!(parse_precision("xyz").unwrap_err().ends_with("found `xyz`"));
+        let format = kynml_core::export::Format::parse("ONNX").unwrap_err().to_string();
+        assert!(format.ends_with(": did you mean `onnx`?"), "{format}");
+    }
 
     #[test]
     fn devices_parse() {

@@ -198,9 +198,21 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // another machine). A device this machine lacks is said above.
     if file.spec.train.devices.is_none() {
         let choice = kynml_core::plan::device_choice(file.spec.train.device.value);
+        // A checkpoint there is read and held through the run, as train counts it.
+        let resumed = file.checkpoint_path().and_then(|p| std::fs::metadata(p).ok()).filter(|m| m.is_file());
+        let resumed = resumed.map_or(0, |m| m.len());
         if let Ok(device) = kynml_backend::would_select(choice) {
-            if let Err(e) = file.check_memory_for(&device, data.train.len(), data.valid.len()) {
-                println!("note: {e}; `kynml train` would refuse it on this machine");
+            if let Err(e) = file.check_memory_resuming(&device, data.train.len(), data.valid.len(), resumed) {
+                let help = match &e {
+                    kynml_core::plan::LoadError::DoesNotFit { error, .. } => {
+                        error.diagnostics.first().and_then(|d| d.help.clone())
+                    }
+                    _ => None,
+                };
+                println!(
+                    "note: {e}; `kynml train` would refuse it on this machine{}",
+                    help.map_or(String::new(), |h| format!(" ({h})"))
+                );
             }
         }
     }

@@ -124,6 +124,10 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         // now lets it (as the trainer decides it).
         let still_stopped = still_stopped(&file.spec, state);
         let left = if still_stopped { 0 } else { epochs.saturating_sub(state.epoch) };
+        // Nothing to train: a signal from here on lets the results be written.
+        if left == 0 && state.partial.is_none() {
+            ctrl_c::training_ended();
+        }
         if still_stopped {
             say!(
                 "resume: from {} ({} after {} epochs, {} without improving; nothing to train: its best \
@@ -223,7 +227,9 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     let result = train(&file.spec, &data, &device, &settings, &mut |event| {
         // The last epoch's end: what remains is writing the results (set
         // before the epoch's line is printed).
-        if matches!(event, TrainEvent::EpochEnd(r) if r.epoch >= epochs) {
+        if matches!(event, TrainEvent::EpochEnd(r) if r.epoch >= epochs)
+            || matches!(event, TrainEvent::EarlyStop { .. })
+        {
             ctrl_c::training_ended();
         }
         log.on_event(&event);
@@ -407,6 +413,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
             run_dir.path.display()
         )));
     }
+    let held = (result.checkpoint_epoch, result.history.last().map_or(0, |r| r.epoch));
     let results = || -> anyhow::Result<()> {
         export::write(&exported, Format::Safetensors, &run_dir.path.join(export::RUN_WEIGHTS))
             .context("saving model.safetensors")?;
@@ -417,7 +424,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         let kept = result.best_epoch.or_else(|| result.history.last().map(|r| r.epoch));
         draw_curves(&run_dir, &title, &result.history, kept).context("drawing curves.svg and curves.png")
     };
-    results().map_err(|e| results_unwritten(&e, &run_dir.path, &file, result.checkpoint_failures))?;
+    results().map_err(|e| results_unwritten(&e, &run_dir.path, &file, held))?;
     let export_note = export_as_spec_says(&file, &exported, &run_dir.path);
     let primary = metrics_for(&file.spec, file.spec.train.loss.value)[0].name();
     // The process's peak so far: the last checkpoint and the model files,
@@ -443,7 +450,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     run_dir
         .write_json("metrics.json", &summary)
         .context("writing metrics.json")
-        .map_err(|e| results_unwritten(&e, &run_dir.path, &file, result.checkpoint_failures))?;
+        .map_err(|e| results_unwritten(&e, &run_dir.path, &file, held))?;
     match &result.profile {
         // A resume with no epoch left trains no step: nothing to profile.
         Some(profile) if profile.steps.is_empty() => {
@@ -965,9 +972,11 @@ pub(crate) fn cannot_checkpoint(file: &SpecFile, path: &Path, e: checkpoint::Che
 /// The run's results could not be written to its folder (a full disk, the
 /// folder removed) after training: what failed, once, the free space where
 /// it would have gone, what was written whole before it, and how to write
-/// them again from the checkpoint (`failed` of whose writes failed: then
-/// it may be older than the end of training).
-fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile, failed: usize) -> Failure {
+/// them again from the checkpoint (older than the end of training where
+/// the later writes failed).
+/// `held` is the epoch the checkpoint holds, and the last epoch trained.
+fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile, held: (Option<usize>, usize)) -> Failure {
+    let (held, last) = held;
     // Each cause once: an error that names its source is not followed by it again.
     let mut said = String::new();
     for cause in e.chain().map(|c| c.to_string()) {
@@ -986,6 +995,7 @@ fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile, failed: 
             " (this process may write no file larger than {}: `ulimit -f`)",
             kynml_core::train::memory::bytes(limit)
         ),
+        None if too_large => " (a file larger than the file system there takes, as FAT32's 4 GiB)".to_string(),
         None => free_bytes(folder).map_or(String::new(), |b| {
             format!(" ({} free on the disk holding it)", kynml_core::train::memory::bytes(b))
         }),
@@ -1000,11 +1010,12 @@ fn results_unwritten(e: &anyhow::Error, folder: &Path, file: &SpecFile, failed: 
         ""
     };
     let again = match file.checkpoint_path().filter(|p| p.is_file()) {
-        Some(path) if failed > 0 => format!(
-            "\n  {} holds the last checkpoint that could be written ({failed} later write{} failed, said above): \
-             with room made, this goes on from it, training again the epochs after it: {}",
+        Some(path) if held.is_some_and(|held| held < last) => format!(
+            "\n  {} holds epoch {} of the {last}, the last checkpoint that could be written (the later ones failed, \
+             said above): with room made, this goes on from it, training epochs {} to {last} again: {}",
             path.display(),
-            if failed == 1 { "" } else { "s" },
+            held.unwrap_or(0),
+            held.unwrap_or(0) + 1,
             continue_here()
         ),
         Some(path) => format!(

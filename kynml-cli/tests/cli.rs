@@ -1766,46 +1766,55 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     kynml_core::checkpoint::load(&dir.join("run.ckpt")).expect("no damaged checkpoint");
 }
 
-/// A run started with Ctrl-C ignored (a script's `kynml train ... &`, which
-/// the shell keeps out of the terminal's Ctrl-C) keeps ignoring it, as it
-/// keeps an ignored SIGHUP under `nohup`; SIGTERM still stops it with its
-/// checkpoint.
-/// SIGTERM after the last epoch's end: the results are written whole,
-/// and the run says so and exits 143 (it said "stopping after this
-/// step" and exited 0).
+/// SIGTERM after the last epoch's end, or after early stopping: the
+/// results are written whole, and the run says so and exits 143 (it said
+/// "stopping after this step" and exited 0).
 #[test]
 fn a_signal_after_training_ended_lets_the_results_be_written_and_exits_as_the_signal_does() {
     use std::io::BufRead;
     let tmp = copy_example("iris");
     let dir = tmp.path();
     let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap().replace("dense 32 relu", "dense 2048 relu");
-    std::fs::write(dir.join("wide.kyn"), spec).unwrap();
-    let mut child = spawn(&["train", "wide.kyn", "--epochs", "2", "--out", "run"], dir);
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        seen += &line;
-        seen.push('\n');
-        if line.starts_with("epoch   2 ") {
-            Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-            break;
+    std::fs::write(dir.join("wide.kyn"), &spec).unwrap();
+    // Patience 1 over 200 epochs: some epoch does not improve.
+    let early = spec.replace("    seed = 7", "    seed = 7\n    early_stop = early_stop(patience=1)");
+    std::fs::write(dir.join("early.kyn"), early).unwrap();
+    for (args, after) in [
+        (["train", "wide.kyn", "--epochs", "2", "--out", "run"], "epoch   2 "),
+        (["train", "early.kyn", "--epochs", "200", "--out", "early"], "early stop at epoch"),
+    ] {
+        let mut child = spawn(&args, dir);
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            seen += &line;
+            seen.push('\n');
+            if line.starts_with(after) {
+                // SAFETY: signalling the child, which has not been waited for.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+                break;
+            }
         }
+        for line in lines {
+            seen += &line.unwrap();
+            seen.push('\n');
+        }
+        let out = child.wait_with_output().unwrap();
+        let t = seen + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(143), "{args:?}: {t}");
+        assert!(t.contains("signal after training ended: writing its results, then stopping"), "{t}");
+        assert!(!t.contains("stopping after this step"), "{t}");
+        assert!(t.contains("stopped by SIGTERM after training ended; its results were written whole first"), "{t}");
+        let p = kynml(&["predict", args[5], "iris.csv"], dir);
+        assert!(p.status.success(), "{}", text(&p));
     }
-    for line in lines {
-        seen += &line.unwrap();
-        seen.push('\n');
-    }
-    let out = child.wait_with_output().unwrap();
-    let t = seen + &String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(143), "{t}");
-    assert!(t.contains("signal after training ended: writing its results, then stopping"), "{t}");
-    assert!(!t.contains("stopping after this step"), "{t}");
-    assert!(t.contains("stopped by SIGTERM after training ended; its results were written whole first"), "{t}");
-    let p = kynml(&["predict", "run", "iris.csv"], dir);
-    assert!(p.status.success(), "{}", text(&p));
 }
 
+/// A run started with Ctrl-C ignored (a script's `kynml train ... &`, which
+/// the shell keeps out of the terminal's Ctrl-C) keeps ignoring it, as it
+/// keeps an ignored SIGHUP under `nohup`; SIGTERM still stops it with its
+/// checkpoint.
 #[test]
 fn a_run_that_inherits_ctrl_c_ignored_keeps_ignoring_it() {
     use std::io::BufRead;
@@ -2108,7 +2117,8 @@ fn a_file_size_limit_on_the_model_says_what_the_checkpoint_holds() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("File too large") && t.contains("may write no file larger than 97.7 KiB: `ulimit -f`"), "{t}");
-    assert!(t.contains("s.ckpt holds the last checkpoint that could be written (2 later writes failed"), "{t}");
+    assert!(t.contains("s.ckpt holds epoch 1 of the 3, the last checkpoint that could be written"), "{t}");
+    assert!(t.contains("training epochs 2 to 3 again"), "{t}");
     assert!(!t.contains("nothing is trained again"), "{t}");
     let leftovers: Vec<_> = std::fs::read_dir(dir.join("second"))
         .unwrap()
@@ -3350,6 +3360,7 @@ fn a_run_too_large_for_the_device_is_refused_before_it_starts() {
     std::fs::write(tmp.path().join("wide.kyn"), replace_line(&wide, "    device = ", "    device = wgpu")).unwrap();
     let t = text(&kynml(&["check", "wide.kyn"], tmp.path()));
     assert!(t.contains("note: wide.kyn:11:5: the run does not fit the device: this layer needs one 6.0 GiB"), "{t}");
+    assert!(t.contains("would refuse it on this machine (use a narrower layer"), "{t}");
     let t = text(&kynml(&["check", "iris.kyn"], tmp.path()));
     assert!(!t.contains("does not fit"), "{t}");
     for dir in ["w", "b", "h", "ck"] {

@@ -1950,6 +1950,10 @@ mod tests {
         // Tabs are named, and shown as `\t`, not as a raw tab.
         let err = model_rows(b"a\tx\n1\t2\n", &["a", "x"], None).unwrap_err().to_string();
         assert!(err.contains("`a\\tx`") && err.contains("separated by tabs") && !err.contains('\t'), "{err}");
+        // Names of three letters and more: the header's one cell starts
+        // with the first, and is still no typo of it.
+        let err = model_rows(b"age;income\n1;2\n", &["age", "income"], None).unwrap_err().to_string();
+        assert!(err.contains("separated by semicolons") && !err.contains("did you mean"), "{err}");
         // Another column missing from a comma-separated file: no such hint.
         let err = model_rows(b"a,b\n1,2\n", &["a", "x"], None).unwrap_err();
         assert!(!err.to_string().contains("separated"), "{err}");

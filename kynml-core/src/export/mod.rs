@@ -73,6 +73,11 @@ impl Format {
     }
 }
 
+/// `: did you mean `onnx`?` after an unknown format's name, where one is close.
+fn format_meant(name: &str) -> String {
+    crate::spec::suggestion(name, &["onnx", "safetensors", "burn"]).map_or(String::new(), |s| format!(": {s}"))
+}
+
 /// Why [`load`] found no model it can read, for a program to act on (a
 /// service tells a path it was not given from a deployment to redo).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +109,7 @@ pub enum ExportError {
     )]
     Torchscript,
     /// A format name KynML does not know; holds the name as given.
-    #[error("unknown export format `{0}`; expected onnx, safetensors or burn")]
+    #[error("unknown export format `{0}`; expected onnx, safetensors or burn{meant}", meant = format_meant(.0))]
     UnknownFormat(String),
     /// A file or folder could not be written.
     #[error("cannot write {}: {source}", path.display())]
@@ -1199,6 +1204,39 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// A Burn export is the file Burn's own `NamedMpkFileRecorder` writes of
+    /// the same module, byte for byte (a Burn upgrade that changed its
+    /// format would show here), and loads back with it.
+    #[test]
+    fn a_burn_export_is_burns_own_record_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = ExportModel {
+            name: "M".into(),
+            input: 2,
+            shape: Shape::flat(2),
+            feature_names: vec!["a".into(), "b".into()],
+            target: "y".into(),
+            normalizer: None,
+            categories: Vec::new(),
+            tokens: None,
+            sequence: None,
+            layers: vec![
+                ExportLayer::dense(2, 3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], vec![0.5, -0.5, 0.25], Activation::Relu),
+                ExportLayer::dense(3, 1, vec![1.0, -2.0, 0.5], vec![0.1], Activation::Linear),
+            ],
+            head: Head::Regression,
+        };
+        let ours = dir.path().join("ours.mpk");
+        write(&model, Format::Burn, &ours).unwrap();
+        to_model(&model, &host())
+            .unwrap()
+            .save_file(dir.path().join("burns"), &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+            .unwrap();
+        assert_eq!(std::fs::read(&ours).unwrap(), std::fs::read(dir.path().join("burns.mpk")).unwrap());
+        let back = load(&ours).unwrap();
+        assert_eq!(back.layers, model.layers);
     }
 
     /// A Burn record that meets a full disk says so (rmp_serde's own error

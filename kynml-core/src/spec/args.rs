@@ -105,7 +105,7 @@ pub(super) fn bind_keywords<'a>(
             Some(arg_name) => match params.iter().position(|p| *p == arg_name.value) {
                 Some(index) => index,
                 None => {
-                    args.meant.extend(suggest::did_you_mean(&arg_name.value, params.iter().copied()));
+                    args.meant.extend(suggest::spec_word(&arg_name.value, params.iter().copied()));
                     let help =
                         suggest::help(&arg_name.value, params.iter().copied()).unwrap_or_else(|| accepts(name, params));
                     d.push(

@@ -76,7 +76,7 @@ pub(super) fn settings<'a>(block: &'a Block, d: &mut Vec<Diagnostic>) -> Setting
     for entry in &block.entries {
         let key = entry.key.value.as_str();
         if !known.contains(&key) {
-            suggested.extend(suggest::did_you_mean(key, known.iter().copied()));
+            suggested.extend(suggest::spec_word(key, known.iter().copied()));
             if !entry.damaged {
                 d.push(unknown_key(block, entry));
             }

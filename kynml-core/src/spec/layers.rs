@@ -30,8 +30,11 @@ const LEAKY_RELU_SLOPE: f64 = 0.01;
 pub(super) fn model(block: &Block, d: &mut Vec<Diagnostic>) -> Option<ModelSpec> {
     let lines = &block.layers;
     let name = block.name.as_ref().map_or_else(|| "this model".to_string(), |n| format!("model `{}`", n.value));
+    // A line under an unknown header after the model that began with a
+    // layer's name may have been one of its layers.
+    let swallowed_layer = block.swallowed.iter().any(|w| w == "input" || model::layer_names().contains(&w.as_str()));
     let Some(first) = lines.first() else {
-        if !block.damaged && block.swallowed.is_empty() {
+        if !block.damaged && !swallowed_layer {
             d.push(
                 Diagnostic::new(block.header, format!("{name} has no layers"), "empty model")
                     .with_help("start with `input N`, then at least one `dense N ACTIVATION` line"),

@@ -468,6 +468,16 @@ fn a_misspelled_header_inside_a_block_is_one_problem() {
     // model's `dense` with it.
     let source = MINIMAL.replace("input 4\n", "input 4\nresdual:\n");
     assert_eq!(messages(&source), ["unknown block `resdual`"]);
+    // An indented spec's misspelled `train:` after the model's layers is
+    // the header it was meant to be.
+    let source = "dataset D:\n  source = csv(\"d.csv\")\n  target = \"y\"\nmodel M:\n  input 4\n  dense 1 linear\n  trian:\n    loss = mse\n    epochs = 3\n";
+    let e = parse_spec(source).unwrap_err().diagnostics;
+    assert_eq!(e[0].message, "unknown block `trian`", "{e:?}");
+    assert!(!e.iter().any(|d| d.message.contains("expected a layer")), "{e:?}");
+    // A model with no layers at all, before an unknown header over
+    // settings: said, as nothing under the header was a layer.
+    let source = MINIMAL.replace("input 4\ndense 1 linear\n", "") + "evalute:\nmetrics = [mae]\n";
+    assert!(messages(&source).iter().any(|m| m == "model `M` has no layers"), "{:?}", messages(&source));
     // `evalute:` before `epochs`: `epochs` is not missing.
     let source = MINIMAL.replace("epochs = 3", "evalute:\nepochs = 3");
     assert_eq!(messages(&source), ["unknown block `evalute`"]);

@@ -320,11 +320,16 @@ impl<'s> Parser<'s> {
             && matches!(&tokens[0].kind, TokenKind::Ident(name) if crate::model::block_names().contains(&name.as_str()))
     }
 
-    /// `word:` inside a model block, `word` not a kind of block of the spec.
+    /// `word:` inside a model block, `word` neither a kind of block of the
+    /// spec nor a misspelling of one (`trian:`, indented as the layers
+    /// above it) rather than of a block of layers.
     fn in_model_block(&self, tokens: &[Token]) -> bool {
         let State::InBlock(index) = self.state else { return false };
-        self.document.blocks[index].kind == BlockKind::Model
-            && matches!(&tokens[0].kind, TokenKind::Ident(word) if BlockKind::from_keyword(word).is_none())
+        let TokenKind::Ident(word) = &tokens[0].kind else { return false };
+        let spec_header = BlockKind::from_keyword(word).is_some()
+            || (suggest::did_you_mean(word, BlockKind::ALL.map(BlockKind::keyword)).is_some()
+                && suggest::did_you_mean(word, crate::model::block_names()).is_none());
+        self.document.blocks[index].kind == BlockKind::Model && !spec_header
     }
 
     /// A layer's line ending in `:` inside a model block: `dense 4 relu:`

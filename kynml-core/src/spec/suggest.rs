@@ -78,7 +78,7 @@ where
     }
     let limit = word_len.max(3) / 3;
     let mut best: Option<(usize, &'a str)> = None;
-    for &candidate in &candidates {
+    for candidate in candidates {
         let len = candidate.chars().count();
         if len > MAX_WORD || len.abs_diff(word_len) > limit {
             continue;
@@ -90,10 +90,22 @@ where
             best = Some((d, candidate));
         }
     }
-    // `every` for `every_n`, `prec` for `precision`: the start of exactly
-    // one name, of at least three letters.
-    best.map(|(_, c)| c).or_else(|| {
-        let mut starting = candidates.iter().filter(|c| word_len >= 3 && c.to_ascii_lowercase().starts_with(&lower));
+    best.map(|(_, c)| c)
+}
+
+/// [`did_you_mean`] for the language's own words, and failing that the
+/// one name that `word` starts (`prec` for `precision`, of at least three
+/// letters). Not for a data file's column names, where the start of a
+/// name (`age` of `age;income`, `price` of `price_per_m2`) is no typo.
+pub(crate) fn spec_word<'a, I>(word: &str, candidates: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let candidates: Vec<&'a str> = candidates.into_iter().collect();
+    did_you_mean(word, candidates.iter().copied()).or_else(|| {
+        let lower = word.to_ascii_lowercase();
+        let mut starting =
+            candidates.iter().filter(|c| word.chars().count() >= 3 && c.to_ascii_lowercase().starts_with(&lower));
         match (starting.next(), starting.next()) {
             (Some(only), None) => Some(*only),
             _ => None,
@@ -119,7 +131,7 @@ where
     if OTHER_THINGS.contains(&word.to_ascii_lowercase().as_str()) {
         return None;
     }
-    did_you_mean(word, candidates).map(|c| format!("did you mean `{c}`?"))
+    spec_word(word, candidates).map(|c| format!("did you mean `{c}`?"))
 }
 
 /// `` `a`, `b` or `c` `` for help lines that list what is accepted.

@@ -251,6 +251,11 @@ pub struct TrainResult {
     /// Checkpoint writes that failed (each was reported as a
     /// [`TrainEvent::CheckpointFailed`]).
     pub checkpoint_failures: usize,
+    /// The epoch whose end the checkpoint at the spec's path holds, as far
+    /// as this run knows it written whole (the checkpoint resumed from,
+    /// where none of this run's was); `None` without one. Older than the
+    /// last epoch where the later writes failed.
+    pub checkpoint_epoch: Option<usize>,
     /// The precision that ran.
     pub precision: PrecisionPlan,
     /// The engine that ran the steps.
@@ -486,6 +491,9 @@ fn run<'scope, 'env>(
         on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
     }
     let resumed_after = settings.resume_from.as_ref().map(|_| first_epoch - 1);
+    // The epoch of the checkpoint handed to the writer whose write is not
+    // known to have ended, and of the last one known written whole.
+    let (mut in_flight, mut written): (Option<usize>, Option<usize>) = (None, resumed_after);
     // The engine takes the weights, the optimizer state and the scaler from here on.
     let mut engine: Box<dyn Engine> = match engine_kind {
         EngineKind::Native => {
@@ -728,6 +736,7 @@ fn run<'scope, 'env>(
             }
             if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::poll) {
                 checkpoint_failures += 1;
+                in_flight = None;
                 on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
             }
 
@@ -887,6 +896,15 @@ fn run<'scope, 'env>(
                     on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
                 }
                 let handed = done.this.is_ok();
+                if done.previous.is_ok() {
+                    written = in_flight.or(written);
+                }
+                in_flight = None;
+                match (handed, c.async_save) {
+                    (true, true) => in_flight = Some(epoch),
+                    (true, false) => written = Some(epoch),
+                    (false, _) => {}
+                }
                 // A checkpoint refused before the writer took it has no write to time.
                 if let Some(p) = profile.as_mut().filter(|_| done.queued) {
                     let start = waited.saturating_duration_since(started).as_secs_f64();
@@ -912,9 +930,13 @@ fn run<'scope, 'env>(
         p.gpu = m.finish();
     }
     // Training ends when the last write is on disk.
-    if let Some(Err(e)) = writer.as_ref().map(CheckpointWriter::flush) {
-        checkpoint_failures += 1;
-        on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+    match writer.as_ref().map(CheckpointWriter::flush) {
+        Some(Err(e)) => {
+            checkpoint_failures += 1;
+            on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
+        }
+        Some(Ok(())) => written = in_flight.or(written),
+        None => {}
     }
     // The writer's writes, one per checkpoint of this run, in order.
     if let (Some(p), Some(writer)) = (profile.as_mut(), &writer) {
@@ -948,6 +970,7 @@ fn run<'scope, 'env>(
         samples_per_sec: if total_samples == 0 { f64::NAN } else { total_samples as f64 / total_step_secs.max(1e-9) },
         resumed_after,
         checkpoint_failures,
+        checkpoint_epoch: written,
         precision,
         engine: engine_kind,
         profile,

@@ -286,12 +286,16 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     file.spec.train.early_stop = None;
     let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
-    // Said before the data is read (a spec measured on --synthetic rows may have none).
+    // Nothing to tune: the spec and its data are still checked as train
+    // checks them (a cluster's pre-flight warm-up must not pass a spec that
+    // train refuses).
     if !devices.iter().any(kynml_backend::Device::has_fusion) {
+        let (data, _) = bench_data(&mut file, args.synthetic)?;
+        file.check_memory_for(&device, data.train.len(), data.valid.len())?;
         let mut on: Vec<String> = devices.iter().map(kynml_backend::Device::describe).collect();
         on.dedup();
         let on = on.join(", ");
-        println!("nothing to warm up: {on} has no kernels to tune or compile");
+        println!("nothing to warm up: {on} has no kernels to tune or compile (the spec and its data are fine)");
         return Ok(());
     }
     // A data-parallel spec: every device runs one replica's share of the

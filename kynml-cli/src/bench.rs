@@ -211,8 +211,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         }));
         let text = serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n";
         let target = json_target.as_deref().unwrap_or(path);
-        kynml_core::atomic_file::write(target, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::predict::write_output(target, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());
     }
     Ok(())

@@ -60,7 +60,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
             _ => Ok(()),
         };
     };
-    kynml_core::atomic_file::write(output, text.as_bytes())
+    write_output(output, text.as_bytes())
         .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", output.display())))?;
     println!("{} prediction{} written to {}", p.rows, if p.rows == 1 { "" } else { "s" }, output.display());
     Ok(())
@@ -70,6 +70,9 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
 /// exists: said before any work, as bad input (exit 2).
 pub(crate) fn check_output(output: &Path) -> Result<(), Failure> {
     let refuse = |why: String| Failure::input(format!("error: cannot write {}: {why}", output.display()));
+    if is_stream(output) {
+        return Ok(());
+    }
     if output.is_dir() {
         return Err(refuse("it is a folder, not a file".into()));
     }
@@ -91,6 +94,24 @@ pub(crate) fn check_output(output: &Path) -> Result<(), Failure> {
     }
 }
 
+/// Writes `bytes` to `--output` (or `bench --json`): a stream (`/dev/null`,
+/// `/dev/stdout`, a named pipe) as it is, never replaced by a file; a file
+/// replaced whole.
+pub(crate) fn write_output(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if is_stream(path) {
+        std::fs::OpenOptions::new().write(true).open(path).and_then(|mut f| f.write_all(bytes))
+    } else {
+        kynml_core::atomic_file::write(path, bytes)
+    }
+}
+
+/// Whether `path` is (or links to) a character device or a named pipe:
+/// `/dev/null`, `/dev/stdout`, a FIFO a reader waits on.
+fn is_stream(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_fifo())
+}
+
 /// An existing `--output` is replaced only when it is an earlier
 /// predictions file with this model's columns (its header `header`), and
 /// never when it is the rows' own file: a model, a checkpoint or a data file
@@ -103,6 +124,9 @@ fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Fai
         ))
     };
     let Ok(meta) = std::fs::metadata(output) else { return Ok(()) };
+    if is_stream(output) {
+        return Ok(());
+    }
     if !meta.is_file() {
         return Err(refuse("exists and is not a file"));
     }

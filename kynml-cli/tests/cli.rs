@@ -1136,6 +1136,19 @@ fn predict_into_a_missing_folder_is_bad_input_named_before_any_work() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("cannot write run: it is a folder, not a file"), "{t}");
+    // A stream is written as it is: /dev/null discards, a named pipe's
+    // reader gets the predictions.
+    let out = kynml(&["predict", "run", "iris.csv", "--output", "/dev/null"], dir);
+    assert!(out.status.success() && text(&out).contains("150 predictions written to /dev/null"), "{}", text(&out));
+    let fifo = dir.join("pipe");
+    let made = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o600) }, 0);
+    let reader = std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap());
+    let out = kynml(&["predict", "run", "iris.csv", "--output", "pipe"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let got = reader.join().unwrap();
+    assert!(got.starts_with("species,p_setosa") && got.lines().count() == 151, "{got}");
     // A run's record is no model; a Burn export is named .mpk, as predict reads it.
     let out = kynml(&["predict", "run/metrics.json", "iris.csv"], dir);
     let t = text(&out);

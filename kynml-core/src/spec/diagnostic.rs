@@ -172,7 +172,9 @@ fn display_line(text: &str) -> String {
 /// Messages quote user text; control characters in it (an escape sequence in
 /// a string, say) must not reach the terminal.
 fn clean(text: &str) -> String {
-    let text: String = text.chars().map(|c| if c.is_control() { '\u{FFFD}' } else { c }).collect();
+    // Shown as escapes (`set\nosa`), so that the value can be found in its file.
+    let text: String =
+        text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect();
     shorten_words(&text, MAX_WORD)
 }
 
@@ -246,6 +248,15 @@ mod tests {
 
     /// A long value quoted in a message, its label or its help is cut in
     /// its middle, as the line is; words of ordinary length are kept whole.
+    /// A control character a message quotes (a class label's line break)
+    /// is shown as its escape, never raw and never as a replacement mark.
+    #[test]
+    fn a_control_character_in_a_message_is_shown_as_its_escape() {
+        let text = render("t.kyn", "x\n", &[Diagnostic::new(span(0, 1), "class `set\nosa` or `a\u{1b}[2J`", "here")]);
+        assert!(text.contains("class `set\\nosa` or `a\\u{1b}[2J`"), "{text}");
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{FFFD}'), "{text}");
+    }
+
     #[test]
     fn a_long_value_in_a_message_is_cut() {
         let value = format!("cuda{}x", "a".repeat(100_000));

@@ -220,5 +220,14 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         "(`kynml train` checks it against the device it picks, in the precision that device runs, before \
          allocating anything)"
     );
+    // What `kynml train` would say runs, on the device it would get here:
+    // the settings that do not apply as written (`!`) are seen before a run.
+    if file.spec.train.devices.is_none() {
+        let choice = kynml_core::plan::device_choice(file.spec.train.device.value);
+        if let Ok(device) = kynml_backend::would_select(choice) {
+            let applied = kynml_core::plan::what_runs(&file.spec, &device);
+            println!("\non this machine, {}", render::what_runs(&applied));
+        }
+    }
     Ok(())
 }

@@ -130,6 +130,10 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     // `device = cpu` the bf16 asked for never runs: said once, with why,
     // as `train` says it; in fp32 nothing is said.
     assert!(!t.contains("note: `precision"), "{t}");
+    // What train would say runs on the device it would get here, with the
+    // settings that do not apply as written marked (on a machine without a
+    // GPU, the CPU: the torchscript export writes nothing).
+    assert!(t.contains("on this machine, what runs:") && t.contains("  ! export        none (torchscript"), "{t}");
     let spec = std::fs::read_to_string(tmp.path().join("deepnet.kyn")).unwrap();
     std::fs::write(tmp.path().join("deepnet.kyn"), spec.replace("device = auto", "device = cpu")).unwrap();
     let t = text(&kynml(&["check", "deepnet.kyn"], tmp.path()));

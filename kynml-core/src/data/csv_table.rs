@@ -477,7 +477,9 @@ pub fn parse_csv_reporting(
 
     let mut features = Vec::new();
     let mut values = Vec::new();
-    let mut labels = Vec::new();
+    // Each row's label as the number of its spelling among those seen: a
+    // String per row held ten times a large file's labels.
+    let mut labels = Labelled::default();
     let mut rows = 0usize;
     let mut lines = Vec::new();
     let mut probes: Vec<Option<OneFloat>> = vec![None; header.len()];
@@ -516,7 +518,7 @@ pub fn parse_csv_reporting(
                 OneFloat::probe(&mut probes[col], x, cell);
                 features.push(x);
             } else if opts.classification {
-                labels.push(at.label()?);
+                labels.push(at.label_text()?);
             } else {
                 let hint = "; it is the target: for class labels use a classification loss (`loss = cross_entropy`)";
                 let y = at.number().map_err(|e| e.with_hint(hint.into()))?;
@@ -531,7 +533,7 @@ pub fn parse_csv_reporting(
         let room = features.try_reserve(width).is_ok()
             && lines.try_reserve(1).is_ok()
             && values.try_reserve(1).is_ok()
-            && labels.try_reserve(1).is_ok()
+            && labels.ids.try_reserve(1).is_ok()
             && categorical.iter_mut().all(|(_, c)| c.cells.try_reserve(1).is_ok())
             && text.as_mut().is_none_or(|(_, t)| t.cells.try_reserve(1).is_ok());
         if !room {
@@ -540,7 +542,7 @@ pub fn parse_csv_reporting(
     }
 
     report(total, total);
-    let targets = if opts.classification { encode_classes(&labels) } else { Targets::Regression(values) };
+    let targets = if opts.classification { labels.encode() } else { Targets::Regression(values) };
     if targets.is_empty() {
         return Err(DataError::Empty { path: path.into(), header: true, needed: crate::data::split::MIN_ROWS });
     }
@@ -1218,7 +1220,7 @@ fn category_hint(column: &str, text: &str) -> String {
     }
 }
 
-impl Cell<'_> {
+impl<'a> Cell<'a> {
     fn number(&self) -> Result<f32, DataError> {
         match self.text.parse::<f32>() {
             Ok(x) if x.is_finite() => Ok(x),
@@ -1241,7 +1243,8 @@ impl Cell<'_> {
         }
     }
 
-    fn label(&self) -> Result<String, DataError> {
+    /// The cell as a class label, borrowed.
+    fn label_text(&self) -> Result<&'a str, DataError> {
         if self.text.is_empty() {
             return Err(DataError::EmptyLabel {
                 path: self.path.into(),
@@ -1250,7 +1253,7 @@ impl Cell<'_> {
                 column_name: self.name.into(),
             });
         }
-        Ok(self.text.to_owned())
+        Ok(self.text)
     }
 }
 
@@ -1293,31 +1296,67 @@ impl OneFloat {
 /// numbers are one class per value (`02` and `2` alike, as a numeric column
 /// reads them), sorted by value (`2` before `10`), and named as the data
 /// writes the value most often (`01` stays `01`); other labels sort as text.
-fn encode_classes(labels: &[String]) -> Targets {
-    let integers: Option<Vec<Whole>> = labels.iter().map(|l| Whole::parse(l)).collect();
+/// A column of class labels as read: each distinct spelling once, and each
+/// row's spelling by its number.
+#[derive(Default)]
+struct Labelled {
+    spellings: Vec<String>,
+    seen: HashMap<String, u32>,
+    ids: Vec<u32>,
+}
+
+impl Labelled {
+    fn push(&mut self, label: &str) {
+        let id = match self.seen.get(label) {
+            Some(&id) => id,
+            None => {
+                let id = u32::try_from(self.spellings.len()).unwrap_or(u32::MAX);
+                self.spellings.push(label.to_owned());
+                self.seen.insert(label.to_owned(), id);
+                id
+            }
+        };
+        self.ids.push(id);
+    }
+
+    /// The classes of the rows' labels ([`encode_spellings`]).
+    fn encode(self) -> Targets {
+        encode_spellings(&self.spellings, &self.ids)
+    }
+}
+
+/// The classes of rows whose labels are `spellings[ids[row]]`: names sorted
+/// (or, where every label is a whole number, ordered by value, each named by
+/// its most frequent spelling, the first in text order on a tie), and each
+/// row's class index.
+fn encode_spellings(spellings: &[String], ids: &[u32]) -> Targets {
+    let mut counts = vec![0usize; spellings.len()];
+    ids.iter().for_each(|&id| counts[id as usize] += 1);
+    let integers: Option<Vec<Whole>> = spellings.iter().map(|l| Whole::parse(l)).collect();
     let Some(values) = integers else {
-        let mut names = labels.to_vec();
+        let mut names = spellings.to_vec();
         names.sort_unstable();
-        names.dedup();
         let index: HashMap<&str, u32> = names.iter().enumerate().map(|(i, n)| (n.as_str(), class_index(i))).collect();
-        let indices = labels.iter().map(|l| index[l.as_str()]).collect();
+        let of: Vec<u32> = spellings.iter().map(|l| index[l.as_str()]).collect();
+        let indices = ids.iter().map(|&id| of[id as usize]).collect();
         return Targets::Classes { indices, names };
     };
     // Each value's spellings, counted: the most frequent names it (the
     // first in text order on a tie).
-    let mut spellings: std::collections::BTreeMap<&Whole, std::collections::BTreeMap<&str, usize>> = Default::default();
-    for (label, value) in labels.iter().zip(&values) {
-        *spellings.entry(value).or_default().entry(label.as_str()).or_default() += 1;
+    let mut by_value: std::collections::BTreeMap<&Whole, std::collections::BTreeMap<&str, usize>> = Default::default();
+    for ((label, value), &n) in spellings.iter().zip(&values).zip(&counts) {
+        *by_value.entry(value).or_default().entry(label.as_str()).or_default() += n;
     }
-    let names: Vec<String> = spellings
+    let names: Vec<String> = by_value
         .values()
         .map(|counts| {
             let most = counts.values().max().copied().unwrap_or(0);
             counts.iter().find(|(_, &n)| n == most).map_or(String::new(), |(text, _)| (*text).to_string())
         })
         .collect();
-    let index: HashMap<&Whole, u32> = spellings.keys().enumerate().map(|(i, v)| (*v, class_index(i))).collect();
-    let indices = values.iter().map(|v| index[v]).collect();
+    let index: HashMap<&Whole, u32> = by_value.keys().enumerate().map(|(i, v)| (*v, class_index(i))).collect();
+    let of: Vec<u32> = values.iter().map(|v| index[v]).collect();
+    let indices = ids.iter().map(|&id| of[id as usize]).collect();
     Targets::Classes { indices, names }
 }
 

@@ -512,7 +512,11 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
         )),
         _ => {}
     }
-    let lines = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap_or_default();
+    // A missing or unreadable file is an error of its own, said once
+    // (`best_epoch_value`): not also "0 of the epochs" here.
+    let Ok(lines) = std::fs::read_to_string(dir.join("metrics.jsonl")) else {
+        return notes;
+    };
     let records: Result<Vec<Value>, _> =
         lines.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str::<Value>).collect();
     // A line that is not JSON (cut short) is an error of its own, said once
@@ -737,6 +741,11 @@ mod tests {
         let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
         assert!(r.notes.join("\n").contains("r1: metrics.jsonl holds 2 epochs, more than the 1"), "{:?}", r.notes);
         assert!(r.notes.join("\n").contains("r1: metrics.jsonl's epochs are not one after another (1, 1)"));
+        // No log at all: the error says so, once; no note counts its epochs.
+        std::fs::remove_file(dir.join("metrics.jsonl")).unwrap();
+        let r = report(std::slice::from_ref(&dir)).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.problems.iter().any(|p| p.contains("cannot read")), "{:?}", r.problems);
+        assert!(!r.notes.join("\n").contains("metrics.jsonl holds"), "{:?}", r.notes);
         // A run that was not resumed and whose log is whole: nothing said.
         run_folder(&dir, 2.0, None);
         assert!(report(&[dir]).unwrap_or_else(|f| panic!("{}", f.message)).notes.is_empty());

@@ -41,8 +41,10 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             ))
         })?;
     }
-    // A bench measures steps; it writes no checkpoint, and "what runs" says none.
+    // A bench measures steps; it writes no checkpoint and no export, and
+    // "what runs" says none.
     file.spec.train.checkpoint = None;
+    file.spec.export = None;
     let devices = crate::devices::pick_all_in(&mut file, from_spec)?;
     let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;

@@ -2942,6 +2942,8 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(t.contains("what runs:") && t.contains("6000 synthetic rows"), "{t}");
+    // The users' spec exports (torchscript) and checkpoints: a bench does neither, and says neither.
+    assert!(!t.contains("export ") && !t.contains("checkpoints "), "{t}");
     assert!(t.contains("warm-up round") && t.contains("round 2") && !t.contains("round 3"), "{t}");
     for figure in ["samples/s", "step time", "first step", "start-up", "host memory", "train loss"] {
         assert!(t.contains(figure), "no `{figure}` in:\n{t}");

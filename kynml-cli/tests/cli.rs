@@ -2489,6 +2489,16 @@ fn exports_sharing_a_sidecar_are_refused_and_mismatched_weights_are_an_error() {
     let out = kynml(&["predict", "swapped", "rows.csv"], dir);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("changed or replaced since the export"), "{}", text(&out));
+    // Another, smaller model's weights over them: whole, so not "cut short".
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap();
+    std::fs::write(dir.join("small.kyn"), spec.replace("dense 32 relu", "dense 8 relu")).unwrap();
+    assert!(kynml(&["train", "small.kyn", "--device", "cpu", "--epochs", "1", "--out", "s"], dir).status.success());
+    copy_dir(&dir.join("a"), &dir.join("smaller"));
+    std::fs::copy(dir.join("s/model.safetensors"), dir.join("smaller/model.safetensors")).unwrap();
+    let out = kynml(&["predict", "smaller", "rows.csv"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("another model's weights, whole"), "{}", text(&out));
+    assert!(!text(&out).contains("cut short"), "{}", text(&out));
 
     // A damaged weights file is said to be damaged, with no advice meant for checkpoints.
     std::fs::write(dir.join("other/model.safetensors"), &whole[..whole.len() / 2]).unwrap();

@@ -722,6 +722,34 @@ fn write_mpk(out: &mut dyn std::io::Write, record: &impl serde::Serialize) -> st
     Ok((out.len, out.crc))
 }
 
+/// Whether `path` is a whole safetensors file: its header's tensors end
+/// where the file does (read from the header alone).
+fn whole_safetensors(path: &Path) -> bool {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else { return false };
+    let Ok(len) = file.metadata().map(|m| m.len()) else { return false };
+    let mut prefix = [0u8; 8];
+    if file.read_exact(&mut prefix).is_err() {
+        return false;
+    }
+    let n = u64::from_le_bytes(prefix);
+    if n > len.saturating_sub(8) || n > 100 << 20 {
+        return false;
+    }
+    let mut header = vec![0u8; n as usize];
+    if file.read_exact(&mut header).is_err() {
+        return false;
+    }
+    let Ok(Value::Object(entries)) = serde_json::from_slice::<Value>(&header) else { return false };
+    let end = entries
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .filter_map(|(_, v)| v.pointer("/data_offsets/1").and_then(Value::as_u64))
+        .max()
+        .unwrap_or(0);
+    8 + n + end == len
+}
+
 /// A writer that sums what passes through it (length and CRC-32C, a
 /// sidecar's) and keeps the first I/O error: rmp_serde's own error says
 /// "error while writing" without the disk's cause.
@@ -946,7 +974,13 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let recorded = sidecar.pointer("/weights/files").and_then(|f| f.get(&name)).and_then(|e| e.get("bytes"));
     if let Some(recorded) = recorded.and_then(Value::as_u64).filter(|&b| b != weights_bytes) {
-        let what = if weights_bytes < recorded { "cut short (a copy that did not finish?)" } else { "changed" };
+        let what = if whole_safetensors(&weights) {
+            "another model's weights, whole (copied over this one's?)"
+        } else if weights_bytes < recorded {
+            "cut short (a copy that did not finish?)"
+        } else {
+            "changed"
+        };
         return Err(ExportError::Invalid {
             path: weights.clone(),
             reason: format!(

@@ -876,7 +876,8 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
             LoadProblem::Missing,
         ));
     }
-    if path.extension().is_some_and(|e| e == "kyn") {
+    // A folder is judged by what it holds, whatever its name (`--out r.kyn`).
+    if path.extension().is_some_and(|e| e == "kyn") && !path.is_dir() {
         return Err(given(
             "it is a spec; give the run folder that `kynml train` wrote for it (`runs/<spec>-<time>`, or its \
              --out), or an export",
@@ -1219,6 +1220,19 @@ fn write_atomic_with(
 mod tests {
     use super::*;
     use crate::atomic_file::hostname;
+
+    /// A folder named like a spec (`--out r.kyn`) is judged as a folder.
+    #[test]
+    fn a_folder_named_like_a_spec_is_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("r.kyn");
+        std::fs::create_dir(&folder).unwrap();
+        let e = load(&folder).map(drop).unwrap_err().to_string();
+        assert!(e.contains("the folder has no model.safetensors") && !e.contains("it is a spec"), "{e}");
+        std::fs::write(dir.path().join("s.kyn"), "train:\n").unwrap();
+        let e = load(&dir.path().join("s.kyn")).map(drop).unwrap_err().to_string();
+        assert!(e.contains("it is a spec"), "{e}");
+    }
 
     /// A disk that fills after `room` bytes.
     struct Filling {

@@ -196,24 +196,25 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // A one-device run is checked against the device it would get here, as
     // `train` checks it: said, not refused (the spec may be meant for
     // another machine). A device this machine lacks is said above.
-    if file.spec.train.devices.is_none() {
-        let choice = kynml_core::plan::device_choice(file.spec.train.device.value);
+    let here = match file.spec.train.devices {
+        None => kynml_backend::would_select(kynml_core::plan::device_choice(file.spec.train.device.value)).ok(),
+        Some(_) => None,
+    };
+    if let Some(device) = &here {
         // A checkpoint there is read and held through the run, as train counts it.
         let resumed = file.checkpoint_path().and_then(|p| std::fs::metadata(p).ok()).filter(|m| m.is_file());
         let resumed = resumed.map_or(0, |m| m.len());
-        if let Ok(device) = kynml_backend::would_select(choice) {
-            if let Err(e) = file.check_memory_resuming(&device, data.train.len(), data.valid.len(), resumed) {
-                let help = match &e {
-                    kynml_core::plan::LoadError::DoesNotFit { error, .. } => {
-                        error.diagnostics.first().and_then(|d| d.help.clone())
-                    }
-                    _ => None,
-                };
-                println!(
-                    "note: {e}; `kynml train` would refuse it on this machine{}",
-                    help.map_or(String::new(), |h| format!(" ({h})"))
-                );
-            }
+        if let Err(e) = file.check_memory_resuming(device, data.train.len(), data.valid.len(), resumed) {
+            let help = match &e {
+                kynml_core::plan::LoadError::DoesNotFit { error, .. } => {
+                    error.diagnostics.first().and_then(|d| d.help.clone())
+                }
+                _ => None,
+            };
+            println!(
+                "note: {e}; `kynml train` would refuse it on this machine{}",
+                help.map_or(String::new(), |h| format!(" ({h})"))
+            );
         }
     }
     println!(
@@ -222,12 +223,9 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     );
     // What `kynml train` would say runs, on the device it would get here:
     // the settings that do not apply as written (`!`) are seen before a run.
-    if file.spec.train.devices.is_none() {
-        let choice = kynml_core::plan::device_choice(file.spec.train.device.value);
-        if let Ok(device) = kynml_backend::would_select(choice) {
-            let applied = kynml_core::plan::what_runs(&file.spec, &device);
-            println!("\non this machine, {}", render::what_runs(&applied));
-        }
+    if let Some(device) = &here {
+        let applied = kynml_core::plan::what_runs(&file.spec, device);
+        println!("\non this machine, {}", render::what_runs(&applied));
     }
     Ok(())
 }

@@ -1277,24 +1277,23 @@ pub(crate) fn first_steps_note(kind: &kynml_backend::DeviceKind, cache: Option<&
 struct Progress {
     bar: Option<ProgressBar>,
     tty: bool,
-    /// Room on the bar's line for its message (the loss, the speed), by the
-    /// terminal's width when the epoch began.
+    /// The bar's width, and the room on its line for its message (the
+    /// loss, the speed), by the terminal's width when the epoch began.
+    width: usize,
     room: usize,
-    /// The epoch on the bar, the run's epochs and the epoch's steps.
-    epoch: (usize, usize, usize),
     /// Said on the bar until the run's first step ends (see [`first_steps_note`]).
     first_steps: Option<&'static str>,
 }
 
 impl Progress {
     fn new(first_steps: Option<&'static str>) -> Self {
-        Progress { bar: None, tty: std::io::stderr().is_terminal(), room: 0, epoch: (0, 0, 0), first_steps }
+        Progress { bar: None, tty: std::io::stderr().is_terminal(), width: 0, room: 0, first_steps }
     }
 
     fn on_event(&mut self, event: &TrainEvent) {
         match *event {
             TrainEvent::EpochStart { epoch, epochs, steps, .. } if self.tty => {
-                self.epoch = (epoch, epochs, steps);
+                (self.width, self.room) = bar_layout(terminal_columns(), epoch, epochs, steps);
                 // Styled and named before it is first drawn (`set_prefix`
                 // draws): its first frame was indicatif's default bar.
                 let bar = match self.first_steps {
@@ -1305,7 +1304,7 @@ impl Progress {
                                 .expect("static template"),
                         )
                         .with_message(note),
-                    None => ProgressBar::new(steps as u64).with_style(bar_style(self.bar_width(epoch, epochs, steps))),
+                    None => ProgressBar::new(steps as u64).with_style(bar_style(self.width)),
                 }
                 .with_prefix(format!("{epoch}/{epochs}"));
                 // Redrawn on its own, so that the time moves while a step
@@ -1321,9 +1320,8 @@ impl Progress {
             }
             TrainEvent::Step { step, loss, samples_per_sec, .. } => {
                 if self.first_steps.take().is_some() {
-                    if let Some(bar) = self.bar.clone() {
-                        let (epoch, epochs, steps) = self.epoch;
-                        bar.set_style(bar_style(self.bar_width(epoch, epochs, steps)));
+                    if let Some(bar) = &self.bar {
+                        bar.set_style(bar_style(self.width));
                         bar.set_message("");
                     }
                 }
@@ -1377,14 +1375,6 @@ impl Progress {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
-    }
-
-    /// The bar's width (at most 30) on this terminal, leaving room for
-    /// the loss and the speed where it can, and noting the room left for them.
-    fn bar_width(&mut self, epoch: usize, epochs: usize, steps: usize) -> usize {
-        let (width, room) = bar_layout(terminal_columns(), epoch, epochs, steps);
-        self.room = room;
-        width
     }
 }
 

@@ -451,10 +451,10 @@ pub(super) fn write_checkpoint(out: &mut impl io::Write, header: &[u8], tensors:
 }
 
 /// A writer that passes bytes on, keeping their CRC-32C and count.
-struct Summed<'a, W: io::Write + ?Sized> {
-    out: &'a mut W,
-    crc: u32,
-    len: u64,
+pub(crate) struct Summed<'a, W: io::Write + ?Sized> {
+    pub(crate) out: &'a mut W,
+    pub(crate) crc: u32,
+    pub(crate) len: u64,
 }
 
 impl<W: io::Write + ?Sized> io::Write for Summed<'_, W> {
@@ -674,6 +674,30 @@ fn expected_len(bytes: &[u8]) -> (u64, bool) {
         exact = true;
     }
     (expected.max(min), exact)
+}
+
+/// Whether the file at `path` is a whole plain safetensors file: its
+/// tensors, as its header places them, end where the file does. Reads the
+/// header alone, into typed entries as [`decode_safetensors`] does.
+pub(crate) fn is_whole_safetensors(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else { return false };
+    let Ok(len) = file.metadata().map(|m| m.len()) else { return false };
+    let mut prefix = [0u8; 8];
+    if file.read_exact(&mut prefix).is_err() {
+        return false;
+    }
+    let header_len = u64::from_le_bytes(prefix);
+    if header_len > MAX_HEADER_LEN || header_len > len - 8 {
+        return false;
+    }
+    let mut header = vec![0u8; header_len as usize];
+    if file.read_exact(&mut header).is_err() {
+        return false;
+    }
+    let Ok(header) = serde_json::from_slice::<Header>(&header) else { return false };
+    let data_len = header.tensors.iter().map(|(_, e)| e.data_offsets[1]).max().unwrap_or(0);
+    8 + header_len + data_len == len
 }
 
 /// Reads a plain safetensors file (F32, I64 and U8 tensors only): the tensors in

@@ -1292,10 +1292,6 @@ impl OneFloat {
     }
 }
 
-/// Maps labels to indices into their sorted, deduplicated names. Whole
-/// numbers are one class per value (`02` and `2` alike, as a numeric column
-/// reads them), sorted by value (`2` before `10`), and named as the data
-/// writes the value most often (`01` stays `01`); other labels sort as text.
 /// A column of class labels as read: each distinct spelling once, and each
 /// row's spelling by its number.
 #[derive(Default)]
@@ -1325,10 +1321,11 @@ impl Labelled {
     }
 }
 
-/// The classes of rows whose labels are `spellings[ids[row]]`: names sorted
-/// (or, where every label is a whole number, ordered by value, each named by
-/// its most frequent spelling, the first in text order on a tie), and each
-/// row's class index.
+/// Maps labels to indices into their sorted, deduplicated names. Whole
+/// numbers are one class per value (`02` and `2` alike, as a numeric column
+/// reads them), sorted by value (`2` before `10`), and named as the data
+/// writes the value most often (`01` stays `01`); other labels sort as text.
+/// The labels are `spellings[ids[row]]`; returned with each row's class index.
 fn encode_spellings(spellings: &[String], ids: &[u32]) -> Targets {
     let mut counts = vec![0usize; spellings.len()];
     ids.iter().for_each(|&id| counts[id as usize] += 1);

@@ -563,28 +563,30 @@ fn erf(x: f64) -> f64 {
     value.min(1.0).copysign(x)
 }
 
+/// A model of two inputs `a` and `b` and target `y`, for tests.
+#[cfg(test)]
+pub(crate) fn tiny(head: Head, layers: Vec<ExportLayer>) -> ExportModel {
+    ExportModel {
+        name: "Tiny".to_string(),
+        input: 2,
+        shape: crate::model::Shape::flat(2),
+        feature_names: vec!["a".to_string(), "b".to_string()],
+        target: "y".to_string(),
+        normalizer: None,
+        categories: Vec::new(),
+        tokens: None,
+        sequence: None,
+        layers,
+        head,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn close(a: f32, b: f64) -> bool {
         (f64::from(a) - b).abs() <= 1e-6 * b.abs().max(1.0)
-    }
-
-    fn tiny(head: Head, layers: Vec<ExportLayer>) -> ExportModel {
-        ExportModel {
-            name: "Tiny".to_string(),
-            input: 2,
-            shape: crate::model::Shape::flat(2),
-            feature_names: vec!["a".to_string(), "b".to_string()],
-            target: "y".to_string(),
-            normalizer: None,
-            categories: Vec::new(),
-            tokens: None,
-            sequence: None,
-            layers,
-            head,
-        }
     }
 
     fn dense(input: usize, output: usize, weight: Vec<f32>, bias: Vec<f32>, activation: Activation) -> ExportLayer {

@@ -713,74 +713,34 @@ pub fn write(model: &ExportModel, format: Format, path: &Path) -> Result<Vec<Pat
 /// `NamedMpkFileRecorder`'s format) to `out`; its length and CRC-32C, or the
 /// first I/O error as the disk gave it.
 fn write_mpk(out: &mut dyn std::io::Write, record: &impl serde::Serialize) -> std::io::Result<(u64, u32)> {
-    let mut out = Summing::new(out);
-    let written = rmp_serde::encode::write_named(&mut out, record);
-    if let Some(e) = out.error.take() {
+    let mut kept = FirstError { inner: out, error: None };
+    let mut summed = crate::checkpoint::format::Summed { out: &mut kept, crc: 0, len: 0 };
+    let written = rmp_serde::encode::write_named(&mut summed, record);
+    let sums = (summed.len, summed.crc);
+    if let Some(e) = kept.error.take() {
         return Err(e);
     }
     written.map_err(std::io::Error::other)?;
-    Ok((out.len, out.crc))
+    Ok(sums)
 }
 
-/// Whether `path` is a whole safetensors file: its header's tensors end
-/// where the file does (read from the header alone).
-fn whole_safetensors(path: &Path) -> bool {
-    use std::io::Read;
-    let Ok(mut file) = std::fs::File::open(path) else { return false };
-    let Ok(len) = file.metadata().map(|m| m.len()) else { return false };
-    let mut prefix = [0u8; 8];
-    if file.read_exact(&mut prefix).is_err() {
-        return false;
-    }
-    let n = u64::from_le_bytes(prefix);
-    if n > len.saturating_sub(8) || n > 100 << 20 {
-        return false;
-    }
-    let mut header = vec![0u8; n as usize];
-    if file.read_exact(&mut header).is_err() {
-        return false;
-    }
-    let Ok(Value::Object(entries)) = serde_json::from_slice::<Value>(&header) else { return false };
-    let end = entries
-        .iter()
-        .filter(|(k, _)| *k != "__metadata__")
-        .filter_map(|(_, v)| v.pointer("/data_offsets/1").and_then(Value::as_u64))
-        .max()
-        .unwrap_or(0);
-    8 + n + end == len
-}
-
-/// A writer that sums what passes through it (length and CRC-32C, a
-/// sidecar's) and keeps the first I/O error: rmp_serde's own error says
-/// "error while writing" without the disk's cause.
-struct Summing<'w> {
+/// A writer that passes bytes on and keeps the first I/O error:
+/// rmp_serde's own error says "error while writing" without the disk's cause.
+struct FirstError<'w> {
     inner: &'w mut dyn std::io::Write,
-    len: u64,
-    crc: u32,
     error: Option<std::io::Error>,
 }
 
-impl<'w> Summing<'w> {
-    fn new(inner: &'w mut dyn std::io::Write) -> Self {
-        Summing { inner, len: 0, crc: 0, error: None }
-    }
-}
-
-impl std::io::Write for Summing<'_> {
+impl std::io::Write for FirstError<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self.inner.write(buf) {
-            Ok(n) => {
-                self.crc = crate::checkpoint::format::crc32c_append(self.crc, &buf[..n]);
-                self.len += n as u64;
-                Ok(n)
+        self.inner.write(buf).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return e;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
-            Err(e) => {
-                let again = std::io::Error::new(e.kind(), e.to_string());
-                self.error.get_or_insert(e);
-                Err(again)
-            }
-        }
+            let again = std::io::Error::new(e.kind(), e.to_string());
+            self.error.get_or_insert(e);
+            again
+        })
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -975,7 +935,7 @@ pub fn load(path: &Path) -> Result<ExportModel, ExportError> {
     let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let recorded = sidecar.pointer("/weights/files").and_then(|f| f.get(&name)).and_then(|e| e.get("bytes"));
     if let Some(recorded) = recorded.and_then(Value::as_u64).filter(|&b| b != weights_bytes) {
-        let what = if whole_safetensors(&weights) {
+        let what = if crate::checkpoint::format::is_whole_safetensors(&weights) {
             "another model's weights, whole (copied over this one's?)"
         } else if weights_bytes < recorded {
             "cut short (a copy that did not finish?)"
@@ -1260,22 +1220,13 @@ mod tests {
     #[test]
     fn a_burn_export_is_burns_own_record_byte_for_byte() {
         let dir = tempfile::tempdir().unwrap();
-        let model = ExportModel {
-            name: "M".into(),
-            input: 2,
-            shape: Shape::flat(2),
-            feature_names: vec!["a".into(), "b".into()],
-            target: "y".into(),
-            normalizer: None,
-            categories: Vec::new(),
-            tokens: None,
-            sequence: None,
-            layers: vec![
+        let model = graph::tiny(
+            Head::Regression,
+            vec![
                 ExportLayer::dense(2, 3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], vec![0.5, -0.5, 0.25], Activation::Relu),
                 ExportLayer::dense(3, 1, vec![1.0, -2.0, 0.5], vec![0.1], Activation::Linear),
             ],
-            head: Head::Regression,
-        };
+        );
         let ours = dir.path().join("ours.mpk");
         write(&model, Format::Burn, &ours).unwrap();
         to_model(&model, &host())
@@ -1407,19 +1358,10 @@ mod tests {
             std::fs::create_dir(d).unwrap();
             std::fs::write(d.join("model.mpk"), b"half").unwrap();
         }
-        let model = ExportModel {
-            name: "M".into(),
-            input: 2,
-            shape: Shape::flat(2),
-            feature_names: vec!["a".into(), "b".into()],
-            target: "y".into(),
-            normalizer: None,
-            categories: Vec::new(),
-            tokens: None,
-            sequence: None,
-            layers: vec![ExportLayer::dense(2, 1, vec![1.0, 2.0], vec![0.5], Activation::Linear)],
-            head: Head::Regression,
-        };
+        let model = graph::tiny(
+            Head::Regression,
+            vec![ExportLayer::dense(2, 1, vec![1.0, 2.0], vec![0.5], Activation::Linear)],
+        );
         write(&model, Format::Burn, &dir.path().join("m.mpk")).unwrap();
         assert!(!dead.exists() && alive.exists() && elsewhere.exists());
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();

@@ -246,8 +246,6 @@ mod tests {
         assert_eq!(carets.find('^'), shown.find('x'), "{text}");
     }
 
-    /// A long value quoted in a message, its label or its help is cut in
-    /// its middle, as the line is; words of ordinary length are kept whole.
     /// A control character a message quotes (a class label's line break)
     /// is shown as its escape, never raw and never as a replacement mark.
     #[test]
@@ -257,6 +255,8 @@ mod tests {
         assert!(!text.contains('\u{1b}') && !text.contains('\u{FFFD}'), "{text}");
     }
 
+    /// A long value quoted in a message, its label or its help is cut in
+    /// its middle, as the line is; words of ordinary length are kept whole.
     #[test]
     fn a_long_value_in_a_message_is_cut() {
         let value = format!("cuda{}x", "a".repeat(100_000));

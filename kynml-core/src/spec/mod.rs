@@ -58,6 +58,7 @@ mod parse_tests;
 mod snapshot_tests;
 
 pub use self::diagnostic::{line_col, render, render_with, Diagnostic};
+pub use self::resolved::resolved;
 
 /// `` did you mean `x`? `` for `word` among `candidates`, as spec messages
 /// say it (another tool's name for the thing, the same word in other case,
@@ -65,7 +66,6 @@ pub use self::diagnostic::{line_col, render, render_with, Diagnostic};
 pub fn suggestion(word: &str, candidates: &[&str]) -> Option<String> {
     suggest::help(word, candidates.iter().copied())
 }
-pub use self::resolved::resolved;
 
 use self::types::{Span, Spec};
 

@@ -140,6 +140,9 @@ pub struct EvalArgs {
     /// The same as INPUT, named.
     #[arg(long, value_name = "INPUT")]
     pub input: Option<PathBuf>,
+    /// Also write the metrics as JSON to this file (`-`: standard output, which then holds the JSON alone).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Where to run: auto, cpu, cuda, cuda:N or wgpu.
     #[arg(long, value_parser = parse_device, default_value = "cpu")]
     pub device: DeviceRequest,

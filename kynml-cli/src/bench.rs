@@ -2,7 +2,7 @@
 //! `cargo bench` measures it; `kynml warmup SPEC`: the kernel cache filled
 //! ahead of a spec's runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -21,7 +21,15 @@ use crate::render;
 pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut file = SpecFile::load(&args.spec)?;
-    let json_target = args.json.as_deref().map(check_json_target).transpose()?;
+    let json_target = args
+        .json
+        .as_deref()
+        .map(|p| {
+            crate::output::check_json_target(p, "kynml bench --json", |v| {
+                v.get("samples_per_sec").is_some() && v.get("step_ms").is_some()
+            })
+        })
+        .transpose()?;
     let from_spec = args.device.is_none();
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, ..Overrides::default() });
@@ -213,56 +221,10 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         }));
         let text = serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n";
         let target = json_target.as_deref().unwrap_or(path);
-        crate::predict::write_output(target, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+        crate::output::write_output(target, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());
     }
     Ok(())
-}
-
-/// `--json FILE` must be writable, and replaces only an earlier bench's
-/// figures: a spec, a data file or anything else there is refused before
-/// the bench runs (a cold GPU bench takes minutes), as bad input; so is
-/// anything but a regular file (a FIFO would be read forever, a device
-/// node replaced). Returns the file to write: a symbolic link's target, so
-/// that the link stays a link.
-fn check_json_target(path: &Path) -> Result<PathBuf, Failure> {
-    use std::io::Read;
-    let refuse = |why: &str| Failure::input(format!("error: --json {}: {why}", path.display()));
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(_) => {
-            // A link to a file not yet there: the file is made, the link kept.
-            let target = match std::fs::read_link(path) {
-                Ok(to) => kynml_core::atomic_file::folder(path).join(to),
-                Err(_) => path.to_path_buf(),
-            };
-            crate::predict::check_output(&target)?;
-            return Ok(target);
-        }
-    };
-    if meta.is_dir() {
-        return Err(refuse("it is a folder, not a file"));
-    }
-    if !meta.is_file() {
-        return Err(refuse("it is not a regular file (a pipe, a device or a socket); --json writes a file"));
-    }
-    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    crate::predict::check_output(&target)?;
-    // A bench's figures are a few KiB: a bounded read tells them.
-    let mut head = Vec::new();
-    let read = std::fs::File::open(&target).and_then(|f| f.take(1 << 20).read_to_end(&mut head));
-    if let Err(e) = read {
-        return Err(refuse(&format!("it cannot be read: {e}")));
-    }
-    let earlier = serde_json::from_slice::<serde_json::Value>(&head)
-        .is_ok_and(|v| v.get("samples_per_sec").is_some() && v.get("step_ms").is_some());
-    if earlier || head.iter().all(u8::is_ascii_whitespace) {
-        return Ok(target);
-    }
-    Err(refuse(
-        "the file is there and is not an earlier `kynml bench --json` file; it is left as it is: name another \
-         file, or move it away",
-    ))
 }
 
 /// `--autotune LEVEL` in place of the spec's `autotune` (before the device

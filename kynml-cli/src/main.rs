@@ -7,6 +7,7 @@ mod check;
 mod devices;
 mod export;
 mod failure;
+mod output;
 mod predict;
 mod reading;
 mod render;

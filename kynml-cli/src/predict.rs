@@ -35,7 +35,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     // `--output -` is standard output, as without `--output`.
     let output = args.output.as_deref().filter(|p| p.as_os_str() != "-");
     if let Some(output) = output {
-        check_output(output)?;
+        crate::output::check_output(output)?;
     }
     let predictor = load(&args.model, args.device)?;
     let m = predictor.model();
@@ -60,56 +60,10 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
             _ => Ok(()),
         };
     };
-    write_output(output, text.as_bytes())
+    crate::output::write_output(output, text.as_bytes())
         .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", output.display())))?;
     println!("{} prediction{} written to {}", p.rows, if p.rows == 1 { "" } else { "s" }, output.display());
     Ok(())
-}
-
-/// `--output` (and `bench --json`) must name a file in a folder that
-/// exists: said before any work, as bad input (exit 2).
-pub(crate) fn check_output(output: &Path) -> Result<(), Failure> {
-    let refuse = |why: String| Failure::input(format!("error: cannot write {}: {why}", output.display()));
-    if is_stream(output) {
-        return Ok(());
-    }
-    if output.is_dir() {
-        return Err(refuse("it is a folder, not a file".into()));
-    }
-    // `out.csv/` names a folder, which the write would meet only at the end.
-    if output.as_os_str().to_string_lossy().ends_with(std::path::is_separator) {
-        return Err(refuse("a path ending in a separator names a folder; name a file".into()));
-    }
-    let folder = kynml_core::atomic_file::folder(output);
-    match std::fs::metadata(folder) {
-        // A folder this process cannot write in (read-only, another
-        // user's) is said now, as for an export: a new, unnamed file at once removed.
-        Ok(meta) if meta.is_dir() => kynml_core::atomic_file::probe_writable(folder)
-            .map_err(|e| refuse(format!("its folder {} cannot be written: {e}", folder.display()))),
-        Ok(_) => Err(refuse(format!("its folder {} is a file", folder.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(refuse(format!("its folder {} does not exist", folder.display())))
-        }
-        Err(e) => Err(refuse(format!("cannot reach its folder {}: {e}", folder.display()))),
-    }
-}
-
-/// Writes `bytes` to `--output` (or `bench --json`): a stream (`/dev/null`,
-/// `/dev/stdout`, a named pipe) as it is, never replaced by a file; a file
-/// replaced whole.
-pub(crate) fn write_output(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if is_stream(path) {
-        std::fs::OpenOptions::new().write(true).open(path).and_then(|mut f| f.write_all(bytes))
-    } else {
-        kynml_core::atomic_file::write(path, bytes)
-    }
-}
-
-/// Whether `path` is (or links to) a character device or a named pipe:
-/// `/dev/null`, `/dev/stdout`, a FIFO a reader waits on.
-fn is_stream(path: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_fifo())
 }
 
 /// An existing `--output` is replaced only when it is an earlier
@@ -124,7 +78,7 @@ fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Fai
         ))
     };
     let Ok(meta) = std::fs::metadata(output) else { return Ok(()) };
-    if is_stream(output) {
+    if crate::output::is_stream(output) {
         return Ok(());
     }
     if !meta.is_file() {
@@ -155,6 +109,12 @@ fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Fai
 }
 
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
+    // `--json -` is standard output, which then holds the JSON alone.
+    let to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let json = match args.json.as_deref().filter(|_| !to_stdout) {
+        Some(path) => Some(crate::output::check_json_target(path, "kynml eval --json", is_eval_json)?),
+        None => None,
+    };
     let predictor = load(&args.model, args.device)?;
     let m = predictor.model();
     let rows = read_rows(m, args.rows(), true)?;
@@ -162,9 +122,60 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let metrics = predictor.evaluate(&rows);
     crate::devices::seal_cache();
     let metrics = metrics.map_err(|e| Failure::input(format!("error: {e}")))?;
-    println!("{} of {}", render::count(rows.rows, "row"), rows.path.display());
-    println!("{}", render::metrics_table(&metrics, "value"));
-    Ok(())
+    let said = format!(
+        "{} of {}\n{}",
+        render::count(rows.rows, "row"),
+        rows.path.display(),
+        render::metrics_table(&metrics, "value")
+    );
+    if to_stdout {
+        eprintln!("{said}");
+    } else {
+        println!("{said}");
+    }
+    if !to_stdout && json.is_none() {
+        return Ok(());
+    }
+    let text = eval_json(&args.model, &rows.path, rows.rows, &metrics);
+    match json {
+        Some(target) => {
+            crate::output::write_output(&target, text.as_bytes())
+                .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", target.display())))?;
+            println!("metrics written to {}", args.json.as_deref().unwrap_or(&target).display());
+            Ok(())
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(Failure::run(format!("error: cannot write the metrics to standard output: {e}")))
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+/// `kynml eval --json`'s document: the model and rows scored, how many, and
+/// each metric by name (a metric with no value, such as R² of a constant
+/// target, is `null`).
+fn eval_json(model: &Path, data: &Path, rows: usize, metrics: &std::collections::BTreeMap<String, f64>) -> String {
+    let metrics: serde_json::Map<String, serde_json::Value> = metrics
+        .iter()
+        .map(|(name, &v)| (name.clone(), serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into)))
+        .collect();
+    let doc = serde_json::json!({
+        "model": model.display().to_string(),
+        "data": data.display().to_string(),
+        "rows": rows,
+        "metrics": metrics,
+    });
+    serde_json::to_string_pretty(&doc).expect("a JSON value is written") + "\n"
+}
+
+/// Whether `v` is an earlier `kynml eval --json` document, which a new one replaces.
+fn is_eval_json(v: &serde_json::Value) -> bool {
+    v.get("metrics").is_some_and(serde_json::Value::is_object) && v.get("rows").is_some_and(serde_json::Value::is_u64)
 }
 
 /// The rows of the CSV file at `path`, or of standard input for `-` (a

@@ -1338,6 +1338,27 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), pred, "standard output holds the CSV and nothing else");
     let out = kynml(&["eval", "run", "iris.csv"], dir);
     assert!(out.status.success() && text(&out).contains("150 rows of iris.csv"), "{}", text(&out));
+    // The metrics as JSON: with `-`, standard output holds the JSON alone
+    // (the table goes to standard error); to a file, the same document, and
+    // a file that is not an earlier one is refused before any work, untouched.
+    let out = kynml(&["eval", "run", "iris.csv", "--json", "-"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("standard output is the JSON alone");
+    assert_eq!((json["rows"].as_u64(), json["data"].as_str()), (Some(150), Some("iris.csv")), "{json}");
+    let accuracy = json["metrics"]["accuracy"].as_f64().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("accuracy        {accuracy:.4}")), "{}", text(&out));
+    let out = kynml(&["eval", "run", "iris.csv", "--json", "m.json"], dir);
+    assert!(out.status.success() && text(&out).contains("metrics written to m.json"), "{}", text(&out));
+    let written: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("m.json")).unwrap()).unwrap();
+    assert_eq!(written, json);
+    let out = kynml(&["eval", "run", "iris.csv", "--json", "m.json"], dir);
+    assert!(out.status.success(), "an earlier eval's file is replaced: {}", text(&out));
+    let before = std::fs::read(dir.join("iris.kyn")).unwrap();
+    let out = kynml(&["eval", "run", "iris.csv", "--json", "iris.kyn"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("is not an earlier `kynml eval --json` file") && !t.contains("150 rows"), "{t}");
+    assert_eq!(std::fs::read(dir.join("iris.kyn")).unwrap(), before);
     for args in [&["predict", "run"][..], &["predict", "run", "iris.csv", "--input", "iris.csv"], &["eval", "run"]] {
         let out = kynml(args, dir);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
@@ -2986,16 +3007,21 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
         assert!(t.contains(why) && !t.contains("warm-up round"), "{target}: {t}");
     }
     assert_eq!(std::fs::read(tmp.path().join("deepnet.kyn")).unwrap(), spec_text);
-    // A FIFO is refused unread (reading it would wait forever); a link to
-    // an earlier bench's file stays a link, its target rewritten.
+    // A FIFO is written as the stream it is, never read first (that would
+    // wait forever) nor replaced by a file; a link to an earlier bench's
+    // file stays a link, its target rewritten.
     #[cfg(unix)]
     {
-        let made = std::process::Command::new("mkfifo").arg(tmp.path().join("p.json")).status().unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        let fifo = tmp.path().join("p.json");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(made.success());
+        let reader = std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap());
         let out = kynml(&[&short[..], &["--json", "p.json"]].concat(), tmp.path());
-        let t = text(&out);
-        assert_eq!(out.status.code(), Some(2), "{t}");
-        assert!(t.contains("it is not a regular file"), "{t}");
+        assert!(out.status.success(), "{}", text(&out));
+        let got = reader.join().unwrap();
+        assert!(serde_json::from_str::<serde_json::Value>(&got).is_ok_and(|v| v["samples_per_sec"].is_f64()), "{got}");
+        assert!(std::fs::symlink_metadata(tmp.path().join("p.json")).unwrap().file_type().is_fifo());
         std::os::unix::fs::symlink("b.json", tmp.path().join("link.json")).unwrap();
         let before = std::fs::read(tmp.path().join("b.json")).unwrap();
         let out = kynml(&[&short[..], &["--json", "link.json"]].concat(), tmp.path());

@@ -309,6 +309,23 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
             run_dir.path.display()
         )));
     }
+    // A checkpoint that passed the checks made before the run (a whole
+    // file, of this model, optimizer, loss and data) and still cannot be put
+    // into the model (a tensor missing, state that does not decode): nothing
+    // was trained, so nothing of the run is kept, as for a checkpoint
+    // refused before it, and the same command can be run again.
+    let result = match result {
+        Err(TrainError::Resume(e)) => {
+            let folder = run_dir.path.display().to_string();
+            run_dir.discard();
+            let from = file.checkpoint_path().map_or(String::new(), |p| format!(" from {}", p.display()));
+            return Err(Failure::input(format!(
+                "error: cannot resume{from}: {e}\n  nothing was trained, and {folder} is left as it was before this \
+                 run\n  (--fresh ignores the checkpoint and starts over; its checkpoints then replace it)"
+            )));
+        }
+        result => result,
+    };
     let workers = file.spec.dataset.num_workers.value;
     let result = result.map_err(|e| match e {
         TrainError::Interrupted { epoch, step, checkpoint, profile, .. } => {

@@ -2018,6 +2018,46 @@ fn a_run_folder_removed_mid_epoch_stops_the_run_at_the_next_step() {
     assert!(done.is_some_and(|s| s > 0 && s < 19_980), "stopped at {done:?} steps of 19,980: {t}");
 }
 
+/// A checkpoint whole to its checksum, of this model, optimizer and data,
+/// whose tensors still do not load (one renamed, state that does not
+/// decode) is refused as a checkpoint refused before the run is: exit 2,
+/// its path named, nothing of the run kept, the checkpoint untouched. It
+/// failed with exit 1 and left a run folder that the same command then
+/// refused as not empty.
+#[test]
+fn a_checkpoint_whose_tensors_do_not_load_leaves_no_run_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 1);
+    let out = kynml(&["train", "spec.kyn", "--out", "first"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let saved = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
+    let hash = saved.model_hash.clone().expect("a model hash");
+    let renamed = |t: &mut kynml_core::checkpoint::NamedTensor| t.name = t.name.replace("model.2.", "model.9.");
+    let junk = |t: &mut kynml_core::checkpoint::NamedTensor| {
+        *t = kynml_core::checkpoint::NamedTensor::bytes(t.name.clone(), vec![0xff; 7]);
+    };
+    let edits: [(&str, &str, &dyn Fn(&mut kynml_core::checkpoint::NamedTensor)); 2] =
+        [("model.2.bias", "is missing", &renamed), ("optim.2.bias", "cannot be read", &junk)];
+    for (tensor, said, edit) in edits {
+        let mut ckpt = saved.clone();
+        edit(ckpt.tensors.iter_mut().find(|t| t.name == tensor).unwrap());
+        let bytes = kynml_core::checkpoint::format::encode(&ckpt, &hash);
+        std::fs::write(dir.join("run.ckpt"), &bytes).unwrap();
+        for _ in 0..2 {
+            let out = kynml(&["train", "spec.kyn", "--epochs", "2", "--out", "second"], dir);
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(2), "{tensor}: {t}");
+            assert!(
+                t.contains("error: cannot resume from run.ckpt: checkpoint is incomplete") && t.contains(said),
+                "{t}"
+            );
+            assert!(t.contains("--fresh") && !dir.join("second").exists(), "{tensor}: {t}");
+            assert_eq!(std::fs::read(dir.join("run.ckpt")).unwrap(), bytes, "the checkpoint is left as it was");
+        }
+    }
+}
+
 /// Standard output that cannot be written is an error, not a panic.
 #[cfg(target_os = "linux")]
 #[test]

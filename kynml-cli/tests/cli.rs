@@ -2037,7 +2037,8 @@ fn a_checkpoint_whose_tensors_do_not_load_leaves_no_run_folder() {
     let junk = |t: &mut kynml_core::checkpoint::NamedTensor| {
         *t = kynml_core::checkpoint::NamedTensor::bytes(t.name.clone(), vec![0xff; 7]);
     };
-    let edits: [(&str, &str, &dyn Fn(&mut kynml_core::checkpoint::NamedTensor)); 2] =
+    type Edit<'a> = &'a dyn Fn(&mut kynml_core::checkpoint::NamedTensor);
+    let edits: [(&str, &str, Edit); 2] =
         [("model.2.bias", "is missing", &renamed), ("optim.2.bias", "cannot be read", &junk)];
     for (tensor, said, edit) in edits {
         let mut ckpt = saved.clone();

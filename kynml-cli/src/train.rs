@@ -287,7 +287,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     let curves_kept = match log.history().len() {
         0 => String::new(),
         _ if !stopped || folder_lost.is_some() => String::new(),
-        n => match draw_curves(&run_dir, &title, log.history(), None) {
+        n => match draw_curves(&run_dir, &title, log.history(), None, None) {
             Ok(()) => format!("\n  the curves of its {} are in {}", render::count(n, "epoch"), run_dir.path.display()),
             Err(e) => format!("\n  the curves of its epochs could not be drawn: {e}"),
         },
@@ -439,7 +439,8 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         export::write(&exported, Format::Burn, &run_dir.path.join("model.mpk")).context("saving model.mpk")?;
         // The model is the best epoch's under early stopping, else the last's.
         let kept = result.best_epoch.or_else(|| result.history.last().map(|r| r.epoch));
-        draw_curves(&run_dir, &title, &result.history, kept).context("drawing curves.svg and curves.png")
+        draw_curves(&run_dir, &title, &result.history, kept, result.stopped_early.then_some(epochs))
+            .context("drawing curves.svg and curves.png")
     };
     results().map_err(|e| results_unwritten(&e, &run_dir.path, &file, held))?;
     let export_note = export_as_spec_says(&file, &exported, &run_dir.path);

@@ -687,9 +687,14 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     // phases are its arithmetic (no launches or dispatch inside them): the
     // phases decide, not the steps' length (a larger batch did not speed up
     // a short-stepped image model there). Its batches are gathered in
-    // microseconds too, so on a busy machine the wait may lead instead.
+    // microseconds too, so on a busy machine the wait may lead instead; and
+    // its epochs of a millisecond or so are mostly each epoch's own
+    // bookkeeping, which leads where the steps are a small part of the run.
     assert!(!t.contains("c: the steps are short (") && !t.contains("c: the steps are short for"), "{t}");
-    assert!(t.contains("c: compute-bound") || t.contains("c: data-bound"), "{t}");
+    assert!(
+        t.contains("c: compute-bound") || t.contains("c: data-bound") || t.contains("c: bound by the work between"),
+        "{t}"
+    );
     assert!(t.contains("a: not profiled") && !phases.contains("\n  a "), "{t}");
     // A profiled run that checkpoints puts each hand-off and each write in its trace.
     let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();

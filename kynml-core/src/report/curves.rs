@@ -71,6 +71,9 @@ pub struct Curves<'a> {
     pub skipped_steps: Option<&'a [u64]>,
     /// The epoch whose weights are the model the run kept, when it kept one.
     pub kept: Option<usize>,
+    /// Where early stopping ended the run: the epochs it had asked for
+    /// (the subtitle then says `stopped early at epoch 41 of 80`).
+    pub stopped_early: Option<usize>,
 }
 
 /// Why the curves could not be drawn or written.
@@ -398,6 +401,9 @@ impl Drawing for Figure {
 fn subtitle(c: &Curves, xs: &[f64]) -> String {
     let n = xs.len();
     let mut parts = vec![if n == 1 { "1 epoch".to_string() } else { format!("{n} epochs") }];
+    if let (Some(of), Some(&at)) = (c.stopped_early, c.epochs.last()) {
+        parts[0] = format!("stopped early at epoch {at} of {of}");
+    }
     let lowest = best(xs, c.val_loss, false);
     if let Some((e, v)) = lowest {
         parts.push(format!("best validation loss {} at epoch {e}", fmt_value(v)));
@@ -1492,6 +1498,7 @@ mod tests {
             loss_scale: None,
             skipped_steps: None,
             kept: None,
+            stopped_early: None,
         }
     }
 
@@ -1530,6 +1537,7 @@ mod tests {
             loss_scale: None,
             skipped_steps: None,
             kept: None,
+            stopped_early: None,
         };
         draw_both("all-nan", &c);
     }
@@ -1573,6 +1581,7 @@ mod tests {
             loss_scale: None,
             skipped_steps: None,
             kept: None,
+            stopped_early: None,
         };
         assert!(matches!(render_svg(&none), Err(PlotError::NoEpochs)));
         assert!(matches!(render_png(&none), Err(PlotError::NoEpochs)));
@@ -1589,6 +1598,7 @@ mod tests {
             loss_scale: Some(&[0.0, -1.0, 1e30]),
             skipped_steps: Some(&[u64::MAX, u64::MAX]),
             kept: Some(usize::MAX),
+            stopped_early: None,
         };
         let svg = render_svg(&odd).unwrap();
         check_svg(&svg);
@@ -1631,6 +1641,11 @@ mod tests {
         assert_eq!(labels.len(), 1, "{labels:?}");
         assert!(labels[0].starts_with("best validation, kept: "), "{labels:?}");
         assert!(!fig.subtitle.contains("model kept"), "{}", fig.subtitle);
+        assert!(fig.subtitle.starts_with("30 epochs"), "{}", fig.subtitle);
+        // Ended by early stopping: the chart says so, and of how many epochs.
+        c.stopped_early = Some(80);
+        let fig = Figure::new(&c).unwrap();
+        assert!(fig.subtitle.starts_with("stopped early at epoch 30 of 80   ·   "), "{}", fig.subtitle);
     }
 
     /// An error below 1 (mae) is not drawn as a score, and a metric that is

@@ -139,8 +139,16 @@ impl<'a> RunLog<'a> {
 
 /// Draw `curves.svg` and `curves.png` in the run folder from the epochs run;
 /// `kept` is the epoch whose weights are the model the run kept (marked when
-/// it is not the lowest validation loss), `None` where it kept none.
-pub fn draw_curves(dir: &RunDir, title: &str, history: &[EpochRecord], kept: Option<usize>) -> io::Result<()> {
+/// it is not the lowest validation loss), `None` where it kept none;
+/// `stopped_early` the epochs the run asked for, where early stopping ended it
+/// before them (said in the subtitle).
+pub fn draw_curves(
+    dir: &RunDir,
+    title: &str,
+    history: &[EpochRecord],
+    kept: Option<usize>,
+    stopped_early: Option<usize>,
+) -> io::Result<()> {
     let epochs: Vec<usize> = history.iter().map(|r| r.epoch).collect();
     let col = |f: fn(&EpochRecord) -> f64| history.iter().map(f).collect::<Vec<f64>>();
     let (train_loss, val_loss, lr) = (col(|r| r.train_loss), col(|r| r.val_loss), col(|r| r.lr));
@@ -168,6 +176,7 @@ pub fn draw_curves(dir: &RunDir, title: &str, history: &[EpochRecord], kept: Opt
         loss_scale: scaled.then_some(loss_scale.as_slice()),
         skipped_steps: scaled.then_some(skipped.as_slice()),
         kept,
+        stopped_early,
     };
     curves::draw_svg(&c, &dir.path.join("curves.svg")).map_err(io::Error::other)?;
     curves::draw_png(&c, &dir.path.join("curves.png")).map_err(io::Error::other)
@@ -249,7 +258,7 @@ mod tests {
         };
         log.on_event(&TrainEvent::EpochEnd(&later));
         assert_eq!(log.history(), [record, later]);
-        draw_curves(&dir, "resumed", log.history(), Some(2)).unwrap();
+        draw_curves(&dir, "resumed", log.history(), Some(2), None).unwrap();
         let history = log.history().to_vec();
         log.finish().unwrap();
         let svg = std::fs::read_to_string(dir.path.join("curves.svg")).unwrap();
@@ -262,7 +271,7 @@ mod tests {
         // An fp32 run has neither.
         let plain: Vec<EpochRecord> =
             history.into_iter().map(|r| EpochRecord { loss_scale: None, skipped_steps: 0, ..r }).collect();
-        draw_curves(&dir, "fp32", &plain, None).unwrap();
+        draw_curves(&dir, "fp32", &plain, None, None).unwrap();
         let svg = std::fs::read_to_string(dir.path.join("curves.svg")).unwrap();
         assert!(!svg.contains("Mixed precision"));
     }

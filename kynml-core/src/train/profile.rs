@@ -189,6 +189,10 @@ pub enum Bound {
     TooFewSteps,
     /// Evaluating the validation split took a large share of the run's time.
     Evaluation,
+    /// The steps took a small share of the run's time: start-up and each
+    /// epoch's fixed work between them (records, logs, the progress line,
+    /// early stopping's copy of the best weights) led, as in a small run.
+    BetweenSteps,
     /// The training thread's checkpoint saves (hand-offs) took a large
     /// share of the run's time.
     Checkpoint,
@@ -209,6 +213,9 @@ pub struct RunShares {
     pub checkpoints: f64,
     /// Everything else.
     pub rest: f64,
+    /// The seconds these are shares of: the run's, less its warm-up steps
+    /// and warm-up evaluation.
+    pub seconds: f64,
 }
 
 /// The bottleneck, and one concrete step a person can take.
@@ -247,6 +254,11 @@ pub const BETWEEN_STEPS_SHARE: f64 = 0.3;
 /// The share of the run's time above which evaluation or checkpoint
 /// hand-offs are named after another verdict.
 pub const NOTE_SHARE: f64 = 0.1;
+/// Seconds of evaluation or of checkpoint hand-offs, in all, below which
+/// they are no verdict nor named after one, whatever their share: a
+/// change to save less than this is not worth making (a 2 ms run's one
+/// evaluation of 0.02 ms is 10% of it).
+pub const WORTH_ADVICE: f64 = 0.01;
 
 /// The phases in step order; `other` is what the step spent outside them.
 /// `sync` is a data-parallel run's alone: a run on one device has none, and
@@ -336,7 +348,7 @@ impl Profile {
         let evaluation = (evals(self.steady_evals()) + 0.0) / run;
         let checkpoints = (self.checkpoints.iter().map(|c| c.handoff).sum::<f64>() + 0.0) / run;
         let rest = (1.0 - steps - wait - evaluation - checkpoints).max(0.0);
-        RunShares { steps, wait, evaluation, checkpoints, rest }
+        RunShares { steps, wait, evaluation, checkpoints, rest, seconds: run }
     }
 
     /// The bottleneck, in this order: fp16 skipping more than
@@ -346,7 +358,9 @@ impl Profile {
     /// [`BETWEEN_STEPS_SHARE`] of the run's time; waiting for batches more
     /// than [`DATA_BOUND_SHARE`] of the steps' time (with `workers` the
     /// spec's `num_workers`, to say what to set within the machine's
-    /// cores); a GPU that NVML saw idle; a median step shorter than
+    /// cores); the time between the steps (start-up, each epoch's fixed
+    /// work) over [`BETWEEN_STEPS_SHARE`] of the run's and over the steps'
+    /// own; a GPU that NVML saw idle; a median step shorter than
     /// [`SHORT_STEP`]; else compute-bound, naming the largest phase.
     /// Evaluation and checkpoints over [`NOTE_SHARE`] of the run's time
     /// that do not lead are named after it, each with what to change.
@@ -406,6 +420,9 @@ impl Profile {
         );
         let run = self.run_shares();
         let pct = |share: f64| format!("{:.0}%", 100.0 * share);
+        // What the shares are of, said with them: the run's own time, as
+        // `trained ... in` prints it, also counts the warm-up and the end.
+        let of_run = format!("of the {} the run spent after warm-up", seconds_text(run.seconds));
 
         // Evaluation and checkpoints, weighed against the run's time.
         let evals = self.steady_evals();
@@ -414,8 +431,8 @@ impl Profile {
             _ => String::new(),
         };
         let evaluation = format!(
-            "evaluation takes {} of the run's time ({} evaluation{}, {}, one after each epoch{first}): a larger \
-             `split` in the dataset block validates on fewer rows",
+            "evaluation takes {} {of_run} ({} evaluation{}, {}, one after each epoch{first}): a larger `split` in \
+             the dataset block validates on fewer rows",
             pct(run.evaluation),
             evals.len(),
             if evals.len() == 1 { "" } else { "s" },
@@ -427,30 +444,38 @@ impl Profile {
             if n == 1 { "" } else { "s" },
             seconds_text(self.checkpoints.iter().map(|c| c.handoff).sum())
         );
-        let checkpoints = if self.checkpoints.iter().any(|c| !c.async_save) {
-            format!(
-                "synchronous checkpoint saves take {} of the run's time ({saves}, the training waiting for each \
-                 write): `async_save = true` in checkpoint(...) writes them in the background, or a larger \
-                 `every_n` saves less often",
+        // One save is the run's last (or its only epoch's), which no `every_n` spares.
+        let checkpoints = match (self.checkpoints.iter().any(|c| !c.async_save), n > 1) {
+            (true, many) => format!(
+                "synchronous checkpoint saves take {} {of_run} ({saves}, the training waiting for each write): \
+                 `async_save = true` in checkpoint(...) writes them in the background{}",
+                pct(run.checkpoints),
+                if many { ", or a larger `every_n` saves less often" } else { "" }
+            ),
+            (false, true) => format!(
+                "checkpoint hand-offs take {} {of_run} ({saves}, the state copied to the host for the writer): a \
+                 larger `every_n` in checkpoint(...) saves less often",
                 pct(run.checkpoints)
-            )
-        } else {
-            format!(
-                "checkpoint hand-offs take {} of the run's time ({saves}, the state copied to the host for the \
-                 writer): a larger `every_n` in checkpoint(...) saves less often",
+            ),
+            (false, false) => format!(
+                "the checkpoint hand-off takes {} {of_run} ({saves}, the state copied to the host for the writer): \
+                 the run's one save, which no `every_n` spares; in a longer run it weighs less",
                 pct(run.checkpoints)
-            )
+            ),
         };
+        // Time too short to be worth a change is not advised on, whatever its share.
+        let (eval_worth, checkpoints_worth) =
+            (run.evaluation * run.seconds >= WORTH_ADVICE, run.checkpoints * run.seconds >= WORTH_ADVICE);
         let (eval_leads, checkpoints_lead) = (
-            run.evaluation > BETWEEN_STEPS_SHARE && run.evaluation >= run.checkpoints,
-            run.checkpoints > BETWEEN_STEPS_SHARE && run.checkpoints > run.evaluation,
+            eval_worth && run.evaluation > BETWEEN_STEPS_SHARE && run.evaluation >= run.checkpoints,
+            checkpoints_worth && run.checkpoints > BETWEEN_STEPS_SHARE && run.checkpoints > run.evaluation,
         );
         let notes = {
             let mut notes = String::new();
-            if run.evaluation > NOTE_SHARE && !eval_leads {
+            if eval_worth && run.evaluation > NOTE_SHARE && !eval_leads {
                 notes += &format!("; besides the steps, {evaluation}");
             }
-            if run.checkpoints > NOTE_SHARE && !checkpoints_lead {
+            if checkpoints_worth && run.checkpoints > NOTE_SHARE && !checkpoints_lead {
                 notes += &format!("; besides the steps, {checkpoints}");
             }
             notes
@@ -472,10 +497,26 @@ impl Profile {
             return Verdict {
                 bound: Bound::Data,
                 advice: format!(
-                    "data-bound: waiting for batches is {} of the steps' time (their waits included; {} of the \
-                     run's time): {advice}{notes}{warm_up}",
+                    "data-bound: waiting for batches is {} of the steps' time (their waits included; {} {of_run}): \
+                     {advice}{notes}{warm_up}",
                     pct(wait),
                     pct(run.wait)
+                ),
+            };
+        }
+        // The steps a small part of the run: start-up and each epoch's
+        // fixed work lead, which no setting of the steps changes.
+        if run.rest > BETWEEN_STEPS_SHARE.max(run.steps) {
+            return Verdict {
+                bound: Bound::BetweenSteps,
+                advice: format!(
+                    "bound by the work between the steps: the steps' own work is {} {of_run}, waiting for batches \
+                     {}, and the rest {} (start-up, and each epoch's fixed work: its records, logs and progress \
+                     line, and under early stopping the best weights' copy); the steps are not what to speed up: in a \
+                     run this small the fixed costs lead, and they weigh less with more rows per epoch{notes}{warm_up}",
+                    pct(run.steps),
+                    pct(run.wait),
+                    pct(run.rest)
                 ),
             };
         }
@@ -589,7 +630,7 @@ impl Profile {
         Verdict {
             bound,
             advice: format!(
-                "{label}: the steps' own work is {} of the run's time, {} ({phase} is {} of the steps' time); \
+                "{label}: the steps' own work is {} {of_run}, {} ({phase} is {} of the steps' time); \
                  {hint}{notes}{warm_up}",
                 pct(run.steps),
                 spent.join(", "),
@@ -919,6 +960,17 @@ mod tests {
         assert!(!half.contains("bf16/fp16"), "{half}");
     }
 
+    /// `steps` laid end to end from the start, each beginning where the
+    /// one before ended: no time between them (as `timed` leaves a second).
+    fn back_to_back(mut steps: Vec<StepTiming>) -> Vec<StepTiming> {
+        let mut at = 0.0;
+        for s in &mut steps {
+            s.start = at;
+            at += s.wait + s.total;
+        }
+        steps
+    }
+
     fn timed(epoch: usize, step: usize, total: f64) -> StepTiming {
         let third = total / 3.0;
         StepTiming {
@@ -942,7 +994,7 @@ mod tests {
                 s
             })
             .collect();
-        let p = Profile { steps, ..Profile::default() };
+        let p = Profile { steps: back_to_back(steps), ..Profile::default() };
         assert!(p.data_parallel());
         let v = p.verdict(0);
         // Not "compute-bound": the devices computed for half of it.
@@ -970,7 +1022,7 @@ mod tests {
         let mut steps: Vec<StepTiming> = (1..=20).map(|i| timed(1, i, 10e-6)).collect();
         steps[0].total = 35e-3;
         steps[0].phases.forward = 35e-3;
-        let p = Profile { steps, ..Profile::default() };
+        let p = Profile { steps: back_to_back(steps), ..Profile::default() };
         assert_eq!(p.steady_steps().len(), 19);
         let v = p.verdict(0);
         assert_eq!(v.bound, Bound::Overhead);
@@ -996,11 +1048,12 @@ mod tests {
         // decides, not the mean.
         let held: Vec<StepTiming> =
             (1..=30).map(|i| timed(1 + i / 10, i, if i % 3 == 0 && i > 10 { 5e-3 } else { 10e-6 })).collect();
-        let p = Profile { steps: held, ..Profile::default() };
+        let p = Profile { steps: back_to_back(held), ..Profile::default() };
         assert_eq!(p.steady_steps().len(), 29);
         assert_eq!(p.verdict(0).bound, Bound::Overhead, "{}", p.verdict(0).advice);
         // Steps of 2 ms doing arithmetic: compute-bound.
-        let compute = Profile { steps: (1..=4).map(|i| timed(1, i, 2e-3)).collect(), ..Profile::default() };
+        let compute =
+            Profile { steps: back_to_back((1..=4).map(|i| timed(1, i, 2e-3)).collect()), ..Profile::default() };
         assert_eq!(compute.verdict(0).bound, Bound::Compute);
         // The native CPU engine's short steps are its arithmetic (no
         // launches or dispatch inside them): its phases decide.
@@ -1011,7 +1064,7 @@ mod tests {
                 s
             })
             .collect();
-        let v = Profile { steps: native, native: true, ..Profile::default() }.verdict(0);
+        let v = Profile { steps: back_to_back(native), native: true, ..Profile::default() }.verdict(0);
         assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
         assert!(
             v.advice.contains("backward is 58% of the steps' time") && !v.advice.contains("launches"),
@@ -1044,8 +1097,16 @@ mod tests {
             .collect();
         let end = n as f64 * step;
         let evals = if eval > 0.0 { vec![EvalTiming { epoch: 1, start: end, seconds: eval }] } else { Vec::new() };
+        // Two saves of half each, one after the other.
         let checkpoints = if save > 0.0 {
-            vec![CheckpointTiming { epoch: 1, start: end + eval, handoff: save, write: None, async_save }]
+            let half = |i: f64| CheckpointTiming {
+                epoch: 1,
+                start: end + eval + i * save / 2.0,
+                handoff: save / 2.0,
+                write: None,
+                async_save,
+            };
+            vec![half(0.0), half(1.0)]
         } else {
             Vec::new()
         };
@@ -1152,9 +1213,9 @@ mod tests {
         let v = p.verdict(0);
         assert_eq!(v.bound, Bound::Evaluation, "{}", v.advice);
         for part in [
-            "evaluation takes 40% of the run's time (1 evaluation, 4.00 s",
+            "evaluation takes 40% of the 10.00 s the run spent after warm-up (1 evaluation, 4.00 s",
             "a larger `split`",
-            "synchronous checkpoint saves take 21% of the run's time",
+            "synchronous checkpoint saves take 21% of the 10.00 s the run spent after warm-up",
             "`async_save = true`",
             "a larger `every_n`",
         ] {
@@ -1165,6 +1226,16 @@ mod tests {
         // not advised again.
         let v = laid_out(14, 0.3, 4.0, 2.1, true).verdict(0);
         assert!(v.advice.contains("checkpoint hand-offs take 21%") && !v.advice.contains("async_save"), "{}", v.advice);
+        assert!(v.advice.contains("(2 saves, 2.10 s") && v.advice.contains("a larger `every_n`"), "{}", v.advice);
+        // One save, the run's last: no `every_n` spares it, so none is advised.
+        for async_save in [false, true] {
+            let mut p = laid_out(14, 0.3, 4.0, 2.1, async_save);
+            p.checkpoints.truncate(1);
+            p.checkpoints[0].handoff = 2.1;
+            let v = p.verdict(0);
+            assert!(v.advice.contains("(1 save, 2.10 s") && !v.advice.contains("a larger `every_n`"), "{}", v.advice);
+            assert_eq!(v.advice.contains("the run's one save"), async_save, "{}", v.advice);
+        }
         // Checkpoints leading.
         let v = laid_out(14, 0.3, 1.0, 5.0, false).verdict(0);
         assert_eq!(v.bound, Bound::Checkpoint, "{}", v.advice);
@@ -1174,8 +1245,8 @@ mod tests {
         assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
         assert!(
             v.advice.starts_with(
-                "compute-bound: the steps' own work is 77% of the run's time, waiting for batches 0%, evaluation \
-                 12%, checkpoints 11% (backward is 50% of the steps' time)"
+                "compute-bound: the steps' own work is 77% of the 5.05 s the run spent after warm-up, waiting for \
+                 batches 0%, evaluation 12%, checkpoints 11% (backward is 50% of the steps' time)"
             ),
             "{}",
             v.advice
@@ -1183,8 +1254,40 @@ mod tests {
         assert!(v.advice.contains("a larger `split`") && v.advice.contains("`async_save = true`"), "{}", v.advice);
         // "100%" only where it is so.
         let v = laid_out(14, 0.3, 0.0, 0.0, false).verdict(0);
-        assert!(v.advice.starts_with("compute-bound: the steps' own work is 100% of the run's time"), "{}", v.advice);
+        assert!(v.advice.starts_with("compute-bound: the steps' own work is 100% of the 3.90 s"), "{}", v.advice);
         assert!(!v.advice.contains("split") && !v.advice.contains("every_n"), "{}", v.advice);
+        // The same shares in a run a thousand times shorter (on the native
+        // engine, whose short steps are arithmetic): 4 ms of evaluation and
+        // 2.1 ms of saves are no change worth making.
+        let v = Profile { native: true, ..laid_out(14, 0.3e-3, 4e-3, 2.1e-3, false) }.verdict(0);
+        assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
+        assert!(!v.advice.contains("split") && !v.advice.contains("async_save"), "{}", v.advice);
+    }
+
+    /// Steps of 0.3 s a second apart: the steps are 30% of the run, the
+    /// time between them 70% (an epoch's records, logs and line, in a small
+    /// run): not "compute-bound" with a faster device advised.
+    #[test]
+    fn a_run_whose_steps_are_a_small_share_is_bound_between_them() {
+        let mut p = laid_out(14, 0.3, 0.0, 0.0, false);
+        p.steps.iter_mut().enumerate().for_each(|(i, s)| s.start = i as f64);
+        let shares = p.run_shares();
+        // 13 steady steps of 0.3 s in the 13 s the run took past its warm-up step.
+        assert!((shares.seconds - 13.0).abs() < 1e-9 && (shares.steps - 0.3).abs() < 1e-9, "{shares:?}");
+        let v = p.verdict(0);
+        assert_eq!(v.bound, Bound::BetweenSteps, "{}", v.advice);
+        assert!(
+            v.advice.starts_with(
+                "bound by the work between the steps: the steps' own work is 30% of the 13.00 s the run spent after \
+                 warm-up, waiting for batches 0%, and the rest 70%"
+            ),
+            "{}",
+            v.advice
+        );
+        assert!(!v.advice.contains("faster device"), "{}", v.advice);
+        // Closer together, the steps lead again.
+        p.steps.iter_mut().enumerate().for_each(|(i, s)| s.start = i as f64 * 0.5);
+        assert_eq!(p.verdict(0).bound, Bound::Compute);
     }
 
     #[test]
@@ -1222,7 +1325,7 @@ mod tests {
 
         // One step per epoch, the batch every training row: no larger batch to advise.
         let tiny: Vec<StepTiming> = (1..=5).map(|e| timed(e, 1, 10e-6)).collect();
-        let small = Profile { steps: tiny, steps_per_epoch: 1, ..Profile::default() }.verdict(0);
+        let small = Profile { steps: back_to_back(tiny), steps_per_epoch: 1, ..Profile::default() }.verdict(0);
         assert_eq!(small.bound, Bound::Overhead);
         assert!(
             small.advice.contains("the run is small") && !small.advice.contains("a larger batch"),
@@ -1256,7 +1359,7 @@ mod tests {
             .collect();
         steps[0].phases.forward = 4.5;
         steps[0].total = 4.5 + 1.8e-3;
-        let v = Profile { steps, ..Profile::default() }.verdict(0);
+        let v = Profile { steps: back_to_back(steps), ..Profile::default() }.verdict(0);
         assert_eq!(v.bound, Bound::Compute, "{}", v.advice);
         assert!(v.advice.contains("(optimizer is 75% of the steps' time)"), "{}", v.advice);
         assert!(v.advice.ends_with("the warm-up step (4.50 s, start-up work) is in the phase table but not here)"));

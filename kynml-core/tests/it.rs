@@ -2297,7 +2297,7 @@ fn gelu_odd_widths_and_avgpool_take_the_native_engines_step_on_wgpu() {
 /// input-gradient kernel there that gave them wrong or no gradients at
 /// batch 32 (losses 1e-3 to 5e-3 off the CPU's on lavapipe; the first
 /// convolution's weights never moved), silently. Such a convolution now
-/// runs with a kernel as long as its stride, the added taps zeros.
+/// runs over the windows' taps, gathered, with a stride as long as its kernel.
 #[test]
 fn a_stride_longer_than_the_kernel_trains_on_wgpu_as_on_the_cpu() {
     let seed = clock_seed();
@@ -2316,6 +2316,10 @@ fn a_stride_longer_than_the_kernel_trains_on_wgpu_as_on_the_cpu() {
         " input 1x8x8\n conv2d 4 3 relu\n conv2d 4 1 relu stride=2 padding=2\n flatten\n dense 1 linear",
         " input 1x8x8\n conv2d 4 3 relu\n conv2d 4 2 relu stride=3\n flatten\n dense 1 linear",
         " input 2x32\n conv1d 4 3 relu\n conv1d 4 1 linear stride=2 padding=2\n flatten\n dense 1 linear",
+        // Strides far past the input: one window, its taps gathered (a
+        // kernel padded to the stride asked for terabytes here).
+        " input 1x8x8\n conv2d 3 2 relu stride=1000000\n flatten\n dense 1 linear",
+        " input 1x8x8\n conv2d 4 2 relu stride=5 padding=1\n conv2d 2 1 tanh stride=2\n flatten\n dense 1 linear",
     ] {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("data.csv"), &csv).unwrap();

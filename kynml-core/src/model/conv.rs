@@ -370,6 +370,49 @@ impl Kind for ConvSpec {
     }
 }
 
+/// For each axis whose stride is longer than the kernel, the input padded
+/// on that axis and cut to the positions the windows read, a kernel's
+/// length of them for each output, end to end: a convolution of stride
+/// `kernel` over it gives what one of stride `stride` gives over `x`. Returns
+/// the input and the stride and padding to run with (an axis whose stride
+/// is no longer than the kernel keeps its own).
+fn gather_windows(
+    mut x: Tensor<Kb, 4>,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+) -> (Tensor<Kb, 4>, [usize; 2], [usize; 2]) {
+    let (mut stride, mut padding) = (stride, padding);
+    for axis in 0..2 {
+        let (k, s, p) = (kernel[axis], stride[axis], padding[axis]);
+        if s <= k {
+            continue;
+        }
+        let dim = 2 + axis;
+        if p > 0 {
+            let pads = if axis == 0 { [(p, p), (0, 0)] } else { [(0, 0), (p, p)] };
+            x = x.pad(pads, PadMode::Constant(0.0));
+        }
+        let outputs = (x.dims()[dim] - k) / s + 1;
+        // Tap `j` of every window: positions j, j + s, ... (one per output).
+        let taps: Vec<Tensor<Kb, 4>> = (0..k)
+            .map(|j| {
+                let end = j + (outputs - 1) * s + 1;
+                x.clone().slice_dim(dim, burn::tensor::Slice::new(j as isize, Some(end as isize), s as isize))
+            })
+            .collect();
+        // [b, c, outputs, k, w] (or [b, c, h, outputs, k]), then each
+        // output's taps end to end.
+        let gathered: Tensor<Kb, 5> = Tensor::stack(taps, dim + 1);
+        let mut dims = x.dims();
+        dims[dim] = outputs * k;
+        x = gathered.reshape(dims);
+        stride[axis] = k;
+        padding[axis] = 0;
+    }
+    (x, stride, padding)
+}
+
 impl LayerModule for Conv<Kb> {
     /// The convolution runs in `half` when given, as a dense layer's product
     /// does; the bias and the activation stay fp32.
@@ -377,25 +420,20 @@ impl LayerModule for Conv<Kb> {
         let [batch, _] = x.dims();
         let [c, h, w] = self.input;
         let x = x.reshape([batch, c, h, w]);
-        // A stride longer than the kernel (inputs no window reads) runs as
-        // a kernel as long as the stride, the added taps zeros that take
-        // no gradient, over an input padded after its end by the
-        // difference (the same outputs, the same sums): there, Burn's GPU
-        // autotune chose an input-gradient kernel that gave the layers
-        // below wrong or no gradients on wgpu (kernel 1, stride 2, batch
-        // 32: losses 1e-3 to 5e-3 off the CPU's), silently.
+        // A stride longer than the kernel (inputs no window reads): the rows
+        // (columns) the windows read are gathered, a kernel's length for
+        // each output, by strided slices, and the convolution runs with a
+        // stride as long as its kernel (the same outputs, the same sums).
+        // With the stride as written, Burn's GPU autotune chose an
+        // input-gradient kernel that gave the layers below wrong or no
+        // gradients on wgpu (kernel 1, stride 2, batch 32: losses 1e-3 to
+        // 5e-3 off the CPU's), silently. (Padding the kernel to the
+        // stride's length instead held stride x stride values per output:
+        // a stride of 10^6 asked for 64 TB.)
         let [_, _, kh, kw] = self.weight.dims();
-        let [sh, sw] = self.stride;
-        let [ph, pw] = self.padding;
-        let (x, weight, padding) = if sh > kh || sw > kw {
-            let (eh, ew) = (sh.saturating_sub(kh), sw.saturating_sub(kw));
-            let x = x.pad([(ph, ph + eh), (pw, pw + ew)], PadMode::Constant(0.0));
-            let weight = self.weight.val().pad([(0, eh), (0, ew)], PadMode::Constant(0.0));
-            (x, weight, [0, 0])
-        } else {
-            (x, self.weight.val(), self.padding)
-        };
-        let options = ConvOptions::new(self.stride, padding, [1, 1], 1);
+        let (x, stride, padding) = gather_windows(x, [kh, kw], self.stride, self.padding);
+        let weight = self.weight.val();
+        let options = ConvOptions::new(stride, padding, [1, 1], 1);
         let bias = self.bias.val();
         let y = match pass.half {
             None => conv2d(x, weight, Some(bias), options),

@@ -19,7 +19,16 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             .iter()
             .zip(&widths)
             .enumerate()
-            .map(|(i, (c, w))| if i > 0 && looks_numeric(c) { format!("{c:>w$}") } else { format!("{c:<w$}") })
+            .map(|(i, (c, w))| {
+                // Padded by hand: a format width must fit in 16 bits, and a
+                // cell (a model's name) may be longer (it panicked).
+                let pad = " ".repeat(w.saturating_sub(c.chars().count()));
+                if i > 0 && looks_numeric(c) {
+                    format!("{pad}{c}")
+                } else {
+                    format!("{c}{pad}")
+                }
+            })
             .collect();
         format!("  {}", parts.join("   ").trim_end())
     };
@@ -350,5 +359,11 @@ mod tests {
         for cell in ["relu", "ms", "1 box", "4m apart"] {
             assert!(!looks_numeric(cell), "{cell}");
         }
+        // A cell wider than a format width can be (u16): padded all the same.
+        let long = "M".repeat(70_000);
+        let t = table(&["run", "epochs"], &[vec![long.clone(), "3".into()], vec!["b".into(), "12".into()]]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[2] == format!("  {long}{}3", " ".repeat(8)), "{:?}", &lines[2][70_000..]);
+        assert!(lines[3] == format!("  b{}12", " ".repeat(70_006)), "{}", lines[3].len());
     }
 }

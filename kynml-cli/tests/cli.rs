@@ -2062,6 +2062,21 @@ fn a_checkpoint_whose_tensors_do_not_load_leaves_no_run_folder() {
             assert_eq!(std::fs::read(dir.join("run.ckpt")).unwrap(), bytes, "the checkpoint is left as it was");
         }
     }
+    // A loop state whose epoch count is not its history's (2^64 - 1 wrapped
+    // to an epoch 0, and trained six epochs numbered from it): refused.
+    for epoch in [u64::MAX, 0, 2] {
+        let mut ckpt = saved.clone();
+        ckpt.state["epoch"] = serde_json::json!(epoch);
+        std::fs::write(dir.join("run.ckpt"), kynml_core::checkpoint::format::encode(&ckpt, &hash)).unwrap();
+        let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "second"], dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{epoch}: {t}");
+        assert!(
+            t.contains("its loop state does not hold together") && t.contains("its history records 1 (epoch 1)"),
+            "{t}"
+        );
+        assert!(!dir.join("second").exists(), "{epoch}: {t}");
+    }
 }
 
 /// Standard output that cannot be written is an error, not a panic.

@@ -554,6 +554,25 @@ pub fn check(ckpt: &Checkpoint, spec: &ModelSpec, optimizer: &str, loss: &str) -
     }
     let state: LoopState = serde_json::from_value(ckpt.state.clone())
         .map_err(|e| ResumeError::Incomplete(format!("its loop state cannot be read: {e}")))?;
+    // One record per finished epoch, in order: a state that says otherwise
+    // (an epoch count past what was recorded, as far as 2^64 - 1, which
+    // wrapped to an epoch 0) was not written by a run.
+    let numbered = state.history.iter().enumerate().all(|(i, r)| r.epoch == i + 1);
+    if state.history.len() != state.epoch || !numbered {
+        let held: Vec<String> = state.history.iter().map(|r| r.epoch.to_string()).take(8).collect();
+        let more = if state.history.len() > 8 { ", ..." } else { "" };
+        return Err(ResumeError::Incomplete(format!(
+            "its loop state does not hold together: {} epoch{} done, but its history records {} ({}{more})",
+            state.epoch,
+            if state.epoch == 1 { "" } else { "s" },
+            state.history.len(),
+            match held.len() {
+                0 => "none".to_string(),
+                1 => format!("epoch {}", held[0]),
+                _ => format!("epochs {}", held.join(", ")),
+            }
+        )));
+    }
     if state.optimizer != optimizer {
         return Err(ResumeError::OptimizerMismatch { expected: optimizer.into(), found: state.optimizer });
     }

@@ -345,7 +345,7 @@ impl ExportModel {
     /// width, each layer takes the width the previous one gives, every vector has the length its
     /// layer needs, and the head matches the output width (softmax: one output per class, at least
     /// two classes; sigmoid: one output, two classes). Also rejects values that would make the
-    /// forward pass meaningless: a zero or non-finite normalizer std, a negative running variance,
+    /// forward pass meaningless: a normalizer std that is not positive and finite, a negative running variance,
     /// a dropout p outside [0, 1).
     pub fn validate(&self) -> Result<(), String> {
         if self.input == 0 {
@@ -360,8 +360,10 @@ impl ExportModel {
             if let Some(m) = mean.iter().find(|m| !m.is_finite()) {
                 return Err(format!("normalizer mean holds {m}; it must be finite"));
             }
-            if let Some(s) = std.iter().find(|s| !(s.is_finite() && **s != 0.0)) {
-                return Err(format!("normalizer std holds {s}; it must be finite and non-zero"));
+            // A standard deviation is positive (a constant column's is 1): a
+            // negative one, hand-written, mirrored the column silently.
+            if let Some(s) = std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+                return Err(format!("normalizer std holds {s}; it must be finite and positive"));
             }
         }
         if self.shape.size() != self.input {
@@ -718,6 +720,8 @@ mod tests {
         let mut zero_std = good.clone();
         zero_std.normalizer = Some((vec![0.0; 2], vec![1.0, 0.0]));
         assert!(zero_std.validate().unwrap_err().contains("std"));
+        zero_std.normalizer = Some((vec![0.0; 2], vec![1.0, -1.0]));
+        assert!(zero_std.validate().unwrap_err().contains("std holds -1; it must be finite and positive"));
 
         let mut softmax = good.clone();
         softmax.head = Head::Softmax { class_names: vec!["a".into(), "b".into()] };

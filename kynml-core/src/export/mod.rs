@@ -333,6 +333,17 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
             reason: format!("{name} export named .{ext} would be taken for another format; name it .{expected}"),
         });
     }
+    // Names that `load` takes for a spec or for rows, whatever the file
+    // holds: an export under one could not be read back.
+    if let Some(ext) = ext.as_deref().filter(|e| ["kyn", "csv", "tsv"].contains(e)) {
+        let what = if ext == "kyn" { "a spec" } else { "a CSV file of rows" };
+        return Err(ExportError::Unwritable {
+            path: path.into(),
+            reason: format!(
+                "a .{ext} file is read as {what} (predict and eval refuse it as a model); name it .{expected}"
+            ),
+        });
+    }
     // Predict and eval tell a Burn record by its name (Burn's loader adds `.mpk`).
     let exact = path.extension().and_then(|e| e.to_str());
     if format == Format::Burn && exact != Some("mpk") {
@@ -1286,6 +1297,16 @@ mod tests {
         // A sidecar from before sidecars named their files.
         std::fs::write(at("w.json"), serde_json::json!({"format": torch::SIDECAR_FORMAT}).to_string()).unwrap();
         check_target(Format::Safetensors, &at("w.safetensors")).unwrap();
+        // Named as a spec or as rows, an export could not be read back:
+        // refused before it is written (predict then said "it is a CSV file").
+        for (format, name, said) in [
+            (Format::Safetensors, "w.csv", "a .csv file is read as a CSV file of rows"),
+            (Format::Onnx, "m.TSV", "a .tsv file is read as a CSV file of rows"),
+            (Format::Safetensors, "x.kyn", "a .kyn file is read as a spec"),
+        ] {
+            let refused = check_target(format, &at(name)).unwrap_err().to_string();
+            assert!(refused.contains(said) && !at(name).exists(), "{refused}");
+        }
     }
 
     /// A FIFO at the export's path or at its sidecar's is refused without

@@ -12,6 +12,7 @@ mod predict;
 mod reading;
 mod render;
 mod report;
+mod terminal;
 mod train;
 
 use std::process::ExitCode;

@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressStyle;
 use kynml_core::data::Dataset;
 use kynml_core::plan::{LoadError, SpecFile};
 use kynml_core::train::memory::bytes;
@@ -22,7 +22,7 @@ pub fn load_data(file: &mut SpecFile) -> Result<Dataset, LoadError> {
     if !std::io::stderr().is_terminal() {
         return file.load_data();
     }
-    let bar = ProgressBar::new(size);
+    let bar = crate::terminal::bar(size);
     bar.set_style(
         ProgressStyle::with_template("  [{bar:30}] {bytes}/{total_bytes}, {eta} left")
             .expect("static template")

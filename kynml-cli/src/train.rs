@@ -1311,20 +1311,25 @@ impl Progress {
     fn on_event(&mut self, event: &TrainEvent) {
         match *event {
             TrainEvent::EpochStart { epoch, epochs, steps, .. } if self.tty => {
-                (self.width, self.room) = bar_layout(terminal_columns(), epoch, epochs, steps);
+                let columns = crate::terminal::columns();
+                (self.width, self.room) = bar_layout(columns, epoch, epochs, steps);
+                let prefix = format!("{epoch}/{epochs}");
                 // Styled and named before it is first drawn (`set_prefix`
                 // draws): its first frame was indicatif's default bar.
+                // Messages are `{msg}`, fitted here: indicatif's `{wide_msg}`
+                // filled the width it read, 80 columns where a terminal
+                // gives its rows as 0, and each redraw wrapped on a narrower one.
                 let bar = match self.first_steps {
                     // No bar yet: the note and the time it has taken, on one short line.
-                    Some(note) => ProgressBar::new(steps as u64)
+                    Some(note) => crate::terminal::bar(steps as u64)
                         .with_style(
-                            ProgressStyle::with_template("epoch {prefix} {elapsed:>4} {wide_msg}")
-                                .expect("static template"),
+                            ProgressStyle::with_template("epoch {prefix} {elapsed:>4} {msg}").expect("static template"),
                         )
-                        .with_message(note),
-                    None => ProgressBar::new(steps as u64).with_style(bar_style(self.width)),
+                        // The last column left free, as the bar's layout leaves it.
+                        .with_message(fit(note, columns.saturating_sub("epoch  1234  ".len() + prefix.len()))),
+                    None => crate::terminal::bar(steps as u64).with_style(bar_style(self.width)),
                 }
-                .with_prefix(format!("{epoch}/{epochs}"));
+                .with_prefix(prefix);
                 // Redrawn on its own, so that the time moves while a step
                 // (a first one tuning kernels) takes long.
                 bar.enable_steady_tick(std::time::Duration::from_millis(250));
@@ -1409,23 +1414,24 @@ fn bar_layout(columns: usize, epoch: usize, epochs: usize, steps: usize) -> (usi
     (width, free.saturating_sub(width))
 }
 
-/// The width of the terminal on standard error, 80 where it cannot be told.
-fn terminal_columns() -> usize {
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ fills a winsize struct.
-    match unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut size) } {
-        0 if size.ws_col > 0 => usize::from(size.ws_col),
-        _ => 80,
+/// `text`, cut to `room` characters (its last one then `…`).
+fn fit(text: &str, room: usize) -> String {
+    if text.chars().count() <= room {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(room.saturating_sub(1)).collect();
+    if room == 0 {
+        kept
+    } else {
+        kept + "…"
     }
 }
 
 /// An epoch's bar of `width` columns: its steps, the time it has taken, and the loss.
 fn bar_style(width: usize) -> ProgressStyle {
-    ProgressStyle::with_template(&format!(
-        "epoch {{prefix}} [{{bar:{width}}}] {{pos}}/{{len}} {{elapsed:>4}} {{wide_msg}}"
-    ))
-    .expect("static template")
-    .progress_chars("=> ")
+    ProgressStyle::with_template(&format!("epoch {{prefix}} [{{bar:{width}}}] {{pos}}/{{len}} {{elapsed:>4}} {{msg}}"))
+        .expect("static template")
+        .progress_chars("=> ")
 }
 
 fn epoch_line(r: &EpochRecord) -> String {
@@ -1752,6 +1758,13 @@ mod tests {
 
     /// On 50 columns the bar shrinks and the loss keeps its place, the
     /// speed left out; on 80 both fit; never wider than the terminal.
+    #[test]
+    fn a_note_is_cut_to_its_room() {
+        assert_eq!(fit("tuning kernels", 20), "tuning kernels");
+        assert_eq!(fit("tuning kernels", 7), "tuning…");
+        assert_eq!(fit("tuning", 0), "");
+    }
+
     #[test]
     fn the_bar_fits_the_terminal() {
         let line = |columns: usize| {

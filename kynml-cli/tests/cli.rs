@@ -2079,6 +2079,76 @@ fn a_checkpoint_whose_tensors_do_not_load_leaves_no_run_folder() {
     }
 }
 
+/// On a terminal that gives its width but not its rows (a fresh pty after
+/// `stty cols 50`), the epoch bar is drawn at that width: indicatif's own
+/// target took such a terminal for an 80-column one, padded each redraw to
+/// 80, and every redraw wrapped and left a stale line.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_epoch_bar_fits_a_terminal_that_gives_no_rows() {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // 30,000 rows: epochs long enough for the bar to be drawn.
+    let mut csv = String::from("a,b,y\n");
+    for i in 0..30_000 {
+        csv += &format!("{},{},{}\n", i % 7, i % 13, i % 5);
+    }
+    std::fs::write(dir.join("d.csv"), csv).unwrap();
+    let spec = "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\nmodel M:\n input 2\n dense 256 relu\n \
+                dense 256 relu\n dense 1 linear\ntrain:\n loss = mse\n epochs = 2\n batch = 32\n";
+    std::fs::write(dir.join("s.kyn"), spec).unwrap();
+    let (mut master, mut slave) = (0, 0);
+    let size = libc::winsize { ws_row: 0, ws_col: 50, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: two out-parameters and a winsize read; no name buffer or termios.
+    let made = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size) };
+    assert_eq!(made, 0);
+    // SAFETY: `slave` is an open descriptor owned from here by the child's stderr.
+    let stderr = unsafe { std::process::Stdio::from_raw_fd(slave) };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["train", "s.kyn", "--out", "run"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    // SAFETY: `master` is an open descriptor owned from here by this file.
+    let mut terminal = unsafe { std::fs::File::from_raw_fd(master) };
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 4096];
+        // The pty's reads end in EIO once the child has closed its side.
+        while let Ok(n @ 1..) = terminal.read(&mut chunk) {
+            out.extend_from_slice(&chunk[..n]);
+        }
+        out
+    });
+    assert!(child.wait().unwrap().success());
+    let out = String::from_utf8_lossy(&reader.join().unwrap()).to_string();
+    let mut frames = 0;
+    for frame in out.split(['\r', '\n']) {
+        let shown: String = {
+            // The text a frame shows, its escapes (`\x1b[2K`, `\x1b[1A`) left out.
+            let mut shown = String::new();
+            let mut chars = frame.chars();
+            while let Some(c) = chars.next() {
+                if c == '\x1b' {
+                    chars.by_ref().find(|c| c.is_ascii_alphabetic());
+                } else {
+                    shown.push(c);
+                }
+            }
+            shown
+        };
+        if shown.starts_with("epoch 1/2 [") || shown.starts_with("epoch 2/2 [") {
+            frames += 1;
+            assert!(shown.chars().count() <= 50, "a frame wider than the terminal: {shown:?}");
+        }
+    }
+    assert!(frames > 0, "no bar was drawn: {out}");
+}
+
 /// Standard output that cannot be written is an error, not a panic.
 #[cfg(target_os = "linux")]
 #[test]

@@ -1,0 +1,98 @@
+//! The terminal on standard error, as the progress bars draw on it.
+
+use std::io::Write;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, TermLike};
+
+/// The terminal's `(columns, rows)` on standard error, each 0 where it
+/// does not say.
+fn size() -> (usize, usize) {
+    // SAFETY: a zeroed winsize is a valid value of the plain C struct.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize struct.
+    match unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut size) } {
+        0 => (usize::from(size.ws_col), usize::from(size.ws_row)),
+        _ => (0, 0),
+    }
+}
+
+/// The width of the terminal on standard error, 80 where it cannot be told.
+pub fn columns() -> usize {
+    match size() {
+        (0, _) => 80,
+        (columns, _) => columns,
+    }
+}
+
+/// A bar of `len` steps drawn on standard error at the terminal's own
+/// width. indicatif's own target reads the size through `console`, which
+/// takes a terminal that gives its rows as 0 (`stty cols 50` in a fresh
+/// pty) for an 80-column one: each redraw was padded to 80 columns,
+/// wrapped, and left a stale line behind.
+pub fn bar(len: u64) -> ProgressBar {
+    let (columns, rows) = size();
+    let term = Stderr { columns: if columns == 0 { 80 } else { columns }, rows: if rows == 0 { 24 } else { rows } };
+    ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::term_like_with_hz(Box::new(term), 20))
+}
+
+/// Standard error as a terminal of a known size, moved about by ANSI escapes.
+#[derive(Debug)]
+struct Stderr {
+    columns: usize,
+    rows: usize,
+}
+
+impl Stderr {
+    fn write(&self, text: &str) -> std::io::Result<()> {
+        std::io::stderr().lock().write_all(text.as_bytes())
+    }
+
+    fn moved(&self, n: usize, code: char) -> std::io::Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.write(&format!("\x1b[{n}{code}"))
+    }
+}
+
+impl TermLike for Stderr {
+    fn width(&self) -> u16 {
+        u16::try_from(self.columns).unwrap_or(u16::MAX)
+    }
+
+    fn height(&self) -> u16 {
+        u16::try_from(self.rows).unwrap_or(u16::MAX)
+    }
+
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.moved(n, 'A')
+    }
+
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.moved(n, 'B')
+    }
+
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.moved(n, 'C')
+    }
+
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.moved(n, 'D')
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.write(&format!("{s}\n"))
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.write(s)
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.write("\r\x1b[2K")
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}

@@ -122,7 +122,9 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     let cpu = line(" on the CPU, where bf16 runs as fp32 (").unwrap_or_else(|| panic!("{t}"));
     assert!(!gpu.contains("copies to save"), "{gpu}");
     assert!(
-        cpu.contains("optimizer state 1.6 MiB, best weights 1.8 MiB, copies to save 6.1 MiB, activations"),
+        cpu.contains(
+            "optimizer state 1.6 MiB, best weights with their copying 1.8 MiB, copies to save 6.1 MiB, activations"
+        ),
         "{cpu}"
     );
     assert!(gpu.contains("optimizer state 1.6 MiB, best weights 841.5 KiB, activations"), "{gpu}");
@@ -3107,7 +3109,7 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     // The users' spec exports (torchscript) and checkpoints: a bench does neither, and says neither.
     assert!(!t.contains("export ") && !t.contains("checkpoints "), "{t}");
     assert!(t.contains("warm-up round") && t.contains("round 2") && !t.contains("round 3"), "{t}");
-    for figure in ["samples/s", "step time", "first step", "start-up", "host memory", "train loss"] {
+    for figure in ["samples/s", "step time", "first step ends", "start-up", "host memory", "train loss"] {
         assert!(t.contains(figure), "no `{figure}` in:\n{t}");
     }
     let json: serde_json::Value =

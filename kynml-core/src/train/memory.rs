@@ -118,7 +118,10 @@ impl MemoryEstimate {
     /// the end, 3.0 MiB`.
     pub fn breakdown(&self) -> String {
         let part = |name: &str, n: u64| if n > 0 { format!(", {name} {}", bytes(n)) } else { String::new() };
-        let (best, copies) = (part("best weights", self.best), part("copies to save", self.copies));
+        // The native engine's best weights also count their copies on the
+        // way out of it (more than one copy of the weights): said so.
+        let best_name = if self.best > self.weights { "best weights with their copying" } else { "best weights" };
+        let (best, copies) = (part(best_name, self.best), part("copies to save", self.copies));
         let resumed = part("the checkpoint resumed from", self.resumed);
         let others = self.replica_count.saturating_sub(1);
         let replicas = if self.replicas > 0 {

@@ -347,10 +347,17 @@ impl Chart {
         let (w, _) = area.dim_in_pixel();
         let (cap, plot) = area.split_vertically(st.px(CAPTION_H + 26.0));
         let unit = self.steps_unit;
-        let caption = if s.group > 1 {
-            format!("Every step in run order, as means of {} consecutive steps ({})", s.group, unit.long)
+        // Epochs' starts are grey lines, named on the chart when few and
+        // here when many (unnamed, they read as spikes of the steps).
+        let lines = if s.epoch_starts.len() >= MAX_ROWS && s.epoch_starts.len() <= 60 {
+            "; grey lines: each epoch's start"
         } else {
-            format!("Every step in run order ({})", unit.long)
+            ""
+        };
+        let caption = if s.group > 1 {
+            format!("Every step in run order, as means of {} consecutive steps ({}{lines})", s.group, unit.long)
+        } else {
+            format!("Every step in run order ({}{lines})", unit.long)
         };
         cap.draw_text(
             &caption,
@@ -671,6 +678,12 @@ mod tests {
         for text in ["waiting for the batch", "backward", "epoch 2", "all steps", "compute-bound"] {
             assert!(svg.contains(text), "{text}");
         }
+        assert!(!svg.contains("grey lines"), "two epochs' line is named where it is drawn");
+        // Too many epochs for a name on each line: the caption says what they are.
+        let many = profile(20, 4);
+        let svg = render_svg(&ProfileFigure { title: "t", profile: &many, verdict: "v" }).unwrap();
+        assert!(svg.contains("grey lines: each epoch&apos;s start") || svg.contains("grey lines: each epoch's start"));
+        assert!(!svg.contains("epoch 7<"), "no line is named one by one");
         let png = render_png(&f).unwrap();
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000);
         let empty = Profile::default();

@@ -617,7 +617,10 @@ fn metric_panel(group: Vec<MetricInfo>, xs: &[f64], only: bool) -> Panel {
     // drawn at -1 and the legend says so.
     let floor = (!unit && group.iter().all(|m| m.hi <= 1.0 && direction(m.name) == Some(true)))
         .then_some(-1.0)
-        .filter(|f| group.iter().any(|m| m.lo < *f));
+        // Where every value is below it (a short run's r2 of -22 to -21),
+        // the floor would draw them all as one flat line at -1: the values
+        // are drawn as they are instead.
+        .filter(|f| group.iter().any(|m| m.lo < *f) && group.iter().any(|m| m.hi >= *f));
     let mut all = Vec::new();
     let mut lines = Vec::new();
     let names: Vec<&str> = group.iter().map(|m| m.name).collect();
@@ -1604,6 +1607,34 @@ mod tests {
         check_svg(&svg);
         assert!(svg.contains("&lt;f1 &amp; co&gt;"));
         check_png(&render_png(&odd).unwrap());
+    }
+
+    /// r2 far below 0 is drawn from -1 up where it later climbs there; where
+    /// it never does, as it is (it was a flat line at -1, its trend hidden).
+    #[test]
+    fn a_score_far_below_zero_is_clipped_only_where_it_climbs_past_minus_one() {
+        let panel = |r2: Vec<f64>| {
+            let metrics = vec![("r2".to_string(), r2)];
+            let c = Curves {
+                title: "r2",
+                epochs: &[1, 2, 3],
+                train_loss: &[3.0, 2.0, 1.0],
+                val_loss: &[3.0, 2.0, 1.0],
+                lr: &[0.1, 0.1, 0.1],
+                metrics: &metrics,
+                loss_scale: None,
+                skipped_steps: None,
+                kept: None,
+                stopped_early: None,
+            };
+            let fig = Figure::new(&c).unwrap();
+            let p = fig.panels.into_iter().find(|p| p.caption == "Validation r2").expect("an r2 panel");
+            (p.y.lo, p.lines[0].label.clone())
+        };
+        let (lo, label) = panel(vec![-22.0, -0.5, 0.3]);
+        assert!(lo == -1.0 && label.ends_with(", clipped at -1"), "{lo} {label}");
+        let (lo, label) = panel(vec![-22.0, -21.5, -21.0]);
+        assert!(lo <= -22.0 && !label.contains("clipped"), "{lo} {label}");
     }
 
     #[test]

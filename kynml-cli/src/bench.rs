@@ -119,8 +119,8 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
                 steady_at = Some(started.elapsed().as_secs_f64());
             }
             eprintln!(
-                "{what}: {:.0} samples/s, train loss {}, {}{validation}",
-                r.samples_per_sec,
+                "{what}: {} samples/s, train loss {}, {}{validation}",
+                render::thousands(r.samples_per_sec.round() as usize),
                 render::number(r.train_loss),
                 render::duration(r.seconds)
             );
@@ -129,11 +129,13 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     .map_err(|e| Failure::run(format!("error: {e}")))?;
     crate::devices::seal_cache();
 
-    let rounds: Vec<String> = report.rounds.iter().map(|r| format!("{r:.0}")).collect();
+    // Thousands grouped, as `kynml report` shows them.
+    let per_sec = |r: f64| render::thousands(r.round() as usize);
+    let rounds: Vec<String> = report.rounds.iter().map(|&r| per_sec(r)).collect();
     let mut rows = vec![
         vec![
             "samples/s".to_string(),
-            format!("{:.0}", report.samples_per_sec),
+            per_sec(report.samples_per_sec),
             format!("median of rounds: {}", rounds.join(", ")),
         ],
         vec!["step time".into(), format!("{:.3} ms", report.step_ms), {

@@ -439,8 +439,15 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         export::write(&exported, Format::Burn, &run_dir.path.join("model.mpk")).context("saving model.mpk")?;
         // The model is the best epoch's under early stopping, else the last's.
         let kept = result.best_epoch.or_else(|| result.history.last().map(|r| r.epoch));
-        draw_curves(&run_dir, &title, &result.history, kept, result.stopped_early.then_some(epochs))
-            .context("drawing curves.svg and curves.png")
+        draw_curves(
+            &run_dir,
+            &title,
+            &result.history,
+            kept,
+            // "stopped early at epoch 2 of 2" says nothing: only before the last.
+            result.stopped_early.then_some(epochs).filter(|&of| result.history.last().is_some_and(|r| r.epoch < of)),
+        )
+        .context("drawing curves.svg and curves.png")
     };
     results().map_err(|e| results_unwritten(&e, &run_dir.path, &file, held))?;
     let export_note = export_as_spec_says(&file, &exported, &run_dir.path);
@@ -1756,8 +1763,6 @@ mod tests {
         line.split(' ').map(str::to_owned).collect()
     }
 
-    /// On 50 columns the bar shrinks and the loss keeps its place, the
-    /// speed left out; on 80 both fit; never wider than the terminal.
     #[test]
     fn a_note_is_cut_to_its_room() {
         assert_eq!(fit("tuning kernels", 20), "tuning kernels");
@@ -1765,6 +1770,8 @@ mod tests {
         assert_eq!(fit("tuning", 0), "");
     }
 
+    /// On 50 columns the bar shrinks and the loss keeps its place, the
+    /// speed left out; on 80 both fit; never wider than the terminal.
     #[test]
     fn the_bar_fits_the_terminal() {
         let line = |columns: usize| {

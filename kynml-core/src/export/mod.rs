@@ -335,7 +335,9 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
     }
     // Names that `load` takes for a spec or for rows, whatever the file
     // holds: an export under one could not be read back.
-    if let Some(ext) = ext.as_deref().filter(|e| ["kyn", "csv", "tsv"].contains(e)) {
+    // (`.kyn` exactly, as `load` goes by it; `.csv` and `.tsv` in any case.)
+    let exact_kyn = path.extension().is_some_and(|e| e == "kyn");
+    if let Some(ext) = ext.as_deref().filter(|e| ["csv", "tsv"].contains(e) || (*e == "kyn" && exact_kyn)) {
         let what = if ext == "kyn" { "a spec" } else { "a CSV file of rows" };
         return Err(ExportError::Unwritable {
             path: path.into(),
@@ -1307,6 +1309,8 @@ mod tests {
             let refused = check_target(format, &at(name)).unwrap_err().to_string();
             assert!(refused.contains(said) && !at(name).exists(), "{refused}");
         }
+        // `.KYN` is no spec's name to `load`: an export may take it.
+        check_target(Format::Safetensors, &at("w.KYN")).unwrap();
     }
 
     /// A FIFO at the export's path or at its sidecar's is refused without

@@ -827,7 +827,7 @@ pub fn fit_loader(file: &mut SpecFile, data: &Dataset) {
         d.num_workers.value = workers;
     }
     match (d.prefetch.as_mut(), asked.1) {
-        (Some(p), Some(asked)) if depth < asked && workers > 0 => {
+        (Some(p), Some(asked)) if depth < asked => {
             say!("note: prefetch = {asked}, but an epoch has {batches} batches: at most {depth} are prepared ahead");
             p.value = depth;
         }

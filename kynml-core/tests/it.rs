@@ -297,15 +297,18 @@ fn workers_change_speed_never_results() {
     let data = file.load_data().unwrap();
     let cpu = select(DeviceChoice::Cpu).unwrap();
     let mut runs = Vec::new();
-    for workers in [0, 1, 4] {
+    // `prefetch` alone: one thread prepares the batches ahead.
+    for (workers, prefetch) in [(0, None), (1, None), (4, None), (0, Some(2))] {
         file.spec.dataset.num_workers.value = workers;
+        file.spec.dataset.prefetch =
+            prefetch.map(|value| kynml_core::spec::types::Spanned { value, span: Default::default() });
         let r = train(&file.spec, &data, &cpu, &TrainSettings::default(), &mut |_| {}).unwrap();
         let losses: Vec<(f64, f64)> = r.history.iter().map(|e| (e.train_loss, e.val_loss)).collect();
-        runs.push((workers, losses, all_weights(&r.model)));
+        runs.push(((workers, prefetch), losses, all_weights(&r.model)));
     }
-    for (workers, losses, weights) in &runs[1..] {
-        assert_eq!(losses, &runs[0].1, "losses differ with {workers} workers");
-        assert!(weights == &runs[0].2, "final weights differ with {workers} workers");
+    for (loader, losses, weights) in &runs[1..] {
+        assert_eq!(losses, &runs[0].1, "losses differ with (workers, prefetch) {loader:?}");
+        assert!(weights == &runs[0].2, "final weights differ with (workers, prefetch) {loader:?}");
     }
 }
 

@@ -5,8 +5,11 @@
 //! threads to gather the next N batches in parallel, then hands them over in
 //! order through a bounded channel holding at most `prefetch` batches. The
 //! order of batches is decided before any worker runs, so the number of
-//! workers changes speed, never results. With `num_workers = 0` each batch is
-//! gathered on the training thread when it is needed.
+//! workers changes speed, never results. With `num_workers = 0` and a
+//! `prefetch`, one thread gathers the batches ahead, one at a time (the
+//! users' language defines `prefetch` on its own: batches prepared ahead of
+//! the step); with neither, each batch is gathered on the training thread
+//! when it is needed.
 //!
 //! Features are standardised once when the data is loaded, so preparing a
 //! batch is gathering its rows into one contiguous buffer.
@@ -44,9 +47,11 @@ impl Loader {
         batches: usize,
     ) -> Result<Self, rayon::ThreadPoolBuildError> {
         let (workers, depth) = within(workers, prefetch, batches);
-        if workers == 0 {
+        if depth == 0 {
             return Ok(Loader { pool: None, workers: 0, depth: 0 });
         }
+        // `prefetch` without workers: one thread, a batch at a time.
+        let workers = workers.max(1);
         let pool =
             rayon::ThreadPoolBuilder::new().num_threads(workers).thread_name(|i| format!("kynml-data-{i}")).build()?;
         Ok(Loader { pool: Some(Arc::new(pool)), workers, depth })
@@ -92,17 +97,19 @@ impl Loader {
 }
 
 /// The worker threads and queue depth that serve epochs of `batches`
-/// batches. The depth is `prefetch`, else two batches a worker. A count
+/// batches. The depth is `prefetch`, else two batches a worker (none
+/// without workers: batches are then gathered on the training thread, unless
+/// a `prefetch` asks for them ahead, which one thread does). A count
 /// above both 64 and the epoch's batches is cut to the batches: a worker
 /// or a queue slot beyond them never holds one, and `num_workers = 100000`
 /// would start 100,000 threads (`prefetch = 1e12`, allocate its queue).
 /// Ordinary values are left as written.
 pub fn within(workers: usize, prefetch: Option<usize>, batches: usize) -> (usize, usize) {
-    if workers == 0 {
-        return (0, 0);
-    }
     let batches = batches.max(1);
     let fit = |n: usize| if n > batches.max(64) { batches } else { n };
+    if workers == 0 {
+        return (0, fit(prefetch.unwrap_or(0)));
+    }
     let workers = fit(workers);
     let depth = fit(prefetch.filter(|&p| p > 0).unwrap_or(workers.saturating_mul(2)));
     (workers, depth)
@@ -170,7 +177,10 @@ mod tests {
         assert_eq!(within(100_000, Some(1_000_000_000_000), 8), (8, 8));
         assert_eq!(within(4, None, 100), (4, 8));
         assert_eq!(within(4, Some(3), 100), (4, 3));
-        assert_eq!(within(0, Some(5), 100), (0, 0));
+        assert_eq!(within(0, Some(5), 100), (0, 5));
+        assert_eq!(within(0, None, 100), (0, 0));
+        assert_eq!(within(0, Some(0), 100), (0, 0));
+        assert_eq!(within(0, Some(1_000_000), 8), (0, 8));
         // Ordinary values stay as written, even above a small epoch's batches.
         assert_eq!(within(4, Some(2), 1), (4, 2));
         assert_eq!(within(200, None, 1000), (200, 400));
@@ -187,10 +197,24 @@ mod tests {
         let batches: Vec<Vec<usize>> = order.chunks(33).map(<[usize]>::to_vec).collect();
         let reference = collect(&Loader::new(0, None).unwrap(), &data, batches.clone());
         assert_eq!(reference.len(), batches.len());
-        for (workers, prefetch) in [(1, None), (4, Some(2)), (3, Some(1)), (8, None)] {
+        for (workers, prefetch) in [(1, None), (4, Some(2)), (3, Some(1)), (8, None), (0, Some(2)), (0, Some(1))] {
             let got = collect(&Loader::new(workers, prefetch).unwrap(), &data, batches.clone());
             assert_eq!(got, reference, "workers {workers}, prefetch {prefetch:?}");
         }
+    }
+
+    #[test]
+    fn a_prefetch_without_workers_prepares_the_batches_ahead_on_one_thread() {
+        let data = dataset(200, 3);
+        let batches: Vec<Vec<usize>> =
+            (0..data.train.len()).collect::<Vec<_>>().chunks(10).map(<[usize]>::to_vec).collect();
+        let ahead = collect(&Loader::new(0, Some(2)).unwrap(), &data, batches.clone());
+        assert_eq!(ahead.len(), batches.len());
+        assert!(ahead.iter().all(|b| b.prepared.is_some_and(|p| p.worker == 0)), "prepared ahead, by one thread");
+        // Without a prefetch, on the training thread as it is asked for.
+        let inline = collect(&Loader::new(0, None).unwrap(), &data, batches);
+        assert!(inline.iter().all(|b| b.prepared.is_none()));
+        assert_eq!(ahead, inline);
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub fn resolved(spec: &Spec) -> Value {
     let t = &spec.train;
     let workers = d.num_workers.value;
     // The loader's own rule (two batches a worker when unwritten, none
-    // without workers), before any cut to an epoch's batches.
+    // without workers unless written), before any cut to an epoch's batches.
     let (_, prefetch) = crate::data::loader_within(workers, d.prefetch.as_ref().map(|p| p.value), usize::MAX);
     let names = |v: &[super::types::Spanned<String>]| v.iter().map(|s| s.value.clone()).collect::<Vec<_>>();
     let loss = t.loss.value;

@@ -1358,7 +1358,8 @@ fn encode_spellings(spellings: &[String], ids: &[u32]) -> Targets {
 }
 
 /// A whole number of any size as a label writes it (`7`, `+7`, `007`,
-/// `-12`, an id of thirty digits): its sign and its digits without leading
+/// `-12`, an id of thirty digits, `7.0` as pandas writes an integer column
+/// that had a missing value): its sign and its digits without leading
 /// zeros, ordered by value. A label past i64 is still a number (it switched
 /// every label of its column to text order).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -1374,6 +1375,12 @@ impl Whole {
             b'-' => (true, &text[1..]),
             b'+' => (false, &text[1..]),
             _ => (false, text),
+        };
+        // A fraction of zeros alone (`7.0`, `7.`) is the same whole number.
+        let rest = match rest.split_once('.') {
+            Some((whole, zeros)) if zeros.bytes().all(|b| b == b'0') => whole,
+            Some(_) => return None,
+            None => rest,
         };
         if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) {
             return None;
@@ -1557,6 +1564,20 @@ mod tests {
         assert_eq!(t.targets, Targets::Regression(vec![2.0, 4.0]));
     }
 
+    /// pandas writes an integer column that had a missing value as floats:
+    /// `1.0` is the class `1` is, not a class of its own.
+    #[test]
+    fn a_whole_number_written_with_a_zero_fraction_is_its_class() {
+        let t = read(b"x,y\n0,1\n0,0\n0,1.0\n0,0.0\n0,1\n0,2.00\n", &classes("y")).unwrap();
+        assert_eq!(
+            t.targets,
+            Targets::Classes { indices: vec![1, 0, 1, 0, 1, 2], names: vec!["0".into(), "1".into(), "2.00".into()] }
+        );
+        // Any other fraction makes the column's labels text, each its own class.
+        let t = read(b"x,y\n0,1\n0,1.5\n0,1.0\n", &classes("y")).unwrap();
+        assert_eq!(t.targets.class_names().unwrap().len(), 3);
+    }
+
     #[test]
     fn integer_labels_sort_numerically_and_keep_their_spelling() {
         let t = read(b"x,y\n0,10\n0,2\n0,-1\n0,02\n", &classes("y")).unwrap();
@@ -1574,10 +1595,10 @@ mod tests {
             Targets::Classes { indices: vec![0, 2, 1, 0, 0, 1, 1], names: vec!["01".into(), "02".into(), "10".into()] }
         );
         let names = t.targets.class_names().unwrap();
-        for (label, class) in [("01", 0), ("1", 0), ("+1", 0), ("2", 1), ("02", 1), ("010", 2)] {
+        for (label, class) in [("01", 0), ("1", 0), ("+1", 0), ("2", 1), ("02", 1), ("010", 2), ("1.0", 0), ("2.", 1)] {
             assert_eq!(class_of(names, label), Some(class), "{label}");
         }
-        for label in ["3", "1.0", "one", ""] {
+        for label in ["3", "1.5", "1.01", ".0", "1.0.0", "1e0", "one", ""] {
             assert_eq!(class_of(names, label), None, "{label}");
         }
         // Text classes match as written only.

@@ -145,6 +145,7 @@ impl KernelCache {
 
 static CHOSEN: OnceLock<(Option<PathBuf>, CacheOrigin)> = OnceLock::new();
 static INSTALLED: OnceLock<KernelCache> = OnceLock::new();
+static PREVIEW: OnceLock<KernelCache> = OnceLock::new();
 
 /// Chooses the cache folder: `flag` is `--cache DIR`; without it,
 /// `KYNML_CACHE`, then the user's cache directory. The first call wins (a
@@ -190,6 +191,38 @@ pub fn install(model: &str) -> &'static KernelCache {
 /// The cache [`install`] set up, if it has run.
 pub fn installed() -> Option<&'static KernelCache> {
     INSTALLED.get()
+}
+
+/// What [`install`] would find for the device model `model`, without making,
+/// clearing or configuring anything (a folder not made yet is an empty
+/// cache): for saying what a run would meet, as `kynml check` does. The
+/// installed cache where there is one; see [`seen`].
+pub fn preview(model: &str) -> &'static KernelCache {
+    if let Some(installed) = INSTALLED.get() {
+        return installed;
+    }
+    PREVIEW.get_or_init(|| {
+        let (dir, origin) = chosen();
+        let state = match dir {
+            None => CacheState::Off { reason: "no home or cache directory is known".into() },
+            Some(dir) => {
+                let root = dir.join(format!("cubecl-{CUBECL_VERSION}")).join(model);
+                match inventory(&root) {
+                    Ok(files) => {
+                        CacheState::On { files: files.len(), bytes: files.iter().map(|(_, len)| len).sum(), root }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => CacheState::On { root, files: 0, bytes: 0 },
+                    Err(e) => CacheState::Off { reason: format!("cannot read {}: {e}", root.display()) },
+                }
+            }
+        };
+        KernelCache { dir: dir.map(Path::to_path_buf), origin, state, notes: Vec::new() }
+    })
+}
+
+/// The cache [`install`] set up, else the one [`preview`] saw.
+pub fn seen() -> Option<&'static KernelCache> {
+    INSTALLED.get().or_else(|| PREVIEW.get())
 }
 
 /// A name for a folder: letters, digits, `.`, `-` and `_`, the rest as `_`.

@@ -196,11 +196,16 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // A one-device run is checked against the device it would get here, as
     // `train` checks it: said, not refused (the spec may be meant for
     // another machine). A device this machine lacks is said above.
-    let here = match file.spec.train.devices {
-        None => kynml_backend::would_select(kynml_core::plan::device_choice(file.spec.train.device.value)).ok(),
-        Some(_) => None,
+    // A data-parallel run's devices, each as `train` would get it here (none
+    // where this machine lacks one, or for `cuda:all` without CUDA).
+    let would = |request: DeviceRequest| kynml_backend::would_select(kynml_core::plan::device_choice(request)).ok();
+    let run_on: Vec<kynml_backend::Device> = match file.spec.train.devices.as_ref().map(|d| &d.value) {
+        None => would(file.spec.train.device.value).into_iter().collect(),
+        Some(DeviceSet::List(list)) => list.iter().map(|r| would(*r)).collect::<Option<_>>().unwrap_or_default(),
+        Some(DeviceSet::AllCuda) => Vec::new(),
     };
-    if let Some(device) = &here {
+    let here = run_on.first().filter(|_| run_on.len() == 1);
+    if let Some(device) = here {
         // A checkpoint there is read and held through the run, as train counts it.
         let resumed = file.checkpoint_path().and_then(|p| std::fs::metadata(p).ok()).filter(|m| m.is_file());
         let resumed = resumed.map_or(0, |m| m.len());
@@ -223,8 +228,14 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     );
     // What `kynml train` would say runs, on the device it would get here:
     // the settings that do not apply as written (`!`) are seen before a run.
-    if let Some(device) = &here {
-        let applied = kynml_core::plan::what_runs(&file.spec, device);
+    // With the kernel cache `train` would find there (none is made), and the
+    // loader cut to an epoch's batches as `train` cuts it (said the same way).
+    if let Some(model) = run_on.first().and_then(kynml_backend::Device::model_folder) {
+        kynml_backend::kernel_cache::preview(&model);
+    }
+    if !run_on.is_empty() {
+        crate::train::fit_loader(&mut file, &data);
+        let applied = kynml_core::plan::what_runs_on(&file.spec, &run_on);
         println!("\non this machine, {}", render::what_runs(&applied));
     }
     Ok(())

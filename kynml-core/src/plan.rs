@@ -1172,7 +1172,7 @@ fn deterministic(native: bool, devices: &[Device]) -> Applied {
             as_requested: true,
         };
     }
-    match kynml_backend::kernel_cache::installed().map(|c| c.state.clone()) {
+    match kynml_backend::kernel_cache::seen().map(|c| c.state.clone()) {
         Some(CacheState::On { .. }) => Applied {
             setting,
             value: "yes: each kernel is chosen once and kept, for this run and the next, in the kernel cache; \
@@ -1414,7 +1414,7 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
     }
     // The kernel cache matters where CubeCL runs: Burn's GPU backends.
     if device.has_fusion() {
-        if let Some(cache) = kynml_backend::kernel_cache::installed() {
+        if let Some(cache) = kynml_backend::kernel_cache::seen() {
             out.push(Applied {
                 setting: "kernel cache",
                 value: cache.describe(),
@@ -1424,19 +1424,21 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
     }
     let workers = d.num_workers.value;
     let prefetch = d.prefetch.as_ref().map(|p| p.value).filter(|&p| p > 0);
+    let batches = |n: usize| format!("{n} batch{}", if n == 1 { "" } else { "es" });
     out.push(match (workers, prefetch) {
         (0, None) => Applied { setting: "data loading", value: "on the training thread".into(), as_requested: true },
+        // The users' `prefetch` on its own: batches prepared ahead of the step.
         (0, Some(p)) => Applied {
             setting: "data loading",
-            value: format!("on the training thread (prefetch = {p} has no effect with num_workers = 0)"),
-            as_requested: false,
+            value: format!("one thread, up to {} prepared ahead (num_workers = 0: one at a time)", batches(p)),
+            as_requested: true,
         },
         (w, p) => Applied {
             setting: "data loading",
             value: format!(
-                "{w} worker thread{}, up to {} batches prepared ahead{}",
+                "{w} worker thread{}, up to {} prepared ahead{}",
                 if w == 1 { "" } else { "s" },
-                p.unwrap_or(2 * w),
+                batches(p.unwrap_or(2 * w)),
                 crowding(w, std::thread::available_parallelism().map_or(0, usize::from))
             ),
             as_requested: true,
@@ -1876,6 +1878,28 @@ mod tests {
             one.contains("(1 core in all, one for the step, so none spare)") && one.contains("num_workers = 0"),
             "{one}"
         );
+    }
+
+    /// The users' `prefetch` on its own prepares batches ahead, on one
+    /// thread, as "what runs" says.
+    #[test]
+    fn a_prefetch_without_workers_is_applied() {
+        let line = |dataset: &str| {
+            let text = format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\n{dataset}model M:\n    input 2\n    \
+                 dense 1 linear\ntrain:\n    loss = mse\n    epochs = 1\n"
+            );
+            let spec = crate::spec::parse_spec(&text).expect("a valid spec");
+            what_runs(&spec, &Device::cpu()).into_iter().find(|a| a.setting == "data loading").unwrap()
+        };
+        let ahead = line("    prefetch = 2\n");
+        assert!(ahead.as_requested, "{}", ahead.value);
+        assert_eq!(ahead.value, "one thread, up to 2 batches prepared ahead (num_workers = 0: one at a time)");
+        assert_eq!(line("").value, "on the training thread");
+        assert_eq!(line("    prefetch = 0\n").value, "on the training thread");
+        assert!(line("    num_workers = 3\n    prefetch = 1\n")
+            .value
+            .starts_with("3 worker threads, up to 1 batch prepared"));
     }
 
     /// The rows of an accumulated step are their product, which no pair of

@@ -43,13 +43,24 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     if let Some(output) = output {
         check_replaceable(output, args.rows(), &header)?;
     }
-    let rows = read_rows(m, args.rows(), false)?;
-    note_unseen(&rows, m.tokens.is_some());
-    let p = predictor.predict_rows(&rows);
-    // What this run tuned and compiled is kept for the next, refused or not, as `train` keeps it.
-    crate::devices::seal_cache();
-    let p = p.map_err(|e| Failure::input(format!("error: {e}")))?;
-    let text = predictions_csv(&p, &header);
+    // The model's columns with no row below them (a query that matched
+    // nothing) are predicted as nothing: the header alone, as a pipeline's
+    // next stage expects, not a failed job.
+    let (text, predicted) = match read_rows_or_error(m, args.rows(), false)? {
+        Err(kynml_core::data::DataError::Empty { header: true, path, .. }) => {
+            eprintln!("note: {} has the model's columns and no row below them: no predictions", path.display());
+            (format!("{header}\n"), 0)
+        }
+        rows => {
+            let rows = rows.map_err(|e| Failure::input(format!("error: {e}")))?;
+            note_unseen(&rows, m.tokens.is_some());
+            let p = predictor.predict_rows(&rows);
+            // What this run tuned and compiled is kept for the next, refused or not, as `train` keeps it.
+            crate::devices::seal_cache();
+            let p = p.map_err(|e| Failure::input(format!("error: {e}")))?;
+            (predictions_csv(&p, &header), p.rows)
+        }
+    };
     let Some(output) = output else {
         // A reader that stops early (`| head`) is not a failure.
         let mut out = std::io::stdout().lock();
@@ -62,7 +73,7 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     };
     crate::output::write_output(output, text.as_bytes())
         .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", output.display())))?;
-    println!("{} prediction{} written to {}", p.rows, if p.rows == 1 { "" } else { "s" }, output.display());
+    println!("{} prediction{} written to {}", predicted, if predicted == 1 { "" } else { "s" }, output.display());
     Ok(())
 }
 
@@ -185,13 +196,22 @@ fn read_rows(
     path: &Path,
     need_target: bool,
 ) -> Result<kynml_core::data::ModelRows, Failure> {
-    let rows = if path.as_os_str() == "-" {
+    read_rows_or_error(m, path, need_target)?.map_err(|e| Failure::input(format!("error: {e}")))
+}
+
+/// As [`read_rows`], the rows' own error left to the caller (standard
+/// input that cannot be read is the failure outside).
+fn read_rows_or_error(
+    m: &kynml_core::export::ExportModel,
+    path: &Path,
+    need_target: bool,
+) -> Result<Result<kynml_core::data::ModelRows, kynml_core::data::DataError>, Failure> {
+    Ok(if path.as_os_str() == "-" {
         let bytes = read_stdin(m, need_target)?;
         m.read_rows_from(&bytes, Path::new("<stdin>"), need_target)
     } else {
         m.read_rows(path, need_target)
-    };
-    rows.map_err(|e| Failure::input(format!("error: {e}")))
+    })
 }
 
 /// Standard input's rows, whole; its header is checked as soon as it has

@@ -3700,6 +3700,66 @@ fn loader_settings_beyond_an_epoch_are_fitted_to_it_and_said() {
     assert_eq!(resolved["dataset"]["prefetch"], 8);
 }
 
+/// `kynml check` says what `kynml train` would run, as train says it: the
+/// loader cut to an epoch's batches, a data-parallel run's devices, and on
+/// a GPU backend the kernel cache it would find (check makes none), with
+/// `deterministic` judged by it. A `prefetch` without workers is applied.
+#[test]
+fn check_says_what_train_would_run() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let with = |extra_data: &str, extra_train: &str| {
+        let spec = std::fs::read_to_string(dir.join("iris.kyn"))
+            .unwrap()
+            .replace("    normalize = true\n", &format!("    normalize = true\n{extra_data}"))
+            .replace("    device = auto\n", extra_train);
+        std::fs::write(dir.join("c.kyn"), spec).unwrap();
+        let out = kynml(&["--cache", "kc", "check", "c.kyn"], dir);
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out)
+    };
+    let t = with("    num_workers = 100\n    prefetch = 100\n", "    device = cpu\n");
+    assert!(t.contains("note: num_workers = 100, but an epoch has 8 batches: 8 worker threads run"), "{t}");
+    assert!(t.contains("8 worker threads, up to 8 batches prepared ahead"), "{t}");
+    let t = with("    prefetch = 3\n", "    device = cpu\n");
+    assert!(t.contains("  data loading  one thread, up to 3 batches prepared ahead"), "{t}");
+    let t = with("", "    devices = [cpu, cpu]\n");
+    assert!(t.contains("on this machine, what runs:"), "{t}");
+    assert!(t.contains("a data-parallel run steps on Burn on every device"), "{t}");
+    let t = with("", "    device = wgpu\n    deterministic = true\n");
+    assert!(t.contains("kernel cache") && t.contains("(empty: this run tunes and compiles"), "{t}");
+    assert!(t.contains("  deterministic  yes: each kernel is chosen once and kept"), "{t}");
+    assert!(!t.contains("CubeCL's own cache settings apply"), "{t}");
+    assert!(!dir.join("kc").exists(), "check made the kernel cache");
+}
+
+/// A query that matched nothing, the model's columns with no row below
+/// them, is predicted as nothing: the header alone, exit 0 (a pipeline's
+/// next stage reads an empty result, not a failed job). `eval` has nothing
+/// to score and refuses it.
+#[test]
+fn predict_on_a_header_alone_writes_the_header_alone() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    assert!(kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "1", "--out", "run"], dir).status.success());
+    let csv = std::fs::read_to_string(dir.join("iris.csv")).unwrap();
+    std::fs::write(dir.join("none.csv"), format!("{}\n", csv.lines().next().unwrap())).unwrap();
+    let out = kynml(&["predict", "run", "none.csv"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.starts_with("species,p_"), "{stdout}");
+    assert!(text(&out).contains("has the model's columns and no row below them: no predictions"), "{}", text(&out));
+    let out = kynml(&["predict", "run", "none.csv", "--output", "p.csv"], dir);
+    assert!(out.status.success() && text(&out).contains("0 predictions written to p.csv"), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(dir.join("p.csv")).unwrap(), stdout);
+    let out = kynml(&["eval", "run", "none.csv"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // A header that is not the model's is still refused.
+    std::fs::write(dir.join("other.csv"), "a,b\n").unwrap();
+    assert_eq!(kynml(&["predict", "run", "other.csv"], dir).status.code(), Some(2));
+}
+
 /// `rebuild_in_pytorch.py` reads rows as `kynml predict` does (which
 /// reads them from standard input too, given `-`): a column with no name (a pandas index saved without `index=False`, a comma at the
 /// at the end of every line) is passed over; the script refused it. Its reader is

@@ -441,6 +441,22 @@ fn a_broken_csv_exits_2_naming_row_and_column() {
     let t = text(&kynml(&["check", "iris.kyn"], tmp.path()));
     assert!(t.contains(&format!("the data file `{}` does not exist", absent.display())), "{t}");
     assert!(!t.contains("relative to the spec's folder") && t.contains("--synthetic ROWS"), "{t}");
+    // A near name beside it is suggested; a Windows path is said to be one.
+    std::fs::create_dir(tmp.path().join("data")).unwrap();
+    std::fs::write(tmp.path().join("data/iris.csv"), b"").unwrap();
+    for (source, help) in [
+        ("data/irs.csv", "help: did you mean `iris.csv`, beside it? the path is relative"),
+        (
+            "data\\\\iris.csv",
+            "help: `\\` is no folder separator here: write `data/iris.csv`, `/` works on every system;",
+        ),
+    ] {
+        let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+        let from = spec.split("csv(").nth(1).unwrap().split(')').next().unwrap().to_string();
+        std::fs::write(tmp.path().join("iris.kyn"), spec.replace(&from, &format!("\"{source}\""))).unwrap();
+        let t = text(&kynml(&["check", "iris.kyn"], tmp.path()));
+        assert!(t.contains(help), "{t}");
+    }
 }
 
 #[test]
@@ -2459,6 +2475,14 @@ fn a_missing_target_is_named_at_its_row_not_blamed_on_the_loss() {
     std::fs::write(dir.join("d.csv"), format!("a,b,y\n1,2,3\n4,5,tall\n{rows}")).unwrap();
     let t = text(&kynml(&["check", "s.kyn"], dir));
     assert!(t.contains("holds labels (line 3: \"tall\")") && t.contains("s.kyn:"), "{t}");
+    // `eval` says a missing target as training does.
+    std::fs::write(dir.join("d.csv"), format!("a,b,y\n{rows}")).unwrap();
+    assert!(kynml(&["train", "s.kyn", "--device", "cpu", "--out", "run"], dir).status.success());
+    std::fs::write(dir.join("e.csv"), "a,b,y\n1,2,3\n4,5,NA\n").unwrap();
+    let out = kynml(&["eval", "run", "e.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("e.csv:3: column 3 (`y`) is not a number: found \"NA\"; a missing target: fill it in"), "{t}");
 }
 
 /// A regression model's predictions are named apart from its target, so

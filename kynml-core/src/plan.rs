@@ -486,7 +486,7 @@ impl SpecFile {
                 let mut problem =
                     Diagnostic::new(span, format!("`{}` has no column `{name}`", path.display()), "no such column");
                 if let Some(s) = suggestion {
-                    problem = problem.with_help(format!("did you mean `{s}`?"));
+                    problem = problem.with_help(format!("did you mean `{}`?", crate::spec::suggest::visible(&s)));
                 }
                 return Err(self.located(vec![problem]));
             }
@@ -528,14 +528,33 @@ impl SpecFile {
                     (false, true) => format!("the path is relative to the spec's folder (`{}`); ", folder.display()),
                     (false, false) => String::new(),
                 };
+                // A Windows path (`data\\train.csv`): here `\` is part of a name.
+                let source = written.to_string_lossy();
+                let slashed = source.replace('\\', "/");
+                let windows = (source.contains('\\') && !cfg!(windows)).then(|| {
+                    format!("`\\` is no folder separator here: write `{slashed}`, `/` works on every system; ")
+                });
+                // A file of a near name beside where it was looked for.
+                let near = || {
+                    let wanted = path.file_name()?.to_str()?;
+                    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                    let names: Vec<String> = std::fs::read_dir(parent)
+                        .ok()?
+                        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                        .take(10_000)
+                        .collect();
+                    let found = crate::spec::suggest::did_you_mean(wanted, names.iter().map(String::as_str))?;
+                    Some(format!("did you mean `{found}`, beside it? "))
+                };
                 let problem = Diagnostic::new(
                     d.source.span,
                     format!("the data file `{}` does not exist", path.display()),
                     "no such file",
                 )
                 .with_help(format!(
-                    "{relative}`kynml bench`, `kynml warmup` and `kynml check` take `--synthetic ROWS`: seeded \
-                     rows shaped for the spec, without the file"
+                    "{}{relative}`kynml bench`, `kynml warmup` and `kynml check` take `--synthetic ROWS`: seeded \
+                     rows shaped for the spec, without the file",
+                    windows.or_else(near).unwrap_or_default()
                 ));
                 return Err(self.located(vec![problem]));
             }

@@ -492,6 +492,8 @@ impl Predictor {
             return Err(EvalError::Targets { targets: targets.len(), rows: data.rows });
         }
         let p = self.predict_rows(data).map_err(EvalError::Predict)?;
+        // Each target's line (rows built in code may leave them out: 0).
+        let lines = (0..targets.len()).map(|i| data.lines.get(i).copied().unwrap_or(0));
         let outputs = Outputs { values: p.outputs, width: p.width, loss: f64::NAN };
         let names = self.model.head.class_names();
         let column = data.target_column;
@@ -499,14 +501,28 @@ impl Predictor {
             Head::Regression => {
                 let values = targets
                     .iter()
-                    .map(|(line, text)| {
-                        text.parse::<f32>().ok().filter(|v| v.is_finite()).ok_or_else(|| DataError::NonFinite {
-                            path: data.path.clone(),
-                            row: *line,
-                            column,
-                            column_name: self.model.target.clone(),
-                            value: text.clone(),
-                        })
+                    .zip(lines)
+                    .map(|(text, line)| {
+                        let (path, column_name, value) =
+                            (data.path.clone(), self.model.target.clone(), text.to_string());
+                        match text.parse::<f32>() {
+                            Ok(v) if v.is_finite() => Ok(v),
+                            Ok(_) => Err(DataError::NonFinite { path, row: line, column, column_name, value }),
+                            // As training says it: a missing target is named as one.
+                            Err(_) => {
+                                let missing = text.is_empty() || crate::data::looks_missing(text);
+                                let hint =
+                                    if missing { "; a missing target: fill it in or remove the row" } else { "" };
+                                Err(DataError::NotNumeric {
+                                    path,
+                                    row: line,
+                                    column,
+                                    column_name,
+                                    value,
+                                    hint: hint.into(),
+                                })
+                            }
+                        }
                     })
                     .collect::<Result<Vec<f32>, _>>()?;
                 (Labels::Values(values), Loss::Mse, vec![Metric::Mae, Metric::Mse, Metric::Rmse, Metric::R2])
@@ -514,13 +530,14 @@ impl Predictor {
             head => {
                 let classes = targets
                     .iter()
-                    .map(|(line, text)| {
+                    .zip(lines)
+                    .map(|(text, line)| {
                         crate::data::class_of(names, text).map(|i| i as u32).ok_or_else(|| DataError::UnknownClass {
                             path: data.path.clone(),
-                            row: *line,
+                            row: line,
                             column,
                             column_name: self.model.target.clone(),
-                            value: text.clone(),
+                            value: text.to_string(),
                             known: names.to_vec(),
                         })
                     })

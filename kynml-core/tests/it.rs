@@ -3076,7 +3076,7 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
     use kynml_core::predict::EvalError;
     let mut doubled = rows.clone();
     doubled.features.extend(rows.features.clone());
-    doubled.targets = Some(vec![(2, "1".into()), (3, "1".into())]);
+    doubled.targets = Some(["1", "1"].into_iter().collect());
     match predictor.evaluate(&doubled) {
         Err(EvalError::Predict(e)) => {
             assert!(matches!(e.error, PredictError::Rows { rows: 2, values: 16, features: 4 }), "{e:?}");
@@ -3086,7 +3086,7 @@ fn categorical_columns_train_on_every_backend_and_export_with_their_vocabularies
     }
     assert!(predictor.predict_rows(&doubled).is_err());
     let mut short = rows.clone();
-    short.targets = Some(vec![(2, "1".into())]);
+    short.targets = Some(["1"].into_iter().collect());
     match predictor.evaluate(&short) {
         Err(e @ EvalError::Targets { targets: 1, rows: 2 }) => assert_eq!(e.to_string(), "1 targets for 2 rows"),
         other => panic!("{other:?}"),

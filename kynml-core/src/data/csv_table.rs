@@ -100,6 +100,9 @@ impl SequenceColumns {
             // separates two values, so `1,,3` and `,1` miss one (an error,
             // as an empty numeric cell is), not a shorter sequence. One at
             // the end (`1,2,3,`, as a loop that writes `v,` leaves) ends it.
+            // A Python list as pandas writes a list column: `[1.0, 2.5]`.
+            let cell = cell.trim();
+            let cell = cell.strip_prefix('[').and_then(|c| c.strip_suffix(']')).unwrap_or(cell);
             let listed = cell.contains([',', ';']);
             let trimmed = cell.trim_end().strip_suffix([',', ';']).unwrap_or(cell);
             for part in trimmed.split([',', ';']) {
@@ -367,6 +370,11 @@ fn not_compressed(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
         (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
         (b"BZh", "bzip2", "bunzip2"),
     ];
+    // Saved as "Unicode text" (Excel, PowerShell): UTF-16, which starts with
+    // its byte-order mark; read as UTF-8 it is only "not valid UTF-8".
+    if bytes.starts_with(b"\xff\xfe") || bytes.starts_with(b"\xfe\xff") {
+        return Err(DataError::Utf16 { path: path.into() });
+    }
     // bzip2's magic is text: its block size digit and block magic follow.
     let bzip2 = |b: &[u8]| b.len() >= 10 && b[3].is_ascii_digit() && b[4..10] == *b"\x31\x41\x59\x26\x53\x59";
     match KINDS.iter().find(|(magic, kind, _)| bytes.starts_with(magic) && (*kind != "bzip2" || bzip2(bytes))) {
@@ -491,6 +499,7 @@ pub fn parse_csv_reporting(
             report(reader.position().byte(), total);
         }
         check_width(&record, header.len(), path, line)?;
+        check_not_header(&record, &header, path, line, header_line)?;
         if let Some((cols, s)) = &mut sequence {
             let cells = cols
                 .iter()
@@ -602,9 +611,9 @@ pub struct ModelRows {
     /// For a sequence or text model: the rows whose sequence or text held
     /// no value or token (read as all padding).
     pub empty: usize,
-    /// The target cells with their line numbers, when the file has the
-    /// target column.
-    pub targets: Option<Vec<(usize, String)>>,
+    /// The target cells, a row's at its index (its line in `lines`), when
+    /// the rows were read to be scored and the file has the target column.
+    pub targets: Option<Cells>,
     /// 1-based position of the target column (0 when there is none).
     pub target_column: usize,
     /// For each categorical column, the rows whose value the model never
@@ -723,7 +732,7 @@ pub fn parse_model_rows(
         });
     }
 
-    let (mut features, mut targets, mut rows, mut lines) = (Vec::new(), Vec::new(), 0, Vec::new());
+    let (mut features, mut targets, mut rows, mut lines) = (Vec::new(), Cells::default(), 0, Vec::new());
     let mut cut = (0, 0);
     let mut empty = 0;
     let vocab: Vec<Option<&Vocabulary>> =
@@ -738,6 +747,7 @@ pub fn parse_model_rows(
     };
     while let Some(line) = next(&mut reader, &mut record)? {
         check_width(&record, header.len(), path, line)?;
+        check_not_header(&record, &header, path, line, header_line)?;
         if let Some(s) = sequence {
             let cells = columns
                 .iter()
@@ -770,12 +780,17 @@ pub fn parse_model_rows(
                 // hint, but a missing value is said as one.
                 None => features.push(Cell { path, line, col, name: &header[col], text }.number().map_err(|e| {
                     let missing = text.is_empty() || looks_missing(text);
-                    e.with_hint(if missing { MISSING_TO_PREDICT.into() } else { String::new() })
+                    e.with_hint(if missing {
+                        MISSING_TO_PREDICT.into()
+                    } else {
+                        decimal_comma_hint(text).unwrap_or_default()
+                    })
                 })?),
             }
         }
-        if let Some(col) = target_col {
-            targets.push((line, cell_text(&record[col], path, line, col, Some(&header[col]))?.to_owned()));
+        // Predictions need no target: a file of millions of rows keeps none.
+        if let Some(col) = target_col.filter(|_| need_target) {
+            targets.push(cell_text(&record[col], path, line, col, Some(&header[col]))?);
         }
         rows += 1;
         lines.push(line);
@@ -789,8 +804,54 @@ pub fn parse_model_rows(
         None => vocab.iter().zip(unseen).filter_map(|(v, n)| v.map(|v| (v.column.clone(), n))).collect(),
     };
     let unseen = unseen.into_iter().filter(|(_, n)| *n > 0).collect();
-    let targets = target_col.map(|_| targets);
+    let targets = target_col.filter(|_| need_target).map(|_| targets);
     Ok(ModelRows { path: path.into(), features, rows, lines, cut, empty, targets, target_column, unseen })
+}
+
+/// Text cells, one a row, in one buffer: a column of millions of rows
+/// holds no string (and allocation) per row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cells {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Cells {
+    /// Adds a row's cell.
+    pub fn push(&mut self, cell: &str) {
+        self.text.push_str(cell);
+        self.ends.push(self.text.len());
+    }
+
+    /// The number of cells.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Row `i`'s cell.
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        Some(&self.text[start..end])
+    }
+
+    /// The cells in row order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for Cells {
+    fn from_iter<I: IntoIterator<Item = S>>(cells: I) -> Self {
+        let mut out = Cells::default();
+        cells.into_iter().for_each(|c| out.push(c.as_ref()));
+        out
+    }
 }
 
 /// Reads the next record that is not a blank line from `reader`, which reads
@@ -1072,14 +1133,50 @@ fn check_width(record: &ByteRecord, expected: usize, path: &Path, line: usize) -
 
 fn header_names(record: &ByteRecord, path: &Path, line: usize) -> Result<Vec<String>, DataError> {
     const BOM: &[u8] = b"\xEF\xBB\xBF";
-    record
+    let names: Vec<String> = record
         .iter()
         .enumerate()
         .map(|(col, raw)| {
             let raw = if col == 0 { raw.strip_prefix(BOM).unwrap_or(raw) } else { raw };
             cell_text(raw, path, line, col, None).map(str::to_owned)
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    // Excel's separator hint (`sep=;`, `sep=,`), a line of its own above the
+    // header: not column names.
+    let sep = match &names[..] {
+        [first, rest @ ..] if first.starts_with("sep=") && rest.iter().all(String::is_empty) => {
+            match (first.chars().nth(4), rest.len()) {
+                (Some(c), 0) if first.chars().count() == 5 => Some(c.to_string()),
+                (None, 1) => Some(",".to_string()),
+                (None, 0) => Some("a tab".to_string()),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    match sep {
+        Some(sep) => Err(DataError::ExcelSeparator { path: path.into(), line, sep }),
+        None => Ok(names),
+    }
+}
+
+/// A row that repeats the header (files joined with their headers, `cat
+/// a.csv b.csv`) is said as such: read as data, its cells are "not a
+/// number", or, in a file of categories alone, a row of made-up values.
+/// Compared cell by cell only where the first cell is the first name.
+fn check_not_header(
+    record: &ByteRecord,
+    header: &[String],
+    path: &Path,
+    line: usize,
+    header_line: usize,
+) -> Result<(), DataError> {
+    const BOM: &[u8] = b"\xEF\xBB\xBF";
+    let same = |raw: &[u8], name: &String| raw.strip_prefix(BOM).unwrap_or(raw).trim_ascii() == name.as_bytes();
+    if record.len() == header.len() && record.iter().zip(header).all(|(raw, name)| same(raw, name)) {
+        return Err(DataError::RepeatedHeader { path: path.into(), line, header_line });
+    }
+    Ok(())
 }
 
 /// Every column of a training file has a name: an unnamed one (a pandas
@@ -1203,10 +1300,26 @@ const MISSING_TO_PREDICT: &str = "; a missing value, which KynML does not fill i
 /// column as categories; for an empty cell or a missing-value marker
 /// (`NA`, `null`), that none is filled in; empty for a cell that looks like
 /// a mistyped number.
+/// `1,5`: a decimal comma, as many locales write numbers.
+fn decimal_comma_hint(text: &str) -> Option<String> {
+    let (whole, fraction) = text.trim().trim_start_matches(['+', '-']).split_once(',')?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    (digits(whole) && digits(fraction)).then(|| {
+        format!(
+            "; a decimal comma? KynML reads `.` as the decimal point: write {} (pandas reads such a file with \
+             `decimal=\",\"`)",
+            text.trim().replacen(',', ".", 1)
+        )
+    })
+}
+
 fn category_hint(column: &str, text: &str) -> String {
     let lower = text.trim().to_ascii_lowercase();
     if lower.is_empty() || looks_missing(text) {
         return "; a missing value, which KynML does not fill in: fill or drop such rows before training".into();
+    }
+    if let Some(hint) = decimal_comma_hint(text) {
+        return hint;
     }
     let word = text.chars().next().is_some_and(char::is_alphabetic)
         && !["nan", "inf", "infinity"].contains(&lower.trim_start_matches(['+', '-']));
@@ -1562,6 +1675,25 @@ mod tests {
         assert_eq!(t.feature_names, ["a"]);
         assert_eq!(t.features, [1.5, -300.0]);
         assert_eq!(t.targets, Targets::Regression(vec![2.0, 4.0]));
+    }
+
+    /// Rows read to predict keep no target (a file of millions of rows held a
+    /// string a row for nothing); rows read to score keep each cell.
+    #[test]
+    fn only_rows_read_to_score_keep_their_targets() {
+        let names = ["a".to_string(), "b".to_string()];
+        let bytes = b"a,y,b\n1,x,2\n3,yy,4\n";
+        let read = |need| parse_model_rows(bytes, Path::new("r.csv"), &names, &[], None, None, "y", need).unwrap();
+        assert_eq!(read(false).targets, None);
+        let scored = read(true);
+        assert_eq!(scored.targets.as_ref().map(|t| t.iter().collect::<Vec<_>>()), Some(vec!["x", "yy"]));
+        assert_eq!(scored.lines, [2, 3]);
+        assert_eq!(scored.features, [1.0, 2.0, 3.0, 4.0]);
+        let cells: Cells = ["", "p", "", "qq"].into_iter().collect();
+        assert_eq!(
+            (cells.len(), cells.get(1), cells.get(2), cells.get(3), cells.get(4)),
+            (4, Some("p"), Some(""), Some("qq"), None)
+        );
     }
 
     /// pandas writes an integer column that had a missing value as floats:
@@ -1967,6 +2099,52 @@ mod tests {
         // A CSV whose first column starts `BZh` is text.
         let (_dir, path) = temp_csv(b"BZh,y\n1,a\n2,b\n");
         assert!(read_csv(&path, &classes("y")).is_ok());
+    }
+
+    /// Files a spreadsheet or a shell made: each said for what it is, read
+    /// for training and to predict alike.
+    #[test]
+    fn joined_files_excel_hints_utf16_and_decimal_commas_are_said() {
+        let mut utf16 = vec![0xff, 0xfe];
+        utf16.extend("a,y\n1,2\n".encode_utf16().flat_map(u16::to_le_bytes));
+        for (bytes, says) in [
+            (b"a,y\n1,2\n3,4\na,y\n5,6\n".to_vec(), ":4: this row repeats the header (line 1)"),
+            (b"a,y\n1,2\n\"a\", y\n".to_vec(), ":3: this row repeats the header (line 1)"),
+            (b"sep=,\na,y\n1,2\n".to_vec(), ":1: `sep=` is Excel's separator hint, not the header: remove that line (the cells are to be separated by `,`)"),
+            (b"sep=;\na;y\n1;2\n".to_vec(), "separated by `;`"),
+            (utf16, "the file is UTF-16 text"),
+            (b"a,y\n1,2\n\"-1,5\",4\n".to_vec(), ":3: column 1 (`a`) is not a number: found \"-1,5\"; a decimal comma? KynML reads `.` as the decimal point: write -1.5"),
+        ] {
+            let (_dir, path) = temp_csv(&bytes);
+            let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).map(drop).unwrap_err();
+            assert!(err.to_string().contains(says), "{err}");
+            let names = ["a".to_string()];
+            let err = read_model_rows(&path, &names, &[], None, None, "y", false).map(drop).unwrap_err();
+            assert!(err.to_string().contains(says), "{err}");
+        }
+        // A first name that only starts `sep=`, and a row that holds the
+        // header's first name alone, are read as they are.
+        let (_dir, path) = temp_csv(b"sep=x,y\n1,a\n2,b\n");
+        assert!(read_csv(&path, &classes("y")).is_ok());
+        let t = read(b"c,y\nc,1\nd,y\n", &TableOptions { categorical: vec!["c".into()], ..classes("y") }).unwrap();
+        assert_eq!(t.n_rows(), 2);
+        // A number with a comma that is no decimal comma gets no such hint.
+        let (_dir, path) = temp_csv(b"a,y\n\"1,000,000\",2\n3,4\n");
+        let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).map(drop).unwrap_err();
+        assert!(!err.to_string().contains("decimal comma"), "{err}");
+    }
+
+    /// A list column as pandas writes it, `[0.1, 0.2]`, is its values.
+    #[test]
+    fn a_sequence_cell_in_brackets_is_its_values() {
+        let seq = SequenceColumns::new(vec!["s".into()], 4);
+        let (_dir, path) = temp_csv(b"s\n\"[0.5, -1, 2e-1]\"\n0.5 -1 0.2\n[]\n");
+        let rows = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap();
+        assert_eq!(rows.features[..3], rows.features[4..7]);
+        assert_eq!(rows.features[..3], [0.5, -1.0, 0.2]);
+        assert_eq!(rows.empty, 1);
+        let (_dir, path) = temp_csv(b"s\n\"[0.5, [1]\"\n");
+        assert!(read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use crate::data::split::SplitError;
+use crate::spec::suggest::visible;
 
 /// Why a data file could not be turned into rows.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,47 @@ pub enum DataError {
         kind: &'static str,
         /// The command that decompresses it.
         tool: &'static str,
+    },
+
+    /// The file is UTF-16 text (its first bytes are UTF-16's byte-order mark).
+    #[error(
+        "{}: the file is UTF-16 text (it starts with UTF-16's byte-order mark), not UTF-8: save it as UTF-8 \
+         (Excel: \"CSV UTF-8\"; or `iconv -f UTF-16 -t UTF-8`)",
+        path.display()
+    )]
+    Utf16 {
+        /// The data file.
+        path: PathBuf,
+    },
+
+    /// Excel's separator hint (`sep=;`) on a line of its own above the header.
+    #[error(
+        "{}:{line}: `sep=` is Excel's separator hint, not the header: remove that line (the cells are to be \
+         separated by {})",
+        path.display(),
+        if sep.chars().count() == 1 { format!("`{sep}`") } else { sep.clone() }
+    )]
+    ExcelSeparator {
+        /// The data file.
+        path: PathBuf,
+        /// Its line.
+        line: usize,
+        /// The separator it names: `;`, `,`, or "a tab".
+        sep: String,
+    },
+
+    /// A row that repeats the header: files joined with their headers.
+    #[error(
+        "{}:{line}: this row repeats the header (line {header_line}): files joined with their headers? remove it",
+        path.display()
+    )]
+    RepeatedHeader {
+        /// The data file.
+        path: PathBuf,
+        /// The row's line.
+        line: usize,
+        /// The header's line.
+        header_line: usize,
     },
 
     /// The file could not be opened or read.
@@ -355,7 +397,7 @@ pub enum DataError {
     #[error(
         "{}:1: no column `{name}`, which the dataset declares {what}{}",
         path.display(),
-        suggestion.as_ref().map_or(String::new(), |s| format!("; did you mean `{s}`?"))
+        suggestion.as_ref().map_or(String::new(), |s| format!("; did you mean `{}`?", visible(s)))
     )]
     MissingCategorical {
         /// The data file.
@@ -482,7 +524,7 @@ pub enum DataError {
         "{}:1: no column `{name}`: the model needs its {count} input columns{}",
         path.display(),
         match (suggestion, layout) {
-            (Some(s), _) => format!("; did you mean `{s}`?"),
+            (Some(s), _) => format!("; did you mean `{}`?", visible(s)),
             (None, Some(HeaderLayout::Numbers(columns))) => format!(
                 "; line 1 holds numbers, not column names: the file has no header, so put one first: `{}`",
                 cut(columns, 120)
@@ -609,12 +651,12 @@ fn one_column_hint(header: &str) -> String {
 
 fn missing_target_hint(available: &[String], suggestion: Option<&str>) -> String {
     match suggestion {
-        Some(name) => format!("; did you mean `{name}`?"),
+        Some(name) => format!("; did you mean `{}`?", visible(name)),
         None if available.is_empty() => String::new(),
         // One column whose name holds separators: not a comma-separated file.
         None if available.len() == 1 && available[0].contains([';', '\t', '|']) => one_column_hint(&available[0]),
         None => {
-            let names: Vec<String> = available.iter().map(|n| format!("`{n}`")).collect();
+            let names: Vec<String> = available.iter().map(|n| format!("`{}`", visible(n))).collect();
             // Whole numbers may be pandas' names of unnamed columns, or a
             // first row of data: said both ways.
             let numbers = available.iter().all(|n| n.parse::<u64>().is_ok());

@@ -37,7 +37,7 @@ mod vocab;
 pub(crate) use csv_table::read_data_file;
 pub use csv_table::{
     class_of, looks_missing, parse_csv, parse_csv_reporting, parse_model_rows, read_csv, read_csv_reporting,
-    read_model_rows, sequence_names, CategoryCells, ModelRows, SequenceColumns, Table, TableOptions, Targets,
+    read_model_rows, sequence_names, CategoryCells, Cells, ModelRows, SequenceColumns, Table, TableOptions, Targets,
     TextCells, TextOptions, REPORT_EVERY,
 };
 pub use dataset::{Batch, Dataset, Labels, Prepared, Split, SplitData};

@@ -51,6 +51,25 @@ const ALIASES: &[(&str, &str)] = &[
     ("filepath", "path"),
 ];
 
+/// Whether `c` shows as nothing, or as a space it is not: control and
+/// format characters (zero-width spaces and joiners, the byte-order mark,
+/// direction marks, the soft hyphen) and spaces other than ` `.
+pub(crate) fn invisible(c: char) -> bool {
+    c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || matches!(c, '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}')
+}
+
+/// `name` as a message shows it: a character no one sees escaped
+/// (`y\u{200b}`), so that two names that look alike are told apart.
+pub(crate) fn visible(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.chars().any(invisible) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    name.chars().map(|c| if invisible(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+}
+
 /// Longest word for which a suggestion is searched; edit distance is
 /// quadratic and a typo is never that long.
 const MAX_WORD: usize = 64;
@@ -70,6 +89,12 @@ where
         }
     }
     if let Some(found) = candidates.iter().find(|c| c.eq_ignore_ascii_case(word)) {
+        return Some(found);
+    }
+    // The name with a character no one sees (`y` + a zero-width space, a
+    // spreadsheet's stray byte-order mark): shown with it escaped, by `visible`.
+    let seen = |c: &str| c.chars().filter(|&ch| !invisible(ch)).collect::<String>();
+    if let Some(found) = candidates.iter().find(|c| c.chars().any(invisible) && seen(c).eq_ignore_ascii_case(word)) {
         return Some(found);
     }
     let word_len = word.chars().count();
@@ -174,6 +199,20 @@ fn distance(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+
+    /// A name holding a character no one sees is suggested for the name
+    /// without it, and shown with it escaped.
+    #[test]
+    fn an_invisible_character_is_found_and_shown() {
+        let names = ["a", "b", "y\u{200b}"];
+        assert_eq!(did_you_mean("y", names), Some("y\u{200b}"));
+        assert_eq!(visible("y\u{200b}"), "y\\u{200b}");
+        assert_eq!(visible("\u{feff}price"), "\\u{feff}price");
+        assert_eq!(visible("plain name"), "plain name");
+        assert_eq!(visible("café"), "café");
+        assert_eq!(did_you_mean("y", ["a", "b"]), None);
+    }
+
     use super::*;
 
     #[test]

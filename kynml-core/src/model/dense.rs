@@ -22,6 +22,20 @@ use crate::spec::ast::LayerLine;
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::Activation;
 
+/// A `dense` line's arguments written the other way round, an activation's
+/// name then a number: the two, as written.
+fn swapped(first: &crate::spec::ast::Value, second: &crate::spec::ast::Value) -> Option<(String, String)> {
+    use crate::spec::ast::ValueKind;
+    match (&first.kind, &second.kind) {
+        (ValueKind::Ident(name), ValueKind::Number(units))
+            if crate::spec::layers::activation_names().contains(&name.as_str()) =>
+        {
+            Some((name.clone(), units.clone()))
+        }
+        _ => None,
+    }
+}
+
 /// How a dense product meets what follows it (the cast back from bf16 or
 /// fp16, the bias, the activation) on Burn's fusing GPU backends, chosen by
 /// `KYNML_MATMUL_EPILOGUE` (docs/dev/gpu-session.md).
@@ -118,6 +132,19 @@ impl Kind for DenseSpec {
                         "write `dense {units} linear` for no activation, or use {}",
                         crate::spec::suggest::one_of(&names[1..])
                     )),
+                );
+                return None;
+            }
+            // `dense gelu 16`: the two the other way round, said once.
+            [first, second] if swapped(first, second).is_some() => {
+                let (activation, units) = swapped(first, second).unwrap_or_default();
+                d.push(
+                    Diagnostic::new(
+                        line.span,
+                        "the units of `dense` come before its activation",
+                        "the other way round",
+                    )
+                    .with_help(format!("write `dense {units} {activation}`")),
                 );
                 return None;
             }

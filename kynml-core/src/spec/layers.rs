@@ -415,7 +415,20 @@ pub(crate) fn count_arg(v: &Value, what: &str, min: usize, d: &mut Vec<Diagnosti
 
 /// A probability in `[0, 1)`.
 pub(crate) fn probability_arg(v: &Value, what: &str, d: &mut Vec<Diagnostic>) -> Option<f64> {
-    values::float(v, what, Range::Unit, d)
+    let before = d.len();
+    let p = values::float(v, what, Range::Unit, d);
+    // `dropout 30`: a percentage, as some tools write it.
+    let percent = match &v.kind {
+        ValueKind::Number(text) => text.parse::<u32>().ok().filter(|x| (2..100).contains(x)),
+        _ => None,
+    };
+    if let (None, Some(x), true) = (p, percent, d.len() > before) {
+        if let Some(last) = d.last_mut().filter(|l| l.help.is_none()) {
+            last.help =
+                Some(format!("a percentage? a probability is a fraction of 1: write `{}`", f64::from(x) / 100.0));
+        }
+    }
+    p
 }
 
 /// The `key=value` options of a layer line, checked against the names a

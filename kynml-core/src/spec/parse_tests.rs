@@ -957,3 +957,23 @@ fn batchnorm_needs_rows_only_where_it_sees_one_value_a_channel() {
     assert_eq!(nested.batchnorm_needing_rows(), Some((nested.layers[1].span, true)));
     assert_eq!(model("input 4\ndense 8 relu\nlayernorm\ndense 1 linear\n").batchnorm_needing_rows(), None);
 }
+
+/// `dense gelu 16` is one mistake, said once with the line to write; a
+/// dropout of `30` is read as the percentage it likely is.
+#[test]
+fn swapped_dense_arguments_and_a_percentage_dropout_say_what_to_write() {
+    let diagnostics = |layers: &str| match parse_spec(&MINIMAL.replace("input 4\ndense 1 linear\n", layers)) {
+        Ok(_) => panic!("expected errors for {layers}"),
+        Err(e) => e.diagnostics,
+    };
+    let d = diagnostics("input 4\ndense gelu 16\ndense 1 linear\n");
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].message, "the units of `dense` come before its activation");
+    assert_eq!(d[0].help.as_deref(), Some("write `dense 16 gelu`"));
+    let d = diagnostics("input 4\ndropout 30\ndense 1 linear\n");
+    assert_eq!(d[0].help.as_deref(), Some("a percentage? a probability is a fraction of 1: write `0.3`"));
+    let d = diagnostics("input 4\ndropout 1\ndense 1 linear\n");
+    assert_eq!(d[0].help, None, "1 is a probability of 1, not 1%");
+    let d = diagnostics("input 4\ndropout 250\ndense 1 linear\n");
+    assert_eq!(d[0].help, None);
+}

@@ -163,7 +163,7 @@ pub struct TrainArgs {
     /// Run folder to write (default: runs/<spec>-<time>/ in the current directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Random seed for weights, data split and order (overrides the spec's `seed`).
+    /// Random seed for weights, data split and order, and dropout masks (overrides the spec's `seed`).
     #[arg(long, allow_negative_numbers = true, value_parser = at_least::<0>)]
     pub seed: Option<u64>,
     /// Start from fresh weights even when the spec's checkpoint path holds a
@@ -195,6 +195,11 @@ pub struct ReportArgs {
     /// Run folders written by `kynml train`.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
+    /// Also write the report as JSON to this file, for scripts (`-`: standard
+    /// output, which then holds the JSON alone): each run's metrics.json as it
+    /// is, its seed, best epoch, costs and profile verdict.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 /// The devices `--device` names by a word.

@@ -11,11 +11,42 @@ use crate::failure::Failure;
 use crate::render;
 
 pub fn run(args: ReportArgs) -> Result<(), Failure> {
+    // `--json -` is standard output, which then holds the JSON alone.
+    let to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let json = match args.json.as_deref().filter(|_| !to_stdout) {
+        Some(path) => Some(crate::output::check_json_target(path, "kynml report --json", is_report_json)?),
+        None => None,
+    };
     let report = report(&args.runs)?;
     for note in &report.notes {
         eprintln!("note: {note}");
     }
-    println!("{}", report.text);
+    if to_stdout {
+        eprintln!("{}", report.text);
+    } else {
+        println!("{}", report.text);
+    }
+    if to_stdout || json.is_some() {
+        let doc = serde_json::json!({
+            "runs": report.json,
+            "notes": report.notes,
+            "problems": report.problems.iter().map(|p| p.strip_prefix("error: ").unwrap_or(p)).collect::<Vec<_>>(),
+        });
+        let text = serde_json::to_string_pretty(&doc).expect("a JSON value is written") + "\n";
+        match &json {
+            Some(path) => crate::output::write_output(path, text.as_bytes())
+                .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", path.display())))?,
+            None => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        return Err(Failure::run(format!("error: cannot write the report to standard output: {e}")));
+                    }
+                }
+            }
+        }
+    }
     // The runs that could be read are shown; a damaged one is still an error.
     if !report.problems.is_empty() {
         return Err(Failure::input(report.problems.join("\n")));
@@ -23,10 +54,17 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A report: its tables and verdicts, the notes on what was left out, and
-/// the runs that could not be read (each located; the exit status is 2).
+/// Whether `v` is an earlier `kynml report --json` document, which a new one replaces.
+fn is_report_json(v: &Value) -> bool {
+    v.get("runs").is_some_and(Value::is_array) && v.get("problems").is_some_and(Value::is_array)
+}
+
+/// A report: its tables and verdicts, the same for scripts, the notes on
+/// what was left out, and the runs that could not be read (each located;
+/// the exit status is 2).
 struct Report {
     text: String,
+    json: Vec<Value>,
     notes: Vec<String>,
     problems: Vec<String>,
 }
@@ -54,7 +92,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     // (a stray file) and a run that did not finish (the interrupted and
     // failed ones) are left out with a note, unless nothing else is left.
     let mut rows = Vec::new();
-    let mut finished = Vec::new();
+    let mut finished: Vec<(&PathBuf, &String)> = Vec::new();
     let mut left_out = Vec::new();
     let mut problems = Vec::new();
     for (dir, name) in dirs.iter().zip(&names) {
@@ -73,20 +111,34 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         return Err(Failure::input(problems.join("\n")));
     }
     notes.extend(left_out.iter().map(|m| format!("{m}; left out of the report")));
+    let read = finished.clone();
     let mut costs = Vec::new();
     let mut phases = Vec::new();
     let mut verdicts = Vec::new();
-    for (dir, name) in finished {
-        match cost_row(name, dir) {
-            Ok(row) => costs.push(row),
+    let mut json = Vec::new();
+    // Runs that differ only by seed (a sweep) are told apart by a column of it.
+    let seeds: Vec<Option<u64>> = finished.iter().map(|(dir, _)| seed_of(dir)).collect();
+    let seeded = seeds.iter().any(|s| *s != seeds[0]);
+    for ((dir, name), seed) in finished.into_iter().zip(seeds) {
+        let mut run = run_json(dir, name, seed);
+        match run_costs(dir) {
+            Ok(c) => {
+                costs.push(c.row(name));
+                run["costs"] = c.json();
+            }
             // Its results row stands (metrics.json was read); its epochs' costs cannot.
             // (A damaged metrics.jsonl is said once, by `read_run` first.)
             Err(e) if problems.contains(&e) => {}
             Err(e) => problems.push(e),
         }
         notes.extend(history_notes(dir, name));
+        let profile = read_profile(&dir.join("profile.json"));
+        if let Ok(Some((_, verdict))) = &profile {
+            run["profile_verdict"] = Value::String(verdict.clone());
+        }
+        json.push(run);
         // A damaged profile costs the run its phases, not the report.
-        match read_profile(&dir.join("profile.json")) {
+        match profile {
             Ok(Some((row, verdict))) => {
                 phases.push(std::iter::once(name.clone()).chain(row).collect());
                 verdicts.push(format!("  {name}: {verdict}"));
@@ -116,7 +168,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         }
     }
 
-    let header = [
+    let mut header = vec![
         "run",
         "spec",
         "model",
@@ -128,6 +180,12 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         "time",
         "samples/s (steps)",
     ];
+    if seeded {
+        header.insert(3, "seed");
+        for (row, (dir, _)) in rows.iter_mut().zip(&read) {
+            row.insert(3, seed_of(dir).map_or("?".into(), |s| s.to_string()));
+        }
+    }
     let mut text = render::table(&header, &rows);
     let header =
         ["run", "waiting for batches (of epoch time)", "skipped fp16 steps", "peak device pool", "peak host memory"];
@@ -152,7 +210,33 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         );
     }
     text += &format!("\n\nverdicts\n{}", verdicts.join("\n"));
-    Ok(Report { text, notes, problems })
+    Ok(Report { text, json, notes, problems })
+}
+
+/// The seed a run trained with, as its spec.resolved.json records it.
+fn seed_of(dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("spec.resolved.json")).ok()?;
+    serde_json::from_str::<Value>(&text).ok()?["train"]["seed"].as_u64()
+}
+
+/// A finished run for scripts: its metrics.json as it is, and what the
+/// report adds (its seed, the best epoch of its primary metric).
+fn run_json(dir: &Path, name: &str, seed: Option<u64>) -> Value {
+    let summary: Value = std::fs::read_to_string(dir.join("metrics.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    let primary = summary["primary_metric"].as_str().unwrap_or("val_loss").to_string();
+    let best = best_epoch_value(&dir.join("metrics.jsonl"), &primary).ok().flatten();
+    serde_json::json!({
+        "run": name,
+        "path": dir.display().to_string(),
+        "seed": seed,
+        "best": best.map(|(epoch, value)| serde_json::json!({"metric": primary, "epoch": epoch, "value": value})),
+        "costs": null,
+        "profile_verdict": null,
+        "summary": summary,
+    })
 }
 
 /// Each run's name in the tables: its folder's name, or the path as given
@@ -182,7 +266,39 @@ fn bad_json(path: &Path, line: Option<usize>, e: &serde_json::Error) -> String {
 /// the steps fp16 skipped, the largest device pool and host memory (the
 /// run's own peak, saving included, as its end line printed it, where its
 /// metrics.json has it).
-fn cost_row(name: &str, dir: &Path) -> Result<Vec<String>, String> {
+struct Costs {
+    /// Seconds waiting for batches and in all, over the epochs.
+    wait: f64,
+    seconds: f64,
+    skipped: u64,
+    /// Bytes.
+    pool: Option<u64>,
+    rss: Option<u64>,
+}
+
+impl Costs {
+    fn row(&self, name: &str) -> Vec<String> {
+        let mib =
+            |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20)));
+        let share = self.share().map_or("?".into(), |s| format!("{:.0}%", 100.0 * s));
+        vec![name.to_string(), share, self.skipped.to_string(), mib(self.pool), mib(self.rss)]
+    }
+
+    fn share(&self) -> Option<f64> {
+        (self.seconds > 0.0).then(|| self.wait / self.seconds)
+    }
+
+    fn json(&self) -> Value {
+        serde_json::json!({
+            "data_wait_share": self.share(),
+            "skipped_steps": self.skipped,
+            "peak_device_pool_bytes": self.pool,
+            "peak_host_memory_bytes": self.rss,
+        })
+    }
+}
+
+fn run_costs(dir: &Path) -> Result<Costs, String> {
     let path = &dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {}: {e}", path.display()))?;
     let (mut wait, mut seconds, mut skipped, mut pool, mut rss) = (0.0, 0.0, 0u64, None::<u64>, None::<u64>);
@@ -197,9 +313,7 @@ fn cost_row(name: &str, dir: &Path) -> Result<Vec<String>, String> {
     let summary = std::fs::read_to_string(dir.join("metrics.json")).ok();
     let summary = summary.and_then(|t| serde_json::from_str::<Value>(&t).ok());
     rss = rss.max(summary.and_then(|m| m["peak_rss"].as_u64()));
-    let mib = |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20)));
-    let share = if seconds > 0.0 { format!("{:.0}%", 100.0 * wait / seconds) } else { "?".into() };
-    Ok(vec![name.to_string(), share, skipped.to_string(), mib(pool), mib(rss)])
+    Ok(Costs { wait, seconds, skipped, pool, rss })
 }
 
 /// Whether the run resumed with no epoch left: its metrics.json's
@@ -310,9 +424,15 @@ impl From<String> for Unread {
 fn read_run(dir: &Path, name: &str) -> Result<(Vec<String>, Option<String>), Unread> {
     // A path that does not exist is a mistake; a stray file is not a run.
     if !dir.exists() {
-        return Err(
-            format!("error: `{}` does not exist: report takes run folders (runs/NAME-...)", dir.display()).into()
-        );
+        // A quoted glob (`'runs/iris-*'`) reaches report as it is.
+        let pattern = dir.to_string_lossy().contains(['*', '?', '[']);
+        let hint =
+            if pattern { "; report does not expand patterns itself: leave it unquoted for the shell" } else { "" };
+        return Err(format!(
+            "error: `{}` does not exist: report takes run folders (runs/NAME-...){hint}",
+            dir.display()
+        )
+        .into());
     }
     if !dir.is_dir() {
         return Err(Unread::LeftOut(format!(
@@ -341,8 +461,20 @@ fn read_run(dir: &Path, name: &str) -> Result<(Vec<String>, Option<String>), Unr
                 dir.display(),
             ))
         } else if e.kind() == std::io::ErrorKind::NotFound {
+            // The folder the runs are in (`runs`): its runs are meant.
+            let held = std::fs::read_dir(dir).map_or(0, |entries| {
+                entries.filter_map(Result::ok).filter(|e| e.path().join("spec.kyn").is_file()).count()
+            });
+            let inside = match held {
+                0 => String::new(),
+                n => format!(
+                    "; it holds {n} run folder{}: `kynml report {}` reports them",
+                    if n == 1 { "" } else { "s" },
+                    dir.join("*").display()
+                ),
+            };
             Unread::LeftOut(format!(
-                "`{}` is not a run folder: it has no metrics.json, metrics.jsonl or spec.kyn",
+                "`{}` is not a run folder: it has no metrics.json, metrics.jsonl or spec.kyn{inside}",
                 dir.display()
             ))
         } else {
@@ -520,7 +652,7 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
     let records: Result<Vec<Value>, _> =
         lines.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str::<Value>).collect();
     // A line that is not JSON (cut short) is an error of its own, said once
-    // (`cost_row`): its epochs are not counted or ordered here.
+    // (`run_costs`): its epochs are not counted or ordered here.
     let Ok(records) = records else {
         return notes;
     };

@@ -704,10 +704,16 @@ fn schedule_notes(t: &kynml_core::spec::types::TrainSpec) -> Vec<String> {
     let Some(scheduler) = t.scheduler.as_ref().map(|s| &s.value) else { return Vec::new() };
     let (base, epochs) = (t.optimizer.value.lr(), t.epochs.value);
     let mut notes = Vec::new();
-    if scheduler.warmup >= epochs && epochs > 0 {
+    if scheduler.warmup == epochs && epochs > 0 {
         notes.push(format!(
-            "note: `warmup = {}` is as long as the run's {} or longer: the learning rate climbs only to {:.3e} of \
-             the optimizer's {base}, and the schedule after the warmup never starts",
+            "note: `warmup = {}` is as long as the run: the learning rate reaches the optimizer's {base} only in its \
+             last epoch, and the schedule after the warmup never starts",
+            scheduler.warmup,
+        ));
+    } else if scheduler.warmup > epochs && epochs > 0 {
+        notes.push(format!(
+            "note: `warmup = {}` is longer than the run's {}: the learning rate climbs only to {:.3e} of the \
+             optimizer's {base}, and the schedule after the warmup never starts",
             scheduler.warmup,
             render::count(epochs, "epoch"),
             lr_at(base, Some(scheduler), epochs - 1)

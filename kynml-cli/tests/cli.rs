@@ -350,7 +350,7 @@ fn a_schedule_that_cannot_run_as_written_is_said() {
         // The spec's 60 epochs to `check`, 3 to this `train`.
         let (epochs, reached) = if command == "check" { (60, "6.000e-3") } else { (3, "3.000e-4") };
         let t = text(&kynml(&args("warm.kyn", "w"), tmp.path()));
-        assert!(t.contains(&format!("note: `warmup = 100` is as long as the run's {epochs} epochs or longer")), "{t}");
+        assert!(t.contains(&format!("note: `warmup = 100` is longer than the run's {epochs} epochs")), "{t}");
         assert!(t.contains(&format!("climbs only to {reached} of the optimizer's 0.01")), "{t}");
         // 0.01, 1e-32 (an f32 holds it), then 1e-62 (it does not).
         let t = text(&kynml(&args("tiny.kyn", "t"), tmp.path()));
@@ -359,6 +359,13 @@ fn a_schedule_that_cannot_run_as_written_is_said() {
         let t = text(&kynml(&args("cosine.kyn", "c"), tmp.path()));
         assert!(!t.contains("note: the scheduler's learning rate") && !t.contains("warmup"), "{command}: {t}");
     }
+    // A warmup exactly as long as the run does reach lr, in its last epoch.
+    with("even.kyn", "step(1, gamma=0.5, warmup=3)");
+    let t = text(&kynml(&["train", "even.kyn", "--epochs", "3", "--device", "cpu", "--out", "e"], tmp.path()));
+    let said = "note: `warmup = 3` is as long as the run: the learning rate reaches the optimizer's 0.01 only in its \
+                last epoch, and the schedule after the warmup never starts";
+    assert!(t.contains(said), "{t}");
+    assert!(t.contains("lr 1.00e-2"), "{t}");
 }
 
 /// `autotune`, clipping and accumulation say what they do: no effect on the
@@ -631,6 +638,60 @@ fn devices_lists_the_cpu_and_what_auto_picks() {
     let t = text(&kynml(&["devices", "--cache", "new/cache"], tmp.path()));
     assert!(t.contains("kernel cache: ") && t.contains("new/cache/cubecl-"), "{t}");
     assert!(!tmp.path().join("new").exists(), "devices left the folder it tried");
+}
+
+/// For scripts, `report --json` holds each run's metrics.json as it is,
+/// with its seed, best epoch, costs and verdict; runs that differ by seed
+/// get a seed column; the folder of the runs, or a quoted pattern, is said
+/// for what it is.
+#[test]
+fn report_writes_json_shows_seeds_and_says_a_folder_of_runs() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    for seed in ["1", "2"] {
+        let out = kynml(
+            &[
+                "train",
+                "iris.kyn",
+                "--epochs",
+                "2",
+                "--device",
+                "cpu",
+                "--seed",
+                seed,
+                "--out",
+                &format!("runs/s{seed}"),
+            ],
+            dir,
+        );
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = kynml(&["report", "runs/s1", "runs/s2", "--json", "-"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("standard output holds the JSON alone");
+    let table = String::from_utf8_lossy(&out.stderr);
+    assert!(table.contains(" seed ") && table.contains("accuracy"), "{table}");
+    for (run, seed) in doc["runs"].as_array().unwrap().iter().zip([1, 2]) {
+        assert_eq!(run["seed"], seed);
+        let name = format!("runs/s{seed}/metrics.json");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap();
+        assert_eq!(run["summary"], summary);
+        assert_eq!(run["best"]["metric"], "accuracy");
+        assert!(run["costs"]["peak_host_memory_bytes"].as_u64().is_some_and(|b| b > 0), "{run}");
+    }
+    assert_eq!(doc["problems"], serde_json::json!([]));
+    // A file: written, then replaced by the next report; anything else is refused.
+    assert!(kynml(&["report", "runs/s1", "--json", "r.json"], dir).status.success());
+    assert!(kynml(&["report", "runs/s1", "--json", "r.json"], dir).status.success());
+    assert_eq!(kynml(&["report", "runs/s1", "--json", "iris.csv"], dir).status.code(), Some(2));
+    // One seed: no seed column.
+    let t = text(&kynml(&["report", "runs/s1"], dir));
+    assert!(!t.contains(" seed "), "{t}");
+    let t = text(&kynml(&["report", "runs"], dir));
+    assert!(t.contains("it holds 2 run folders: `kynml report runs/*` reports them"), "{t}");
+    let t = text(&kynml(&["report", "runs/s*x"], dir));
+    assert!(t.contains("report does not expand patterns itself: leave it unquoted for the shell"), "{t}");
 }
 
 #[test]

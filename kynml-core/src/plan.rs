@@ -486,7 +486,8 @@ impl SpecFile {
                 let mut problem =
                     Diagnostic::new(span, format!("`{}` has no column `{name}`", path.display()), "no such column");
                 if let Some(s) = suggestion {
-                    problem = problem.with_help(format!("did you mean `{}`?", crate::spec::suggest::visible(&s)));
+                    let help = crate::data::error::did_you_mean_column(&s);
+                    problem = problem.with_help(help.trim_start_matches("; ").to_string());
                 }
                 return Err(self.located(vec![problem]));
             }

@@ -370,16 +370,22 @@ fn not_compressed(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
         (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
         (b"BZh", "bzip2", "bunzip2"),
     ];
-    // Saved as "Unicode text" (Excel, PowerShell): UTF-16, which starts with
-    // its byte-order mark; read as UTF-8 it is only "not valid UTF-8".
-    if bytes.starts_with(b"\xff\xfe") || bytes.starts_with(b"\xfe\xff") {
-        return Err(DataError::Utf16 { path: path.into() });
-    }
+    not_utf16(path, bytes)?;
     // bzip2's magic is text: its block size digit and block magic follow.
     let bzip2 = |b: &[u8]| b.len() >= 10 && b[3].is_ascii_digit() && b[4..10] == *b"\x31\x41\x59\x26\x53\x59";
     match KINDS.iter().find(|(magic, kind, _)| bytes.starts_with(magic) && (*kind != "bzip2" || bzip2(bytes))) {
         Some(&(_, kind, tool)) => Err(DataError::Compressed { path: path.into(), kind, tool }),
         None => Ok(()),
+    }
+}
+
+/// Text saved as "Unicode text" (Excel, PowerShell) is UTF-16, which starts
+/// with its byte-order mark: said as such, where read as UTF-8 it is only
+/// "not valid UTF-8".
+fn not_utf16(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
+    match bytes.starts_with(b"\xff\xfe") || bytes.starts_with(b"\xfe\xff") {
+        true => Err(DataError::Utf16 { path: path.into() }),
+        false => Ok(()),
     }
 }
 
@@ -399,6 +405,7 @@ pub fn parse_csv_reporting(
     opts: &TableOptions,
     report: &mut dyn FnMut(u64, u64),
 ) -> Result<Table, DataError> {
+    not_utf16(path, bytes)?;
     let ends = line_ends(bytes);
     let bytes = &*ends.bytes;
     let total = bytes.len() as u64;
@@ -654,6 +661,7 @@ pub fn parse_model_rows(
     target: &str,
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
+    not_utf16(path, bytes)?;
     // A text model reads one column, its text; a sequence model its sequence columns.
     let text_column;
     let feature_names = match (tokens, sequence) {
@@ -1173,7 +1181,9 @@ fn check_not_header(
 ) -> Result<(), DataError> {
     const BOM: &[u8] = b"\xEF\xBB\xBF";
     let same = |raw: &[u8], name: &String| raw.strip_prefix(BOM).unwrap_or(raw).trim_ascii() == name.as_bytes();
-    if record.len() == header.len() && record.iter().zip(header).all(|(raw, name)| same(raw, name)) {
+    // Columns named by numbers (pandas' `0,1,2`): a row that spells them is data.
+    let named = header.iter().any(|name| name.parse::<f64>().is_err());
+    if named && record.len() == header.len() && record.iter().zip(header).all(|(raw, name)| same(raw, name)) {
         return Err(DataError::RepeatedHeader { path: path.into(), line, header_line });
     }
     Ok(())
@@ -1296,22 +1306,32 @@ pub(crate) fn out_of_memory(path: &Path, doing: String) -> DataError {
 /// A missing value in rows to predict on, said as one.
 const MISSING_TO_PREDICT: &str = "; a missing value, which KynML does not fill in: fill or drop such rows first";
 
+/// `1,5`: a decimal comma, as many locales write numbers; `12,500`, which
+/// may be a thousands separator too, said both ways.
+fn decimal_comma_hint(text: &str) -> Option<String> {
+    let (whole, fraction) = text.trim().trim_start_matches(['+', '-']).split_once(',')?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(whole) && digits(fraction)) {
+        return None;
+    }
+    let decimal = text.trim().replacen(',', ".", 1);
+    if fraction.len() == 3 {
+        return Some(format!(
+            "; a thousands separator or a decimal comma? KynML reads plain numbers with `.` as the decimal point: \
+             write {} or {decimal} (pandas: `thousands=\",\"` or `decimal=\",\"`)",
+            text.trim().replacen(',', "", 1)
+        ));
+    }
+    Some(format!(
+        "; a decimal comma? KynML reads `.` as the decimal point: write {decimal} (pandas reads such a file with \
+         `decimal=\",\"`)"
+    ))
+}
+
 /// For a word where a number should be, the spec line that reads the
 /// column as categories; for an empty cell or a missing-value marker
 /// (`NA`, `null`), that none is filled in; empty for a cell that looks like
 /// a mistyped number.
-/// `1,5`: a decimal comma, as many locales write numbers.
-fn decimal_comma_hint(text: &str) -> Option<String> {
-    let (whole, fraction) = text.trim().trim_start_matches(['+', '-']).split_once(',')?;
-    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-    (digits(whole) && digits(fraction)).then(|| {
-        format!(
-            "; a decimal comma? KynML reads `.` as the decimal point: write {} (pandas reads such a file with \
-             `decimal=\",\"`)",
-            text.trim().replacen(',', ".", 1)
-        )
-    })
-}
 
 fn category_hint(column: &str, text: &str) -> String {
     let lower = text.trim().to_ascii_lowercase();
@@ -2110,8 +2130,8 @@ mod tests {
         for (bytes, says) in [
             (b"a,y\n1,2\n3,4\na,y\n5,6\n".to_vec(), ":4: this row repeats the header (line 1)"),
             (b"a,y\n1,2\n\"a\", y\n".to_vec(), ":3: this row repeats the header (line 1)"),
-            (b"sep=,\na,y\n1,2\n".to_vec(), ":1: `sep=` is Excel's separator hint, not the header: remove that line (the cells are to be separated by `,`)"),
-            (b"sep=;\na;y\n1;2\n".to_vec(), "separated by `;`"),
+            (b"sep=,\na,y\n1,2\n".to_vec(), ":1: `sep=` is Excel's separator hint, not the header: remove that line"),
+            (b"sep=;\na;y\n1;2\n".to_vec(), "save the file comma-separated, as KynML reads it (its cells are separated by `;`"),
             (utf16, "the file is UTF-16 text"),
             (b"a,y\n1,2\n\"-1,5\",4\n".to_vec(), ":3: column 1 (`a`) is not a number: found \"-1,5\"; a decimal comma? KynML reads `.` as the decimal point: write -1.5"),
         ] {
@@ -2128,6 +2148,24 @@ mod tests {
         assert!(read_csv(&path, &classes("y")).is_ok());
         let t = read(b"c,y\nc,1\nd,y\n", &TableOptions { categorical: vec!["c".into()], ..classes("y") }).unwrap();
         assert_eq!(t.n_rows(), 2);
+        // Columns named by numbers: a row that spells them is data.
+        let t = read(b"0,1,2\n1,0,1\n0,1,2\n1,1,0\n", &TableOptions { target: "2".into(), ..Default::default() });
+        assert_eq!(t.unwrap().n_rows(), 3);
+        // Three digits after the comma may be thousands: said both ways.
+        let (_dir, path) = temp_csv(b"a,y\n\"12,500\",2\n3,4\n");
+        let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).map(drop).unwrap_err();
+        assert!(err.to_string().contains("a thousands separator or a decimal comma? KynML reads plain numbers with `.` as the decimal point: write 12500 or 12.500"), "{err}");
+        // A target name with a character no one sees after it: said where it is.
+        let err = read(b"a,y\xe2\x80\x8b\n1,2\n3,4\n", &classes("y")).map(drop).unwrap_err();
+        assert!(
+            err.to_string().contains("the file's column `y\\u{200b}` holds a character no one sees: remove it"),
+            "{err}"
+        );
+        // UTF-16 from standard input, read from bytes, is said as from a file.
+        let bytes = [0xfe, 0xff, 0, b'a'];
+        let err =
+            parse_model_rows(&bytes, Path::new("<stdin>"), &[], &[], None, None, "y", false).map(drop).unwrap_err();
+        assert!(err.to_string().contains("the file is UTF-16 text"), "{err}");
         // A number with a comma that is no decimal comma gets no such hint.
         let (_dir, path) = temp_csv(b"a,y\n\"1,000,000\",2\n3,4\n");
         let err = read_csv(&path, &TableOptions { target: "y".into(), ..Default::default() }).map(drop).unwrap_err();

@@ -75,10 +75,18 @@ pub enum DataError {
 
     /// Excel's separator hint (`sep=;`) on a line of its own above the header.
     #[error(
-        "{}:{line}: `sep=` is Excel's separator hint, not the header: remove that line (the cells are to be \
-         separated by {})",
+        "{}:{line}: `sep=` is Excel's separator hint, not the header: remove that line{}",
         path.display(),
-        if sep.chars().count() == 1 { format!("`{sep}`") } else { sep.clone() }
+        match sep.as_str() {
+            "," => String::new(),
+            // KynML reads commas: the file is to be saved as CSV too.
+            other => format!(
+                " and save the file comma-separated, as KynML reads it (its cells are separated by {}; pandas: \
+                 `pd.read_csv(path, sep=\"{}\", skiprows=1).to_csv(out, index=False)`)",
+                if other.chars().count() == 1 { format!("`{other}`") } else { other.to_string() },
+                if other == "a tab" { "\\t" } else { other }
+            ),
+        }
     )]
     ExcelSeparator {
         /// The data file.
@@ -397,7 +405,7 @@ pub enum DataError {
     #[error(
         "{}:1: no column `{name}`, which the dataset declares {what}{}",
         path.display(),
-        suggestion.as_ref().map_or(String::new(), |s| format!("; did you mean `{}`?", visible(s)))
+        suggestion.as_ref().map_or(String::new(), |s| did_you_mean_column(s))
     )]
     MissingCategorical {
         /// The data file.
@@ -524,7 +532,7 @@ pub enum DataError {
         "{}:1: no column `{name}`: the model needs its {count} input columns{}",
         path.display(),
         match (suggestion, layout) {
-            (Some(s), _) => format!("; did you mean `{}`?", visible(s)),
+            (Some(s), _) => did_you_mean_column(s),
             (None, Some(HeaderLayout::Numbers(columns))) => format!(
                 "; line 1 holds numbers, not column names: the file has no header, so put one first: `{}`",
                 cut(columns, 120)
@@ -649,9 +657,20 @@ fn one_column_hint(header: &str) -> String {
     )
 }
 
+/// `; did you mean `name`?`, or, for a name that differs from what was
+/// asked by characters no one sees (which a spec cannot write), where
+/// they are and that they are to go.
+pub(crate) fn did_you_mean_column(name: &str) -> String {
+    let shown = visible(name);
+    if shown == name {
+        return format!("; did you mean `{name}`?");
+    }
+    format!("; the file's column `{shown}` holds a character no one sees: remove it from the file's header")
+}
+
 fn missing_target_hint(available: &[String], suggestion: Option<&str>) -> String {
     match suggestion {
-        Some(name) => format!("; did you mean `{}`?", visible(name)),
+        Some(name) => did_you_mean_column(name),
         None if available.is_empty() => String::new(),
         // One column whose name holds separators: not a comma-separated file.
         None if available.len() == 1 && available[0].contains([';', '\t', '|']) => one_column_hint(&available[0]),

@@ -210,6 +210,12 @@ fn read_rows_or_error(
         let bytes = read_stdin(m, need_target)?;
         m.read_rows_from(&bytes, Path::new("<stdin>"), need_target)
     } else {
+        // A large file takes a while: said, as `train` says it (on stderr:
+        // standard output may be the predictions).
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        if size >= crate::reading::SHOWN_FROM {
+            eprintln!("reading {} ({})", path.display(), kynml_core::train::memory::bytes(size));
+        }
         m.read_rows(path, need_target)
     })
 }

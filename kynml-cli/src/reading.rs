@@ -8,7 +8,7 @@ use kynml_core::plan::{LoadError, SpecFile};
 use kynml_core::train::memory::bytes;
 
 /// A file smaller than this is read in about a second: nothing is shown.
-const SHOWN_FROM: u64 = 64 << 20;
+pub const SHOWN_FROM: u64 = 64 << 20;
 
 /// [`SpecFile::load_data`]; for a file of [`SHOWN_FROM`] bytes or more, a
 /// line naming it and, on a terminal, a bar of the bytes parsed.
@@ -46,13 +46,15 @@ pub fn float_notes(data: &Dataset) -> Vec<String> {
         if *name == info.target {
             notes.push(format!(
                 "note: the target `{name}` holds different numbers that all read as one 32-bit float: the model \
-                 can only learn that constant; subtract an offset from it in the data to keep its variation"
+                 can only learn that constant; subtract an offset from it in the data to keep its variation (or, \
+                 for numbers too small for a 32-bit float, below about 1e-38 in size, scale it up)"
             ));
             continue;
         }
         notes.push(format!(
             "note: `{name}` holds different numbers that all read as one 32-bit float: to the model it is a \
-             constant, and trains on nothing; subtract an offset from it in the data to keep its variation"
+             constant, and trains on nothing; subtract an offset from it in the data to keep its variation (or, \
+             for numbers too small for a 32-bit float, below about 1e-38 in size, scale it up)"
         ));
     }
     // One value in every training row: nothing to learn from, or, as the

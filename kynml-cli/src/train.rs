@@ -287,10 +287,14 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     let curves_kept = match log.history().len() {
         0 => String::new(),
         _ if !stopped || folder_lost.is_some() => String::new(),
-        n => match draw_curves(&run_dir, &title, log.history(), None, None) {
-            Ok(()) => format!("\n  the curves of its {} are in {}", render::count(n, "epoch"), run_dir.path.display()),
-            Err(e) => format!("\n  the curves of its epochs could not be drawn: {e}"),
-        },
+        n => {
+            match draw_curves(&run_dir, &title, log.history(), None, ended_by(&result, file.spec.train.epochs.value)) {
+                Ok(()) => {
+                    format!("\n  the curves of its {} are in {}", render::count(n, "epoch"), run_dir.path.display())
+                }
+                Err(e) => format!("\n  the curves of its epochs could not be drawn: {e}"),
+            }
+        }
     };
     let logged = log.finish();
     if let Some(why) = folder_lost.or_else(|| logged.err().map(|e| e.to_string())) {
@@ -445,7 +449,9 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
             &result.history,
             kept,
             // "stopped early at epoch 2 of 2" says nothing: only before the last.
-            result.stopped_early.then_some(epochs).filter(|&of| result.history.last().is_some_and(|r| r.epoch < of)),
+            (result.stopped_early.then_some(epochs))
+                .filter(|&of| result.history.last().is_some_and(|r| r.epoch < of))
+                .map(kynml_core::report::curves::Ended::Early),
         )
         .context("drawing curves.svg and curves.png")
     };
@@ -802,6 +808,16 @@ fn export_as_spec_says(file: &SpecFile, model: &export::ExportModel, run: &Path)
             ))
         }
     })
+}
+
+/// Why a run that failed ended before its `epochs`, as its curves say it.
+fn ended_by<T>(result: &Result<T, TrainError>, epochs: usize) -> Option<kynml_core::report::curves::Ended> {
+    use kynml_core::report::curves::Ended;
+    match result {
+        Err(TrainError::Interrupted { .. }) => Some(Ended::Interrupted(epochs)),
+        Err(TrainError::NonFiniteLoss { .. }) => Some(Ended::NotFinite(epochs)),
+        _ => None,
+    }
 }
 
 /// Where an interrupted epoch stopped: `step` counts batches, and with

@@ -1781,6 +1781,8 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     // The epochs it finished are drawn, as a finished run's are.
     assert!(t.contains("the curves of its ") && t.contains(" epochs are in first"), "{t}");
     assert!(dir.join("first/curves.svg").is_file() && dir.join("first/curves.png").is_file(), "{t}");
+    let svg = std::fs::read_to_string(dir.join("first/curves.svg")).unwrap();
+    assert!(svg.contains("interrupted after epoch "), "the curves say the run was interrupted");
     let profile: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("first/profile.json")).unwrap()).unwrap();
     assert!(profile["steps"].as_u64().is_some_and(|n| n > 0) && profile["verdict"]["advice"].is_string(), "{profile}");

@@ -71,9 +71,20 @@ pub struct Curves<'a> {
     pub skipped_steps: Option<&'a [u64]>,
     /// The epoch whose weights are the model the run kept, when it kept one.
     pub kept: Option<usize>,
-    /// Where early stopping ended the run: the epochs it had asked for
+    /// Why the run ended before the epochs it had asked for, when it did
     /// (the subtitle then says `stopped early at epoch 41 of 80`).
-    pub stopped_early: Option<usize>,
+    pub ended: Option<Ended>,
+}
+
+/// Why a run ended before its last epoch, with the epochs it had asked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Ended {
+    /// Early stopping ended it.
+    Early(usize),
+    /// A signal (Ctrl-C) stopped it; its checkpoint goes on from there.
+    Interrupted(usize),
+    /// Its loss became NaN or infinite.
+    NotFinite(usize),
 }
 
 /// Why the curves could not be drawn or written.
@@ -401,8 +412,13 @@ impl Drawing for Figure {
 fn subtitle(c: &Curves, xs: &[f64]) -> String {
     let n = xs.len();
     let mut parts = vec![if n == 1 { "1 epoch".to_string() } else { format!("{n} epochs") }];
-    if let (Some(of), Some(&at)) = (c.stopped_early, c.epochs.last()) {
-        parts[0] = format!("stopped early at epoch {at} of {of}");
+    match (c.ended, c.epochs.last()) {
+        (Some(Ended::Early(of)), Some(&at)) => parts[0] = format!("stopped early at epoch {at} of {of}"),
+        (Some(Ended::Interrupted(of)), Some(&at)) => parts[0] = format!("interrupted after epoch {at} of {of}"),
+        (Some(Ended::NotFinite(of)), Some(&at)) => {
+            parts[0] = format!("stopped after epoch {at} of {of}: the loss was not a number")
+        }
+        _ => {}
     }
     let lowest = best(xs, c.val_loss, false);
     if let Some((e, v)) = lowest {
@@ -1501,7 +1517,7 @@ mod tests {
             loss_scale: None,
             skipped_steps: None,
             kept: None,
-            stopped_early: None,
+            ended: None,
         }
     }
 
@@ -1540,7 +1556,7 @@ mod tests {
             loss_scale: None,
             skipped_steps: None,
             kept: None,
-            stopped_early: None,
+            ended: None,
         };
         draw_both("all-nan", &c);
     }
@@ -1584,7 +1600,7 @@ mod tests {
             loss_scale: None,
             skipped_steps: None,
             kept: None,
-            stopped_early: None,
+            ended: None,
         };
         assert!(matches!(render_svg(&none), Err(PlotError::NoEpochs)));
         assert!(matches!(render_png(&none), Err(PlotError::NoEpochs)));
@@ -1601,7 +1617,7 @@ mod tests {
             loss_scale: Some(&[0.0, -1.0, 1e30]),
             skipped_steps: Some(&[u64::MAX, u64::MAX]),
             kept: Some(usize::MAX),
-            stopped_early: None,
+            ended: None,
         };
         let svg = render_svg(&odd).unwrap();
         check_svg(&svg);
@@ -1625,7 +1641,7 @@ mod tests {
                 loss_scale: None,
                 skipped_steps: None,
                 kept: None,
-                stopped_early: None,
+                ended: None,
             };
             let fig = Figure::new(&c).unwrap();
             let p = fig.panels.into_iter().find(|p| p.caption == "Validation r2").expect("an r2 panel");
@@ -1674,9 +1690,20 @@ mod tests {
         assert!(!fig.subtitle.contains("model kept"), "{}", fig.subtitle);
         assert!(fig.subtitle.starts_with("30 epochs"), "{}", fig.subtitle);
         // Ended by early stopping: the chart says so, and of how many epochs.
-        c.stopped_early = Some(80);
+        c.ended = Some(Ended::Early(80));
         let fig = Figure::new(&c).unwrap();
         assert!(fig.subtitle.starts_with("stopped early at epoch 30 of 80   ·   "), "{}", fig.subtitle);
+        // Stopped by Ctrl-C, or by a loss that is not a number: said so.
+        c.ended = Some(Ended::Interrupted(80));
+        let fig = Figure::new(&c).unwrap();
+        assert!(fig.subtitle.starts_with("interrupted after epoch 30 of 80   ·   "), "{}", fig.subtitle);
+        c.ended = Some(Ended::NotFinite(80));
+        let fig = Figure::new(&c).unwrap();
+        assert!(
+            fig.subtitle.starts_with("stopped after epoch 30 of 80: the loss was not a number"),
+            "{}",
+            fig.subtitle
+        );
     }
 
     /// An error below 1 (mae) is not drawn as a score, and a metric that is

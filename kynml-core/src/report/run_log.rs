@@ -140,14 +140,14 @@ impl<'a> RunLog<'a> {
 /// Draw `curves.svg` and `curves.png` in the run folder from the epochs run;
 /// `kept` is the epoch whose weights are the model the run kept (marked when
 /// it is not the lowest validation loss), `None` where it kept none;
-/// `stopped_early` the epochs the run asked for, where early stopping ended it
-/// before them (said in the subtitle).
+/// `ended` why the run ended before the epochs it asked for, where it did
+/// (said in the subtitle).
 pub fn draw_curves(
     dir: &RunDir,
     title: &str,
     history: &[EpochRecord],
     kept: Option<usize>,
-    stopped_early: Option<usize>,
+    ended: Option<curves::Ended>,
 ) -> io::Result<()> {
     let epochs: Vec<usize> = history.iter().map(|r| r.epoch).collect();
     let col = |f: fn(&EpochRecord) -> f64| history.iter().map(f).collect::<Vec<f64>>();
@@ -176,7 +176,7 @@ pub fn draw_curves(
         loss_scale: scaled.then_some(loss_scale.as_slice()),
         skipped_steps: scaled.then_some(skipped.as_slice()),
         kept,
-        stopped_early,
+        ended,
     };
     curves::draw_svg(&c, &dir.path.join("curves.svg")).map_err(io::Error::other)?;
     curves::draw_png(&c, &dir.path.join("curves.png")).map_err(io::Error::other)

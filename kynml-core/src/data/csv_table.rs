@@ -1332,7 +1332,6 @@ fn decimal_comma_hint(text: &str) -> Option<String> {
 /// column as categories; for an empty cell or a missing-value marker
 /// (`NA`, `null`), that none is filled in; empty for a cell that looks like
 /// a mistyped number.
-
 fn category_hint(column: &str, text: &str) -> String {
     let lower = text.trim().to_ascii_lowercase();
     if lower.is_empty() || looks_missing(text) {

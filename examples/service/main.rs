@@ -108,6 +108,11 @@ fn serve() -> Result<(), Box<dyn std::error::Error>> {
         let request = format!("{header}\n{line}\n");
         let answer = match predictor.model().read_rows_from(request.as_bytes(), "request".as_ref(), false) {
             Err(e) => serde_json::json!({ "error": e.to_string() }),
+            // A lone carriage return inside the line ends a row for the CSV
+            // reader: one answer a line holds one row's prediction, or an error.
+            Ok(rows) if rows.rows != 1 => serde_json::json!({
+                "error": format!("the line holds {} rows (a carriage return inside it?): one row expected", rows.rows)
+            }),
             Ok(rows) => match predictor.predict_rows(&rows) {
                 Ok(p) => {
                     if !sealed {

@@ -51,6 +51,20 @@
 //! ([`kynml_backend::kernel_cache`]); call
 //! [`kynml_backend::kernel_cache::seal`] after training, as `kynml` does, so
 //! that the next process trusts and reuses them.
+//!
+//! What an embedding service should know:
+//! - [`train::train`] runs on the device it is given, and on
+//!   [`train::TrainSettings::replicas`] for a data-parallel run: a spec's
+//!   `devices` and `autotune` are the caller's to apply (`kynml` selects
+//!   each device with [`kynml_backend::select`] and hands `autotune` to
+//!   [`kynml_backend::kernel_cache::set_autotune`] first).
+//! - Some settings hold for the whole process: the kernel cache is set up
+//!   once, for the first GPU model selected, and the first autotune level
+//!   set is the one CubeCL keeps.
+//! - A device failure inside Burn (a GPU out of memory) is a panic that
+//!   [`predict::Predictor`] catches and returns as an error: build with
+//!   `panic = "unwind"` (Rust's default), or such a failure aborts the
+//!   process.
 
 #![warn(missing_docs)]
 

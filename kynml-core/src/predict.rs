@@ -21,9 +21,14 @@
 //! ```
 //!
 //! A [`Predictor`] is `Send + Sync` and holds no lock while it predicts:
-//! one can serve requests from many threads at once. On the CPU, where a
-//! pass runs on every core, at most four passes run at once (as many as
-//! there are cores, if fewer); a further request waits for one to end.
+//! one can serve requests from many threads at once (from async code, in
+//! `spawn_blocking`: a pass blocks its thread). On the native CPU engine,
+//! where a pass runs on every core, at most four passes run at once (as many
+//! as there are cores, if fewer), each on a network of its own, a copy of
+//! the weights; a further request waits for one to end. On Burn's backends
+//! (a GPU, or the CPU where the native engine lacks a layer) passes are not
+//! limited: each concurrent call runs its own, of up to 4,096 rows, so a
+//! service bounds its own concurrency there.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -629,6 +629,36 @@ pub struct ModelRows {
     pub unseen: Vec<(String, usize)>,
 }
 
+impl ModelRows {
+    /// Rows built in code: `rows` rows of the model's features, row-major,
+    /// raw as a file holds them (category and token indices as
+    /// [`Vocabulary::index_or_unseen`] and [`TokenVocabulary::encode`] give
+    /// them). Errors name a row as `rows:N`, N counted from 1.
+    pub fn from_features(features: Vec<f32>, rows: usize) -> Self {
+        ModelRows {
+            path: PathBuf::from("rows"),
+            features,
+            rows,
+            lines: (1..=rows).collect(),
+            cut: (0, 0),
+            empty: 0,
+            targets: None,
+            target_column: 0,
+            unseen: Vec::new(),
+        }
+    }
+
+    /// These rows with their targets to score ([`Predictor::evaluate`]): a
+    /// class label or a number, as text, a row's at its index.
+    ///
+    /// [`Predictor::evaluate`]: crate::predict::Predictor::evaluate
+    pub fn with_targets<S: AsRef<str>>(mut self, targets: impl IntoIterator<Item = S>) -> Self {
+        self.targets = Some(targets.into_iter().collect());
+        self.target_column = self.target_column.max(1);
+        self
+    }
+}
+
 /// Reads `path` for a model trained on `feature_names` to predict `target`.
 /// Every feature column must be present (in any order), no other column
 /// may be, except `target`, which must be there when `need_target` is set.
@@ -1708,6 +1738,11 @@ mod tests {
         assert_eq!(scored.targets.as_ref().map(|t| t.iter().collect::<Vec<_>>()), Some(vec!["x", "yy"]));
         assert_eq!(scored.lines, [2, 3]);
         assert_eq!(scored.features, [1.0, 2.0, 3.0, 4.0]);
+        let built = ModelRows::from_features(vec![1.0, 2.0, 3.0, 4.0], 2).with_targets(["x", "yy"]);
+        assert_eq!(
+            (&built.features, built.rows, &built.targets, &built.lines),
+            (&scored.features, 2, &scored.targets, &vec![1, 2])
+        );
         let cells: Cells = ["", "p", "", "qq"].into_iter().collect();
         assert_eq!(
             (cells.len(), cells.get(1), cells.get(2), cells.get(3), cells.get(4)),

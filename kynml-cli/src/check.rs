@@ -178,7 +178,11 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // On the CPU, what the engine there keeps, and the copies saving makes;
     // in fp32 whatever the spec asks (said as `train` says it).
     let on_cpu = kynml_backend::Device::cpu();
-    let cpu = file.memory_for(&on_cpu, data.train.len(), data.valid.len());
+    let mut cpu = file.memory_for(&on_cpu, data.train.len(), data.valid.len());
+    // A checkpoint there is read and held through the run, as train counts it.
+    let resumed = file.checkpoint_path().and_then(|p| std::fs::metadata(p).ok()).filter(|m| m.is_file());
+    let resumed = resumed.map_or(0, |m| m.len());
+    cpu.resumed = resumed;
     let cpu_precision = kynml_core::train::precision::plan(t, &on_cpu);
     let cpu_suffix = match cpu_precision.fallback {
         Some(_) => format!(" on the CPU, where {} runs as fp32", compute.name()),
@@ -206,9 +210,6 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     };
     let here = run_on.first().filter(|_| run_on.len() == 1);
     if let Some(device) = here {
-        // A checkpoint there is read and held through the run, as train counts it.
-        let resumed = file.checkpoint_path().and_then(|p| std::fs::metadata(p).ok()).filter(|m| m.is_file());
-        let resumed = resumed.map_or(0, |m| m.len());
         if let Err(e) = file.check_memory_resuming(device, data.train.len(), data.valid.len(), resumed) {
             let help = match &e {
                 kynml_core::plan::LoadError::DoesNotFit { error, .. } => {
@@ -232,6 +233,11 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // loader cut to an epoch's batches as `train` cuts it (said the same way).
     if let Some(model) = run_on.first().and_then(kynml_backend::Device::model_folder) {
         kynml_backend::kernel_cache::preview(&model);
+        // The search level `train` hands CubeCL before its device starts
+        // (none starts here).
+        if let Some(a) = &file.spec.train.autotune {
+            kynml_backend::kernel_cache::set_autotune(kynml_core::plan::tune_level(a.value));
+        }
     }
     if !run_on.is_empty() {
         crate::train::fit_loader(&mut file, &data);

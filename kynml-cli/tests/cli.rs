@@ -1813,6 +1813,9 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
     let t = text(&kynml(&["check", "spec.kyn"], dir));
     assert!(t.contains(&format!("epochs done, epoch {at} goes on after ")) && t.contains("resumes from it"), "{t}");
     let size = std::fs::metadata(dir.join("run.ckpt")).unwrap().len();
+    // check counts the checkpoint a resume holds, as train does below.
+    let held = format!(", the checkpoint resumed from {},", kynml_core::train::memory::bytes(size));
+    assert!(t.lines().any(|l| l.starts_with("memory: about ") && l.contains(&held)), "{t}");
     let out = kynml(&["train", "spec.kyn", "--out", "first-2"], dir);
     assert!(out.status.success() && text(&out).contains("resume: from run.ckpt"), "{}", text(&out));
     // The checkpoint read is held through the run, and counted.
@@ -3813,8 +3816,9 @@ fn check_says_what_train_would_run() {
     let t = with("", "    devices = [cpu, cpu]\n");
     assert!(t.contains("on this machine, what runs:"), "{t}");
     assert!(t.contains("a data-parallel run steps on Burn on every device"), "{t}");
-    let t = with("", "    device = wgpu\n    deterministic = true\n");
+    let t = with("", "    device = wgpu\n    deterministic = true\n    autotune = full\n");
     assert!(t.contains("kernel cache") && t.contains("(empty: this run tunes and compiles"), "{t}");
+    assert!(t.contains("full search for the fastest kernels (autotune = full)") && !t.contains("! autotune"), "{t}");
     assert!(t.contains("  deterministic  yes: each kernel is chosen once and kept"), "{t}");
     assert!(!t.contains("CubeCL's own cache settings apply"), "{t}");
     assert!(!dir.join("kc").exists(), "check made the kernel cache");

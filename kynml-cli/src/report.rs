@@ -92,7 +92,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     // (a stray file) and a run that did not finish (the interrupted and
     // failed ones) are left out with a note, unless nothing else is left.
     let mut rows = Vec::new();
-    let mut finished: Vec<(&PathBuf, &String)> = Vec::new();
+    let mut finished = Vec::new();
     let mut left_out = Vec::new();
     let mut problems = Vec::new();
     for (dir, name) in dirs.iter().zip(&names) {
@@ -111,7 +111,6 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         return Err(Failure::input(problems.join("\n")));
     }
     notes.extend(left_out.iter().map(|m| format!("{m}; left out of the report")));
-    let read = finished.clone();
     let mut costs = Vec::new();
     let mut phases = Vec::new();
     let mut verdicts = Vec::new();
@@ -119,6 +118,11 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     // Runs that differ only by seed (a sweep) are told apart by a column of it.
     let seeds: Vec<Option<u64>> = finished.iter().map(|(dir, _)| seed_of(dir)).collect();
     let seeded = seeds.iter().any(|s| *s != seeds[0]);
+    if seeded {
+        for (row, seed) in rows.iter_mut().zip(&seeds) {
+            row.insert(3, seed.map_or("?".into(), |s| s.to_string()));
+        }
+    }
     for ((dir, name), seed) in finished.into_iter().zip(seeds) {
         let mut run = run_json(dir, name, seed);
         match run_costs(dir) {
@@ -182,9 +186,6 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     ];
     if seeded {
         header.insert(3, "seed");
-        for (row, (dir, _)) in rows.iter_mut().zip(&read) {
-            row.insert(3, seed_of(dir).map_or("?".into(), |s| s.to_string()));
-        }
     }
     let mut text = render::table(&header, &rows);
     let header =

@@ -508,22 +508,29 @@ impl Predictor {
                     .iter()
                     .zip(lines)
                     .map(|(text, line)| {
+                        // The error's strings are made for a bad row alone.
                         let (path, column_name, value) =
-                            (data.path.clone(), self.model.target.clone(), text.to_string());
+                            (|| data.path.clone(), || self.model.target.clone(), || text.to_string());
                         match text.parse::<f32>() {
                             Ok(v) if v.is_finite() => Ok(v),
-                            Ok(_) => Err(DataError::NonFinite { path, row: line, column, column_name, value }),
+                            Ok(_) => Err(DataError::NonFinite {
+                                path: path(),
+                                row: line,
+                                column,
+                                column_name: column_name(),
+                                value: value(),
+                            }),
                             // As training says it: a missing target is named as one.
                             Err(_) => {
                                 let missing = text.is_empty() || crate::data::looks_missing(text);
                                 let hint =
                                     if missing { "; a missing target: fill it in or remove the row" } else { "" };
                                 Err(DataError::NotNumeric {
-                                    path,
+                                    path: path(),
                                     row: line,
                                     column,
-                                    column_name,
-                                    value,
+                                    column_name: column_name(),
+                                    value: value(),
                                     hint: hint.into(),
                                 })
                             }

@@ -370,7 +370,6 @@ fn not_compressed(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
         (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
         (b"BZh", "bzip2", "bunzip2"),
     ];
-    not_utf16(path, bytes)?;
     // bzip2's magic is text: its block size digit and block magic follow.
     let bzip2 = |b: &[u8]| b.len() >= 10 && b[3].is_ascii_digit() && b[4..10] == *b"\x31\x41\x59\x26\x53\x59";
     match KINDS.iter().find(|(magic, kind, _)| bytes.starts_with(magic) && (*kind != "bzip2" || bzip2(bytes))) {
@@ -498,6 +497,7 @@ pub fn parse_csv_reporting(
     let mut rows = 0usize;
     let mut lines = Vec::new();
     let mut probes: Vec<Option<OneFloat>> = vec![None; header.len()];
+    let named = names_words(&header);
     while let Some(line) = next_record(&mut reader, &ends, &mut record, path)? {
         rows += 1;
         let row_start = features.len();
@@ -506,7 +506,7 @@ pub fn parse_csv_reporting(
             report(reader.position().byte(), total);
         }
         check_width(&record, header.len(), path, line)?;
-        check_not_header(&record, &header, path, line, header_line)?;
+        check_not_header(&record, &header, named, path, line, header_line)?;
         if let Some((cols, s)) = &mut sequence {
             let cells = cols
                 .iter()
@@ -783,9 +783,10 @@ pub fn parse_model_rows(
         true => next_record(reader, &ends, record, path),
         false => next_row(reader, &ends, record, path, header.len()),
     };
+    let named = names_words(&header);
     while let Some(line) = next(&mut reader, &mut record)? {
         check_width(&record, header.len(), path, line)?;
-        check_not_header(&record, &header, path, line, header_line)?;
+        check_not_header(&record, &header, named, path, line, header_line)?;
         if let Some(s) = sequence {
             let cells = columns
                 .iter()
@@ -1201,22 +1202,29 @@ fn header_names(record: &ByteRecord, path: &Path, line: usize) -> Result<Vec<Str
 /// A row that repeats the header (files joined with their headers, `cat
 /// a.csv b.csv`) is said as such: read as data, its cells are "not a
 /// number", or, in a file of categories alone, a row of made-up values.
-/// Compared cell by cell only where the first cell is the first name.
+/// Compared cell by cell, up to the first that differs. `named`: whether
+/// some column's name is not a number ([`names_words`]); columns named by
+/// numbers (pandas' `0,1,2`) may have a row that spells them, as data.
 fn check_not_header(
     record: &ByteRecord,
     header: &[String],
+    named: bool,
     path: &Path,
     line: usize,
     header_line: usize,
 ) -> Result<(), DataError> {
     const BOM: &[u8] = b"\xEF\xBB\xBF";
     let same = |raw: &[u8], name: &String| raw.strip_prefix(BOM).unwrap_or(raw).trim_ascii() == name.as_bytes();
-    // Columns named by numbers (pandas' `0,1,2`): a row that spells them is data.
-    let named = header.iter().any(|name| name.parse::<f64>().is_err());
     if named && record.len() == header.len() && record.iter().zip(header).all(|(raw, name)| same(raw, name)) {
         return Err(DataError::RepeatedHeader { path: path.into(), line, header_line });
     }
     Ok(())
+}
+
+/// Whether some column of `header` is named by a word, not a number: then
+/// a row that spells the header is a repeated header, not data.
+fn names_words(header: &[String]) -> bool {
+    header.iter().any(|name| name.parse::<f64>().is_err())
 }
 
 /// Every column of a training file has a name: an unnamed one (a pandas

@@ -72,6 +72,7 @@ pub fn run_split_until(
     let mut values = Vec::new();
     let mut width = 0;
     let mut loss_sum = 0.0;
+    let mut scratch = Vec::new();
     let indices: Vec<usize> = (0..n).collect();
     let per_pass = rows.unwrap_or(CHUNK).max(1);
     for chunk in indices.chunks(per_pass) {
@@ -88,19 +89,20 @@ pub fn run_split_until(
         };
         let mut batch = Batch::default();
         data.gather(split, taken, &mut batch);
-        let (x, targets) = batch_tensors(batch, data.n_features(), loss_kind, device);
+        let rows = batch.len();
+        let x =
+            Tensor::from_data(TensorData::new(std::mem::take(&mut batch.features), [rows, data.n_features()]), device);
         let mut out = model.forward_in(x, Mode::Eval, half);
-        let targets = if taken.len() > chunk.len() {
-            let [_, w] = out.dims();
+        let [_, w] = out.dims();
+        if taken.len() > chunk.len() {
             out = out.slice([0..chunk.len(), 0..w]);
-            first_rows(targets, chunk.len())
-        } else {
-            targets
-        };
-        let l: f64 = loss::compute(loss_kind, out.clone(), &targets).into_scalar_f64();
-        loss_sum += l * chunk.len() as f64;
-        width = out.dims()[1];
+            batch.labels.truncate(chunk.len());
+        }
+        width = w;
+        let start = values.len();
         values.extend(out.into_data().convert::<f32>().into_vec::<f32>().expect("f32 outputs"));
+        // Scored on the host in f64, as the native engine scores its passes.
+        loss_sum += loss::host_loss(loss_kind, &values[start..], w, &batch.labels, &mut scratch) * chunk.len() as f64;
     }
     Some(Outputs { values, width, loss: loss_sum / n.max(1) as f64 })
 }
@@ -196,14 +198,6 @@ pub(crate) fn batch_tensors(
     let rows = batch.len();
     let x = Tensor::from_data(TensorData::new(batch.features, [rows, width]), device);
     (x, targets_tensor(batch.labels, loss_kind, device))
-}
-
-/// The first `n` rows of `targets`.
-fn first_rows(targets: Targets, n: usize) -> Targets {
-    match targets {
-        Targets::Float(y) => Targets::Float(y.slice([0..n, 0..1])),
-        Targets::Class(c) => Targets::Class(c.slice(0..n)),
-    }
 }
 
 fn targets_tensor(labels: Labels, loss_kind: Loss, device: &DispatchDevice) -> Targets {

@@ -1175,6 +1175,12 @@ fn validation_in_filled_passes_gives_the_outputs_of_one_pass() {
             assert!(n > 32, "{n} validation rows");
             let whole = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), None, None);
             assert_eq!(whole.values.len(), n * whole.width);
+            // The split's loss is its outputs' scored in f64 on every
+            // device (as the native engine scores them), not a device's
+            // fp32 sum: the same number whichever device ran the pass.
+            let by_hand = loss_in_f64(&whole.values, whole.width, &data.split(Split::Valid).labels);
+            let gap = (whole.loss - by_hand).abs() / by_hand.abs().max(1e-12);
+            assert!(gap <= 1e-12, "{} {loss:?}: loss {} against {by_hand} in f64", device.short_name(), whole.loss);
             for rows in [1, 5, 32, n - 1, n, n + 7] {
                 let passes = run_split(&result.model, &data, Split::Valid, loss, &device.inner(), None, Some(rows));
                 let on = format!("{} {loss:?}, passes of {rows} of {n} rows (seed {seed})", device.short_name());
@@ -1186,6 +1192,25 @@ fn validation_in_filled_passes_gives_the_outputs_of_one_pass() {
             }
         }
     }
+}
+
+/// The mean squared error (numbers) or cross-entropy (classes) of
+/// `values` (`rows × width` outputs), in f64.
+fn loss_in_f64(values: &[f32], width: usize, labels: &kynml_core::data::Labels) -> f64 {
+    use kynml_core::data::Labels;
+    let rows = values.chunks(width);
+    let sum: f64 = match labels {
+        Labels::Values(y) => rows.zip(y).map(|(p, &t)| (f64::from(p[0]) - f64::from(t)).powi(2)).sum(),
+        Labels::Classes(c) => rows
+            .zip(c)
+            .map(|(p, &c)| {
+                let top = p.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+                let sum: f64 = p.iter().map(|&v| (f64::from(v) - top).exp()).sum();
+                top + sum.ln() - f64::from(p[c as usize])
+            })
+            .sum(),
+    };
+    sum / labels.len() as f64
 }
 
 fn half_tracks_fp32(seed: u64, layers: &str) {

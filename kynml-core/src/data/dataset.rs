@@ -61,6 +61,14 @@ impl Labels {
         self.len() == 0
     }
 
+    /// Keeps the first `n` rows.
+    pub(crate) fn truncate(&mut self, n: usize) {
+        match self {
+            Labels::Values(v) => v.truncate(n),
+            Labels::Classes(c) => c.truncate(n),
+        }
+    }
+
     /// Writes `self[i]` for each of `indices` into `out`, reusing its buffer
     /// when it already holds the same kind of label.
     fn gather_into(&self, indices: &[usize], out: &mut Labels) {

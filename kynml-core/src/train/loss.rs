@@ -2,8 +2,10 @@
 
 use burn::tensor::{activation, Int, Tensor};
 
+use crate::data::Labels;
 use crate::spec::types::Loss;
 use kynml_backend::Backend as Kb;
+use kynml_cpu::{LossConfig, Targets as HostTargets};
 
 /// Targets of one batch, in the form its loss needs.
 #[derive(Debug, Clone)]
@@ -12,6 +14,40 @@ pub enum Targets {
     Float(Tensor<Kb, 2>),
     /// `[batch]`: class indices for `cross_entropy`.
     Class(Tensor<Kb, 1, Int>),
+}
+
+/// The native engine's form of `loss`.
+pub(crate) fn host_config(loss: Loss) -> LossConfig {
+    match loss {
+        Loss::Mse => LossConfig::Mse,
+        Loss::Mae => LossConfig::Mae,
+        Loss::Huber { delta } => LossConfig::Huber { delta },
+        Loss::CrossEntropy => LossConfig::CrossEntropy,
+        Loss::Bce => LossConfig::Bce,
+    }
+}
+
+/// `labels` as the native engine's losses take them (`bce`'s 0/1 classes
+/// as numbers, in `scratch`).
+pub(crate) fn host_targets<'a>(labels: &'a Labels, loss: Loss, scratch: &'a mut Vec<f32>) -> HostTargets<'a> {
+    match (labels, loss) {
+        (Labels::Classes(c), Loss::CrossEntropy) => HostTargets::Classes(c),
+        (Labels::Classes(c), _) => {
+            scratch.clear();
+            scratch.extend(c.iter().map(|&v| v as f32));
+            HostTargets::Values(scratch)
+        }
+        (Labels::Values(v), _) => HostTargets::Values(v),
+    }
+}
+
+/// The mean loss of outputs already on the host (`rows × width`), in f64:
+/// how every engine scores a validation or evaluation pass, so that a
+/// split's loss is one number whichever device ran the forward pass (a
+/// device's fp32 sum of a split's squared errors can overflow where the
+/// rows' own outputs do not).
+pub(crate) fn host_loss(loss: Loss, out: &[f32], width: usize, labels: &Labels, scratch: &mut Vec<f32>) -> f64 {
+    kynml_cpu::loss::loss(host_config(loss), out, width, host_targets(labels, loss, scratch), None)
 }
 
 /// # Shapes

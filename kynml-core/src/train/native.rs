@@ -18,15 +18,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::DispatchDevice;
 use kynml_backend::{Backend as Kb, Device, DeviceKind};
-use kynml_cpu::{LayerConfig, LossConfig, MaskSource, Net, OptimConfig, Targets, Team};
+use kynml_cpu::{LayerConfig, MaskSource, Net, OptimConfig, Team};
 
 use crate::checkpoint::{Checkpoint, NamedTensor};
-use crate::data::{Batch, Dataset, Labels, Split};
+use crate::data::{Batch, Dataset, Split};
 use crate::evaluate::Outputs;
 use crate::model::{dropout_piece, LayerSpec, MaskKey, Model, Shape, MASK_PIECE};
 use crate::rng::SplitMix64;
 use crate::spec::types::{Clip, Loss, ModelSpec, Optimizer, Spec};
 use crate::train::engine::{Engine, Part, StepLoss};
+use crate::train::loss::{host_config, host_loss, host_targets};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{Compute, PrecisionPlan};
 use crate::train::profile::StepPhases;
@@ -114,16 +115,6 @@ pub(crate) fn native_configs<'a>(
     Ok(out)
 }
 
-fn loss_config(loss: Loss) -> LossConfig {
-    match loss {
-        Loss::Mse => LossConfig::Mse,
-        Loss::Mae => LossConfig::Mae,
-        Loss::Huber { delta } => LossConfig::Huber { delta },
-        Loss::CrossEntropy => LossConfig::CrossEntropy,
-        Loss::Bce => LossConfig::Bce,
-    }
-}
-
 fn optim_config(o: &Optimizer) -> OptimConfig {
     match *o {
         Optimizer::AdamW { beta1, beta2, eps, weight_decay, .. } => {
@@ -149,21 +140,6 @@ impl MaskSource for Masks<'_> {
     fn dropout(&mut self, team: &Team, p: f64, x: &[f32], mask: &mut [f32], out: &mut [f32]) {
         let key = MaskKey::draw(self.0, p);
         team.zip_chunks3(MASK_PIECE, x, mask, out, |i, x, m, o| dropout_piece(&key, i, x, m, o));
-    }
-}
-
-/// A batch's labels as the native losses take them: class indices for
-/// cross-entropy, numbers otherwise (bce's classes as 0 and 1, written
-/// into `scratch`).
-fn targets<'a>(labels: &'a Labels, loss: Loss, scratch: &'a mut Vec<f32>) -> Targets<'a> {
-    match (labels, loss) {
-        (Labels::Classes(c), Loss::CrossEntropy) => Targets::Classes(c),
-        (Labels::Classes(c), _) => {
-            scratch.clear();
-            scratch.extend(c.iter().map(|&v| v as f32));
-            Targets::Values(scratch)
-        }
-        (Labels::Values(v), _) => Targets::Values(v),
     }
 }
 
@@ -243,8 +219,7 @@ fn evaluate_net(
         }
         data.gather(split, chunk, &mut batch);
         net.predict(&batch.features, &mut out);
-        let targets = targets(&batch.labels, loss, scratch);
-        loss_sum += kynml_cpu::loss::loss(loss_config(loss), &out, width, targets, None) * chunk.len() as f64;
+        loss_sum += host_loss(loss, &out, width, &batch.labels, scratch) * chunk.len() as f64;
         values.extend_from_slice(&out);
     }
     Some(Outputs { values, width, loss: loss_sum / n.max(1) as f64 })
@@ -325,8 +300,8 @@ impl Engine for NativeEngine {
     }
 
     fn step(&mut self, batch: Batch, lr: f64, dropout: &mut SplitMix64, part: Part) -> Option<StepLoss> {
-        let targets = targets(&batch.labels, self.loss, &mut self.float_targets);
-        let loss = loss_config(self.loss);
+        let targets = host_targets(&batch.labels, self.loss, &mut self.float_targets);
+        let loss = host_config(self.loss);
         let (x, masks) = (&batch.features, &mut Masks(dropout));
         let mean = self.net.train_part(x, targets, loss, &self.optimizer, lr, masks, part.weight, part.last);
         Some(StepLoss::Host(mean))

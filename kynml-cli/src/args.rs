@@ -73,7 +73,7 @@ pub struct BenchArgs {
     /// their fastest kernels (overrides the spec's `autotune`).
     #[arg(long, value_parser = parse_autotune)]
     pub autotune: Option<Autotune>,
-    /// Also write the figures as JSON to this file.
+    /// Also write the figures as JSON to this file (`-`: standard output, which then holds the JSON alone).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }

@@ -17,13 +17,21 @@ use kynml_core::train::{train, EngineKind, TrainEvent, TrainSettings};
 use crate::args::{BenchArgs, WarmupArgs};
 use crate::failure::Failure;
 use crate::render;
+use crate::train::tell;
 
 pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut file = SpecFile::load(&args.spec)?;
+    // `--json -` (or `/dev/stdout`) is standard output, which then holds
+    // the JSON alone: what is said for a person goes to standard error.
+    let to_stdout = args.json.as_deref().is_some_and(crate::output::is_stdout);
+    if to_stdout {
+        crate::train::stdout_holds_data();
+    }
     let json_target = args
         .json
         .as_deref()
+        .filter(|_| !to_stdout)
         .map(|p| {
             crate::output::check_json_target(p, "kynml bench --json", |v| {
                 v.get("samples_per_sec").is_some() && v.get("step_ms").is_some()
@@ -57,15 +65,15 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let device = devices[0].clone();
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     crate::train::fit_loader(&mut file, &data);
-    println!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
-    println!("{}", render::memory(&file.check_memory_for(&device, data.train.len(), data.valid.len())?, &device));
+    tell!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
+    tell!("{}", render::memory(&file.check_memory_for(&device, data.train.len(), data.valid.len())?, &device));
     let options = BenchOptions {
         steps: args.steps as usize,
         rounds: args.rounds as usize,
         replicas: devices[1..].to_vec(),
         ..BenchOptions::default()
     };
-    println!(
+    tell!(
         "bench: {} on {source}, batch {}, {} in each of 1 warm-up and {} timed round{}\n",
         file.spec.model.name.value,
         file.spec.train.batch.value,
@@ -88,12 +96,12 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         if steps == options.steps {
             // As many steps, the last one short.
             let last = n_train - (steps - 1) * batch;
-            println!(
+            tell!(
                 "note: the training split holds {}: each round's last step takes {last} of {batch} rows{more}\n",
                 render::count(n_train, "row")
             );
         } else {
-            println!(
+            tell!(
                 "note: the training split holds {}: each round takes {} of up to {}, not {} of {batch}{more}\n",
                 render::count(n_train, "row"),
                 render::count(steps, "step"),
@@ -199,8 +207,8 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         1 => report.device.clone(),
         n => format!("{n} x {} (data-parallel)", report.device),
     };
-    println!("\n{} on {on}, {}, {engine}", file.spec.model.name.value, report.precision.name());
-    println!("{}", render::table(&["", "figure", "what"], &rows));
+    tell!("\n{} on {on}, {}, {engine}", file.spec.model.name.value, report.precision.name());
+    tell!("{}", render::table(&["", "figure", "what"], &rows));
     if let Some(path) = &args.json {
         let mut json = serde_json::to_value(&report).context("the report as JSON")?;
         json["spec"] = serde_json::json!(args.spec.display().to_string());
@@ -223,9 +231,22 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
             }
         }));
         let text = serde_json::to_string_pretty(&json).context("the report as JSON")? + "\n";
-        let target = json_target.as_deref().unwrap_or(path);
-        crate::output::write_output(target, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
-        println!("figures written to {}", path.display());
+        match json_target.as_deref() {
+            Some(target) => {
+                crate::output::write_output(target, text.as_bytes())
+                    .with_context(|| format!("writing {}", path.display()))?;
+                tell!("figures written to {}", path.display());
+            }
+            None => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        return Err(Failure::run(format!("error: cannot write the figures to standard output: {e}")));
+                    }
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -189,14 +189,6 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         None => " on the CPU".to_string(),
     };
     println!("{}", render::memory_line(&cpu, &cpu_suffix));
-    let on_the_cpu = match t.devices.as_ref().map(|d| &d.value) {
-        Some(DeviceSet::List(list)) => list.iter().all(|d| *d == DeviceRequest::Cpu),
-        Some(DeviceSet::AllCuda) => false,
-        None => t.device.value == DeviceRequest::Cpu,
-    };
-    if let (true, Some(why)) = (on_the_cpu, &cpu_precision.fallback) {
-        println!("note: `precision = {}` on the CPU: fp32 runs ({why})", compute.name());
-    }
     // A one-device run is checked against the device it would get here, as
     // `train` checks it: said, not refused (the spec may be meant for
     // another machine). A device this machine lacks is said above.

@@ -58,7 +58,10 @@ fn main() -> ExitCode {
         Err(failure) => {
             // A value quoted whole (a data cell or column name of megabytes)
             // is cut in its middle: the message stays one a person reads.
-            eprintln!("{}", kynml_core::spec::diagnostic::shorten_words(failure.message.trim_end(), MAX_WORD));
+            // Standard error may be gone (`2>&1 | tee log` stopped by the
+            // Ctrl-C that stopped the run): the status still says why.
+            let said = kynml_core::spec::diagnostic::shorten_words(failure.message.trim_end(), MAX_WORD);
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{said}\n").as_bytes());
             ExitCode::from(failure.code)
         }
     }

@@ -45,6 +45,21 @@ pub(crate) fn write_output(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
 }
 
+/// Whether `path` names this process's standard output: `-`, or a path to
+/// the file it is (`/dev/stdout`, `/dev/fd/1`, the file it is redirected
+/// to). Output meant for standard output then holds that output alone: the
+/// lines said around it go to standard error, as for `-`.
+pub(crate) fn is_stdout(path: &Path) -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    if path.as_os_str() == "-" {
+        return true;
+    }
+    let Ok(target) = std::fs::metadata(path) else { return false };
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned().ok().map(std::fs::File::from);
+    stdout.and_then(|f| f.metadata().ok()).is_some_and(|out| (out.dev(), out.ino()) == (target.dev(), target.ino()))
+}
+
 /// Whether `path` is (or links to) a character device or a named pipe:
 /// `/dev/null`, `/dev/stdout`, a FIFO a reader waits on.
 pub(crate) fn is_stream(path: &Path) -> bool {

@@ -32,8 +32,8 @@ fn load(model: &Path, device: DeviceRequest) -> Result<Predictor, Failure> {
 }
 
 pub fn predict(args: PredictArgs) -> Result<(), Failure> {
-    // `--output -` is standard output, as without `--output`.
-    let output = args.output.as_deref().filter(|p| p.as_os_str() != "-");
+    // `--output -` (or `/dev/stdout`) is standard output, as without `--output`.
+    let output = args.output.as_deref().filter(|p| !crate::output::is_stdout(p));
     if let Some(output) = output {
         crate::output::check_output(output)?;
     }
@@ -120,8 +120,8 @@ fn check_replaceable(output: &Path, rows: &Path, header: &str) -> Result<(), Fai
 }
 
 pub fn eval(args: EvalArgs) -> Result<(), Failure> {
-    // `--json -` is standard output, which then holds the JSON alone.
-    let to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    // `--json -` (or `/dev/stdout`) is standard output, which then holds the JSON alone.
+    let to_stdout = args.json.as_deref().is_some_and(crate::output::is_stdout);
     let json = match args.json.as_deref().filter(|_| !to_stdout) {
         Some(path) => Some(crate::output::check_json_target(path, "kynml eval --json", is_eval_json)?),
         None => None,

@@ -1,7 +1,5 @@
 //! Reading a spec's data, with progress shown when the file is large.
 
-use std::io::IsTerminal;
-
 use indicatif::ProgressStyle;
 use kynml_core::data::Dataset;
 use kynml_core::plan::{LoadError, SpecFile};
@@ -19,7 +17,7 @@ pub fn load_data(file: &mut SpecFile) -> Result<Dataset, LoadError> {
         return file.load_data();
     }
     println!("reading {} ({})", path.display(), bytes(size));
-    if !std::io::stderr().is_terminal() {
+    if !crate::terminal::draws() {
         return file.load_data();
     }
     let bar = crate::terminal::bar(size);

@@ -11,8 +11,8 @@ use crate::failure::Failure;
 use crate::render;
 
 pub fn run(args: ReportArgs) -> Result<(), Failure> {
-    // `--json -` is standard output, which then holds the JSON alone.
-    let to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    // `--json -` (or `/dev/stdout`) is standard output, which then holds the JSON alone.
+    let to_stdout = args.json.as_deref().is_some_and(crate::output::is_stdout);
     let json = match args.json.as_deref().filter(|_| !to_stdout) {
         Some(path) => Some(crate::output::check_json_target(path, "kynml report --json", is_report_json)?),
         None => None,

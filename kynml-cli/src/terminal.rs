@@ -16,6 +16,14 @@ fn size() -> (usize, usize) {
     }
 }
 
+/// Whether progress is drawn on standard error: a terminal that moves its
+/// cursor. `TERM=dumb` (Emacs' shell, some CI runners' log panes) shows
+/// the escapes drawing takes as text: it gets the plain lines a log gets.
+pub fn draws() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+}
+
 /// The width of the terminal on standard error, 80 where it cannot be told.
 pub fn columns() -> usize {
     match size() {
@@ -56,12 +64,23 @@ impl Stderr {
 }
 
 impl TermLike for Stderr {
+    // Read at each draw: a terminal narrowed during an epoch wraps each
+    // frame into more lines, which indicatif clears only knowing the width
+    // (a stale line was left behind at every redraw).
     fn width(&self) -> u16 {
-        u16::try_from(self.columns).unwrap_or(u16::MAX)
+        let columns = match size().0 {
+            0 => self.columns,
+            now => now,
+        };
+        u16::try_from(columns).unwrap_or(u16::MAX)
     }
 
     fn height(&self) -> u16 {
-        u16::try_from(self.rows).unwrap_or(u16::MAX)
+        let rows = match size().1 {
+            0 => self.rows,
+            now => now,
+        };
+        u16::try_from(rows).unwrap_or(u16::MAX)
     }
 
     fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {

@@ -1,7 +1,6 @@
 //! `kynml train SPEC`: resolve arguments and spec into a checked plan, say
 //! what will run, train with progress, write the run folder.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -1334,7 +1333,7 @@ struct Progress {
 
 impl Progress {
     fn new(first_steps: Option<&'static str>) -> Self {
-        Progress { bar: None, tty: std::io::stderr().is_terminal(), width: 0, room: 0, first_steps }
+        Progress { bar: None, tty: crate::terminal::draws(), width: 0, room: 0, first_steps }
     }
 
     fn on_event(&mut self, event: &TrainEvent) {
@@ -1513,6 +1512,25 @@ fn resumed_at(done: usize, now: usize, inside: bool) -> String {
 
 /// Ctrl-C while training: the first stops after the step in progress (with a
 /// checkpoint when the spec checkpoints), the second quits at once.
+/// From here on, the lines said for a person (`say!`) go to standard
+/// error: standard output holds a command's data alone.
+pub(crate) fn stdout_holds_data() {
+    ctrl_c::stdout_holds_data();
+}
+
+/// `println!` for a line said for a person: on standard error once
+/// standard output holds data ([`stdout_holds_data`]).
+macro_rules! tell {
+    () => { $crate::train::tell_line(format_args!("")) };
+    ($($t:tt)*) => { $crate::train::tell_line(format_args!($($t)*)) };
+}
+pub(crate) use tell;
+
+/// What [`tell!`] writes.
+pub(crate) fn tell_line(line: std::fmt::Arguments) {
+    ctrl_c::write_line(1, line);
+}
+
 mod ctrl_c {
     use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
     use std::sync::{Arc, OnceLock};
@@ -1554,6 +1572,16 @@ mod ctrl_c {
     /// Whether a write of the run's output failed, other than to a pipe
     /// whose reader is gone: the run stopped for it (status 1).
     static OUTPUT_FAILED: AtomicBool = AtomicBool::new(false);
+    /// Whether a signal has come.
+    static SIGNALLED: AtomicBool = AtomicBool::new(false);
+    /// Standard output holds a command's data alone (`bench --json -`):
+    /// the lines said for a person go to standard error.
+    static STDOUT_HOLDS_DATA: AtomicBool = AtomicBool::new(false);
+
+    /// From here on, lines said for a person go to standard error.
+    pub fn stdout_holds_data() {
+        STDOUT_HOLDS_DATA.store(true, Ordering::SeqCst);
+    }
 
     /// Installs the handler of Ctrl-C (SIGINT) and of SIGTERM (how a
     /// cluster's scheduler or `kill` ends a job, with a grace period before
@@ -1602,6 +1630,7 @@ mod ctrl_c {
     /// reader is gone, 1 for another failure, said on the other stream.
     pub fn write_line(fd: i32, line: std::fmt::Arguments) {
         use std::io::Write;
+        let fd = if STDOUT_HOLDS_DATA.load(Ordering::SeqCst) { 2 } else { fd };
         let written = if fd == 1 {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{line}").and_then(|()| out.flush())
@@ -1685,6 +1714,16 @@ mod ctrl_c {
 
     extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
         let Some(stop) = STOP.get() else { return };
+        // A run already stopping because its output was lost (`2>&1 | tee
+        // log`, whose `tee` the same Ctrl-C ended a moment earlier) takes
+        // the first signal as the same request, not as a second one that
+        // quits at once without the checkpoint: one Ctrl-C, one stop.
+        let first_signal = !SIGNALLED.swap(true, Ordering::SeqCst);
+        let output_lost = SIGNAL.load(Ordering::SeqCst) == libc::SIGPIPE || OUTPUT_FAILED.load(Ordering::SeqCst);
+        if first_signal && output_lost {
+            stop.store(true, Ordering::SeqCst);
+            return;
+        }
         // SAFETY: the kernel passes a valid siginfo_t with SA_SIGINFO.
         let from = if info.is_null() { -1 } else { unsafe { (*info).si_pid() } };
         let now = monotonic_ns();

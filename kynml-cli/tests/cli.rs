@@ -130,7 +130,7 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     assert!(gpu.contains("optimizer state 1.6 MiB, best weights 841.5 KiB, activations"), "{gpu}");
     // `device = auto` may find a GPU where the run trains: no note. On
     // `device = cpu` the bf16 asked for never runs: said once, with why,
-    // as `train` says it; in fp32 nothing is said.
+    // in "what runs" as `train` says it; in fp32 nothing is said.
     assert!(!t.contains("note: `precision"), "{t}");
     // What train would say runs on the device it would get here, with the
     // settings that do not apply as written marked (on a machine without a
@@ -139,8 +139,10 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     let spec = std::fs::read_to_string(tmp.path().join("deepnet.kyn")).unwrap();
     std::fs::write(tmp.path().join("deepnet.kyn"), spec.replace("device = auto", "device = cpu")).unwrap();
     let t = text(&kynml(&["check", "deepnet.kyn"], tmp.path()));
-    let note = "note: `precision = bf16` on the CPU: fp32 runs (bf16 requested, but the CPU trains in fp32 only";
-    assert_eq!(t.matches(note).count(), 1, "{t}");
+    // Said once, where "what runs" marks it: no note repeating it above.
+    assert!(!t.contains("note: `precision"), "{t}");
+    assert_eq!(t.matches("bf16 requested, but the CPU trains in fp32 only").count(), 1, "{t}");
+    assert!(t.contains("  ! precision     fp32 (bf16 requested"), "{t}");
     let spec = std::fs::read_to_string(tmp.path().join("deepnet.kyn")).unwrap();
     std::fs::write(tmp.path().join("deepnet.kyn"), spec.replace("precision = bf16", "precision = fp32")).unwrap();
     let t = text(&kynml(&["check", "deepnet.kyn"], tmp.path()));
@@ -1420,6 +1422,11 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     let out = kynml(&["predict", "run", "iris.csv"], dir);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), pred, "standard output holds the CSV and nothing else");
+    // `--output /dev/stdout` is standard output too: the CSV alone, no
+    // "written to" line after it (a script's idiom where `-` is not known).
+    let out = kynml(&["predict", "run", "iris.csv", "--output", "/dev/stdout"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), pred, "/dev/stdout holds the CSV and nothing else");
     let out = kynml(&["eval", "run", "iris.csv"], dir);
     assert!(out.status.success() && text(&out).contains("150 rows of iris.csv"), "{}", text(&out));
     // The metrics as JSON: with `-`, standard output holds the JSON alone
@@ -1431,6 +1438,10 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     assert_eq!((json["rows"].as_u64(), json["data"].as_str()), (Some(150), Some("iris.csv")), "{json}");
     let accuracy = json["metrics"]["accuracy"].as_f64().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("accuracy        {accuracy:.4}")), "{}", text(&out));
+    let out = kynml(&["eval", "run", "iris.csv", "--json", "/dev/stdout"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let same: serde_json::Value = serde_json::from_slice(&out.stdout).expect("/dev/stdout holds the JSON alone");
+    assert_eq!(same, json);
     let out = kynml(&["eval", "run", "iris.csv", "--json", "m.json"], dir);
     assert!(out.status.success() && text(&out).contains("metrics written to m.json"), "{}", text(&out));
     let written: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("m.json")).unwrap()).unwrap();
@@ -1680,6 +1691,42 @@ fn a_reader_that_goes_away_stops_the_run_with_its_checkpoint() {
     assert!(t.contains("interrupted at epoch ") && t.contains("checkpoint written to run.ckpt"), "{t}");
     let checkpoint = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("a checkpoint");
     assert!(checkpoint.state["epoch"].as_u64().is_some_and(|e| (2..400).contains(&e)), "{t}");
+}
+
+/// `kynml train ... 2>&1 | tee log` stopped by Ctrl-C: the signal ends
+/// `tee` too, and both streams' reader is gone. The run stops as Ctrl-C
+/// asks, with its checkpoint, status 130 (141 where the pipe was met
+/// first); its last message, unwritable, made it exit 1 (a scheduler's
+/// script took a requeue for a failure), and where the pipe was met first
+/// the Ctrl-C counted as a second request and quit without the checkpoint.
+#[test]
+fn ctrl_c_that_also_ends_the_reader_of_both_streams_exits_as_a_stop() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    checkpointing_spec(dir, "spec.kyn", "run.ckpt", 400);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    command.args(["train", "spec.kyn", "--out", "teed"]).current_dir(dir).stdout(std::process::Stdio::piped());
+    // SAFETY: dup2(2) and signal(2) are async-signal-safe and touch no memory.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            (libc::dup2(1, 2) == 2).then_some(()).ok_or_else(std::io::Error::last_os_error)
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("epoch   2 ")), "the run never said epoch 2");
+    // The reader goes, and the Ctrl-C comes: whichever the run meets first
+    // stops it (130 for the Ctrl-C, 141 for the pipe), never a failure's 1.
+    drop(lines);
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = child.wait().unwrap();
+    assert!(matches!(status.code(), Some(130 | 141)), "{status:?}");
+    let checkpoint = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("a checkpoint");
+    let epoch = &checkpoint.state["epoch"];
+    assert!(epoch.as_u64().is_some_and(|e| (2..400).contains(&e)), "{epoch}");
 }
 
 #[test]
@@ -3218,6 +3265,14 @@ fn bench_times_rounds_after_a_warm_up_and_writes_its_figures() {
     let short = ["bench", "deepnet.kyn", "--device", "cpu", "--synthetic", "600", "--steps", "2", "--rounds", "1"];
     let out = kynml(&[&short[..], &["--json", "b.json"]].concat(), tmp.path());
     assert!(out.status.success(), "{}", text(&out));
+    // `--json -` is standard output, which then holds the JSON alone (the
+    // table and notes on standard error), as for eval and report; no file `-`.
+    let out = kynml(&[&short[..], &["--json", "-"]].concat(), tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("standard output is the JSON alone");
+    assert_eq!(json["steps"].as_u64(), Some(2), "{json}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("samples/s"), "{}", text(&out));
+    assert!(!tmp.path().join("-").exists(), "no file named -");
     for (target, why) in [
         ("deepnet.kyn", "is not an earlier `kynml bench --json` file"),
         ("nowhere/b.json", "does not exist"),
@@ -3925,4 +3980,43 @@ fn the_pytorch_rebuild_reads_rows_as_predict_does() {
     assert!(read.status.success(), "{}", text(&read));
     let printed = String::from_utf8_lossy(&read.stdout);
     assert_eq!(printed.trim(), "[(2, ['5.1', '3.5', '1.4', '0.2']), (3, ['6.0', '2.2', '5.0', '1.5'])]");
+}
+
+/// What `kynml ARGS` writes on standard error when that is a terminal (a
+/// pseudo-terminal) and `TERM` is `term`.
+fn on_a_terminal(args: &[&str], dir: &Path, term: &str) -> String {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut leader, mut follower) = (0, 0);
+    // SAFETY: openpty(3) fills the two descriptors; no name, termios or size is asked for.
+    let made =
+        unsafe { libc::openpty(&mut leader, &mut follower, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+    assert_eq!(made, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both are open descriptors this test owns from here on.
+    let (leader, follower) = unsafe { (OwnedFd::from_raw_fd(leader), OwnedFd::from_raw_fd(follower)) };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(args)
+        .current_dir(dir)
+        .env("TERM", term)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(follower))
+        .spawn()
+        .unwrap();
+    // Read until the run's end closes the terminal's last writer (EIO);
+    // what came before it is kept.
+    let mut seen = Vec::new();
+    let _ = std::fs::File::from(leader).read_to_end(&mut seen);
+    assert!(child.wait().unwrap().success(), "{}", String::from_utf8_lossy(&seen));
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+/// A terminal draws the epoch's bar; `TERM=dumb` (Emacs' shell) shows the
+/// escapes drawing takes as text, and gets plain lines as a log does.
+#[test]
+fn term_dumb_gets_plain_lines_and_no_escapes() {
+    let tmp = copy_example("iris");
+    let drawn = on_a_terminal(&["train", "iris.kyn", "--epochs", "3", "--out", "drawn"], tmp.path(), "xterm");
+    assert!(drawn.contains("\x1b[2K"), "a terminal gets the bar: {drawn:?}");
+    let plain = on_a_terminal(&["train", "iris.kyn", "--epochs", "3", "--out", "plain"], tmp.path(), "dumb");
+    assert!(!plain.contains('\x1b'), "TERM=dumb gets no escape: {plain:?}");
 }

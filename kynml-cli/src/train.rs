@@ -472,6 +472,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         "resumed_after": result.resumed_after,
         "seconds": result.seconds,
         "samples_per_sec": result.samples_per_sec,
+        "first_step_secs": result.first_step_secs,
         "device": device.short_name(),
         "devices": devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>(),
         "engine": result.engine.name(),
@@ -528,7 +529,13 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         let speed = if result.samples_per_sec.is_nan() {
             "its validation alone left, no training step".to_string()
         } else {
-            format!("{:.0} samples/s in the training steps", result.samples_per_sec)
+            // A first step that took long (a GPU tuning and compiling its
+            // kernels) is said, and left out of the speed.
+            let first = result
+                .first_step_secs
+                .filter(|&s| s >= 1.0)
+                .map_or(String::new(), |s| format!(" after the first, which took {}", render::duration(s)));
+            format!("{:.0} samples/s in the training steps{first}", result.samples_per_sec)
         };
         say!(
             "\ntrained {epochs} epoch{s}{} in {} ({speed}); results in {}",

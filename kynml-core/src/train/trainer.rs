@@ -243,9 +243,16 @@ pub struct TrainResult {
     /// Wall-clock seconds from the first epoch to the end, validation and checkpoint saves
     /// included.
     pub seconds: f64,
-    /// Training samples per second over all epochs (steps only); NaN when this run took no step
-    /// (resumed with an epoch's validation alone left).
+    /// Training samples per second over all epochs (steps only), this
+    /// process's first step left out where another followed (on a GPU it
+    /// tunes and compiles the kernels, for minutes on a first run: 2
+    /// samples/s were said of a run whose epochs ran at 287); NaN when this
+    /// run took no step (resumed with an epoch's validation alone left).
     pub samples_per_sec: f64,
+    /// Seconds from this process's first epoch start to the end of its
+    /// first step (its batch's wait included), where it is left out of
+    /// `samples_per_sec` (another step followed).
+    pub first_step_secs: Option<f64>,
     /// The epoch the run resumed after, when it continued a checkpoint.
     pub resumed_after: Option<usize>,
     /// Checkpoint writes that failed (each was reported as a
@@ -576,6 +583,8 @@ fn run<'scope, 'env>(
         _ => None,
     };
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
+    // This process's first step: its rows and the seconds to its end.
+    let mut first_step: Option<(usize, f64)> = None;
     // The evaluation of the weights the engine holds now, when this process trained them.
     let mut last_outputs = None;
     for epoch in first_epoch..=last_epoch {
@@ -708,6 +717,9 @@ fn run<'scope, 'env>(
             let stepped = engine.step(batch, lr, &mut dropout_rng, part);
             if let Some(why) = engine.failure() {
                 return Err(TrainError::Parallel(why));
+            }
+            if first_step.is_none() {
+                first_step = Some((rows, epoch_start.elapsed().as_secs_f64()));
             }
             if let (Some(p), Some(phases)) = (profile.as_mut(), engine.last_phases()) {
                 p.steps.push(StepTiming {
@@ -960,6 +972,8 @@ fn run<'scope, 'env>(
     };
     let mut final_metrics = evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes);
     final_metrics.insert("val_loss".into(), outputs.loss);
+    // The first step is left out of the run's speed where another followed.
+    let left_out = first_step.filter(|&(rows, secs)| total_samples > rows && total_step_secs > secs);
     Ok(TrainResult {
         model: final_model,
         history,
@@ -967,7 +981,12 @@ fn run<'scope, 'env>(
         best_epoch: stopper.and_then(|s| s.best_epoch()),
         stopped_early,
         seconds: started.elapsed().as_secs_f64(),
-        samples_per_sec: if total_samples == 0 { f64::NAN } else { total_samples as f64 / total_step_secs.max(1e-9) },
+        samples_per_sec: match left_out {
+            _ if total_samples == 0 => f64::NAN,
+            Some((rows, secs)) => (total_samples - rows) as f64 / (total_step_secs - secs),
+            None => total_samples as f64 / total_step_secs.max(1e-9),
+        },
+        first_step_secs: left_out.map(|(_, secs)| secs),
         resumed_after,
         checkpoint_failures,
         checkpoint_epoch: written,

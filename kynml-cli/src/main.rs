@@ -39,6 +39,12 @@ fn main() -> ExitCode {
     quit_on_output_errors();
     quiet_headless_vulkan();
     let cli = args::Cli::parse();
+    // `train` stops on a signal after its step, with its checkpoint (its
+    // own handlers); the other commands end at once, their unfinished
+    // files removed.
+    if !matches!(cli.command, args::Command::Train(_)) {
+        remove_unfinished_files_on_signals();
+    }
     // Before any device is chosen: the kernel cache of the GPU picked is
     // set up in this folder when it is picked.
     kynml_backend::kernel_cache::choose(cli.cache.as_deref());
@@ -89,6 +95,60 @@ fn quit_on_output_errors() {
         }
         default(info);
     }));
+}
+
+/// Ctrl-C, SIGTERM and SIGHUP end the process as their default does (status
+/// 128 + the signal's number), after the files it was writing in the
+/// background of their targets are removed: an export or a predict stopped
+/// mid-write left a hidden temporary file as large as the output. The
+/// signals are blocked in every thread (this runs before any starts) and
+/// taken by one that waits for them, where removing files is safe, as it is
+/// not in a handler. One ignored at start (`nohup`, a script's `&`) stays
+/// ignored.
+fn remove_unfinished_files_on_signals() {
+    // SAFETY: sigaction(2) to read dispositions, and sigset operations on a
+    // zeroed set, a plain C struct; pthread_sigmask before any thread starts.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        let mut any = false;
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut now) == 0 && now.sa_sigaction == libc::SIG_DFL {
+                libc::sigaddset(&mut set, signal);
+                any = true;
+            }
+        }
+        if !any {
+            return;
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    std::thread::spawn(move || {
+        let mut signal = 0;
+        // SAFETY: sigwait(3) on the set blocked above.
+        if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
+            return;
+        }
+        kynml_core::atomic_file::remove_unfinished();
+        let said = match signal {
+            libc::SIGINT => "\ninterrupted (Ctrl-C)\n",
+            libc::SIGTERM => "\nterminated (SIGTERM)\n",
+            _ => "\nhangup (SIGHUP)\n",
+        };
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), said.as_bytes());
+        // SAFETY: the signal's default action, unblocked in this thread
+        // alone and raised at it: the process ends as that signal ends it.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            let mut one: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut one);
+            libc::sigaddset(&mut one, signal);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+            libc::raise(signal);
+        }
+    });
 }
 
 /// Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid or not set"

@@ -4020,3 +4020,43 @@ fn term_dumb_gets_plain_lines_and_no_escapes() {
     let plain = on_a_terminal(&["train", "iris.kyn", "--epochs", "3", "--out", "plain"], tmp.path(), "dumb");
     assert!(!plain.contains('\x1b'), "TERM=dumb gets no escape: {plain:?}");
 }
+
+/// A command stopped by a signal while it writes (an export of a large
+/// model) ends as the signal ends it, its unfinished file removed: it left
+/// a hidden temporary file as large as the export, which only a later
+/// write of the same name removed. Its target is untouched.
+#[test]
+fn a_signal_during_an_export_removes_its_unfinished_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rows: String = (0..64).map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 3)).collect();
+    std::fs::write(dir.join("d.csv"), format!("a,b,y\n{rows}")).unwrap();
+    std::fs::write(
+        dir.join("big.kyn"),
+        "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\nmodel M:\n input 2\n dense 4096 relu\n \
+         dense 4096 relu\n dense 1 linear\ntrain:\n loss = mse\n optimizer = sgd(lr=0.0001)\n epochs = 1\n batch = 64\n",
+    )
+    .unwrap();
+    assert!(kynml(&["train", "big.kyn", "--out", "run"], dir).status.success());
+    let temps = || {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".tmp-"))
+            .count()
+    };
+    let mut child = spawn(&["export", "run", "--format", "onnx", "--path", "m.onnx"], dir);
+    // Caught while it writes: stopped, signalled, let go.
+    while temps() == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "the export ended before its file was seen");
+    }
+    let pid = child.id().to_string();
+    for signal in ["-STOP", "-TERM", "-CONT"] {
+        Command::new("kill").args([signal, &pid]).status().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{:?}", out.status);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("terminated (SIGTERM)"), "{}", text(&out));
+    assert_eq!(temps(), 0, "the unfinished export is removed");
+    assert!(!dir.join("m.onnx").exists());
+}

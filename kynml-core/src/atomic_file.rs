@@ -20,6 +20,31 @@ use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// The temporary files being written now: what [`remove_unfinished`]
+/// removes for a process that a signal ends.
+static UNFINISHED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes the temporary files this process is writing now, for a process
+/// about to end on a signal (Ctrl-C during a multi-gigabyte export left a
+/// hidden file of its size that only a later write of the same name
+/// removed). Their targets are untouched. Not async-signal-safe: call it
+/// from a thread that waits for the signal (`sigwait`), not a handler.
+pub fn remove_unfinished() {
+    for temp in UNFINISHED.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        let _ = fs::remove_file(temp);
+    }
+}
+
+fn unfinished(temp: &Path, writing: bool) {
+    let mut list = UNFINISHED.lock().unwrap_or_else(PoisonError::into_inner);
+    if writing {
+        list.push(temp.to_path_buf());
+    } else {
+        list.retain(|t| t != temp);
+    }
+}
 
 /// Writes `bytes` to `path` atomically. Errors are the operating system's,
 /// and never name the temporary file (the caller names `path`); on failure
@@ -61,6 +86,7 @@ impl Drop for Staged {
         if !self.committed {
             let _ = fs::remove_file(&self.temp);
         }
+        unfinished(&self.temp, false);
     }
 }
 
@@ -76,7 +102,8 @@ pub fn stage_with(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<(
     let temp = folder(&path).join(temp_name(name));
     // OpenOptions' default mode is File::create's: 0666, less the umask.
     let file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
-    // Removed again, should the writing fail.
+    // Removed again, should the writing fail (or a signal end the process).
+    unfinished(&temp, true);
     let staged = Staged { temp, path, committed: false };
     if let Some(old) = fs::metadata(&staged.path).ok().filter(|m| m.is_file()) {
         file.set_permissions(old.permissions())?;
@@ -299,5 +326,24 @@ mod tests {
         fs::set_permissions(&atomic, fs::Permissions::from_mode(0o640)).unwrap();
         write(&atomic, b"y").unwrap();
         assert_eq!(mode(&atomic), 0o640);
+    }
+
+    /// A file being written is listed for [`remove_unfinished`] (which a
+    /// signal ending the process calls: `kynml-cli`'s tests send one), and
+    /// no longer once it is committed or dropped. (Removing them here would
+    /// remove the other tests' files being written.)
+    #[test]
+    fn files_being_written_are_listed_until_committed_or_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.onnx");
+        let listed = || UNFINISHED.lock().unwrap().iter().filter(|t| t.starts_with(dir.path())).count();
+        let staged = stage_with(&path, |out| out.write_all(b"new")).unwrap();
+        assert_eq!(listed(), 1);
+        drop(staged);
+        assert_eq!(listed(), 0);
+        stage_with(&path, |out| out.write_all(b"new")).unwrap().commit().unwrap();
+        assert_eq!((listed(), fs::read(&path).unwrap()), (0, b"new".to_vec()));
+        assert!(stage_with(&path, |_| Err(io::Error::other("full"))).is_err());
+        assert_eq!(listed(), 0);
     }
 }

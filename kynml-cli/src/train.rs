@@ -231,6 +231,9 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         {
             ctrl_c::training_ended();
         }
+        if matches!(event, TrainEvent::Step { .. } | TrainEvent::EpochEnd(_)) {
+            ctrl_c::stepped();
+        }
         log.on_event(&event);
         if folder_lost.is_none() {
             let due = match event {
@@ -1581,6 +1584,14 @@ mod ctrl_c {
     static OUTPUT_FAILED: AtomicBool = AtomicBool::new(false);
     /// Whether a signal has come.
     static SIGNALLED: AtomicBool = AtomicBool::new(false);
+    /// Whether a step (or a resumed epoch's validation) has ended: before
+    /// that there is nothing new to checkpoint, and a signal quits at once.
+    static STEPPED: AtomicBool = AtomicBool::new(false);
+
+    /// A step has ended.
+    pub fn stepped() {
+        STEPPED.store(true, Ordering::Relaxed);
+    }
     /// Standard output holds a command's data alone (`bench --json -`):
     /// the lines said for a person go to standard error.
     static STDOUT_HOLDS_DATA: AtomicBool = AtomicBool::new(false);
@@ -1730,6 +1741,20 @@ mod ctrl_c {
         if first_signal && output_lost {
             stop.store(true, Ordering::SeqCst);
             return;
+        }
+        // Before the first step ends there is nothing to checkpoint: waiting
+        // for it (on a GPU, minutes of tuning and compiling kernels) outlasts
+        // a scheduler's grace period before SIGKILL (30 s for Kubernetes and
+        // Slurm), only to save one step. A checkpoint resumed from is left
+        // as it was.
+        if !STEPPED.load(Ordering::SeqCst) && !AFTER_TRAINING.load(Ordering::SeqCst) {
+            let message: &[u8] = b"\nstopped before the run's first step ended: there is nothing new to checkpoint, \
+                                   so the run quits at once\n";
+            // SAFETY: write(2) and _exit(2) are async-signal-safe.
+            unsafe {
+                libc::write(2, message.as_ptr().cast(), message.len());
+                libc::_exit(128 + signal)
+            };
         }
         // SAFETY: the kernel passes a valid siginfo_t with SA_SIGINFO.
         let from = if info.is_null() { -1 } else { unsafe { (*info).si_pid() } };

@@ -4060,3 +4060,36 @@ fn a_signal_during_an_export_removes_its_unfinished_file() {
     assert_eq!(temps(), 0, "the unfinished export is removed");
     assert!(!dir.join("m.onnx").exists());
 }
+
+/// A signal before the run's first step ends quits at once: nothing new is
+/// there to checkpoint, and waiting for that step (on a GPU, minutes of
+/// kernel tuning and compiling) outlasted a scheduler's grace period
+/// before SIGKILL, only to save one step.
+#[test]
+fn a_signal_before_the_first_step_ends_quits_at_once() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rows: String = (0..2048).map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 3)).collect();
+    std::fs::write(dir.join("d.csv"), format!("a,b,y\n{rows}")).unwrap();
+    // A first step of seconds on two cores: 2048 rows through 4096 x 4096.
+    std::fs::write(
+        dir.join("slow.kyn"),
+        "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\nmodel M:\n input 2\n dense 4096 relu\n \
+         dense 4096 relu\n dense 1 linear\ntrain:\n loss = mse\n optimizer = adam(lr=0.0001)\n epochs = 3\n \
+         batch = 2048\n checkpoint = checkpoint(every_n=1, path=\"slow.ckpt\")\n",
+    )
+    .unwrap();
+    let mut child = spawn(&["train", "slow.kyn", "--out", "run"], dir);
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("run folder: ")), "the run starts");
+    // Past the handler's installation, which follows that line.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let rest: String = lines.map_while(Result::ok).map(|l| l + "\n").collect();
+    let out = child.wait_with_output().unwrap();
+    let t = format!("{rest}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(143), "{t}");
+    assert!(t.contains("stopped before the run's first step ended: there is nothing new to checkpoint"), "{t}");
+    assert!(!t.contains("epoch   1 ") && !dir.join("slow.ckpt").exists(), "{t}");
+}

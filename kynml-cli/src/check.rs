@@ -139,8 +139,15 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     }
     let classes = match data.class_names() {
         Some(names) => {
-            let names: Vec<String> = names.iter().map(|n| render::shown(n)).collect();
-            format!(", {} classes ({})", names.len(), names.join(", "))
+            // The first ones and a count of the rest: 60 long class names
+            // made one line of 3,938 characters.
+            const SHOWN: usize = 12;
+            let listed: Vec<String> = names.iter().take(SHOWN).map(|n| render::shown(n)).collect();
+            let more = match names.len().saturating_sub(SHOWN) {
+                0 => String::new(),
+                n => format!(", ... {n} more"),
+            };
+            format!(", {} classes ({}{more})", names.len(), listed.join(", "))
         }
         None => String::new(),
     };

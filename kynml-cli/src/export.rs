@@ -6,6 +6,7 @@ use crate::args::ExportArgs;
 use crate::failure::Failure;
 
 pub fn run(args: ExportArgs) -> Result<(), Failure> {
+    crate::output::check_model_path(&args.model)?;
     let format = Format::parse(&args.format).map_err(|e| Failure::input(format!("error: {e}")))?;
     if args.path.as_os_str() == "-" {
         return Err(Failure::input(

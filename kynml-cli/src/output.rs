@@ -118,3 +118,17 @@ pub(crate) fn check_json_target(
          it away"
     )))
 }
+
+/// A model is read from a run folder or an export's files (weights and
+/// their .json sidecar), never from standard input: `-` is said so, as
+/// bad input, before anything else ("its sidecar -.json is missing" was
+/// said of it).
+pub(crate) fn check_model_path(model: &Path) -> Result<(), Failure> {
+    if model.as_os_str() == "-" {
+        return Err(Failure::input(
+            "error: a model is read from a run folder or an export's files (a .safetensors or .mpk file with its \
+             .json sidecar), not from standard input; give its path",
+        ));
+    }
+    Ok(())
+}

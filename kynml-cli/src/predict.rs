@@ -12,6 +12,7 @@ use crate::failure::Failure;
 use crate::render;
 
 fn load(model: &Path, device: DeviceRequest) -> Result<Predictor, Failure> {
+    crate::output::check_model_path(model)?;
     let device = crate::devices::pick(device)?;
     // On a GPU backend, what its kernel cache gives (as `train` says it in
     // "what runs"), and the wait for the kernels it lacks.

@@ -114,6 +114,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
     let mut costs = Vec::new();
     let mut phases = Vec::new();
     let mut verdicts = Vec::new();
+    let mut unprofiled: Vec<String> = Vec::new();
     let mut json = Vec::new();
     // Runs that differ only by seed (a sweep) are told apart by a column of it.
     let seeds: Vec<Option<u64>> = finished.iter().map(|(dir, _)| seed_of(dir)).collect();
@@ -163,7 +164,7 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
             Ok(None) if profile_asked(dir) => {
                 verdicts.push(format!("  {name}: profiled, but its profile.json is missing (not written, or removed)"));
             }
-            Ok(None) => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
+            Ok(None) => unprofiled.push(name.clone()),
             Err(e) => {
                 let e = e.strip_prefix("error: ").unwrap_or(&e);
                 notes.push(format!("{e}; {name} is shown as not profiled"));
@@ -209,6 +210,23 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
             "\n\nwhere the step time goes (profiled runs; shares of the step time, waiting for the batch included)\n{}",
             render::table(&header, &phases)
         );
+    }
+    // The runs never profiled, said on one line: one a run made 41
+    // identical lines of the report of 41 runs.
+    match unprofiled.as_slice() {
+        [] => {}
+        [name] => verdicts.push(format!("  {name}: not profiled (train with --profile to see its phases)")),
+        names if verdicts.is_empty() => verdicts.push(format!(
+            "  none of the {} runs was profiled (train with --profile to see where their steps' time goes)",
+            names.len()
+        )),
+        names => {
+            const SHOWN: usize = 8;
+            let more = names.len().saturating_sub(SHOWN);
+            let listed = names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            verdicts.push(format!("  {listed}{more}: not profiled (train with --profile to see their phases)"));
+        }
     }
     text += &format!("\n\nverdicts\n{}", verdicts.join("\n"));
     Ok(Report { text, json, notes, problems })
@@ -271,7 +289,9 @@ struct Costs {
     /// Seconds waiting for batches and in all, over the epochs.
     wait: f64,
     seconds: f64,
-    skipped: u64,
+    /// Steps skipped on overflow, where the run scaled its loss (fp16);
+    /// `None` for a run that did not, which skips none.
+    skipped: Option<u64>,
     /// Bytes.
     pool: Option<u64>,
     rss: Option<u64>,
@@ -282,7 +302,8 @@ impl Costs {
         let mib =
             |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20)));
         let share = self.share().map_or("?".into(), |s| format!("{:.0}%", 100.0 * s));
-        vec![name.to_string(), share, self.skipped.to_string(), mib(self.pool), mib(self.rss)]
+        let skipped = self.skipped.map_or("-".to_string(), |s| s.to_string());
+        vec![name.to_string(), share, skipped, mib(self.pool), mib(self.rss)]
     }
 
     fn share(&self) -> Option<f64> {
@@ -302,12 +323,14 @@ impl Costs {
 fn run_costs(dir: &Path) -> Result<Costs, String> {
     let path = &dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {}: {e}", path.display()))?;
-    let (mut wait, mut seconds, mut skipped, mut pool, mut rss) = (0.0, 0.0, 0u64, None::<u64>, None::<u64>);
+    let (mut wait, mut seconds, mut skipped, mut pool, mut rss) = (0.0, 0.0, None::<u64>, None::<u64>, None::<u64>);
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let r: Value = serde_json::from_str(line).map_err(|e| bad_json(path, Some(i + 1), &e))?;
         wait += r["data_wait"].as_f64().unwrap_or(0.0);
         seconds += r["seconds"].as_f64().unwrap_or(0.0);
-        skipped += r["skipped_steps"].as_u64().unwrap_or(0);
+        if !r["loss_scale"].is_null() {
+            *skipped.get_or_insert(0) += r["skipped_steps"].as_u64().unwrap_or(0);
+        }
         pool = pool.max(r["device_reserved"].as_u64());
         rss = rss.max(r["peak_rss"].as_u64());
     }

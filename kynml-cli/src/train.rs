@@ -495,8 +495,11 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     }
 
     say!();
-    if let Some(best) = result.best_epoch {
-        say!("best epoch: {best} (weights restored from it)");
+    // The last epoch's weights are the model already: nothing is restored.
+    match result.best_epoch {
+        Some(best) if best != result.history.len() => say!("best epoch: {best} (weights restored from it)"),
+        Some(best) => say!("best epoch: {best}, the last (its weights are the model)"),
+        None => {}
     }
     say!("{}", render::metrics_table(&result.final_metrics, "validation"));
     if result.checkpoint_failures > 0 {

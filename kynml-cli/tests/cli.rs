@@ -739,7 +739,11 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     std::fs::write(&summary, m.to_string()).unwrap();
     let kept = text(&kynml(&["report", "a"], tmp.path()));
     assert!(kept.contains("accuracy 0.5000 (epoch 1; best 0.9000 at epoch 2)"), "{kept}");
-    assert!(t.contains("b: not profiled (train with --profile"), "{t}");
+    // Runs never profiled are said on one line, not one line a run.
+    assert!(t.contains("none of the 2 runs was profiled (train with --profile"), "{t}");
+    // fp32 runs skip no fp16 step: "-", not a count.
+    let costs = t.split("time and memory").nth(1).unwrap_or_default();
+    assert!(costs.lines().any(|l| l.trim_start().starts_with("a ") && l.contains("%  ") && l.contains(" -  ")), "{t}");
     // A profiled run adds its phases and its verdict.
     let out = kynml(&["train", "iris.kyn", "--epochs", "2", "--device", "cpu", "--out", "c", "--profile"], tmp.path());
     assert!(out.status.success(), "{}", text(&out));
@@ -749,6 +753,7 @@ fn report_puts_runs_side_by_side_and_leaves_out_a_non_run() {
     let out = kynml(&["report", "a", "c"], tmp.path());
     let t = text(&out);
     assert!(out.status.success(), "{t}");
+    assert!(t.contains("  a: not profiled (train with --profile to see its phases)"), "{t}");
     let phases = t.split("where the step time goes").nth(1).unwrap_or_default();
     let row = phases.lines().find(|l| l.trim_start().starts_with("c ")).unwrap_or_else(|| panic!("{t}"));
     let shares: f64 =
@@ -4092,4 +4097,53 @@ fn a_signal_before_the_first_step_ends_quits_at_once() {
     assert_eq!(out.status.code(), Some(143), "{t}");
     assert!(t.contains("stopped before the run's first step ended: there is nothing new to checkpoint"), "{t}");
     assert!(!t.contains("epoch   1 ") && !dir.join("slow.ckpt").exists(), "{t}");
+}
+
+/// Small things said right: a model given as `-` (standard input), a
+/// check of many classes, the best epoch when it is the last.
+#[test]
+fn a_model_from_stdin_many_classes_and_a_best_last_epoch_are_said_plainly() {
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    for args in [
+        &["predict", "-", "iris.csv"][..],
+        &["eval", "-", "iris.csv"],
+        &["export", "-", "--format", "onnx", "--path", "m.onnx"],
+    ] {
+        let out = kynml(args, dir);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
+        assert!(
+            t.contains("a model is read from a run folder or an export's files") && !t.contains("sidecar -.json"),
+            "{t}"
+        );
+    }
+    // 30 classes: the first 12 named, and a count of the rest.
+    let rows: String = (0..90).map(|i| format!("{},{},class_{:02}\n", i % 7, i % 5, i % 30)).collect();
+    std::fs::write(dir.join("many.csv"), format!("a,b,kind\n{rows}")).unwrap();
+    let spec = "dataset D:\n source = csv(\"many.csv\")\n target = \"kind\"\nmodel M:\n input 2\n dense 30 linear\n\
+                train:\n loss = cross_entropy\n epochs = 1\n";
+    std::fs::write(dir.join("many.kyn"), spec).unwrap();
+    let t = text(&kynml(&["check", "many.kyn"], dir));
+    assert!(t.contains("30 classes (class_00, class_01, ") && t.contains("class_11, ... 18 more)"), "{t}");
+    assert!(!t.contains("class_12"), "{t}");
+    // Early stopping keeps the best epoch's weights: restored from it, or,
+    // where it is the last, the model as it is.
+    let spec = std::fs::read_to_string(dir.join("iris.kyn")).unwrap();
+    let early = spec.replace("    seed = 7", "    seed = 7\n    early_stop = early_stop(patience=10)");
+    std::fs::write(dir.join("early.kyn"), early).unwrap();
+    let out = kynml(&["train", "early.kyn", "--epochs", "4", "--out", "e"], dir);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let losses: Vec<f64> = std::fs::read_to_string(dir.join("e/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["val_loss"].as_f64().unwrap())
+        .collect();
+    let best = 1 + (0..losses.len()).fold(0, |b, i| if losses[i] < losses[b] { i } else { b });
+    if best == losses.len() {
+        assert!(t.contains(&format!("best epoch: {best}, the last (its weights are the model)")), "{t}");
+    } else {
+        assert!(t.contains(&format!("best epoch: {best} (weights restored from it)")), "{t}");
+    }
 }

@@ -120,9 +120,21 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         0 => String::new(),
         n => format!(" (its validation pass of {} included)", render::count(n, "row")),
     };
+    // On a terminal, each round's steps as they go (a round of a large
+    // model takes tens of seconds).
+    let round_name =
+        |epoch: usize| if epoch == 1 { "warm-up round".to_string() } else { format!("round {}", epoch - 1) };
+    let mut ticker: Option<crate::terminal::Ticker> = None;
     let report = bench::run(&file.spec, &data, &device, &options, &mut |event| {
+        if let TrainEvent::Step { epoch, step, steps, .. } = *event {
+            let ticker = ticker.get_or_insert_with(|| crate::terminal::Ticker::new(&round_name(epoch), steps as u64));
+            ticker.set(step as u64);
+        }
         if let TrainEvent::EpochEnd(r) = event {
-            let what = if r.epoch == 1 { "warm-up round".to_string() } else { format!("round {}", r.epoch - 1) };
+            if let Some(ticker) = ticker.take() {
+                ticker.finish();
+            }
+            let what = round_name(r.epoch);
             if r.epoch == 1 {
                 steady_at = Some(started.elapsed().as_secs_f64());
             }
@@ -310,13 +322,27 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let settings = TrainSettings { shapes_only: true, ..TrainSettings::default() };
     let mut steps = 0;
-    train(&file.spec, &data, &device, &settings, &mut |event| {
-        if let TrainEvent::Step { step, .. } = event {
-            steps = step;
-            eprintln!("warm-up: step {step} done, {}", render::duration(started.elapsed().as_secs_f64()));
+    // On a terminal, the steps done and the time ticking; in a log, a line a step.
+    let mut ticker: Option<crate::terminal::Ticker> = None;
+    let trained = train(&file.spec, &data, &device, &settings, &mut |event| {
+        if let TrainEvent::EpochStart { steps: of, .. } = event {
+            ticker.get_or_insert_with(|| crate::terminal::Ticker::new("warm-up", of as u64));
         }
-    })
-    .map_err(|e| Failure::run(format!("error: {e}")))?;
+        if let TrainEvent::Step { step, steps: of, .. } = event {
+            steps = step;
+            match ticker.as_ref().filter(|t| t.draws()) {
+                Some(ticker) => ticker.set(step as u64),
+                None => eprintln!(
+                    "warm-up: step {step} of {of} done, {}",
+                    render::duration(started.elapsed().as_secs_f64())
+                ),
+            }
+        }
+    });
+    if let Some(ticker) = ticker {
+        ticker.finish();
+    }
+    trained.map_err(|e| Failure::run(format!("error: {e}")))?;
     let root = cache.root().unwrap_or(std::path::Path::new(""));
     kernel_cache::seal().with_context(|| format!("recording the kernel cache in {}", root.display()))?;
     let (files, bytes) = cache.contents().unwrap_or_default();

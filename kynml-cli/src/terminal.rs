@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, TermLike};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 
 /// The terminal's `(columns, rows)` on standard error, each 0 where it
 /// does not say.
@@ -22,6 +22,46 @@ fn size() -> (usize, usize) {
 pub fn draws() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+}
+
+/// A wait's progress on a terminal: what is done of how many steps, and
+/// the time taken, redrawn on its own while a step takes long (a GPU's
+/// first, tuning and compiling kernels for minutes); nothing where
+/// progress is not drawn ([`draws`]).
+pub struct Ticker(Option<ProgressBar>);
+
+impl Ticker {
+    /// `what` of `len` steps, none done yet.
+    pub fn new(what: &str, len: u64) -> Self {
+        if !draws() {
+            return Ticker(None);
+        }
+        let style = ProgressStyle::with_template("{msg} [{bar:24}] {pos}/{len} steps  {elapsed}")
+            .expect("static template")
+            .progress_chars("=> ");
+        let bar = bar(len).with_style(style).with_message(what.to_string());
+        bar.enable_steady_tick(std::time::Duration::from_millis(250));
+        Ticker(Some(bar))
+    }
+
+    /// Whether it draws: where it does not, the caller says its progress in lines.
+    pub fn draws(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// `done` steps are done.
+    pub fn set(&self, done: u64) {
+        if let Some(bar) = &self.0 {
+            bar.set_position(done);
+        }
+    }
+
+    /// Clears its line.
+    pub fn finish(self) {
+        if let Some(bar) = self.0 {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// The width of the terminal on standard error, 80 where it cannot be told.

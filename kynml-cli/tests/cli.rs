@@ -4024,6 +4024,12 @@ fn term_dumb_gets_plain_lines_and_no_escapes() {
     assert!(drawn.contains("\x1b[2K"), "a terminal gets the bar: {drawn:?}");
     let plain = on_a_terminal(&["train", "iris.kyn", "--epochs", "3", "--out", "plain"], tmp.path(), "dumb");
     assert!(!plain.contains('\x1b'), "TERM=dumb gets no escape: {plain:?}");
+    // A bench's rounds show their steps as they go; a log gets a line a round.
+    let bench = ["bench", "iris.kyn", "--steps", "3", "--rounds", "1"];
+    let drawn = on_a_terminal(&bench, tmp.path(), "xterm");
+    assert!(drawn.contains("round") && drawn.contains("/3 steps"), "{drawn:?}");
+    let plain = on_a_terminal(&bench, tmp.path(), "dumb");
+    assert!(!plain.contains('\x1b') && plain.contains("round 1: "), "{plain:?}");
 }
 
 /// A command stopped by a signal while it writes (an export of a large

@@ -543,10 +543,12 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
                 .map_or(String::new(), |s| format!(" after the first, which took {}", render::duration(s)));
             format!("{:.0} samples/s in the training steps{first}", result.samples_per_sec)
         };
+        // A resumed run's time and speed are this process's: said so.
+        let took = render::duration(result.seconds);
+        let took = if result.resumed_after.is_some() { format!(", this run in {took}") } else { format!(" in {took}") };
         say!(
-            "\ntrained {epochs} epoch{s}{} in {} ({speed}); results in {}",
+            "\ntrained {epochs} epoch{s}{}{took} ({speed}); results in {}",
             result.resumed_after.map_or(String::new(), |r| resumed_at(r, now, resumed_inside)),
-            render::duration(result.seconds),
             run_dir.path.display()
         );
     }
@@ -1518,13 +1520,11 @@ fn resumed_at(done: usize, now: usize, inside: bool) -> String {
     match (done, inside) {
         // No epoch done: the checkpoint was written inside the first.
         (0, _) => " (resumed inside epoch 1)".to_string(),
-        (done, true) => format!(" ({now} after resuming inside epoch {})", done + 1),
-        (done, false) => format!(" ({now} after resuming at {done})"),
+        (done, true) => format!(" ({now} in this run, after resuming inside epoch {})", done + 1),
+        (done, false) => format!(" ({now} in this run, after resuming at {done})"),
     }
 }
 
-/// Ctrl-C while training: the first stops after the step in progress (with a
-/// checkpoint when the spec checkpoints), the second quits at once.
 /// From here on, the lines said for a person (`say!`) go to standard
 /// error: standard output holds a command's data alone.
 pub(crate) fn stdout_holds_data() {
@@ -1544,6 +1544,8 @@ pub(crate) fn tell_line(line: std::fmt::Arguments) {
     ctrl_c::write_line(1, line);
 }
 
+/// Ctrl-C while training: the first stops after the step in progress (with a
+/// checkpoint when the spec checkpoints), the second quits at once.
 mod ctrl_c {
     use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
     use std::sync::{Arc, OnceLock};
@@ -1889,9 +1891,9 @@ mod tests {
     #[test]
     fn a_resume_inside_the_first_epoch_is_said_so() {
         assert_eq!(resumed_at(0, 3, true), " (resumed inside epoch 1)");
-        assert_eq!(resumed_at(2, 3, false), " (3 after resuming at 2)");
+        assert_eq!(resumed_at(2, 3, false), " (3 in this run, after resuming at 2)");
         // A checkpoint taken at epoch 2's step 807: that epoch is finished here, in part.
-        assert_eq!(resumed_at(1, 5, true), " (5 after resuming inside epoch 2)");
+        assert_eq!(resumed_at(1, 5, true), " (5 in this run, after resuming inside epoch 2)");
     }
 
     #[test]

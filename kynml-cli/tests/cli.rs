@@ -1093,7 +1093,7 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "run3"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("resumed after epoch 2") && t.matches("\nepoch ").count() == 2, "{t}");
-    assert!(t.contains("trained 3 epochs (1 after resuming at 2) in"), "{t}");
+    assert!(t.contains("trained 3 epochs (1 in this run, after resuming at 2), this run in "), "{t}");
     assert_eq!(std::fs::read_to_string(dir.join("run3/metrics.jsonl")).unwrap().lines().count(), 3);
     assert!(!t.contains("note: the checkpoint trained with"), "the same batching is not noted: {t}");
     // Other batching goes on, said: it is no longer the uninterrupted run.

@@ -996,7 +996,9 @@ fn fmt_tick(v: f64, step: f64, magnitude: f64) -> String {
     if (scaled - scaled.round()).abs() > 1e-6 * scaled.max(1.0) {
         decimals += 1;
     }
-    if decimals > 3 || magnitude >= 1e5 {
+    // Values of a tenth or more read best as decimals, however fine the
+    // step (r2 ticks read `-1.773e-1` for -0.1773); tiny ones as powers.
+    if (decimals > 3 && magnitude < 1e-2) || decimals > 6 || magnitude >= 1e5 {
         // As many significant digits as the step needs: 6e-4, 1.2e-3.
         let k = step.log10().floor();
         let extra = if (step / 10f64.powf(k) - 2.5).abs() < 1e-6 { 1.0 } else { 0.0 };
@@ -1728,6 +1730,8 @@ mod tests {
         assert_eq!(fmt_tick(7.5, 2.5, 15.0), "7.5");
         assert_eq!(fmt_tick(1.2e-3, 1e-4, 1.3e-3), "1.2e-3");
         assert_eq!(fmt_tick(8e-4, 1e-4, 1.3e-3), "8e-4");
+        assert_eq!(fmt_tick(-0.1773, 1e-4, 0.1774), "-0.1773");
+        assert_eq!(fmt_tick(0.91235, 5e-5, 0.9124), "0.91235");
         assert_eq!(fmt_value(0.094_112), "0.09411");
         assert_eq!(fmt_value(3e-6), "3e-6");
         assert_eq!(ticks(0.5, 300.0, Scale::Log10), [1.0, 3.0, 10.0, 30.0, 100.0, 300.0]);

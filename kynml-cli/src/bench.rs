@@ -126,9 +126,13 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         |epoch: usize| if epoch == 1 { "warm-up round".to_string() } else { format!("round {}", epoch - 1) };
     let mut ticker: Option<crate::terminal::Ticker> = None;
     let report = bench::run(&file.spec, &data, &device, &options, &mut |event| {
-        if let TrainEvent::Step { epoch, step, steps, .. } = *event {
-            let ticker = ticker.get_or_insert_with(|| crate::terminal::Ticker::new(&round_name(epoch), steps as u64));
-            ticker.set(step as u64);
+        // Drawn from the round's start: the warm-up's first step may take
+        // minutes (a GPU tuning its kernels).
+        if let TrainEvent::EpochStart { epoch, steps, .. } = *event {
+            ticker = Some(crate::terminal::Ticker::new(&round_name(epoch), steps as u64));
+        }
+        if let (TrainEvent::Step { step, .. }, Some(ticker)) = (event, &ticker) {
+            ticker.set(*step as u64);
         }
         if let TrainEvent::EpochEnd(r) = event {
             if let Some(ticker) = ticker.take() {

@@ -125,13 +125,23 @@ fn remove_unfinished_files_on_signals() {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     };
-    std::thread::spawn(move || {
+    let waiter = std::thread::Builder::new().name("signals".into()).spawn(move || {
         let mut signal = 0;
         // SAFETY: sigwait(3) on the set blocked above.
         if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
             return;
         }
         kynml_core::atomic_file::remove_unfinished();
+        // Standard error may be a pipe whose reader the same Ctrl-C ended
+        // (`2>&1 | tee`): writing there must not end the process with
+        // SIGPIPE's status instead of this signal's.
+        // SAFETY: a sigset of one signal, blocked in this thread alone.
+        unsafe {
+            let mut pipe: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut pipe);
+            libc::sigaddset(&mut pipe, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, std::ptr::null_mut());
+        }
         let said = match signal {
             libc::SIGINT => "\ninterrupted (Ctrl-C)\n",
             libc::SIGTERM => "\nterminated (SIGTERM)\n",
@@ -149,6 +159,11 @@ fn remove_unfinished_files_on_signals() {
             libc::raise(signal);
         }
     });
+    // No thread to take them: the signals act as they did, unblocked.
+    if waiter.is_err() {
+        // SAFETY: unblocking the set blocked above, in this thread.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+    }
 }
 
 /// Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid or not set"

@@ -16,7 +16,8 @@ pub fn load_data(file: &mut SpecFile) -> Result<Dataset, LoadError> {
     if size < SHOWN_FROM {
         return file.load_data();
     }
-    println!("reading {} ({})", path.display(), bytes(size));
+    // Standard output may hold a command's data alone (`bench --json -`).
+    crate::train::tell!("reading {} ({})", path.display(), bytes(size));
     if !crate::terminal::draws() {
         return file.load_data();
     }

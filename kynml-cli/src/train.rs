@@ -475,7 +475,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         "resumed_after": result.resumed_after,
         "seconds": result.seconds,
         "samples_per_sec": result.samples_per_sec,
-        "first_step_secs": result.first_step_secs,
+        "first_step_left_out": result.first_step_secs,
         "device": device.short_name(),
         "devices": devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>(),
         "engine": result.engine.name(),
@@ -536,7 +536,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
             "its validation alone left, no training step".to_string()
         } else {
             // A first step that took long (a GPU tuning and compiling its
-            // kernels) is said, and left out of the speed.
+            // kernels) is left out of the speed, and said.
             let first = result
                 .first_step_secs
                 .filter(|&s| s >= 1.0)
@@ -1344,16 +1344,49 @@ struct Progress {
     room: usize,
     /// Said on the bar until the run's first step ends (see [`first_steps_note`]).
     first_steps: Option<&'static str>,
+    /// The epoch going on and the run's last, and the seconds of the
+    /// epochs this process finished: what the time left is told from.
+    epoch: usize,
+    epochs: usize,
+    finished: Vec<f64>,
 }
 
 impl Progress {
     fn new(first_steps: Option<&'static str>) -> Self {
-        Progress { bar: None, tty: crate::terminal::draws(), width: 0, room: 0, first_steps }
+        Progress {
+            bar: None,
+            tty: crate::terminal::draws(),
+            width: 0,
+            room: 0,
+            first_steps,
+            epoch: 0,
+            epochs: 0,
+            finished: Vec::new(),
+        }
+    }
+
+    /// The run's time left, told from this epoch's steps so far and the
+    /// epochs this process finished (its first left out: it holds a GPU's
+    /// kernel tuning); `None` before a step is done.
+    fn time_left(&self, step: usize, steps: usize, elapsed: f64) -> Option<f64> {
+        if step == 0 || steps == 0 {
+            return None;
+        }
+        let this_epoch = elapsed * steps as f64 / step as f64;
+        let steady = match self.finished.as_slice() {
+            // The run's first epoch is no pace to go by (a GPU tunes its
+            // kernels in it): this one's is, until another has finished.
+            [] | [_] => this_epoch,
+            [_, rest @ ..] => rest.iter().sum::<f64>() / rest.len() as f64,
+        };
+        let later = self.epochs.saturating_sub(self.epoch) as f64 * steady;
+        Some((this_epoch - elapsed).max(0.0) + later)
     }
 
     fn on_event(&mut self, event: &TrainEvent) {
         match *event {
             TrainEvent::EpochStart { epoch, epochs, steps, .. } if self.tty => {
+                (self.epoch, self.epochs) = (epoch, epochs);
                 let columns = crate::terminal::columns();
                 (self.width, self.room) = bar_layout(columns, epoch, epochs, steps);
                 let prefix = format!("{epoch}/{epochs}");
@@ -1394,15 +1427,25 @@ impl Progress {
                 if let Some(bar) = &self.bar {
                     bar.set_position(step as u64);
                     if let Some(loss) = loss {
-                        // What fits, whole words: the loss before the speed.
+                        // What fits, whole words: the loss, the run's time
+                        // left, then the speed.
                         let loss = format!("loss {}", render::number(loss));
-                        let both = format!("{loss}  {samples_per_sec:.0} samples/s");
-                        let message = [both, loss].into_iter().find(|m| m.len() <= self.room).unwrap_or_default();
-                        bar.set_message(message);
+                        let left = self
+                            .time_left(step, bar.length().unwrap_or(0) as usize, bar.elapsed().as_secs_f64())
+                            .filter(|&s| s >= 1.0)
+                            .map_or(String::new(), |s| {
+                                // Whole seconds: an estimate reads no finer.
+                                let s = if s < 60.0 { format!("{s:.0}s") } else { render::duration(s) };
+                                format!("  ~{s} left")
+                            });
+                        let all = format!("{loss}{left}  {samples_per_sec:.0} samples/s");
+                        let message = [all, format!("{loss}{left}"), loss].into_iter().find(|m| m.len() <= self.room);
+                        bar.set_message(message.unwrap_or_default());
                     }
                 }
             }
             TrainEvent::EpochEnd(record) => {
+                self.finished.push(record.seconds);
                 let line = epoch_line(record);
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();
@@ -1589,6 +1632,9 @@ mod ctrl_c {
     static OUTPUT_FAILED: AtomicBool = AtomicBool::new(false);
     /// Whether a signal has come.
     static SIGNALLED: AtomicBool = AtomicBool::new(false);
+    /// Whether progress is drawn on standard error (read by the handler,
+    /// which may not ask).
+    static DRAWS: AtomicBool = AtomicBool::new(false);
     /// Whether a step (or a resumed epoch's validation) has ended: before
     /// that there is nothing new to checkpoint, and a signal quits at once.
     static STEPPED: AtomicBool = AtomicBool::new(false);
@@ -1618,6 +1664,7 @@ mod ctrl_c {
     /// Ctrl-C, which Python's KeyboardInterrupt respects too).
     pub fn flag(checkpoints: bool) -> Arc<AtomicBool> {
         CHECKPOINTS.store(checkpoints, Ordering::SeqCst);
+        DRAWS.store(crate::terminal::draws(), Ordering::SeqCst);
         let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
         // A write to a pipe whose reader is gone fails (EPIPE) instead of
         // killing the run mid-step: `write_line` then stops it cleanly.
@@ -1737,16 +1784,6 @@ mod ctrl_c {
 
     extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
         let Some(stop) = STOP.get() else { return };
-        // A run already stopping because its output was lost (`2>&1 | tee
-        // log`, whose `tee` the same Ctrl-C ended a moment earlier) takes
-        // the first signal as the same request, not as a second one that
-        // quits at once without the checkpoint: one Ctrl-C, one stop.
-        let first_signal = !SIGNALLED.swap(true, Ordering::SeqCst);
-        let output_lost = SIGNAL.load(Ordering::SeqCst) == libc::SIGPIPE || OUTPUT_FAILED.load(Ordering::SeqCst);
-        if first_signal && output_lost {
-            stop.store(true, Ordering::SeqCst);
-            return;
-        }
         // Before the first step ends there is nothing to checkpoint: waiting
         // for it (on a GPU, minutes of tuning and compiling kernels) outlasts
         // a scheduler's grace period before SIGKILL (30 s for Kubernetes and
@@ -1760,6 +1797,16 @@ mod ctrl_c {
                 libc::write(2, message.as_ptr().cast(), message.len());
                 libc::_exit(128 + signal)
             };
+        }
+        // A run already stopping because its output was lost (`2>&1 | tee
+        // log`, whose `tee` the same Ctrl-C ended a moment earlier) takes
+        // the first signal as the same request, not as a second one that
+        // quits at once without the checkpoint: one Ctrl-C, one stop.
+        let first_signal = !SIGNALLED.swap(true, Ordering::SeqCst);
+        let output_lost = SIGNAL.load(Ordering::SeqCst) == libc::SIGPIPE || OUTPUT_FAILED.load(Ordering::SeqCst);
+        if first_signal && output_lost {
+            stop.store(true, Ordering::SeqCst);
+            return;
         }
         // SAFETY: the kernel passes a valid siginfo_t with SA_SIGINFO.
         let from = if info.is_null() { -1 } else { unsafe { (*info).si_pid() } };
@@ -1825,8 +1872,9 @@ mod ctrl_c {
         // written over it (the bar is drawn again below it): after a plain
         // line break its last frame stayed on the screen, its step count
         // at odds with the step the run stopped at.
-        // SAFETY: isatty(3) (tcgetattr) and write(2) are async-signal-safe.
-        let message = if unsafe { libc::isatty(2) } == 1 {
+        // Where progress is drawn (not under `TERM=dumb`, which shows the
+        // escape as text). SAFETY: write(2) is async-signal-safe.
+        let message = if DRAWS.load(Ordering::SeqCst) {
             unsafe { libc::write(2, b"\r\x1b[2K".as_ptr().cast(), 5) };
             &message[1..]
         } else {
@@ -1839,6 +1887,25 @@ mod ctrl_c {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The time left: this epoch's rest by its pace, and the epochs after
+    /// it by the finished ones' (the run's first left out where others are).
+    #[test]
+    fn the_time_left_is_this_epochs_rest_and_the_epochs_after_it() {
+        let mut p = Progress::new(None);
+        (p.epoch, p.epochs) = (1, 4);
+        // A quarter of the first epoch's steps in 2 s: 6 s more, then 3 epochs of 8 s.
+        assert_eq!(p.time_left(25, 100, 2.0), Some(30.0));
+        assert_eq!(p.time_left(0, 100, 2.0), None);
+        // After a first epoch of 100 s, the second's pace: 4 s for half of it.
+        p.finished = vec![100.0];
+        (p.epoch, p.epochs) = (2, 4);
+        assert_eq!(p.time_left(50, 100, 4.0), Some(4.0 + 2.0 * 8.0));
+        // Epoch 1 took 100 s (kernels tuned), epoch 2 took 10 s: the steady epochs' pace.
+        p.finished = vec![100.0, 10.0];
+        (p.epoch, p.epochs) = (3, 4);
+        assert_eq!(p.time_left(50, 100, 5.0), Some(5.0 + 10.0));
+    }
 
     #[test]
     fn a_last_batch_batchnorm_cannot_normalise_is_said_with_a_batch_that_keeps_it() {

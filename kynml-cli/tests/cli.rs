@@ -1732,6 +1732,8 @@ fn ctrl_c_that_also_ends_the_reader_of_both_streams_exits_as_a_stop() {
     let checkpoint = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("a checkpoint");
     let epoch = &checkpoint.state["epoch"];
     assert!(epoch.as_u64().is_some_and(|e| (2..400).contains(&e)), "{epoch}");
+    // An orderly stop draws the curves of the epochs done; quitting at once does not.
+    assert!(dir.join("teed/curves.svg").is_file(), "the run stopped in order, its curves drawn");
 }
 
 #[test]
@@ -4081,21 +4083,35 @@ fn a_signal_before_the_first_step_ends_quits_at_once() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let rows: String = (0..2048).map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 3)).collect();
+    let rows: String = (0..10240).map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 3)).collect();
     std::fs::write(dir.join("d.csv"), format!("a,b,y\n{rows}")).unwrap();
-    // A first step of seconds on two cores: 2048 rows through 4096 x 4096.
+    // A first step of many seconds on any CPU (8192 rows through three
+    // 4096 x 4096 products, forward and backward), which a passing run
+    // never waits for.
     std::fs::write(
         dir.join("slow.kyn"),
         "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\nmodel M:\n input 2\n dense 4096 relu\n \
-         dense 4096 relu\n dense 1 linear\ntrain:\n loss = mse\n optimizer = adam(lr=0.0001)\n epochs = 3\n \
-         batch = 2048\n checkpoint = checkpoint(every_n=1, path=\"slow.ckpt\")\n",
+         dense 4096 relu\n dense 4096 relu\n dense 1 linear\ntrain:\n loss = mse\n optimizer = adam(lr=0.0001)\n \
+         epochs = 3\n batch = 8192\n checkpoint = checkpoint(every_n=1, path=\"slow.ckpt\")\n",
     )
     .unwrap();
     let mut child = spawn(&["train", "slow.kyn", "--out", "run"], dir);
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("run folder: ")), "the run starts");
-    // Past the handler's installation, which follows that line.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Signalled once its handler of SIGTERM is in place (SigCgt, a mask
+    // whose bit 15 - 1 is SIGTERM's): before that, the signal's default
+    // would end it, which proves nothing.
+    let status = format!("/proc/{}/status", child.id());
+    let caught = || {
+        let text = std::fs::read_to_string(&status).unwrap_or_default();
+        let mask = text.lines().find_map(|l| l.strip_prefix("SigCgt:")).map(str::trim).unwrap_or("0");
+        u64::from_str_radix(mask, 16).is_ok_and(|m| m & (1 << (libc::SIGTERM - 1)) != 0)
+    };
+    let since = std::time::Instant::now();
+    while !caught() {
+        assert!(since.elapsed() < std::time::Duration::from_secs(60), "no handler of SIGTERM installed");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     let rest: String = lines.map_while(Result::ok).map(|l| l + "\n").collect();
     let out = child.wait_with_output().unwrap();

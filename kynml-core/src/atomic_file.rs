@@ -32,9 +32,14 @@ static UNFINISHED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// removed). Their targets are untouched. Not async-signal-safe: call it
 /// from a thread that waits for the signal (`sigwait`), not a handler.
 pub fn remove_unfinished() {
-    for temp in UNFINISHED.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+    let list = UNFINISHED.lock().unwrap_or_else(PoisonError::into_inner);
+    for temp in list.iter() {
         let _ = fs::remove_file(temp);
     }
+    // Held until the process ends: a write about to put its file in place
+    // waits for the lock, and never finds its file gone (it would have
+    // said that as its error, and its status, before the signal's).
+    std::mem::forget(list);
 }
 
 fn unfinished(temp: &Path, writing: bool) {
@@ -75,7 +80,10 @@ pub struct Staged {
 impl Staged {
     /// Puts the file in its place, replacing what was there.
     pub fn commit(mut self) -> io::Result<()> {
+        // Not while [`remove_unfinished`] removes the files being written.
+        let list = UNFINISHED.lock().unwrap_or_else(PoisonError::into_inner);
         let renamed = fs::rename(&self.temp, &self.path);
+        drop(list);
         self.committed = renamed.is_ok();
         renamed
     }
@@ -101,10 +109,11 @@ pub fn stage_with(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<(
     remove_dead_temps(&path, name);
     let temp = folder(&path).join(temp_name(name));
     // OpenOptions' default mode is File::create's: 0666, less the umask.
-    let file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
-    // Removed again, should the writing fail (or a signal end the process).
+    // Listed before it exists, so that a signal in between leaves none
+    // behind; removed again, should the writing fail.
     unfinished(&temp, true);
     let staged = Staged { temp, path, committed: false };
+    let file = OpenOptions::new().write(true).create_new(true).open(&staged.temp)?;
     if let Some(old) = fs::metadata(&staged.path).ok().filter(|m| m.is_file()) {
         file.set_permissions(old.permissions())?;
     }

@@ -1129,13 +1129,14 @@ fn listed_devices(spec: &Spec) -> usize {
     }
 }
 
-/// A regression target so large that a step's loss passes what a 32-bit
-/// float holds from the first step (outputs near 0: each row's term is its
-/// target's). A GPU computes a step's loss in 32-bit floats, the native CPU
-/// engine in f64: such a spec would train on one and stop at its first
-/// step on the other, and learns nothing on either (its errors stay about
-/// as large as the targets). Refused on every device, located at the loss,
-/// with the scaling that fits.
+/// A regression target so large that an epoch's loss passes what a
+/// 32-bit float holds from the first epoch (outputs near 0: each row's
+/// term is its target's). A GPU adds an epoch's loss up in 32-bit floats
+/// (each step's mean times its rows, on the device), the native CPU engine
+/// in f64: such a spec would train on one and stop early on the other, and
+/// learns nothing on either (its errors stay about as large as the
+/// targets). Refused on every device, located at the loss, with the
+/// scaling that fits.
 fn loss_past_f32(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
     let crate::data::Labels::Values(y) = &data.train.labels else { return None };
     let loss = &spec.train.loss;
@@ -1148,24 +1149,14 @@ fn loss_past_f32(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
             _ => v,
         }
     };
-    if !matches!(loss.value, Loss::Mse | Loss::Mae | Loss::Huber { .. }) || y.is_empty() {
+    if !matches!(loss.value, Loss::Mse | Loss::Mae | Loss::Huber { .. }) {
         return None;
     }
-    let rows = spec.train.batch.value.min(y.len()).div_ceil(listed_devices(spec)).max(1);
+    let sum: f64 = y.iter().map(|&v| term(v)).sum();
+    if sum <= f64::from(f32::MAX) {
+        return None;
+    }
     let largest = y.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let limit = f64::from(f32::MAX);
-    // No batch can pass it: the common case, decided without a copy.
-    if term(largest) * rows as f64 <= limit {
-        return None;
-    }
-    // The worst batch: the `rows` largest terms.
-    let mut terms: Vec<f64> = y.iter().map(|&v| term(v)).collect();
-    let first = terms.len() - rows;
-    terms.select_nth_unstable_by(first, f64::total_cmp);
-    let sum: f64 = terms[first..].iter().sum();
-    if sum <= limit {
-        return None;
-    }
     let what = match loss.value {
         Loss::Mse => "squared errors",
         Loss::Mae => "absolute errors",
@@ -1177,15 +1168,15 @@ fn loss_past_f32(spec: &Spec, data: &Dataset) -> Option<Diagnostic> {
         Diagnostic::new(
             loss.span,
             format!(
-                "the target `{target}` reaches {largest:.1e} in size: at the first step a batch of {rows} row{} sums \
-                 {what} of about {sum:.1e}, past what a 32-bit float holds (about 3.4e38)",
-                if rows == 1 { "" } else { "s" }
+                "the target `{target}` reaches {largest:.1e} in size: over the first epoch the {} training rows' \
+                 {what} sum to about {sum:.1e}, past what a 32-bit float holds (about 3.4e38)",
+                y.len()
             ),
-            "a step's loss past 32-bit floats",
+            "an epoch's loss past 32-bit floats",
         )
         .with_help(format!(
             "scale `{target}` down in the data (divided by {divisor:.0e}, it reaches about {:.1e}), or subtract an \
-             offset where its values lie close together; a GPU computes the loss in 32-bit floats, and a spec \
+             offset where its values lie close together; a GPU adds the loss up in 32-bit floats, and a spec \
              trains alike on every device",
             f64::from(largest) / divisor
         )),
@@ -2058,37 +2049,41 @@ mod tests {
         assert!(!line.contains("could not read"), "{line}");
     }
 
-    /// A regression target whose batch loss passes 32-bit floats from the
-    /// first step is refused on every device (the native engine sums the
-    /// loss in f64 and trained it; a GPU stopped at its first step), at the
-    /// loss, with the scaling that fits; a batch that stays within is not.
+    /// A regression target whose epoch loss passes 32-bit floats from the
+    /// first epoch is refused on every device (the native engine sums the
+    /// loss in f64 and trained it; a GPU, summing an epoch's loss on the
+    /// device in fp32, stopped early), at the loss, with the scaling that
+    /// fits; targets whose sum stays within are not.
     #[test]
     fn a_target_whose_loss_passes_f32_is_refused_at_the_loss() {
-        let text = |loss: &str, batch: usize| {
+        let text = |loss: &str| {
             format!(
                 "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\n    split = 0.8\nmodel M:\n    input 1\n    \
-                 dense 1 linear\ntrain:\n    loss = {loss}\n    batch = {batch}\n    epochs = 2\n"
+                 dense 1 linear\ntrain:\n    loss = {loss}\n    batch = 8\n    epochs = 2\n"
             )
         };
-        // 1.7e18 squared is 2.9e36: 8 rows sum 2.3e37, 256 rows 7.5e38 (320 training rows).
-        let csv: String = std::iter::once("x,y\n".to_string())
-            .chain((0..400).map(|i| format!("{i},{}\n", 1.7e18 + f64::from(i) * 1e14)))
-            .collect();
-        let load = |loss: &str, batch: usize| {
-            SpecFile::from_source(Path::new("a.kyn"), text(loss, batch)).unwrap().load_data_from(csv.as_bytes())
+        // 320 training rows: 1.7e18 squared is 2.9e36, 320 of them 9.5e38;
+        // 5e17 squared is 2.5e35, 320 of them 8e37.
+        let csv = |base: f64| -> String {
+            std::iter::once("x,y\n".to_string())
+                .chain((0..400).map(|i| format!("{i},{}\n", base + f64::from(i) * 1e14)))
+                .collect()
         };
-        let Err(err) = load("mse", 256) else { panic!("a batch of 256 squared errors of 2.9e36 passes f32") };
+        let load = |loss: &str, base: f64| {
+            SpecFile::from_source(Path::new("a.kyn"), text(loss)).unwrap().load_data_from(csv(base).as_bytes())
+        };
+        let Err(err) = load("mse", 1.7e18) else { panic!("320 squared errors of 2.9e36 pass f32") };
         let line = err.to_string();
         assert!(line.starts_with("a.kyn:9:12: the spec does not fit its data: "), "{line}");
         assert!(
-            line.contains("the target `y` reaches 1.7e18 in size: at the first step a batch of 256 rows sums"),
+            line.contains("the target `y` reaches 1.7e18 in size: over the first epoch the 320 training rows'"),
             "{line}"
         );
-        assert!(line.contains("squared errors of about 7.6e38"), "{line}");
+        assert!(line.contains("squared errors sum to about 9.5e38"), "{line}");
         let drawn = err.render();
         assert!(drawn.contains("loss = mse") && drawn.contains("divided by 1e15, it reaches about 1.7e3"), "{drawn}");
-        assert!(load("mse", 8).is_ok(), "8 rows of 2.9e36 fit");
-        assert!(load("mae", 256).is_ok(), "absolute errors of 1.7e18 fit");
-        assert!(load("huber(delta=1.0)", 256).is_ok(), "Huber is linear out there");
+        assert!(load("mse", 5e17).is_ok(), "320 squared errors of 2.5e35 fit");
+        assert!(load("mae", 1.7e18).is_ok(), "absolute errors of 1.7e18 fit");
+        assert!(load("huber(delta=1.0)", 1.7e18).is_ok(), "Huber is linear out there");
     }
 }

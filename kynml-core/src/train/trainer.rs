@@ -244,14 +244,15 @@ pub struct TrainResult {
     /// included.
     pub seconds: f64,
     /// Training samples per second over all epochs (steps only), this
-    /// process's first step left out where another followed (on a GPU it
-    /// tunes and compiles the kernels, for minutes on a first run: 2
-    /// samples/s were said of a run whose epochs ran at 287); NaN when this
-    /// run took no step (resumed with an epoch's validation alone left).
+    /// process's first step left out where it took more than twice the
+    /// others' mean (on a GPU it tunes and compiles the kernels, for
+    /// minutes on a first run: 2 samples/s were said of a run whose epochs
+    /// ran at 287); NaN when this run took no step (resumed with an
+    /// epoch's validation alone left).
     pub samples_per_sec: f64,
     /// Seconds from this process's first epoch start to the end of its
     /// first step (its batch's wait included), where it is left out of
-    /// `samples_per_sec` (another step followed).
+    /// `samples_per_sec`.
     pub first_step_secs: Option<f64>,
     /// The epoch the run resumed after, when it continued a checkpoint.
     pub resumed_after: Option<usize>,
@@ -583,8 +584,10 @@ fn run<'scope, 'env>(
         _ => None,
     };
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
-    // This process's first step: its rows and the seconds to its end.
+    // This process's first step: its rows and the seconds to its end; and
+    // the steps (batches) it took.
     let mut first_step: Option<(usize, f64)> = None;
+    let mut batches_stepped = 0usize;
     // The evaluation of the weights the engine holds now, when this process trained them.
     let mut last_outputs = None;
     for epoch in first_epoch..=last_epoch {
@@ -721,6 +724,7 @@ fn run<'scope, 'env>(
             if first_step.is_none() {
                 first_step = Some((rows, epoch_start.elapsed().as_secs_f64()));
             }
+            batches_stepped += 1;
             if let (Some(p), Some(phases)) = (profile.as_mut(), engine.last_phases()) {
                 p.steps.push(StepTiming {
                     epoch,
@@ -972,8 +976,12 @@ fn run<'scope, 'env>(
     };
     let mut final_metrics = evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes);
     final_metrics.insert("val_loss".into(), outputs.loss);
-    // The first step is left out of the run's speed where another followed.
-    let left_out = first_step.filter(|&(rows, secs)| total_samples > rows && total_step_secs > secs);
+    // The first step is left out of the run's speed where it took more
+    // than twice the others' mean (a GPU tuning and compiling its kernels).
+    let left_out = first_step.filter(|&(rows, secs)| {
+        let others = (total_step_secs - secs) / batches_stepped.saturating_sub(1).max(1) as f64;
+        total_samples > rows && total_step_secs > secs && secs > 2.0 * others
+    });
     Ok(TrainResult {
         model: final_model,
         history,

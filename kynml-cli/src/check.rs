@@ -141,9 +141,10 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         Some(names) => {
             // The first ones and a count of the rest: 60 long class names
             // made one line of 3,938 characters.
-            const SHOWN: usize = 12;
-            let listed: Vec<String> = names.iter().take(SHOWN).map(|n| render::shown(n)).collect();
-            let more = match names.len().saturating_sub(SHOWN) {
+            // ("... 1 more" would be no shorter than the one name).
+            let shown = if names.len() <= 13 { names.len() } else { 12 };
+            let listed: Vec<String> = names.iter().take(shown).map(|n| render::shown(n)).collect();
+            let more = match names.len() - shown {
                 0 => String::new(),
                 n => format!(", ... {n} more"),
             };

@@ -475,7 +475,9 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         "resumed_after": result.resumed_after,
         "seconds": result.seconds,
         "samples_per_sec": result.samples_per_sec,
-        "first_step_left_out": result.first_step_secs,
+        "left_out_of_speed": result.left_out.map(|l| serde_json::json!({
+            "first": l.what, "seconds": l.seconds, "rows": l.rows,
+        })),
         "device": device.short_name(),
         "devices": devices.iter().map(kynml_backend::Device::short_name).collect::<Vec<_>>(),
         "engine": result.engine.name(),
@@ -537,10 +539,9 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         } else {
             // A first step that took long (a GPU tuning and compiling its
             // kernels) is left out of the speed, and said.
-            let first = result
-                .first_step_secs
-                .filter(|&s| s >= 1.0)
-                .map_or(String::new(), |s| format!(" after the first, which took {}", render::duration(s)));
+            let first = result.left_out.filter(|l| l.seconds >= 1.0).map_or(String::new(), |l| {
+                format!(" after the first {}, which took {}", l.what, render::duration(l.seconds))
+            });
             format!("{:.0} samples/s in the training steps{first}", result.samples_per_sec)
         };
         // A resumed run's time and speed are this process's: said so.
@@ -1791,7 +1792,8 @@ mod ctrl_c {
         // as it was.
         if !STEPPED.load(Ordering::SeqCst) && !AFTER_TRAINING.load(Ordering::SeqCst) {
             let message: &[u8] = b"\nstopped before the run's first step ended: there is nothing new to checkpoint, \
-                                   so the run quits at once\n";
+                                   so the run quits at once; run the command again to start it (with a new --out \
+                                   folder, if it gave one)\n";
             // SAFETY: write(2) and _exit(2) are async-signal-safe.
             unsafe {
                 libc::write(2, message.as_ptr().cast(), message.len());

@@ -244,16 +244,14 @@ pub struct TrainResult {
     /// included.
     pub seconds: f64,
     /// Training samples per second over all epochs (steps only), this
-    /// process's first step left out where it took more than twice the
-    /// others' mean (on a GPU it tunes and compiles the kernels, for
+    /// process's start left out where it ran at less than half the rest's
+    /// pace ([`LeftOut`]: on a GPU it tunes and compiles the kernels, for
     /// minutes on a first run: 2 samples/s were said of a run whose epochs
     /// ran at 287); NaN when this run took no step (resumed with an
     /// epoch's validation alone left).
     pub samples_per_sec: f64,
-    /// Seconds from this process's first epoch start to the end of its
-    /// first step (its batch's wait included), where it is left out of
-    /// `samples_per_sec`.
-    pub first_step_secs: Option<f64>,
+    /// What `samples_per_sec` leaves out, if anything.
+    pub left_out: Option<LeftOut>,
     /// The epoch the run resumed after, when it continued a checkpoint.
     pub resumed_after: Option<usize>,
     /// Checkpoint writes that failed (each was reported as a
@@ -584,10 +582,10 @@ fn run<'scope, 'env>(
         _ => None,
     };
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
-    // This process's first step: its rows and the seconds to its end; and
-    // the steps (batches) it took.
+    // This process's first step, and each of its epochs' steps: their
+    // rows and seconds.
     let mut first_step: Option<(usize, f64)> = None;
-    let mut batches_stepped = 0usize;
+    let mut epoch_steps: Vec<(usize, f64)> = Vec::new();
     // The evaluation of the weights the engine holds now, when this process trained them.
     let mut last_outputs = None;
     for epoch in first_epoch..=last_epoch {
@@ -724,7 +722,6 @@ fn run<'scope, 'env>(
             if first_step.is_none() {
                 first_step = Some((rows, epoch_start.elapsed().as_secs_f64()));
             }
-            batches_stepped += 1;
             if let (Some(p), Some(phases)) = (profile.as_mut(), engine.last_phases()) {
                 p.steps.push(StepTiming {
                     epoch,
@@ -785,6 +782,7 @@ fn run<'scope, 'env>(
         // skipped on overflow included: its work was done all the same.
         total_samples += tally.rows;
         total_step_secs += step_secs;
+        epoch_steps.push((tally.rows, step_secs));
 
         // The GPU's samples of the epoch's steps, before the evaluation's
         // (a stopped run's profile keeps them all).
@@ -976,12 +974,18 @@ fn run<'scope, 'env>(
     };
     let mut final_metrics = evaluate::compute_metrics(&outputs, &data.valid.labels, loss_kind, &metrics, n_classes);
     final_metrics.insert("val_loss".into(), outputs.loss);
-    // The first step is left out of the run's speed where it took more
-    // than twice the others' mean (a GPU tuning and compiling its kernels).
-    let left_out = first_step.filter(|&(rows, secs)| {
-        let others = (total_step_secs - secs) / batches_stepped.saturating_sub(1).max(1) as f64;
-        total_samples > rows && total_step_secs > secs && secs > 2.0 * others
-    });
+    // The run's start is left out of its speed where it ran at less than
+    // half the rest's pace (a GPU tuning and compiling its kernels).
+    let slower = |l: &LeftOut| {
+        let (rows, secs) = (total_samples.saturating_sub(l.rows), total_step_secs - l.seconds);
+        l.rows > 0 && rows > 0 && secs > 0.0 && l.seconds / l.rows as f64 > 2.0 * secs / rows as f64
+    };
+    let left_out = match epoch_steps.as_slice() {
+        [(rows, seconds), _, ..] => Some(LeftOut { what: "epoch", seconds: *seconds, rows: *rows }),
+        [_] => first_step.map(|(rows, seconds)| LeftOut { what: "step", seconds, rows }),
+        [] => None,
+    }
+    .filter(slower);
     Ok(TrainResult {
         model: final_model,
         history,
@@ -991,10 +995,10 @@ fn run<'scope, 'env>(
         seconds: started.elapsed().as_secs_f64(),
         samples_per_sec: match left_out {
             _ if total_samples == 0 => f64::NAN,
-            Some((rows, secs)) => (total_samples - rows) as f64 / (total_step_secs - secs),
+            Some(l) => (total_samples - l.rows) as f64 / (total_step_secs - l.seconds),
             None => total_samples as f64 / total_step_secs.max(1e-9),
         },
-        first_step_secs: left_out.map(|(_, secs)| secs),
+        left_out,
         resumed_after,
         checkpoint_failures,
         checkpoint_epoch: written,
@@ -1125,6 +1129,22 @@ impl LossSum {
     fn read(&self) -> f64 {
         self.host + self.device.clone().map_or(0.0, IntoScalarF64::into_scalar_f64)
     }
+}
+
+/// The start of a run that its speed leaves out: this process's first
+/// epoch's steps, or in a run of one epoch its first step, where it ran at
+/// less than half the rest's pace. A GPU's first steps tune and compile the
+/// kernels, and the device work they queue finishes in the steps after them
+/// (a first step alone left out still left seconds of it in the speed), so
+/// the first epoch is what is left out where there is another.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeftOut {
+    /// `"epoch"` or `"step"`.
+    pub what: &'static str,
+    /// Its time: the steps', their batches' waits included.
+    pub seconds: f64,
+    /// Its rows.
+    pub rows: usize,
 }
 
 /// What [`train`] needs of the spec and the data before it allocates

@@ -4034,6 +4034,21 @@ fn term_dumb_gets_plain_lines_and_no_escapes() {
     assert!(!plain.contains('\x1b') && plain.contains("round 1: "), "{plain:?}");
 }
 
+/// `d.csv` of `rows` rows (two features, a number to predict) and `name`,
+/// a spec of `layers` dense layers of 4096 units over it (a model large
+/// enough that its steps or its export take a while), its `train:` block
+/// going on with `train` after `loss = mse`.
+fn wide_regression(dir: &Path, name: &str, rows: usize, layers: usize, train: &str) {
+    let csv: String = (0..rows).map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 3)).collect();
+    std::fs::write(dir.join("d.csv"), format!("a,b,y\n{csv}")).unwrap();
+    let dense = " dense 4096 relu\n".repeat(layers);
+    let spec = format!(
+        "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\nmodel M:\n input 2\n{dense} dense 1 linear\n\
+         train:\n loss = mse\n {train}"
+    );
+    std::fs::write(dir.join(name), spec).unwrap();
+}
+
 /// A command stopped by a signal while it writes (an export of a large
 /// model) ends as the signal ends it, its unfinished file removed: it left
 /// a hidden temporary file as large as the export, which only a later
@@ -4043,14 +4058,7 @@ fn a_signal_during_an_export_removes_its_unfinished_file() {
     use std::os::unix::process::ExitStatusExt;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let rows: String = (0..64).map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 3)).collect();
-    std::fs::write(dir.join("d.csv"), format!("a,b,y\n{rows}")).unwrap();
-    std::fs::write(
-        dir.join("big.kyn"),
-        "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\nmodel M:\n input 2\n dense 4096 relu\n \
-         dense 4096 relu\n dense 1 linear\ntrain:\n loss = mse\n optimizer = sgd(lr=0.0001)\n epochs = 1\n batch = 64\n",
-    )
-    .unwrap();
+    wide_regression(dir, "big.kyn", 64, 2, "optimizer = sgd(lr=0.0001)\n epochs = 1\n batch = 64\n");
     assert!(kynml(&["train", "big.kyn", "--out", "run"], dir).status.success());
     let temps = || {
         std::fs::read_dir(dir)
@@ -4083,18 +4091,16 @@ fn a_signal_before_the_first_step_ends_quits_at_once() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let rows: String = (0..10240).map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 3)).collect();
-    std::fs::write(dir.join("d.csv"), format!("a,b,y\n{rows}")).unwrap();
     // A first step of many seconds on any CPU (8192 rows through three
     // 4096 x 4096 products, forward and backward), which a passing run
     // never waits for.
-    std::fs::write(
-        dir.join("slow.kyn"),
-        "dataset D:\n source = csv(\"d.csv\")\n target = \"y\"\nmodel M:\n input 2\n dense 4096 relu\n \
-         dense 4096 relu\n dense 4096 relu\n dense 1 linear\ntrain:\n loss = mse\n optimizer = adam(lr=0.0001)\n \
-         epochs = 3\n batch = 8192\n checkpoint = checkpoint(every_n=1, path=\"slow.ckpt\")\n",
-    )
-    .unwrap();
+    wide_regression(
+        dir,
+        "slow.kyn",
+        10240,
+        3,
+        "optimizer = adam(lr=0.0001)\n epochs = 3\n batch = 8192\n checkpoint = checkpoint(every_n=1, path=\"slow.ckpt\")\n",
+    );
     let mut child = spawn(&["train", "slow.kyn", "--out", "run"], dir);
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("run folder: ")), "the run starts");

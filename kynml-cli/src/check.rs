@@ -81,6 +81,9 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     }
     // A checkpoint already there is the next run's business (its --seed or
     // --fresh decide): said, not refused.
+    if let Some(note) = file.pytorch_checkpoint_note() {
+        println!("{note}");
+    }
     if let Some(path) = file.checkpoint_path() {
         // Tried, and let go at once (where its lock file is, so that check
         // makes none): `train` is refused while another run holds it,
@@ -241,7 +244,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     }
     if !run_on.is_empty() {
         crate::train::fit_loader(&mut file, &data);
-        let applied = kynml_core::plan::what_runs_on(&file.spec, &run_on);
+        let applied = file.what_runs_on(&run_on);
         println!("\non this machine, {}", render::what_runs(&applied));
     }
     Ok(())

@@ -131,15 +131,19 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     let m = predictor.model();
     let rows = read_rows(m, args.rows(), true)?;
     note_unseen(&rows, m.tokens.is_some());
-    let metrics = predictor.evaluate(&rows);
+    let evaluation = predictor.evaluation(&rows);
     crate::devices::seal_cache();
-    let metrics = metrics.map_err(|e| Failure::input(format!("error: {e}")))?;
-    let said = format!(
+    let evaluation = evaluation.map_err(|e| Failure::input(format!("error: {e}")))?;
+    let mut said = format!(
         "{} of {}\n{}",
         render::count(rows.rows, "row"),
         rows.path.display(),
-        render::metrics_table(&metrics, "value")
+        render::metrics_table(&evaluation.metrics, "value")
     );
+    if let Some(classes) = &evaluation.classes {
+        said.push_str("\n\n");
+        said.push_str(&render::class_breakdown(classes));
+    }
     if to_stdout {
         eprintln!("{said}");
     } else {
@@ -148,7 +152,7 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
     if !to_stdout && json.is_none() {
         return Ok(());
     }
-    let text = eval_json(&args.model, &rows.path, rows.rows, &metrics);
+    let text = eval_json(&args.model, &rows.path, rows.rows, &evaluation);
     match json {
         Some(target) => {
             crate::output::write_output(&target, text.as_bytes())
@@ -170,18 +174,37 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
 
 /// `kynml eval --json`'s document: the model and rows scored, how many, and
 /// each metric by name (a metric with no value, such as R² of a constant
-/// target, is `null`).
-fn eval_json(model: &Path, data: &Path, rows: usize, metrics: &std::collections::BTreeMap<String, f64>) -> String {
-    let metrics: serde_json::Map<String, serde_json::Value> = metrics
-        .iter()
-        .map(|(name, &v)| (name.clone(), serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into)))
-        .collect();
-    let doc = serde_json::json!({
+/// target, is `null`); for a class head, `classes` (each class's
+/// precision, recall, f1 and rows, in the model's class order) and
+/// `confusion` (`confusion[t][p]`: rows of class `t` predicted as `p`).
+fn eval_json(model: &Path, data: &Path, rows: usize, evaluation: &kynml_core::predict::Evaluation) -> String {
+    let number = |v: f64| serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into);
+    let metrics: serde_json::Map<String, serde_json::Value> =
+        evaluation.metrics.iter().map(|(name, &v)| (name.clone(), number(v))).collect();
+    let mut doc = serde_json::json!({
         "model": model.display().to_string(),
         "data": data.display().to_string(),
         "rows": rows,
         "metrics": metrics,
     });
+    if let Some(b) = &evaluation.classes {
+        let classes: Vec<serde_json::Value> = b
+            .names
+            .iter()
+            .zip(&b.scores)
+            .map(|(name, s)| {
+                serde_json::json!({
+                    "class": name,
+                    "precision": number(s.precision),
+                    "recall": number(s.recall),
+                    "f1": number(s.f1),
+                    "rows": s.rows,
+                })
+            })
+            .collect();
+        doc["classes"] = classes.into();
+        doc["confusion"] = serde_json::json!(b.confusion);
+    }
     serde_json::to_string_pretty(&doc).expect("a JSON value is written") + "\n"
 }
 

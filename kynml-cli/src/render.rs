@@ -144,6 +144,62 @@ pub fn metrics_table(metrics: &BTreeMap<String, f64>, on: &str) -> String {
     table(&["metric", on], &rows)
 }
 
+/// Classes listed one by one up to this many; beyond, the lowest-scoring.
+const CLASSES_LISTED: usize = 40;
+/// The confusion matrix is drawn up to this many classes and this width.
+const CONFUSION_CLASSES: usize = 12;
+const CONFUSION_WIDTH: usize = 120;
+
+/// A class head's scores class by class, then its confusion matrix where it
+/// fits a terminal; what does not fit is said, with where to find it.
+pub fn class_breakdown(b: &kynml_core::predict::ClassBreakdown) -> String {
+    let n = b.names.len();
+    let row = |i: usize| {
+        let s = &b.scores[i];
+        vec![shown(&b.names[i]), number(s.precision), number(s.recall), number(s.f1), s.rows.to_string()]
+    };
+    let mut out = String::new();
+    if n <= CLASSES_LISTED {
+        let rows: Vec<Vec<String>> = (0..n).map(row).collect();
+        out.push_str(&table(&["class", "precision", "recall", "f1", "rows"], &rows));
+    } else {
+        // The classes that need attention: lowest F1 first, among those the rows hold.
+        let mut worst: Vec<usize> = (0..n).filter(|&i| b.scores[i].rows > 0).collect();
+        worst.sort_by(|&x, &y| b.scores[x].f1.total_cmp(&b.scores[y].f1).then(x.cmp(&y)));
+        worst.truncate(10);
+        let rows: Vec<Vec<String>> = worst.iter().map(|&i| row(i)).collect();
+        out.push_str(&format!("{n} classes; the {} with the lowest f1 (every class: --json FILE)\n", rows.len()));
+        out.push_str(&table(&["class", "precision", "recall", "f1", "rows"], &rows));
+    }
+    out.push_str("\n\n");
+    let header: Vec<String> =
+        std::iter::once("true \\ predicted".to_string()).chain(b.names.iter().map(|c| short(&shown(c), 12))).collect();
+    let rows: Vec<Vec<String>> = b
+        .confusion
+        .iter()
+        .enumerate()
+        .map(|(t, counts)| std::iter::once(shown(&b.names[t])).chain(counts.iter().map(u64::to_string)).collect())
+        .collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let drawn = table(&header, &rows);
+    if n <= CONFUSION_CLASSES && drawn.lines().all(|l| l.chars().count() <= CONFUSION_WIDTH) {
+        out.push_str("confusion matrix: rows are the true classes, columns the predicted ones\n");
+        out.push_str(&drawn);
+    } else {
+        out.push_str(&format!("confusion matrix: {n} × {n}, too wide to draw here (it is in --json FILE)"));
+    }
+    out
+}
+
+/// `text` cut to `max` characters, an ellipsis marking the cut.
+fn short(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        text.chars().take(max - 1).chain(std::iter::once('…')).collect()
+    }
+}
+
 /// The "what runs" block: every setting as it will really apply. Settings
 /// that will not apply as the spec asks are marked with `!`.
 pub fn what_runs(applied: &[Applied]) -> String {
@@ -312,6 +368,54 @@ mod tests {
         assert_eq!(shown("two\nlines\t"), "two\\u{a}lines\\u{9}");
         assert_eq!(shown("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(shown("café, 猫"), "café, 猫");
+    }
+
+    fn breakdown(names: Vec<String>, pred: &[u32], target: &[u32]) -> kynml_core::predict::ClassBreakdown {
+        let n = names.len();
+        kynml_core::predict::ClassBreakdown {
+            names,
+            scores: kynml_core::metrics::per_class(pred, target, n),
+            confusion: kynml_core::metrics::confusion(pred, target, n),
+        }
+    }
+
+    /// A few classes: every class's row and the matrix drawn, a long name
+    /// cut in the matrix's header (whole in its rows), an escape shown as such.
+    #[test]
+    fn a_few_classes_get_their_scores_and_the_matrix() {
+        let long = "a class name far too long for a column".to_string();
+        let names = vec!["cat".to_string(), long.clone(), "\u{1b}[2J".to_string()];
+        let said = class_breakdown(&breakdown(names, &[0, 1, 1, 2, 0], &[0, 1, 2, 2, 1]));
+        let lines: Vec<&str> = said.lines().collect();
+        assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["class", "precision", "recall", "f1", "rows"]);
+        // cat: tp 1, fp 1 (row 4), fn 0.
+        assert!(lines[2].starts_with("  cat") && lines[2].ends_with("0.5000   1.0000   0.6667      1"), "{said}");
+        assert!(said.contains(&format!("  {long}")) && said.contains("a class nam…   "), "{said}");
+        assert!(!said.contains('\u{1b}') && said.contains("\\u{1b}[2J"), "{said}");
+        assert!(said.contains("confusion matrix: rows are the true classes, columns the predicted ones"), "{said}");
+        let cat_row = said.lines().rev().find(|l| l.trim_start().starts_with("cat")).unwrap();
+        assert_eq!(cat_row.split_whitespace().collect::<Vec<_>>(), ["cat", "1", "0", "0"], "{said}");
+    }
+
+    /// Many classes: the ten lowest F1s among the classes present, and the
+    /// matrix left to --json rather than drawn past any terminal's width.
+    #[test]
+    fn many_classes_list_the_lowest_and_leave_the_matrix_to_json() {
+        let n = 50;
+        let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+        // Every class right, except classes 5..20, each mistaken for the next once in two rows.
+        let mut pred = Vec::new();
+        let mut target = Vec::new();
+        for c in 0..n as u32 {
+            target.extend([c, c]);
+            pred.extend(if (5..20).contains(&c) { [c, c + 1] } else { [c, c] });
+        }
+        let said = class_breakdown(&breakdown(names, &pred, &target));
+        assert!(said.starts_with("50 classes; the 10 with the lowest f1 (every class: --json FILE)"), "{said}");
+        let listed: Vec<&str> = said.lines().skip(3).take(10).map(|l| l.split_whitespace().next().unwrap()).collect();
+        // Class 5 has no row predicted as it wrongly (f1 2/3); 6..=19 lost one and gained one (f1 1/2).
+        assert_eq!(listed, ["c6", "c7", "c8", "c9", "c10", "c11", "c12", "c13", "c14", "c15"], "{said}");
+        assert!(said.ends_with("confusion matrix: 50 × 50, too wide to draw here (it is in --json FILE)"), "{said}");
     }
 
     /// A loss of 8.25e-5 (a target in small units) is not printed as

@@ -10,7 +10,7 @@ use kynml_core::checkpoint;
 use kynml_core::checkpoint::CheckpointError;
 use kynml_core::data::{Dataset, Labels};
 use kynml_core::export::{self, Format};
-use kynml_core::plan::{what_runs_on, Overrides, ResumePlan, SpecFile};
+use kynml_core::plan::{Overrides, ResumePlan, SpecFile};
 use kynml_core::report::{draw_curves, RunLog};
 use kynml_core::run_dir::RunDir;
 use kynml_core::train::resume::{LoopState, ResumeError};
@@ -115,7 +115,10 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
         }
     }
 
-    say!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
+    say!("{}", render::what_runs(&file.what_runs_on(&devices)));
+    if let Some(note) = file.pytorch_checkpoint_note() {
+        say!("{note}");
+    }
     if let Some((_, state)) = &resume {
         let path = file.checkpoint_path().unwrap_or_default();
         let epochs = file.spec.train.epochs.value;

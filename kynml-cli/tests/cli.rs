@@ -1134,14 +1134,41 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     assert_eq!(std::fs::read(&ckpt).unwrap().len(), good.len() / 2, "the damaged file is left as it was");
 
     // Not ours: refused even with --fresh, and left alone.
-    std::fs::write(&ckpt, b"PK\x03\x04 someone's zip").unwrap();
+    std::fs::write(&ckpt, b"someone's notes").unwrap();
     let out = kynml(&["train", "spec.kyn", "--fresh", "--out", "bad"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("is not a KynML checkpoint (a zip archive, as PyTorch's `torch.save` writes"), "{t}");
-    assert!(t.contains("refusing to overwrite it") && t.contains("--> spec.kyn:"), "located at the spec: {t}");
+    assert!(t.contains("ckpt/run.ckpt exists and is not a KynML checkpoint; refusing to overwrite it"), "{t}");
+    assert!(t.contains("--> spec.kyn:"), "located at the spec: {t}");
     assert!(!dir.join("bad").exists());
-    assert_eq!(std::fs::read(&ckpt).unwrap(), b"PK\x03\x04 someone's zip");
+    assert_eq!(std::fs::read(&ckpt).unwrap(), b"someone's notes");
+
+    // The Python tool's checkpoint (a `torch.save` zip): the spec trains as
+    // written, its checkpoints kept beside the old one, which is left as it
+    // is, and the next run resumes from them.
+    std::fs::write(&ckpt, b"PK\x03\x04 the Python tool's zip").unwrap();
+    let beside = dir.join("ckpt/run.ckpt.kynml");
+    let out = kynml(&["check", "spec.kyn"], dir);
+    let t = text(&out);
+    let note = "note: ckpt/run.ckpt is a checkpoint of the Python tool (PyTorch's `torch.save`), which KynML cannot \
+                resume from: it is left as it is, and KynML keeps its own checkpoints beside it, in \
+                ckpt/run.ckpt.kynml";
+    assert!(out.status.success() && t.contains(note), "{t}");
+    assert!(
+        t.contains("! checkpoints") && t.contains("`ckpt/run.ckpt.kynml` (beside the Python tool's `ckpt/run.ckpt`)"),
+        "{t}"
+    );
+    let out = kynml(&["train", "spec.kyn", "--out", "beside"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains(note) && t.matches("\nepoch ").count() == 2, "{t}");
+    assert_eq!(std::fs::read(&ckpt).unwrap(), b"PK\x03\x04 the Python tool's zip");
+    assert!(kynml_core::checkpoint::load(&beside).unwrap().is_some(), "a whole checkpoint beside it");
+    let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "beside-2"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("resume: from ckpt/run.ckpt.kynml"), "{t}");
+    assert!(t.contains("trained 3 epochs (1 in this run, after resuming at 2)"), "{t}");
+    assert_eq!(std::fs::read(&ckpt).unwrap(), b"PK\x03\x04 the Python tool's zip");
+    std::fs::remove_file(&beside).unwrap();
 
     // A checkpoint folder that cannot be made: refused before training.
     checkpointing_spec(dir, "blocked.kyn", "data.csv/run.ckpt", 2);
@@ -1443,6 +1470,31 @@ fn a_run_exports_predicts_and_evaluates_and_bad_rows_are_located() {
     assert_eq!((json["rows"].as_u64(), json["data"].as_str()), (Some(150), Some("iris.csv")), "{json}");
     let accuracy = json["metrics"]["accuracy"].as_f64().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("accuracy        {accuracy:.4}")), "{}", text(&out));
+    // Class by class: the confusion matrix counted by hand from predict's
+    // probabilities (rows the true species, columns the likeliest), and
+    // each class's scores from it.
+    let mut counts = vec![vec![0u64; 3]; 3];
+    for (line, pred) in csv.lines().skip(1).zip(&rows) {
+        let truth = species.iter().position(|s| line.ends_with(s)).unwrap();
+        let p: Vec<f64> = pred.split(',').skip(1).map(|v| v.parse().unwrap()).collect();
+        let likeliest = (0..3).fold(0, |best, i| if p[i] > p[best] { i } else { best });
+        counts[truth][likeliest] += 1;
+    }
+    assert_eq!(json["confusion"], serde_json::json!(counts), "{json}");
+    for (c, name) in species.iter().enumerate() {
+        let entry = &json["classes"][c];
+        let tp = counts[c][c] as f64;
+        let predicted: u64 = counts.iter().map(|r| r[c]).sum();
+        assert_eq!((entry["class"].as_str(), entry["rows"].as_u64()), (Some(*name), Some(50)), "{json}");
+        // serde_json reads a float back to within its last bit.
+        let near = |v: &serde_json::Value, want: f64| v.as_f64().is_some_and(|v| (v - want).abs() < 1e-12);
+        assert!(near(&entry["recall"], tp / 50.0), "{json}");
+        assert!(near(&entry["precision"], if predicted == 0 { 0.0 } else { tp / predicted as f64 }), "{json}");
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("confusion matrix: rows are the true classes, columns the predicted ones"), "{said}");
+    let setosa = format!("  {:<16}   {:>6}   {:>10}   {:>9}", "setosa", counts[0][0], counts[0][1], counts[0][2]);
+    assert!(said.contains(&setosa), "{said}");
     let out = kynml(&["eval", "run", "iris.csv", "--json", "/dev/stdout"], dir);
     assert!(out.status.success(), "{}", text(&out));
     let same: serde_json::Value = serde_json::from_slice(&out.stdout).expect("/dev/stdout holds the JSON alone");

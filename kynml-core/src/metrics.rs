@@ -94,6 +94,55 @@ pub fn f1_macro(pred: &[u32], target: &[u32], n_classes: usize) -> f64 {
     macro_average(pred, target, n_classes, |c| ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn_))
 }
 
+/// One class's scores, as a row of scikit-learn's `classification_report`
+/// (`zero_division=0`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClassScore {
+    /// `tp / (tp + fp)`: of the rows predicted as this class, the share that are.
+    pub precision: f64,
+    /// `tp / (tp + fn)`: of the rows of this class, the share predicted as it.
+    pub recall: f64,
+    /// `2·tp / (2·tp + fp + fn)`.
+    pub f1: f64,
+    /// The rows whose target is this class (scikit-learn's `support`).
+    pub rows: u64,
+}
+
+/// Each class's precision, recall, F1 and row count, in class order; a
+/// ratio with a zero denominator is 0, as in [`f1_macro`] (which averages
+/// these F1s over the classes that occur).
+///
+/// # Panics
+/// If the slices differ in length or a class index is not below `n_classes`.
+pub fn per_class(pred: &[u32], target: &[u32], n_classes: usize) -> Vec<ClassScore> {
+    class_counts(pred, target, n_classes)
+        .iter()
+        .map(|c| ClassScore {
+            precision: ratio(c.tp, c.tp + c.fp),
+            recall: ratio(c.tp, c.tp + c.fn_),
+            f1: ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn_),
+            rows: c.tp + c.fn_,
+        })
+        .collect()
+}
+
+/// The confusion matrix, `n_classes × n_classes`: row `t`, column `p`
+/// counts the rows of class `t` predicted as `p` (scikit-learn's
+/// `confusion_matrix`), so the diagonal holds the right predictions.
+///
+/// # Panics
+/// If the slices differ in length or a class index is not below `n_classes`.
+pub fn confusion(pred: &[u32], target: &[u32], n_classes: usize) -> Vec<Vec<u64>> {
+    check_lengths(pred.len(), target.len());
+    let mut matrix = vec![vec![0u64; n_classes]; n_classes];
+    for (&p, &t) in pred.iter().zip(target) {
+        let (p, t) = (p as usize, t as usize);
+        assert!(p < n_classes && t < n_classes, "class index beyond {n_classes} classes");
+        matrix[t][p] += 1;
+    }
+    matrix
+}
+
 fn mean_of(pred: &[f32], target: &[f32], loss: impl Fn(f64) -> f64) -> f64 {
     check_lengths(pred.len(), target.len());
     let total: f64 = pred.iter().zip(target).map(|(&p, &t)| loss(f64::from(p) - f64::from(t))).sum();
@@ -285,6 +334,27 @@ mod tests {
         assert_eq!(precision_macro(&y, &y, 3), 1.0);
         assert_eq!(recall_macro(&y, &y, 3), 1.0);
         assert_eq!(f1_macro(&y, &y, 3), 1.0);
+    }
+
+    #[test]
+    fn per_class_scores_and_the_confusion_matrix_by_hand() {
+        // The example of `classification_by_hand`.
+        let target = [0, 1, 2, 0, 1, 2];
+        let pred = [0, 2, 1, 0, 0, 1];
+        let scores = per_class(&pred, &target, 4);
+        let want = [(2.0 / 3.0, 1.0, 0.8, 2), (0.0, 0.0, 0.0, 2), (0.0, 0.0, 0.0, 2), (0.0, 0.0, 0.0, 0)];
+        for (got, (p, r, f, rows)) in scores.iter().zip(want) {
+            assert!(close(got.precision, p) && close(got.recall, r) && close(got.f1, f), "{got:?}");
+            assert_eq!(got.rows, rows);
+        }
+        // The macro F1 is the mean of the occurring classes' F1s.
+        let occurring: Vec<f64> = scores.iter().take(3).map(|s| s.f1).collect();
+        assert!(close(f1_macro(&pred, &target, 4), occurring.iter().sum::<f64>() / 3.0));
+        // sklearn.metrics.confusion_matrix(target, pred): rows true, columns predicted.
+        let m = confusion(&pred, &target, 3);
+        assert_eq!(m, vec![vec![2, 0, 0], vec![1, 0, 1], vec![0, 2, 0]]);
+        let rows: Vec<u64> = m.iter().map(|r| r.iter().sum()).collect();
+        assert_eq!(rows, scores[..3].iter().map(|s| s.rows).collect::<Vec<_>>());
     }
 
     #[test]

@@ -263,9 +263,54 @@ impl SpecFile {
     }
 
     /// Where the spec's checkpoints go, resolved against the spec's folder;
-    /// `None` when the spec does not checkpoint.
+    /// `None` when the spec does not checkpoint. Where the spec's path holds
+    /// the Python tool's PyTorch checkpoint ([`pytorch_checkpoint`](Self::pytorch_checkpoint)),
+    /// which KynML cannot resume from and never writes over, they go beside
+    /// it instead, to `PATH.kynml`, and are resumed from there.
     pub fn checkpoint_path(&self) -> Option<PathBuf> {
+        let path = self.spec_checkpoint_path()?;
+        Some(if checkpoint::holds_pytorch(&path) { checkpoint::beside_pytorch(&path) } else { path })
+    }
+
+    /// The checkpoint path the spec writes, resolved against its folder.
+    fn spec_checkpoint_path(&self) -> Option<PathBuf> {
         self.spec.train.checkpoint.as_ref().map(|c| self.resolve(&c.value.path))
+    }
+
+    /// The Python tool's PyTorch checkpoint (a `torch.save` file) at the
+    /// spec's checkpoint path, when one is there: an old run of the spec's
+    /// that KynML leaves as it is, its own checkpoints kept beside it
+    /// ([`checkpoint_path`](Self::checkpoint_path)).
+    pub fn pytorch_checkpoint(&self) -> Option<PathBuf> {
+        self.spec_checkpoint_path().filter(|p| checkpoint::holds_pytorch(p))
+    }
+
+    /// What a run says when the spec's checkpoint path holds the Python
+    /// tool's checkpoint ([`pytorch_checkpoint`](Self::pytorch_checkpoint)).
+    pub fn pytorch_checkpoint_note(&self) -> Option<String> {
+        let old = self.pytorch_checkpoint()?;
+        Some(format!(
+            "note: {} is a checkpoint of the Python tool (PyTorch's `torch.save`), which KynML cannot resume \
+             from: it is left as it is, and KynML keeps its own checkpoints beside it, in {}",
+            old.display(),
+            checkpoint::beside_pytorch(&old).display()
+        ))
+    }
+
+    /// [`what_runs_on`] for this spec where its files are: checkpoints kept
+    /// beside the Python tool's ([`checkpoint_path`](Self::checkpoint_path))
+    /// are said there, marked as not where the spec asks.
+    pub fn what_runs_on(&self, devices: &[Device]) -> Vec<Applied> {
+        let mut applied = what_runs_on(&self.spec, devices);
+        if let (Some(_), Some(c)) = (self.pytorch_checkpoint(), &self.spec.train.checkpoint) {
+            let asked = format!("`{}`", c.value.path.display());
+            let kept = format!("`{}`", checkpoint::beside_pytorch(&c.value.path).display());
+            for a in applied.iter_mut().filter(|a| a.setting == "checkpoints") {
+                a.value = a.value.replacen(&asked, &format!("{kept} (beside the Python tool's {asked})"), 1);
+                a.as_requested = false;
+            }
+        }
+        applied
     }
 
     /// The checkpoint this spec resumes from: `None` when the spec does not

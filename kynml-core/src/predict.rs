@@ -40,6 +40,7 @@ use burn::DispatchDevice;
 use crate::data::{DataError, Labels, ModelRows};
 use crate::evaluate::{compute_metrics, decide_classes, Outputs};
 use crate::export::{self, ExportError, ExportModel, Head};
+use crate::metrics;
 use crate::model::{Mode, Model};
 use crate::spec::types::{Loss, Metric};
 use crate::train::native::{evaluation_rows, native_configs, network, EngineKind};
@@ -490,6 +491,12 @@ impl Predictor {
     /// beside a run's `val_loss`. A label the model has no class for, or a
     /// non-numeric regression target, is an error naming its row.
     pub fn evaluate(&self, data: &ModelRows) -> Result<BTreeMap<String, f64>, EvalError> {
+        self.evaluation(data).map(|e| e.metrics)
+    }
+
+    /// [`evaluate`](Self::evaluate)'s metrics and, for a class head, each
+    /// class's precision, recall, F1 and rows, and the confusion matrix.
+    pub fn evaluation(&self, data: &ModelRows) -> Result<Evaluation, EvalError> {
         let Some(targets) = &data.targets else {
             return Err(EvalError::NoTarget(self.model.target.clone()));
         };
@@ -559,35 +566,44 @@ impl Predictor {
             }
         };
         let mut scores = compute_metrics(&outputs, &labels, loss, &metrics, names.len());
+        let mut breakdown = None;
         if let Labels::Classes(classes) = &labels {
             let name = if matches!(loss, Loss::Bce) { "bce" } else { "cross_entropy" };
-            scores.insert(name.to_string(), class_loss(&outputs.values, outputs.width, classes));
+            let mean = crate::train::loss::host_loss(loss, &outputs.values, outputs.width, &labels, &mut Vec::new());
+            scores.insert(name.to_string(), mean);
+            // A row without a finite output has no class (every metric is NaN then).
+            if outputs.values.iter().all(|v| v.is_finite()) {
+                let pred = decide_classes(&outputs.values, outputs.width, loss);
+                breakdown = Some(ClassBreakdown {
+                    names: names.to_vec(),
+                    scores: metrics::per_class(&pred, classes, names.len()),
+                    confusion: metrics::confusion(&pred, classes, names.len()),
+                });
+            }
         }
-        Ok(scores)
+        Ok(Evaluation { metrics: scores, classes: breakdown })
     }
 }
 
-/// The mean loss of class logits, in f64: over `width` logits a row, softmax
-/// cross-entropy (`logsumexp(z) - z[class]`); over one logit, binary
-/// cross-entropy on it (`softplus(z) - class * z`), as training's losses.
-fn class_loss(logits: &[f32], width: usize, classes: &[u32]) -> f64 {
-    let width = width.max(1);
-    let rows = logits.chunks_exact(width).zip(classes);
-    let total: f64 = if width == 1 {
-        rows.map(|(z, &c)| {
-            let z = f64::from(z[0]);
-            z.max(0.0) + (-z.abs()).exp().ln_1p() - f64::from(c) * z
-        })
-        .sum()
-    } else {
-        rows.map(|(z, &c)| {
-            let top = z.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
-            let sum: f64 = z.iter().map(|&v| (f64::from(v) - top).exp()).sum();
-            top + sum.ln() - f64::from(z[c as usize])
-        })
-        .sum()
-    };
-    total / classes.len().max(1) as f64
+/// What [`Predictor::evaluation`] finds in rows with their targets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// Each metric by name, as [`Predictor::evaluate`] gives them.
+    pub metrics: BTreeMap<String, f64>,
+    /// For a class head whose outputs are all numbers: each class's scores
+    /// and the confusion matrix. `None` for regression.
+    pub classes: Option<ClassBreakdown>,
+}
+
+/// A class head's scores class by class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassBreakdown {
+    /// The class names, in the model's order (the index of each row and column below).
+    pub names: Vec<String>,
+    /// Each class's precision, recall, F1 and rows.
+    pub scores: Vec<metrics::ClassScore>,
+    /// `confusion[t][p]`: the rows of class `t` predicted as `p`.
+    pub confusion: Vec<Vec<u64>>,
 }
 
 /// What a categorical or text feature holds an index of.
@@ -787,7 +803,7 @@ pub enum EvalError {
 
 #[cfg(test)]
 mod tests {
-    use super::class_loss;
+    use crate::data::Labels;
     use crate::export::{Activation, ExportLayer, ExportModel, Head};
     use crate::train::EngineKind;
 
@@ -981,6 +997,13 @@ mod tests {
         let built = native.built();
         assert!((1..=super::max_networks()).contains(&built), "{built} networks for 8 callers");
         assert_eq!(native.lock().idle.len(), built, "every network is back");
+    }
+
+    /// The loss `evaluate` reports of class logits: cross-entropy over
+    /// several logits a row, bce over one.
+    fn class_loss(logits: &[f32], width: usize, classes: &[u32]) -> f64 {
+        let loss = if width == 1 { super::Loss::Bce } else { super::Loss::CrossEntropy };
+        crate::train::loss::host_loss(loss, logits, width, &Labels::Classes(classes.to_vec()), &mut Vec::new())
     }
 
     #[test]

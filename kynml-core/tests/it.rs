@@ -877,8 +877,16 @@ fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
     std::fs::write(&ckpt, &flipped).unwrap();
     let err = find(&spec);
     assert!(matches!(err, ResumeError::Checkpoint(CheckpointError::Corrupt { .. })), "{err}");
-    std::fs::write(&ckpt, b"PK\x03\x04 a pytorch zip").unwrap();
+    std::fs::write(&ckpt, b"some notes, not a checkpoint").unwrap();
     assert!(matches!(find(&spec), ResumeError::Checkpoint(CheckpointError::NotACheckpoint)));
+    // The Python tool's checkpoint (a `torch.save` zip) is left alone: the
+    // spec's checkpoints are kept beside it, where none is yet.
+    std::fs::write(&ckpt, b"PK\x03\x04 a pytorch zip").unwrap();
+    let mut file = SpecFile::from_source(&path, spec.clone()).unwrap();
+    let data = file.load_data().unwrap();
+    assert!(file.find_checkpoint(&data).unwrap().is_none());
+    assert_eq!(file.pytorch_checkpoint(), Some(ckpt.clone()));
+    assert_eq!(file.checkpoint_path(), Some(tmp.path().join("m.ckpt.kynml")));
 
     // A different learning rate, epochs or patience is a normal resume.
     std::fs::write(&ckpt, &good).unwrap();

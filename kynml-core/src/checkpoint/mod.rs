@@ -39,6 +39,6 @@ pub use self::format::{
     CheckpointError, NamedTensor, TensorData, TensorView, FORMAT_VERSION,
 };
 pub use self::writer::{
-    check_targets, discard, discarded, load, lock, lock_path, older_copies, prepare, remove_stray_temps,
-    CheckpointWriter, HandOff, PathLock,
+    beside_pytorch, check_targets, discard, discarded, holds_pytorch, load, lock, lock_path, older_copies, prepare,
+    remove_stray_temps, CheckpointWriter, HandOff, PathLock,
 };

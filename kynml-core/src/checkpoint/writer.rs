@@ -414,6 +414,26 @@ fn refuse_foreign_read(path: &Path, opened: io::Result<impl io::Read + io::Seek>
     Ok(())
 }
 
+/// Whether `path` is a file that PyTorch's `torch.save` wrote (a zip
+/// archive or a pickle, by its first bytes): a checkpoint the Python tool
+/// left at a spec's checkpoint path. Anything else, a folder or a FIFO
+/// included, is not (and is not opened).
+pub fn holds_pytorch(path: &Path) -> bool {
+    let mut head = [0u8; 8];
+    path.is_file() && File::open(path).and_then(|mut f| io::Read::read_exact(&mut f, &mut head)).is_ok() && {
+        foreign_kind(&head).is_some()
+    }
+}
+
+/// Where KynML keeps the checkpoints of a spec whose checkpoint path holds
+/// the Python tool's PyTorch checkpoint ([`holds_pytorch`]): beside it,
+/// its name followed by `.kynml` (`checkpoints/deepnet.pt.kynml`).
+pub fn beside_pytorch(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".kynml");
+    PathBuf::from(name)
+}
+
 /// What a file that is not a KynML checkpoint seems to be, from its first
 /// bytes: the checkpoints of the Python tool specs come from are PyTorch's.
 fn foreign_kind(head: &[u8; 8]) -> Option<&'static str> {

@@ -31,9 +31,14 @@ import re
 import struct
 import sys
 
-import torch
-from safetensors.torch import load_file
-from torch import nn
+try:
+    import torch
+    from safetensors.torch import load_file
+    from torch import nn
+except ImportError as err:
+    print(f"rebuild_in_pytorch.py needs torch and safetensors: {err} (python: {sys.executable}); "
+          "`pip install torch safetensors`", file=sys.stderr)
+    sys.exit(2)
 
 ACTIVATIONS = {"linear": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh,
                "sigmoid": nn.Sigmoid, "silu": nn.SiLU}

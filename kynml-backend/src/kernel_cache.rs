@@ -202,21 +202,48 @@ pub fn preview(model: &str) -> &'static KernelCache {
         return installed;
     }
     PREVIEW.get_or_init(|| {
+        let mut notes = Vec::new();
         let (dir, origin) = chosen();
         let state = match dir {
             None => CacheState::Off { reason: "no home or cache directory is known".into() },
             Some(dir) => {
                 let root = dir.join(format!("cubecl-{CUBECL_VERSION}")).join(model);
                 match inventory(&root) {
-                    Ok(files) => {
-                        CacheState::On { files: files.len(), bytes: files.iter().map(|(_, len)| len).sum(), root }
-                    }
+                    // Checked as a run checks it, nothing cleared: a cache
+                    // a run would clear is said so, and counted as empty.
+                    Ok(files) if !files.is_empty() => match check(&root) {
+                        Err(problem) => {
+                            notes.push(format!(
+                                "the kernel cache {} {problem}; a run clears it and starts afresh",
+                                root.display()
+                            ));
+                            CacheState::On { root, files: 0, bytes: 0 }
+                        }
+                        Ok(trust) => {
+                            // Never sealed: its compiled kernels go, its tuning results stay.
+                            let kept: Vec<&(String, u64)> = match &trust {
+                                Trust::Unsealed { compiled } => {
+                                    files.iter().filter(|(name, _)| !compiled.contains(name)).collect()
+                                }
+                                Trust::Sealed => files.iter().collect(),
+                            };
+                            if kept.len() < files.len() {
+                                notes.push(format!(
+                                    "the kernel cache {} was never sealed (a run that did not finish): a run keeps \
+                                     its tuning results and compiles its kernels again",
+                                    root.display()
+                                ));
+                            }
+                            CacheState::On { files: kept.len(), bytes: kept.iter().map(|(_, len)| len).sum(), root }
+                        }
+                    },
+                    Ok(_) => CacheState::On { root, files: 0, bytes: 0 },
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => CacheState::On { root, files: 0, bytes: 0 },
                     Err(e) => CacheState::Off { reason: format!("cannot read {}: {e}", root.display()) },
                 }
             }
         };
-        KernelCache { dir: dir.map(Path::to_path_buf), origin, state, notes: Vec::new() }
+        KernelCache { dir: dir.map(Path::to_path_buf), origin, state, notes }
     })
 }
 

@@ -188,6 +188,11 @@ pub struct CheckArgs {
     /// specs whose data the bench makes).
     #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = at_least::<2>)]
     pub synthetic: Option<u64>,
+    /// Check it for this device, as `kynml train --device` would run it
+    /// (overrides the spec's `device` and `devices`): auto, cpu, cuda,
+    /// cuda:N, wgpu, or several, data-parallel (cuda:0,cuda:1, cuda:all, cpu,cpu).
+    #[arg(long, value_parser = parse_device_arg)]
+    pub device: Option<DeviceArg>,
 }
 
 #[derive(Args, Debug)]

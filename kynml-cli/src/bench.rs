@@ -66,7 +66,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     crate::train::fit_loader(&mut file, &data);
     tell!("{}", render::what_runs(&what_runs_on(&file.spec, &devices)));
-    tell!("{}", render::memory(&file.check_memory_for(&device, data.train.len(), data.valid.len())?, &device));
+    tell!("{}", render::memory(&file.check_memory_on(&device, &data, 0)?, &device));
     let options = BenchOptions {
         steps: args.steps as usize,
         rounds: args.rounds as usize,
@@ -294,7 +294,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     // train refuses).
     if !devices.iter().any(kynml_backend::Device::has_fusion) {
         let (data, _) = bench_data(&mut file, args.synthetic)?;
-        file.check_memory_for(&device, data.train.len(), data.valid.len())?;
+        file.check_memory_on(&device, &data, 0)?;
         let mut on: Vec<String> = devices.iter().map(kynml_backend::Device::describe).collect();
         on.dedup();
         let on = on.join(", ");
@@ -317,7 +317,7 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
     let (data, source) = bench_data(&mut file, args.synthetic)?;
     println!("{}", render::what_runs(&what_runs(&file.spec, &device)));
     println!("data: {source}");
-    file.check_memory_for(&device, data.train.len(), data.valid.len())?;
+    file.check_memory_on(&device, &data, 0)?;
     let Some(cache) = kernel_cache::installed().filter(|c| c.root().is_some()) else {
         return Err(Failure::input("error: the kernel cache is off (see above), so a warm-up would keep nothing"));
     };

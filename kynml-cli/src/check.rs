@@ -9,6 +9,10 @@ use crate::render;
 
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
+    // `--device`, as `train --device` applies it.
+    let flag = args.device.is_some();
+    let (device, devices) = crate::args::DeviceArg::split(args.device);
+    file.apply(&kynml_core::plan::Overrides { device, devices, ..Default::default() });
     // `cuda:all` counted as train counts it (batchnorm's rows a device).
     crate::devices::resolve_all_cuda(&mut file.spec.train);
     // Where `kynml train` would write, `check` looks too: a checkpoint or
@@ -76,7 +80,13 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                 0 => "this machine has no CUDA GPU".to_string(),
                 n => format!("this machine has {n} CUDA GPU{}", if n == 1 { "" } else { "s" }),
             };
-            println!("note: `{setting}`: {here}; `kynml train` would refuse it here (`--device` overrides it)");
+            if flag {
+                let setting =
+                    setting.split_once(" = ").map_or(setting.clone(), |(_, v)| v.replace(['"', '[', ']', ' '], ""));
+                println!("note: `--device {setting}`: {here}; `kynml train --device {setting}` would refuse it here");
+            } else {
+                println!("note: `{setting}`: {here}; `kynml train` would refuse it here (`--device` overrides it)");
+            }
         }
     }
     // A checkpoint already there is the next run's business (its --seed or
@@ -194,6 +204,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let resumed = file.checkpoint_path().and_then(|p| std::fs::metadata(p).ok()).filter(|m| m.is_file());
     let resumed = resumed.map_or(0, |m| m.len());
     cpu.resumed = resumed;
+    cpu.data = data.host_bytes();
     let cpu_precision = kynml_core::train::precision::plan(t, &on_cpu);
     let cpu_suffix = match cpu_precision.fallback {
         Some(_) => format!(" on the CPU, where {} runs as fp32", compute.name()),
@@ -213,7 +224,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     };
     let here = run_on.first().filter(|_| run_on.len() == 1);
     if let Some(device) = here {
-        if let Err(e) = file.check_memory_resuming(device, data.train.len(), data.valid.len(), resumed) {
+        if let Err(e) = file.check_memory_on(device, &data, resumed) {
             let help = match &e {
                 kynml_core::plan::LoadError::DoesNotFit { error, .. } => {
                     error.diagnostics.first().and_then(|d| d.help.clone())
@@ -235,7 +246,9 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     // With the kernel cache `train` would find there (none is made), and the
     // loader cut to an epoch's batches as `train` cuts it (said the same way).
     if let Some(model) = run_on.first().and_then(kynml_backend::Device::model_folder) {
-        kynml_backend::kernel_cache::preview(&model);
+        for note in &kynml_backend::kernel_cache::preview(&model).notes {
+            println!("note: {note}");
+        }
         // The search level `train` hands CubeCL before its device starts
         // (none starts here).
         if let Some(a) = &file.spec.train.autotune {

@@ -318,8 +318,9 @@ fn note_unseen(rows: &kynml_core::data::ModelRows, text: bool) {
             eprintln!("note: {tokens} of `{column}` {are} not in the model's vocabulary; they use its unseen token");
             continue;
         }
+        let (hold, they) = if *n == 1 { ("holds", "it uses") } else { ("hold", "they use") };
         eprintln!(
-            "note: {n} of {} rows hold a `{column}` the model never saw in training; they use its unseen category",
+            "note: {n} of {} rows {hold} a `{column}` the model never saw in training; {they} its unseen category",
             rows.rows
         );
     }
@@ -357,6 +358,17 @@ fn quote(s: &str) -> String {
     }
 }
 
+/// A prediction as a CSV cell: the shortest digits that read back as the
+/// same f32, in exponent form for the very large and the very small
+/// (`2.9569975e36`, not 37 digits; `1.2e-9`, not nine zeros first).
+fn cell(v: f32) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-6..1e16).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
 /// The predictions as CSV under `header` ([`predictions_header`]).
 fn predictions_csv(p: &Predictions, header: &str) -> String {
     let mut out = format!("{header}\n");
@@ -364,14 +376,13 @@ fn predictions_csv(p: &Predictions, header: &str) -> String {
         (Some(labels), Some(probs)) => {
             let width = probs.len() / labels.len().max(1);
             for (label, row) in labels.iter().zip(probs.chunks(width.max(1))) {
-                let cells: Vec<String> =
-                    std::iter::once(quote(label)).chain(row.iter().map(|v| v.to_string())).collect();
+                let cells: Vec<String> = std::iter::once(quote(label)).chain(row.iter().map(|&v| cell(v))).collect();
                 out += &(cells.join(",") + "\n");
             }
         }
         _ => {
             for row in p.outputs.chunks(p.width.max(1)) {
-                out += &(row.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",") + "\n");
+                out += &(row.iter().map(|&v| cell(v)).collect::<Vec<_>>().join(",") + "\n");
             }
         }
     }
@@ -381,6 +392,22 @@ fn predictions_csv(p: &Predictions, header: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Cells read back as the same f32, the very large and small in
+    /// exponent form.
+    #[test]
+    fn prediction_cells_are_short_and_exact() {
+        assert_eq!(cell(2.9569975e36), "2.9569975e36");
+        assert_eq!(cell(-1.5e20), "-1.5e20");
+        assert_eq!(cell(1.2e-9), "1.2e-9");
+        assert_eq!(
+            (cell(110.22496), cell(0.0), cell(0.25), cell(1e-6)),
+            ("110.22496".into(), "0".into(), "0.25".into(), "0.000001".into())
+        );
+        for v in [3.4028235e38f32, 1e-45, 123456790000000000.0, 7.0e-7, -0.1] {
+            assert_eq!(cell(v).parse::<f32>().unwrap(), v, "{}", cell(v));
+        }
+    }
 
     #[test]
     fn the_header_never_names_a_column_twice() {

@@ -23,8 +23,11 @@ pub fn load_data(file: &mut SpecFile) -> Result<Dataset, LoadError> {
     }
     let bar = crate::terminal::bar(size);
     bar.set_style(
-        ProgressStyle::with_template("  [{bar:30}] {bytes}/{total_bytes}, {eta} left")
+        ProgressStyle::with_template("  [{bar:30}] {bytes}/{total_bytes}{left}")
             .expect("static template")
+            .with_key("left", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&time_left(state.pos(), state.len().unwrap_or(0), state.elapsed()));
+            })
             .progress_chars("=> "),
     );
     let read = file.load_data_reporting(&mut |done, total| {
@@ -33,6 +36,18 @@ pub fn load_data(file: &mut SpecFile) -> Result<Dataset, LoadError> {
     });
     bar.finish_and_clear();
     read
+}
+
+/// `, 12s left` at the pace of the whole read so far (indicatif's own
+/// estimate, from the last few updates, began at minutes for a read of
+/// seconds); nothing until a second has passed and some bytes are read.
+fn time_left(done: u64, total: u64, elapsed: std::time::Duration) -> String {
+    if done == 0 || done >= total || elapsed.as_secs_f64() < 1.0 {
+        return String::new();
+    }
+    let left = (elapsed.as_secs_f64() * (total - done) as f64 / done as f64).round().max(1.0);
+    let left = if left < 60.0 { format!("{left}s") } else { crate::render::duration(left) };
+    format!(", {left} left")
 }
 
 /// The feature columns whose variation 32-bit floats lose, in notes: a
@@ -106,4 +121,22 @@ pub fn float_notes(data: &Dataset) -> Vec<String> {
         }
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_left;
+    use std::time::Duration;
+
+    /// The time left is the whole read's pace so far, said from a second on.
+    #[test]
+    fn the_time_left_is_the_reads_own_pace() {
+        let at = |done, secs| time_left(done, 100, Duration::from_secs_f64(secs));
+        assert_eq!(at(1, 0.5), "", "not in the first second");
+        assert_eq!(at(0, 3.0), "");
+        assert_eq!(at(25, 1.0), ", 3s left");
+        assert_eq!(at(50, 2.0), ", 2s left");
+        assert_eq!(at(1, 2.0), ", 3m 18s left");
+        assert_eq!(at(100, 4.0), "", "done");
+    }
 }

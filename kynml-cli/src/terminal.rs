@@ -40,6 +40,9 @@ impl Ticker {
             .expect("static template")
             .progress_chars("=> ");
         let bar = bar(len).with_style(style).with_message(what.to_string());
+        // Drawn at once: the first redraw of its own comes a quarter second
+        // on, and steps that finish sooner may not be told one by one.
+        bar.tick();
         bar.enable_steady_tick(std::time::Duration::from_millis(250));
         Ticker(Some(bar))
     }

@@ -88,7 +88,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     };
     // Before the checkpoint's folder and lock are made: a run refused as
     // too large writes nothing.
-    let memory = file.check_memory_resuming(&device, data.train.len(), data.valid.len(), resumed)?;
+    let memory = file.check_memory_on(&device, &data, resumed)?;
     let ResumePlan { found: resume, lock: checkpoint_lock, .. } = resume_plan(&file, &data, args.fresh)?;
     if let Some((_, state)) = &resume {
         let epochs = file.spec.train.epochs.value;
@@ -1304,7 +1304,7 @@ fn shell_quote(a: &str) -> String {
 }
 
 fn write_inputs(run_dir: &RunDir, file: &SpecFile, data: &kynml_core::data::Dataset) -> anyhow::Result<()> {
-    run_dir.write_text("spec.kyn", &file.source)?;
+    run_dir.write_text("spec.kyn", file.as_written())?;
     run_dir.write_json("spec.resolved.json", &kynml_core::spec::resolved(&file.spec))?;
     run_dir.write_data_info(&data.info)?;
     Ok(())

@@ -123,10 +123,13 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     assert!(!gpu.contains("copies to save"), "{gpu}");
     assert!(
         cpu.contains(
-            "optimizer state 1.6 MiB, best weights with their copying 1.8 MiB, copies to save 6.1 MiB, activations"
+            "optimizer state 1.6 MiB, best weights with their copying 1.8 MiB, copies to save 6.1 MiB, the data's \
+             rows "
         ),
         "{cpu}"
     );
+    // The data's rows are in host memory, not a GPU's.
+    assert!(!gpu.contains("the data's rows"), "{gpu}");
     assert!(gpu.contains("optimizer state 1.6 MiB, best weights 841.5 KiB, activations"), "{gpu}");
     // `device = auto` may find a GPU where the run trains: no note. On
     // `device = cpu` the bf16 asked for never runs: said once, with why,
@@ -147,6 +150,22 @@ fn check_prints_the_users_model_with_pytorchs_parameter_count() {
     std::fs::write(tmp.path().join("deepnet.kyn"), spec.replace("precision = bf16", "precision = fp32")).unwrap();
     let t = text(&kynml(&["check", "deepnet.kyn"], tmp.path()));
     assert!(!t.contains("note: `precision") && !t.contains("runs as fp32") && t.contains(" on the CPU ("), "{t}");
+    // `--device` checks it for another device, as `train --device` would run it.
+    let out = kynml(&["check", "deepnet.kyn", "--device", "cpu,cpu"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("data-parallel on 2 devices (cpu, cpu): batch "), "{t}");
+    if !matches!(kynml_backend::probe_cuda(), kynml_backend::CudaProbe::Available(_)) {
+        let out = kynml(&["check", "deepnet.kyn", "--device", "cuda:1"], tmp.path());
+        let t = text(&out);
+        assert!(out.status.success(), "said, not refused: {t}");
+        assert!(
+            t.contains(
+                "note: `--device cuda:1`: this machine has no CUDA GPU; `kynml train --device cuda:1` would \
+                        refuse it here"
+            ),
+            "{t}"
+        );
+    }
 }
 
 #[test]
@@ -3162,6 +3181,14 @@ fn every_malformed_spec_exits_2_and_writes_nothing() {
     let out = kynml(&["train", "latin1.kyn", "--out", "run"], dir);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("latin1.kyn:2:22: the spec is not UTF-8 text"), "{}", text(&out));
+    // UTF-16, as PowerShell's `>` writes it, with its byte-order mark or without: named as such.
+    let utf16: Vec<u8> = "dataset D:\n".encode_utf16().flat_map(u16::to_le_bytes).collect();
+    for (name, bytes) in [("bom.kyn", [&[0xFF, 0xFE][..], &utf16].concat()), ("bare.kyn", utf16.clone())] {
+        std::fs::write(dir.join(name), bytes).unwrap();
+        let out = kynml(&["check", name], dir);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(text(&out).contains(&format!("{name}:1:1: the spec is UTF-16 text")), "{}", text(&out));
+    }
     // Nor one without end: read no further than any spec could be.
     for command in ["check", "train"] {
         let out = kynml(&[command, "/dev/zero"], dir);
@@ -3548,6 +3575,15 @@ fn warmup_fills_the_kernel_cache_the_next_run_reuses_and_a_damaged_one_is_cleare
     let mut bytes = std::fs::read(&tuned).unwrap();
     bytes[2] ^= 0x20;
     std::fs::write(&tuned, bytes).unwrap();
+    // `check` says what a run would do with it (it said the damaged cache
+    // would be reused), and leaves it for the run to clear.
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    std::fs::write(tmp.path().join("wgpu.kyn"), spec.replace("device = auto", "device = wgpu")).unwrap();
+    let out = kynml_env::<&str>(&["check", "wgpu.kyn", "--cache", "cache"], tmp.path(), &[]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("changed since it was written; a run clears it and starts afresh"), "{t}");
+    assert!(t.contains("empty: this run tunes") && !t.contains("are reused"), "{t}");
     let out = train(&["--cache", "cache", "--out", "r2"], &[]);
     let t = text(&out);
     assert!(out.status.success(), "{t}");

@@ -46,10 +46,13 @@ pub struct ResumePlan {
 pub struct SpecFile {
     /// Where the spec was read from; relative paths in the spec are resolved against its folder.
     pub path: PathBuf,
-    /// The spec's text as read.
+    /// The spec's text as read, its lone `\r` line ends read as `\n`
+    /// (what its problems' locations point into).
     pub source: String,
     /// The parsed and validated spec, with overrides once [`SpecFile::apply`] has run.
     pub spec: Spec,
+    /// The text byte for byte, where its lone `\r`s made `source` differ.
+    written: Option<String>,
 }
 
 /// The most bytes a spec file may hold: a spec is a page of text, and
@@ -77,6 +80,16 @@ pub enum LoadError {
     )]
     TooLarge {
         /// The file given as the spec.
+        path: PathBuf,
+    },
+    /// The spec file is UTF-16 text (as Windows PowerShell's `>` writes it).
+    #[error(
+        "{}:1:1: the spec is UTF-16 text, as Windows PowerShell's `>` writes it; save it as UTF-8 (in PowerShell, \
+         `Out-File -Encoding utf8`)",
+        path.display()
+    )]
+    Utf16 {
+        /// The spec file.
         path: PathBuf,
     },
     /// The spec file is not UTF-8 text.
@@ -207,6 +220,15 @@ impl SpecFile {
         if bytes.len() as u64 > MAX_SPEC_BYTES {
             return Err(LoadError::TooLarge { path: path.into() });
         }
+        // A byte-order mark of UTF-16, or ASCII text with a zero byte after
+        // (or before) each letter: UTF-16, which would read as bad bytes or
+        // as a zero between every two characters.
+        let zero_halves = bytes.len() >= 4
+            && ((bytes[0] != 0 && bytes[1] == 0 && bytes[2] != 0 && bytes[3] == 0)
+                || (bytes[0] == 0 && bytes[1] != 0 && bytes[2] == 0 && bytes[3] != 0));
+        if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) || zero_halves {
+            return Err(LoadError::Utf16 { path: path.into() });
+        }
         match String::from_utf8(bytes) {
             Ok(source) => Self::from_source(path, source),
             Err(e) => {
@@ -226,21 +248,30 @@ impl SpecFile {
         // a line, as `\n` does; the text keeps its length, so every span
         // still points where it did. (A spec has no multi-line cells, unlike
         // a CSV file, so every lone one is a line end.)
-        let source = if source.contains('\r') {
+        let (source, written) = if source.contains('\r') {
             let bytes = source.as_bytes();
             let lone = |i: usize| bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n');
             // One ASCII byte for another: still UTF-8.
             let text = (0..bytes.len()).map(|i| if lone(i) { b'\n' } else { bytes[i] }).collect::<Vec<u8>>();
-            String::from_utf8(text).unwrap_or(source)
+            match String::from_utf8(text) {
+                Ok(text) if text != source => (text, Some(source)),
+                _ => (source, None),
+            }
         } else {
-            source
+            (source, None)
         };
         match spec::parse_spec(&source) {
-            Ok(spec) => Ok(SpecFile { path: path.to_path_buf(), source, spec }),
+            Ok(spec) => Ok(SpecFile { path: path.to_path_buf(), source, spec, written }),
             Err(error) => {
                 Err(LoadError::Spec { path: path.to_path_buf(), source_text: source, error, against_data: false })
             }
         }
+    }
+
+    /// The spec's text byte for byte as it was read (a run folder's
+    /// `spec.kyn`): [`source`](Self::source) but for lone `\r` line ends.
+    pub fn as_written(&self) -> &str {
+        self.written.as_deref().unwrap_or(&self.source)
     }
 
     /// Relative paths in a spec are relative to the spec's own folder, so a
@@ -702,10 +733,30 @@ impl SpecFile {
         valid_rows: usize,
         resumed: u64,
     ) -> Result<MemoryEstimate, LoadError> {
+        self.check_memory_holding(device, train_rows, valid_rows, resumed, 0)
+    }
+
+    /// [`check_memory_resuming`](Self::check_memory_resuming) for a run on
+    /// `data`, whose rows it holds (in host memory) through the run: on the
+    /// CPU they count ([`Dataset::host_bytes`]), and a file of a million
+    /// rows is most of a small model's memory.
+    pub fn check_memory_on(&self, device: &Device, data: &Dataset, resumed: u64) -> Result<MemoryEstimate, LoadError> {
+        self.check_memory_holding(device, data.train.len(), data.valid.len(), resumed, data.host_bytes())
+    }
+
+    fn check_memory_holding(
+        &self,
+        device: &Device,
+        train_rows: usize,
+        valid_rows: usize,
+        resumed: u64,
+        data: u64,
+    ) -> Result<MemoryEstimate, LoadError> {
         use crate::train::memory::bytes;
         let mut e = self.memory_for(device, train_rows, valid_rows);
         if matches!(device.kind, DeviceKind::Cpu { .. }) {
             e.resumed = resumed;
+            e.data = data;
         }
         let (model, train) = (&self.spec.model, &self.spec.train);
         let on = device.short_name();
@@ -1882,6 +1933,22 @@ mod tests {
             "{}",
             resumed.breakdown()
         );
+        // The data's rows, held through the run, count on the host (a
+        // million-row file was 270 MiB against an estimate of 6.6 MiB
+        // without them), and not in a GPU's memory.
+        let mut csv = String::from("x0,x1,x2,x3,x4,x5,x6,x7,x8,x9,y\n");
+        for r in 0..1000 {
+            csv += &format!("{}\n", (0..11).map(|c| ((r * 7 + c) % 13).to_string()).collect::<Vec<_>>().join(","));
+        }
+        let mut with_data = file("");
+        let data = with_data.load_data_from(csv.as_bytes()).unwrap();
+        // 1000 rows of 10 features, a target and a row number (8 bytes).
+        assert_eq!(data.host_bytes(), 1000 * (10 * 4 + 4 + 8));
+        let held = with_data.check_memory_on(&Device::cpu(), &data, 0).unwrap();
+        let bare = with_data.check_memory_for(&Device::cpu(), data.train.len(), data.valid.len()).unwrap();
+        assert_eq!((held.data, held.total()), (data.host_bytes(), bare.total() + data.host_bytes()));
+        assert!(held.breakdown().contains(", the data's rows 50.8 KiB, activations"), "{}", held.breakdown());
+        assert_eq!(with_data.check_memory_on(&lavapipe(), &data, 0).unwrap().data, 0);
     }
 
     /// Mesa's software Vulkan driver, as `kynml devices` describes it.
@@ -2052,6 +2119,10 @@ mod tests {
         let read = |text: String| SpecFile::from_source(Path::new("a.kyn"), text);
         let want = read(lf.into()).unwrap().spec;
         assert_eq!(read(lf.replace('\n', "\r")).unwrap().spec, want);
+        // Kept byte for byte as written, for the run folder's copy.
+        assert_eq!(read(lf.replace('\n', "\r")).unwrap().as_written(), lf.replace('\n', "\r"));
+        assert_eq!(read(lf.replace('\n', "\r\n")).unwrap().as_written(), lf.replace('\n', "\r\n"));
+        assert_eq!(read(lf.into()).unwrap().as_written(), lf);
         // CRLF reads alike (its spans count the `\r`s).
         assert_eq!(read(lf.replace('\n', "\r\n")).unwrap().spec.train.epochs.value, 3);
         // Errors in such a file are located on their line.

@@ -222,6 +222,19 @@ fn beyond_f32(table: &Table, normalizer: &Normalizer) -> Result<(), DataError> {
 }
 
 impl Dataset {
+    /// The bytes its rows hold in memory: both parts' features, targets and
+    /// row numbers (what a run keeps of the data through training).
+    pub fn host_bytes(&self) -> u64 {
+        let part = |p: &SplitData| {
+            let labels = match &p.labels {
+                Labels::Values(v) => std::mem::size_of_val(v.as_slice()),
+                Labels::Classes(c) => std::mem::size_of_val(c.as_slice()),
+            };
+            std::mem::size_of_val(p.rows.as_slice()) + std::mem::size_of_val(p.features.as_slice()) + labels
+        };
+        (part(&self.train) + part(&self.valid)) as u64
+    }
+
     /// Splits `table` with `seed` (see [`split_indices`]) and, if `normalize`
     /// is set, standardizes both parts with statistics of the training part
     /// alone.

@@ -333,6 +333,17 @@ pub fn check_target(format: Format, path: &Path) -> Result<(), ExportError> {
             reason: format!("{name} export named .{ext} would be taken for another format; name it .{expected}"),
         });
     }
+    // PyTorch's own names: `torch.load` would be handed a file it cannot read
+    // (a spec switched from `torchscript` to `onnx` that kept its `.pt` path).
+    if let Some(ext) = ext.as_ref().filter(|e| ["pt", "pth"].contains(&e.as_str())) {
+        return Err(ExportError::Unwritable {
+            path: path.into(),
+            reason: format!(
+                "{name} export named .{ext} would be taken for a PyTorch file (what `torch.save` writes); name it \
+                 .{expected}"
+            ),
+        });
+    }
     // Names that `load` takes for a spec or for rows, whatever the file
     // holds: an export under one could not be read back.
     // (`.kyn` exactly, as `load` goes by it; `.csv` and `.tsv` in any case.)
@@ -1305,6 +1316,9 @@ mod tests {
             (Format::Safetensors, "w.csv", "a .csv file is read as a CSV file of rows"),
             (Format::Onnx, "m.TSV", "a .tsv file is read as a CSV file of rows"),
             (Format::Safetensors, "x.kyn", "a .kyn file is read as a spec"),
+            // The users' spec's `models/deepnet.pt`, kept when `torchscript` became `onnx`.
+            (Format::Onnx, "deepnet.pt", "an ONNX export named .pt would be taken for a PyTorch file"),
+            (Format::Safetensors, "w.PTH", "a safetensors export named .pth would be taken for a PyTorch file"),
         ] {
             let refused = check_target(format, &at(name)).unwrap_err().to_string();
             assert!(refused.contains(said) && !at(name).exists(), "{refused}");

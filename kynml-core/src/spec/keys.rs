@@ -134,8 +134,19 @@ fn unknown_key(block: &Block, entry: &Entry) -> Diagnostic {
     let help = match (elsewhere, argument) {
         (Some(kind), _) => format!("`{key}` belongs in the `{}` block", kind.header_form()),
         (None, Some(help)) => help.to_string(),
-        (None, None) => suggest::help(key, known.iter().copied())
-            .unwrap_or_else(|| format!("{} accepts {}", block.describe(), suggest::one_of(known))),
+        (None, None) => {
+            // The key it was meant for is set already (`epoch = 3` below
+            // `epochs = 2`): renaming this line would set it twice.
+            let meant = suggest::spec_word(key, known.iter().copied());
+            match meant.and_then(|m| block.entries.iter().find(|e| e.key.value == m)) {
+                Some(set) => format!(
+                    "did you mean `{}`? It is set already, on line {}: remove one of the two lines",
+                    set.key.value, set.line
+                ),
+                None => suggest::help(key, known.iter().copied())
+                    .unwrap_or_else(|| format!("{} accepts {}", block.describe(), suggest::one_of(known))),
+            }
+        }
     };
     Diagnostic::new(entry.key.span, format!("unknown key `{key}` in {}", block.describe()), "unknown key")
         .with_help(help)

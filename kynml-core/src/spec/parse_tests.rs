@@ -528,6 +528,13 @@ fn devices_precisions_and_flags() {
     assert_eq!(train_with("devices = [cpu, cpu, cpu]").devices.map(|d| d.value.name()), Some("cpu,cpu,cpu".into()));
     assert_eq!(train_with("devices = \"cuda:all\"").devices.map(|d| d.value), Some(DeviceSet::AllCuda));
     assert_eq!(train_with("device = cpu").devices, None);
+    // A misspelt key whose right spelling is set already: renaming it would set it twice.
+    let e = parse_spec(&format!("{MINIMAL}epoch = 5\n")).unwrap_err();
+    let help = e.diagnostics.iter().find_map(|d| d.help.clone()).unwrap_or_default();
+    assert_eq!(help, "did you mean `epochs`? It is set already, on line 9: remove one of the two lines");
+    // A bad item of `devices` is said of `devices`, not of `device`.
+    let said = messages(&format!("{MINIMAL}devices = [[cpu], cpu]\n"));
+    assert!(said.iter().any(|m| m.contains("for an item of `devices`")), "{said:?}");
     assert_eq!(train_with("precision = fp16").precision.value, Precision::Fp16);
     assert!(train_with("compile = true").compile.value);
     assert_eq!(train_with("seed = 7").seed, 7);

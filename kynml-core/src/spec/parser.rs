@@ -133,10 +133,12 @@ impl<'s> Parser<'s> {
             return;
         }
         let mut shape = shape(&tokens);
-        let names_model = matches!(&tokens[0].kind, TokenKind::Ident(word) if word == BlockKind::Model.keyword());
-        if matches!(shape, Shape::HeaderWithoutColon) && names_model && self.in_train_block() {
-            // `model DeepNet` in `train:` is the `model` setting without its
-            // `=`, not a new block.
+        let names_block = matches!(&tokens[0].kind, TokenKind::Ident(word)
+            if word == BlockKind::Model.keyword() || word == BlockKind::Dataset.keyword());
+        if matches!(shape, Shape::HeaderWithoutColon) && names_block && self.in_train_block() {
+            // `model DeepNet` or `dataset Iris` in `train:` is the `model` or
+            // `data` setting without its `=`, not a new block (which took
+            // the train block's later lines with it).
             shape = Shape::Body;
         }
         // The line as the block readers take it.
@@ -469,10 +471,19 @@ impl<'s> Parser<'s> {
             }
             return None;
         }
+        let example = if kind == BlockKind::Model { "DeepNet" } else { "LargeData" };
+        // `true` and `false` read as values where a setting names the block
+        // (`model = false` is a boolean): a name no setting could refer to.
+        if let Some(name) = single_ident.as_ref().filter(|n| n.value == "true" || n.value == "false") {
+            diags.push(
+                Diagnostic::new(name.span, format!("`{}` is a value, not a name for a block", name.value), "a value")
+                    .with_help(format!("name the block otherwise, as `{keyword} {example}:`")),
+            );
+            return None;
+        }
         if single_ident.is_some() {
             return single_ident;
         }
-        let example = if kind == BlockKind::Model { "DeepNet" } else { "LargeData" };
         let diagnostic = match names {
             [] => Diagnostic::new(header, format!("missing name in `{keyword}` header"), "expected a name before `:`")
                 .with_help(format!("write `{keyword} NAME:`, for example `{keyword} {example}:`")),
@@ -562,7 +573,12 @@ impl<'s> Parser<'s> {
                     (Some(word), 1) => format!("write `{} = VALUE`", word.value),
                     (Some(word), _) => {
                         let rest = &self.source[tokens[1].span.start..line.span.end];
-                        format!("write `{} = {rest}`", word.value)
+                        // The train block's key for its dataset is `data`.
+                        let key = match word.value.as_str() {
+                            "dataset" if block.kind == BlockKind::Train => "data",
+                            key => key,
+                        };
+                        format!("write `{key} = {rest}`")
                     }
                     (None, _) => "a setting is written `key = value`".to_string(),
                 };
@@ -1100,6 +1116,7 @@ mod tests {
             ("dataset:\n", "missing name in `dataset` header"),
             ("model Deep Net:\n", "expected one name after `model`, found 2"),
             ("train T:\n", "a `train:` block takes no name"),
+            ("model false:\ninput 4\n", "`false` is a value, not a name for a block"),
             ("train: epochs = 1\n", "unexpected text after block header"),
             ("model M:\ninput = 3\n", "expected a layer, found a `key = value` setting"),
             ("model M:\ndense 64, relu\n", "unexpected `,` in a layer line"),
@@ -1129,6 +1146,19 @@ mod tests {
         assert_eq!(diags.len(), 1);
         assert_eq!(diags[0].help.as_deref(), Some("write `model = DeepNet`"));
         assert_eq!(doc.blocks[0].entries.len(), 2);
+        // `dataset Iris` there is the `data` setting: the lines below stay train's.
+        let mut diags = Vec::new();
+        let doc = parse(
+            "train:
+dataset Iris
+loss = mse
+epochs = 1
+",
+            &mut diags,
+        );
+        assert_eq!((doc.blocks.len(), diags.len()), (1, 1), "{diags:?}");
+        assert_eq!(diags[0].help.as_deref(), Some("write `data = Iris`"));
+        assert_eq!(doc.blocks[0].entries.len(), 3);
     }
 
     #[test]

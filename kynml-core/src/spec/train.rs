@@ -256,8 +256,13 @@ fn loss(v: &Value, d: &mut Vec<Diagnostic>) -> Option<Spanned<Loss>> {
 
 /// `auto`, `cpu`, `cuda`, `wgpu`, or a string `"cuda:N"` for one GPU.
 fn device(v: &Value, d: &mut Vec<Diagnostic>) -> Option<DeviceRequest> {
+    device_of(v, "`device`", d)
+}
+
+/// [`device`] for the key `key` names (`` `device` ``, or an item of `` `devices` ``).
+fn device_of(v: &Value, key: &str, d: &mut Vec<Diagnostic>) -> Option<DeviceRequest> {
     let ValueKind::Str(text) = &v.kind else {
-        return values::choice(v, "`device`", "device", DEVICES, d);
+        return values::choice(v, key, "device", DEVICES, d);
     };
     if let Some(&(_, device)) = DEVICES.iter().find(|(name, _)| name == text) {
         return Some(device);
@@ -283,7 +288,7 @@ fn devices(v: &Value, d: &mut Vec<Diagnostic>) -> Option<DeviceSet> {
         ValueKind::List(items) => {
             let mut list = Vec::new();
             for item in items {
-                list.push(device(item, d)?);
+                list.push(device_of(item, "an item of `devices`", d)?);
             }
             DeviceSet::List(list)
         }

@@ -67,6 +67,13 @@ pub(super) fn float(v: &Value, what: &str, range: Range, d: &mut Vec<Diagnostic>
         x == 0.0 && text.split(['e', 'E']).next().is_some_and(|m| m.bytes().any(|b| (b'1'..=b'9').contains(&b)));
     if !underflow && !range.contains(x) {
         out_of_range(v, text, what, range.rule(), d);
+        // A percentage for a fraction (`split = 80`): the fraction it means.
+        if range == Range::OpenUnit && what == "`split`" && (2.0..100.0).contains(&x) {
+            if let Some(last) = d.last_mut() {
+                let key = what.trim_matches('`');
+                *last = last.clone().with_help(format!("a fraction, not a percentage: `{key} = {}`", x / 100.0));
+            }
+        }
         return None;
     }
     // Training computes in 32-bit floats: a value they would turn into 0
@@ -326,6 +333,20 @@ mod tests {
         // f32, not as a 0 out of range.
         assert_eq!(float(&num("1e-400"), "`lr`", Range::Positive, &mut d), None);
         assert!(d[4].message.contains("beyond a 32-bit float: `1e-400`"), "{}", d[4].message);
+    }
+
+    #[test]
+    fn a_percentage_for_a_fraction_is_said_as_the_fraction() {
+        let mut d = Vec::new();
+        assert_eq!(float(&num("80"), "`split`", Range::OpenUnit, &mut d), None);
+        assert_eq!(d[0].help.as_deref(), Some("a fraction, not a percentage: `split = 0.8`"), "{:?}", d[0]);
+        assert_eq!(float(&num("1.5"), "`split`", Range::OpenUnit, &mut d), None);
+        assert_eq!(d[1].help, None, "not likely a percentage");
+        assert_eq!(float(&num("0"), "`split`", Range::OpenUnit, &mut d), None);
+        assert_eq!(d[2].help, None);
+        // `backoff = 2` means halving, not 2%: nothing suggested.
+        assert_eq!(float(&num("2"), "`backoff`", Range::OpenUnit, &mut d), None);
+        assert_eq!(d[3].help, None);
     }
 
     fn num(text: &str) -> Value {

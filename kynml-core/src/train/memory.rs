@@ -59,6 +59,11 @@ pub struct MemoryEstimate {
     /// A resumed run's checkpoint, read and held through the run (about
     /// its file's size); 0 for a run that starts afresh.
     pub resumed: u64,
+    /// The data's rows held through the run (features, targets, row
+    /// numbers: [`Dataset::host_bytes`](crate::data::Dataset::host_bytes))
+    /// where the run's memory is the host's; 0 where it is a GPU's, or
+    /// where the estimate was made without the data.
+    pub data: u64,
     /// Data-parallel replicas on the host (`[cpu, cpu]`): what the others
     /// hold beside the first (their own weights, gradients and optimizer
     /// state) and every replica's flattened and summed gradients for the
@@ -106,7 +111,16 @@ impl MemoryEstimate {
     /// What does not depend on the batch: weights, gradients, optimizer
     /// state, best weights, the copies made to save and a resumed checkpoint.
     pub fn fixed(&self) -> u64 {
-        let parts = [self.weights, self.gradients, self.optimizer, self.best, self.copies, self.resumed, self.replicas];
+        let parts = [
+            self.weights,
+            self.gradients,
+            self.optimizer,
+            self.best,
+            self.copies,
+            self.resumed,
+            self.replicas,
+            self.data,
+        ];
         parts.into_iter().fold(0u64, u64::saturating_add)
     }
 
@@ -123,6 +137,7 @@ impl MemoryEstimate {
         let best_name = if self.best > self.weights { "best weights with their copying" } else { "best weights" };
         let (best, copies) = (part(best_name, self.best), part("copies to save", self.copies));
         let resumed = part("the checkpoint resumed from", self.resumed);
+        let data = part("the data's rows", self.data);
         let others = self.replica_count.saturating_sub(1);
         let replicas = if self.replicas > 0 {
             format!(
@@ -144,8 +159,8 @@ impl MemoryEstimate {
             String::new()
         };
         format!(
-            "weights {}, gradients {}, optimizer state {}{best}{copies}{resumed}{replicas}, activations of a batch of \
-             {}: {}{evaluation}{end}",
+            "weights {}, gradients {}, optimizer state {}{best}{copies}{resumed}{replicas}{data}, activations of a \
+             batch of {}: {}{evaluation}{end}",
             bytes(self.weights),
             bytes(self.gradients),
             bytes(self.optimizer),
@@ -328,6 +343,7 @@ pub fn estimate(spec: &Spec, compute: Compute) -> MemoryEstimate {
         at_the_end: 0,
         largest_param,
         resumed: 0,
+        data: 0,
         replicas: 0,
         replica_count: 1,
         activations: (batch as u64).saturating_mul(per_row),

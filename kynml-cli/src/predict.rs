@@ -175,7 +175,8 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
 /// `kynml eval --json`'s document: the model and rows scored, how many, and
 /// each metric by name (a metric with no value, such as R² of a constant
 /// target, is `null`); for a class head, `classes` (each class's
-/// precision, recall, f1 and rows, in the model's class order) and
+/// precision, recall, f1 and rows, in the model's class order; `null`
+/// scores for a class in neither the rows nor the predictions) and
 /// `confusion` (`confusion[t][p]`: rows of class `t` predicted as `p`).
 fn eval_json(model: &Path, data: &Path, rows: usize, evaluation: &kynml_core::predict::Evaluation) -> String {
     let number = |v: f64| serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into);
@@ -192,12 +193,15 @@ fn eval_json(model: &Path, data: &Path, rows: usize, evaluation: &kynml_core::pr
             .names
             .iter()
             .zip(&b.scores)
-            .map(|(name, s)| {
+            .enumerate()
+            .map(|(i, (name, s))| {
+                // A class in neither the rows nor the predictions has no score.
+                let score = |v: f64| if render::occurs(b, i) { number(v) } else { serde_json::Value::Null };
                 serde_json::json!({
                     "class": name,
-                    "precision": number(s.precision),
-                    "recall": number(s.recall),
-                    "f1": number(s.f1),
+                    "precision": score(s.precision),
+                    "recall": score(s.recall),
+                    "f1": score(s.f1),
                     "rows": s.rows,
                 })
             })

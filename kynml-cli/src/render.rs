@@ -156,6 +156,11 @@ pub fn class_breakdown(b: &kynml_core::predict::ClassBreakdown) -> String {
     let n = b.names.len();
     let row = |i: usize| {
         let s = &b.scores[i];
+        // A class in neither the rows nor the predictions has no score (the
+        // averages leave it out): `-`, not a 0 that reads as a failure.
+        if !occurs(b, i) {
+            return vec![shown(&b.names[i]), "-".into(), "-".into(), "-".into(), "0".into()];
+        }
         vec![shown(&b.names[i]), number(s.precision), number(s.recall), number(s.f1), s.rows.to_string()]
     };
     let mut out = String::new();
@@ -172,8 +177,11 @@ pub fn class_breakdown(b: &kynml_core::predict::ClassBreakdown) -> String {
         out.push_str(&table(&["class", "precision", "recall", "f1", "rows"], &rows));
     }
     out.push_str("\n\n");
+    // Column headers cut to share what the row labels leave of the width.
+    let label = b.names.iter().map(|c| shown(c).chars().count()).max().unwrap_or(0).max(16);
+    let cut = (CONFUSION_WIDTH.saturating_sub(2 + label) / n.max(1)).saturating_sub(3).clamp(4, 12);
     let header: Vec<String> =
-        std::iter::once("true \\ predicted".to_string()).chain(b.names.iter().map(|c| short(&shown(c), 12))).collect();
+        std::iter::once("true \\ predicted".to_string()).chain(b.names.iter().map(|c| short(&shown(c), cut))).collect();
     let rows: Vec<Vec<String>> = b
         .confusion
         .iter()
@@ -189,6 +197,11 @@ pub fn class_breakdown(b: &kynml_core::predict::ClassBreakdown) -> String {
         out.push_str(&format!("confusion matrix: {n} × {n}, too wide to draw here (it is in --json FILE)"));
     }
     out
+}
+
+/// Whether class `i` is among the rows' targets or their predictions.
+pub fn occurs(b: &kynml_core::predict::ClassBreakdown, i: usize) -> bool {
+    b.scores[i].rows > 0 || b.confusion.iter().any(|row| row[i] > 0)
 }
 
 /// `text` cut to `max` characters, an ellipsis marking the cut.
@@ -395,6 +408,12 @@ mod tests {
         assert!(said.contains("confusion matrix: rows are the true classes, columns the predicted ones"), "{said}");
         let cat_row = said.lines().rev().find(|l| l.trim_start().starts_with("cat")).unwrap();
         assert_eq!(cat_row.split_whitespace().collect::<Vec<_>>(), ["cat", "1", "0", "0"], "{said}");
+        // A class neither in the rows nor predicted has no score: `-`.
+        let said = class_breakdown(&breakdown(vec!["a".into(), "b".into(), "c".into()], &[0, 1], &[0, 0]));
+        let c = said.lines().nth(4).unwrap();
+        assert_eq!(c.split_whitespace().collect::<Vec<_>>(), ["c", "-", "-", "-", "0"], "{said}");
+        let b = said.lines().nth(3).unwrap();
+        assert_eq!(b.split_whitespace().collect::<Vec<_>>(), ["b", "0.0000", "0.0000", "0.0000", "0"], "{said}");
     }
 
     /// Many classes: the ten lowest F1s among the classes present, and the

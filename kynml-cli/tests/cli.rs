@@ -1165,7 +1165,14 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     // The Python tool's checkpoint (a `torch.save` zip): the spec trains as
     // written, its checkpoints kept beside the old one, which is left as it
     // is, and the next run resumes from them.
-    std::fs::write(&ckpt, b"PK\x03\x04 the Python tool's zip").unwrap();
+    // A zip whose first member is `archive/data.pkl`, as `torch.save` writes
+    // it; another zip (a `.npz`) is refused as any other file.
+    let member = |name: &[u8]| [&b"PK\x03\x04"[..], &[0; 22], &[name.len() as u8, 0, 0, 0], name].concat();
+    std::fs::write(&ckpt, member(b"arrays/x.npy")).unwrap();
+    let t = text(&kynml(&["train", "spec.kyn", "--out", "bad"], dir));
+    assert!(t.contains("is not a KynML checkpoint (a zip archive") && !dir.join("bad").exists(), "{t}");
+    let torch_zip = member(b"archive/data.pkl");
+    std::fs::write(&ckpt, &torch_zip).unwrap();
     let beside = dir.join("ckpt/run.ckpt.kynml");
     let out = kynml(&["check", "spec.kyn"], dir);
     let t = text(&out);
@@ -1180,14 +1187,22 @@ fn fresh_ignores_a_checkpoint_and_bad_checkpoints_are_refused_before_anything_is
     let out = kynml(&["train", "spec.kyn", "--out", "beside"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains(note) && t.matches("\nepoch ").count() == 2, "{t}");
-    assert_eq!(std::fs::read(&ckpt).unwrap(), b"PK\x03\x04 the Python tool's zip");
+    assert_eq!(std::fs::read(&ckpt).unwrap(), torch_zip);
     assert!(kynml_core::checkpoint::load(&beside).unwrap().is_some(), "a whole checkpoint beside it");
     let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "beside-2"], dir);
     let t = text(&out);
     assert!(out.status.success() && t.contains("resume: from ckpt/run.ckpt.kynml"), "{t}");
     assert!(t.contains("trained 3 epochs (1 in this run, after resuming at 2)"), "{t}");
-    assert_eq!(std::fs::read(&ckpt).unwrap(), b"PK\x03\x04 the Python tool's zip");
-    std::fs::remove_file(&beside).unwrap();
+    assert_eq!(std::fs::read(&ckpt).unwrap(), torch_zip);
+    // The old file moved away: the runs go on from their checkpoints beside
+    // its place (they started over at the spec's path and left them behind).
+    std::fs::remove_file(&ckpt).unwrap();
+    let out = kynml(&["train", "spec.kyn", "--epochs", "4", "--out", "beside-3"], dir);
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("resume: from ckpt/run.ckpt.kynml"), "{t}");
+    assert!(t.contains("note: KynML's checkpoints of this spec are in ckpt/run.ckpt.kynml"), "{t}");
+    assert!(t.contains("trained 4 epochs (1 in this run, after resuming at 3)") && !ckpt.exists(), "{t}");
+    std::fs::rename(&beside, &ckpt).unwrap();
 
     // A checkpoint folder that cannot be made: refused before training.
     checkpointing_spec(dir, "blocked.kyn", "data.csv/run.ckpt", 2);
@@ -3189,6 +3204,10 @@ fn every_malformed_spec_exits_2_and_writes_nothing() {
         assert_eq!(out.status.code(), Some(2));
         assert!(text(&out).contains(&format!("{name}:1:1: the spec is UTF-16 text")), "{}", text(&out));
     }
+    let utf32: Vec<u8> = "\u{feff}dataset D:\n".chars().flat_map(|c| (c as u32).to_le_bytes()).collect();
+    std::fs::write(dir.join("u32.kyn"), utf32).unwrap();
+    let out = kynml(&["check", "u32.kyn"], dir);
+    assert!(text(&out).contains("u32.kyn:1:1: the spec is UTF-32 text; save it as UTF-8"), "{}", text(&out));
     // Nor one without end: read no further than any spec could be.
     for command in ["check", "train"] {
         let out = kynml(&[command, "/dev/zero"], dir);

@@ -59,6 +59,15 @@ pub struct SpecFile {
 /// reading stops here (a data file or `/dev/zero` given by mistake).
 pub const MAX_SPEC_BYTES: u64 = 4 << 20;
 
+/// Whether a spec's checkpoints at `path` are kept beside it, at
+/// `PATH.kynml`: the Python tool's PyTorch checkpoint is at `path`, or was
+/// (nothing is there now, and a checkpoint is beside it: moving the old
+/// file away must not start the spec's runs over, leaving theirs behind).
+fn kept_beside(path: &Path) -> bool {
+    checkpoint::holds_pytorch(path)
+        || (std::fs::symlink_metadata(path).is_err() && checkpoint::beside_pytorch(path).is_file())
+}
+
 /// Why a spec, or the data it names, cannot be made ready to run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -82,15 +91,18 @@ pub enum LoadError {
         /// The file given as the spec.
         path: PathBuf,
     },
-    /// The spec file is UTF-16 text (as Windows PowerShell's `>` writes it).
+    /// The spec file is UTF-16 text (as Windows PowerShell's `>` writes
+    /// it), or UTF-32.
     #[error(
-        "{}:1:1: the spec is UTF-16 text, as Windows PowerShell's `>` writes it; save it as UTF-8 (in PowerShell, \
-         `Out-File -Encoding utf8`)",
-        path.display()
+        "{}:1:1: the spec is UTF-{bits} text{}; save it as UTF-8 (in PowerShell, `Out-File -Encoding utf8`)",
+        path.display(),
+        if *bits == 16 { ", as Windows PowerShell's `>` writes it" } else { "" }
     )]
     Utf16 {
         /// The spec file.
         path: PathBuf,
+        /// 16 or 32.
+        bits: u8,
     },
     /// The spec file is not UTF-8 text.
     #[error("{}:{line}:{column}: the spec is not UTF-8 text (save it as UTF-8)", path.display())]
@@ -226,8 +238,11 @@ impl SpecFile {
         let zero_halves = bytes.len() >= 4
             && ((bytes[0] != 0 && bytes[1] == 0 && bytes[2] != 0 && bytes[3] == 0)
                 || (bytes[0] == 0 && bytes[1] != 0 && bytes[2] == 0 && bytes[3] != 0));
+        if bytes.starts_with(&[0xFF, 0xFE, 0, 0]) || bytes.starts_with(&[0, 0, 0xFE, 0xFF]) {
+            return Err(LoadError::Utf16 { path: path.into(), bits: 32 });
+        }
         if bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) || zero_halves {
-            return Err(LoadError::Utf16 { path: path.into() });
+            return Err(LoadError::Utf16 { path: path.into(), bits: 16 });
         }
         match String::from_utf8(bytes) {
             Ok(source) => Self::from_source(path, source),
@@ -300,7 +315,7 @@ impl SpecFile {
     /// it instead, to `PATH.kynml`, and are resumed from there.
     pub fn checkpoint_path(&self) -> Option<PathBuf> {
         let path = self.spec_checkpoint_path()?;
-        Some(if checkpoint::holds_pytorch(&path) { checkpoint::beside_pytorch(&path) } else { path })
+        Some(if kept_beside(&path) { checkpoint::beside_pytorch(&path) } else { path })
     }
 
     /// The checkpoint path the spec writes, resolved against its folder.
@@ -319,13 +334,27 @@ impl SpecFile {
     /// What a run says when the spec's checkpoint path holds the Python
     /// tool's checkpoint ([`pytorch_checkpoint`](Self::pytorch_checkpoint)).
     pub fn pytorch_checkpoint_note(&self) -> Option<String> {
-        let old = self.pytorch_checkpoint()?;
-        Some(format!(
-            "note: {} is a checkpoint of the Python tool (PyTorch's `torch.save`), which KynML cannot resume \
-             from: it is left as it is, and KynML keeps its own checkpoints beside it, in {}",
-            old.display(),
-            checkpoint::beside_pytorch(&old).display()
-        ))
+        let path = self.spec_checkpoint_path().filter(|p| kept_beside(p))?;
+        let beside = checkpoint::beside_pytorch(&path);
+        Some(if checkpoint::holds_pytorch(&path) {
+            format!(
+                "note: {} is a checkpoint of the Python tool (PyTorch's `torch.save`), which KynML cannot resume \
+                 from: it is left as it is, and KynML keeps its own checkpoints beside it, in {}",
+                path.display(),
+                beside.display()
+            )
+        } else {
+            // The Python tool's file is gone: the runs kept beside it go on there.
+            format!(
+                "note: KynML's checkpoints of this spec are in {}, where they were kept beside the Python tool's \
+                 checkpoint at {} (gone now): this run goes on from them there (move {} to {} to keep them at \
+                 the spec's path)",
+                beside.display(),
+                path.display(),
+                beside.display(),
+                path.display()
+            )
+        })
     }
 
     /// [`what_runs_on`] for this spec where its files are: checkpoints kept
@@ -333,11 +362,17 @@ impl SpecFile {
     /// are said there, marked as not where the spec asks.
     pub fn what_runs_on(&self, devices: &[Device]) -> Vec<Applied> {
         let mut applied = what_runs_on(&self.spec, devices);
-        if let (Some(_), Some(c)) = (self.pytorch_checkpoint(), &self.spec.train.checkpoint) {
+        let path = self.spec_checkpoint_path().filter(|p| kept_beside(p));
+        if let (Some(path), Some(c)) = (path, &self.spec.train.checkpoint) {
             let asked = format!("`{}`", c.value.path.display());
             let kept = format!("`{}`", checkpoint::beside_pytorch(&c.value.path).display());
+            let why = if checkpoint::holds_pytorch(&path) {
+                "beside the Python tool's"
+            } else {
+                "where runs kept them beside"
+            };
             for a in applied.iter_mut().filter(|a| a.setting == "checkpoints") {
-                a.value = a.value.replacen(&asked, &format!("{kept} (beside the Python tool's {asked})"), 1);
+                a.value = a.value.replacen(&asked, &format!("{kept} ({why} {asked})"), 1);
                 a.as_requested = false;
             }
         }
@@ -738,8 +773,9 @@ impl SpecFile {
 
     /// [`check_memory_resuming`](Self::check_memory_resuming) for a run on
     /// `data`, whose rows it holds (in host memory) through the run: on the
-    /// CPU they count ([`Dataset::host_bytes`]), and a file of a million
-    /// rows is most of a small model's memory.
+    /// CPU they count in the estimate ([`Dataset::host_bytes`]; a file of a
+    /// million rows is most of a small model's memory), but not against the
+    /// host's available memory, read with them already in it.
     pub fn check_memory_on(&self, device: &Device, data: &Dataset, resumed: u64) -> Result<MemoryEstimate, LoadError> {
         self.check_memory_holding(device, data.train.len(), data.valid.len(), resumed, data.host_bytes())
     }
@@ -791,46 +827,55 @@ impl SpecFile {
             };
             return Err(self.does_not_fit(problem));
         }
-        if let Some(capacity) = device.memory_capacity().filter(|&c| e.total() > c) {
+        // The data's rows are in memory already: the host's available
+        // memory, read now, is what is left beside them (counted once).
+        let mut beside = e.clone();
+        beside.data = 0;
+        if let Some(capacity) = device.memory_capacity().filter(|&c| beside.total() > c) {
             let what = format!(
-                "training needs about {} ({}), and {on} has {}{}",
-                bytes(e.total()),
-                e.breakdown(),
+                "training needs about {} ({}), and {on} has {}{}{}",
+                bytes(beside.total()),
+                beside.breakdown(),
                 bytes(capacity),
-                if matches!(device.kind, DeviceKind::Cpu { .. }) { " available" } else { "" }
+                if matches!(device.kind, DeviceKind::Cpu { .. }) { " available" } else { "" },
+                if e.data > 0 {
+                    format!(" beside the data's rows already read ({})", bytes(e.data))
+                } else {
+                    String::new()
+                }
             );
-            let problem = match e.batch_to_suggest(capacity) {
+            let problem = match beside.batch_to_suggest(capacity) {
                 Some(rows) => Diagnostic::new(train.batch.span, what, "too large a batch for this device")
                     .with_help(format!("a batch of {rows} or fewer fits: `batch = {rows}`")),
-                None if e.fixed() > capacity => {
-                    let copies = if e.copies > 0 { " and the copies that saving makes" } else { "" };
-                    let best = if e.best > 0 { ", the best epoch's weights" } else { "" };
+                None if beside.fixed() > capacity => {
+                    let copies = if beside.copies > 0 { " and the copies that saving makes" } else { "" };
+                    let best = if beside.best > 0 { ", the best epoch's weights" } else { "" };
                     Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
                         "the weights, gradients, optimizer state{best}{copies} alone need {}: use a smaller model",
-                        bytes(e.fixed())
+                        bytes(beside.fixed())
                     ))
                 }
-                None if e.at_the_end > capacity => {
+                None if beside.at_the_end > capacity => {
                     Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
                         "saving the model at the end alone needs {} (three copies of its weights): use a smaller model",
-                        bytes(e.at_the_end)
+                        bytes(beside.at_the_end)
                     ))
                 }
                 // The native CPU engine's validation pass, grown past a batch
                 // (where one row would fit: else the row is what does not).
-                None if e.per_row <= capacity.saturating_sub(e.fixed())
-                    && e.evaluation > capacity.saturating_sub(e.fixed()) =>
+                None if beside.per_row <= capacity.saturating_sub(beside.fixed())
+                    && beside.evaluation > capacity.saturating_sub(beside.fixed()) =>
                 {
                     Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
                         "a validation pass of {} rows alone needs {}: use a smaller model, or validate on fewer rows \
                          (a larger `split`)",
-                        e.evaluation_rows,
-                        bytes(e.evaluation)
+                        beside.evaluation_rows,
+                        bytes(beside.evaluation)
                     ))
                 }
                 None => Diagnostic::new(model.name.span, what, "too large a model for this device").with_help(format!(
                     "one row's activations alone need {}: use a shorter input or narrower layers",
-                    bytes(e.per_row)
+                    bytes(beside.per_row)
                 )),
             };
             return Err(self.does_not_fit(problem));
@@ -1949,6 +1994,13 @@ mod tests {
         assert_eq!((held.data, held.total()), (data.host_bytes(), bare.total() + data.host_bytes()));
         assert!(held.breakdown().contains(", the data's rows 50.8 KiB, activations"), "{}", held.breakdown());
         assert_eq!(with_data.check_memory_on(&lavapipe(), &data, 0).unwrap().data, 0);
+        // The rows are read before the check, so the host's available memory
+        // already leaves them out: rows as large as all of it are not
+        // counted against it a second time.
+        if let Some(available) = kynml_backend::proc_bytes("/proc/meminfo", "MemAvailable") {
+            let e = with_data.check_memory_holding(&Device::cpu(), 800, 200, 0, available).unwrap();
+            assert_eq!(e.data, available);
+        }
     }
 
     /// Mesa's software Vulkan driver, as `kynml devices` describes it.

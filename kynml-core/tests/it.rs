@@ -881,7 +881,12 @@ fn a_checkpoint_that_does_not_fit_is_refused_before_training() {
     assert!(matches!(find(&spec), ResumeError::Checkpoint(CheckpointError::NotACheckpoint)));
     // The Python tool's checkpoint (a `torch.save` zip) is left alone: the
     // spec's checkpoints are kept beside it, where none is yet.
-    std::fs::write(&ckpt, b"PK\x03\x04 a pytorch zip").unwrap();
+    // (a zip whose first member is `archive/data.pkl`; an older `torch.save`'s pickle alike)
+    let torch_zip = [&b"PK\x03\x04"[..], &[0; 22], &[16, 0, 0, 0], b"archive/data.pkl"].concat();
+    for old in [torch_zip, b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19.".to_vec()] {
+        std::fs::write(&ckpt, old).unwrap();
+        assert!(SpecFile::from_source(&path, spec.clone()).unwrap().pytorch_checkpoint().is_some());
+    }
     let mut file = SpecFile::from_source(&path, spec.clone()).unwrap();
     let data = file.load_data().unwrap();
     assert!(file.find_checkpoint(&data).unwrap().is_none());

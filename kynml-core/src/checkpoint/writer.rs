@@ -419,9 +419,22 @@ fn refuse_foreign_read(path: &Path, opened: io::Result<impl io::Read + io::Seek>
 /// left at a spec's checkpoint path. Anything else, a folder or a FIFO
 /// included, is not (and is not opened).
 pub fn holds_pytorch(path: &Path) -> bool {
-    let mut head = [0u8; 8];
-    path.is_file() && File::open(path).and_then(|mut f| io::Read::read_exact(&mut f, &mut head)).is_ok() && {
-        foreign_kind(&head).is_some()
+    let mut head = Vec::new();
+    if !path.is_file()
+        || File::open(path).and_then(|f| io::Read::read_to_end(&mut io::Read::take(f, 512), &mut head)).is_err()
+    {
+        return false;
+    }
+    match head.as_slice() {
+        // A zip whose first member is `NAME/data.pkl`, as `torch.save`
+        // writes it (not any zip: a `.npz` or a spreadsheet is no checkpoint).
+        [b'P', b'K', 3, 4, ..] if head.len() >= 30 => {
+            let name_len = usize::from(u16::from_le_bytes([head[26], head[27]]));
+            head.get(30..30 + name_len).is_some_and(|name| name.ends_with(b"data.pkl"))
+        }
+        // The pickle older versions of `torch.save` write.
+        [0x80, 2..=5, ..] => true,
+        _ => false,
     }
 }
 

@@ -535,6 +535,8 @@ fn devices_precisions_and_flags() {
     // A bad item of `devices` is said of `devices`, not of `device`.
     let said = messages(&format!("{MINIMAL}devices = [[cpu], cpu]\n"));
     assert!(said.iter().any(|m| m.contains("for an item of `devices`")), "{said:?}");
+    let e = parse_spec(&format!("{MINIMAL}devices = [[cpu], cpu]\n")).unwrap_err();
+    assert!(e.diagnostics[0].help.as_deref().unwrap_or("").contains("devices = [cpu, cpu]"), "{:?}", e.diagnostics);
     assert_eq!(train_with("precision = fp16").precision.value, Precision::Fp16);
     assert!(train_with("compile = true").compile.value);
     assert_eq!(train_with("seed = 7").seed, 7);

@@ -133,9 +133,17 @@ impl<'s> Parser<'s> {
             return;
         }
         let mut shape = shape(&tokens);
-        let names_block = matches!(&tokens[0].kind, TokenKind::Ident(word)
-            if word == BlockKind::Model.keyword() || word == BlockKind::Dataset.keyword());
-        if matches!(shape, Shape::HeaderWithoutColon) && names_block && self.in_train_block() {
+        let names_model = matches!(&tokens[0].kind, TokenKind::Ident(word) if word == BlockKind::Model.keyword());
+        // `dataset Iris` is the `data` setting where it is indented or names
+        // a dataset already declared (a header of a new one, its `:` left
+        // out, starts at the line's beginning and names a new one).
+        let names_dataset = matches!(&tokens[0].kind, TokenKind::Ident(word) if word == BlockKind::Dataset.keyword())
+            && (indent > 0
+                || matches!(tokens.get(1).map(|t| &t.kind), Some(TokenKind::Ident(name))
+                if self.document.blocks.iter().any(|b| {
+                    b.kind == BlockKind::Dataset && b.name.as_ref().is_some_and(|n| n.value == *name)
+                })));
+        if matches!(shape, Shape::HeaderWithoutColon) && (names_model || names_dataset) && self.in_train_block() {
             // `model DeepNet` or `dataset Iris` in `train:` is the `model` or
             // `data` setting without its `=`, not a new block (which took
             // the train block's later lines with it).
@@ -1148,17 +1156,19 @@ mod tests {
         assert_eq!(doc.blocks[0].entries.len(), 2);
         // `dataset Iris` there is the `data` setting: the lines below stay train's.
         let mut diags = Vec::new();
-        let doc = parse(
-            "train:
-dataset Iris
-loss = mse
-epochs = 1
-",
-            &mut diags,
-        );
+        let doc = parse("train:\n    dataset Iris\n    loss = mse\n    epochs = 1\n", &mut diags);
         assert_eq!((doc.blocks.len(), diags.len()), (1, 1), "{diags:?}");
         assert_eq!(diags[0].help.as_deref(), Some("write `data = Iris`"));
         assert_eq!(doc.blocks[0].entries.len(), 3);
+        // So it is unindented where a dataset of that name was declared above.
+        let mut diags = Vec::new();
+        let doc = parse("dataset Iris:\nsource = csv(\"i.csv\")\ntrain:\ndataset Iris\nepochs = 1\n", &mut diags);
+        assert_eq!((doc.blocks.len(), diags.len()), (2, 1), "{diags:?}");
+        assert_eq!(diags[0].help.as_deref(), Some("write `data = Iris`"));
+        // Unindented and new, after `train:`, it is a header without its `:`.
+        let mut diags = Vec::new();
+        let doc = parse("train:\nepochs = 1\ndataset Iris\nsource = csv(\"i.csv\")\n", &mut diags);
+        assert_eq!((doc.blocks.len(), diags[0].message.as_str()), (2, "missing `:` after block header"), "{diags:?}");
     }
 
     #[test]

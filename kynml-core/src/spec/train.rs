@@ -288,6 +288,11 @@ fn devices(v: &Value, d: &mut Vec<Diagnostic>) -> Option<DeviceSet> {
         ValueKind::List(items) => {
             let mut list = Vec::new();
             for item in items {
+                // A device is a name (`cpu`) or a quoted one (`"cuda:1"`).
+                if !matches!(item.kind, ValueKind::Str(_) | ValueKind::Ident(_)) {
+                    values::mismatch_with_help(item, "a device", "an item of `devices`", help, d);
+                    return None;
+                }
                 list.push(device_of(item, "an item of `devices`", d)?);
             }
             DeviceSet::List(list)

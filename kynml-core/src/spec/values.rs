@@ -71,7 +71,8 @@ pub(super) fn float(v: &Value, what: &str, range: Range, d: &mut Vec<Diagnostic>
         if range == Range::OpenUnit && what == "`split`" && (2.0..100.0).contains(&x) {
             if let Some(last) = d.last_mut() {
                 let key = what.trim_matches('`');
-                *last = last.clone().with_help(format!("a fraction, not a percentage: `{key} = {}`", x / 100.0));
+                *last =
+                    last.clone().with_help(format!("a fraction, not a percentage: `{key} = {}`", (x / 100.0) as f32));
             }
         }
         return None;
@@ -340,6 +341,8 @@ mod tests {
         let mut d = Vec::new();
         assert_eq!(float(&num("80"), "`split`", Range::OpenUnit, &mut d), None);
         assert_eq!(d[0].help.as_deref(), Some("a fraction, not a percentage: `split = 0.8`"), "{:?}", d[0]);
+        assert_eq!(float(&num("33.3"), "`split`", Range::OpenUnit, &mut d), None);
+        assert_eq!(d.pop().unwrap().help.as_deref(), Some("a fraction, not a percentage: `split = 0.333`"));
         assert_eq!(float(&num("1.5"), "`split`", Range::OpenUnit, &mut d), None);
         assert_eq!(d[1].help, None, "not likely a percentage");
         assert_eq!(float(&num("0"), "`split`", Range::OpenUnit, &mut d), None);

@@ -46,6 +46,8 @@ fn looks_numeric(cell: &str) -> bool {
     let number = |s: &str| s.replace(',', "").parse::<f64>().is_ok();
     const UNITS: &[&str] = &["ms", "s", "B", "KiB", "MiB", "GiB", "TiB", "k", "M", "G", "T", "P"];
     cell.starts_with('[')
+        // No value, in a column of numbers.
+        || cell == "-"
         || number(cell)
         || cell.strip_suffix('%').is_some_and(number)
         // A duration as `duration` writes it: `16ms`, `1.83s`, `4m 05s`.
@@ -411,6 +413,7 @@ mod tests {
         // A class neither in the rows nor predicted has no score: `-`.
         let said = class_breakdown(&breakdown(vec!["a".into(), "b".into(), "c".into()], &[0, 1], &[0, 0]));
         let c = said.lines().nth(4).unwrap();
+        assert!(c.contains("      -        -        -      0"), "right-aligned as the numbers: {said}");
         assert_eq!(c.split_whitespace().collect::<Vec<_>>(), ["c", "-", "-", "-", "0"], "{said}");
         let b = said.lines().nth(3).unwrap();
         assert_eq!(b.split_whitespace().collect::<Vec<_>>(), ["b", "0.0000", "0.0000", "0.0000", "0"], "{said}");

@@ -10,7 +10,10 @@ use crate::render;
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
     let mut file = SpecFile::load(&args.spec)?;
     // `--device`, as `train --device` applies it.
-    let flag = args.device.is_some();
+    let flag = args.device.as_ref().map(|d| match d {
+        crate::args::DeviceArg::One(d) => d.name(),
+        crate::args::DeviceArg::Set(set) => set.name(),
+    });
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&kynml_core::plan::Overrides { device, devices, ..Default::default() });
     // `cuda:all` counted as train counts it (batchnorm's rows a device).
@@ -80,10 +83,8 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                 0 => "this machine has no CUDA GPU".to_string(),
                 n => format!("this machine has {n} CUDA GPU{}", if n == 1 { "" } else { "s" }),
             };
-            if flag {
-                let setting =
-                    setting.split_once(" = ").map_or(setting.clone(), |(_, v)| v.replace(['"', '[', ']', ' '], ""));
-                println!("note: `--device {setting}`: {here}; `kynml train --device {setting}` would refuse it here");
+            if let Some(flag) = &flag {
+                println!("note: `--device {flag}`: {here}; `kynml train --device {flag}` would refuse it here");
             } else {
                 println!("note: `{setting}`: {here}; `kynml train` would refuse it here (`--device` overrides it)");
             }

@@ -1348,11 +1348,12 @@ struct Progress {
     room: usize,
     /// Said on the bar until the run's first step ends (see [`first_steps_note`]).
     first_steps: Option<&'static str>,
-    /// The epoch going on and the run's last, and the seconds of the
-    /// epochs this process finished: what the time left is told from.
+    /// The epoch going on and the run's last, and how many epochs this
+    /// process finished and the seconds of those after its first: what
+    /// the time left is told from.
     epoch: usize,
     epochs: usize,
-    finished: Vec<f64>,
+    finished: (usize, f64),
 }
 
 impl Progress {
@@ -1365,8 +1366,14 @@ impl Progress {
             first_steps,
             epoch: 0,
             epochs: 0,
-            finished: Vec::new(),
+            finished: (0, 0.0),
         }
+    }
+
+    /// An epoch of `seconds` finished.
+    fn epoch_finished(&mut self, seconds: f64) {
+        let (n, after_first) = self.finished;
+        self.finished = (n + 1, if n == 0 { 0.0 } else { after_first + seconds });
     }
 
     /// The run's time left, told from this epoch's steps so far and the
@@ -1377,11 +1384,11 @@ impl Progress {
             return None;
         }
         let this_epoch = elapsed * steps as f64 / step as f64;
-        let steady = match self.finished.as_slice() {
+        let steady = match self.finished {
             // The run's first epoch is no pace to go by (a GPU tunes its
             // kernels in it): this one's is, until another has finished.
-            [] | [_] => this_epoch,
-            [_, rest @ ..] => rest.iter().sum::<f64>() / rest.len() as f64,
+            (0 | 1, _) => this_epoch,
+            (n, after_first) => after_first / (n - 1) as f64,
         };
         let later = self.epochs.saturating_sub(self.epoch) as f64 * steady;
         Some((this_epoch - elapsed).max(0.0) + later)
@@ -1449,7 +1456,7 @@ impl Progress {
                 }
             }
             TrainEvent::EpochEnd(record) => {
-                self.finished.push(record.seconds);
+                self.epoch_finished(record.seconds);
                 let line = epoch_line(record);
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();
@@ -1903,11 +1910,11 @@ mod tests {
         assert_eq!(p.time_left(25, 100, 2.0), Some(30.0));
         assert_eq!(p.time_left(0, 100, 2.0), None);
         // After a first epoch of 100 s, the second's pace: 4 s for half of it.
-        p.finished = vec![100.0];
+        p.epoch_finished(100.0);
         (p.epoch, p.epochs) = (2, 4);
         assert_eq!(p.time_left(50, 100, 4.0), Some(4.0 + 2.0 * 8.0));
         // Epoch 1 took 100 s (kernels tuned), epoch 2 took 10 s: the steady epochs' pace.
-        p.finished = vec![100.0, 10.0];
+        p.epoch_finished(10.0);
         (p.epoch, p.epochs) = (3, 4);
         assert_eq!(p.time_left(50, 100, 5.0), Some(5.0 + 10.0));
     }

@@ -582,10 +582,11 @@ fn run<'scope, 'env>(
         _ => None,
     };
     let (mut total_samples, mut total_step_secs) = (0usize, 0.0f64);
-    // This process's first step, and each of its epochs' steps: their
-    // rows and seconds.
+    // This process's first step and first epoch's steps: their rows and
+    // seconds; and how many epochs it stepped in.
     let mut first_step: Option<(usize, f64)> = None;
-    let mut epoch_steps: Vec<(usize, f64)> = Vec::new();
+    let mut first_epoch_steps: Option<(usize, f64)> = None;
+    let mut epochs_stepped = 0usize;
     // The evaluation of the weights the engine holds now, when this process trained them.
     let mut last_outputs = None;
     for epoch in first_epoch..=last_epoch {
@@ -782,7 +783,8 @@ fn run<'scope, 'env>(
         // skipped on overflow included: its work was done all the same.
         total_samples += tally.rows;
         total_step_secs += step_secs;
-        epoch_steps.push((tally.rows, step_secs));
+        first_epoch_steps.get_or_insert((tally.rows, step_secs));
+        epochs_stepped += 1;
 
         // The GPU's samples of the epoch's steps, before the evaluation's
         // (a stopped run's profile keeps them all).
@@ -980,10 +982,10 @@ fn run<'scope, 'env>(
         let (rows, secs) = (total_samples.saturating_sub(l.rows), total_step_secs - l.seconds);
         l.rows > 0 && rows > 0 && secs > 0.0 && l.seconds / l.rows as f64 > 2.0 * secs / rows as f64
     };
-    let left_out = match epoch_steps.as_slice() {
-        [(rows, seconds), _, ..] => Some(LeftOut { what: "epoch", seconds: *seconds, rows: *rows }),
-        [_] => first_step.map(|(rows, seconds)| LeftOut { what: "step", seconds, rows }),
-        [] => None,
+    let left_out = match (epochs_stepped, first_epoch_steps) {
+        (2.., Some((rows, seconds))) => Some(LeftOut { what: "epoch", seconds, rows }),
+        (1, _) => first_step.map(|(rows, seconds)| LeftOut { what: "step", seconds, rows }),
+        _ => None,
     }
     .filter(slower);
     Ok(TrainResult {

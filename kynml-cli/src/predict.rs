@@ -177,7 +177,8 @@ pub fn eval(args: EvalArgs) -> Result<(), Failure> {
 /// target, is `null`); for a class head, `classes` (each class's
 /// precision, recall, f1 and rows, in the model's class order; `null`
 /// scores for a class in neither the rows nor the predictions) and
-/// `confusion` (`confusion[t][p]`: rows of class `t` predicted as `p`).
+/// `confusion` (`confusion[t][p]`: rows of class `t` predicted as `p`; up
+/// to [`CONFUSION_MAX_CLASSES`](kynml_core::predict::CONFUSION_MAX_CLASSES) classes).
 fn eval_json(model: &Path, data: &Path, rows: usize, evaluation: &kynml_core::predict::Evaluation) -> String {
     let number = |v: f64| serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into);
     let metrics: serde_json::Map<String, serde_json::Value> =
@@ -193,10 +194,9 @@ fn eval_json(model: &Path, data: &Path, rows: usize, evaluation: &kynml_core::pr
             .names
             .iter()
             .zip(&b.scores)
-            .enumerate()
-            .map(|(i, (name, s))| {
+            .map(|(name, s)| {
                 // A class in neither the rows nor the predictions has no score.
-                let score = |v: f64| if render::occurs(b, i) { number(v) } else { serde_json::Value::Null };
+                let score = |v: f64| if s.occurs() { number(v) } else { serde_json::Value::Null };
                 serde_json::json!({
                     "class": name,
                     "precision": score(s.precision),
@@ -207,7 +207,9 @@ fn eval_json(model: &Path, data: &Path, rows: usize, evaluation: &kynml_core::pr
             })
             .collect();
         doc["classes"] = classes.into();
-        doc["confusion"] = serde_json::json!(b.confusion);
+        if let Some(confusion) = &b.confusion {
+            doc["confusion"] = serde_json::json!(confusion);
+        }
     }
     serde_json::to_string_pretty(&doc).expect("a JSON value is written") + "\n"
 }

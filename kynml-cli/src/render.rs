@@ -160,7 +160,7 @@ pub fn class_breakdown(b: &kynml_core::predict::ClassBreakdown) -> String {
         let s = &b.scores[i];
         // A class in neither the rows nor the predictions has no score (the
         // averages leave it out): `-`, not a 0 that reads as a failure.
-        if !occurs(b, i) {
+        if !s.occurs() {
             return vec![shown(&b.names[i]), "-".into(), "-".into(), "-".into(), "0".into()];
         }
         vec![shown(&b.names[i]), number(s.precision), number(s.recall), number(s.f1), s.rows.to_string()]
@@ -179,13 +179,19 @@ pub fn class_breakdown(b: &kynml_core::predict::ClassBreakdown) -> String {
         out.push_str(&table(&["class", "precision", "recall", "f1", "rows"], &rows));
     }
     out.push_str("\n\n");
+    let Some(confusion) = &b.confusion else {
+        out.push_str(&format!(
+            "confusion matrix: not made for more than {} classes ({n})",
+            thousands(kynml_core::predict::CONFUSION_MAX_CLASSES)
+        ));
+        return out;
+    };
     // Column headers cut to share what the row labels leave of the width.
     let label = b.names.iter().map(|c| shown(c).chars().count()).max().unwrap_or(0).max(16);
     let cut = (CONFUSION_WIDTH.saturating_sub(2 + label) / n.max(1)).saturating_sub(3).clamp(4, 12);
     let header: Vec<String> =
         std::iter::once("true \\ predicted".to_string()).chain(b.names.iter().map(|c| short(&shown(c), cut))).collect();
-    let rows: Vec<Vec<String>> = b
-        .confusion
+    let rows: Vec<Vec<String>> = confusion
         .iter()
         .enumerate()
         .map(|(t, counts)| std::iter::once(shown(&b.names[t])).chain(counts.iter().map(u64::to_string)).collect())
@@ -199,11 +205,6 @@ pub fn class_breakdown(b: &kynml_core::predict::ClassBreakdown) -> String {
         out.push_str(&format!("confusion matrix: {n} × {n}, too wide to draw here (it is in --json FILE)"));
     }
     out
-}
-
-/// Whether class `i` is among the rows' targets or their predictions.
-pub fn occurs(b: &kynml_core::predict::ClassBreakdown, i: usize) -> bool {
-    b.scores[i].rows > 0 || b.confusion.iter().any(|row| row[i] > 0)
 }
 
 /// `text` cut to `max` characters, an ellipsis marking the cut.
@@ -386,12 +387,7 @@ mod tests {
     }
 
     fn breakdown(names: Vec<String>, pred: &[u32], target: &[u32]) -> kynml_core::predict::ClassBreakdown {
-        let n = names.len();
-        kynml_core::predict::ClassBreakdown {
-            names,
-            scores: kynml_core::metrics::per_class(pred, target, n),
-            confusion: kynml_core::metrics::confusion(pred, target, n),
-        }
+        kynml_core::predict::ClassBreakdown::new(names, pred, target)
     }
 
     /// A few classes: every class's row and the matrix drawn, a long name
@@ -438,6 +434,10 @@ mod tests {
         // Class 5 has no row predicted as it wrongly (f1 2/3); 6..=19 lost one and gained one (f1 1/2).
         assert_eq!(listed, ["c6", "c7", "c8", "c9", "c10", "c11", "c12", "c13", "c14", "c15"], "{said}");
         assert!(said.ends_with("confusion matrix: 50 × 50, too wide to draw here (it is in --json FILE)"), "{said}");
+        // Past the limit of a matrix's classes, none is made: said.
+        let n = kynml_core::predict::CONFUSION_MAX_CLASSES + 1;
+        let said = class_breakdown(&breakdown((0..n).map(|i| format!("c{i}")).collect(), &[0, 1], &[0, 1]));
+        assert!(said.ends_with("confusion matrix: not made for more than 1,000 classes (1001)"), "{said}");
     }
 
     /// A loss of 8.25e-5 (a target in small units) is not printed as

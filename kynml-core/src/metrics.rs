@@ -106,6 +106,17 @@ pub struct ClassScore {
     pub f1: f64,
     /// The rows whose target is this class (scikit-learn's `support`).
     pub rows: u64,
+    /// The rows predicted as this class (`tp + fp`).
+    pub predicted: u64,
+}
+
+impl ClassScore {
+    /// Whether the class is among the targets or the predictions at all;
+    /// one that is not has no score (its zeros are no failure), and the
+    /// macro averages leave it out.
+    pub fn occurs(&self) -> bool {
+        self.rows > 0 || self.predicted > 0
+    }
 }
 
 /// Each class's precision, recall, F1 and row count, in class order; a
@@ -122,6 +133,7 @@ pub fn per_class(pred: &[u32], target: &[u32], n_classes: usize) -> Vec<ClassSco
             recall: ratio(c.tp, c.tp + c.fn_),
             f1: ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn_),
             rows: c.tp + c.fn_,
+            predicted: c.tp + c.fp,
         })
         .collect()
 }
@@ -347,6 +359,9 @@ mod tests {
             assert!(close(got.precision, p) && close(got.recall, r) && close(got.f1, f), "{got:?}");
             assert_eq!(got.rows, rows);
         }
+        // Predicted as each: class 0 three times, 1 twice, 2 once, 3 never (nor a target: no score).
+        assert_eq!(scores.iter().map(|s| s.predicted).collect::<Vec<_>>(), [3, 2, 1, 0]);
+        assert_eq!(scores.iter().map(ClassScore::occurs).collect::<Vec<_>>(), [true, true, true, false]);
         // The macro F1 is the mean of the occurring classes' F1s.
         let occurring: Vec<f64> = scores.iter().take(3).map(|s| s.f1).collect();
         assert!(close(f1_macro(&pred, &target, 4), occurring.iter().sum::<f64>() / 3.0));

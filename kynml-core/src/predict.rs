@@ -574,11 +574,7 @@ impl Predictor {
             // A row without a finite output has no class (every metric is NaN then).
             if outputs.values.iter().all(|v| v.is_finite()) {
                 let pred = decide_classes(&outputs.values, outputs.width, loss);
-                breakdown = Some(ClassBreakdown {
-                    names: names.to_vec(),
-                    scores: metrics::per_class(&pred, classes, names.len()),
-                    confusion: metrics::confusion(&pred, classes, names.len()),
-                });
+                breakdown = Some(ClassBreakdown::new(names.to_vec(), &pred, classes));
             }
         }
         Ok(Evaluation { metrics: scores, classes: breakdown })
@@ -602,8 +598,26 @@ pub struct ClassBreakdown {
     pub names: Vec<String>,
     /// Each class's precision, recall, F1 and rows.
     pub scores: Vec<metrics::ClassScore>,
-    /// `confusion[t][p]`: the rows of class `t` predicted as `p`.
-    pub confusion: Vec<Vec<u64>>,
+    /// `confusion[t][p]`: the rows of class `t` predicted as `p`; `None`
+    /// beyond [`CONFUSION_MAX_CLASSES`] classes.
+    pub confusion: Option<Vec<Vec<u64>>>,
+}
+
+/// The most classes a confusion matrix is made for: its cells grow as the
+/// square of the classes (20,000 classes would be 3.2 GB of counts).
+pub const CONFUSION_MAX_CLASSES: usize = 1000;
+
+impl ClassBreakdown {
+    /// The scores of `pred` against `target`, class indices into `names`.
+    ///
+    /// # Panics
+    /// If the slices differ in length or an index is not below `names.len()`.
+    pub fn new(names: Vec<String>, pred: &[u32], target: &[u32]) -> Self {
+        let n = names.len();
+        let scores = metrics::per_class(pred, target, n);
+        let confusion = (n <= CONFUSION_MAX_CLASSES).then(|| metrics::confusion(pred, target, n));
+        ClassBreakdown { names, scores, confusion }
+    }
 }
 
 /// What a categorical or text feature holds an index of.
@@ -997,6 +1011,18 @@ mod tests {
         let built = native.built();
         assert!((1..=super::max_networks()).contains(&built), "{built} networks for 8 callers");
         assert_eq!(native.lock().idle.len(), built, "every network is back");
+    }
+
+    /// The confusion matrix is made up to its class limit, whose cells
+    /// grow as the square of the classes; the scores always.
+    #[test]
+    fn the_confusion_matrix_is_made_up_to_its_class_limit() {
+        let names = |n: usize| (0..n).map(|i| i.to_string()).collect::<Vec<_>>();
+        let (pred, target) = ([0, 1, 1], [0, 1, 0]);
+        let few = super::ClassBreakdown::new(names(3), &pred, &target);
+        assert_eq!(few.confusion, Some(vec![vec![1, 1, 0], vec![0, 1, 0], vec![0, 0, 0]]));
+        let many = super::ClassBreakdown::new(names(super::CONFUSION_MAX_CLASSES + 1), &pred, &target);
+        assert_eq!((many.confusion, many.scores.len()), (None, super::CONFUSION_MAX_CLASSES + 1));
     }
 
     /// The loss `evaluate` reports of class logits: cross-entropy over

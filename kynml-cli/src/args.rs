@@ -46,7 +46,7 @@ pub struct BenchArgs {
     pub spec: PathBuf,
     /// Where to run: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's
     /// `device` and `devices`); several, data-parallel: cuda:0,cuda:1,
-    /// cuda:all, or cpu,cpu.
+    /// cuda:all, or cpu,cpu. [default: the spec's, else auto]
     #[arg(long, value_parser = parse_device_arg)]
     pub device: Option<DeviceArg>,
     /// fp32, tf32, bf16 or fp16 (overrides the spec's `precision`).
@@ -84,7 +84,7 @@ pub struct WarmupArgs {
     pub spec: PathBuf,
     /// Where it will run: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's
     /// `device` and `devices`); several, data-parallel, as `train` takes them:
-    /// cuda:0,cuda:1, cuda:all, or cpu,cpu.
+    /// cuda:0,cuda:1, cuda:all, or cpu,cpu. [default: the spec's, else auto]
     #[arg(long, value_parser = parse_device_arg)]
     pub device: Option<DeviceArg>,
     /// fp32, tf32, bf16 or fp16 (overrides the spec's `precision`).
@@ -155,6 +155,7 @@ pub struct TrainArgs {
     /// Where to train: auto, cpu, cuda, cuda:N or wgpu (overrides the spec's
     /// `device` and `devices`); several, data-parallel: cuda:0,cuda:1 (a
     /// comma-separated list), cuda:all, or cpu,cpu (replicas on the CPU).
+    /// [default: the spec's, else auto]
     #[arg(long, value_parser = parse_device_arg)]
     pub device: Option<DeviceArg>,
     /// Number of epochs (overrides the spec's `epochs`).
@@ -191,6 +192,7 @@ pub struct CheckArgs {
     /// Check it for this device, as `kynml train --device` would run it
     /// (overrides the spec's `device` and `devices`): auto, cpu, cuda,
     /// cuda:N, wgpu, or several, data-parallel (cuda:0,cuda:1, cuda:all, cpu,cpu).
+    /// [default: the spec's, else auto]
     #[arg(long, value_parser = parse_device_arg)]
     pub device: Option<DeviceArg>,
 }

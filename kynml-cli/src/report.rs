@@ -21,10 +21,10 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
     for note in &report.notes {
         eprintln!("note: {note}");
     }
-    if to_stdout {
-        eprintln!("{}", report.text);
-    } else {
-        println!("{}", report.text);
+    match to_stdout {
+        _ if report.text.is_empty() => {}
+        true => eprintln!("{}", report.text),
+        false => println!("{}", report.text),
     }
     if to_stdout || json.is_some() {
         let doc = serde_json::json!({
@@ -107,8 +107,9 @@ fn report(runs: &[PathBuf]) -> Result<Report, Failure> {
         }
     }
     if rows.is_empty() {
+        // No table, and a document for scripts that says why (exit 2).
         problems.extend(left_out.iter().map(|m| format!("error: {m}")));
-        return Err(Failure::input(problems.join("\n")));
+        return Ok(Report { text: String::new(), json: Vec::new(), notes, problems });
     }
     notes.extend(left_out.iter().map(|m| format!("{m}; left out of the report")));
     let mut costs = Vec::new();

@@ -702,6 +702,14 @@ fn report_writes_json_shows_seeds_and_says_a_folder_of_runs() {
         assert!(run["costs"]["peak_host_memory_bytes"].as_u64().is_some_and(|b| b > 0), "{run}");
     }
     assert_eq!(doc["problems"], serde_json::json!([]));
+    // No run that can be read: still a document, saying why, and exit 2.
+    let out = kynml(&["report", "runs/nothing", "--json", "-"], dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the JSON, with no run to show");
+    assert_eq!(doc["runs"], serde_json::json!([]));
+    let problems = doc["problems"].as_array().unwrap();
+    assert!(problems.len() == 1 && problems[0].as_str().unwrap().contains("runs/nothing"), "{doc}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("runs/nothing"), "{}", text(&out));
     // A file: written, then replaced by the next report; anything else is refused.
     assert!(kynml(&["report", "runs/s1", "--json", "r.json"], dir).status.success());
     assert!(kynml(&["report", "runs/s1", "--json", "r.json"], dir).status.success());

@@ -160,7 +160,7 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
                 },
             );
             // Only where something is left to train in the new steps.
-            if let Some(note) = batching_changed(&file.spec, Some(devices.len()), state).filter(|_| left > 0) {
+            if let Some(note) = batching_changed(&file.spec, Some(devices.len()), devices.first(), state).filter(|_| left > 0) {
                 say!("{note}");
             }
         }
@@ -509,10 +509,15 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     say!("{}", render::metrics_table(&result.final_metrics, "validation"));
     if result.checkpoint_failures > 0 {
         let path = file.checkpoint_path().unwrap_or_default();
-        let left = if path.is_file() {
-            format!("{} holds the last one that succeeded", path.display())
-        } else {
-            format!("none was written whole, so there is no {} to resume from", path.display())
+        let left = match (result.checkpoint_epoch, path.is_file()) {
+            (Some(_), true) => format!("{} holds the last one that succeeded", path.display()),
+            // `--fresh` gives the run before up only once a save of its own is whole.
+            (None, true) => format!(
+                "none was written whole, so {} still holds the checkpoint of the run --fresh started over from \
+                 (a run without --fresh resumes it)",
+                path.display()
+            ),
+            (_, false) => format!("none was written whole, so there is no {} to resume from", path.display()),
         };
         say_err!("warning: {} checkpoint write(s) failed (see above); {left}", result.checkpoint_failures);
     }
@@ -899,17 +904,26 @@ pub(crate) fn still_stopped(spec: &kynml_core::spec::types::Spec, state: &LoopSt
 /// A note when the checkpoint trained with another batch, accumulation or
 /// device count than `spec` on `devices` (said by train and check alike;
 /// `None` when the count is not known here: `cuda:all` on a machine
-/// without CUDA).
+/// without CUDA), or, where this run's `device` is known, on another kind
+/// of device or in another precision.
 pub(crate) fn batching_changed(
     spec: &kynml_core::spec::types::Spec,
     devices: Option<usize>,
+    device: Option<&kynml_backend::Device>,
     state: &LoopState,
 ) -> Option<String> {
     let t = &spec.train;
-    let then = state.batching?;
-    let devices = devices.unwrap_or(then.devices);
-    let now = kynml_core::train::resume::Batching { batch: t.batch.value, accumulate: t.accumulate.value, devices };
-    let changed = then.differences(&now);
+    let mut changed = Vec::new();
+    if let Some(then) = state.batching {
+        let devices = devices.unwrap_or(then.devices);
+        let now = kynml_core::train::resume::Batching { batch: t.batch.value, accumulate: t.accumulate.value, devices };
+        changed = then.differences(&now);
+    }
+    if let (Some(then), Some(device)) = (&state.ran, device) {
+        let precision = kynml_core::train::precision::plan(t, device).compute.name().to_string();
+        let now = kynml_core::train::resume::Ran { device: kynml_core::train::device_kind(device), precision };
+        changed.extend(then.difference(&now));
+    }
     (!changed.is_empty()).then(|| {
         format!(
             "note: the checkpoint trained with {}: the run goes on from where it stopped, in this run's steps, and \
@@ -1482,9 +1496,17 @@ impl Progress {
             }
             TrainEvent::CheckpointFailed { ref error } => {
                 self.finish();
+                // A file-size limit (`ulimit -f`) is said as that limit.
+                let limit = match file_size_limit().filter(|_| error.contains(&format!("(os error {})", libc::EFBIG))) {
+                    Some(limit) => format!(
+                        " (this process may write no file larger than {}: `ulimit -f`)",
+                        kynml_core::train::memory::bytes(limit)
+                    ),
+                    None => String::new(),
+                };
                 say_err!(
-                    "warning: a checkpoint write failed: {error}\n  the run goes on without it; a checkpoint already at \
-                     the path is left whole"
+                    "warning: a checkpoint write failed: {error}{limit}\n  the run goes on without it; a checkpoint \
+                     already at the path is left whole"
                 );
             }
             _ => {}

@@ -1789,7 +1789,7 @@ fn a_reader_that_goes_away_stops_the_run_with_its_checkpoint() {
     assert_eq!(out.status.code(), Some(141), "{:?}: {t}", out.status);
     assert!(t.contains("interrupted at epoch ") && t.contains("checkpoint written to run.ckpt"), "{t}");
     let checkpoint = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("a checkpoint");
-    assert!(checkpoint.state["epoch"].as_u64().is_some_and(|e| (2..400).contains(&e)), "{t}");
+    assert!(checkpoint.state_value()["epoch"].as_u64().is_some_and(|e| (2..400).contains(&e)), "{t}");
 }
 
 /// `kynml train ... 2>&1 | tee log` stopped by Ctrl-C: the signal ends
@@ -1824,7 +1824,7 @@ fn ctrl_c_that_also_ends_the_reader_of_both_streams_exits_as_a_stop() {
     let status = child.wait().unwrap();
     assert!(matches!(status.code(), Some(130 | 141)), "{status:?}");
     let checkpoint = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("a checkpoint");
-    let epoch = &checkpoint.state["epoch"];
+    let epoch = &checkpoint.state_value()["epoch"];
     assert!(epoch.as_u64().is_some_and(|e| (2..400).contains(&e)), "{epoch}");
     // An orderly stop draws the curves of the epochs done; quitting at once does not.
     assert!(dir.join("teed/curves.svg").is_file(), "the run stopped in order, its curves drawn");
@@ -1907,7 +1907,7 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
             let partial = kynml_core::checkpoint::load(&dir.join("run.ckpt"))
                 .ok()
                 .flatten()
-                .is_some_and(|c| c.state["partial"].is_object());
+                .is_some_and(|c| c.state_value()["partial"].is_object());
             if signals == 2 || partial || attempt == 3 {
                 return result;
             }
@@ -2012,7 +2012,7 @@ fn ctrl_c_and_sigterm_checkpoint_say_how_to_resume_and_twice_quit_at_once() {
         let t = text(&out);
         assert_eq!(out.status.code(), Some(status), "{t}");
         let checkpoint = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap();
-        assert!(checkpoint.is_some_and(|c| c.state["partial"].is_object()), "no mid-epoch checkpoint: {t}");
+        assert!(checkpoint.is_some_and(|c| c.state_value()["partial"].is_object()), "no mid-epoch checkpoint: {t}");
         // A hangup sends what the run says after it to /dev/null where it
         // went to the terminal or a pipe (their reader may be gone with it:
         // a failed print ended the run before its checkpoint).
@@ -2251,7 +2251,7 @@ fn a_run_folder_removed_mid_epoch_stops_the_run_at_the_next_step() {
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("cannot write to the run folder run: the folder is gone; stopping after this step"), "{t}");
     let ckpt = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("the checkpoint");
-    let done = ckpt.state["partial"]["steps"].as_u64();
+    let done = ckpt.state_value()["partial"]["steps"].as_u64();
     assert!(done.is_some_and(|s| s > 0 && s < 19_980), "stopped at {done:?} steps of 19,980: {t}");
 }
 
@@ -2297,8 +2297,9 @@ fn a_checkpoint_whose_tensors_do_not_load_leaves_no_run_folder() {
     // A loop state whose epoch count is not its history's (2^64 - 1 wrapped
     // to an epoch 0, and trained six epochs numbered from it): refused.
     for epoch in [u64::MAX, 0, 2] {
-        let mut ckpt = saved.clone();
-        ckpt.state["epoch"] = serde_json::json!(epoch);
+        let mut state = saved.state_value();
+        state["epoch"] = serde_json::json!(epoch);
+        let ckpt = kynml_core::checkpoint::Checkpoint::new(saved.tensors.clone(), state);
         std::fs::write(dir.join("run.ckpt"), kynml_core::checkpoint::format::encode(&ckpt, &hash)).unwrap();
         let out = kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "second"], dir);
         let t = text(&out);
@@ -2459,6 +2460,10 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
     let t = text(&out);
     assert!(out.status.success(), "training itself goes on: {t}");
     assert_eq!(t.matches("warning: a checkpoint write failed").count(), 2, "epochs 2 and 3: {t}");
+    let said = format!("File too large (os error 27) (this process may write no file larger than {}: `ulimit -f`)", {
+        kynml_core::train::memory::bytes(first.len() as u64)
+    });
+    assert_eq!(t.matches(&said).count(), 2, "{said}: {t}");
     // Each epoch's snapshot was handed to the background writer: epoch 2's
     // failure, said at epoch 3's hand-off, does not hide epoch 3's.
     assert_eq!(t.matches("checkpoint: epoch ").count(), 3, "{t}");
@@ -2489,6 +2494,48 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
     let t = text(&command.output().unwrap());
     assert!(t.contains("none was written whole, so there is no none.ckpt to resume from"), "{t}");
     assert!(!dir.join("none.ckpt").exists());
+}
+
+/// `--fresh` gives up the run before it (its checkpoint and older copies)
+/// only once a checkpoint of its own is whole: saves that all fail (a
+/// file-size limit here, a full disk) leave them, and the run says so.
+#[test]
+fn a_fresh_run_whose_saves_fail_leaves_the_run_it_started_over_from() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let spec = checkpointing_spec(dir, "spec.kyn", "run.ckpt", 2);
+    let text_of = std::fs::read_to_string(&spec).unwrap().replace("async_save=true)", "async_save=true, keep=2)");
+    std::fs::write(&spec, text_of).unwrap();
+    assert!(kynml(&["train", "spec.kyn", "--out", "first"], dir).status.success());
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let (then, older) = (read("run.ckpt"), read("run.ckpt.1"));
+    let limit = (then.len() / 2) as libc::rlim_t;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    command.args(["train", "spec.kyn", "--fresh", "--out", "second"]).current_dir(dir);
+    // SAFETY: between fork and exec only async-signal-safe calls are made.
+    unsafe {
+        command.pre_exec(move || {
+            let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "training itself goes on: {t}");
+    assert!(t.contains("note: --fresh starts over") && t.contains("when this run writes its first checkpoint"), "{t}");
+    assert_eq!(t.matches("warning: a checkpoint write failed").count(), 2, "{t}");
+    assert!(
+        t.contains("none was written whole, so run.ckpt still holds the checkpoint of the run --fresh started over from"),
+        "{t}"
+    );
+    assert!(read("run.ckpt") == then && read("run.ckpt.1") == older, "the run given up is whole: {t}");
+    // And a run without --fresh resumes it, as said.
+    let t = text(&kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "third"], dir));
+    assert!(t.contains("resumed after epoch 2;"), "{t}");
 }
 
 /// A file-size limit reached by the model itself, after checkpoints
@@ -3252,7 +3299,7 @@ fn a_loss_that_becomes_nan_stops_naming_epoch_and_step_and_keeps_the_last_checkp
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("training loss became") && t.contains("at epoch 2, step"), "{t}");
     let ckpt = kynml_core::checkpoint::load(&dir.join("run.ckpt")).unwrap().expect("epoch 1's checkpoint");
-    assert_eq!(ckpt.state["epoch"], 1, "the last good checkpoint is kept");
+    assert_eq!(ckpt.state_value()["epoch"], 1, "the last good checkpoint is kept");
 }
 
 #[test]
@@ -3285,6 +3332,28 @@ fn kynml_env<V: AsRef<std::ffi::OsStr>>(args: &[&str], cwd: &Path, env: &[(&str,
         cmd.env(k, v);
     }
     cmd.output().unwrap()
+}
+
+/// A run resumed on another kind of device (or in another precision) is
+/// said to be so, as a changed batch is: it goes on from the same weights
+/// in its own steps.
+#[test]
+fn a_resume_on_another_device_is_said() {
+    let tmp = copy_example("iris");
+    let spec = tmp.path().join("iris.kyn");
+    let text_of = std::fs::read_to_string(&spec).unwrap();
+    let text_of = text_of.replace("    seed = 7\n", "    seed = 7\n    checkpoint = checkpoint(every_n=1, path=\"ck/iris.ckpt\")\n");
+    std::fs::write(&spec, text_of).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "1", "--out", "a"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "2", "--out", "b"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("resumed after epoch 1;"), "{t}");
+    assert!(!t.contains("the checkpoint trained with"), "the same device and precision: {t}");
+    let out = kynml(&["train", "iris.kyn", "--device", "wgpu", "--epochs", "3", "--out", "c"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("resumed after epoch 2;"), "{t}");
+    assert!(t.contains("note: the checkpoint trained with cpu (this run: wgpu): the run goes on"), "{t}");
 }
 
 /// Dense products run alone by default, their cast, bias and activation

@@ -458,7 +458,7 @@ impl SpecFile {
                 // A model bound to its data (vocabularies learned from the
                 // training rows) differs when the rows do: another seed or
                 // split is then the cause, and is said instead.
-                ResumeError::ModelMismatch { .. } if bound => serde_json::from_value::<LoopState>(ckpt.state.clone())
+                ResumeError::ModelMismatch { .. } if bound => serde_json::from_str::<LoopState>(ckpt.state())
                     .ok()
                     .and_then(|then| resume::check_data(&then, &now).err())
                     .unwrap_or(e),

@@ -1519,7 +1519,7 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
         // start after the steps end, where the stop's save would.
         if let TrainEvent::Step { epoch: 3, step: 1, .. } = event {
             let waited = std::time::Instant::now();
-            let epoch = || kynml_core::checkpoint::load(&ck).ok().flatten().and_then(|c| c.state["epoch"].as_u64());
+            let epoch = || kynml_core::checkpoint::load(&ck).ok().flatten().and_then(|c| c.state_value()["epoch"].as_u64());
             while epoch() != Some(2) && waited.elapsed() < std::time::Duration::from_secs(60) {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
@@ -1757,7 +1757,7 @@ fn a_stop_after_an_epochs_save_keeps_every_older_copy() {
         assert_eq!(checkpoint.as_deref(), Some(ck.as_path()), "async {async_save}");
         let epoch_of = |p: PathBuf| {
             let c = kynml_core::checkpoint::load(&p).unwrap().unwrap_or_else(|| panic!("{} is missing", p.display()));
-            c.state["epoch"].as_u64()
+            c.state_value()["epoch"].as_u64()
         };
         let copy = |n: usize| PathBuf::from(format!("{}.{n}", ck.display()));
         let epochs = [epoch_of(ck.clone()), epoch_of(copy(1)), epoch_of(copy(2))];

@@ -32,7 +32,7 @@ use std::path::PathBuf;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The first (and last) eight bytes of every checkpoint.
 pub const MAGIC: [u8; 8] = *b"KYNCKPT\0";
@@ -76,8 +76,11 @@ const STATE_KEY: &str = "kynml_state";
 pub struct Checkpoint {
     /// Weights, optimizer state and other arrays, each under its own name.
     pub tensors: Vec<NamedTensor>,
-    /// Everything else a resume needs (counters, generator states, history) as JSON.
-    pub state: Value,
+    /// Everything else a resume needs (counters, generator states, history)
+    /// as JSON text, always valid: a long run's history is made once an
+    /// epoch and copied at each save, never built again (see
+    /// [`Checkpoint::state`]).
+    state: String,
     /// The hash of the model this checkpoint was written for, as read back by
     /// [`decode`]; `None` for a checkpoint built in memory. [`encode`] takes
     /// the hash as an argument instead and ignores this field, so the code
@@ -268,7 +271,24 @@ pub enum CheckpointError {
 impl Checkpoint {
     /// A checkpoint with no model hash; [`encode`] is given the hash instead.
     pub fn new(tensors: Vec<NamedTensor>, state: Value) -> Self {
+        Checkpoint { tensors, state: state.to_string(), model_hash: None }
+    }
+
+    /// [`Checkpoint::new`] from the state's JSON text, which the caller made
+    /// with serde_json (valid JSON).
+    pub(crate) fn with_state_text(tensors: Vec<NamedTensor>, state: String) -> Self {
         Checkpoint { tensors, state, model_hash: None }
+    }
+
+    /// The state as JSON text, exactly as saved.
+    pub fn state(&self) -> &str {
+        &self.state
+    }
+
+    /// The state as a JSON value.
+    pub fn state_value(&self) -> Value {
+        // Valid by construction: made by serde_json, or checked when read.
+        serde_json::from_str(&self.state).unwrap_or(Value::Null)
     }
 
     /// `Ok` when this checkpoint was written for `expected_hash`; a checkpoint
@@ -417,15 +437,12 @@ pub(crate) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>,
 /// [`encode`] would panic on: what [`write_checkpoint`] writes the file from.
 pub(super) fn checkpoint_header(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>, CheckpointError> {
     ckpt.validate()?;
-    let state = ckpt.state.to_string();
+    let state = ckpt.state.as_str();
     if state.len() > MAX_STATE_LEN {
         return Err(CheckpointError::StateTooLarge { len: state.len(), max: MAX_STATE_LEN });
     }
-    let metadata = BTreeMap::from([
-        (VERSION_KEY.to_owned(), FORMAT_VERSION.to_string()),
-        (MODEL_HASH_KEY.to_owned(), model_hash.to_owned()),
-        (STATE_KEY.to_owned(), state),
-    ]);
+    let version = FORMAT_VERSION.to_string();
+    let metadata = BTreeMap::from([(VERSION_KEY, version.as_str()), (MODEL_HASH_KEY, model_hash), (STATE_KEY, state)]);
     let header = safetensors_header(&views(&ckpt.tensors), &metadata);
     // Never written when it could not be read back.
     if header.len() as u64 > MAX_HEADER_LEN {
@@ -525,21 +542,31 @@ pub fn stream_safetensors(
 
 /// The JSON header, padded with spaces so that the data starts 8-byte aligned
 /// (as the reference implementation does).
-fn safetensors_header(tensors: &[TensorView], metadata: &BTreeMap<String, String>) -> Vec<u8> {
-    let mut map = serde_json::Map::new();
+fn safetensors_header<K: AsRef<str> + Ord + serde::Serialize, V: serde::Serialize>(
+    tensors: &[TensorView],
+    metadata: &BTreeMap<K, V>,
+) -> Vec<u8> {
+    /// An entry of the header, its fields in the order of their names, as
+    /// a JSON object's keys are kept; serialised straight to bytes (the
+    /// state, the most of a long run's header, is not copied on the way).
+    #[derive(serde::Serialize)]
+    #[serde(untagged)]
+    enum Entry<'a, M> {
+        Metadata(&'a M),
+        Tensor { data_offsets: [usize; 2], dtype: &'static str, shape: &'a [usize] },
+    }
+    let mut map = BTreeMap::new();
     if !metadata.is_empty() {
-        map.insert(METADATA_KEY.to_owned(), json!(metadata));
+        map.insert(METADATA_KEY, Entry::Metadata(metadata));
     }
     let mut offset = 0;
     for t in tensors {
         let end = offset + t.data.byte_len();
-        map.insert(
-            t.name.clone().into_owned(),
-            json!({ "dtype": t.data.dtype(), "shape": t.shape, "data_offsets": [offset, end] }),
-        );
+        map.insert(t.name.as_ref(), Entry::Tensor { data_offsets: [offset, end], dtype: t.data.dtype(), shape: t.shape });
         offset = end;
     }
-    let mut header = Value::Object(map).to_string().into_bytes();
+    // Serialising strings, numbers and maps of them cannot fail.
+    let mut header = serde_json::to_vec(&map).unwrap_or_default();
     header.resize(header.len().next_multiple_of(8), b' ');
     header
 }
@@ -621,8 +648,9 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
     let state_text = take(STATE_KEY)?;
     // Bounded by the header's own limit: checkpoints written under the
     // larger cap of 2026-11-26 that fit it still read back.
-    let state = serde_json::from_str(&state_text).map_err(|e| corrupt(format!("its state is not valid JSON: {e}")))?;
-    Ok(Checkpoint { tensors, state, model_hash: Some(model_hash) })
+    serde_json::from_str::<de::IgnoredAny>(&state_text)
+        .map_err(|e| corrupt(format!("its state is not valid JSON: {e}")))?;
+    Ok(Checkpoint { tensors, state: state_text, model_hash: Some(model_hash) })
 }
 
 /// Everything before the footer, once the footer and the checksum agree with it.
@@ -967,6 +995,7 @@ mod tests {
     }
 
     use super::*;
+    use serde_json::json;
 
     fn sample() -> Checkpoint {
         Checkpoint::new(
@@ -1312,7 +1341,7 @@ mod tests {
         );
         let ok =
             framed_with(r#""format_version":"1","model_hash":"h","kynml_state":"[1]","extra":"kept out""#).unwrap();
-        assert_eq!(ok.state, json!([1]));
+        assert_eq!(ok.state_value(), json!([1]));
     }
 
     #[test]
@@ -1413,7 +1442,7 @@ mod tests {
         // A header past safetensors' limit is refused, never written.
         let names: Vec<NamedTensor> =
             (0..10_000).map(|i| NamedTensor::f32(format!("{i:0>120}"), vec![0], vec![])).collect();
-        let big = Checkpoint::new(names, quotes.state.clone());
+        let big = Checkpoint::new(names, quotes.state_value());
         assert!(matches!(try_encode(&big, "h"), Err(CheckpointError::HeaderTooLarge { .. })));
     }
 }

@@ -26,7 +26,7 @@
 //!
 //! if let Some(resume) = load(&path)? {
 //!     resume.check_model("model-hash")?;
-//!     assert_eq!(resume.state["epoch"], 3);
+//!     assert_eq!(resume.state_value()["epoch"], 3);
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

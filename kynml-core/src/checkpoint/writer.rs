@@ -30,7 +30,15 @@ const NAME_MAX: usize = 255;
 type WriteResult = Result<(), CheckpointError>;
 
 enum Message {
-    Save { path: PathBuf, checkpoint: Checkpoint, model_hash: String, done: SyncSender<WriteResult> },
+    Save {
+        path: PathBuf,
+        checkpoint: Checkpoint,
+        model_hash: String,
+        done: SyncSender<WriteResult>,
+        /// Replace the checkpoint at `path` and remove its older copies once
+        /// this one is in place ([`CheckpointWriter::replace_at_next_save`]).
+        replace: bool,
+    },
     Shutdown,
 }
 
@@ -43,6 +51,9 @@ pub struct CheckpointWriter {
     writes: std::sync::Arc<Mutex<Vec<(std::time::Instant, std::time::Instant)>>>,
     /// The result of the last save, once its write finishes.
     in_flight: Mutex<Option<Receiver<WriteResult>>>,
+    /// The path whose next save replaces what is there
+    /// ([`Self::replace_at_next_save`]); the thread clears it once one has.
+    replacing: std::sync::Arc<Mutex<Option<PathBuf>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -72,10 +83,27 @@ impl CheckpointWriter {
         let (messages, inbox) = mpsc::sync_channel(1);
         let writes = std::sync::Arc::new(Mutex::new(Vec::new()));
         let log = writes.clone();
+        let replacing = std::sync::Arc::new(Mutex::new(None));
+        let replaced = replacing.clone();
         let thread = std::thread::Builder::new()
             .name("kynml-checkpoint-writer".into())
-            .spawn(move || run(inbox, keep.max(1), &log))?;
-        Ok(CheckpointWriter { messages, writes, in_flight: Mutex::new(None), thread: Some(thread) })
+            .spawn(move || run(inbox, keep.max(1), &log, &replaced))?;
+        Ok(CheckpointWriter {
+            messages,
+            writes,
+            in_flight: Mutex::new(None),
+            replacing,
+            thread: Some(thread),
+        })
+    }
+
+    /// The next save to `path` replaces the checkpoint there and removes its
+    /// older copies ([`discarded`]) instead of rotating them, once it is in
+    /// place: a run that starts over gives up the run before it only when
+    /// its own first checkpoint is whole. A save that fails leaves them all,
+    /// and the next save to `path` tries again.
+    pub fn replace_at_next_save(&self, path: PathBuf) {
+        *self.replacing.lock().unwrap_or_else(PoisonError::into_inner) = Some(path);
     }
 
     /// Hands `ckpt` to the writer thread, which encodes it and writes it to
@@ -106,7 +134,9 @@ impl CheckpointWriter {
             return HandOff { previous, this: Err(e), queued: false };
         }
         let (done, result) = mpsc::sync_channel(1);
-        let message = Message::Save { path, checkpoint: ckpt, model_hash, done };
+        let replacing = self.replacing.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let replace = replacing.as_ref() == Some(&path);
+        let message = Message::Save { path, checkpoint: ckpt, model_hash, done, replace };
         if self.messages.send(message).is_err() {
             return HandOff { previous, this: Err(CheckpointError::WriterStopped), queued: false };
         }
@@ -480,15 +510,27 @@ fn wait(in_flight: Option<Receiver<WriteResult>>) -> WriteResult {
 
 type WriteLog = Mutex<Vec<(std::time::Instant, std::time::Instant)>>;
 
-fn run(inbox: Receiver<Message>, keep: usize, log: &WriteLog) {
+fn run(inbox: Receiver<Message>, keep: usize, log: &WriteLog, replaced: &Mutex<Option<PathBuf>>) {
     while let Ok(message) = inbox.recv() {
         match message {
-            Message::Save { path, checkpoint, model_hash, done } => {
+            Message::Save { path, checkpoint, model_hash, done, replace } => {
                 let start = std::time::Instant::now();
+                // The run given up: its copies, listed before this one takes `path`.
+                let old: Vec<PathBuf> = match replace {
+                    true => discarded(&path).into_iter().filter(|p| *p != path).collect(),
+                    false => Vec::new(),
+                };
                 // Written a tensor at a time: the file is never a second
                 // copy of the checkpoint in memory.
                 let result = checkpoint_header(&checkpoint, &model_hash).and_then(|header| {
+                    let keep = if replace { 1 } else { keep };
                     write_atomic(&path, keep, |file| write_checkpoint(file, &header, &checkpoint.tensors))
+                });
+                let result = result.and_then(|()| {
+                    if replace {
+                        replaced.lock().unwrap_or_else(PoisonError::into_inner).take_if(|p| *p == path);
+                    }
+                    old.iter().try_for_each(|file| fs::remove_file(file).map_err(|e| io_error(file, e)))
                 });
                 log.lock().unwrap_or_else(PoisonError::into_inner).push((start, std::time::Instant::now()));
                 // Nobody waits for it once the writer is being dropped.
@@ -610,14 +652,67 @@ fn write_and_place(
     let file = out.into_inner().map_err(|e| io_error(temp, e.into_error()))?;
     file.sync_all().map_err(|e| io_error(temp, e))?;
     drop(file);
-    rotate(path, keep)?;
-    fs::rename(temp, path).map_err(|e| io_error(path, e))
+    place(temp, path, keep)
 }
 
-/// Shifts `path.{keep-2}` → `path.{keep-1}`, ..., `path.1` → `path.2`, then
-/// links `path` as `path.1`. `path` itself stays in place until the rename
-/// that replaces it.
-fn rotate(path: &Path, keep: usize) -> WriteResult {
+/// Renames the whole file `temp` over `path`, keeping `keep` copies: the
+/// older copies move up and `path` is linked as `path.1` first, and each
+/// of these steps is undone when a later one fails, the rename over `path`
+/// (immutable, or a mount point) included: a save that fails gives up no
+/// copy. The oldest copy, which drops out, is kept aside until the new
+/// checkpoint is in place.
+fn place(temp: &Path, path: &Path, keep: usize) -> WriteResult {
+    let mut moves = Moves::default();
+    let placed = rotate(path, keep, &mut moves).and_then(|()| fs::rename(temp, path).map_err(|e| io_error(path, e)));
+    match placed {
+        Ok(()) => moves.forget(),
+        Err(e) => {
+            moves.undo();
+            Err(e)
+        }
+    }
+}
+
+/// The renames and links a rotation made, to undo in reverse when the save
+/// fails, or to forget (removing what was kept aside) once it succeeds.
+#[derive(Default)]
+struct Moves {
+    /// Renames made, `(from, to)`, in order.
+    renamed: Vec<(PathBuf, PathBuf)>,
+    /// The link (or copy) of `path` made as `path.1`.
+    linked: Option<PathBuf>,
+    /// The oldest copy, dropping out, where it was kept: (aside, its place).
+    aside: Option<(PathBuf, PathBuf)>,
+}
+
+impl Moves {
+    fn undo(self) {
+        if let Some(linked) = &self.linked {
+            let _ = fs::remove_file(linked);
+        }
+        for (from, to) in self.renamed.iter().rev() {
+            let _ = fs::rename(to, from);
+        }
+        if let Some((aside, place)) = &self.aside {
+            let _ = fs::rename(aside, place);
+        }
+    }
+
+    fn forget(self) -> WriteResult {
+        // A temporary file's name: a run that dies before this removes it
+        // when it next starts (see `remove_stray_temps`).
+        if let Some((aside, _)) = &self.aside {
+            fs::remove_file(aside).map_err(|e| io_error(aside, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Moves `path.{keep-2}` → `path.{keep-1}`, ..., `path.1` → `path.2` (the
+/// oldest, `path.{keep-1}`, set aside first), then links `path` as
+/// `path.1`; `path` itself stays in place until the rename that replaces
+/// it. Each step is logged in `moves`.
+fn rotate(path: &Path, keep: usize, moves: &mut Moves) -> WriteResult {
     if keep <= 1 || !path.is_file() {
         return Ok(());
     }
@@ -627,22 +722,27 @@ fn rotate(path: &Path, keep: usize) -> WriteResult {
     for &n in &present {
         refuse_foreign(&numbered(path, n))?;
     }
-    // From the oldest down; `path.{keep-1}` is replaced by `path.{keep-2}`.
+    let oldest = numbered(path, keep - 1);
+    if fs::symlink_metadata(&oldest).is_ok_and(|m| m.is_file()) {
+        let name = path.file_name().unwrap_or_default();
+        let aside = parent_dir(path).join(temp_name(name));
+        fs::rename(&oldest, &aside).map_err(|e| io_error(&oldest, e))?;
+        moves.aside = Some((aside, oldest));
+    }
+    // From the oldest down, each into the place the one before it left.
     for &i in present.iter().rev().filter(|&&i| i + 1 < keep) {
-        let from = numbered(path, i);
-        match fs::rename(&from, numbered(path, i + 1)) {
+        let (from, to) = (numbered(path, i), numbered(path, i + 1));
+        match fs::rename(&from, &to) {
+            Ok(()) => moves.renamed.push((from, to)),
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_error(&from, e)),
-            _ => {}
+            Err(_) => {}
         }
     }
     let first = numbered(path, 1);
-    match fs::remove_file(&first) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_error(&first, e)),
-        _ => {}
-    }
     if fs::hard_link(path, &first).is_err() {
         fs::copy(path, &first).map_err(|e| io_error(&first, e))?;
     }
+    moves.linked = Some(first);
     Ok(())
 }
 
@@ -721,7 +821,7 @@ fn io_error(path: &Path, source: io::Error) -> CheckpointError {
 
 #[cfg(test)]
 mod tests {
-    use super::super::format::{encode, NamedTensor};
+    use super::super::format::{encode, NamedTensor, MAX_STATE_LEN};
     use super::*;
     use serde_json::json;
 
@@ -736,7 +836,7 @@ mod tests {
     }
 
     fn step_at(path: &Path) -> i64 {
-        load(path).unwrap().expect("a checkpoint").state["step"].as_i64().unwrap()
+        load(path).unwrap().expect("a checkpoint").state_value()["step"].as_i64().unwrap()
     }
 
     #[test]
@@ -820,7 +920,7 @@ mod tests {
         assert_eq!(bytes, fs::read(&b).unwrap());
         assert_eq!(bytes, encode(&snapshot(3), "h"));
         let back = load(&a).unwrap().unwrap();
-        assert_eq!((back.tensors, back.state), (snapshot(3).tensors, snapshot(3).state));
+        assert_eq!((back.state_value(), back.tensors), (snapshot(3).state_value(), snapshot(3).tensors));
         assert_eq!(file_names(&dir.path().join("async")), ["x.ckpt"], "no temporary file is left behind");
     }
 
@@ -1030,6 +1130,70 @@ mod tests {
         writer.save_sync(single.clone(), snapshot(1), "h".into()).unwrap();
         writer.save_sync(single.clone(), snapshot(2), "h".into()).unwrap();
         assert!(!numbered(&single, 1).exists());
+    }
+
+    #[test]
+    fn a_rename_that_fails_gives_up_no_older_copy() {
+        // An immutable checkpoint (or one bind-mounted in place) cannot be
+        // renamed over: the copies had moved up all the same, and each failed
+        // save lost one more of them. Here the rename fails for a temporary
+        // file that is not there.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let writer = CheckpointWriter::spawn_with_keep(3);
+        for step in 1..=3 {
+            writer.save_sync(path.clone(), snapshot(step), "h".into()).unwrap();
+        }
+        let steps = || (step_at(&path), step_at(&numbered(&path, 1)), step_at(&numbered(&path, 2)));
+        assert_eq!(steps(), (3, 2, 1));
+        let err = place(&dir.path().join(".x.ckpt.tmp-gone"), &path, 3).unwrap_err().to_string();
+        assert!(err.contains("x.ckpt"), "{err}");
+        assert_eq!(steps(), (3, 2, 1));
+        assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"], "nothing left aside");
+        // Nor when the link of the checkpoint as its first copy fails (a
+        // folder in its place), after the copies moved up.
+        let copies = (fs::read(numbered(&path, 1)).unwrap(), fs::read(numbered(&path, 2)).unwrap());
+        fs::remove_file(numbered(&path, 1)).unwrap();
+        fs::create_dir(numbered(&path, 1)).unwrap();
+        assert!(place(&dir.path().join(".x.ckpt.tmp-gone"), &path, 3).is_err());
+        assert!(numbered(&path, 1).is_dir());
+        assert_eq!(fs::read(numbered(&path, 2)).unwrap(), copies.1);
+        fs::remove_dir(numbered(&path, 1)).unwrap();
+        fs::write(numbered(&path, 1), &copies.0).unwrap();
+        // A write that succeeds still rotates.
+        writer.save_sync(path.clone(), snapshot(4), "h".into()).unwrap();
+        assert_eq!(steps(), (4, 3, 2));
+        assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"]);
+    }
+
+    #[test]
+    fn a_fresh_start_gives_up_the_old_copies_only_once_its_own_is_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let old = CheckpointWriter::spawn_with_keep(3);
+        for step in 1..=3 {
+            old.save_sync(path.clone(), snapshot(step), "h".into()).unwrap();
+        }
+        drop(old);
+        let steps = || (step_at(&path), step_at(&numbered(&path, 1)), step_at(&numbered(&path, 2)));
+        let writer = CheckpointWriter::spawn_with_keep(3);
+        writer.replace_at_next_save(path.clone());
+        // A save to another path leaves the replacing to this one's.
+        let other = dir.path().join("y.ckpt");
+        writer.save_sync(other.clone(), snapshot(7), "h".into()).unwrap();
+        // A first save that fails (its state too long here; a full disk or a
+        // file-size limit in a run) leaves the old run's checkpoints.
+        let too_long = Checkpoint::new(vec![], json!("x".repeat(MAX_STATE_LEN)));
+        assert!(writer.save_sync(path.clone(), too_long, "h".into()).is_err());
+        assert_eq!(steps(), (3, 2, 1));
+        // The first that succeeds replaces the checkpoint and removes its copies...
+        writer.save_sync(path.clone(), snapshot(10), "h".into()).unwrap();
+        assert_eq!(step_at(&path), 10);
+        assert_eq!(file_names(dir.path()), ["x.ckpt", "y.ckpt"]);
+        // ... once: the next saves rotate as usual.
+        writer.save_sync(path.clone(), snapshot(11), "h".into()).unwrap();
+        assert_eq!((step_at(&path), step_at(&numbered(&path, 1))), (11, 10));
+        assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "y.ckpt"]);
     }
 
     #[cfg(unix)]

@@ -29,7 +29,7 @@ use crate::train::loss_scale::LossScaler;
 use crate::train::native::EngineKind;
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::profile::StepPhases;
-use crate::train::resume::{self, LoopState, NormSum, ScaleState};
+use crate::train::resume::{self, NormSum, SavedState, ScaleState};
 use crate::train::update::{DeviceUpdate, Grads, Slots, Update};
 
 /// What the training loop needs of an engine.
@@ -97,7 +97,7 @@ pub trait Engine {
 
     /// A checkpoint of the weights and optimizer state, with early
     /// stopping's `best` weights and the loop's `state`.
-    fn snapshot(&self, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint;
+    fn snapshot(&self, best: Option<&Model<Kb>>, state: SavedState) -> Checkpoint;
 
     /// The loss scaler's state, when the engine scales its loss.
     fn loss_scale(&self) -> Option<ScaleState>;
@@ -525,7 +525,7 @@ impl Engine for BurnEngine {
         }
     }
 
-    fn snapshot(&self, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {
+    fn snapshot(&self, best: Option<&Model<Kb>>, state: SavedState) -> Checkpoint {
         resume::snapshot(self.current(), &self.optimizer(), best, state)
     }
 

@@ -39,4 +39,4 @@ pub use events::{EpochRecord, TrainEvent};
 pub use native::{EngineChoice, EngineKind};
 pub use optimizer::AnyOptimizer;
 pub use strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
-pub use trainer::{metrics_for, train, Reached, Task, TrainError, TrainResult, TrainSettings};
+pub use trainer::{device_kind, metrics_for, train, Reached, Task, TrainError, TrainResult, TrainSettings};

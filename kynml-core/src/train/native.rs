@@ -31,7 +31,7 @@ use crate::train::loss::{host_config, host_loss, host_targets};
 use crate::train::optimizer::AnyOptimizer;
 use crate::train::precision::{Compute, PrecisionPlan};
 use crate::train::profile::StepPhases;
-use crate::train::resume::{self, LoopState, NormSum, ScaleState};
+use crate::train::resume::{self, NormSum, SavedState, ScaleState};
 
 /// Rows per forward pass when evaluating a whole split, at most.
 const EVAL_CHUNK: usize = 4096;
@@ -356,7 +356,7 @@ impl Engine for NativeEngine {
     /// Burn optimizer, made from the network's tensors and states a tensor
     /// at a time, without building either: a save holds one more copy of
     /// the weights and optimizer state (the checkpoint), not three.
-    fn snapshot(&self, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {
+    fn snapshot(&self, best: Option<&Model<Kb>>, state: SavedState) -> Checkpoint {
         let info = self.net.tensor_info();
         let model = (info.iter().zip(self.net.tensors()))
             .map(|(t, v)| NamedTensor::f32(format!("{}{}", resume::MODEL_PREFIX, t.name), t.shape.clone(), v.to_vec()))
@@ -462,9 +462,9 @@ mod tests {
                 data.gather(Split::Train, &rows.collect::<Vec<_>>(), &mut batch);
                 engine.step(batch, 0.01, &mut rng, crate::train::engine::Part::WHOLE);
             }
-            let state = LoopState::new(1, 2, burn.name(), 1, 2);
-            let saved = engine.snapshot(None, &state);
-            let built = resume::snapshot(&engine.model(), &engine.burn_optimizer(), None, &state);
+            let state = resume::LoopState::new(1, 2, burn.name(), 1, 2);
+            let saved = engine.snapshot(None, SavedState::of(&state));
+            let built = resume::snapshot(&engine.model(), &engine.burn_optimizer(), None, SavedState::of(&state));
             let names = |c: &Checkpoint| c.tensors.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
             assert_eq!(names(&saved), names(&built), "{layers}");
             assert!(names(&saved).iter().any(|n| n.starts_with(resume::OPTIM_PREFIX)), "{layers}: no optimizer state");

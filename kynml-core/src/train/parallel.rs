@@ -46,7 +46,7 @@ use crate::rng::SplitMix64;
 use crate::train::engine::{BurnEngine, Engine, Part, StepLoss};
 use crate::train::native::EngineKind;
 use crate::train::profile::StepPhases;
-use crate::train::resume::{LoopState, NormSum, ScaleState};
+use crate::train::resume::{NormSum, SavedState, ScaleState};
 
 /// Burn keeps one collective server per process: one data-parallel run at a
 /// time uses it (tests run in parallel threads of one process).
@@ -370,7 +370,7 @@ impl Engine for ParallelEngine {
         self.lead.model()
     }
 
-    fn snapshot(&self, best: Option<&Model<Kb>>, state: &LoopState) -> Checkpoint {
+    fn snapshot(&self, best: Option<&Model<Kb>>, state: SavedState) -> Checkpoint {
         self.lead.snapshot(best, state)
     }
 

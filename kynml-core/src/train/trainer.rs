@@ -27,7 +27,7 @@ use crate::train::optimizer::AnyOptimizer;
 use crate::train::parallel::ParallelEngine;
 use crate::train::precision::{self, PrecisionPlan};
 use crate::train::profile::{CheckpointTiming, EvalTiming, Profile, StepTiming};
-use crate::train::resume::{self, LoopState, NormSum, PartialEpoch, ResumeError, ScaleState, StopState};
+use crate::train::resume::{self, History, LoopState, NormSum, PartialEpoch, ResumeError, ScaleState, StopState};
 use crate::train::schedule::lr_at;
 use crate::train::strategy::{Checkpointing, EarlyStopper, EarlyStopping, EveryEpochs, Verdict};
 use crate::train::update::Update;
@@ -68,8 +68,9 @@ pub struct TrainSettings {
     /// as written, relative to the working directory.
     pub checkpoint_path: Option<PathBuf>,
     /// The run starts over where a checkpoint already is (`--fresh`): its
-    /// first save first removes the checkpoint at the path and its older
-    /// copies, which belong to the run it discards.
+    /// first save replaces the checkpoint at the path and removes its older
+    /// copies, which belong to the run it discards, once it is whole (a save
+    /// that fails leaves them).
     pub fresh: bool,
     /// A checkpoint to continue from (see
     /// [`SpecFile::find_checkpoint`](crate::plan::SpecFile::find_checkpoint));
@@ -356,7 +357,7 @@ fn run<'scope, 'env>(
     // The loss scaler's saved progress, when resuming a scaled run.
     let mut saved_scale = None;
     let optimizer_name = optimizer.name();
-    let mut history = Vec::new();
+    let mut history = History::default();
     let mut stopped_early = false;
     let mut first_epoch = 1;
     // Where an interrupted epoch stopped, when resuming one.
@@ -383,6 +384,7 @@ fn run<'scope, 'env>(
             accumulate: t.accumulate.value,
             devices: settings.replicas.len() + 1,
         }),
+        ran: Some(resume::Ran { device: device_kind(device), precision: precision.compute.name().into() }),
         ..LoopState::new(0, 0, optimizer_name, 0, 0)
     };
     // Held to the end of the run, and declared before the writer so that it
@@ -425,8 +427,12 @@ fn run<'scope, 'env>(
     let mut checkpoint_failures = 0usize;
     // The epoch whose end the last checkpoint holds, once handed to the writer.
     let mut saved_end: Option<usize> = None;
-    // A fresh start's first save removes the discarded run's checkpoints first.
-    let mut discard_old = settings.fresh && settings.resume_from.is_none();
+    // A fresh start's first save replaces the discarded run's checkpoints,
+    // once it is whole.
+    if let (Some(writer), Some(path), true) = (&writer, &checkpoint_path, settings.fresh && settings.resume_from.is_none())
+    {
+        writer.replace_at_next_save(path.clone());
+    }
     if let Some(path) = &checkpoint_path {
         // Left by an earlier process that died mid-write; never a checkpoint.
         let _ = remove_stray_temps(path);
@@ -491,7 +497,7 @@ fn run<'scope, 'env>(
                 }));
             }
         }
-        (stopped_early, first_epoch, steps_taken, history) = (still_stopped, s.epoch + 1, s.steps, s.history);
+        (stopped_early, first_epoch, steps_taken, history) = (still_stopped, s.epoch + 1, s.steps, History::new(s.history));
         partial = s.partial;
         let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));
         on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
@@ -648,10 +654,10 @@ fn run<'scope, 'env>(
             } else if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                 let early_stop = stopper.as_ref().map(|s| s.state());
                 let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
-                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
+                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale());
                 // The order generator as the epoch found it, before its shuffle.
                 state.order_rng = order_state;
-                let snapshot = engine.snapshot(best.as_ref(), &state);
+                let snapshot = engine.snapshot(best.as_ref(), history.saved_state(&state));
                 // Resumed at this epoch's start and stopped before a step:
                 // what it would save is what it resumed from, which the
                 // path holds unless that came from elsewhere. Saved again,
@@ -660,7 +666,6 @@ fn run<'scope, 'env>(
                 if settings.resume_from.is_some() && epoch == first_epoch && holds(path, &snapshot, &model_hash) {
                     saved = Some(path.clone());
                 } else {
-                    discard_once(&mut discard_old, path, on_event);
                     StopSave { saved, queued } = save_at_stop(writer, path, snapshot, &model_hash, on_event);
                 }
             }
@@ -816,10 +821,9 @@ fn run<'scope, 'env>(
             if let (Some(writer), Some(path)) = (&writer, &checkpoint_path) {
                 let early_stop = stopper.as_ref().map(|s| s.state());
                 let at = (epoch - 1, steps_taken, &order_rng, &dropout_rng);
-                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
+                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale());
                 state.partial = Some(here);
-                let snapshot = engine.snapshot(best.as_ref(), &state);
-                discard_once(&mut discard_old, path, on_event);
+                let snapshot = engine.snapshot(best.as_ref(), history.saved_state(&state));
                 StopSave { saved, queued } = save_at_stop(writer, path, snapshot, &model_hash, on_event);
             }
             // What was profiled so far is the run's to keep: a slow run
@@ -898,11 +902,10 @@ fn run<'scope, 'env>(
             if rule.due(epoch, last_epoch, stopped_early) {
                 let early_stop = stopper.as_ref().map(|s| s.state());
                 let at = (epoch, steps_taken, &order_rng, &dropout_rng);
-                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale(), &history);
+                let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale());
                 state.stopped_early = stopped_early;
                 let waited = Instant::now();
-                let snapshot = engine.snapshot(best.as_ref(), &state);
-                discard_once(&mut discard_old, path, on_event);
+                let snapshot = engine.snapshot(best.as_ref(), history.saved_state(&state));
                 // An earlier write's failure belongs to its own epoch: this
                 // checkpoint is announced when it was handed over (or, saved
                 // synchronously, written).
@@ -990,7 +993,7 @@ fn run<'scope, 'env>(
     .filter(slower);
     Ok(TrainResult {
         model: final_model,
-        history,
+        history: history.into_records(),
         final_metrics,
         best_epoch: stopper.and_then(|s| s.best_epoch()),
         stopped_early,
@@ -1227,16 +1230,6 @@ fn data_problems(data: &Dataset) -> Vec<String> {
     problems
 }
 
-/// Before a fresh start's first save (`discard` set): removes the checkpoint
-/// at `path` and its older copies, once; a failure is reported like a
-/// failed save, and the save goes on.
-fn discard_once(discard: &mut bool, path: &std::path::Path, on_event: &mut dyn FnMut(TrainEvent)) {
-    if std::mem::take(discard) {
-        if let Err(e) = crate::checkpoint::discard(path) {
-            on_event(TrainEvent::CheckpointFailed { error: e.to_string() });
-        }
-    }
-}
 
 /// The writer's write of each checkpoint in `profile`, from its `writes()`
 /// in order: the last `later` writes (the save at a stop, which the
@@ -1288,13 +1281,13 @@ struct StopSave {
 
 /// The run's record (`run_record`) at where the loop stands: the last
 /// finished epoch, the optimizer steps taken, the order and dropout
-/// generators, early stopping's and the loss scaler's progress, the history.
+/// generators, early stopping's and the loss scaler's progress; the history
+/// is [`History::saved_state`]'s.
 fn loop_state(
     run: &LoopState,
     (epoch, steps, order, dropout): (usize, u64, &Rng, &Rng),
     early_stop: Option<StopState>,
     loss_scale: Option<ScaleState>,
-    history: &[EpochRecord],
 ) -> LoopState {
     LoopState {
         epoch,
@@ -1303,9 +1296,19 @@ fn loop_state(
         dropout_rng: dropout.state(),
         early_stop,
         loss_scale,
-        history: history.to_vec(),
+        history: Vec::new(),
         ..run.clone()
     }
+}
+
+/// The kind of `device` as a checkpoint records it: `cpu`, `cuda` or `wgpu`.
+pub fn device_kind(device: &Device) -> String {
+    match device.kind {
+        kynml_backend::DeviceKind::Cpu { .. } => "cpu",
+        kynml_backend::DeviceKind::Cuda(_) => "cuda",
+        kynml_backend::DeviceKind::Wgpu(_) => "wgpu",
+    }
+    .into()
 }
 
 /// The spec's metrics, or the usual ones for the task when it names none.

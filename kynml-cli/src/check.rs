@@ -139,7 +139,8 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                 };
                 println!("checkpoint {}: {} of {epochs} epochs done{inside}; {next}", path.display(), state.epoch);
                 let trains = !stopped && state.epoch < epochs;
-                if let Some(note) = crate::train::batching_changed(&file.spec, devices, None, &state).filter(|_| trains) {
+                if let Some(note) = crate::train::batching_changed(&file.spec, devices, None, &state).filter(|_| trains)
+                {
                     println!("{note}");
                 }
             }

@@ -160,7 +160,9 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
                 },
             );
             // Only where something is left to train in the new steps.
-            if let Some(note) = batching_changed(&file.spec, Some(devices.len()), devices.first(), state).filter(|_| left > 0) {
+            if let Some(note) =
+                batching_changed(&file.spec, Some(devices.len()), devices.first(), state).filter(|_| left > 0)
+            {
                 say!("{note}");
             }
         }

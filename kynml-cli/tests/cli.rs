@@ -2529,7 +2529,9 @@ fn a_fresh_run_whose_saves_fail_leaves_the_run_it_started_over_from() {
     assert!(t.contains("note: --fresh starts over") && t.contains("when this run writes its first checkpoint"), "{t}");
     assert_eq!(t.matches("warning: a checkpoint write failed").count(), 2, "{t}");
     assert!(
-        t.contains("none was written whole, so run.ckpt still holds the checkpoint of the run --fresh started over from"),
+        t.contains(
+            "none was written whole, so run.ckpt still holds the checkpoint of the run --fresh started over from"
+        ),
         "{t}"
     );
     assert!(read("run.ckpt") == then && read("run.ckpt.1") == older, "the run given up is whole: {t}");
@@ -3342,7 +3344,8 @@ fn a_resume_on_another_device_is_said() {
     let tmp = copy_example("iris");
     let spec = tmp.path().join("iris.kyn");
     let text_of = std::fs::read_to_string(&spec).unwrap();
-    let text_of = text_of.replace("    seed = 7\n", "    seed = 7\n    checkpoint = checkpoint(every_n=1, path=\"ck/iris.ckpt\")\n");
+    let text_of = text_of
+        .replace("    seed = 7\n", "    seed = 7\n    checkpoint = checkpoint(every_n=1, path=\"ck/iris.ckpt\")\n");
     std::fs::write(&spec, text_of).unwrap();
     let out = kynml(&["train", "iris.kyn", "--device", "cpu", "--epochs", "1", "--out", "a"], tmp.path());
     assert!(out.status.success(), "{}", text(&out));

@@ -1519,7 +1519,8 @@ fn an_interrupted_epoch_resumes_where_it_stopped_and_ends_bit_identical() {
         // start after the steps end, where the stop's save would.
         if let TrainEvent::Step { epoch: 3, step: 1, .. } = event {
             let waited = std::time::Instant::now();
-            let epoch = || kynml_core::checkpoint::load(&ck).ok().flatten().and_then(|c| c.state_value()["epoch"].as_u64());
+            let epoch =
+                || kynml_core::checkpoint::load(&ck).ok().flatten().and_then(|c| c.state_value()["epoch"].as_u64());
             while epoch() != Some(2) && waited.elapsed() < std::time::Duration::from_secs(60) {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }

@@ -562,7 +562,10 @@ fn safetensors_header<K: AsRef<str> + Ord + serde::Serialize, V: serde::Serializ
     let mut offset = 0;
     for t in tensors {
         let end = offset + t.data.byte_len();
-        map.insert(t.name.as_ref(), Entry::Tensor { data_offsets: [offset, end], dtype: t.data.dtype(), shape: t.shape });
+        map.insert(
+            t.name.as_ref(),
+            Entry::Tensor { data_offsets: [offset, end], dtype: t.data.dtype(), shape: t.shape },
+        );
         offset = end;
     }
     // Serialising strings, numbers and maps of them cannot fail.

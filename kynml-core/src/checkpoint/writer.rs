@@ -88,13 +88,7 @@ impl CheckpointWriter {
         let thread = std::thread::Builder::new()
             .name("kynml-checkpoint-writer".into())
             .spawn(move || run(inbox, keep.max(1), &log, &replaced))?;
-        Ok(CheckpointWriter {
-            messages,
-            writes,
-            in_flight: Mutex::new(None),
-            replacing,
-            thread: Some(thread),
-        })
+        Ok(CheckpointWriter { messages, writes, in_flight: Mutex::new(None), replacing, thread: Some(thread) })
     }
 
     /// The next save to `path` replaces the checkpoint there and removes its

@@ -967,7 +967,10 @@ mod tests {
         }
         assert_eq!(History::new(records.clone()).saved_state(&loop_state), SavedState::of(&whole));
         // A state that brings a history of its own is saved with the loop's.
-        assert_eq!(History::new(records.clone()).saved_state(&other), SavedState::of(&LoopState { history: records.clone(), ..other.clone() }));
+        assert_eq!(
+            History::new(records.clone()).saved_state(&other),
+            SavedState::of(&LoopState { history: records.clone(), ..other.clone() })
+        );
         assert_eq!(History::default().saved_state(&loop_state), SavedState::of(&loop_state));
         let back: LoopState = serde_json::from_str(SavedState::of(&whole).text()).unwrap();
         assert_eq!(back.history.len(), 4);

@@ -429,7 +429,8 @@ fn run<'scope, 'env>(
     let mut saved_end: Option<usize> = None;
     // A fresh start's first save replaces the discarded run's checkpoints,
     // once it is whole.
-    if let (Some(writer), Some(path), true) = (&writer, &checkpoint_path, settings.fresh && settings.resume_from.is_none())
+    if let (Some(writer), Some(path), true) =
+        (&writer, &checkpoint_path, settings.fresh && settings.resume_from.is_none())
     {
         writer.replace_at_next_save(path.clone());
     }
@@ -497,7 +498,8 @@ fn run<'scope, 'env>(
                 }));
             }
         }
-        (stopped_early, first_epoch, steps_taken, history) = (still_stopped, s.epoch + 1, s.steps, History::new(s.history));
+        (stopped_early, first_epoch, steps_taken, history) =
+            (still_stopped, s.epoch + 1, s.steps, History::new(s.history));
         partial = s.partial;
         let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));
         on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
@@ -1229,7 +1231,6 @@ fn data_problems(data: &Dataset) -> Vec<String> {
     }
     problems
 }
-
 
 /// The writer's write of each checkpoint in `profile`, from its `writes()`
 /// in order: the last `later` writes (the save at a stop, which the

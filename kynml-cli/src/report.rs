@@ -691,6 +691,21 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
             shown.join(", ")
         ));
     }
+    // A chain of runs that resumed elsewhere: where each stretch ran.
+    let parts = parts(&records);
+    if parts.len() > 1 {
+        let said: Vec<String> = parts
+            .iter()
+            .map(|(from, to, ran)| match from == to {
+                true => format!("epoch {from} {ran}"),
+                false => format!("epochs {from}-{to} {ran}"),
+            })
+            .collect();
+        notes.push(format!(
+            "{name} trained in parts, resumed on another device or in another precision: {}",
+            said.join(", ")
+        ));
+    }
     match run {
         Some(e) if logged < e => notes.push(format!(
             "{name}: metrics.jsonl holds {logged} of the {e} epochs metrics.json counts (cut short or edited?); \
@@ -703,6 +718,26 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
         _ => {}
     }
     notes
+}
+
+/// The stretches of consecutive epochs in `records` (metrics.jsonl's
+/// lines) that ran on one kind of device in one precision: first and last
+/// epoch, and `fp32 on cpu` (`not recorded` for epochs of checkpoints from
+/// before it was kept).
+fn parts(records: &[Value]) -> Vec<(u64, u64, String)> {
+    let mut parts: Vec<(u64, u64, String)> = Vec::new();
+    for r in records {
+        let Some(epoch) = r["epoch"].as_u64() else { continue };
+        let ran = match (r["ran"]["precision"].as_str(), r["ran"]["device"].as_str()) {
+            (Some(precision), Some(device)) => format!("{precision} on {device}"),
+            _ => "not recorded".to_string(),
+        };
+        match parts.last_mut() {
+            Some((_, to, last)) if *last == ran => *to = epoch,
+            _ => parts.push((epoch, epoch, ran)),
+        }
+    }
+    parts
 }
 
 /// The best value of `metric` over the epochs in `metrics.jsonl`: highest
@@ -779,6 +814,25 @@ mod tests {
 
     /// A run's steady steps are what runs side by side compare: a first
     /// step that compiled kernels for two seconds does not make the mean.
+    #[test]
+    fn a_chain_resumed_elsewhere_is_told_in_parts() {
+        let line = |epoch: u64, ran: Value| serde_json::json!({"epoch": epoch, "ran": ran});
+        let cpu = serde_json::json!({"device": "cpu", "precision": "fp32"});
+        let wgpu = serde_json::json!({"device": "wgpu", "precision": "fp16"});
+        let records = [line(1, Value::Null), line(2, cpu.clone()), line(3, cpu.clone()), line(4, wgpu), line(5, cpu)];
+        let said = parts(&records);
+        assert_eq!(
+            said,
+            [
+                (1, 1, "not recorded".to_string()),
+                (2, 3, "fp32 on cpu".to_string()),
+                (4, 4, "fp16 on wgpu".to_string()),
+                (5, 5, "fp32 on cpu".to_string())
+            ]
+        );
+        assert_eq!(parts(&records[1..3]).len(), 1, "one stretch: nothing to say");
+    }
+
     #[test]
     fn the_phases_shown_are_the_steps_after_warm_up() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1039,10 +1093,10 @@ mod tests {
         let r = report(&[runs.join("w1")]).unwrap_or_else(|f| panic!("{}", f.message));
         assert!(r.text.contains("w1: profiled, but it trained no step"), "{}", r.text);
 
-        // Nothing but strays: an error, naming them.
+        // Nothing but strays: problems (exit 2), naming them, and no table.
         let strays: Vec<PathBuf> = ["notes.txt", "empty"].iter().map(|p| runs.join(p)).collect();
-        let failed = report(&strays).err().expect("no run to report");
-        assert_eq!(failed.code, 2);
-        assert!(failed.message.contains("notes.txt` is not a folder"), "{}", failed.message);
+        let r = report(&strays).unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(r.text.is_empty() && r.json.is_empty(), "{}", r.text);
+        assert!(r.problems.iter().any(|p| p.contains("notes.txt` is not a folder")), "{:?}", r.problems);
     }
 }

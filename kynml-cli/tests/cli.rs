@@ -3336,6 +3336,30 @@ fn kynml_env<V: AsRef<std::ffi::OsStr>>(args: &[&str], cwd: &Path, env: &[(&str,
     cmd.output().unwrap()
 }
 
+/// A spec in a folder whose name is not UTF-8 trains (its run folder wrote
+/// nothing: "path contains invalid UTF-8 characters", naming the run folder).
+#[test]
+fn a_spec_in_a_folder_whose_name_is_not_utf8_trains() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = copy_example("iris");
+    let odd = tmp.path().join(std::ffi::OsStr::from_bytes(b"proj\xe9"));
+    std::fs::create_dir(&odd).unwrap();
+    for name in ["iris.kyn", "iris.csv"] {
+        std::fs::rename(tmp.path().join(name), odd.join(name)).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .arg("train")
+        .arg(odd.join("iris.kyn"))
+        .args(["--epochs", "1", "--device", "cpu", "--out", "run"])
+        .current_dir(tmp.path())
+        .env_remove("KYNML_CACHE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let info = std::fs::read_to_string(tmp.path().join("run/data.json")).unwrap();
+    assert!(info.contains("proj\u{fffd}/iris.csv"), "{info}");
+}
+
 /// A run resumed on another kind of device (or in another precision) is
 /// said to be so, as a changed batch is: it goes on from the same weights
 /// in its own steps.
@@ -3357,6 +3381,12 @@ fn a_resume_on_another_device_is_said() {
     let t = text(&out);
     assert!(out.status.success() && t.contains("resumed after epoch 2;"), "{t}");
     assert!(t.contains("note: the checkpoint trained with cpu (this run: wgpu): the run goes on"), "{t}");
+    // Its run folder says where each stretch of the chain ran.
+    let t = text(&kynml(&["report", "c"], tmp.path()));
+    let said = "c trained in parts, resumed on another device or in another precision: epochs 1-2 fp32 on cpu, \
+                epoch 3 fp32 on wgpu";
+    assert!(t.contains(said), "{t}");
+    assert!(!text(&kynml(&["report", "b"], tmp.path())).contains("trained in parts"));
 }
 
 /// Dense products run alone by default, their cast, bias and activation

@@ -532,7 +532,7 @@ impl SpecFile {
             },
             sequence: self.sequence_columns()?,
         };
-        if let Some(problem) = csv.is_none().then(|| self.padded_rows_overflow_memory(&path)).flatten() {
+        if let Some(problem) = self.padded_rows_overflow_memory(&path, csv) {
             return Err(self.located(vec![problem]));
         }
         let read = match csv {
@@ -889,41 +889,24 @@ impl SpecFile {
     /// error at `input` when that passes the host's available memory, before
     /// reading; `None` when it fits, for other models, or where the host
     /// cannot say.
-    fn padded_rows_overflow_memory(&self, path: &Path) -> Option<Diagnostic> {
+    fn padded_rows_overflow_memory(&self, path: &Path, csv: Option<&[u8]>) -> Option<Diagnostic> {
         use crate::train::memory::{bytes, data_bytes};
-        use std::io::Read;
         let model = &self.spec.model;
         if !(model.shape.is_tokens() || model.shape.is_sequence()) {
-            return None;
-        }
-        // A pipe or a device can be read once only: the load reads it (a
-        // count first drained a FIFO and left the load waiting forever).
-        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
             return None;
         }
         let available = kynml_backend::proc_bytes("/proc/meminfo", "MemAvailable")?;
         // Lines, less the header: at least the rows (a quoted cell may hold more lines).
         // Lines end in `\n`, or in a lone `\r` (classic Mac, Excel for Mac):
         // whichever there are more of, as the reader takes them.
-        let mut file = std::fs::File::open(path).ok()?;
-        let (mut buffer, mut lf, mut lone) = (vec![0u8; 1 << 16], 0u64, 0u64);
-        let mut carry_cr = false;
-        loop {
-            let n = file.read(&mut buffer).ok()?;
-            if n == 0 {
-                break;
+        let lines = match csv {
+            // Rows held in memory (a service's upload) are counted as a file's.
+            Some(bytes) => {
+                let (lone, lf) = crate::data::line_breaks(bytes);
+                (lf as u64).max(lone as u64)
             }
-            let piece = &buffer[..n];
-            // A `\r` that ended the last piece is lone unless this one opens with `\n`.
-            lone += u64::from(carry_cr && piece[0] != b'\n');
-            let (l, f) = crate::data::line_breaks(piece);
-            carry_cr = piece[n - 1] == b'\r';
-            // `line_breaks` counts a final `\r` as lone; the next piece decides.
-            lone += l as u64 - u64::from(carry_cr);
-            lf += f as u64;
-        }
-        lone += u64::from(carry_cr);
-        let lines = lf.max(lone);
+            None => Self::file_lines(path)?,
+        };
         let rows = lines.saturating_sub(1);
         let need = data_bytes(rows, model.shape.size() as u64);
         (need > available).then(|| {
@@ -942,6 +925,36 @@ impl SpecFile {
             )
             .with_help("texts and sequences are cut or padded to the `input seq` length: a shorter one fits")
         })
+    }
+
+    /// The lines of the file at `path`, ended by `\n` or by a lone `\r`,
+    /// whichever there are more of; `None` for what is not a plain file
+    /// (a pipe or a device can be read once only: the load reads it; a
+    /// count first drained a FIFO and left the load waiting forever).
+    fn file_lines(path: &Path) -> Option<u64> {
+        use std::io::Read;
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return None;
+        }
+        let mut file = std::fs::File::open(path).ok()?;
+        let (mut buffer, mut lf, mut lone) = (vec![0u8; 1 << 16], 0u64, 0u64);
+        let mut carry_cr = false;
+        loop {
+            let n = file.read(&mut buffer).ok()?;
+            if n == 0 {
+                break;
+            }
+            let piece = &buffer[..n];
+            // A `\r` that ended the last piece is lone unless this one opens with `\n`.
+            lone += u64::from(carry_cr && piece[0] != b'\n');
+            let (l, f) = crate::data::line_breaks(piece);
+            carry_cr = piece[n - 1] == b'\r';
+            // `line_breaks` counts a final `\r` as lone; the next piece decides.
+            lone += l as u64 - u64::from(carry_cr);
+            lf += f as u64;
+        }
+        lone += u64::from(carry_cr);
+        Some(lf.max(lone))
     }
 
     /// How to read a sequence model's columns: the dataset's `sequence`

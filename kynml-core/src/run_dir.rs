@@ -141,7 +141,9 @@ impl RunDir {
         // are not kept, so that a checkpoint's bytes depend on the training
         // alone) are null, not absent: every line has the same keys.
         if let Some(fields) = line.as_object_mut() {
-            for key in ["data_wait", "peak_rss", "device_reserved", "device_in_use", "gpu_busy", "gpu_memory_peak"] {
+            let keys =
+                ["data_wait", "peak_rss", "device_reserved", "device_in_use", "gpu_busy", "gpu_memory_peak", "ran"];
+            for key in keys {
                 fields.entry(key).or_insert(serde_json::Value::Null);
             }
         }

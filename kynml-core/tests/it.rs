@@ -208,6 +208,17 @@ fn a_sequence_length_past_the_hosts_memory_is_refused_before_reading() {
     let d = &error.diagnostics[0];
     assert_eq!(&source_text[d.span.start..d.span.end], "input seq 268435456");
     assert!(d.message.contains("each of the 4000 rows of") && d.message.contains("available"), "{}", d.message);
+    // Rows held in memory (a service's upload) are counted as a file's:
+    // they were read, and the process killed, with no word.
+    let csv = std::fs::read(example("reviews/reviews.csv")).unwrap();
+    let mut file = SpecFile::from_source(Path::new("s.kyn"), spec.clone()).unwrap();
+    match file.load_data_from(&csv) {
+        Err(kynml_core::plan::LoadError::Spec { error, .. }) => {
+            let m = &error.diagnostics[0].message;
+            assert!(m.contains("each of the 4000 rows of") && m.contains("available"), "{m}");
+        }
+        other => panic!("expected the rows refused, got {:?}", other.map(|d| d.train.len())),
+    }
 }
 
 /// When not even one row fits (a long sequence's attention scores: 2 TiB a

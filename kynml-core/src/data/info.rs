@@ -13,7 +13,9 @@ use crate::data::vocab::{TokenVocabulary, Vocabulary};
 /// What a run saves about its data: columns, classes, normalizer and split.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DataInfo {
-    /// The CSV file the model was trained on.
+    /// The CSV file the model was trained on (written for a person to
+    /// read: a name that is not UTF-8 has its odd bytes shown as U+FFFD).
+    #[serde(serialize_with = "lossy_path")]
     pub source: PathBuf,
     /// The model's inputs, in order.
     pub feature_names: Vec<String>,
@@ -44,6 +46,12 @@ pub struct DataInfo {
     pub train_rows: usize,
     /// Rows held out for validation.
     pub valid_rows: usize,
+}
+
+/// A path as text, its bytes that are not UTF-8 shown as U+FFFD: a
+/// run trained from a folder so named wrote nothing at all.
+fn lossy_path<S: serde::Serializer>(path: &std::path::Path, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&path.to_string_lossy())
 }
 
 impl DataInfo {

@@ -57,6 +57,11 @@ pub struct EpochRecord {
     /// in the epoch's samples, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_memory_peak: Option<u64>,
+    /// The kind of device and the precision the epoch's steps ran in (a
+    /// resumed run's epochs may have run elsewhere); `None` for an epoch of
+    /// a checkpoint from before it was saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran: Option<crate::train::resume::Ran>,
 }
 
 /// Progress, in the order it happens.

@@ -790,6 +790,8 @@ mod saved_history {
         skipped_steps: usize,
         #[serde(default, skip_serializing_if = "Option::is_none", with = "super::exact_option")]
         grad_norm: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ran: Option<super::Ran>,
     }
 
     fn saved(r: &EpochRecord) -> Saved {
@@ -802,6 +804,7 @@ mod saved_history {
             loss_scale: r.loss_scale,
             skipped_steps: r.skipped_steps,
             grad_norm: r.grad_norm,
+            ran: r.ran.clone(),
         }
     }
 
@@ -844,6 +847,7 @@ mod saved_history {
                     peak_rss: None,
                     gpu_busy: None,
                     gpu_memory_peak: None,
+                    ran: s.ran,
                 })
             })
             .collect()
@@ -874,6 +878,7 @@ mod tests {
             peak_rss: Some(1 << 30),
             gpu_busy: Some(61.5),
             gpu_memory_peak: Some(1 << 33),
+            ran: Some(Ran { device: "cuda".into(), precision: "fp16".into() }),
         };
         let state = LoopState {
             epoch: 3,
@@ -922,6 +927,7 @@ mod tests {
         assert_eq!(back.batching, state.batching);
         assert_eq!(back.ran, state.ran);
         assert_eq!((r.loss_scale, r.skipped_steps), (Some(32768.0), 2));
+        assert_eq!(r.ran, record.ran, "where each epoch ran is kept");
         assert_eq!(r.grad_norm.map(f64::to_bits), record.grad_norm.map(f64::to_bits));
         // Checkpoints from before these were text hold JSON numbers.
         let old = text.replace("\"grad_norm\":\"9.378411369414867\"", "\"grad_norm\":2.5");

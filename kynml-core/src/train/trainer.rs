@@ -869,6 +869,7 @@ fn run<'scope, 'env>(
             peak_rss: crate::bench::peak_rss(),
             gpu_busy: gpu.map(|g| g.busy),
             gpu_memory_peak: gpu.map(|g| g.peak_memory),
+            ran: run_record.ran.clone(),
         };
         on_event(TrainEvent::EpochEnd(&record));
         if let Some(phases) = profile.as_ref().and_then(|p| p.epoch_summary(epoch)) {

@@ -240,7 +240,8 @@ fn seed_of(dir: &Path) -> Option<u64> {
 }
 
 /// A finished run for scripts: its metrics.json as it is, and what the
-/// report adds (its seed, the best epoch of its primary metric).
+/// report adds (its seed, the epoch its model is, the best epoch of its
+/// primary metric).
 fn run_json(dir: &Path, name: &str, seed: Option<u64>) -> Value {
     let summary: Value = std::fs::read_to_string(dir.join("metrics.json"))
         .ok()
@@ -248,10 +249,16 @@ fn run_json(dir: &Path, name: &str, seed: Option<u64>) -> Value {
         .unwrap_or(Value::Null);
     let primary = summary["primary_metric"].as_str().unwrap_or("val_loss").to_string();
     let best = best_epoch_value(&dir.join("metrics.jsonl"), &primary).ok().flatten();
+    // The epoch whose weights are the run's model (the table's "metric of
+    // the model"): its best under early stopping, else its last. `best` is
+    // the first epoch with the best value of the primary metric, which may
+    // be another.
+    let kept = summary["best_epoch"].as_u64().or(summary["epochs_run"].as_u64());
     serde_json::json!({
         "run": name,
         "path": dir.display().to_string(),
         "seed": seed,
+        "kept_epoch": kept,
         "best": best.map(|(epoch, value)| serde_json::json!({"metric": primary, "epoch": epoch, "value": value})),
         "costs": null,
         "profile_verdict": null,
@@ -692,8 +699,12 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
         ));
     }
     // A chain of runs that resumed elsewhere: where each stretch ran.
+    // Said where two recorded stretches differ: epochs of a checkpoint from
+    // before it was recorded, then the same device, are one run's.
     let parts = parts(&records);
-    if parts.len() > 1 {
+    let recorded: std::collections::BTreeSet<&str> =
+        parts.iter().map(|(_, _, ran)| ran.as_str()).filter(|ran| *ran != NOT_RECORDED).collect();
+    if recorded.len() > 1 {
         let said: Vec<String> = parts
             .iter()
             .map(|(from, to, ran)| match from == to {
@@ -720,6 +731,9 @@ fn history_notes(dir: &Path, name: &str) -> Vec<String> {
     notes
 }
 
+/// How [`parts`] names epochs that do not say where they ran.
+const NOT_RECORDED: &str = "not recorded";
+
 /// The stretches of consecutive epochs in `records` (metrics.jsonl's
 /// lines) that ran on one kind of device in one precision: first and last
 /// epoch, and `fp32 on cpu` (`not recorded` for epochs of checkpoints from
@@ -730,7 +744,7 @@ fn parts(records: &[Value]) -> Vec<(u64, u64, String)> {
         let Some(epoch) = r["epoch"].as_u64() else { continue };
         let ran = match (r["ran"]["precision"].as_str(), r["ran"]["device"].as_str()) {
             (Some(precision), Some(device)) => format!("{precision} on {device}"),
-            _ => "not recorded".to_string(),
+            _ => NOT_RECORDED.to_string(),
         };
         match parts.last_mut() {
             Some((_, to, last)) if *last == ran => *to = epoch,
@@ -831,6 +845,23 @@ mod tests {
             ]
         );
         assert_eq!(parts(&records[1..3]).len(), 1, "one stretch: nothing to say");
+
+        // Said only where two recorded stretches differ: a run resumed from a
+        // checkpoint of before it was recorded, on the same device, is not in parts.
+        let tmp = tempfile::tempdir().unwrap();
+        let noted = |lines: &[Value]| {
+            std::fs::write(tmp.path().join("metrics.json"), r#"{"metrics": {}, "epochs_run": 3}"#).unwrap();
+            let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+            std::fs::write(tmp.path().join("metrics.jsonl"), text.join("\n")).unwrap();
+            history_notes(tmp.path(), "r").into_iter().filter(|n| n.contains("in parts")).collect::<Vec<_>>()
+        };
+        assert_eq!(noted(&records[..3]), Vec::<String>::new());
+        let said = noted(&records[..4]);
+        assert_eq!(
+            said,
+            ["r trained in parts, resumed on another device or in another precision: epoch 1 not recorded, epochs \
+              2-3 fp32 on cpu, epoch 4 fp16 on wgpu"]
+        );
     }
 
     #[test]

@@ -512,13 +512,18 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
     if result.checkpoint_failures > 0 {
         let path = file.checkpoint_path().unwrap_or_default();
         let left = match (result.checkpoint_epoch, path.is_file()) {
+            // Every save of this run failed: what is there is what it resumed from.
+            (Some(e), true) if result.resumed_after == Some(e) => {
+                format!("{} still holds the checkpoint this run resumed from (epoch {e})", path.display())
+            }
             (Some(_), true) => format!("{} holds the last one that succeeded", path.display()),
             // `--fresh` gives the run before up only once a save of its own is whole.
-            (None, true) => format!(
+            (None, true) if args.fresh => format!(
                 "none was written whole, so {} still holds the checkpoint of the run --fresh started over from \
                  (a run without --fresh resumes it)",
                 path.display()
             ),
+            (None, true) => format!("{} is there, but no write of this run is known to be whole", path.display()),
             (_, false) => format!("none was written whole, so there is no {} to resume from", path.display()),
         };
         say_err!("warning: {} checkpoint write(s) failed (see above); {left}", result.checkpoint_failures);

@@ -699,6 +699,7 @@ fn report_writes_json_shows_seeds_and_says_a_folder_of_runs() {
             serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap();
         assert_eq!(run["summary"], summary);
         assert_eq!(run["best"]["metric"], "accuracy");
+        assert_eq!(run["kept_epoch"], 2, "the last epoch's weights are the model: {run}");
         assert!(run["costs"]["peak_host_memory_bytes"].as_u64().is_some_and(|b| b > 0), "{run}");
     }
     assert_eq!(doc["problems"], serde_json::json!([]));
@@ -2535,6 +2536,22 @@ fn a_fresh_run_whose_saves_fail_leaves_the_run_it_started_over_from() {
         "{t}"
     );
     assert!(read("run.ckpt") == then && read("run.ckpt.1") == older, "the run given up is whole: {t}");
+    // A resumed run whose saves all fail says the path holds what it resumed from.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    command.args(["train", "spec.kyn", "--epochs", "3", "--out", "limited"]).current_dir(dir);
+    // SAFETY: as above.
+    unsafe {
+        command.pre_exec(move || {
+            let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let t = text(&command.output().unwrap());
+    assert!(t.contains("run.ckpt still holds the checkpoint this run resumed from (epoch 2)"), "{t}");
+    assert!(read("run.ckpt") == then, "{t}");
     // And a run without --fresh resumes it, as said.
     let t = text(&kynml(&["train", "spec.kyn", "--epochs", "3", "--out", "third"], dir));
     assert!(t.contains("resumed after epoch 2;"), "{t}");

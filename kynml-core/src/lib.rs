@@ -62,9 +62,26 @@
 //!   once, for the first GPU model selected, and the first autotune level
 //!   set is the one CubeCL keeps.
 //! - A device failure inside Burn (a GPU out of memory) is a panic that
-//!   [`predict::Predictor`] catches and returns as an error: build with
+//!   [`predict::Predictor`] catches and returns as an error; [`train::train`]
+//!   does not: run it under [`std::panic::catch_unwind`]. Build with
 //!   `panic = "unwind"` (Rust's default), or such a failure aborts the
-//!   process.
+//!   process. The first caught panic installs a panic hook that keeps the
+//!   panics KynML catches quiet and hands every other to the hook set
+//!   before it; a hook set after it sees the caught ones too.
+//! - [`train::train`] blocks the calling thread until the run ends (from
+//!   async code, call it where blocking is allowed, such as Tokio's
+//!   `spawn_blocking`); [`train::TrainSettings::stop`] ends it between steps.
+//! - On the CPU, a run (and each network a [`predict::Predictor`] runs)
+//!   keeps a team of as many threads as rayon's current pool has, which
+//!   spin briefly between steps: several runs at once share the cores, so
+//!   run each inside a `rayon::ThreadPool::install` of the size it may use.
+//! - A spec's `export:` block is `kynml`'s to apply: the library's
+//!   [`train::train`] returns the model, and [`export`] writes it.
+//! - Environment read by the library: `KYNML_CACHE` (the kernel cache's
+//!   folder), `KYNML_MATMUL_EPILOGUE` (an experiment of the GPU bench:
+//!   `fused` fuses the dense layers' epilogues), CubeCL's own `CUBECL_*`
+//!   and its `cubecl.toml` or `burn.toml` in the working folder, and
+//!   rayon's `RAYON_NUM_THREADS`.
 
 #![warn(missing_docs)]
 

@@ -420,12 +420,15 @@ impl Dtype {
 /// If `ckpt` fails [`Checkpoint::validate`], its state is longer than
 /// [`MAX_STATE_LEN`] as JSON, or its header (the state escaped, and an entry
 /// for each tensor) is longer than safetensors reads back; the writer checks
-/// all three and reports them as errors instead.
+/// all three and reports them as errors instead, as [`try_encode`] does.
 pub fn encode(ckpt: &Checkpoint, model_hash: &str) -> Vec<u8> {
     try_encode(ckpt, model_hash).unwrap_or_else(|e| panic!("cannot encode checkpoint: {e}"))
 }
 
-pub(crate) fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>, CheckpointError> {
+/// [`encode`], with what it panics on returned as an error
+/// ([`CheckpointError::InvalidTensor`], [`CheckpointError::StateTooLarge`],
+/// [`CheckpointError::HeaderTooLarge`]).
+pub fn try_encode(ckpt: &Checkpoint, model_hash: &str) -> Result<Vec<u8>, CheckpointError> {
     let header = checkpoint_header(ckpt, model_hash)?;
     let data_len: usize = ckpt.tensors.iter().map(|t| t.data.byte_len()).sum();
     let mut out = Vec::with_capacity(PREFIX_LEN + 8 + header.len() + data_len + FOOTER_LEN);
@@ -651,8 +654,9 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
     let state_text = take(STATE_KEY)?;
     // Bounded by the header's own limit: checkpoints written under the
     // larger cap of 2026-11-26 that fit it still read back.
-    serde_json::from_str::<de::IgnoredAny>(&state_text)
-        .map_err(|e| corrupt(format!("its state is not valid JSON: {e}")))?;
+    // Read as a value (a number too large for one is refused here, not
+    // later), so that `state_value` holds.
+    serde_json::from_str::<Value>(&state_text).map_err(|e| corrupt(format!("its state is not valid JSON: {e}")))?;
     Ok(Checkpoint { tensors, state: state_text, model_hash: Some(model_hash) })
 }
 

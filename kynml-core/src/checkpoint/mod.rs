@@ -35,8 +35,8 @@ pub mod format;
 pub mod writer;
 
 pub use self::format::{
-    decode, decode_safetensors, encode, encode_safetensors, plan_safetensors, stream_safetensors, Checkpoint,
-    CheckpointError, NamedTensor, TensorData, TensorView, FORMAT_VERSION,
+    decode, decode_safetensors, encode, encode_safetensors, plan_safetensors, stream_safetensors, try_encode,
+    Checkpoint, CheckpointError, NamedTensor, TensorData, TensorView, FORMAT_VERSION,
 };
 pub use self::writer::{
     beside_pytorch, check_targets, discard, discarded, holds_pytorch, load, lock, lock_path, older_copies, prepare,

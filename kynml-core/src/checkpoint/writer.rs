@@ -95,7 +95,8 @@ impl CheckpointWriter {
     /// older copies ([`discarded`]) instead of rotating them, once it is in
     /// place: a run that starts over gives up the run before it only when
     /// its own first checkpoint is whole. A save that fails leaves them all,
-    /// and the next save to `path` tries again.
+    /// and the next save to `path` tries again. One path at a time: a call
+    /// for another path takes the place of this one.
     pub fn replace_at_next_save(&self, path: PathBuf) {
         *self.replacing.lock().unwrap_or_else(PoisonError::into_inner) = Some(path);
     }
@@ -509,23 +510,15 @@ fn run(inbox: Receiver<Message>, keep: usize, log: &WriteLog, replaced: &Mutex<O
         match message {
             Message::Save { path, checkpoint, model_hash, done, replace } => {
                 let start = std::time::Instant::now();
-                // The run given up: its copies, listed before this one takes `path`.
-                let old: Vec<PathBuf> = match replace {
-                    true => discarded(&path).into_iter().filter(|p| *p != path).collect(),
-                    false => Vec::new(),
-                };
+                let placing = if replace { Placing::Replace } else { Placing::Rotate(keep) };
                 // Written a tensor at a time: the file is never a second
                 // copy of the checkpoint in memory.
                 let result = checkpoint_header(&checkpoint, &model_hash).and_then(|header| {
-                    let keep = if replace { 1 } else { keep };
-                    write_atomic(&path, keep, |file| write_checkpoint(file, &header, &checkpoint.tensors))
+                    write_atomic(&path, placing, |file| write_checkpoint(file, &header, &checkpoint.tensors))
                 });
-                let result = result.and_then(|()| {
-                    if replace {
-                        replaced.lock().unwrap_or_else(PoisonError::into_inner).take_if(|p| *p == path);
-                    }
-                    old.iter().try_for_each(|file| fs::remove_file(file).map_err(|e| io_error(file, e)))
-                });
+                if replace && result.is_ok() {
+                    replaced.lock().unwrap_or_else(PoisonError::into_inner).take_if(|p| *p == path);
+                }
                 log.lock().unwrap_or_else(PoisonError::into_inner).push((start, std::time::Instant::now()));
                 // Nobody waits for it once the writer is being dropped.
                 let _ = done.send(result);
@@ -577,9 +570,10 @@ pub fn remove_stray_temps(path: &Path) -> Result<Vec<PathBuf>, CheckpointError> 
 
 /// Removes the checkpoint at `path` and its older copies (`path.1`,
 /// `path.2`, ..., however many an earlier `keep` left), KynML checkpoints
-/// only: what a run started with `--fresh` does before its first save, so
-/// that the run it discarded neither rotates into its copies nor is offered
-/// later as one of them.
+/// only, at once (a run started with `--fresh` gives them up only once its
+/// first save is in place instead: [`CheckpointWriter::replace_at_next_save`]),
+/// so that the run discarded neither rotates into the next run's copies nor
+/// is offered later as one of them.
 pub fn discard(path: &Path) -> Result<(), CheckpointError> {
     for file in discarded(path) {
         fs::remove_file(&file).map_err(|e| io_error(&file, e))?;
@@ -617,7 +611,7 @@ pub fn discarded(path: &Path) -> Vec<PathBuf> {
 /// file is removed and `path` is untouched.
 fn write_atomic(
     path: &Path,
-    keep: usize,
+    placing: Placing,
     body: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
 ) -> WriteResult {
     let name = path.file_name().ok_or_else(|| {
@@ -626,7 +620,7 @@ fn write_atomic(
     let dir = parent_dir(path);
     fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     let temp = dir.join(temp_name(name));
-    let placed = write_and_place(&temp, path, body, keep);
+    let placed = write_and_place(&temp, path, body, placing);
     if placed.is_err() {
         let _ = fs::remove_file(&temp);
     }
@@ -638,7 +632,7 @@ fn write_and_place(
     temp: &Path,
     path: &Path,
     body: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
-    keep: usize,
+    placing: Placing,
 ) -> WriteResult {
     let file = OpenOptions::new().write(true).create_new(true).open(temp).map_err(|e| io_error(temp, e))?;
     let mut out = io::BufWriter::with_capacity(1 << 20, file);
@@ -646,20 +640,37 @@ fn write_and_place(
     let file = out.into_inner().map_err(|e| io_error(temp, e.into_error()))?;
     file.sync_all().map_err(|e| io_error(temp, e))?;
     drop(file);
-    place(temp, path, keep)
+    place(temp, path, placing)
 }
 
-/// Renames the whole file `temp` over `path`, keeping `keep` copies: the
-/// older copies move up and `path` is linked as `path.1` first, and each
-/// of these steps is undone when a later one fails, the rename over `path`
-/// (immutable, or a mount point) included: a save that fails gives up no
-/// copy. The oldest copy, which drops out, is kept aside until the new
-/// checkpoint is in place.
-fn place(temp: &Path, path: &Path, keep: usize) -> WriteResult {
+/// How a new checkpoint takes its path.
+#[derive(Debug, Clone, Copy)]
+enum Placing {
+    /// Its older copies move up, `keep` kept in all (the checkpoint itself
+    /// one of them).
+    Rotate(usize),
+    /// It replaces the checkpoint there and gives up its older copies (those
+    /// [`discarded`] names): a fresh start's first save.
+    Replace,
+}
+
+/// Renames the whole file `temp` over `path`, placed as `placing` says:
+/// each step before the rename (an older copy moved up or set aside, the
+/// link of `path` as `path.1`) is undone when a later one fails, the rename
+/// over `path` (immutable, or a mount point) included, so a save that
+/// fails gives up no copy. What drops out is set aside under a temporary
+/// name until the new checkpoint is in place.
+fn place(temp: &Path, path: &Path, placing: Placing) -> WriteResult {
     let mut moves = Moves::default();
-    let placed = rotate(path, keep, &mut moves).and_then(|()| fs::rename(temp, path).map_err(|e| io_error(path, e)));
-    match placed {
-        Ok(()) => moves.forget(),
+    let ready = match placing {
+        Placing::Rotate(keep) => rotate(path, keep, &mut moves),
+        Placing::Replace => set_aside_copies(path, &mut moves),
+    };
+    match ready.and_then(|()| fs::rename(temp, path).map_err(|e| io_error(path, e))) {
+        Ok(()) => {
+            moves.forget();
+            Ok(())
+        }
         Err(e) => {
             moves.undo();
             Err(e)
@@ -667,16 +678,17 @@ fn place(temp: &Path, path: &Path, keep: usize) -> WriteResult {
     }
 }
 
-/// The renames and links a rotation made, to undo in reverse when the save
-/// fails, or to forget (removing what was kept aside) once it succeeds.
+/// The renames and links a save made before its rename, to undo in reverse
+/// when it fails, or to forget (removing what was set aside) once it
+/// succeeds.
 #[derive(Default)]
 struct Moves {
     /// Renames made, `(from, to)`, in order.
     renamed: Vec<(PathBuf, PathBuf)>,
-    /// The link (or copy) of `path` made as `path.1`.
+    /// `path.1`, once the link (or copy) of `path` as it was tried.
     linked: Option<PathBuf>,
-    /// The oldest copy, dropping out, where it was kept: (aside, its place).
-    aside: Option<(PathBuf, PathBuf)>,
+    /// The copies that drop out, each where it was set aside and its place.
+    aside: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Moves {
@@ -687,25 +699,30 @@ impl Moves {
         for (from, to) in self.renamed.iter().rev() {
             let _ = fs::rename(to, from);
         }
-        if let Some((aside, place)) = &self.aside {
+        for (aside, place) in self.aside.iter().rev() {
             let _ = fs::rename(aside, place);
         }
     }
 
-    fn forget(self) -> WriteResult {
-        // A temporary file's name: a run that dies before this removes it
-        // when it next starts (see `remove_stray_temps`).
-        if let Some((aside, _)) = &self.aside {
-            fs::remove_file(aside).map_err(|e| io_error(aside, e))?;
+    fn forget(self) {
+        // Temporary files' names: one left here (its removal failed, or the
+        // run died first) is removed when a run next starts at this path
+        // (`remove_stray_temps`), never taken for a copy.
+        for (aside, _) in &self.aside {
+            let _ = fs::remove_file(aside);
         }
-        Ok(())
     }
 }
 
+/// `path`'s temporary name for a file set aside beside it.
+fn aside_name(path: &Path) -> PathBuf {
+    parent_dir(path).join(temp_name(path.file_name().unwrap_or_default()))
+}
+
 /// Moves `path.{keep-2}` → `path.{keep-1}`, ..., `path.1` → `path.2` (the
-/// oldest, `path.{keep-1}`, set aside first), then links `path` as
-/// `path.1`; `path` itself stays in place until the rename that replaces
-/// it. Each step is logged in `moves`.
+/// one `path.{keep-1}` held, which drops out, set aside first), then links
+/// `path` as `path.1`; `path` itself stays in place until the rename that
+/// replaces it. Each step is logged in `moves`.
 fn rotate(path: &Path, keep: usize, moves: &mut Moves) -> WriteResult {
     if keep <= 1 || !path.is_file() {
         return Ok(());
@@ -716,12 +733,16 @@ fn rotate(path: &Path, keep: usize, moves: &mut Moves) -> WriteResult {
     for &n in &present {
         refuse_foreign(&numbered(path, n))?;
     }
+    // Dropped only where another takes its place (`path` itself, linked as
+    // `path.1` when keep is 2): a copy missing below it (a run killed inside
+    // a rotation, one removed by hand) leaves it be. A folder there is
+    // left, for the move onto it to fail.
     let oldest = numbered(path, keep - 1);
-    if fs::symlink_metadata(&oldest).is_ok_and(|m| m.is_file()) {
-        let name = path.file_name().unwrap_or_default();
-        let aside = parent_dir(path).join(temp_name(name));
+    let replaced = keep == 2 || present.contains(&(keep - 2));
+    if replaced && fs::symlink_metadata(&oldest).is_ok_and(|m| !m.is_dir()) {
+        let aside = aside_name(path);
         fs::rename(&oldest, &aside).map_err(|e| io_error(&oldest, e))?;
-        moves.aside = Some((aside, oldest));
+        moves.aside.push((aside, oldest));
     }
     // From the oldest down, each into the place the one before it left.
     for &i in present.iter().rev().filter(|&&i| i + 1 < keep) {
@@ -733,10 +754,23 @@ fn rotate(path: &Path, keep: usize, moves: &mut Moves) -> WriteResult {
         }
     }
     let first = numbered(path, 1);
+    // Logged first: a copy cut short (a full disk) is removed with the rest.
+    moves.linked = Some(first.clone());
     if fs::hard_link(path, &first).is_err() {
         fs::copy(path, &first).map_err(|e| io_error(&first, e))?;
     }
-    moves.linked = Some(first);
+    Ok(())
+}
+
+/// Sets aside the older copies of the checkpoint at `path` (those
+/// [`discarded`] names), which a checkpoint replacing it gives up once it is
+/// in place.
+fn set_aside_copies(path: &Path, moves: &mut Moves) -> WriteResult {
+    for copy in discarded(path).into_iter().filter(|p| p != path) {
+        let aside = aside_name(path);
+        fs::rename(&copy, &aside).map_err(|e| io_error(&copy, e))?;
+        moves.aside.push((aside, copy));
+    }
     Ok(())
 }
 
@@ -1140,23 +1174,37 @@ mod tests {
         }
         let steps = || (step_at(&path), step_at(&numbered(&path, 1)), step_at(&numbered(&path, 2)));
         assert_eq!(steps(), (3, 2, 1));
-        let err = place(&dir.path().join(".x.ckpt.tmp-gone"), &path, 3).unwrap_err().to_string();
+        let gone = dir.path().join(".x.ckpt.tmp-gone");
+        let err = place(&gone, &path, Placing::Rotate(3)).unwrap_err().to_string();
         assert!(err.contains("x.ckpt"), "{err}");
         assert_eq!(steps(), (3, 2, 1));
         assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"], "nothing left aside");
-        // Nor when the link of the checkpoint as its first copy fails (a
-        // folder in its place), after the copies moved up.
-        let copies = (fs::read(numbered(&path, 1)).unwrap(), fs::read(numbered(&path, 2)).unwrap());
-        fs::remove_file(numbered(&path, 1)).unwrap();
-        fs::create_dir(numbered(&path, 1)).unwrap();
-        assert!(place(&dir.path().join(".x.ckpt.tmp-gone"), &path, 3).is_err());
-        assert!(numbered(&path, 1).is_dir());
-        assert_eq!(fs::read(numbered(&path, 2)).unwrap(), copies.1);
-        fs::remove_dir(numbered(&path, 1)).unwrap();
-        fs::write(numbered(&path, 1), &copies.0).unwrap();
+        // Nor when a fresh start's replacing rename fails: its copies are set
+        // aside first, and put back.
+        assert!(place(&gone, &path, Placing::Replace).is_err());
+        assert_eq!(steps(), (3, 2, 1));
+        assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"]);
         // A write that succeeds still rotates.
         writer.save_sync(path.clone(), snapshot(4), "h".into()).unwrap();
         assert_eq!(steps(), (4, 3, 2));
+        assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"]);
+
+        // Nor when the link of the checkpoint as its first copy fails: with
+        // keep = 2, a folder at `path.1` stays there (it is not set aside),
+        // and neither a link nor a copy can take its place.
+        let two = dir.path().join("two.ckpt");
+        fs::copy(&path, &two).unwrap();
+        fs::create_dir(numbered(&two, 1)).unwrap();
+        assert!(place(&gone, &two, Placing::Rotate(2)).is_err());
+        assert!(numbered(&two, 1).is_dir() && step_at(&two) == 4);
+        fs::remove_dir(numbered(&two, 1)).unwrap();
+        fs::remove_file(&two).unwrap();
+
+        // A copy missing below the oldest (a run killed inside a rotation,
+        // one removed by hand) keeps the oldest: nothing moves onto it.
+        fs::remove_file(numbered(&path, 1)).unwrap();
+        writer.save_sync(path.clone(), snapshot(5), "h".into()).unwrap();
+        assert_eq!(steps(), (5, 4, 2));
         assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"]);
     }
 
@@ -1316,7 +1364,7 @@ mod tests {
     fn paths_without_a_folder_or_a_name() {
         assert_eq!(parent_dir(Path::new("x.ckpt")), Path::new("."));
         assert_eq!(numbered(Path::new("a/x.ckpt"), 2), Path::new("a/x.ckpt.2"));
-        let err = write_atomic(Path::new("/"), 1, |f| io::Write::write_all(f, b"")).unwrap_err();
+        let err = write_atomic(Path::new("/"), Placing::Rotate(1), |f| io::Write::write_all(f, b"")).unwrap_err();
         assert!(err.to_string().contains("does not name a file"), "{err}");
     }
 }

@@ -74,8 +74,8 @@ pub struct LoopState {
     #[serde(default)]
     pub batching: Option<Batching>,
     /// The kind of device and the precision the steps ran in; `None` in
-    /// checkpoints from before it was saved.
-    #[serde(default)]
+    /// checkpoints from before it was saved (left out, as it was then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ran: Option<Ran>,
 }
 
@@ -555,8 +555,10 @@ impl History {
         // The key once, where the struct puts it: a string value's quotes
         // are escaped, so none of them reads as this.
         const EMPTY: &str = "\"history\":[]";
-        if let Some(at) = text.find(EMPTY) {
-            text.insert_str(at + EMPTY.len() - 1, &self.text);
+        match text.find(EMPTY) {
+            Some(at) => text.insert_str(at + EMPTY.len() - 1, &self.text),
+            // Never so; were it, the history is made again rather than lost.
+            None => return SavedState::of(&LoopState { history: self.records.clone(), ..state.clone() }),
         }
         SavedState(text)
     }

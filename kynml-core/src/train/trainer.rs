@@ -356,6 +356,8 @@ fn run<'scope, 'env>(
     };
     // The loss scaler's saved progress, when resuming a scaled run.
     let mut saved_scale = None;
+    // Where the resumed checkpoint's steps ran.
+    let mut resumed_ran = None;
     let optimizer_name = optimizer.name();
     let mut history = History::default();
     let mut stopped_early = false;
@@ -479,6 +481,7 @@ fn run<'scope, 'env>(
             }
         }
         saved_scale = s.loss_scale.clone();
+        resumed_ran = s.ran.clone();
         // A run that stopped early goes on when the spec's early stopping
         // now lets it (its patience raised, or early stopping removed); one
         // that had not stopped stops here when the spec's patience, now
@@ -659,6 +662,10 @@ fn run<'scope, 'env>(
                 let mut state = loop_state(&run_record, at, early_stop, engine.loss_scale());
                 // The order generator as the epoch found it, before its shuffle.
                 state.order_rng = order_state;
+                // No step ran here since the resume: its weights ran where it says.
+                if settings.resume_from.is_some() && epoch == first_epoch {
+                    state.ran.clone_from(&resumed_ran);
+                }
                 let snapshot = engine.snapshot(best.as_ref(), history.saved_state(&state));
                 // Resumed at this epoch's start and stopped before a step:
                 // what it would save is what it resumed from, which the

@@ -74,7 +74,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
         ..BenchOptions::default()
     };
     tell!(
-        "bench: {} on {source}, batch {}, {} in each of 1 warm-up and {} timed round{}\n",
+        "bench: {} on {source}, batch {}, {} in each of 1 warm-up and {} timed round{}",
         file.spec.model.name.value,
         file.spec.train.batch.value,
         render::count(options.steps, "step"),

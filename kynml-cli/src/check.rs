@@ -30,7 +30,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         }
         crate::train::check_export_target(&file)
     })();
-    let (data, source) = match (crate::bench::bench_data(&mut file, args.synthetic), targets) {
+    let (data, _) = match (crate::bench::bench_data(&mut file, args.synthetic), targets) {
         (Ok(data), Ok(())) => data,
         (Ok(_), Err(target)) => return Err(target),
         (Err(data), Ok(())) => return Err(data),
@@ -169,7 +169,12 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
     };
     println!(
         "data {}: {} rows ({} train, {} validation), {}, target `{}`{classes}\n",
-        if args.synthetic.is_some() { source } else { file.data_path().display().to_string() },
+        // Made up here: said once, with its seed, before the count of its rows.
+        if args.synthetic.is_some() {
+            format!("made up (seed {})", file.spec.train.seed)
+        } else {
+            file.data_path().display().to_string()
+        },
         data.train.len() + data.valid.len(),
         data.train.len(),
         data.valid.len(),

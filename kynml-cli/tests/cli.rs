@@ -3674,7 +3674,10 @@ fn warmup_takes_synthetic_rows_instead_of_the_data_file() {
     // And `check`, which then prints the model of a spec whose data the bench makes.
     let out = kynml(&["check", "iris.kyn", "--synthetic", "150"], tmp.path());
     let t = text(&out);
-    assert!(out.status.success() && t.contains("data 150 synthetic rows") && t.contains("model IrisNet"), "{t}");
+    assert!(
+        out.status.success() && t.contains("data made up (seed 7): 150 rows (") && t.contains("model IrisNet"),
+        "{t}"
+    );
 }
 
 #[test]

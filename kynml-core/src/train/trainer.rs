@@ -1320,6 +1320,17 @@ pub fn device_kind(device: &Device) -> String {
     .into()
 }
 
+// A service trains on a worker thread and hands the outcome back (the
+// spec, data and settings moved there): keep them movable across threads.
+const _: fn() = || {
+    fn sent<T: Send>() {}
+    sent::<TrainResult>();
+    sent::<TrainError>();
+    sent::<TrainSettings>();
+    sent::<crate::plan::SpecFile>();
+    sent::<Dataset>();
+};
+
 /// The spec's metrics, or the usual ones for the task when it names none.
 pub fn metrics_for(spec: &Spec, loss: Loss) -> Vec<Metric> {
     if !spec.evaluate.metrics.is_empty() {

@@ -42,6 +42,10 @@ pub struct Outputs {
 /// run's first epoch. In evaluation mode every row's output depends on that
 /// row alone, so the filling changes nothing. Without `rows`, passes take
 /// [`CHUNK`] rows, the last one fewer.
+///
+/// # Panics
+/// When `model` is not bound to `data` (its input width is not the data's:
+/// Burn panics on the product's shapes), or the device fails inside Burn.
 pub fn run_split(
     model: &Model<Kb>,
     data: &Dataset,
@@ -119,6 +123,11 @@ pub(crate) fn whole(outputs: Option<Outputs>) -> Outputs {
 /// or wrong, and scoring it as the first class (where comparisons with NaN
 /// land) would report a plausible accuracy for a broken model. `kynml
 /// eval` refuses such a row for the same reason.
+///
+/// # Panics
+/// When `outputs` and `labels` hold different numbers of rows, or a class
+/// label is not below `n_classes`: both come from the same split of one
+/// [`Dataset`](crate::data::Dataset) and a model bound to it.
 pub fn compute_metrics(
     outputs: &Outputs,
     labels: &Labels,

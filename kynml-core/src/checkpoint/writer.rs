@@ -733,6 +733,12 @@ fn rotate(path: &Path, keep: usize, moves: &mut Moves) -> WriteResult {
     for &n in &present {
         refuse_foreign(&numbered(path, n))?;
     }
+    // A rotation killed before its rename left `path` linked as `path.1`,
+    // the copies moved up already: the rename alone finishes it (moving
+    // them up again made `path.1` and `path.2` the same checkpoint).
+    if same_file(path, &numbered(path, 1)) {
+        return Ok(());
+    }
     // Dropped only where another takes its place (`path` itself, linked as
     // `path.1` when keep is 2): a copy missing below it (a run killed inside
     // a rotation, one removed by hand) leaves it be. A folder there is
@@ -760,6 +766,21 @@ fn rotate(path: &Path, keep: usize, moves: &mut Moves) -> WriteResult {
         fs::copy(path, &first).map_err(|e| io_error(&first, e))?;
     }
     Ok(())
+}
+
+/// Whether `a` and `b` are one file (hard links of it).
+#[cfg(unix)]
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(a), fs::symlink_metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &Path, _: &Path) -> bool {
+    false
 }
 
 /// Sets aside the older copies of the checkpoint at `path` (those
@@ -1200,11 +1221,20 @@ mod tests {
         fs::remove_dir(numbered(&two, 1)).unwrap();
         fs::remove_file(&two).unwrap();
 
+        // A rotation killed before its rename (`path` linked as `path.1`, the
+        // copies moved up) is finished by the next save's rename alone.
+        fs::remove_file(numbered(&path, 2)).unwrap();
+        fs::rename(numbered(&path, 1), numbered(&path, 2)).unwrap();
+        fs::hard_link(&path, numbered(&path, 1)).unwrap();
+        assert_eq!(steps(), (4, 4, 3));
+        writer.save_sync(path.clone(), snapshot(5), "h".into()).unwrap();
+        assert_eq!(steps(), (5, 4, 3), "no copy twice");
+
         // A copy missing below the oldest (a run killed inside a rotation,
         // one removed by hand) keeps the oldest: nothing moves onto it.
         fs::remove_file(numbered(&path, 1)).unwrap();
-        writer.save_sync(path.clone(), snapshot(5), "h".into()).unwrap();
-        assert_eq!(steps(), (5, 4, 2));
+        writer.save_sync(path.clone(), snapshot(6), "h".into()).unwrap();
+        assert_eq!(steps(), (6, 5, 3));
         assert_eq!(file_names(dir.path()), ["x.ckpt", "x.ckpt.1", "x.ckpt.2"]);
     }
 

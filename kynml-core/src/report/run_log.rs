@@ -228,7 +228,7 @@ mod tests {
         }))
         .unwrap();
         let earlier = [EpochRecord { samples_per_sec: f64::NAN, seconds: f64::NAN, ..record.clone() }];
-        log.on_event(&TrainEvent::Resumed { path: std::path::Path::new("c.ckpt"), epoch: 1, history: &earlier });
+        log.on_event(&TrainEvent::Resumed { path: Some(std::path::Path::new("c.ckpt")), epoch: 1, history: &earlier });
         log.on_event(&TrainEvent::EpochEnd(&EpochRecord { epoch: 2, ..record }));
         log.finish().unwrap();
         let bytes = on_disk(&dir);

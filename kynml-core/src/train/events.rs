@@ -115,8 +115,13 @@ pub enum TrainEvent<'a> {
     /// Training continues from a checkpoint; `history` holds the epochs it
     /// had finished.
     Resumed {
-        /// The checkpoint file resumed from.
-        path: &'a std::path::Path,
+        /// The spec's checkpoint path ([`TrainSettings::checkpoint_path`]);
+        /// `None` for a checkpoint handed over in
+        /// [`TrainSettings::resume_from`] to a run that saves none.
+        ///
+        /// [`TrainSettings::checkpoint_path`]: crate::train::TrainSettings::checkpoint_path
+        /// [`TrainSettings::resume_from`]: crate::train::TrainSettings::resume_from
+        path: Option<&'a std::path::Path>,
         /// The last epoch the checkpoint had finished (1-based; 0 if it was taken inside the
         /// first); training continues with the next.
         epoch: usize,

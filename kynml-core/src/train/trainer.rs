@@ -504,8 +504,7 @@ fn run<'scope, 'env>(
         (stopped_early, first_epoch, steps_taken, history) =
             (still_stopped, s.epoch + 1, s.steps, History::new(s.history));
         partial = s.partial;
-        let path = checkpoint_path.as_deref().unwrap_or(std::path::Path::new(""));
-        on_event(TrainEvent::Resumed { path, epoch: s.epoch, history: &history });
+        on_event(TrainEvent::Resumed { path: checkpoint_path.as_deref(), epoch: s.epoch, history: &history });
     }
     let resumed_after = settings.resume_from.as_ref().map(|_| first_epoch - 1);
     // The epoch of the checkpoint handed to the writer whose write is not

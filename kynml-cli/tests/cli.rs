@@ -30,6 +30,26 @@ fn spawn_with_sigint(args: &[&str], cwd: &Path, sigint: libc::sighandler_t) -> s
     command.spawn().unwrap()
 }
 
+/// `kynml ARGS` in `cwd`, allowed to write no file larger than `bytes`
+/// (`ulimit -f`): past it, write(2) fails with EFBIG (kynml ignores the
+/// SIGXFSZ that would otherwise end it).
+fn kynml_limited(args: &[&str], cwd: &Path, bytes: libc::rlim_t) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
+    command.args(args).current_dir(cwd);
+    // SAFETY: between fork and exec only async-signal-safe calls are made.
+    unsafe {
+        command.pre_exec(move || {
+            let rl = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.output().unwrap()
+}
+
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
@@ -2434,7 +2454,6 @@ fn every_malformed_csv_exits_2_and_writes_nothing() {
 /// on, each failure is reported, and the path keeps epoch 1's checkpoint.
 #[test]
 fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
-    use std::os::unix::process::CommandExt;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     checkpointing_spec(dir, "one.kyn", "one.ckpt", 1);
@@ -2443,21 +2462,7 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
 
     checkpointing_spec(dir, "spec.kyn", "run.ckpt", 3);
     let limit = first.len() as libc::rlim_t;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
-    command.args(["train", "spec.kyn", "--out", "run"]).current_dir(dir);
-    // SAFETY: between fork and exec only async-signal-safe calls are made.
-    unsafe {
-        command.pre_exec(move || {
-            // Past the limit, write(2) fails with EFBIG: kynml ignores the
-            // SIGXFSZ that would otherwise end it.
-            let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let out = command.output().unwrap();
+    let out = kynml_limited(&["train", "spec.kyn", "--out", "run"], dir, limit);
     let t = text(&out);
     assert!(out.status.success(), "training itself goes on: {t}");
     assert_eq!(t.matches("warning: a checkpoint write failed").count(), 2, "epochs 2 and 3: {t}");
@@ -2478,21 +2483,9 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
         .collect();
     assert!(leftovers.is_empty(), "failed writes removed their temporary files: {leftovers:?}");
     // No write whole: the closing warning does not speak of a checkpoint that is not there.
+    // Half a checkpoint: the run folder's files (the weights alone) still fit.
     checkpointing_spec(dir, "none.kyn", "none.ckpt", 2);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
-    command.args(["train", "none.kyn", "--out", "none"]).current_dir(dir);
-    // SAFETY: as above.
-    unsafe {
-        command.pre_exec(move || {
-            // Half a checkpoint: the run folder's files (the weights alone) still fit.
-            let rl = libc::rlimit { rlim_cur: limit / 2, rlim_max: limit / 2 };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let t = text(&command.output().unwrap());
+    let t = text(&kynml_limited(&["train", "none.kyn", "--out", "none"], dir, limit / 2));
     assert!(t.contains("none was written whole, so there is no none.ckpt to resume from"), "{t}");
     assert!(!dir.join("none.ckpt").exists());
 }
@@ -2502,7 +2495,6 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
 /// file-size limit here, a full disk) leave them, and the run says so.
 #[test]
 fn a_fresh_run_whose_saves_fail_leaves_the_run_it_started_over_from() {
-    use std::os::unix::process::CommandExt;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let spec = checkpointing_spec(dir, "spec.kyn", "run.ckpt", 2);
@@ -2512,19 +2504,7 @@ fn a_fresh_run_whose_saves_fail_leaves_the_run_it_started_over_from() {
     let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
     let (then, older) = (read("run.ckpt"), read("run.ckpt.1"));
     let limit = (then.len() / 2) as libc::rlim_t;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
-    command.args(["train", "spec.kyn", "--fresh", "--out", "second"]).current_dir(dir);
-    // SAFETY: between fork and exec only async-signal-safe calls are made.
-    unsafe {
-        command.pre_exec(move || {
-            let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let out = command.output().unwrap();
+    let out = kynml_limited(&["train", "spec.kyn", "--fresh", "--out", "second"], dir, limit);
     let t = text(&out);
     assert!(out.status.success(), "training itself goes on: {t}");
     assert!(t.contains("note: --fresh starts over") && t.contains("when this run writes its first checkpoint"), "{t}");
@@ -2537,19 +2517,7 @@ fn a_fresh_run_whose_saves_fail_leaves_the_run_it_started_over_from() {
     );
     assert!(read("run.ckpt") == then && read("run.ckpt.1") == older, "the run given up is whole: {t}");
     // A resumed run whose saves all fail says the path holds what it resumed from.
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
-    command.args(["train", "spec.kyn", "--epochs", "3", "--out", "limited"]).current_dir(dir);
-    // SAFETY: as above.
-    unsafe {
-        command.pre_exec(move || {
-            let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let t = text(&command.output().unwrap());
+    let t = text(&kynml_limited(&["train", "spec.kyn", "--epochs", "3", "--out", "limited"], dir, limit));
     assert!(t.contains("run.ckpt still holds the checkpoint this run resumed from (epoch 2)"), "{t}");
     assert!(read("run.ckpt") == then, "{t}");
     // And a run without --fresh resumes it, as said.
@@ -2563,24 +2531,11 @@ fn a_fresh_run_whose_saves_fail_leaves_the_run_it_started_over_from() {
 /// again from it (it holds epoch 1 of 3); exit 1, no temporary file left.
 #[test]
 fn a_file_size_limit_on_the_model_says_what_the_checkpoint_holds() {
-    use std::os::unix::process::CommandExt;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     checkpointing_spec(dir, "s.kyn", "s.ckpt", 3);
     assert!(kynml(&["train", "s.kyn", "--epochs", "1", "--out", "first"], dir).status.success());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kynml"));
-    command.args(["train", "s.kyn", "--out", "second"]).current_dir(dir);
-    // SAFETY: between fork and exec only async-signal-safe calls are made.
-    unsafe {
-        command.pre_exec(|| {
-            let rl = libc::rlimit { rlim_cur: 100_000, rlim_max: 100_000 };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let out = command.output().unwrap();
+    let out = kynml_limited(&["train", "s.kyn", "--out", "second"], dir, 100_000);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("File too large") && t.contains("may write no file larger than 97.7 KiB: `ulimit -f`"), "{t}");

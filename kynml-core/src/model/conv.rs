@@ -191,6 +191,22 @@ impl Kind for ConvSpec {
                 .with_help(help),
             );
             return None;
+        } else if let Some(crate::spec::ast::ValueKind::Str(text)) = opts.get("padding").map(|v| &v.kind) {
+            // `padding="same"`, as PyTorch writes it: here a word, unquoted.
+            let help = match text.trim() {
+                "same" => "remove the quotes: `padding=same`".to_string(),
+                "valid" => "`valid` is no padding: write `padding=0` (or leave `padding` out)".to_string(),
+                _ => format!("write a number of zeros on each side, as in `padding={}`, or `padding=same`", kernel / 2),
+            };
+            d.push(
+                Diagnostic::new(
+                    opts.span("padding"),
+                    format!("expected a number or `same` for `padding`, found the string {text:?}"),
+                    "expected a number or `same`",
+                )
+                .with_help(help),
+            );
+            return None;
         } else {
             opts.count("padding", 0, 0, d)?
         };

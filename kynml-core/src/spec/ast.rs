@@ -86,6 +86,11 @@ pub(super) struct Block {
     /// have been this block's, so a key or layer among them is not said
     /// to be missing.
     pub swallowed: Vec<String>,
+    /// Read under a misspelled header (`trian:`, already reported) as the
+    /// kind it was most likely meant to be, so that its body's problems are
+    /// found in this run, not the one after the header is fixed. Left out
+    /// where a block of that kind (and name) is written correctly.
+    pub guessed: bool,
 }
 
 impl Block {

@@ -135,7 +135,8 @@ fn columns(
             d.push(
                 Diagnostic::new(item.span, format!("`{}` is the target, not a feature", name.value), "the target")
                     .with_help(if key == "categorical" {
-                        "a class target is read as labels already: use `loss = cross_entropy`"
+                        "remove it from `categorical`: the target is not an input (a class target needs no listing: \
+                         `loss = cross_entropy` reads its labels)"
                     } else {
                         "name the columns that hold the sequences to read"
                     }),

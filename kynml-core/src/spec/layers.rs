@@ -244,6 +244,21 @@ fn chain(shape: &Shape, layers: &[Spanned<Layer>], whole: bool, d: &mut Vec<Diag
     if let Err((i, problem)) = shapes {
         let layer = &layers[i];
         let given = if i == 0 { shape.clone() } else { model::shapes(shape, &specs[..i]).ok()?.pop()? };
+        // `input 32`, `embedding 16`, then a layer over positions: a text
+        // model whose input lost its `seq` (said first, where it starts).
+        let text_meant = shape.rank() == 1
+            && !shape.is_sequence()
+            && given.rank() == 1
+            && specs[..i].iter().any(|l| matches!(l, Layer::Embedding(_)));
+        let problem = match text_meant {
+            true => format!(
+                "{problem}; a text's tokens are read with `input seq {}` (`input {}` reads {} plain features)",
+                shape.dims()[0],
+                shape.dims()[0],
+                shape.dims()[0]
+            ),
+            false => problem,
+        };
         d.push(
             Diagnostic::new(
                 layer.span,

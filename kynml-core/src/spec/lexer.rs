@@ -83,6 +83,16 @@ impl Lexer<'_> {
         self.chars[first..last].iter().map(|&(_, c)| c).collect()
     }
 
+    /// For a `%` after a number (`split = 80%`): the fraction to write.
+    fn percent_fix(&self, at: usize) -> String {
+        let first = self.chars[..at].iter().rposition(|&(_, c)| !(c.is_ascii_digit() || c == '.')).map_or(0, |i| i + 1);
+        let number: String = self.chars[first..at].iter().map(|&(_, c)| c).collect();
+        match number.parse::<f64>() {
+            Ok(n) if n.is_finite() => format!("write a percentage as a fraction: `{number}%` is `{}`", n / 100.0),
+            _ => "write a percentage as a fraction: `80%` is `0.8`".to_string(),
+        }
+    }
+
     /// On a block header with a dotted or dashed name (`model Iris.v2:`),
     /// or a reference to one (`model = Iris.v2`), the line written with `_`
     /// instead: a block's name cannot be quoted.
@@ -184,6 +194,7 @@ impl Lexer<'_> {
                         '/' | '\\' => Some(format!("a path goes in double quotes: {quoted}")),
                         '{' | '}' => Some("lists are written in square brackets: `[a, b]`".to_string()),
                         ';' => Some("write one setting per line".to_string()),
+                        '%' => Some(self.percent_fix(start)),
                         '\u{2212}' | '\u{2013}' | '\u{2014}' => {
                             Some("a typographic minus or dash: write `-`".to_string())
                         }
@@ -270,7 +281,12 @@ impl Lexer<'_> {
             }
             let text = self.text(start, self.pos).to_string();
             // `1D` may be meant as a name: say how names begin, too.
-            let d = if text.contains('.') || text.starts_with(['-', '+']) {
+            // `4X1`, `28X28`: a shape with a capital X (or `×`, said apart).
+            let shape = text.split(['X']).all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+            let d = if shape && text.contains('X') {
+                Diagnostic::new(self.span(start, self.pos), format!("invalid shape `{text}`"), "not a shape")
+                    .with_help(format!("a shape's sizes are joined by a lowercase `x`: `{}`", text.replace('X', "x")))
+            } else if text.contains('.') || text.starts_with(['-', '+']) {
                 Diagnostic::new(self.span(start, self.pos), format!("invalid number `{text}`"), "not a number")
                     .with_help("numbers are written like `100`, `0.5`, `-2` or `1e-3`")
             } else {
@@ -537,6 +553,32 @@ mod tests {
         let (_, diags) = kinds("lr = 1e\u{2212}2");
         assert_eq!(diags[0].message, "a typographic minus in a number");
         assert_eq!((diags[0].span.start, diags[0].span.end), (7, 10), "the minus itself (3 bytes)");
+    }
+
+    #[test]
+    fn a_shape_with_a_capital_x_is_shown_lowercase() {
+        let (_, diags) = kinds("input 4X1");
+        assert_eq!(diags[0].message, "invalid shape `4X1`");
+        assert_eq!(diags[0].help.as_deref(), Some("a shape's sizes are joined by a lowercase `x`: `4x1`"));
+        let (_, diags) = kinds("input 1X28X28");
+        assert_eq!(diags[0].help.as_deref(), Some("a shape's sizes are joined by a lowercase `x`: `1x28x28`"));
+        // Not a shape: said as before.
+        let (_, diags) = kinds("input 4Xa");
+        assert_eq!(diags[0].message, "`4Xa` is neither a number nor a name");
+    }
+
+    #[test]
+    fn a_percentage_is_shown_as_its_fraction() {
+        for (line, help) in [
+            ("split = 80%", "write a percentage as a fraction: `80%` is `0.8`"),
+            ("split = 12.5%", "write a percentage as a fraction: `12.5%` is `0.125`"),
+            ("dropout = 35%", "write a percentage as a fraction: `35%` is `0.35`"),
+            ("split = %", "write a percentage as a fraction: `80%` is `0.8`"),
+        ] {
+            let (_, diags) = kinds(line);
+            assert_eq!(diags[0].message, "unexpected character `%`", "{line}");
+            assert_eq!(diags[0].help.as_deref(), Some(help), "{line}");
+        }
     }
 
     #[test]

@@ -478,12 +478,39 @@ fn a_misspelled_header_inside_a_block_is_one_problem() {
     // settings: said, as nothing under the header was a layer.
     let source = MINIMAL.replace("input 4\ndense 1 linear\n", "") + "evalute:\nmetrics = [mae]\n";
     assert!(messages(&source).iter().any(|m| m == "model `M` has no layers"), "{:?}", messages(&source));
-    // `evalute:` before `epochs`: `epochs` is not missing.
+    // `evalute:` before `epochs`: `epochs` is not missing from `train:`,
+    // and is read as the evaluate block's, which it would be once fixed.
     let source = MINIMAL.replace("epochs = 3", "evalute:\nepochs = 3");
-    assert_eq!(messages(&source), ["unknown block `evalute`"]);
+    assert_eq!(messages(&source), ["unknown block `evalute`", "unknown key `epochs` in `evaluate:` block"]);
     // After the block: a key missing from it is still missing.
     let source = MINIMAL.replace("loss = mse\n", "") + "evalute:\nmetrics = [mae]\n";
     assert_eq!(messages(&source), ["missing key `loss` in `train:` block", "unknown block `evalute`"]);
+}
+
+/// The body of a block under a misspelled header is read as the block it
+/// was likely meant to be: its problems are said in the same run (they were
+/// found only once the header was fixed).
+#[test]
+fn a_misspelled_blocks_body_is_checked_with_it() {
+    let source = MINIMAL.replace("train:", "trian:").replace("epochs = 3", "epochs = -3\nbatchh = 16");
+    let e = messages(&source);
+    assert_eq!(e[0], "unknown block `trian`", "{e:?}");
+    assert!(e.iter().any(|m| m.contains("`epochs`") && m.contains("-3")), "{e:?}");
+    assert!(e.iter().any(|m| m.contains("`batchh`")), "{e:?}");
+    // Nothing is said missing because of it: not the train block, nor its model or data.
+    assert!(!e.iter().any(|m| m.contains("missing") || m.contains("no `")), "{e:?}");
+    // A model under a misspelled header is still the model `train:` names.
+    let source = MINIMAL.replace("model M:", "modle M:").replace("dense 1 linear", "dense 0 linear");
+    let e = messages(&source);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0] == "unknown block `modle`" && e[1].contains("at least 1"), "{e:?}");
+    // Beside a block written correctly, it is no second one.
+    let source = format!("{MINIMAL}evaluate:\nmetrics = [mae]\nevalute:\nmetrics = [mae]\n");
+    assert_eq!(messages(&source), ["unknown block `evalute`"]);
+    let source = format!("{MINIMAL}trian:\nloss = mse\nepochs = 3\n");
+    assert_eq!(messages(&source), ["unknown block `trian`"]);
+    let source = format!("trian:\nloss = mse\nepochs = 3\n{MINIMAL}");
+    assert_eq!(messages(&source), ["unknown block `trian`"]);
 }
 
 /// Words other tools use, and the start of one name, find it; a word
@@ -507,6 +534,9 @@ fn other_tools_words_and_a_names_start_are_suggested() {
     assert!(help(train("loss_scale = auto")).contains("`loss_scale = none`"));
     let conv = |c: &str| MINIMAL.replace("input 4\n", &format!("input 1x8x8\n{c}\nflatten\n"));
     assert!(help(conv("conv2d 4 3 relu padding=valid")).contains("write `padding=0`"));
+    // Quoted, as PyTorch writes it: the word it is here.
+    assert_eq!(help(conv("conv2d 4 3 relu padding=\"same\"")), "remove the quotes: `padding=same`");
+    assert!(help(conv("conv2d 4 3 relu padding=\"valid\"")).contains("write `padding=0`"));
     let e = parse_spec(&conv("conv2d 4 3 relu padding=full")).unwrap_err().diagnostics;
     assert_eq!(e[0].message, "expected a number or `same` for `padding`, found `full`");
 }
@@ -979,6 +1009,28 @@ fn swapped_dense_arguments_and_a_percentage_dropout_say_what_to_write() {
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(d[0].message, "the units of `dense` come before its activation");
     assert_eq!(d[0].help.as_deref(), Some("write `dense 16 gelu`"));
+    // A text model's `input seq 32` written `input 32`: said at the first
+    // layer over positions, with the `seq` it lacks.
+    let d = diagnostics("input 32\nembedding 16\nglobal_avgpool\ndense 1 linear\n");
+    assert_eq!(d[0].message, "`global_avgpool` cannot take 32 features", "{d:?}");
+    assert!(
+        d[0].help
+            .as_deref()
+            .unwrap()
+            .ends_with("; a text's tokens are read with `input seq 32` (`input 32` reads 32 plain features)"),
+        "{d:?}"
+    );
+    // Without an embedding, no text is in sight: no such hint.
+    let d = diagnostics("input 32\nglobal_avgpool\ndense 1 linear\n");
+    assert!(!d[0].help.as_deref().unwrap().contains("input seq"), "{d:?}");
+    // Written as a setting: the line to write is a whole layer, its activation too.
+    let d = diagnostics("input 4\ndense = 16\ndense 1 linear\n");
+    assert_eq!(
+        d[0].help.as_deref(),
+        Some("write `dense 16 ACTIVATION`: `dense 16 relu`, or `dense 16 linear` for the outputs")
+    );
+    let d = diagnostics("input 4\ndense = 16 relu\ndense 1 linear\n");
+    assert_eq!(d[0].help.as_deref(), Some("write `dense 16 relu`"));
     let d = diagnostics("input 4\ndropout 30\ndense 1 linear\n");
     assert_eq!(d[0].help.as_deref(), Some("a percentage? a probability is a fraction of 1: write `0.3`"));
     let d = diagnostics("input 4\ndropout 1\ndense 1 linear\n");

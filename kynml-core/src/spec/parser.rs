@@ -57,6 +57,7 @@ pub(super) fn parse(source: &str, diags: &mut Vec<Diagnostic>) -> Document {
         document: Document::default(),
         state: State::BeforeFirstBlock { reported: false },
         left_open: false,
+        guessed_after: None,
     };
     let mut offset = 0;
     for (index, line) in source.split('\n').enumerate() {
@@ -86,6 +87,10 @@ struct Parser<'s> {
     state: State,
     /// The last line with tokens left a bracket or parenthesis open.
     left_open: bool,
+    /// In a block read under a misspelled header: the block before it,
+    /// whose lines these may have been (their first words are kept as its
+    /// `swallowed`, so that they are not said to be missing from it).
+    guessed_after: Option<usize>,
 }
 
 /// What a line is, judged by its tokens.
@@ -253,6 +258,9 @@ impl<'s> Parser<'s> {
                 }
                 State::InBlock(index) => {
                     diags.extend(lex_diags);
+                    if let (Some(before), TokenKind::Ident(word)) = (self.guessed_after, &tokens[0].kind) {
+                        self.document.blocks[before].swallowed.push(word.clone());
+                    }
                     if self.document.blocks[index].kind == BlockKind::Model {
                         self.layer_line(index, &line(), diags);
                     } else {
@@ -371,6 +379,7 @@ impl<'s> Parser<'s> {
             _ => None,
         };
         self.state = State::Skipping { after: None };
+        self.guessed_after = None;
         let head = &tokens[..colon.unwrap_or(tokens.len())];
         match colon {
             None => {
@@ -407,25 +416,34 @@ impl<'s> Parser<'s> {
                 return;
             }
         };
-        let Some(kind) = BlockKind::from_keyword(word) else {
-            let keywords = BlockKind::ALL.map(BlockKind::keyword);
-            let guess = suggest::did_you_mean(word, keywords);
-            if let Some(kind) = guess.and_then(BlockKind::from_keyword) {
+        let (kind, guessed) = match BlockKind::from_keyword(word) {
+            Some(kind) => (kind, false),
+            None => {
+                let keywords = BlockKind::ALL.map(BlockKind::keyword);
+                let guess = suggest::did_you_mean(word, keywords);
+                let help = match guess {
+                    Some(keyword) => format!("did you mean `{keyword}`?"),
+                    None => format!("blocks begin with {}", all_headers()),
+                };
+                diags.push(
+                    Diagnostic::new(head[0].span, format!("unknown block `{}`", word), "unknown block kind")
+                        .with_help(help),
+                );
+                let Some(kind) = guess.and_then(BlockKind::from_keyword) else {
+                    self.state = State::Skipping { after: before };
+                    return;
+                };
+                // Its body is read as the block it was meant to be: its
+                // problems are said now, not once the header is fixed.
                 self.document.lost_blocks.push(kind);
+                self.guessed_after = before;
+                (kind, true)
             }
-            let help = match guess {
-                Some(keyword) => format!("did you mean `{keyword}`?"),
-                None => format!("blocks begin with {}", all_headers()),
-            };
-            diags.push(
-                Diagnostic::new(head[0].span, format!("unknown block `{}`", word), "unknown block kind")
-                    .with_help(help),
-            );
-            self.state = State::Skipping { after: before };
-            return;
         };
 
-        let name = self.block_name(kind, &head[1..], header_span, lex_failed, diags);
+        // A misspelled header's name is taken as written, its problems
+        // left for when the header is fixed (one problem a line).
+        let name = self.block_name(kind, &head[1..], header_span, lex_failed || guessed, diags);
         if kind.is_named() && name.is_none() {
             self.document.lost_blocks.push(kind);
         }
@@ -438,6 +456,7 @@ impl<'s> Parser<'s> {
             layers: Vec::new(),
             damaged: false,
             swallowed: Vec::new(),
+            guessed,
         });
         self.state = State::InBlock(self.document.blocks.len() - 1);
     }
@@ -473,8 +492,15 @@ impl<'s> Parser<'s> {
                     format!("write `{keyword}:`")
                 };
                 diags.push(
-                    Diagnostic::new(names_span, format!("a `{keyword}:` block takes no name"), "unexpected name")
-                        .with_help(help),
+                    Diagnostic::new(
+                        names_span,
+                        format!(
+                            "{} `{keyword}:` block takes no name",
+                            if keyword.starts_with('e') { "an" } else { "a" }
+                        ),
+                        "unexpected name",
+                    )
+                    .with_help(help),
                 );
             }
             return None;
@@ -647,6 +673,11 @@ impl<'s> Parser<'s> {
         if let Some(eq) = top_level_eq(tokens).filter(|eq| *eq <= 1) {
             if !line.lex_failed {
                 let help = match &tokens[0].kind {
+                    // `dense = 1`: a dense layer needs its activation too.
+                    TokenKind::Ident(key) if eq == 1 && key == "dense" && tokens.len() == 3 => {
+                        let rest = &self.source[tokens[2].span.start..line.span.end];
+                        format!("write `dense {rest} ACTIVATION`: `dense {rest} relu`, or `dense {rest} linear` for the outputs")
+                    }
                     TokenKind::Ident(key) if eq == 1 && is_layer_name(key) && tokens.len() > 2 => {
                         let rest = &self.source[tokens[2].span.start..line.span.end];
                         format!("write `{key} {rest}`")
@@ -1124,6 +1155,8 @@ mod tests {
             ("dataset:\n", "missing name in `dataset` header"),
             ("model Deep Net:\n", "expected one name after `model`, found 2"),
             ("train T:\n", "a `train:` block takes no name"),
+            ("evaluate E:\n", "an `evaluate:` block takes no name"),
+            ("export E:\n", "an `export:` block takes no name"),
             ("model false:\ninput 4\n", "`false` is a value, not a name for a block"),
             ("train: epochs = 1\n", "unexpected text after block header"),
             ("model M:\ninput = 3\n", "expected a layer, found a `key = value` setting"),
@@ -1190,10 +1223,17 @@ mod tests {
     #[test]
     fn misspelled_blocks_are_remembered() {
         let mut diags = Vec::new();
-        let doc = parse("modle M:\ninput 3\ntrian:\nepochs = 1\n", &mut diags);
-        assert!(doc.blocks.is_empty());
+        let doc = parse("modle M:\ninput 3\ntrian:\nepochs = 1\nfoo:\nbar = 1\n", &mut diags);
         assert_eq!(doc.lost_blocks, [BlockKind::Model, BlockKind::Train]);
-        // The bodies of unknown blocks are skipped, not reported line by line.
-        assert_eq!(diags.len(), 2);
+        // Read as the blocks they were likely meant to be, so that their
+        // bodies' problems are found now; marked, so that a block written
+        // correctly is taken over them. A header like none is skipped.
+        let read: Vec<_> =
+            doc.blocks.iter().map(|b| (b.kind, b.guessed, b.name.as_ref().map(|n| n.value.as_str()))).collect();
+        assert_eq!(read, [(BlockKind::Model, true, Some("M")), (BlockKind::Train, true, None)]);
+        assert_eq!((doc.blocks[0].layers.len(), doc.blocks[1].entries.len()), (1, 1));
+        assert_eq!(doc.blocks[1].swallowed, ["bar"], "under the unknown `foo:`");
+        assert_eq!(doc.blocks[0].swallowed, ["epochs"], "under `trian:`, which may have been the model's");
+        assert_eq!(diags.len(), 3, "{diags:?}");
     }
 }

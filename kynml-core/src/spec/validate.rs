@@ -114,7 +114,11 @@ fn squashed_logits(model: &ModelSpec, loss: &Spanned<Loss>) -> Option<Diagnostic
 /// meant cannot be known.
 fn distinct_blocks<'a>(document: &'a Document, d: &mut Vec<Diagnostic>) -> Vec<&'a Block> {
     let mut kept: Vec<&Block> = Vec::new();
-    for block in &document.blocks {
+    // Blocks read under a misspelled header come last, and only where no
+    // block of theirs is written correctly: `trian:` beside `train:` is not
+    // a second train block (its header is reported already).
+    let (guessed, written): (Vec<&Block>, Vec<&Block>) = document.blocks.iter().partition(|b| b.guessed);
+    for block in written.into_iter().chain(guessed) {
         let same = |other: &&&Block| {
             other.kind == block.kind
                 && match (&other.name, &block.name) {
@@ -126,6 +130,9 @@ fn distinct_blocks<'a>(document: &'a Document, d: &mut Vec<Diagnostic>) -> Vec<&
             kept.push(block);
             continue;
         };
+        if block.guessed {
+            continue;
+        }
         let keyword = block.kind.keyword();
         let diagnostic = match &block.name {
             Some(name) => Diagnostic::new(

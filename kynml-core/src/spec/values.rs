@@ -274,6 +274,14 @@ fn mismatch_diagnostic(v: &Value, expected: &str, what: &str) -> Option<Diagnost
         ValueKind::Number(text) if expected == "an integer" => {
             text.parse::<f64>().ok().filter(|x| x.fract() == 0.0 && x.abs() < 1e15).map(|x| format!("write `{x}`"))
         }
+        // `"NaN"`, `"inf"`: no spelling of them is a value (unquoted, they are names).
+        ValueKind::Str(text)
+            if matches!(expected, "a number" | "an integer")
+                && text.trim().parse::<f64>().is_ok_and(|x| !x.is_finite())
+                && !text.bytes().any(|b| b.is_ascii_digit()) =>
+        {
+            Some("NaN and infinity are not values here: write a finite number".to_string())
+        }
         ValueKind::Str(text) if quotes_are_the_problem(text, expected) => {
             Some(format!("remove the quotes: `{}`", shorten(text)))
         }
@@ -426,6 +434,20 @@ mod tests {
         let options = [("fp32", 0), ("bf16", 1)];
         assert_eq!(choice(&quoted("bf16"), "`precision`", "precision", &options, &mut d), None);
         assert_eq!(d[1].help.as_deref(), Some("remove the quotes: `bf16`"));
+        // Unquoted, `NaN` is a name: the quotes are not the problem.
+        for text in ["NaN", "inf", "-Infinity"] {
+            let mut d = Vec::new();
+            assert_eq!(float(&quoted(text), "`lr`", Range::Positive, &mut d), None);
+            assert_eq!(count(&quoted(text), "`epochs`", 1, &mut d), None);
+            for problem in &d {
+                assert_eq!(
+                    problem.help.as_deref(),
+                    Some("NaN and infinity are not values here: write a finite number"),
+                    "{text}"
+                );
+            }
+            assert_eq!(d.len(), 2);
+        }
         assert_eq!(choice(&word("bf61"), "`precision`", "precision", &options, &mut d), None);
         assert_eq!(d[2].message, "unknown precision `bf61`");
         assert_eq!(d[2].help.as_deref(), Some("did you mean `bf16`?"));

@@ -680,9 +680,21 @@ impl SpecFile {
                 .with_help("name the CSV file inside it, as in `source = csv(\"data/train.csv\")`");
                 return Err(self.located(vec![problem]));
             }
+            // A file with no data row is said at the `source` line too.
+            Err(err @ DataError::Empty { .. }) => {
+                return Err(self.located(vec![Diagnostic::new(d.source.span, err.to_string(), "no data row")]));
+            }
             other => other?,
         };
-        let data = Dataset::from_table(table, d.split.value, d.normalize, self.spec.train.seed)?;
+        // So is one with too few rows to split.
+        let data = match Dataset::from_table(table, d.split.value, d.normalize, self.spec.train.seed) {
+            Err(err @ DataError::TooFewRows { .. }) => {
+                let problem = Diagnostic::new(d.source.span, err.to_string(), "too few rows")
+                    .with_help("training holds some rows out for validation: give the file more rows");
+                return Err(self.located(vec![problem]));
+            }
+            other => other?,
+        };
         if let Err(why) = self.spec.model.bind(&data.info) {
             return Err(self.located(vec![self.unbound(why)]));
         }
@@ -1054,10 +1066,18 @@ impl SpecFile {
                 ),
                 "a text column",
             )
-            .with_help(format!(
-                "declare the tokens per text: `input seq 64`, then `embedding 32` (model `{}` has `input {}`)",
-                model.name.value, model.shape
-            )),
+            .with_help(match (model.shape.dims(), model.layers.first().map(|l| &l.value)) {
+                // `input 32` then `embedding 16`: the `seq` left out.
+                ([n], Some(Layer::Embedding(_))) => format!(
+                    "declare the tokens per text: `input seq {n}` (model `{}` has `input {n}`, which reads {n} plain \
+                     features)",
+                    model.name.value
+                ),
+                _ => format!(
+                    "declare the tokens per text: `input seq 64`, then `embedding 32` (model `{}` has `input {}`)",
+                    model.name.value, model.shape
+                ),
+            }),
         }
     }
 
@@ -1164,7 +1184,11 @@ pub fn check_fit(spec: &Spec, data: &Dataset, data_path: &Path) -> Vec<Diagnosti
                 format!("expected a `dense {needed} ...` after it"),
             ),
         };
-        let mut problem = Diagnostic::new(last.span, format!("{what} {units} output(s) but {why}"), label);
+        let mut problem = Diagnostic::new(
+            last.span,
+            format!("{what} {units} output{} but {why}", if units == 1 { "" } else { "s" }),
+            label,
+        );
         if loss.value.is_classification() && looks_continuous(data.class_names().unwrap_or(&[])) {
             problem = problem.with_help(format!(
                 "`{}` looks like a continuous value ({classes} distinct numbers); for regression use `loss = mse`",
@@ -1725,8 +1749,13 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
             },
         });
     }
+    // Asked for, said either way; not asked for, said where even the same
+    // spec and seed do not repeat (three replicas or more sharing a device).
+    let repeats = deterministic(native, devices);
     if t.deterministic.value {
-        out.push(deterministic(native, devices));
+        out.push(repeats);
+    } else if repeats.value.starts_with("no:") {
+        out.push(Applied { as_requested: true, ..repeats });
     }
     if t.accumulate.value > 1 {
         let (n, b) = (t.accumulate.value, t.batch.value);
@@ -2060,6 +2089,14 @@ mod tests {
         // order still changes (a made-up mix: a real run takes one kind).
         let l = on(&[lavapipe(), Device::cpu(), Device::cpu()]);
         assert!(!l.as_requested && l.value.contains("3 replicas, some on one device"), "{l:?}");
+        // Not asked for: said where the runs differ, as a fact of the run
+        // (the docs promised the line; only `deterministic = true` had it).
+        let unasked = |n: usize| {
+            what_runs_on(&spec(""), &vec![Device::cpu(); n]).into_iter().find(|a| a.setting == "deterministic")
+        };
+        assert!(unasked(1).is_none() && unasked(2).is_none());
+        let l = unasked(3).expect("said with three replicas");
+        assert!(l.as_requested && l.value.starts_with("no: Burn's all-reduce adds the gradients of 3"), "{l:?}");
     }
 
     /// Fusion on a GPU backend is marked as not applied only where the
@@ -2228,6 +2265,51 @@ mod tests {
         let line = err.to_string();
         assert!(line.starts_with("dir/a.kyn:") && line.contains(": the spec does not fit its data: "), "{line}");
         assert!(!line.contains("could not read"), "{line}");
+    }
+
+    /// A text dataset under a model whose `input 32` lost its `seq`: the
+    /// hint keeps the model's own length (it offered `input seq 64`).
+    #[test]
+    fn a_text_models_missing_seq_is_said_with_its_length() {
+        let text = |input: &str| {
+            format!(
+                "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\n    tokens = \"t\"\nmodel M:\n    \
+                 {input}\n    dense 2 linear\ntrain:\n    loss = cross_entropy\n    epochs = 1\n"
+            )
+        };
+        let csv = b"t,y\ngood film,a\nbad film,b\nfine,a\nawful,b\n";
+        let hint = |input: &str| {
+            let mut file = SpecFile::from_source(Path::new("a.kyn"), text(input)).unwrap();
+            let Err(LoadError::Spec { error, .. }) = file.load_data_from(csv) else { panic!("no text input") };
+            error.diagnostics[0].help.clone().unwrap()
+        };
+        let embedded = text("input 32\n    embedding 16\n    flatten");
+        let mut file = SpecFile::from_source(Path::new("a.kyn"), embedded).unwrap();
+        let Err(LoadError::Spec { error, .. }) = file.load_data_from(csv) else { panic!("no text input") };
+        let help = error.diagnostics[0].help.clone().unwrap();
+        assert_eq!(
+            help,
+            "declare the tokens per text: `input seq 32` (model `M` has `input 32`, which reads 32 plain features)"
+        );
+        assert!(hint("input 3").contains("`input seq 64`, then `embedding 32`"));
+    }
+
+    /// A data file with no data row, or too few to split, is said at the
+    /// spec's `source` line, as a missing file is (it named the file alone).
+    #[test]
+    fn too_few_rows_are_said_at_the_source_line() {
+        let text = "dataset D:\n    source = csv(\"d.csv\")\n    target = \"y\"\nmodel M:\n    input 2\n    \
+                    dense 1 linear\ntrain:\n    loss = mse\n    epochs = 1\n";
+        for (csv, said) in [
+            (&b"a,b,y\n"[..], "no data: a header row and no data row below it"),
+            (b"", "no data: the file is empty"),
+            (b"a,b,y\n1,2,3\n", "1 data row but at least 2 are needed"),
+        ] {
+            let mut file = SpecFile::from_source(Path::new("dir/a.kyn"), text.into()).unwrap();
+            let Err(err) = file.load_data_from(csv) else { panic!("too few rows") };
+            let line = err.to_string();
+            assert!(line.starts_with("dir/a.kyn:2:18: ") && line.contains(said), "{line}");
+        }
     }
 
     /// A regression target whose epoch loss passes 32-bit floats from the

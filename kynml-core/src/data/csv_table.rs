@@ -2020,6 +2020,8 @@ mod tests {
             let DataError::NonFinite { row, column, value, .. } = &err else { panic!("{err:?}") };
             assert_eq!((*row, *column, value.as_str()), (3, col, cell));
             assert!(err.to_string().contains("must be a finite number"), "{err}");
+            // NaN is a missing value (as pandas writes one), said as `NA` is.
+            assert_eq!(err.to_string().contains("NaN marks a missing value"), cell == "NaN", "{err}");
         }
     }
 
@@ -2245,6 +2247,15 @@ mod tests {
         let (_dir, path) = temp_csv(b"s\n0.1 inf 0.3\n");
         let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err().to_string();
         assert!(!err.contains("too large"), "{err}");
+        // What was expected, and how a shorter sequence is written (not
+        // padded with nan, as the ONNX export's inputs are).
+        assert!(err.ends_with("; each value must be a finite number (a shorter sequence is written with fewer values, not padded with nan)"), "{err}");
+        let (_dir, path) = temp_csv(b"s\n0.1 nan\n");
+        let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err().to_string();
+        assert!(err.contains("not padded with nan"), "{err}");
+        let (_dir, path) = temp_csv(b"s\n0.1 abc\n");
+        let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err().to_string();
+        assert!(err.ends_with("is \"abc\"; each value must be a finite number"), "{err}");
     }
 
     #[test]
@@ -2270,6 +2281,10 @@ mod tests {
         let err = model_rows(b"age;income\n1;2\n", &["age", "income"], None).unwrap_err().to_string();
         assert!(err.contains("separated by semicolons") && !err.contains("did you mean"), "{err}");
         // Another column missing from a comma-separated file: no such hint.
+        let err = model_rows(b"a,b\n1,2\n", &["a", "x"], None).unwrap_err();
+        assert!(err.to_string().contains("no column `x`: the model needs all 2 of its input columns"), "{err}");
+        let err = model_rows(b"a,b\n1,2\n", &["x"], None).unwrap_err();
+        assert!(err.to_string().contains("no column `x`: it is the model's only input column"), "{err}");
         let err = model_rows(b"a,b\n1,2\n", &["a", "x"], None).unwrap_err();
         assert!(!err.to_string().contains("separated"), "{err}");
         assert!(!err.to_string().contains("no header"), "{err}");

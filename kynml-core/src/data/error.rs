@@ -299,9 +299,10 @@ pub enum DataError {
 
     /// A cell that reads as NaN or infinity, or overflows an f32.
     #[error(
-        "{}:{row}: column {column} (`{column_name}`) must be a finite number: found {value:?}{}",
+        "{}:{row}: column {column} (`{column_name}`) must be a finite number: found {value:?}{}{}",
         path.display(),
-        beyond_f32(value)
+        beyond_f32(value),
+        nan_hint(value)
     )]
     NonFinite {
         /// The data file.
@@ -438,9 +439,10 @@ pub enum DataError {
     /// A value of a sequence cell that is not a finite number.
     #[error(
         "{}:{row}: column {column} (`{column_name}`) holds a sequence of numbers separated by spaces, but its \
-         value {position} is {value:?}{}",
+         value {position} is {value:?}{}{}",
         path.display(),
-        beyond_f32(value)
+        beyond_f32(value),
+        sequence_value_hint(value)
     )]
     SequenceValue {
         /// The data file.
@@ -517,7 +519,7 @@ pub enum DataError {
 
     /// The target is declared categorical.
     #[error(
-        "{}: `{name}` is the target and cannot also be a categorical feature; a class target is read as labels already (use `loss = cross_entropy`)",
+        "{}: `{name}` is the target and cannot also be a categorical feature: remove it from `categorical` (a class target needs no listing: `loss = cross_entropy` reads its labels)",
         path.display()
     )]
     CategoricalTarget {
@@ -529,8 +531,12 @@ pub enum DataError {
 
     /// A column the model was trained on is not in the file.
     #[error(
-        "{}:1: no column `{name}`: the model needs its {count} input columns{}",
+        "{}:1: no column `{name}`: {}{}",
         path.display(),
+        match count {
+            1 => "it is the model's only input column".to_string(),
+            n => format!("the model needs all {n} of its input columns"),
+        },
         match (suggestion, layout) {
             (Some(s), _) => did_you_mean_column(s),
             (None, Some(HeaderLayout::Numbers(columns))) => format!(
@@ -718,5 +724,28 @@ fn beyond_f32(text: &str) -> &'static str {
             ", which is too large for a 32-bit float (at most about ±3.4e38)"
         }
         _ => "",
+    }
+}
+
+/// For a NaN cell: what pandas writes for a value nobody filled in (as
+/// `NA`, which is said as a missing value too).
+fn nan_hint(text: &str) -> &'static str {
+    match text.trim().trim_start_matches(['+', '-']).eq_ignore_ascii_case("nan") {
+        true => "; NaN marks a missing value, which KynML does not fill in: fill or drop such rows",
+        false => "",
+    }
+}
+
+/// What a sequence's value must be, where it is not a number at all
+/// (`nan`, `inf`, a word): a shorter sequence is written with fewer values,
+/// not padded (the ONNX export's NaN padding is not read back).
+fn sequence_value_hint(text: &str) -> &'static str {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() || text.trim().bytes().any(|b| b.is_ascii_digit()) => "",
+        Ok(_) => {
+            "; each value must be a finite number (a shorter sequence is written with fewer values, not padded with \
+             nan)"
+        }
+        Err(_) => "; each value must be a finite number",
     }
 }

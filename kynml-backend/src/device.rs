@@ -35,7 +35,7 @@ pub enum DeviceError {
         reason: String,
     },
     /// A CUDA device index beyond the GPUs the driver reports.
-    #[error("CUDA device {index} was requested but this machine has {count} CUDA device(s)")]
+    #[error("CUDA device {index} was requested but this machine has {count} CUDA device{}", if *count == 1 { "" } else { "s" })]
     CudaIndexOutOfRange {
         /// The requested device, 0-based.
         index: usize,

@@ -225,6 +225,9 @@ pub fn bench(args: BenchArgs) -> Result<(), Failure> {
     };
     tell!("\n{} on {on}, {}, {engine}", file.spec.model.name.value, report.precision.name());
     tell!("{}", render::table(&["", "figure", "what"], &rows));
+    if let Some(note) = spread_note(&report.rounds) {
+        tell!("{note}");
+    }
     if let Some(path) = &args.json {
         let mut json = serde_json::to_value(&report).context("the report as JSON")?;
         json["spec"] = serde_json::json!(args.spec.display().to_string());
@@ -298,7 +301,12 @@ pub fn warmup(args: WarmupArgs) -> Result<(), Failure> {
         let mut on: Vec<String> = devices.iter().map(kynml_backend::Device::describe).collect();
         on.dedup();
         let on = on.join(", ");
-        println!("nothing to warm up: {on} has no kernels to tune or compile (the spec and its data are fine)");
+        // Made-up rows say nothing of the data file, which was not read.
+        let fine = match args.synthetic {
+            Some(_) => "the spec is fine; its data file was not read (--synthetic)",
+            None => "the spec and its data are fine",
+        };
+        println!("nothing to warm up: {on} has no kernels to tune or compile ({fine})");
         return Ok(());
     }
     // A data-parallel spec: every device runs one replica's share of the
@@ -405,4 +413,34 @@ pub(crate) fn bench_data(file: &mut SpecFile, synthetic: Option<u64>) -> Result<
 /// `0.0 MiB`).
 fn size(bytes: u64) -> String {
     kynml_core::train::memory::bytes(bytes)
+}
+
+/// Rounds far apart (the fastest 1.5 times the slowest or more): the
+/// machine did other work meanwhile, and the median is a guess.
+fn spread_note(rounds: &[f64]) -> Option<String> {
+    let slowest = rounds.iter().copied().fold(f64::INFINITY, f64::min);
+    let fastest = rounds.iter().copied().fold(0.0, f64::max);
+    (rounds.len() >= 2 && slowest > 0.0 && fastest >= 1.5 * slowest).then(|| {
+        format!(
+            "note: the rounds differ by {:.1}x ({} to {} samples/s): something else ran on the machine meanwhile, \
+             or its clock changed; the median is not a steady figure: run again on a quiet machine, or with more \
+             --rounds",
+            fastest / slowest,
+            render::thousands(slowest.round() as usize),
+            render::thousands(fastest.round() as usize),
+        )
+    })
+}
+
+#[cfg(test)]
+mod spread_tests {
+    use super::spread_note;
+
+    #[test]
+    fn rounds_far_apart_are_said() {
+        assert_eq!(spread_note(&[1000.0, 1100.0, 1200.0]), None);
+        assert_eq!(spread_note(&[1000.0]), None);
+        let note = spread_note(&[656.0, 1725.0, 11225.0]).unwrap();
+        assert!(note.starts_with("note: the rounds differ by 17.1x (656 to 11,225 samples/s)"), "{note}");
+    }
 }

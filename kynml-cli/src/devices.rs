@@ -70,7 +70,22 @@ pub fn pick_all_in(
             let path = file.path.display().to_string();
             Err(Failure::input(kynml_core::spec::render_with(&path, &file.source, &[problem], summary)))
         }
-        None => Err(failure),
+        None => Err(flag_hint(failure)),
+    }
+}
+
+/// A device asked for with `--device` that is not here: where to look for
+/// one that is (the spec's own device gets it as a diagnostic's help).
+pub fn flag_hint(failure: Failure) -> Failure {
+    match failure.code {
+        2 => Failure {
+            message: format!(
+                "{}\n  `--device cpu` (or another device `kynml devices` lists) runs here",
+                failure.message.trim_end()
+            ),
+            ..failure
+        },
+        _ => failure,
     }
 }
 

@@ -13,7 +13,7 @@ use crate::render;
 
 fn load(model: &Path, device: DeviceRequest) -> Result<Predictor, Failure> {
     crate::output::check_model_path(model)?;
-    let device = crate::devices::pick(device)?;
+    let device = crate::devices::pick(device).map_err(crate::devices::flag_hint)?;
     // On a GPU backend, what its kernel cache gives (as `train` says it in
     // "what runs"), and the wait for the kernels it lacks.
     if device.has_fusion() {

@@ -66,6 +66,11 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
             elsewhere_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect())
         )));
     }
+    // So is a file where the run folder, or a folder above it, should be
+    // (it was refused after "what runs" and the data were said).
+    if let Some(message) = run_folder_blocked(args.out.as_deref()) {
+        return Err(Failure::input(message));
+    }
     let from_spec = args.device.is_none();
     let (device, devices) = crate::args::DeviceArg::split(args.device);
     file.apply(&Overrides { device, devices, epochs: args.epochs.map(|e| e as usize), seed: args.seed });
@@ -526,7 +531,11 @@ fn run_spec(args: TrainArgs) -> Result<(), Failure> {
             (None, true) => format!("{} is there, but no write of this run is known to be whole", path.display()),
             (_, false) => format!("none was written whole, so there is no {} to resume from", path.display()),
         };
-        say_err!("warning: {} checkpoint write(s) failed (see above); {left}", result.checkpoint_failures);
+        let failures = result.checkpoint_failures;
+        say_err!(
+            "warning: {failures} checkpoint write{} failed (see above); {left}",
+            if failures == 1 { "" } else { "s" }
+        );
     }
     let export_failed = match export_note {
         Some(Ok(note)) => {
@@ -1298,6 +1307,39 @@ fn continue_command(mut args: Vec<String>) -> String {
 
 /// This command with `--out DIR` moved to a folder that does not exist yet
 /// (`DIR-2`, `DIR-3`, ...).
+/// Why the run folder (`--out`, else one in `runs`) cannot be made, where
+/// it or a folder above it is a file: the message, with the command that
+/// runs into a new folder. `None` where nothing stands in the way yet.
+fn run_folder_blocked(out: Option<&Path>) -> Option<String> {
+    let (folder, named) = match out {
+        Some(out) => (out, format!("the run folder {}", out.display())),
+        None => (Path::new("runs"), "a run folder in runs".to_string()),
+    };
+    // The nearest of the folder and those above it that exists.
+    let found = folder.ancestors().filter(|p| !p.as_os_str().is_empty()).find(|p| std::fs::metadata(p).is_ok())?;
+    if std::fs::metadata(found).is_ok_and(|m| m.is_dir()) {
+        return None;
+    }
+    let (what, hint) = match (found == folder, out) {
+        (true, Some(_)) => (
+            "it is a file, not a folder".to_string(),
+            format!(
+                "to run into a new folder: {}",
+                elsewhere_command(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect())
+            ),
+        ),
+        (true, None) => (
+            "it is a file, not a folder".to_string(),
+            "move the file `runs` away, or name the run folder with --out DIR".to_string(),
+        ),
+        (false, _) => (
+            format!("{} is a file, not a folder", found.display()),
+            format!("move the file {} away, or choose another --out", found.display()),
+        ),
+    };
+    Some(format!("error: cannot create {named}: {what}\n  {hint}"))
+}
+
 fn elsewhere_command(mut args: Vec<String>) -> String {
     let free = |dir: &str| {
         let dir = if dir.len() > 1 { dir.trim_end_matches('/') } else { dir };

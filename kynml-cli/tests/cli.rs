@@ -518,6 +518,14 @@ fn cuda_on_a_machine_without_it_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("CUDA was requested but is not available"), "{t}");
     assert!(!t.contains("panicked"), "{t}");
+    // With where to look for a device that is here (it was the bare refusal).
+    assert!(t.contains("\n  `--device cpu` (or another device `kynml devices` lists) runs here"), "{t}");
+    let out = kynml(&["train", "iris.kyn", "--epochs", "1", "--device", "cpu", "--out", "r"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kynml(&["predict", "r", "iris.csv", "--device", "cuda"], tmp.path());
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("CUDA was requested") && t.contains("`--device cpu` (or another device"), "{t}");
     // Named by the spec itself: located at its `device` line.
     let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap().replace("device = auto", "device = cuda");
     std::fs::write(tmp.path().join("gpu.kyn"), spec).unwrap();
@@ -2474,7 +2482,7 @@ fn a_failing_checkpoint_write_keeps_the_previous_checkpoint_and_is_reported() {
     // failure, said at epoch 3's hand-off, does not hide epoch 3's.
     assert_eq!(t.matches("checkpoint: epoch ").count(), 3, "{t}");
     assert!(t.contains("a checkpoint already at the path is left whole"), "{t}");
-    assert!(t.contains("2 checkpoint write(s) failed (see above); run.ckpt holds the last one that succeeded"), "{t}");
+    assert!(t.contains("2 checkpoint writes failed (see above); run.ckpt holds the last one that succeeded"), "{t}");
     assert!(std::fs::read(dir.join("run.ckpt")).unwrap() == first, "the path still holds epoch 1's checkpoint");
     let leftovers: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -3101,7 +3109,7 @@ fn a_class_of_one_row_is_named_as_a_likely_typo() {
     std::fs::write(dir.join("b.csv"), csv).unwrap();
     std::fs::write(dir.join("b.kyn"), spec.replace("loss = bce", "loss = cross_entropy")).unwrap();
     let t = text(&kynml(&["check", "b.kyn"], dir));
-    assert!(t.contains("has 1 output(s) but `cross_entropy` needs one output per class (2 classes"), "{t}");
+    assert!(t.contains("has 1 output but `cross_entropy` needs one output per class (2 classes"), "{t}");
     assert!(!t.contains("mistyped"), "{t}");
 }
 
@@ -3121,7 +3129,7 @@ fn a_residual_block_that_ends_the_model_is_checked_by_its_width() {
         let t = text(&out);
         assert_eq!(out.status.code(), Some(2), "{command}: {t}");
         assert!(t.contains("wide.kyn:13:") && t.contains("`residual:` block that ends the model"), "{t}");
-        assert!(t.contains("has 8 output(s) but `cross_entropy` needs one output per class (3 classes"), "{t}");
+        assert!(t.contains("has 8 outputs but `cross_entropy` needs one output per class (3 classes"), "{t}");
         assert!(!t.contains("panicked"), "{t}");
         assert!(!dir.join("run").exists(), "nothing written");
     }
@@ -3284,12 +3292,18 @@ fn an_unwritable_run_folder_is_refused_before_training() {
     let out = kynml(&["train", "iris.kyn", "--out", "blocker/run"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("cannot create the run folder blocker/run: ") && !t.contains("\nepoch "), "{t}");
-    // A file where the run folder should be is named and said to be a file.
+    assert!(t.contains("cannot create the run folder blocker/run: blocker is a file, not a folder"), "{t}");
+    assert!(t.contains("move the file blocker away, or choose another --out"), "{t}");
+    // Refused before what runs and the data are said (they were, then the refusal).
+    assert!(!t.contains("what runs") && !t.contains("data: "), "{t}");
+    // A file where the run folder should be is named and said to be a file,
+    // with the command that runs into a new folder.
     let out = kynml(&["train", "iris.kyn", "--out", "blocker"], dir);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("cannot create the run folder blocker: it is a file, not a folder"), "{t}");
+    assert!(t.contains("to run into a new folder: ") && t.contains("train iris.kyn --out blocker-2"), "{t}");
+    assert!(!t.contains("what runs"), "{t}");
     assert_eq!(std::fs::read_to_string(dir.join("blocker")).unwrap(), "a file where a folder should be");
     // So is the default folder's parent, `runs`, when it is a file.
     std::fs::write(dir.join("runs"), "x").unwrap();
@@ -3297,6 +3311,7 @@ fn an_unwritable_run_folder_is_refused_before_training() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("cannot create a run folder in runs: it is a file, not a folder"), "{t}");
+    assert!(t.contains("move the file `runs` away, or name the run folder with --out DIR") && !t.contains("what runs"));
 }
 
 fn kynml_env<V: AsRef<std::ffi::OsStr>>(args: &[&str], cwd: &Path, env: &[(&str, V)]) -> Output {
@@ -3609,12 +3624,28 @@ fn fused_updates_and_the_overflow_check_say_where_they_run() {
 #[test]
 fn warmup_takes_synthetic_rows_instead_of_the_data_file() {
     let tmp = copy_example("iris");
+    // A checkpoint of the real data, which made-up rows cannot judge: `check
+    // --synthetic` said train "would not resume" from it (and --fresh).
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    let spec = spec.replace("train:\n", "train:\n    checkpoint = checkpoint(every_n=1, path=\"ck/iris.ckpt\")\n");
+    std::fs::write(tmp.path().join("iris.kyn"), spec).unwrap();
+    let out = kynml(&["train", "iris.kyn", "--epochs", "1", "--device", "cpu", "--out", "r"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kynml(&["check", "iris.kyn", "--synthetic", "150"], tmp.path());
+    let t = text(&out);
+    assert!(out.status.success() && !t.contains("would not resume"), "{t}");
+    assert!(t.contains("checkpoint ck/iris.ckpt is there; whether `kynml train` resumes from it is judged"), "{t}");
+    // Without --synthetic, the verdict on the real data.
+    let t = text(&kynml(&["check", "iris.kyn"], tmp.path()));
+    assert!(t.contains("`kynml train` resumes from it"), "{t}");
     std::fs::remove_file(tmp.path().join("iris.csv")).unwrap();
     // Nothing to warm up on the CPU, but the spec and its data are checked
     // as train checks them: without the data file (or --synthetic) refused.
     let out = kynml(&["warmup", "iris.kyn", "--device", "cpu", "--synthetic", "150"], tmp.path());
     let t = text(&out);
-    assert!(out.status.success() && t.contains("nothing to warm up") && t.contains("are fine"), "{t}");
+    assert!(out.status.success() && t.contains("nothing to warm up"), "{t}");
+    // Made-up rows say nothing of the data file (it said "its data are fine").
+    assert!(t.contains("the spec is fine; its data file was not read (--synthetic)") && !t.contains("are fine"), "{t}");
     let out = kynml(&["warmup", "iris.kyn", "--device", "cpu"], tmp.path());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("iris.csv"), "{}", text(&out));

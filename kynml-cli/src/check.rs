@@ -107,16 +107,23 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         }
         // Whether it is this run's is judged against the spec's data, which
         // made-up rows are not: a verdict on them would be wrong both ways.
+        // What does not depend on the data (the file whole, the model,
+        // optimizer and loss it was written for) is still judged.
         let found = match args.synthetic {
             Some(_) => {
-                if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-                    println!(
-                        "note: checkpoint {} is there; whether `kynml train` resumes from it is judged against the \
-                         spec's data, which --synthetic does not read (`kynml check` without it says)",
-                        path.display()
-                    );
+                let bound = !data.info.categories.is_empty() || data.info.tokens.is_some();
+                match file.checkpoint_without_data(&path, bound) {
+                    Ok(_) if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) => Ok(None),
+                    Ok(_) => {
+                        println!(
+                            "note: checkpoint {} is there; whether `kynml train` resumes from it is judged against \
+                             the spec's data too, which --synthetic does not read (`kynml check` without it says)",
+                            path.display()
+                        );
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
                 }
-                Ok(None)
             }
             None => file.find_checkpoint(&data),
         };

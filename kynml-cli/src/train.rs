@@ -1305,16 +1305,18 @@ fn continue_command(mut args: Vec<String>) -> String {
     elsewhere_command(args)
 }
 
-/// This command with `--out DIR` moved to a folder that does not exist yet
-/// (`DIR-2`, `DIR-3`, ...).
 /// Why the run folder (`--out`, else one in `runs`) cannot be made, where
 /// it or a folder above it is a file: the message, with the command that
 /// runs into a new folder. `None` where nothing stands in the way yet.
 fn run_folder_blocked(out: Option<&Path>) -> Option<String> {
-    let (folder, named) = match out {
+    let (written, named) = match out {
         Some(out) => (out, format!("the run folder {}", out.display())),
         None => (Path::new("runs"), "a run folder in runs".to_string()),
     };
+    // Its parts (`blocker/` and `blocker/.` are `blocker`, whose metadata
+    // a trailing `/` would make fail).
+    let folder: PathBuf = written.components().collect();
+    let folder = folder.as_path();
     // The nearest of the folder and those above it that exists.
     let found = folder.ancestors().filter(|p| !p.as_os_str().is_empty()).find(|p| std::fs::metadata(p).is_ok())?;
     if std::fs::metadata(found).is_ok_and(|m| m.is_dir()) {
@@ -1340,6 +1342,8 @@ fn run_folder_blocked(out: Option<&Path>) -> Option<String> {
     Some(format!("error: cannot create {named}: {what}\n  {hint}"))
 }
 
+/// This command with `--out DIR` moved to a folder that does not exist yet
+/// (`DIR-2`, `DIR-3`, ...).
 fn elsewhere_command(mut args: Vec<String>) -> String {
     let free = |dir: &str| {
         let dir = if dir.len() > 1 { dir.trim_end_matches('/') } else { dir };

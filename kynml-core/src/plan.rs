@@ -468,6 +468,21 @@ impl SpecFile {
         Ok(Some((ckpt, state)))
     }
 
+    /// [`checkpoint_at`](Self::checkpoint_at) without the data (`kynml check
+    /// --synthetic`, whose rows are made up): whether the checkpoint at
+    /// `path` loads and was written for this spec's model, optimizer and
+    /// loss. `Ok(None)` where there is no file, or where the model is bound
+    /// to its data (`bound`: vocabularies learned from the rows), which
+    /// made-up rows cannot judge.
+    pub fn checkpoint_without_data(&self, path: &Path, bound: bool) -> Result<Option<LoopState>, ResumeError> {
+        let Some(ckpt) = checkpoint::load(path)? else { return Ok(None) };
+        let optimizer = AnyOptimizer::new(&self.spec.train.optimizer.value);
+        match resume::check(&ckpt, &self.spec.model, optimizer.name(), &self.spec.train.loss.value.written()) {
+            Err(ResumeError::ModelMismatch { .. }) if bound => Ok(None),
+            checked => checked.map(Some),
+        }
+    }
+
     /// Replaces the spec's values with the overrides that are set.
     pub fn apply(&mut self, overrides: &Overrides) {
         let t = &mut self.spec.train;

@@ -252,7 +252,8 @@ fn chain(shape: &Shape, layers: &[Spanned<Layer>], whole: bool, d: &mut Vec<Diag
             && specs[..i].iter().any(|l| matches!(l, Layer::Embedding(_)));
         let problem = match text_meant {
             true => format!(
-                "{problem}; a text's tokens are read with `input seq {}` (`input {}` reads {} plain features)",
+                "{problem}; if the input is a text, its tokens are read with `input seq {}` (`input {}` reads {} \
+                 plain features)",
                 shape.dims()[0],
                 shape.dims()[0],
                 shape.dims()[0]

@@ -83,14 +83,19 @@ impl Lexer<'_> {
         self.chars[first..last].iter().map(|&(_, c)| c).collect()
     }
 
-    /// For a `%` after a number (`split = 80%`): the fraction to write.
-    fn percent_fix(&self, at: usize) -> String {
+    /// For a `%` right after a plain number (`split = 80%`): the fraction
+    /// to write; nothing after anything else (`y%`, `1e-3%`).
+    fn percent_fix(&self, at: usize) -> Option<String> {
         let first = self.chars[..at].iter().rposition(|&(_, c)| !(c.is_ascii_digit() || c == '.')).map_or(0, |i| i + 1);
-        let number: String = self.chars[first..at].iter().map(|&(_, c)| c).collect();
-        match number.parse::<f64>() {
-            Ok(n) if n.is_finite() => format!("write a percentage as a fraction: `{number}%` is `{}`", n / 100.0),
-            _ => "write a percentage as a fraction: `80%` is `0.8`".to_string(),
+        // A number as written, not the end of a word or an exponent.
+        let before = first.checked_sub(1).map(|i| self.chars[i].1);
+        if before.is_some_and(|c| c.is_alphanumeric() || "_+-.".contains(c)) {
+            return None;
         }
+        let number: String = self.chars[first..at].iter().map(|&(_, c)| c).collect();
+        // Moved two places as decimal text: `14.3%` is `0.143` (not 14.3 / 100's `0.14300000000000002`).
+        let fraction = format!("{number}e-2").parse::<f64>().ok().filter(|f| f.is_finite())?;
+        Some(format!("write a percentage as a fraction: `{number}%` is `{fraction}`"))
     }
 
     /// On a block header with a dotted or dashed name (`model Iris.v2:`),
@@ -194,7 +199,7 @@ impl Lexer<'_> {
                         '/' | '\\' => Some(format!("a path goes in double quotes: {quoted}")),
                         '{' | '}' => Some("lists are written in square brackets: `[a, b]`".to_string()),
                         ';' => Some("write one setting per line".to_string()),
-                        '%' => Some(self.percent_fix(start)),
+                        '%' => self.percent_fix(start),
                         '\u{2212}' | '\u{2013}' | '\u{2014}' => {
                             Some("a typographic minus or dash: write `-`".to_string())
                         }
@@ -573,11 +578,16 @@ mod tests {
             ("split = 80%", "write a percentage as a fraction: `80%` is `0.8`"),
             ("split = 12.5%", "write a percentage as a fraction: `12.5%` is `0.125`"),
             ("dropout = 35%", "write a percentage as a fraction: `35%` is `0.35`"),
-            ("split = %", "write a percentage as a fraction: `80%` is `0.8`"),
+            ("split = 14.3%", "write a percentage as a fraction: `14.3%` is `0.143`"),
         ] {
             let (_, diags) = kinds(line);
             assert_eq!(diags[0].message, "unexpected character `%`", "{line}");
             assert_eq!(diags[0].help.as_deref(), Some(help), "{line}");
+        }
+        // Not after a plain number: no percentage to show.
+        for line in ["split = %", "target = y%", "lr = 1e-3%"] {
+            let (_, diags) = kinds(line);
+            assert_eq!(diags[0].help, None, "{line}");
         }
     }
 

@@ -507,6 +507,13 @@ fn a_misspelled_blocks_body_is_checked_with_it() {
     // Beside a block written correctly, it is no second one.
     let source = format!("{MINIMAL}evaluate:\nmetrics = [mae]\nevalute:\nmetrics = [mae]\n");
     assert_eq!(messages(&source), ["unknown block `evalute`"]);
+    // Guessed wrong (layers under `trian:`, settings under `modle:`): the
+    // lines are skipped as before, not each said to be in the wrong block.
+    let source = MINIMAL.replace("dense 1 linear\n", "trian:\ndense 8 relu\ndense 1 linear\n");
+    let e = messages(&source);
+    assert!(e[0] == "unknown block `trian`" && !e.iter().any(|m| m.contains("expected")), "{e:?}");
+    let source = MINIMAL.replace("epochs = 3", "modle:\nepochs = 3\nbatch = 8");
+    assert_eq!(messages(&source), ["unknown block `modle`"]);
     let source = format!("{MINIMAL}trian:\nloss = mse\nepochs = 3\n");
     assert_eq!(messages(&source), ["unknown block `trian`"]);
     let source = format!("trian:\nloss = mse\nepochs = 3\n{MINIMAL}");
@@ -1014,10 +1021,9 @@ fn swapped_dense_arguments_and_a_percentage_dropout_say_what_to_write() {
     let d = diagnostics("input 32\nembedding 16\nglobal_avgpool\ndense 1 linear\n");
     assert_eq!(d[0].message, "`global_avgpool` cannot take 32 features", "{d:?}");
     assert!(
-        d[0].help
-            .as_deref()
-            .unwrap()
-            .ends_with("; a text's tokens are read with `input seq 32` (`input 32` reads 32 plain features)"),
+        d[0].help.as_deref().unwrap().ends_with(
+            "; if the input is a text, its tokens are read with `input seq 32` (`input 32` reads 32 plain features)"
+        ),
         "{d:?}"
     );
     // Without an embedding, no text is in sight: no such hint.
@@ -1029,6 +1035,8 @@ fn swapped_dense_arguments_and_a_percentage_dropout_say_what_to_write() {
         d[0].help.as_deref(),
         Some("write `dense 16 ACTIVATION`: `dense 16 relu`, or `dense 16 linear` for the outputs")
     );
+    let d = diagnostics("input 4\ndense = relu\ndense 1 linear\n");
+    assert!(!d[0].help.as_deref().unwrap_or("").contains("relu ACTIVATION"), "{d:?}");
     let d = diagnostics("input 4\ndense = 16 relu\ndense 1 linear\n");
     assert_eq!(d[0].help.as_deref(), Some("write `dense 16 relu`"));
     let d = diagnostics("input 4\ndropout 30\ndense 1 linear\n");

@@ -257,10 +257,21 @@ impl<'s> Parser<'s> {
                     }
                 }
                 State::InBlock(index) => {
-                    diags.extend(lex_diags);
                     if let (Some(before), TokenKind::Ident(word)) = (self.guessed_after, &tokens[0].kind) {
                         self.document.blocks[before].swallowed.push(word.clone());
                     }
+                    // A block read under a misspelled header whose first
+                    // line is not of its kind (layers under `trian:`) was
+                    // guessed wrong: it is given up, and its lines skipped.
+                    let block = &self.document.blocks[index];
+                    let first = block.entries.is_empty() && block.layers.is_empty() && !block.damaged;
+                    let setting = top_level_eq(&tokens).is_some();
+                    if block.guessed && first && setting == (block.kind == BlockKind::Model) {
+                        self.document.blocks.pop();
+                        self.state = State::Skipping { after: self.guessed_after };
+                        return;
+                    }
+                    diags.extend(lex_diags);
                     if self.document.blocks[index].kind == BlockKind::Model {
                         self.layer_line(index, &line(), diags);
                     } else {
@@ -674,7 +685,11 @@ impl<'s> Parser<'s> {
             if !line.lex_failed {
                 let help = match &tokens[0].kind {
                     // `dense = 1`: a dense layer needs its activation too.
-                    TokenKind::Ident(key) if eq == 1 && key == "dense" && tokens.len() == 3 => {
+                    TokenKind::Ident(key)
+                        if eq == 1
+                            && key == "dense"
+                            && matches!(tokens[2..], [Token { kind: TokenKind::Number(_), .. }]) =>
+                    {
                         let rest = &self.source[tokens[2].span.start..line.span.end];
                         format!("write `dense {rest} ACTIVATION`: `dense {rest} relu`, or `dense {rest} linear` for the outputs")
                     }

@@ -44,38 +44,158 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
     if let Some(output) = output {
         check_replaceable(output, args.rows(), &header)?;
     }
-    // The model's columns with no row below them (a query that matched
-    // nothing) are predicted as nothing: the header alone, as a pipeline's
-    // next stage expects, not a failed job.
-    let (text, predicted) = match read_rows_or_error(m, args.rows(), false)? {
-        Err(kynml_core::data::DataError::Empty { header: true, path, .. }) => {
-            eprintln!("note: {} has the model's columns and no row below them: no predictions", path.display());
-            (format!("{header}\n"), 0)
-        }
-        rows => {
-            let rows = rows.map_err(|e| Failure::input(format!("error: {e}")))?;
-            note_unseen(&rows, m.tokens.is_some());
-            let p = predictor.predict_rows(&rows);
+    // The rows are read, predicted on and written a piece at a time: a file
+    // of any length in bounded memory, its first predictions out before the
+    // rest is read. With `--output` the file appears only whole.
+    let (input, name, probe) = open_rows(args.rows())?;
+    let mut rows = m.read_rows_in_pieces(input, &name, false, kynml_core::data::PIECE_BYTES, probe);
+    let mut seen = Seen::default();
+    let mut stream = |out: &mut dyn Write| predict_stream(&predictor, &mut rows, &header, out, &mut seen);
+    let written = match output {
+        None => {
+            let mut out = std::io::stdout().lock();
+            let streamed = stream(&mut out).and_then(|()| out.flush().map_err(Streamed::Write));
             // What this run tuned and compiled is kept for the next, refused or not, as `train` keeps it.
             crate::devices::seal_cache();
-            let p = p.map_err(|e| Failure::input(format!("error: {e}")))?;
-            (predictions_csv(&p, &header), p.rows)
+            match streamed {
+                // A reader that stops early (`| head`) is not a failure.
+                Err(Streamed::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                Err(Streamed::Write(e)) => {
+                    Err(Failure::run(format!("error: cannot write the predictions to standard output: {e}")))
+                }
+                Err(Streamed::Input(failure)) => Err(failure),
+                Ok(()) => Ok(()),
+            }
+        }
+        Some(output) => {
+            let failed = |e: std::io::Error| Failure::run(format!("error: cannot write {}: {e}", output.display()));
+            // A stream (a named pipe, /dev/null) is written as it comes; a
+            // file is staged beside its place and put there whole.
+            let mut input_failure = None;
+            let written = if crate::output::is_stream(output) {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(output)
+                    .map_err(Streamed::Write)
+                    .and_then(|mut f| stream(&mut f))
+            } else {
+                kynml_core::atomic_file::stage_with(output, |out| {
+                    stream(out).map_err(|e| match e {
+                        Streamed::Write(e) => e,
+                        Streamed::Input(failure) => {
+                            input_failure = Some(failure);
+                            std::io::Error::other("the rows were refused")
+                        }
+                    })
+                })
+                .and_then(kynml_core::atomic_file::Staged::commit)
+                .map_err(Streamed::Write)
+            };
+            crate::devices::seal_cache();
+            match (input_failure, written) {
+                (Some(failure), _) | (None, Err(Streamed::Input(failure))) => Err(failure),
+                (None, Err(Streamed::Write(e))) => Err(failed(e)),
+                (None, Ok(())) => {
+                    let n = seen.predicted;
+                    println!("{n} prediction{} written to {}", if n == 1 { "" } else { "s" }, output.display());
+                    Ok(())
+                }
+            }
         }
     };
-    let Some(output) = output else {
-        // A reader that stops early (`| head`) is not a failure.
-        let mut out = std::io::stdout().lock();
-        return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                Err(Failure::run(format!("error: cannot write the predictions to standard output: {e}")))
-            }
-            _ => Ok(()),
+    if let Some(rows) = &seen.rows {
+        note_unseen(rows, m.tokens.is_some());
+    }
+    written
+}
+
+/// Why streaming predictions stopped: the rows (or the model on them), or
+/// the writing.
+enum Streamed {
+    Input(Failure),
+    Write(std::io::Error),
+}
+
+/// What the pieces read so far held, for the notes said at the end: their
+/// rows' counts (no features), and the predictions written.
+#[derive(Default)]
+struct Seen {
+    rows: Option<kynml_core::data::ModelRows>,
+    predicted: usize,
+}
+
+impl Seen {
+    fn add(&mut self, piece: kynml_core::data::ModelRows) {
+        let Some(all) = &mut self.rows else {
+            self.rows = Some(kynml_core::data::ModelRows { features: Vec::new(), lines: Vec::new(), ..piece });
+            return;
         };
-    };
-    crate::output::write_output(output, text.as_bytes())
-        .map_err(|e| Failure::run(format!("error: cannot write {}: {e}", output.display())))?;
-    println!("{} prediction{} written to {}", predicted, if predicted == 1 { "" } else { "s" }, output.display());
+        all.rows += piece.rows;
+        all.cut = (all.cut.0 + piece.cut.0, all.cut.1.max(piece.cut.1));
+        all.empty += piece.empty;
+        for (column, n) in piece.unseen {
+            match all.unseen.iter_mut().find(|(c, _)| *c == column) {
+                Some((_, total)) => *total += n,
+                None => all.unseen.push((column, n)),
+            }
+        }
+    }
+}
+
+/// Predicts on each piece of rows and writes its predictions, the header
+/// before the first; a file with the header and no row gets the header alone.
+fn predict_stream<R: std::io::Read>(
+    predictor: &Predictor,
+    pieces: &mut kynml_core::export::RowsInPieces<'_, R>,
+    header: &str,
+    out: &mut dyn Write,
+    seen: &mut Seen,
+) -> Result<(), Streamed> {
+    let refused = |e: &dyn std::fmt::Display| Streamed::Input(Failure::input(format!("error: {e}")));
+    let mut first = true;
+    for rows in pieces {
+        let rows = match rows {
+            // The model's columns with no row below them (a query that
+            // matched nothing) are predicted as nothing: the header alone,
+            // as a pipeline's next stage expects, not a failed job.
+            Err(kynml_core::data::DataError::Empty { header: true, path, .. }) if first => {
+                eprintln!("note: {} has the model's columns and no row below them: no predictions", path.display());
+                return out.write_all(format!("{header}\n").as_bytes()).map_err(Streamed::Write);
+            }
+            rows => rows.map_err(|e| refused(&e))?,
+        };
+        let p = predictor.predict_rows(&rows).map_err(|e| refused(&e))?;
+        let mut text = if first { format!("{header}\n") } else { String::new() };
+        predictions_csv(&p, &mut text);
+        out.write_all(text.as_bytes()).map_err(Streamed::Write)?;
+        seen.predicted += p.rows;
+        seen.add(rows);
+        first = false;
+    }
     Ok(())
+}
+
+/// The rows to predict on, as a stream: a file (a device refused unread, as
+/// training refuses one), or standard input for `-`; with the name errors
+/// give it, and whether it may never end (standard input, a named pipe).
+fn open_rows(path: &Path) -> Result<(Box<dyn std::io::Read>, std::path::PathBuf, bool), Failure> {
+    use kynml_core::data::DataError;
+    if path.as_os_str() == "-" {
+        return Ok((Box::new(std::io::stdin().lock()), "<stdin>".into(), true));
+    }
+    let refused = |e: DataError| Failure::input(format!("error: {e}"));
+    let kind = kynml_core::atomic_file::special_kind(path);
+    if let Some(kind) = kind.filter(|k| *k != kynml_core::atomic_file::FIFO) {
+        return Err(refused(DataError::NotAFile { path: path.into(), kind }));
+    }
+    let file = std::fs::File::open(path).map_err(|source| refused(DataError::Io { path: path.into(), source }))?;
+    // A large file takes a while: said, as `train` says it (on stderr:
+    // standard output may be the predictions).
+    let size = file.metadata().map_or(0, |m| m.len());
+    if size >= crate::reading::SHOWN_FROM {
+        eprintln!("reading {} ({})", path.display(), kynml_core::train::memory::bytes(size));
+    }
+    Ok((Box::new(file), path.into(), kind.is_some()))
 }
 
 /// An existing `--output` is replaced only when it is an earlier
@@ -375,24 +495,23 @@ fn cell(v: f32) -> String {
     }
 }
 
-/// The predictions as CSV under `header` ([`predictions_header`]).
-fn predictions_csv(p: &Predictions, header: &str) -> String {
-    let mut out = format!("{header}\n");
+/// The predictions as CSV rows (one a row, under [`predictions_header`]),
+/// added to `out`.
+fn predictions_csv(p: &Predictions, out: &mut String) {
     match (&p.labels, &p.probabilities) {
         (Some(labels), Some(probs)) => {
             let width = probs.len() / labels.len().max(1);
             for (label, row) in labels.iter().zip(probs.chunks(width.max(1))) {
                 let cells: Vec<String> = std::iter::once(quote(label)).chain(row.iter().map(|&v| cell(v))).collect();
-                out += &(cells.join(",") + "\n");
+                *out += &(cells.join(",") + "\n");
             }
         }
         _ => {
             for row in p.outputs.chunks(p.width.max(1)) {
-                out += &(row.iter().map(|&v| cell(v)).collect::<Vec<_>>().join(",") + "\n");
+                *out += &(row.iter().map(|&v| cell(v)).collect::<Vec<_>>().join(",") + "\n");
             }
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -3304,6 +3304,12 @@ fn an_unwritable_run_folder_is_refused_before_training() {
     assert!(t.contains("cannot create the run folder blocker: it is a file, not a folder"), "{t}");
     assert!(t.contains("to run into a new folder: ") && t.contains("train iris.kyn --out blocker-2"), "{t}");
     assert!(!t.contains("what runs"), "{t}");
+    // Written with a trailing `/` or `/.`, the same.
+    for out in ["blocker/", "blocker/."] {
+        let t = text(&kynml(&["train", "iris.kyn", "--out", out], dir));
+        assert!(t.contains(&format!("cannot create the run folder {out}: it is a file, not a folder")), "{t}");
+        assert!(!t.contains("what runs"), "{t}");
+    }
     assert_eq!(std::fs::read_to_string(dir.join("blocker")).unwrap(), "a file where a folder should be");
     // So is the default folder's parent, `runs`, when it is a file.
     std::fs::write(dir.join("runs"), "x").unwrap();
@@ -3635,6 +3641,15 @@ fn warmup_takes_synthetic_rows_instead_of_the_data_file() {
     let t = text(&out);
     assert!(out.status.success() && !t.contains("would not resume"), "{t}");
     assert!(t.contains("checkpoint ck/iris.ckpt is there; whether `kynml train` resumes from it is judged"), "{t}");
+    // What made-up rows can judge is still said: a checkpoint of another model.
+    let spec = std::fs::read_to_string(tmp.path().join("iris.kyn")).unwrap();
+    std::fs::write(
+        tmp.path().join("other.kyn"),
+        spec.replace("dense 32 relu\n    dense 3", "dense 16 relu\n    dense 3"),
+    )
+    .unwrap();
+    let t = text(&kynml(&["check", "other.kyn", "--synthetic", "150"], tmp.path()));
+    assert!(t.contains("would not resume from ck/iris.ckpt") && !t.contains("is there;"), "{t}");
     // Without --synthetic, the verdict on the real data.
     let t = text(&kynml(&["check", "iris.kyn"], tmp.path()));
     assert!(t.contains("`kynml train` resumes from it"), "{t}");
@@ -4113,6 +4128,82 @@ fn check_says_what_train_would_run() {
 /// them, is predicted as nothing: the header alone, exit 0 (a pipeline's
 /// next stage reads an empty result, not a failed job). `eval` has nothing
 /// to score and refuses it.
+/// `predict` reads, predicts on and writes a piece of rows at a time (a
+/// file of millions of rows grew its memory with them): the first
+/// predictions come out while standard input is still open, every row is
+/// predicted once, in order, and a bad row far down is located on its line,
+/// with `--output` then not written at all.
+#[test]
+fn predict_streams_its_input_a_piece_at_a_time() {
+    use std::io::{BufRead, Read, Write};
+    let tmp = copy_example("iris");
+    let dir = tmp.path();
+    let out = kynml(&["train", "iris.kyn", "--epochs", "1", "--device", "cpu", "--out", "r"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let csv = std::fs::read_to_string(dir.join("iris.csv")).unwrap();
+    let (header, body) = csv.split_once('\n').unwrap();
+    let body: Vec<&str> = body.lines().collect();
+    // About 7 MB: more than one piece.
+    let rows = 300_000;
+    let mut big = format!("{header}\n");
+    for i in 0..rows {
+        big += body[i % body.len()];
+        big.push('\n');
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kynml"))
+        .args(["predict", "r", "-"])
+        .current_dir(dir)
+        .env_remove("KYNML_CACHE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (close, closing) = std::sync::mpsc::channel::<()>();
+    let input = big.clone();
+    let writer = std::thread::spawn(move || {
+        stdin.write_all(input.as_bytes()).unwrap();
+        // Held open until the first predictions have come.
+        closing.recv().unwrap();
+    });
+    let (first, came) = std::sync::mpsc::channel::<String>();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut lines = String::new();
+        for _ in 0..2 {
+            stdout.read_line(&mut lines).unwrap();
+        }
+        first.send(lines.clone()).unwrap();
+        stdout.read_to_string(&mut lines).unwrap();
+        lines
+    });
+    let Ok(head) = came.recv_timeout(std::time::Duration::from_secs(300)) else {
+        let _ = child.kill();
+        panic!("no prediction came before standard input ended");
+    };
+    assert!(head.starts_with("species,p_setosa,") && head.lines().count() == 2, "{head}");
+    close.send(()).unwrap();
+    writer.join().unwrap();
+    let all = reader.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    // The same predictions as the file read whole gives (no piece lost or repeated).
+    std::fs::write(dir.join("big.csv"), &big).unwrap();
+    let whole = kynml(&["predict", "r", "big.csv"], dir);
+    assert!(whole.status.success() && whole.stdout == all.as_bytes(), "{} lines", all.lines().count());
+    assert_eq!(all.lines().count(), rows + 1);
+    // A bad row at the end, far past the first piece: located, and no
+    // --output file (nor a temporary one) left.
+    std::fs::write(dir.join("bad.csv"), format!("{big}1,2,x,4,setosa\n")).unwrap();
+    let out = kynml(&["predict", "r", "bad.csv", "--output", "p.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains(&format!("bad.csv:{}: column 3 (`petal_length_cm`) is not a number", rows + 2)), "{t}");
+    let left: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!left.iter().any(|n| n.contains("p.csv")), "{left:?}");
+}
+
 #[test]
 fn predict_on_a_header_alone_writes_the_header_alone() {
     let tmp = copy_example("iris");

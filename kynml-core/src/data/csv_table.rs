@@ -362,7 +362,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
 
 /// A compressed file (gzip, zip, xz, zstd, bzip2) is said as such, with
 /// the way to a CSV: read as text it is only "not valid UTF-8".
-fn not_compressed(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
+pub(crate) fn not_compressed(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
     const KINDS: [(&[u8], &str, &str); 5] = [
         (b"\x1f\x8b", "gzip", "gunzip"),
         (b"PK\x03\x04", "zip", "unzip"),
@@ -691,6 +691,24 @@ pub fn parse_model_rows(
     target: &str,
     need_target: bool,
 ) -> Result<ModelRows, DataError> {
+    let shift = (usize::MAX, 0);
+    parse_model_rows_at(bytes, path, feature_names, categories, tokens, sequence, target, need_target, shift)
+}
+
+/// [`parse_model_rows`] on a piece of a file ([`RowPiece`]): the records
+/// from byte `shift.0` on are `shift.1` lines further on in the file.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn parse_model_rows_at(
+    bytes: &[u8],
+    path: &Path,
+    feature_names: &[String],
+    categories: &[Vocabulary],
+    tokens: Option<&TokenVocabulary>,
+    sequence: Option<&SequenceColumns>,
+    target: &str,
+    need_target: bool,
+    shift: (usize, usize),
+) -> Result<ModelRows, DataError> {
     not_utf16(path, bytes)?;
     // A text model reads one column, its text; a sequence model its sequence columns.
     let text_column;
@@ -702,7 +720,8 @@ pub fn parse_model_rows(
         (None, Some(s)) => &s.columns[..],
         (None, None) => feature_names,
     };
-    let ends = line_ends(bytes);
+    let mut ends = line_ends(bytes);
+    ends.shift = shift;
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(&*ends.bytes);
     let mut record = ByteRecord::new();
     let Some(header_line) = next_record(&mut reader, &ends, &mut record, path)? else {
@@ -1036,6 +1055,10 @@ pub(crate) struct LineEnds<'a> {
     /// Offsets in `bytes` of the lone `\r`s inside quoted cells: a line
     /// each to a person's editor, none to `csv`.
     quoted: Vec<usize>,
+    /// Records that start at this byte or later are this many lines further
+    /// on in the file (a piece of a file read with its header before it:
+    /// [`RowPieces`]); `(usize::MAX, 0)` for a whole file.
+    shift: (usize, usize),
 }
 
 impl LineEnds<'_> {
@@ -1061,15 +1084,15 @@ impl LineEnds<'_> {
 pub(crate) fn line_ends(bytes: &[u8]) -> LineEnds<'_> {
     let mut quoted = Vec::new();
     if line_breaks(bytes).0 == 0 {
-        return LineEnds { bytes: std::borrow::Cow::Borrowed(bytes), quoted };
+        return LineEnds { bytes: std::borrow::Cow::Borrowed(bytes), quoted, shift: (usize::MAX, 0) };
     }
     if !rewrite_line_ends(bytes, None, &mut quoted) {
-        return LineEnds { bytes: std::borrow::Cow::Borrowed(bytes), quoted };
+        return LineEnds { bytes: std::borrow::Cow::Borrowed(bytes), quoted, shift: (usize::MAX, 0) };
     }
     let mut out = Vec::with_capacity(bytes.len());
     quoted.clear();
     rewrite_line_ends(bytes, Some(&mut out), &mut quoted);
-    LineEnds { bytes: std::borrow::Cow::Owned(out), quoted }
+    LineEnds { bytes: std::borrow::Cow::Owned(out), quoted, shift: (usize::MAX, 0) }
 }
 
 /// [`line_ends`]' pass: writes the file to `out`, or, without one, stops at
@@ -1151,7 +1174,14 @@ pub(crate) fn line_breaks(bytes: &[u8]) -> (usize, usize) {
 /// before any empty lines it skipped on the way; count those too.
 fn true_line(ends: &LineEnds<'_>, position: &csv::Position) -> usize {
     let (start, breaks) = breaks_before(&ends.bytes, position);
-    position.line() as usize + breaks.iter().filter(|&&b| b == b'\n').count() + ends.uncounted_before(start)
+    let line = position.line() as usize + breaks.iter().filter(|&&b| b == b'\n').count() + ends.uncounted_before(start);
+    // Its own first byte: `csv` may start a record at the `\n` of the
+    // `\r\n` before it.
+    if start + breaks.len() >= ends.shift.0 {
+        line + ends.shift.1
+    } else {
+        line
+    }
 }
 
 /// Where `csv` began reading a record, and the run of line breaks there
@@ -2256,6 +2286,71 @@ mod tests {
         let (_dir, path) = temp_csv(b"s\n0.1 abc\n");
         let err = read_model_rows(&path, &[], &[], None, Some(&seq), "y", false).unwrap_err().to_string();
         assert!(err.ends_with("is \"abc\"; each value must be a finite number"), "{err}");
+    }
+
+    /// A file read in pieces ([`super::super::RowPieces`]) gives the rows, and the
+    /// errors at their lines, that it gives read whole, wherever the pieces
+    /// are cut: every size from one byte (a piece a line) to the whole file.
+    #[test]
+    fn rows_read_in_pieces_are_the_rows_read_whole() {
+        let names: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+        let path = Path::new("p.csv");
+        let whole = |bytes: &[u8]| -> Result<(Vec<f32>, Vec<usize>), String> {
+            parse_model_rows(bytes, path, &names, &[], None, None, "y", false)
+                .map(|r| (r.features, r.lines))
+                .map_err(|e| e.to_string())
+        };
+        let in_pieces = |bytes: &[u8], target: usize| -> Result<(Vec<f32>, Vec<usize>), String> {
+            let mut pieces = super::super::RowPieces::new(bytes, path, target, false);
+            let (mut features, mut lines) = (Vec::new(), Vec::new());
+            while let Some(piece) = pieces.next_piece().map_err(|e| e.to_string())? {
+                match parse_model_rows_at(&piece.bytes, path, &names, &[], None, None, "y", false, piece.shift) {
+                    Err(DataError::Empty { header: true, .. }) if !piece.first => {}
+                    read => {
+                        let read = read.map_err(|e| e.to_string())?;
+                        features.extend(read.features);
+                        lines.extend(read.lines);
+                    }
+                }
+            }
+            Ok((features, lines))
+        };
+        let files: &[&[u8]] = &[
+            b"a,b\n1,2\n3,4\n5,6\n",
+            b"a,b\r\n1,2\r\n3,4\r\n5,6",
+            b"a,b\n1,2\n3,4\n\n\n",
+            b"a,b\n1,2\n\n3,4\n5,6\n",
+            b"a,b\n1,2\n3,4\n \n5,6\n",
+            b"\n\na,b\n1,2\n3,4\n",
+            b"\xef\xbb\xbfa,b\n1,2\n3,4\n",
+            b"a,b,y\n1,2,\"two\nlines\"\n3,4,z\n5,6,\"x\r\ny\"\n7,8,w\n",
+            b"a,b,y\n1,2,\"say \"\"hi\"\"\n\"\n3,4,z\n",
+            b"a,b\r1,2\r3,4\r",
+            b"a,b\r\r\n1,2\r\r\n3,4\r\r\n",
+            b"a,b\n1,2\n3,4\r5,6\n7,8\n",
+            b"a,b,y\n1,2,\"lone\rcr\"\n3,4,z\n5,x,z\n",
+            b"a,b\n1,2\n3,4\n5,x\n",
+            b"a,b\n1,2\n3\n5,6\n",
+            b"a,b\n1,2\n3,4\n\"5,6\n7,8\n",
+            b"a,b\n1,2\"\n3,4\n",
+            b"a,b\n1,2\na,b\n",
+            b"a,b\n",
+            b"a,b\n\n\n",
+            b"",
+            b"\n\n",
+            b"x,y\n1,2\n",
+        ];
+        for file in files {
+            let expected = whole(file);
+            for target in 1..=file.len() + 1 {
+                assert_eq!(
+                    in_pieces(file, target),
+                    expected,
+                    "{:?} in pieces of {target}",
+                    String::from_utf8_lossy(file)
+                );
+            }
+        }
     }
 
     #[test]

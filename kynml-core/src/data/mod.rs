@@ -29,21 +29,23 @@ mod dataset;
 pub(crate) mod error;
 mod info;
 mod normalize;
+mod pieces;
 mod prefetch;
 mod split;
 mod synthetic;
 mod vocab;
 
-pub(crate) use csv_table::read_data_file;
 pub use csv_table::{
     class_of, looks_missing, parse_csv, parse_csv_reporting, parse_model_rows, read_csv, read_csv_reporting,
     read_model_rows, sequence_names, CategoryCells, Cells, ModelRows, SequenceColumns, Table, TableOptions, Targets,
     TextCells, TextOptions, REPORT_EVERY,
 };
+pub(crate) use csv_table::{parse_model_rows_at, read_data_file};
 pub use dataset::{Batch, Dataset, Labels, Prepared, Split, SplitData};
 pub use error::{DataError, HeaderLayout};
 pub use info::DataInfo;
 pub use normalize::Normalizer;
+pub use pieces::{Piece, RowPieces, PIECE_BYTES};
 pub use prefetch::{within as loader_within, BatchFeed, Loader};
 
 pub use split::{split_indices, SplitError, MIN_ROWS};

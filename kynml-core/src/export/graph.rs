@@ -290,6 +290,28 @@ impl ExportModel {
         self.read_rows_from(&crate::data::read_data_file(path)?, path, need_target)
     }
 
+    /// [`read_rows`](Self::read_rows) of a stream, a piece of whole rows
+    /// at a time ([`RowPieces`](crate::data::RowPieces), about `target`
+    /// bytes each), so that a file of any length is read in bounded memory;
+    /// every row is located on its line of the stream. `probe`: the stream
+    /// may never end (standard input), and is refused after a MiB with no
+    /// line end when that is no header of the model's.
+    pub fn read_rows_in_pieces<R: std::io::Read>(
+        &self,
+        input: R,
+        name: &std::path::Path,
+        need_target: bool,
+        target: usize,
+        probe: bool,
+    ) -> RowsInPieces<'_, R> {
+        RowsInPieces {
+            model: self,
+            pieces: crate::data::RowPieces::new(input, name, target, probe),
+            name: name.to_path_buf(),
+            need_target,
+        }
+    }
+
     /// The CSV columns the model reads, in its order: the feature columns,
     /// a text model's text column, or a sequence model's columns.
     pub fn input_columns(&self) -> Vec<&str> {
@@ -735,5 +757,53 @@ mod tests {
         assert!(dropout.validate().is_err());
 
         assert!(good.forward(&[1.0, 2.0, 3.0]).unwrap_err().contains("whole rows"));
+    }
+}
+
+/// The rows of a stream, a piece at a time: see
+/// [`ExportModel::read_rows_in_pieces`].
+#[derive(Debug)]
+pub struct RowsInPieces<'a, R> {
+    model: &'a ExportModel,
+    pieces: crate::data::RowPieces<R>,
+    name: std::path::PathBuf,
+    need_target: bool,
+}
+
+impl<R: std::io::Read> Iterator for RowsInPieces<'_, R> {
+    type Item = Result<crate::data::ModelRows, crate::data::DataError>;
+
+    /// The next piece's rows. The first piece's error is the stream's
+    /// (`DataError::Empty` for one with a header and no row); a later
+    /// piece of blank lines alone (the stream's end) holds no row and is
+    /// passed over.
+    fn next(&mut self) -> Option<Self::Item> {
+        use crate::data::DataError;
+        let m = self.model;
+        loop {
+            let piece = match self.pieces.next_piece() {
+                Ok(Some(piece)) => piece,
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e)),
+            };
+            let read = crate::data::parse_model_rows_at(
+                &piece.bytes,
+                &self.name,
+                &m.feature_names,
+                &m.categories,
+                m.tokens.as_ref(),
+                m.sequence.as_ref(),
+                &m.target,
+                self.need_target,
+                piece.shift,
+            );
+            match read {
+                // A MiB without a line end: what is wrong with its header is
+                // said now; a header of the model's reads on.
+                _ if piece.probe && matches!(read, Ok(_) | Err(DataError::Empty { .. })) => continue,
+                Err(DataError::Empty { header: true, .. }) if !piece.first => continue,
+                read => return Some(read),
+            }
+        }
     }
 }

@@ -28,7 +28,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::DispatchDevice;
 use serde_json::Value;
 
-pub use self::graph::{Activation, ExportLayer, ExportModel, Head};
+pub use self::graph::{Activation, ExportLayer, ExportModel, Head, RowsInPieces};
 use self::torch::TorchTensor;
 use crate::checkpoint::{decode_safetensors, TensorData as Stored};
 use crate::data::DataInfo;

@@ -125,9 +125,10 @@ struct Seen {
 }
 
 impl Seen {
-    fn add(&mut self, piece: kynml_core::data::ModelRows) {
+    fn add(&mut self, piece: &kynml_core::data::ModelRows) {
+        let piece = piece.clone_counts();
         let Some(all) = &mut self.rows else {
-            self.rows = Some(kynml_core::data::ModelRows { features: Vec::new(), lines: Vec::new(), ..piece });
+            self.rows = Some(piece);
             return;
         };
         all.rows += piece.rows;
@@ -152,6 +153,19 @@ fn predict_stream<R: std::io::Read>(
     seen: &mut Seen,
 ) -> Result<(), Streamed> {
     let refused = |e: &dyn std::fmt::Display| Streamed::Input(Failure::input(format!("error: {e}")));
+    let mut write = |rows: &kynml_core::data::ModelRows, seen: &mut Seen| -> Result<(), Streamed> {
+        let p = predictor.predict_rows(rows).map_err(|e| refused(&e))?;
+        let mut text = if seen.predicted == 0 { format!("{header}\n") } else { String::new() };
+        predictions_csv(&p, &mut text);
+        out.write_all(text.as_bytes()).map_err(Streamed::Write)?;
+        seen.predicted += p.rows;
+        Ok(())
+    };
+    // Each part predicted holds whole passes of rows, the rest carried on
+    // to the next piece: every row is predicted in the pass it would have
+    // been in had the file been read whole, and so to the same last bit.
+    let per = predictor.rows_per_pass().max(1);
+    let mut carried: Option<kynml_core::data::ModelRows> = None;
     let mut first = true;
     for rows in pieces {
         let rows = match rows {
@@ -164,15 +178,36 @@ fn predict_stream<R: std::io::Read>(
             }
             rows => rows.map_err(|e| refused(&e))?,
         };
-        let p = predictor.predict_rows(&rows).map_err(|e| refused(&e))?;
-        let mut text = if first { format!("{header}\n") } else { String::new() };
-        predictions_csv(&p, &mut text);
-        out.write_all(text.as_bytes()).map_err(Streamed::Write)?;
-        seen.predicted += p.rows;
-        seen.add(rows);
         first = false;
+        seen.add(&rows);
+        let mut rows = match carried.take() {
+            Some(mut before) => {
+                before.features.extend_from_slice(&rows.features);
+                before.lines.extend_from_slice(&rows.lines);
+                before.rows += rows.rows;
+                before
+            }
+            None => rows,
+        };
+        let whole = rows.rows / per * per;
+        if whole < rows.rows {
+            let width = rows.features.len() / rows.rows.max(1);
+            carried = Some(kynml_core::data::ModelRows {
+                features: rows.features.split_off(whole * width),
+                lines: rows.lines.split_off(whole),
+                rows: rows.rows - whole,
+                ..rows.clone_counts()
+            });
+            rows.rows = whole;
+        }
+        if whole > 0 {
+            write(&rows, seen)?;
+        }
     }
-    Ok(())
+    match carried {
+        Some(rows) => write(&rows, seen),
+        None => Ok(()),
+    }
 }
 
 /// The rows to predict on, as a stream: a file (a device refused unread, as

@@ -292,6 +292,15 @@ impl Predictor {
         &self.model
     }
 
+    /// Rows per forward pass: rows are predicted this many at a time (the
+    /// last pass of a call padded up to a power of two), and a row's last
+    /// bit may depend on its pass. A caller that predicts a stream in parts
+    /// gets the predictions of the whole when each part but the last holds
+    /// a multiple of it.
+    pub fn rows_per_pass(&self) -> usize {
+        self.chunk
+    }
+
     /// Predicts on `rows`, row-major with the model's features in its order
     /// ([`ExportModel::feature_names`]), raw as the data holds them, but a
     /// categorical or text feature as its index in the model's vocabulary

@@ -630,6 +630,22 @@ pub struct ModelRows {
 }
 
 impl ModelRows {
+    /// These rows' counts and notes alone (no features, lines or targets):
+    /// what a stream's parts add up for what is said of them all.
+    pub fn clone_counts(&self) -> Self {
+        ModelRows {
+            path: self.path.clone(),
+            features: Vec::new(),
+            rows: self.rows,
+            lines: Vec::new(),
+            cut: self.cut,
+            empty: self.empty,
+            targets: None,
+            target_column: self.target_column,
+            unseen: self.unseen.clone(),
+        }
+    }
+
     /// Rows built in code: `rows` rows of the model's features, row-major,
     /// raw as a file holds them (category and token indices as
     /// [`Vocabulary::index_or_unseen`] and [`TokenVocabulary::encode`] give

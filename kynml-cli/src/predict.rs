@@ -103,7 +103,8 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
             }
         }
     };
-    if let Some(rows) = &seen.rows {
+    // Said of the whole input, once it has all been predicted on.
+    if let (Some(rows), Ok(())) = (&seen.rows, &written) {
         note_unseen(rows, m.tokens.is_some());
     }
     written

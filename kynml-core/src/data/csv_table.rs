@@ -2309,10 +2309,18 @@ mod tests {
     /// are cut: every size from one byte (a piece a line) to the whole file.
     #[test]
     fn rows_read_in_pieces_are_the_rows_read_whole() {
-        let names: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+        let two: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+        let one = vec!["a".to_string()];
         let path = Path::new("p.csv");
+        for names in [&two, &one] {
+            pieces_as_whole(path, names);
+        }
+    }
+
+    /// [`rows_read_in_pieces_are_the_rows_read_whole`] for a model of these columns.
+    fn pieces_as_whole(path: &Path, names: &[String]) {
         let whole = |bytes: &[u8]| -> Result<(Vec<f32>, Vec<usize>), String> {
-            parse_model_rows(bytes, path, &names, &[], None, None, "y", false)
+            parse_model_rows(bytes, path, names, &[], None, None, "y", false)
                 .map(|r| (r.features, r.lines))
                 .map_err(|e| e.to_string())
         };
@@ -2320,7 +2328,7 @@ mod tests {
             let mut pieces = super::super::RowPieces::new(bytes, path, target, false);
             let (mut features, mut lines) = (Vec::new(), Vec::new());
             while let Some(piece) = pieces.next_piece().map_err(|e| e.to_string())? {
-                match parse_model_rows_at(&piece.bytes, path, &names, &[], None, None, "y", false, piece.shift) {
+                match parse_model_rows_at(&piece.bytes, path, names, &[], None, None, "y", false, piece.shift) {
                     Err(DataError::Empty { header: true, .. }) if !piece.first => {}
                     read => {
                         let read = read.map_err(|e| e.to_string())?;
@@ -2355,6 +2363,18 @@ mod tests {
             b"",
             b"\n\n",
             b"x,y\n1,2\n",
+            // Lines blank to the reader though not empty (a row was lost
+            // where a piece ended on one), a mark before a blank line.
+            b"a,b\n1,2\n\"\"\n3,4\n",
+            b"a,b\n1,2\n\" \"\n3,4\n",
+            b"a,b\n1,2\n\"\"\"\"\n3,4\n",
+            b"a,b\n1,2\n\"\" \n3,4\n",
+            b"a,b\n1,2\n\"\"x\n3,4\n",
+            b"\xef\xbb\xbf\na,b\n1,2\n3,4\n",
+            b"\"\"\na,b\n1,2\n3,4\n",
+            b"a\n1\n\"\"\n2\n",
+            b"a\n1\n\n2\n",
+            b"\xef\xbb\xbfa\n1\n2\n",
         ];
         for file in files {
             let expected = whole(file);

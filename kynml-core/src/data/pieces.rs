@@ -155,6 +155,16 @@ impl<R: Read> RowPieces<R> {
         let mut i = self.scanned;
         let mut s = self.scan;
         let mut found = None;
+        // A byte-order mark is no text of the first line (`csv` drops it:
+        // a blank line after it still comes before the header).
+        if i == 0 && self.handed == 0 && self.header_end.is_none() {
+            if bytes.len() < 3 && !self.eof {
+                return None;
+            }
+            if bytes.starts_with(b"\xef\xbb\xbf") {
+                i = 3;
+            }
+        }
         while i < bytes.len() && self.simple {
             let next = bytes.get(i + 1).copied();
             if next.is_none() && !self.eof && matches!(bytes[i], b'"' | b'\r') {
@@ -162,21 +172,24 @@ impl<R: Read> RowPieces<R> {
             }
             let b = bytes[i];
             let mut used = 1;
+            // Text is what makes a record no blank line to the reader: a
+            // second cell, or a cell with more than spaces (`""` alone is
+            // blank in a file of two columns or more).
             if s.in_quotes {
                 match b {
-                    b'"' if next == Some(b'"') => used = 2,
+                    b'"' if next == Some(b'"') => {
+                        used = 2;
+                        s.line_has_text = true;
+                    }
                     b'"' => s.in_quotes = false,
                     b'\r' if next != Some(b'\n') => self.simple = false,
+                    b if !b.is_ascii_whitespace() => s.line_has_text = true,
                     _ => {}
                 }
-                s.line_has_text = true;
             } else {
                 let start = std::mem::replace(&mut s.cell_start, matches!(b, b',' | b'\n' | b'\r'));
                 match b {
-                    b'"' if start => {
-                        s.in_quotes = true;
-                        s.line_has_text = true;
-                    }
+                    b'"' if start => s.in_quotes = true,
                     b'\r' if next != Some(b'\n') => self.simple = false,
                     b'\r' => {}
                     b'\n' => {

@@ -103,8 +103,9 @@ pub fn predict(args: PredictArgs) -> Result<(), Failure> {
             }
         }
     };
-    // Said of the whole input, once it has all been predicted on.
-    if let (Some(rows), Ok(())) = (&seen.rows, &written) {
+    // Said of the whole input, once it has all been predicted on (not of
+    // the part read before a reader stopped early, or a row was refused).
+    if let (Some(rows), true) = (&seen.rows, seen.all) {
         note_unseen(rows, m.tokens.is_some());
     }
     written
@@ -123,6 +124,8 @@ enum Streamed {
 struct Seen {
     rows: Option<kynml_core::data::ModelRows>,
     predicted: usize,
+    /// Every row was read and predicted on.
+    all: bool,
 }
 
 impl Seen {
@@ -205,10 +208,11 @@ fn predict_stream<R: std::io::Read>(
             write(&rows, seen)?;
         }
     }
-    match carried {
-        Some(rows) => write(&rows, seen),
-        None => Ok(()),
+    if let Some(rows) = carried {
+        write(&rows, seen)?;
     }
+    seen.all = true;
+    Ok(())
 }
 
 /// The rows to predict on, as a stream: a file (a device refused unread, as

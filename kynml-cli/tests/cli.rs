@@ -4230,6 +4230,25 @@ fn predict_streams_its_input_a_piece_at_a_time() {
     assert!(!left.iter().any(|n| n.contains("p.csv")), "{left:?}");
 }
 
+/// predict's notes on what it read are said once every row is predicted,
+/// of them all; not of the rows read before one was refused.
+#[test]
+fn predict_notes_are_said_of_the_whole_input_only() {
+    let tmp = copy_example("rentals");
+    let dir = tmp.path();
+    let out = kynml(&["train", "rentals.kyn", "--epochs", "1", "--device", "cpu", "--out", "r"], dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = "city,weekday,weather,temperature,humidity\nAtlantis,Mon,rain,3.0,50\nMunich,Mon,rain,3.0,50\n";
+    std::fs::write(dir.join("ok.csv"), rows).unwrap();
+    let t = text(&kynml(&["predict", "r", "ok.csv"], dir));
+    assert!(t.contains("note: 1 of 2 rows holds a `city` the model never saw in training"), "{t}");
+    std::fs::write(dir.join("bad.csv"), format!("{rows}Munich,Mon,rain,abc,50\n")).unwrap();
+    let out = kynml(&["predict", "r", "bad.csv"], dir);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("bad.csv:4: column 4 (`temperature`) is not a number") && !t.contains("never saw"), "{t}");
+}
+
 #[test]
 fn predict_on_a_header_alone_writes_the_header_alone() {
     let tmp = copy_example("iris");

@@ -112,18 +112,16 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         let found = match args.synthetic {
             Some(_) => {
                 let bound = !data.info.categories.is_empty() || data.info.tokens.is_some();
-                match file.checkpoint_without_data(&path, bound) {
-                    Ok(_) if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) => Ok(None),
-                    Ok(_) => {
+                file.checkpoint_without_data(&path, bound).map(|_| {
+                    if path.is_file() {
                         println!(
                             "note: checkpoint {} is there; whether `kynml train` resumes from it is judged against \
                              the spec's data too, which --synthetic does not read (`kynml check` without it says)",
                             path.display()
                         );
-                        Ok(None)
                     }
-                    Err(e) => Err(e),
-                }
+                    None
+                })
             }
             None => file.find_checkpoint(&data),
         };

@@ -219,23 +219,21 @@ fn predict_stream<R: std::io::Read>(
 /// training refuses one), or standard input for `-`; with the name errors
 /// give it, and whether it may never end (standard input, a named pipe).
 fn open_rows(path: &Path) -> Result<(Box<dyn std::io::Read>, std::path::PathBuf, bool), Failure> {
-    use kynml_core::data::DataError;
     if path.as_os_str() == "-" {
         return Ok((Box::new(std::io::stdin().lock()), "<stdin>".into(), true));
     }
-    let refused = |e: DataError| Failure::input(format!("error: {e}"));
-    let kind = kynml_core::atomic_file::special_kind(path);
-    if let Some(kind) = kind.filter(|k| *k != kynml_core::atomic_file::FIFO) {
-        return Err(refused(DataError::NotAFile { path: path.into(), kind }));
-    }
-    let file = std::fs::File::open(path).map_err(|source| refused(DataError::Io { path: path.into(), source }))?;
-    // A large file takes a while: said, as `train` says it (on stderr:
-    // standard output may be the predictions).
-    let size = file.metadata().map_or(0, |m| m.len());
+    let (file, pipe) = kynml_core::data::open_data_file(path).map_err(|e| Failure::input(format!("error: {e}")))?;
+    say_reading(path);
+    Ok((Box::new(file), path.into(), pipe))
+}
+
+/// A large file takes a while: said, as `train` says it (on stderr:
+/// standard output may be the predictions).
+fn say_reading(path: &Path) {
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
     if size >= crate::reading::SHOWN_FROM {
         eprintln!("reading {} ({})", path.display(), kynml_core::train::memory::bytes(size));
     }
-    Ok((Box::new(file), path.into(), kind.is_some()))
 }
 
 /// An existing `--output` is replaced only when it is an earlier
@@ -386,28 +384,14 @@ fn read_rows(
     path: &Path,
     need_target: bool,
 ) -> Result<kynml_core::data::ModelRows, Failure> {
-    read_rows_or_error(m, path, need_target)?.map_err(|e| Failure::input(format!("error: {e}")))
-}
-
-/// As [`read_rows`], the rows' own error left to the caller (standard
-/// input that cannot be read is the failure outside).
-fn read_rows_or_error(
-    m: &kynml_core::export::ExportModel,
-    path: &Path,
-    need_target: bool,
-) -> Result<Result<kynml_core::data::ModelRows, kynml_core::data::DataError>, Failure> {
-    Ok(if path.as_os_str() == "-" {
+    let rows = if path.as_os_str() == "-" {
         let bytes = read_stdin(m, need_target)?;
         m.read_rows_from(&bytes, Path::new("<stdin>"), need_target)
     } else {
-        // A large file takes a while: said, as `train` says it (on stderr:
-        // standard output may be the predictions).
-        let size = std::fs::metadata(path).map_or(0, |m| m.len());
-        if size >= crate::reading::SHOWN_FROM {
-            eprintln!("reading {} ({})", path.display(), kynml_core::train::memory::bytes(size));
-        }
+        say_reading(path);
         m.read_rows(path, need_target)
-    })
+    };
+    rows.map_err(|e| Failure::input(format!("error: {e}")))
 }
 
 /// Standard input's rows, whole; its header is checked as soon as it has

@@ -4124,10 +4124,6 @@ fn check_says_what_train_would_run() {
     assert!(!dir.join("kc").exists(), "check made the kernel cache");
 }
 
-/// A query that matched nothing, the model's columns with no row below
-/// them, is predicted as nothing: the header alone, exit 0 (a pipeline's
-/// next stage reads an empty result, not a failed job). `eval` has nothing
-/// to score and refuses it.
 /// `predict` reads, predicts on and writes a piece of rows at a time (a
 /// file of millions of rows grew its memory with them): the first
 /// predictions come out while standard input is still open, every row is
@@ -4249,6 +4245,10 @@ fn predict_notes_are_said_of_the_whole_input_only() {
     assert!(t.contains("bad.csv:4: column 4 (`temperature`) is not a number") && !t.contains("never saw"), "{t}");
 }
 
+/// A query that matched nothing, the model's columns with no row below
+/// them, is predicted as nothing: the header alone, exit 0 (a pipeline's
+/// next stage reads an empty result, not a failed job). `eval` has nothing
+/// to score and refuses it.
 #[test]
 fn predict_on_a_header_alone_writes_the_header_alone() {
     let tmp = copy_example("iris");

@@ -1398,6 +1398,19 @@ pub fn device_choice(request: DeviceRequest) -> DeviceChoice {
     }
 }
 
+/// Why runs of three or more replicas, some sharing a device, differ in
+/// their last bits (see [`deterministic`]); `None` for other device sets.
+fn replicas_vary(devices: &[Device]) -> Option<String> {
+    let shared = devices.iter().any(|a| devices.iter().filter(|b| b.describe() == a.describe()).count() >= 2);
+    (devices.len() >= 3 && shared).then(|| {
+        format!(
+            "no: Burn's all-reduce adds the gradients of {} replicas, some on one device, in an order that changes \
+             from run to run, so the last bits of the weights differ; 2 replicas, or one a device, keep it",
+            devices.len()
+        )
+    })
+}
+
 /// Whether `deterministic = true` holds on this engine and device: the
 /// same run gives the same bits when every kernel is chosen the same way
 /// and sums in a fixed order. The CPU engines split their work the same
@@ -1417,18 +1430,8 @@ fn deterministic(native: bool, devices: &[Device]) -> Applied {
     use kynml_backend::kernel_cache::CacheState;
     let setting = "deterministic";
     let device = &devices[0];
-    let shared = devices.iter().any(|a| devices.iter().filter(|b| b.describe() == a.describe()).count() >= 2);
-    if devices.len() >= 3 && shared {
-        return Applied {
-            setting,
-            value: format!(
-                "no: Burn's all-reduce adds the gradients of {} replicas, some on one device, in an order that \
-                 changes from run to run, so the last bits of the weights differ; 2 replicas, or one a device, \
-                 keep it",
-                devices.len()
-            ),
-            as_requested: false,
-        };
+    if let Some(value) = replicas_vary(devices) {
+        return Applied { setting, value, as_requested: false };
     }
     if native {
         return Applied {
@@ -1766,11 +1769,10 @@ pub fn what_runs_on(spec: &Spec, devices: &[Device]) -> Vec<Applied> {
     }
     // Asked for, said either way; not asked for, said where even the same
     // spec and seed do not repeat (three replicas or more sharing a device).
-    let repeats = deterministic(native, devices);
     if t.deterministic.value {
-        out.push(repeats);
-    } else if repeats.value.starts_with("no:") {
-        out.push(Applied { as_requested: true, ..repeats });
+        out.push(deterministic(native, devices));
+    } else if let Some(value) = replicas_vary(devices) {
+        out.push(Applied { setting: "deterministic", value, as_requested: true });
     }
     if t.accumulate.value > 1 {
         let (n, b) = (t.accumulate.value, t.batch.value);

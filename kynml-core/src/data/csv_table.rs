@@ -354,10 +354,23 @@ pub(crate) fn read_data_file(path: &Path) -> Result<Vec<u8>, DataError> {
 /// never ends and filled memory); a named pipe is read, as `cat` reads one,
 /// to its writer's end (`kynml predict RUN /dev/stdin` after `|`).
 fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
-    match crate::atomic_file::special_kind(path) {
-        Some(kind) if kind != crate::atomic_file::FIFO => Err(DataError::NotAFile { path: path.into(), kind }),
-        _ => std::fs::read(path).map_err(|source| DataError::Io { path: path.into(), source }),
+    use std::io::Read;
+    let (mut file, _) = open_data_file(path)?;
+    let mut bytes = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
+    file.read_to_end(&mut bytes).map_err(|source| DataError::Io { path: path.into(), source })?;
+    Ok(bytes)
+}
+
+/// A data file opened to be read, as [`read_file`] reads one (a device or
+/// a socket refused unread), and whether it is a named pipe, which may
+/// never end.
+pub fn open_data_file(path: &Path) -> Result<(std::fs::File, bool), DataError> {
+    let kind = crate::atomic_file::special_kind(path);
+    if let Some(kind) = kind.filter(|&k| k != crate::atomic_file::FIFO) {
+        return Err(DataError::NotAFile { path: path.into(), kind });
     }
+    let file = std::fs::File::open(path).map_err(|source| DataError::Io { path: path.into(), source })?;
+    Ok((file, kind.is_some()))
 }
 
 /// A compressed file (gzip, zip, xz, zstd, bzip2) is said as such, with
@@ -711,7 +724,7 @@ pub fn parse_model_rows(
     parse_model_rows_at(bytes, path, feature_names, categories, tokens, sequence, target, need_target, shift)
 }
 
-/// [`parse_model_rows`] on a piece of a file ([`RowPiece`]): the records
+/// [`parse_model_rows`] on a piece of a file ([`Piece`](super::Piece)): the records
 /// from byte `shift.0` on are `shift.1` lines further on in the file.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn parse_model_rows_at(

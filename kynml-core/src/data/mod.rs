@@ -36,9 +36,9 @@ mod synthetic;
 mod vocab;
 
 pub use csv_table::{
-    class_of, looks_missing, parse_csv, parse_csv_reporting, parse_model_rows, read_csv, read_csv_reporting,
-    read_model_rows, sequence_names, CategoryCells, Cells, ModelRows, SequenceColumns, Table, TableOptions, Targets,
-    TextCells, TextOptions, REPORT_EVERY,
+    class_of, looks_missing, open_data_file, parse_csv, parse_csv_reporting, parse_model_rows, read_csv,
+    read_csv_reporting, read_model_rows, sequence_names, CategoryCells, Cells, ModelRows, SequenceColumns, Table,
+    TableOptions, Targets, TextCells, TextOptions, REPORT_EVERY,
 };
 pub(crate) use csv_table::{parse_model_rows_at, read_data_file};
 pub use dataset::{Batch, Dataset, Labels, Prepared, Split, SplitData};

@@ -111,7 +111,12 @@ impl<R: Read> RowPieces<R> {
             }
             // A stream with no line end in its first MiB (`< /dev/zero`).
             let no_line = || !self.pending.iter().any(|&b| b == b'\n' || b == b'\r');
-            if self.probe && !self.probed && self.pending.len() >= HEADER_AT_MOST && no_line() {
+            if self.probe
+                && !self.probed
+                && self.header_end.is_none()
+                && self.pending.len() >= HEADER_AT_MOST
+                && no_line()
+            {
                 self.probed = true;
                 return Ok(Some(Piece {
                     bytes: self.pending.clone(),

@@ -286,8 +286,8 @@ impl Lexer<'_> {
             }
             let text = self.text(start, self.pos).to_string();
             // `1D` may be meant as a name: say how names begin, too.
-            // `4X1`, `28X28`: a shape with a capital X (or `×`, said apart).
-            let shape = text.split(['X']).all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+            // `4X1`, `28X28`: a shape with a capital X.
+            let shape = text.split('X').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
             let d = if shape && text.contains('X') {
                 Diagnostic::new(self.span(start, self.pos), format!("invalid shape `{text}`"), "not a shape")
                     .with_help(format!("a shape's sizes are joined by a lowercase `x`: `{}`", text.replace('X', "x")))
